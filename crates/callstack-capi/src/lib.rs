@@ -1,0 +1,73 @@
+//! The C API of callstack: `libcallstack.a`, `libcallstack.so` and
+//! `include/callstack.h`.
+//!
+//! Every function here is a thin shim over the Rust crate. The capture
+//! entries are naked jumps into the Rust capture, so the frame they record
+//! first is inside the C function that called them, exactly as in Rust.
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+/// `uint32_t callstack_capture_fast(uint32_t skip, uint32_t max, uintptr_t* out);`
+///
+/// Walks the frame-pointer chain. `out[0]` is inside the caller; `skip`
+/// drops that many more. Returns the number of entries written (at most
+/// `max`). A null `out` or `max == 0` returns 0. Async-signal-safe.
+///
+/// # Safety
+/// `out` must be valid for `max` writes of `uintptr_t`, or null.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_capture_fast(skip: u32, max: u32, out: *mut usize) -> u32 {
+    // SAFETY: a tail jump with the same arguments: the Rust entry sees the C
+    // caller's return address as its own.
+    core::arch::naked_asm!("jmp {raw}", raw = sym callstack::__capture_fast_raw)
+}
+
+/// See the x86-64 version.
+///
+/// # Safety
+/// `out` must be valid for `max` writes of `uintptr_t`, or null.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_capture_fast(skip: u32, max: u32, out: *mut usize) -> u32 {
+    // SAFETY: a tail branch with the same arguments, as on x86-64.
+    core::arch::naked_asm!("b {raw}", raw = sym callstack::__capture_fast_raw)
+}
+
+/// Other targets: no capture, returns 0.
+///
+/// # Safety
+/// Always safe; kept `unsafe` for the same signature everywhere.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_capture_fast(_skip: u32, _max: u32, _out: *mut usize) -> u32 {
+    0
+}
+
+/// `uint64_t callstack_hash(const uintptr_t* frames, uint32_t count);`
+///
+/// The 64-bit stack hash of `count` addresses (see `callstack::hash_frames`).
+/// A null `frames` hashes as an empty list.
+///
+/// # Safety
+/// `frames` must be valid for `count` reads, or null.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_hash(frames: *const usize, count: u32) -> u64 {
+    if frames.is_null() {
+        return callstack::hash_frames(&[]);
+    }
+    // SAFETY: the caller promises `count` readable entries.
+    let s = unsafe { core::slice::from_raw_parts(frames, count as usize) };
+    callstack::hash_frames(s)
+}
+
+/// `void callstack_prepare_thread(void);`
+///
+/// Looks up the calling thread's stack bounds now, so that even its first
+/// capture makes no system call. Optional.
+#[unsafe(no_mangle)]
+pub extern "C" fn callstack_prepare_thread() {
+    callstack::prepare_thread();
+}

@@ -1,0 +1,42 @@
+//! AArch64: the AAPCS64 frame record (`stp x29, x30, [sp, #-N]!; mov x29, sp`).
+//!
+//! ```text
+//!   [x29 + 8]  x30, the return address into the caller
+//!   [x29 + 0]  caller's x29
+//! ```
+//!
+//! Compiled behind `cfg(target_arch = "aarch64")` and not yet run in tests:
+//! CI runs on x86-64 and the in-process tests need a native aarch64 host
+//! (qemu-user would do for capture, but not for the gdb oracle the tests
+//! compare with). Cores of aarch64 programs are read offline on any host.
+
+use super::FrameRecordLayout;
+
+/// The AArch64 frame record: saved x29 at `[x29]`, x30 at `[x29 + 8]`.
+#[allow(dead_code)] // used by the offline unwinder of aarch64 cores
+pub const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {
+    fp_offset: 0,
+    ra_offset: 8,
+    align: 16,
+};
+
+/// The naked entry of `capture_fast` on AArch64; see the x86-64 one.
+///
+/// # Safety
+/// `out` must be valid for `max` writes of `usize` (or `max` must be 0).
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+pub unsafe extern "C" fn fast_entry(skip: u32, max: u32, out: *mut usize) -> u32 {
+    // SAFETY: pushes a frame record (x29, x30), points x29 at it, passes x29
+    // and sp as the 4th and 5th arguments, and restores both before `ret`.
+    core::arch::naked_asm!(
+        "stp x29, x30, [sp, #-16]!",
+        "mov x29, sp",
+        "mov x3, x29",
+        "mov x4, sp",
+        "bl {walk}",
+        "ldp x29, x30, [sp], #16",
+        "ret",
+        walk = sym crate::fast::walk_from_entry,
+    )
+}

@@ -1,0 +1,117 @@
+//! `Trace<N>`: a captured stack stored inline, without allocation.
+
+use core::fmt;
+
+/// A call stack of at most `N` return addresses, stored inline.
+///
+/// Capturing into a `Trace` allocates nothing and is async-signal-safe.
+///
+/// ```
+/// let t = callstack::Trace::<32>::capture_fast(0);
+/// for addr in &t {
+///     let _ = addr; // a return address; symbolize it later
+/// }
+/// let key = t.hash(); // group equal stacks
+/// # let _ = key;
+/// ```
+#[derive(Clone, Copy)]
+pub struct Trace<const N: usize> {
+    len: usize,
+    frames: [usize; N],
+}
+
+impl<const N: usize> Trace<N> {
+    /// An empty trace.
+    pub const fn new() -> Self {
+        Trace {
+            len: 0,
+            frames: [0; N],
+        }
+    }
+
+    /// Captures the current stack with [`crate::capture_fast`]: the first
+    /// entry is inside the function that calls `Trace::capture_fast`.
+    #[inline(always)]
+    pub fn capture_fast(skip: usize) -> Self {
+        let mut t = Self::new();
+        t.len = crate::capture_fast(skip, &mut t.frames);
+        t
+    }
+
+    /// Builds a trace from addresses; keeps the first `N`.
+    pub fn from_frames(frames: &[usize]) -> Self {
+        let mut t = Self::new();
+        let n = frames.len().min(N);
+        t.frames[..n].copy_from_slice(&frames[..n]);
+        t.len = n;
+        t
+    }
+
+    /// The captured addresses, innermost first.
+    #[inline]
+    pub fn as_slice(&self) -> &[usize] {
+        &self.frames[..self.len]
+    }
+
+    /// Number of captured frames.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no frame was captured.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Iterates over the addresses, innermost first.
+    pub fn iter(&self) -> core::iter::Copied<core::slice::Iter<'_, usize>> {
+        self.as_slice().iter().copied()
+    }
+
+    /// A 64-bit hash of the addresses, for deduplication; see [`crate::hash_frames`].
+    #[inline]
+    pub fn hash(&self) -> u64 {
+        crate::hash_frames(self.as_slice())
+    }
+}
+
+impl<const N: usize> Default for Trace<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> PartialEq for Trace<N> {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+impl<const N: usize> Eq for Trace<N> {}
+
+impl<const N: usize> core::hash::Hash for Trace<N> {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(Trace::hash(self));
+    }
+}
+
+impl<'a, const N: usize> IntoIterator for &'a Trace<N> {
+    type Item = usize;
+    type IntoIter = core::iter::Copied<core::slice::Iter<'a, usize>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<const N: usize> fmt::Debug for Trace<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Hex(usize);
+        impl fmt::Debug for Hex {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{:#x}", self.0)
+            }
+        }
+        f.debug_list().entries(self.iter().map(Hex)).finish()
+    }
+}

@@ -1,0 +1,213 @@
+//! Helpers shared by the tests of every callstack crate.
+//!
+//! - [`release_artifacts`]: builds (once per test process) and locates
+//!   `libcallstack.a`, `libcallstack.so`, the header and the `callstack` binary.
+//! - [`Gcc`]: compiles C fixtures from `tests/fixtures/` into a scratch dir.
+//! - [`gdb_backtrace`] and [`addr2line_functions`]: the oracles.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The workspace root (the directory with the top `Cargo.toml`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The C fixtures directory, `tests/fixtures/c` at the workspace root.
+pub fn c_fixtures() -> PathBuf {
+    workspace_root().join("tests/fixtures/c")
+}
+
+/// Paths of the release artifacts the tests link to or run.
+#[derive(Debug, Clone)]
+pub struct Artifacts {
+    /// `target/release/libcallstack.a`
+    pub static_lib: PathBuf,
+    /// `target/release/libcallstack.so`
+    pub shared_lib: PathBuf,
+    /// `crates/callstack-capi/include`
+    pub include_dir: PathBuf,
+    /// `target/release/callstack`
+    pub cli: PathBuf,
+}
+
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => workspace_root().join("target"),
+    }
+}
+
+/// Builds the C library and the CLI in release mode (once per process, and
+/// cheaply when already built) and returns where they are.
+pub fn release_artifacts() -> &'static Artifacts {
+    static ART: OnceLock<Artifacts> = OnceLock::new();
+    ART.get_or_init(|| {
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(workspace_root())
+            .args([
+                "build",
+                "--release",
+                "-q",
+                "-p",
+                "callstack-capi",
+                "-p",
+                "callstack-cli",
+            ])
+            .status()
+            .expect("run cargo build --release");
+        assert!(
+            status.success(),
+            "cargo build --release of the C API and CLI failed"
+        );
+        let rel = target_dir().join("release");
+        Artifacts {
+            static_lib: rel.join("libcallstack.a"),
+            shared_lib: rel.join("libcallstack.so"),
+            include_dir: workspace_root().join("crates/callstack-capi/include"),
+            cli: rel.join("callstack"),
+        }
+    })
+}
+
+/// A fresh scratch directory under the target dir, named after `tag`.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let d = target_dir()
+        .join("test-scratch")
+        .join(format!("{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A gcc invocation for a C fixture.
+#[derive(Debug, Clone)]
+pub struct Gcc {
+    sources: Vec<PathBuf>,
+    flags: Vec<String>,
+    link_callstack: bool,
+}
+
+impl Gcc {
+    /// Starts a build of `sources` (paths relative to `tests/fixtures/c`, or absolute).
+    pub fn new(sources: &[&str]) -> Self {
+        let dir = c_fixtures();
+        Gcc {
+            sources: sources.iter().map(|s| dir.join(s)).collect(),
+            flags: vec!["-g".into()],
+            link_callstack: false,
+        }
+    }
+
+    /// Adds compiler flags, split on whitespace (`"-O2 -fno-omit-frame-pointer"`).
+    pub fn flags(mut self, flags: &str) -> Self {
+        self.flags
+            .extend(flags.split_whitespace().map(String::from));
+        self
+    }
+
+    /// Links `libcallstack.a` (and adds its include dir).
+    pub fn link_callstack(mut self) -> Self {
+        self.link_callstack = true;
+        self
+    }
+
+    /// Compiles into `out` and returns its path. Panics with gcc's stderr on failure.
+    pub fn build(&self, out: &Path) -> PathBuf {
+        let mut cmd = Command::new("gcc");
+        cmd.args(&self.flags).args(&self.sources).arg("-o").arg(out);
+        if self.link_callstack {
+            let a = release_artifacts();
+            cmd.arg("-I").arg(&a.include_dir).arg(&a.static_lib);
+            cmd.args(["-lpthread", "-ldl", "-lm"]);
+        }
+        let o = cmd.output().expect("run gcc");
+        assert!(
+            o.status.success(),
+            "gcc failed: {:?}\n{}",
+            cmd,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out.to_path_buf()
+    }
+}
+
+/// Function names of gdb's `bt` at a breakpoint on `break_at` (a function
+/// name or `file:line`), innermost first, running `exe` with `args`.
+pub fn gdb_backtrace(exe: &Path, break_at: &str, args: &[&str]) -> Vec<String> {
+    let o = Command::new("gdb")
+        .args([
+            "-nx",
+            "-batch",
+            "-ex",
+            "set pagination off",
+            "-ex",
+            "set debuginfod enabled off",
+        ])
+        .args(["-ex", &format!("break {break_at}"), "-ex"])
+        .arg(format!("run {}", args.join(" ")))
+        .args(["-ex", "bt"])
+        .arg(exe)
+        .output()
+        .expect("run gdb");
+    parse_gdb_bt(&String::from_utf8_lossy(&o.stdout))
+}
+
+/// Extracts the function names from gdb `bt` output lines (`#N  0x... in f (...) at ...`).
+pub fn parse_gdb_bt(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let l = line.trim_start();
+        if !l.starts_with('#') {
+            continue;
+        }
+        let rest = l
+            .split_once(char::is_whitespace)
+            .map(|x| x.1)
+            .unwrap_or("")
+            .trim_start();
+        let rest = match rest.split_once(" in ") {
+            Some((addr, r)) if addr.starts_with("0x") => r,
+            _ => rest,
+        };
+        let name = rest.split([' ', '(']).next().unwrap_or("").to_string();
+        out.push(name);
+    }
+    out
+}
+
+/// Function names (`addr2line -f -C -e exe`) of module-relative addresses.
+/// For return addresses pass `ra - 1`.
+pub fn addr2line_functions(exe: &Path, offsets: &[u64]) -> Vec<String> {
+    if offsets.is_empty() {
+        return Vec::new();
+    }
+    let o = Command::new("addr2line")
+        .arg("-f")
+        .arg("-C")
+        .arg("-e")
+        .arg(exe)
+        .args(offsets.iter().map(|a| format!("{a:#x}")))
+        .output()
+        .expect("run addr2line");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .step_by(2)
+        .map(|s| s.to_string())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_gdb_bt() {
+        let t = "#0  d () at t.c:3\n#1  0x0000555555555171 in c () at t.c:4\n#2  0x00007ffff7dcd24a in __libc_start_call_main (main=main@entry=0x1, argc=1) at ../sysdeps/nptl/libc_start_call_main.h:58\n";
+        assert_eq!(
+            super::parse_gdb_bt(t),
+            vec!["d", "c", "__libc_start_call_main"]
+        );
+    }
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what the tests need when it is missing (Debian packages only).
+# Safe to run again: it does nothing when everything is present.
+set -euo pipefail
+
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have gcc || need+=(gcc)
+have gdb || need+=(gdb)
+have addr2line || need+=(binutils)
+have strace || need+=(strace)
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing test dependencies: ${need[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
