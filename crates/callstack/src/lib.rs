@@ -26,6 +26,7 @@
 mod arch;
 mod fast;
 mod hash;
+pub mod modules;
 mod stack;
 mod sys;
 mod trace;
