@@ -24,7 +24,10 @@
 //! Each frame found is marked with the [`Method`] that found it, so a user can
 //! judge a trace's trust.
 
+pub mod inprocess;
 pub mod scan;
+
+pub use inprocess::InProcess;
 
 pub use crate::arch::x86_64::instruction_analysis as x86_64;
 
@@ -78,6 +81,15 @@ pub trait CodeMemory {
     fn function_bounds(&mut self, addr: u64) -> Option<(u64, u64)> {
         let _ = addr;
         None
+    }
+
+    /// Where the function holding `addr` is entered, and the bounds a search
+    /// from there may stay in. The default is the start of
+    /// [`CodeMemory::function_bounds`], searched within them; a reader that
+    /// knows split functions (gcc's `f.cold` parts, entered by a jump from
+    /// `f`) answers `f`'s start and no bounds.
+    fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
+        self.function_bounds(addr).map(|b| (b.0, Some(b)))
     }
 }
 
@@ -229,4 +241,61 @@ impl InsnRule {
             lr: 0,
         })
     }
+}
+
+/// Why registers could not be read from an `NT_PRSTATUS` note.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrstatusError {
+    /// The descriptor is shorter than the architecture's `elf_prstatus`.
+    TooShort {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes present.
+        have: usize,
+    },
+}
+
+impl core::fmt::Display for PrstatusError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PrstatusError::TooShort { need, have } => {
+                write!(f, "NT_PRSTATUS note too short: {have} bytes, need {need}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PrstatusError {}
+
+/// Word `i` of `pr_reg` (little-endian, `size` 4 or 8 bytes) in an
+/// `NT_PRSTATUS` descriptor whose `pr_reg` starts at `offset` and holds
+/// `nregs` words.
+pub fn prstatus_word(
+    desc: &[u8],
+    offset: usize,
+    nregs: usize,
+    size: usize,
+    i: usize,
+) -> Result<u64, PrstatusError> {
+    let need = offset + nregs * size;
+    if desc.len() < need || i >= nregs {
+        return Err(PrstatusError::TooShort {
+            need,
+            have: desc.len(),
+        });
+    }
+    let s = &desc[offset + i * size..offset + (i + 1) * size];
+    Ok(if size == 4 {
+        u32::from_le_bytes(s.try_into().unwrap()) as u64
+    } else {
+        u64::from_le_bytes(s.try_into().unwrap())
+    })
+}
+
+/// Per-architecture `NT_PRSTATUS` register layouts.
+pub mod core_regs {
+    pub use crate::arch::aarch64::core_regs as aarch64;
+    pub use crate::arch::arm::core_regs as arm;
+    pub use crate::arch::mips::core_regs as mips;
+    pub use crate::arch::x86_64::core_regs as x86_64;
 }

@@ -146,8 +146,8 @@ where
     let mut lenient: Option<StepResult> = None;
 
     // 1. Prologue analysis from a known start.
-    if let Some((s, e)) = func {
-        if let Some(rule) = prologue::analyze(code, s, pc, Some((s, e))) {
+    if let Some((entry, search_bounds)) = code.function_entry(lookup) {
+        if let Some(rule) = prologue::analyze(code, entry, pc, search_bounds) {
             if let Some(n) = read_rule(&rule, regs, mem) {
                 if above(&n) {
                     match check_ra(code, n.pc, None, n.pc) {
