@@ -57,6 +57,7 @@ impl InProcess {
         functions.sort_unstable();
         functions.dedup_by_key(|f| f.0);
         cold.sort_unstable();
+        warm_up_decoder();
         InProcess {
             exec,
             functions,
@@ -131,6 +132,16 @@ impl InProcess {
     pub fn code(&self) -> impl CodeMemory + '_ {
         Code { snap: self }
     }
+}
+
+/// iced-x86 builds its decoder tables lazily, with allocations, on first
+/// use: pay that here, outside any capture.
+pub(crate) fn warm_up_decoder() {
+    // 55 push rbp; e8 00000000 call; ff d0 call rax; 74 00 je; c3 ret
+    let code = [0x55u8, 0xe8, 0, 0, 0, 0, 0xff, 0xd0, 0x74, 0x00, 0xc3];
+    let mut c = super::SliceCode::new(0x1000, &code);
+    let _ = super::x86_64::epilogue::analyze(&mut c, 0x1000, None);
+    let _ = super::x86_64::unwinder::call_before(&mut c, 0x1008);
 }
 
 /// Function symbols (`STT_FUNC` with a size) of an ELF image, relocated by

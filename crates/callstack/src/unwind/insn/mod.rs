@@ -31,6 +31,13 @@ pub use inprocess::InProcess;
 
 pub use crate::arch::x86_64::instruction_analysis as x86_64;
 
+/// Builds the disassembler's lazily built tables now (iced-x86 allocates
+/// them on first use). Call it before the first analysis inside a signal
+/// handler; [`InProcess::new`] does.
+pub fn warm_up() {
+    inprocess::warm_up_decoder();
+}
+
 /// How a frame of a trace was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Method {
