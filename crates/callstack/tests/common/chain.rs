@@ -14,13 +14,16 @@ pub struct Variant {
     pub opt: &'static str,
     pub strip: bool,
     pub cfi: bool,
+    /// Build with frame pointers (`-fno-omit-frame-pointer`).
+    pub fp: bool,
 }
 
 impl Variant {
     pub fn name(&self) -> String {
         format!(
-            "{}-{}{}",
+            "{}{}-{}{}",
             self.opt.trim_start_matches('-'),
+            if self.fp { "-fp" } else { "" },
             if self.cfi { "cfi" } else { "nocfi" },
             if self.strip { "-stripped" } else { "" }
         )
@@ -32,7 +35,12 @@ pub fn build_exe(dir: &Path, v: &Variant) -> PathBuf {
     let fx = testsupport::c_fixtures();
     let out = dir.join(v.name());
     let mut cmd = Command::new("gcc");
-    cmd.arg(v.opt).args(["-fomit-frame-pointer", "-DINSN_MAIN"]);
+    cmd.arg(v.opt).arg(if v.fp {
+        "-fno-omit-frame-pointer"
+    } else {
+        "-fomit-frame-pointer"
+    });
+    cmd.arg("-DINSN_MAIN");
     if v.cfi {
         cmd.arg("-DWITH_CFI");
     } else {
