@@ -25,10 +25,12 @@
 //! judge a trace's trust.
 
 pub mod inprocess;
+pub mod risc;
 pub mod scan;
 
 pub use inprocess::InProcess;
 
+pub use crate::arch::aarch64::instruction_analysis as aarch64;
 pub use crate::arch::x86_64::instruction_analysis as x86_64;
 
 /// Builds the disassembler's lazily built tables now (iced-x86 allocates
