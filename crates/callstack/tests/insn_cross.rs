@@ -195,7 +195,12 @@ fn our_chain(a: Arch, exe: &Path, core_path: &Path) -> Vec<(u64, Method)> {
                 regs, &mut core, &mut code, stack_end, &mut out,
             )
         }
-        Arch::Arm | Arch::Mips => unimplemented!(),
+        Arch::Mips => {
+            callstack::unwind::insn::risc::walk::<callstack::unwind::insn::mips::Arch, _, _>(
+                regs, &mut core, &mut code, stack_end, &mut out,
+            )
+        }
+        Arch::Arm => unimplemented!(),
     };
     out[..n].to_vec()
 }
@@ -249,4 +254,19 @@ fn aarch64_o2_stripped() {
 #[test]
 fn aarch64_o0() {
     check(Arch::Aarch64, "-O0", false);
+}
+
+#[test]
+fn mips_o2() {
+    check(Arch::Mips, "-O2", false);
+}
+
+#[test]
+fn mips_o2_stripped() {
+    check(Arch::Mips, "-O2", true);
+}
+
+#[test]
+fn mips_o0() {
+    check(Arch::Mips, "-O0", false);
 }

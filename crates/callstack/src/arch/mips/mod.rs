@@ -5,3 +5,4 @@
 //!   `sw ra, N(sp)`), as in seed 000.
 
 pub mod core_regs;
+pub mod instruction_analysis;

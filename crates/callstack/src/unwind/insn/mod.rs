@@ -31,6 +31,7 @@ pub mod scan;
 pub use inprocess::InProcess;
 
 pub use crate::arch::aarch64::instruction_analysis as aarch64;
+pub use crate::arch::mips::instruction_analysis as mips;
 pub use crate::arch::x86_64::instruction_analysis as x86_64;
 
 /// Builds the disassembler's lazily built tables now (iced-x86 allocates
