@@ -200,9 +200,68 @@ fn our_chain(a: Arch, exe: &Path, core_path: &Path) -> Vec<(u64, Method)> {
                 regs, &mut core, &mut code, stack_end, &mut out,
             )
         }
-        Arch::Arm => unimplemented!(),
+        Arch::Arm => {
+            let r = callstack::unwind::insn::core_regs::arm::all_regs(&desc).unwrap();
+            let mut regs16 = [0u32; 16];
+            regs16.copy_from_slice(&r[..16]);
+            if r[16] as u64 & callstack::unwind::insn::core_regs::arm::CPSR_T != 0 {
+                regs16[15] |= 1;
+            }
+            let mut tables = ExeTables::new(exe);
+            callstack::unwind::insn::arm::unwinder::walk(
+                regs16,
+                &mut core,
+                &mut code,
+                &mut tables,
+                stack_end,
+                &mut out,
+            )
+        }
     };
     out[..n].to_vec()
+}
+
+/// `.ARM.exidx` and the loaded image of a static executable.
+struct ExeTables {
+    exidx: Vec<u8>,
+    addr: u64,
+    segs: Vec<(u64, bool, Vec<u8>)>,
+}
+
+impl ExeTables {
+    fn new(exe: &Path) -> ExeTables {
+        use object::{Object, ObjectSection};
+        let data = std::fs::read(exe).unwrap();
+        let f = object::File::parse(&*data).unwrap();
+        let (exidx, addr) = f
+            .section_by_name(".ARM.exidx")
+            .map(|s| (s.data().unwrap().to_vec(), s.address()))
+            .unwrap_or_default();
+        ExeTables {
+            exidx,
+            addr,
+            segs: common::corelite::load_segments(&data),
+        }
+    }
+}
+
+impl callstack::unwind::insn::arm::unwinder::ArmTables for ExeTables {
+    fn exidx_for(
+        &mut self,
+        _pc: u64,
+    ) -> Option<callstack::unwind::insn::arm::ehabi::ExidxTable<'_>> {
+        (!self.exidx.is_empty()).then(|| callstack::unwind::insn::arm::ehabi::ExidxTable {
+            data: &self.exidx,
+            addr: self.addr,
+        })
+    }
+    fn read_word(&mut self, a: u64) -> Option<u32> {
+        self.segs.iter().find_map(|(s, _, d)| {
+            let o = a.checked_sub(*s)? as usize;
+            d.get(o..o + 4)
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+        })
+    }
 }
 
 fn check(a: Arch, opt: &str, strip: bool) {
@@ -239,6 +298,28 @@ fn check(a: Arch, opt: &str, strip: bool) {
         names(&truth),
         names(&ours)
     );
+    let methods: Vec<&str> = ours_raw[..truth.len()]
+        .iter()
+        .map(|f| f.1.as_str())
+        .collect();
+    eprintln!(
+        "{} {opt} strip={strip}: {:?}",
+        a.name(),
+        names(&ours).iter().zip(&methods).collect::<Vec<_>>()
+    );
+    if !strip {
+        // With symbols, every frame is found by analysis (or tables), not by scanning.
+        assert!(!methods.contains(&"scan"), "scanned: {methods:?}");
+    }
+    // The build with tables gives the same chain through our unwinder too.
+    let ours_cfi = our_chain(a, &truth_exe, &truth_core);
+    let pcs: Vec<u64> = ours_cfi.iter().map(|f| f.0).collect();
+    let ours_cfi = by_symbol(&truth_exe, &pcs);
+    assert!(
+        ours_cfi.len() >= truth.len() && ours_cfi[..truth.len()] == truth[..],
+        "{} {opt}: chain on the build with tables differs\n truth: {truth:x?}\n  ours: {ours_cfi:x?}",
+        a.name()
+    );
 }
 
 #[test]
@@ -269,4 +350,19 @@ fn mips_o2_stripped() {
 #[test]
 fn mips_o0() {
     check(Arch::Mips, "-O0", false);
+}
+
+#[test]
+fn arm_o2() {
+    check(Arch::Arm, "-O2", false);
+}
+
+#[test]
+fn arm_o2_stripped() {
+    check(Arch::Arm, "-O2", true);
+}
+
+#[test]
+fn arm_o0() {
+    check(Arch::Arm, "-O0", false);
 }

@@ -9,3 +9,6 @@
 //! points at the saved lr, the caller's fp sits just below it (seed 004).
 
 pub mod core_regs;
+pub mod ehabi;
+pub mod instruction_analysis;
+pub mod unwinder;

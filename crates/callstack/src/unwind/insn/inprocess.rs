@@ -159,11 +159,17 @@ pub fn function_symbols_split(
     let Ok(file) = object::File::parse(data) else {
         return;
     };
+    // On 32-bit ARM a symbol's bit 0 marks Thumb code, not its address.
+    let mask = if file.architecture() == object::Architecture::Arm {
+        !1u64
+    } else {
+        !0u64
+    };
     let mut colds = Vec::new();
     let mut by_name = std::collections::HashMap::new();
     for sym in file.symbols().chain(file.dynamic_symbols()) {
         if sym.kind() == SymbolKind::Text && sym.size() > 0 && sym.is_definition() {
-            let s = sym.address().wrapping_add(bias);
+            let s = (sym.address() & mask).wrapping_add(bias);
             let name = sym.name().unwrap_or("");
             if let Some(parent) = name.strip_suffix(".cold") {
                 colds.push((s, s + sym.size(), parent.to_string()));

@@ -32,6 +32,12 @@ pub use inprocess::InProcess;
 
 pub use crate::arch::aarch64::instruction_analysis as aarch64;
 pub use crate::arch::mips::instruction_analysis as mips;
+/// 32-bit ARM: EHABI tables, prologue analysis and the unwind step.
+pub mod arm {
+    pub use crate::arch::arm::ehabi;
+    pub use crate::arch::arm::instruction_analysis::*;
+    pub use crate::arch::arm::unwinder;
+}
 pub use crate::arch::x86_64::instruction_analysis as x86_64;
 
 /// Builds the disassembler's lazily built tables now (iced-x86 allocates
