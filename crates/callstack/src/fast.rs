@@ -25,16 +25,14 @@ pub(crate) unsafe extern "C" fn walk_from_entry(
     if out.is_null() || max == 0 {
         return 0;
     }
-    let Some(bounds) = stack::bounds_for(sp) else {
-        return 0;
-    };
+    let hi = stack::stack_end(sp);
     // SAFETY: the caller promises `out` holds `max` writable slots.
     let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
     walk_frame_records(
         crate::arch::native::FRAME_RECORD,
         fp,
         sp,
-        bounds.hi,
+        hi,
         skip as usize,
         out,
     ) as u32
@@ -46,6 +44,10 @@ pub(crate) unsafe extern "C" fn walk_from_entry(
 /// returns how many it wrote. Stops at a null return address, a record
 /// outside the bounds, a misaligned record, or a record that does not move
 /// strictly up the stack.
+///
+/// Shaped for speed without dropping a check: the skipped records are walked
+/// in a loop of their own, and "strictly above the previous record and
+/// inside the stack" is one unsigned compare (`next - fp - 1 < last - fp`).
 #[inline(always)]
 pub(crate) fn walk_frame_records(
     layout: FrameRecordLayout,
@@ -56,32 +58,49 @@ pub(crate) fn walk_frame_records(
     out: &mut [usize],
 ) -> usize {
     let record_end = layout.fp_offset.max(layout.ra_offset) + core::mem::size_of::<usize>();
+    let misaligned = layout.align - 1;
+    // `last`: the highest address a record may start at.
     let Some(last) = hi.checked_sub(record_end) else {
         return 0;
     };
+    if fp < lo || fp > last || fp & misaligned != 0 {
+        return 0;
+    }
+    // From here on `lo <= fp <= last` and `fp` is aligned: the record at
+    // `fp` may be read. Each step checks the next record the same way.
+    //
+    // SAFETY (both reads below): `[fp, fp + record_end)` lies inside
+    // `[lo, hi)`, which is mapped, readable stack memory of this thread (see
+    // `stack`), and `fp` is aligned.
+    let read = |fp: usize| unsafe {
+        (
+            core::ptr::read_volatile((fp + layout.fp_offset) as *const usize),
+            core::ptr::read_volatile((fp + layout.ra_offset) as *const usize),
+        )
+    };
+    // `next` is a valid record after `fp`: strictly above it, at most
+    // `last`, aligned. `fp <= last`, so `last - fp` does not wrap, and a
+    // `next <= fp` wraps `next - fp - 1` to a huge value.
+    let next_ok = |fp: usize, next: usize| {
+        next.wrapping_sub(fp).wrapping_sub(1) < last - fp && next & misaligned == 0
+    };
+    while skip > 0 {
+        let (next, ra) = read(fp);
+        if ra == 0 || !next_ok(fp, next) {
+            return 0;
+        }
+        skip -= 1;
+        fp = next;
+    }
     let mut n = 0;
     while n < out.len() {
-        if fp < lo || fp > last || fp & (layout.align - 1) != 0 {
-            break;
-        }
-        // SAFETY: `[fp, fp + record_end)` lies inside `[lo, hi)`, which is
-        // mapped, readable stack memory of this thread (see `stack`).
-        let (next, ra) = unsafe {
-            (
-                core::ptr::read_volatile((fp + layout.fp_offset) as *const usize),
-                core::ptr::read_volatile((fp + layout.ra_offset) as *const usize),
-            )
-        };
+        let (next, ra) = read(fp);
         if ra == 0 {
             break;
         }
-        if skip > 0 {
-            skip -= 1;
-        } else {
-            out[n] = ra;
-            n += 1;
-        }
-        if next <= fp {
+        out[n] = ra;
+        n += 1;
+        if !next_ok(fp, next) {
             break;
         }
         fp = next;
