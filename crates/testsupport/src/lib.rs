@@ -262,6 +262,35 @@ pub fn addr2line_functions(exe: &Path, offsets: &[u64]) -> Vec<String> {
         .collect()
 }
 
+/// For each module-relative address, the inlined call chain at it
+/// (`addr2line -f -i -C -a`), innermost first: the last name is the function
+/// whose frame holds the address (the one a frame-pointer walk sees), the
+/// first is what plain `addr2line -f` prints. For return addresses pass `ra - 1`.
+pub fn addr2line_inlined(exe: &Path, offsets: &[u64]) -> Vec<Vec<String>> {
+    if offsets.is_empty() {
+        return Vec::new();
+    }
+    let o = Command::new("addr2line")
+        .args(["-f", "-i", "-C", "-a", "-e"])
+        .arg(exe)
+        .args(offsets.iter().map(|a| format!("{a:#x}")))
+        .output()
+        .expect("run addr2line");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut out: Vec<Vec<String>> = Vec::new();
+    let mut lines = text.lines();
+    while let Some(l) = lines.next() {
+        if l.starts_with("0x") {
+            out.push(Vec::new());
+        } else if let Some(cur) = out.last_mut() {
+            // A function name, then its file:line.
+            cur.push(l.to_string());
+            lines.next();
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
