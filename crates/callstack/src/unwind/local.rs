@@ -181,7 +181,9 @@ fn dl_find(pc: u64) -> Option<DlModule> {
         reserved: [0; 7],
     };
     // SAFETY: `_dl_find_object` fills `r` and is async-signal-safe.
-    if unsafe { f(pc as *mut libc::c_void, &mut r) } != 0 || r.eh_frame.is_null() {
+    // A module without `.eh_frame_hdr` is still a known module: its frames
+    // are unwound with the frame-pointer rule.
+    if unsafe { f(pc as *mut libc::c_void, &mut r) } != 0 {
         return None;
     }
     Some(DlModule {
@@ -195,7 +197,7 @@ fn dl_find(pc: u64) -> Option<DlModule> {
 /// `.eh_frame_hdr`. The slices run to the end of the module's mapping;
 /// gimli reads only what the headers and FDEs say.
 fn sections_from_hdr(hdr: u64, end: u64) -> Option<CfiSections<'static>> {
-    if hdr >= end {
+    if hdr == 0 || hdr >= end {
         return None;
     }
     // SAFETY: `.eh_frame_hdr` of a loaded module is mapped read-only for the
@@ -428,7 +430,7 @@ pub fn prepare() -> PrepareStats {
         });
         let table = match reuse {
             Some(t) => t,
-            None => match compile_loaded(m) {
+            None => match compile_loaded(m).or_else(|| UnwindTable::empty().ok()) {
                 Some(t) => {
                     let s = t.stats();
                     stats.compiled += 1;

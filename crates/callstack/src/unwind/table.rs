@@ -134,6 +134,12 @@ impl<A: Arch> UnwindTable<A> {
         )
     }
 
+    /// A table without rows: every address is [`Arch::NO_CFI`] (a module
+    /// without CFI, unwound with the frame-pointer rule).
+    pub fn empty() -> Result<Self, TableError> {
+        Self::build(None, None, Some(Bytes::Owned(Box::new([]))), 0, 0)
+    }
+
     /// Compiles a table from sections that stay mapped for the life of the
     /// process (a loaded module's `.eh_frame`). Used for this process.
     pub fn from_static_sections(
