@@ -1,0 +1,206 @@
+//! One ELF object opened for symbolization: its DWARF (possibly in a
+//! separate debug file), its symbol tables, its build-id.
+
+use super::mapped::Mapped;
+use super::{Error, ErrorKind, NameSource};
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+
+pub(crate) type Slice = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
+pub(crate) type Ctx = addr2line::Context<Slice>;
+
+/// A symbol of `.symtab` or `.dynsym`, for the fallback path.
+pub(crate) struct Sym {
+    pub addr: u64,
+    pub size: u64,
+    pub name: &'static str,
+    pub source: NameSource,
+}
+
+/// An opened object. Field order matters: `ctx` and `syms` borrow from
+/// `_debug_map` and `_map` and must be dropped first.
+pub(crate) struct ElfModule {
+    pub ctx: Option<Ctx>,
+    pub syms: Vec<Sym>,
+    #[allow(dead_code)] // kept for diagnostics
+    /// Which file the DWARF came from (the object itself or its debug file).
+    pub debug_path: Option<PathBuf>,
+    pub build_id: Option<Vec<u8>>,
+    /// Lowest file virtual address of a `PT_LOAD` with file offset 0 (for
+    /// computing the bias from a load address).
+    pub first_load_vaddr: u64,
+    _debug_map: Option<Mapped>,
+    _map: Mapped,
+}
+
+/// Where split debug info may live, in addition to the default places.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SearchPaths {
+    pub debug_dirs: Vec<PathBuf>,
+}
+
+impl ElfModule {
+    pub(crate) fn open(path: &Path, search: &SearchPaths) -> Result<ElfModule, Error> {
+        let err = |kind, msg: String| Error::new(kind, path, msg);
+        let map = Mapped::open(path).map_err(|e| err(ErrorKind::Io, e.to_string()))?;
+        let data = map.bytes();
+        let obj =
+            object::File::parse(data).map_err(|e| err(ErrorKind::BadObject, e.to_string()))?;
+        let build_id = obj.build_id().ok().flatten().map(|b| b.to_vec());
+        let first_load_vaddr = first_load_vaddr(&obj);
+
+        let mut syms = Vec::new();
+        collect_syms(&obj, false, &mut syms);
+
+        let has_dwarf = obj
+            .section_by_name(".debug_info")
+            .is_some_and(|s| s.size() > 0);
+        let mut debug_map = None;
+        let mut debug_path = None;
+        let ctx;
+        if has_dwarf {
+            ctx = load_dwarf(&obj, &map).ok();
+            debug_path = Some(path.to_path_buf());
+        } else if let Some(dpath) = find_debug_file(path, &obj, build_id.as_deref(), search) {
+            let dmap = Mapped::open(&dpath)
+                .map_err(|e| Error::new(ErrorKind::Io, &dpath, e.to_string()))?;
+            let dobj = object::File::parse(dmap.bytes())
+                .map_err(|e| Error::new(ErrorKind::BadObject, &dpath, e.to_string()))?;
+            ctx = load_dwarf(&dobj, &dmap).ok();
+            if syms.iter().all(|s| s.source != NameSource::Symtab) {
+                collect_syms(&dobj, true, &mut syms);
+            }
+            debug_path = Some(dpath);
+            debug_map = Some(dmap);
+        } else {
+            ctx = None;
+        }
+        syms.sort_by(|a, b| a.addr.cmp(&b.addr).then(a.source.cmp(&b.source)));
+        // Keep one symbol per address: the best source (symtab over dynsym),
+        // then the sized, global-looking one.
+        syms.dedup_by(|b, a| a.addr == b.addr);
+        Ok(ElfModule {
+            ctx,
+            syms,
+            debug_path,
+            build_id,
+            first_load_vaddr,
+            _debug_map: debug_map,
+            _map: map,
+        })
+    }
+
+    /// The symbol-table entry covering `addr`, if any.
+    pub(crate) fn symbol(&self, addr: u64) -> Option<&Sym> {
+        let i = self.syms.partition_point(|s| s.addr <= addr);
+        let s = self.syms.get(i.checked_sub(1)?)?;
+        if s.size == 0 || addr - s.addr < s.size {
+            Some(s)
+        } else {
+            None
+        }
+    }
+}
+
+fn first_load_vaddr(obj: &object::File<'static>) -> u64 {
+    use object::ObjectSegment;
+    obj.segments()
+        .filter(|s| s.file_range().0 == 0)
+        .map(|s| s.address())
+        .min()
+        .or_else(|| obj.segments().map(|s| s.address()).min())
+        .unwrap_or(0)
+}
+
+fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Vec<Sym>) {
+    let mut push = |sym: object::Symbol<'static, '_>, source| {
+        if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
+            return;
+        }
+        // A debug file's .symtab describes NOBITS sections: still right.
+        let _ = from_debug_file;
+        if let Ok(name) = sym.name() {
+            if !name.is_empty() {
+                out.push(Sym {
+                    addr: sym.address(),
+                    size: sym.size(),
+                    name,
+                    source,
+                });
+            }
+        }
+    };
+    for s in obj.symbols() {
+        push(s, NameSource::Symtab);
+    }
+    for s in obj.dynamic_symbols() {
+        push(s, NameSource::Dynsym);
+    }
+}
+
+fn load_dwarf(obj: &object::File<'static>, map: &Mapped) -> Result<Ctx, gimli::Error> {
+    let endian = if obj.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let load = |id: gimli::SectionId| -> Result<Slice, gimli::Error> {
+        let bytes: &'static [u8] = match obj.section_by_name(id.name()) {
+            Some(s) => match s.uncompressed_data() {
+                Ok(Cow::Borrowed(b)) => b,
+                Ok(Cow::Owned(v)) => map.stash(v),
+                // A section we cannot decompress is treated as absent.
+                Err(_) => &[],
+            },
+            None => &[],
+        };
+        Ok(gimli::EndianSlice::new(bytes, endian))
+    };
+    let dwarf = gimli::Dwarf::load(load)?;
+    addr2line::Context::from_dwarf(dwarf)
+}
+
+/// Finds the separate debug file of `path`: by build-id under
+/// `<dir>/.build-id/xx/yyyy.debug`, then by `.gnu_debuglink` beside the
+/// file, in its `.debug/` subdirectory and under `<dir>/<its dir>/`, for
+/// each debug dir (the configured ones, then `/usr/lib/debug`).
+pub(crate) fn find_debug_file(
+    path: &Path,
+    obj: &object::File<'static>,
+    build_id: Option<&[u8]>,
+    search: &SearchPaths,
+) -> Option<PathBuf> {
+    let mut roots: Vec<PathBuf> = search.debug_dirs.clone();
+    roots.push(PathBuf::from("/usr/lib/debug"));
+    if let Some(id) = build_id.filter(|b| b.len() >= 2) {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        for r in &roots {
+            let p = r
+                .join(".build-id")
+                .join(&hex[..2])
+                .join(format!("{}.debug", &hex[2..]));
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    let (name, _crc) = obj.gnu_debuglink().ok().flatten()?;
+    let name = std::str::from_utf8(name).ok()?;
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut candidates = Vec::new();
+    for dir in [path.parent(), real.parent()].into_iter().flatten() {
+        candidates.push(dir.join(name));
+        candidates.push(dir.join(".debug").join(name));
+        for r in &roots {
+            let rel = dir.strip_prefix("/").unwrap_or(dir);
+            candidates.push(r.join(rel).join(name));
+        }
+    }
+    for r in &search.debug_dirs {
+        candidates.push(r.join(name));
+    }
+    candidates
+        .into_iter()
+        .find(|c| c.is_file() && c.as_path() != path && c.as_path() != real.as_path())
+}
