@@ -2,9 +2,10 @@
 //! separate debug file), its symbol tables, its build-id.
 
 use super::mapped::Mapped;
-use super::{Error, ErrorKind, NameSource};
+use super::{Error, ErrorKind, IntMap, NameSource};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 pub(crate) type Slice = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
@@ -13,8 +14,13 @@ pub(crate) type Ctx = addr2line::Context<Slice>;
 /// A symbol of `.symtab` or `.dynsym`, for the fallback path.
 pub(crate) struct Sym {
     pub addr: u64,
-    pub size: u64,
+    /// End of the symbol's section (binutils never names an address with
+    /// a symbol of another section).
+    pub end: u64,
     pub name: &'static str,
+    /// For a local symbol, the preceding `STT_FILE` symbol's name (the
+    /// source file binutils reports without line info).
+    pub file: Option<&'static str>,
     pub source: NameSource,
 }
 
@@ -22,6 +28,10 @@ pub(crate) struct Sym {
 /// `_debug_map` and `_map` and must be dropped first.
 pub(crate) struct ElfModule {
     pub ctx: Option<Ctx>,
+    /// Per unit (by section offset): the line-table rows with a nonzero
+    /// discriminator, as sorted `(begin, end, discriminator)`.
+    discriminators: RefCell<IntMap<u64, Vec<(u64, u64, u32)>>>,
+
     pub syms: Vec<Sym>,
     #[allow(dead_code)] // kept for diagnostics
     /// Which file the DWARF came from (the object itself or its debug file).
@@ -58,30 +68,33 @@ impl ElfModule {
             .is_some_and(|s| s.size() > 0);
         let mut debug_map = None;
         let mut debug_path = None;
-        let ctx;
+        let loaded;
         if has_dwarf {
-            ctx = load_dwarf(&obj, &map).ok();
+            loaded = load_dwarf(&obj, &map).ok();
             debug_path = Some(path.to_path_buf());
         } else if let Some(dpath) = find_debug_file(path, &obj, build_id.as_deref(), search) {
             let dmap = Mapped::open(&dpath)
                 .map_err(|e| Error::new(ErrorKind::Io, &dpath, e.to_string()))?;
             let dobj = object::File::parse(dmap.bytes())
                 .map_err(|e| Error::new(ErrorKind::BadObject, &dpath, e.to_string()))?;
-            ctx = load_dwarf(&dobj, &dmap).ok();
+            loaded = load_dwarf(&dobj, &dmap).ok();
             if syms.iter().all(|s| s.source != NameSource::Symtab) {
                 collect_syms(&dobj, true, &mut syms);
             }
             debug_path = Some(dpath);
             debug_map = Some(dmap);
         } else {
-            ctx = None;
+            loaded = None;
         }
+        let ctx = loaded;
         syms.sort_by(|a, b| a.addr.cmp(&b.addr).then(a.source.cmp(&b.source)));
         // Keep one symbol per address: the best source (symtab over dynsym),
         // then the sized, global-looking one.
         syms.dedup_by(|b, a| a.addr == b.addr);
         Ok(ElfModule {
             ctx,
+            discriminators: RefCell::new(IntMap::default()),
+
             syms,
             debug_path,
             build_id,
@@ -95,12 +108,53 @@ impl ElfModule {
     pub(crate) fn symbol(&self, addr: u64) -> Option<&Sym> {
         let i = self.syms.partition_point(|s| s.addr <= addr);
         let s = self.syms.get(i.checked_sub(1)?)?;
-        if s.size == 0 || addr - s.addr < s.size {
-            Some(s)
-        } else {
-            None
+        (addr < s.end).then_some(s)
+    }
+}
+
+impl ElfModule {
+    /// The discriminator of the line-table row at `addr` (binutils prints
+    /// it as `file:line (discriminator N)`); 0 when none.
+    pub(crate) fn discriminator(&self, addr: u64) -> u32 {
+        let Some(ctx) = &self.ctx else { return 0 };
+        let Some(unit) = ctx.find_dwarf_and_unit(addr).skip_all_loads() else {
+            return 0;
+        };
+        let key = unit.header.offset().0 as u64;
+        let mut cache = self.discriminators.borrow_mut();
+        let rows = cache.entry(key).or_insert_with(|| discriminator_rows(unit));
+        let i = rows.partition_point(|r| r.0 <= addr);
+        match i.checked_sub(1).map(|i| rows[i]) {
+            Some((_, end, d)) if addr < end => d,
+            _ => 0,
         }
     }
+}
+
+fn discriminator_rows(unit: gimli::UnitRef<'_, Slice>) -> Vec<(u64, u64, u32)> {
+    let mut out = Vec::new();
+    let Some(program) = unit.line_program.clone() else {
+        return out;
+    };
+    let mut rows = program.rows();
+    // The row in effect: (address, discriminator). A later row at the same
+    // address replaces it, as in the addr2line crate's line lookup.
+    let mut cur: Option<(u64, u32)> = None;
+    while let Ok(Some((_, row))) = rows.next_row() {
+        let addr = row.address();
+        if let Some((a, d)) = cur {
+            if addr > a && d != 0 {
+                out.push((a, addr, d));
+            }
+        }
+        cur = if row.end_sequence() {
+            None
+        } else {
+            Some((addr, row.discriminator() as u32))
+        };
+    }
+    out.sort_unstable_by_key(|r| r.0);
+    out
 }
 
 fn first_load_vaddr(obj: &object::File<'static>) -> u64 {
@@ -114,18 +168,35 @@ fn first_load_vaddr(obj: &object::File<'static>) -> u64 {
 }
 
 fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Vec<Sym>) {
+    let mut file: Option<&'static str> = None;
     let mut push = |sym: object::Symbol<'static, '_>, source| {
+        if sym.kind() == SymbolKind::File {
+            file = sym.name().ok().filter(|n| !n.is_empty());
+            return;
+        }
         if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
             return;
         }
+        // Like binutils, a symbol names every address up to the next
+        // symbol of its section, padding included: ELF sizes are not
+        // trusted (hand-written assembly often has none).
+        let end = match sym
+            .section_index()
+            .and_then(|i| obj.section_by_index(i).ok())
+        {
+            Some(sec) => sec.address() + sec.size(),
+            None if sym.size() > 0 => sym.address() + sym.size(),
+            None => return,
+        };
         // A debug file's .symtab describes NOBITS sections: still right.
         let _ = from_debug_file;
         if let Ok(name) = sym.name() {
             if !name.is_empty() {
                 out.push(Sym {
                     addr: sym.address(),
-                    size: sym.size(),
+                    end,
                     name,
+                    file: if sym.is_local() { file } else { None },
                     source,
                 });
             }

@@ -125,6 +125,10 @@ pub struct Frame {
     pub line: Option<u32>,
     /// The column, 1-based; `None` when unknown or 0 (left edge).
     pub column: Option<u32>,
+    /// The line-table discriminator of the innermost frame's row (which of
+    /// several blocks on one line), when asked for with
+    /// [`Symbolizer::set_discriminators`] and nonzero.
+    pub discriminator: Option<u32>,
     /// Whether this frame is an inlined copy of `function` inside the next
     /// frame of the list. The last frame of an address is never inlined.
     pub inlined: bool,
@@ -309,6 +313,7 @@ pub struct Symbolizer {
     in_process: bool,
     whole_file: bool,
     search: SearchPaths,
+    discriminators: bool,
     cache: IntMap<u64, Symbolized>,
 }
 
@@ -345,6 +350,7 @@ impl Symbolizer {
             in_process: false,
             whole_file: false,
             search: SearchPaths::default(),
+            discriminators: false,
             cache: IntMap::default(),
         }
     }
@@ -382,6 +388,7 @@ impl Symbolizer {
             in_process: false,
             whole_file: true,
             search,
+            discriminators: false,
             cache: IntMap::default(),
         })
     }
@@ -391,6 +398,12 @@ impl Symbolizer {
     /// `dir/<debuglink>`). Affects modules not opened yet.
     pub fn add_debug_dir(&mut self, dir: impl Into<PathBuf>) {
         self.search.debug_dirs.push(dir.into());
+    }
+
+    /// Also report line-table discriminators ([`Frame::discriminator`]),
+    /// at the cost of a second pass over each line table used.
+    pub fn set_discriminators(&mut self, on: bool) {
+        self.discriminators = on;
     }
 
     /// The modules this symbolizer knows.
@@ -456,10 +469,17 @@ impl Symbolizer {
             (Err(_), None) => info.start,
         };
         let offset = probe.wrapping_sub(bias) as u64;
-        let frames = match opened {
+        let mut frames = match opened {
             Ok(m) => frames_at(m, offset),
             Err(_) => Vec::new(),
         };
+        if self.discriminators {
+            if let (Ok(m), Some(f)) = (opened, frames.first_mut()) {
+                if f.line.is_some() {
+                    f.discriminator = Some(m.discriminator(offset)).filter(|&d| d != 0);
+                }
+            }
+        }
         Symbolized {
             address: addr,
             module: Some(info),
@@ -567,6 +587,7 @@ fn frames_at(m: &ElfModule, offset: u64) -> Vec<Frame> {
                     file,
                     line,
                     column,
+                    discriminator: None,
                     inlined: true,
                     source: NameSource::Dwarf,
                 });
@@ -592,9 +613,10 @@ fn frames_at(m: &ElfModule, offset: u64) -> Vec<Frame> {
                 None => frames.push(Frame {
                     function: Some(d.into_owned()),
                     mangled,
-                    file: None,
+                    file: sym.file.map(str::to_string),
                     line: None,
                     column: None,
+                    discriminator: None,
                     inlined: false,
                     source: sym.source,
                 }),
