@@ -7,6 +7,7 @@ use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub(crate) type Slice = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
 pub(crate) type Ctx = addr2line::Context<Slice>;
@@ -31,6 +32,11 @@ pub(crate) struct ElfModule {
     /// Per unit (by section offset): the line-table rows with a nonzero
     /// discriminator, as sorted `(begin, end, discriminator)`.
     discriminators: RefCell<IntMap<u64, Vec<(u64, u64, u32)>>>,
+    /// Interned names, keyed by the address of the raw name in the mapped
+    /// file (or in the line tables the context keeps): each name is
+    /// demangled and allocated once per module, then shared.
+    names: RefCell<IntMap<(usize, usize), (Option<Arc<str>>, Option<Arc<str>>)>>,
+    files: RefCell<IntMap<(usize, usize), Arc<str>>>,
 
     pub syms: Vec<Sym>,
     #[allow(dead_code)] // kept for diagnostics
@@ -94,6 +100,8 @@ impl ElfModule {
         Ok(ElfModule {
             ctx,
             discriminators: RefCell::new(IntMap::default()),
+            names: RefCell::new(IntMap::default()),
+            files: RefCell::new(IntMap::default()),
 
             syms,
             debug_path,
@@ -113,6 +121,39 @@ impl ElfModule {
 }
 
 impl ElfModule {
+    /// The demangled and the raw (when different) name of a function, given
+    /// its bytes in the mapped file, interned.
+    pub(crate) fn function_name(
+        &self,
+        raw: &[u8],
+        lang: Option<gimli::DwLang>,
+    ) -> (Option<Arc<str>>, Option<Arc<str>>) {
+        let key = (raw.as_ptr() as usize, raw.len());
+        if let Some(v) = self.names.borrow().get(&key) {
+            return v.clone();
+        }
+        let raw = String::from_utf8_lossy(raw);
+        let d = super::demangle::demangle_lang(&raw, lang);
+        let v = if d == raw {
+            (Some(Arc::from(&*raw)), None)
+        } else {
+            (Some(Arc::from(&*d)), Some(Arc::from(&*raw)))
+        };
+        self.names.borrow_mut().insert(key, v.clone());
+        v
+    }
+
+    /// A file name, interned by the address of its text (stable for as long
+    /// as the module lives: the mapped file or the context's line tables).
+    pub(crate) fn file_name(&self, p: &str) -> Arc<str> {
+        let key = (p.as_ptr() as usize, p.len());
+        self.files
+            .borrow_mut()
+            .entry(key)
+            .or_insert_with(|| Arc::from(p))
+            .clone()
+    }
+
     /// The discriminator of the line-table row at `addr` (binutils prints
     /// it as `file:line (discriminator N)`); 0 when none.
     pub(crate) fn discriminator(&self, addr: u64) -> u32 {

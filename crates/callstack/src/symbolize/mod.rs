@@ -116,11 +116,11 @@ pub enum NameSource {
 pub struct Frame {
     /// The demangled function name (Rust legacy and v0 without the hash,
     /// C++ with its parameters), if known.
-    pub function: Option<String>,
+    pub function: Option<Arc<str>>,
     /// The name as stored (mangled), when it differs from `function`.
-    pub mangled: Option<String>,
+    pub mangled: Option<Arc<str>>,
     /// The source file, as the compiler recorded it (usually absolute).
-    pub file: Option<String>,
+    pub file: Option<Arc<str>>,
     /// The line, 1-based.
     pub line: Option<u32>,
     /// The column, 1-based; `None` when unknown or 0 (left edge).
@@ -563,19 +563,12 @@ fn frames_at(m: &ElfModule, offset: u64) -> Vec<Frame> {
         if let Ok(mut it) = ctx.find_frames(offset).skip_all_loads() {
             while let Ok(Some(f)) = it.next() {
                 let (function, mangled) = match &f.function {
-                    Some(name) => match name.raw_name() {
-                        Ok(raw) => {
-                            let d = demangle::demangle_lang(&raw, name.language);
-                            let mangled = (d != raw).then(|| raw.to_string());
-                            (Some(d.into_owned()), mangled)
-                        }
-                        Err(_) => (None, None),
-                    },
+                    Some(name) => m.function_name(name.name.slice(), name.language),
                     None => (None, None),
                 };
                 let (file, line, column) = match &f.location {
                     Some(l) => (
-                        l.file.map(str::to_string),
+                        l.file.map(|p| m.file_name(p)),
                         l.line,
                         l.column.filter(|&c| c != 0),
                     ),
@@ -602,18 +595,17 @@ fn frames_at(m: &ElfModule, offset: u64) -> Vec<Frame> {
     let needs_name = frames.last().is_none_or(|f| f.function.is_none());
     if needs_name {
         if let Some(sym) = m.symbol(offset) {
-            let d = demangle::demangle(sym.name);
-            let mangled = (d != sym.name).then(|| sym.name.to_string());
+            let (function, mangled) = m.function_name(sym.name.as_bytes(), None);
             match frames.last_mut() {
                 Some(f) => {
-                    f.function = Some(d.into_owned());
+                    f.function = function;
                     f.mangled = mangled;
                     f.source = sym.source;
                 }
                 None => frames.push(Frame {
-                    function: Some(d.into_owned()),
+                    function,
                     mangled,
-                    file: sym.file.map(str::to_string),
+                    file: sym.file.map(|p| m.file_name(p)),
                     line: None,
                     column: None,
                     discriminator: None,
