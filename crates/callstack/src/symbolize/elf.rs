@@ -46,6 +46,10 @@ pub(crate) struct ElfModule {
     /// Lowest file virtual address of a `PT_LOAD` with file offset 0 (for
     /// computing the bias from a load address).
     pub first_load_vaddr: u64,
+    /// Sorted address ranges of the allocated (`SHF_ALLOC`) sections: an
+    /// address outside them belongs to nothing, whatever the DWARF of
+    /// discarded functions (relocated to 0 by the linker) claims.
+    alloc: Vec<(u64, u64)>,
     _debug_map: Option<Mapped>,
     _map: Mapped,
 }
@@ -65,6 +69,18 @@ impl ElfModule {
             object::File::parse(data).map_err(|e| err(ErrorKind::BadObject, e.to_string()))?;
         let build_id = obj.build_id().ok().flatten().map(|b| b.to_vec());
         let first_load_vaddr = first_load_vaddr(&obj);
+        let mut alloc: Vec<(u64, u64)> = obj
+            .sections()
+            .filter(|s| match s.flags() {
+                object::SectionFlags::Elf { sh_flags, .. } => {
+                    sh_flags.contains(object::elf::SHF_ALLOC)
+                }
+                _ => true,
+            })
+            .filter(|s| s.size() > 0)
+            .map(|s| (s.address(), s.address().saturating_add(s.size())))
+            .collect();
+        alloc.sort_unstable();
 
         let mut syms = Vec::new();
         collect_syms(&obj, false, &mut syms);
@@ -107,6 +123,7 @@ impl ElfModule {
             debug_path,
             build_id,
             first_load_vaddr,
+            alloc,
             _debug_map: debug_map,
             _map: map,
         })
@@ -121,6 +138,17 @@ impl ElfModule {
 }
 
 impl ElfModule {
+    /// Whether `addr` lies in an allocated section of the object.
+    pub(crate) fn in_allocated_section(&self, addr: u64) -> bool {
+        let i = self.alloc.partition_point(|r| r.0 <= addr);
+        // Sections may overlap (.tbss): look back over a few.
+        self.alloc[..i]
+            .iter()
+            .rev()
+            .take(4)
+            .any(|&(b, e)| b <= addr && addr < e)
+    }
+
     /// The demangled and the raw (when different) name of a function, given
     /// its bytes in the mapped file, interned.
     pub(crate) fn function_name(

@@ -559,6 +559,9 @@ fn open_entry(info: &ModuleInfo, search: &SearchPaths) -> Result<ElfModule, Erro
 /// The frames at file address `offset` of module `m`.
 fn frames_at(m: &ElfModule, offset: u64) -> Vec<Frame> {
     let mut frames = Vec::new();
+    if !m.in_allocated_section(offset) {
+        return frames;
+    }
     if let Some(ctx) = &m.ctx {
         if let Ok(mut it) = ctx.find_frames(offset).skip_all_loads() {
             while let Ok(Some(f)) = it.next() {
