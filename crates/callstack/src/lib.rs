@@ -28,12 +28,17 @@ mod fast;
 mod hash;
 pub mod modules;
 mod stack;
+#[cfg(feature = "symbolize")]
+pub mod symbolize;
 mod sys;
 mod trace;
+pub mod tracefile;
 pub mod unwind;
 
 pub use hash::hash_frames;
 pub use stack::{prepare_thread, StackBounds};
+#[cfg(feature = "symbolize")]
+pub use symbolize::{called_from, called_from_any, Symbolizer};
 pub use trace::Trace;
 pub use unwind::local::{has_dl_find_object, prepare, prepare_in_background, PrepareStats};
 pub use unwind::{Frame, Method, StopReason};
