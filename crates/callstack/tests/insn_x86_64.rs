@@ -17,11 +17,13 @@ fn check(opt: &'static str, strip: bool) {
         opt,
         strip: false,
         cfi: true,
+        fp: false,
     };
     let test_v = Variant {
         opt,
         strip,
         cfi: false,
+        fp: false,
     };
     let truth_exe = build_exe(&dir, &truth_v);
     let exe = build_exe(&dir, &test_v);

@@ -130,7 +130,7 @@ where
         n[14] = lr;
         n[13] = new_sp as u32;
         if ok(&n, code) && n[13] as u64 > sp {
-            return Some((n, Method::Fp));
+            return Some((n, Method::FramePointer));
         }
     }
 

@@ -47,34 +47,7 @@ pub fn warm_up() {
     inprocess::warm_up_decoder();
 }
 
-/// How a frame of a trace was found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Method {
-    /// The registers of a thread or a signal context (the innermost frame).
-    Context,
-    /// DWARF CFI (`.eh_frame`, `.debug_frame`) or ARM EHABI tables.
-    Cfi,
-    /// The frame-pointer chain.
-    Fp,
-    /// Machine-code analysis of the function (epilogue or prologue).
-    Insn,
-    /// Stack scanning, checked against the call instruction before the word.
-    Scan,
-}
-
-impl Method {
-    /// The name used in JSON output and reports: `context`, `cfi`, `fp`,
-    /// `insn` or `scan`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Method::Context => "context",
-            Method::Cfi => "cfi",
-            Method::Fp => "fp",
-            Method::Insn => "insn",
-            Method::Scan => "scan",
-        }
-    }
-}
+pub use crate::unwind::{Method, UnwindRegs};
 
 /// Read access to code, for the analyzers.
 ///
@@ -203,19 +176,6 @@ pub struct InsnRule {
     pub ret_pop: u16,
     /// How to find the caller's frame pointer.
     pub fp: FpRule,
-}
-
-/// The registers an unwind step needs, for any architecture.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UnwindRegs {
-    /// Program counter (of the innermost frame) or return address.
-    pub pc: u64,
-    /// Stack pointer.
-    pub sp: u64,
-    /// Frame pointer.
-    pub fp: u64,
-    /// Link register (RISC), when known (0 when not).
-    pub lr: u64,
 }
 
 impl InsnRule {

@@ -92,7 +92,7 @@ pub fn step<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
         if ok_sp(&n) && n.sp > regs.sp && after_call::<A, C>(code, A::code_addr(n.pc)) {
             return Some(RiscStep {
                 regs: n,
-                method: Method::Fp,
+                method: Method::FramePointer,
             });
         }
     }

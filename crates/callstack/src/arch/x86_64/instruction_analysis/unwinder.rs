@@ -203,13 +203,13 @@ where
             if c == Check::Strict {
                 return Some(StepResult {
                     regs: n,
-                    method: Method::Fp,
+                    method: Method::FramePointer,
                 });
             }
             if c == Check::Lenient && lenient.is_none() {
                 lenient = Some(StepResult {
                     regs: n,
-                    method: Method::Fp,
+                    method: Method::FramePointer,
                 });
             }
         }
