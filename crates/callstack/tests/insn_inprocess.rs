@@ -111,6 +111,19 @@ extern "C" fn truth_cb(arg: *mut c_void) {
     cap.truth = v;
 }
 
+extern "C" fn exact_cb(arg: *mut c_void) {
+    // SAFETY: `arg` is the `Capture` of `run`.
+    let cap = unsafe { &mut *(arg as *mut Capture) };
+    let mut out = [callstack::unwind::Frame {
+        pc: 0,
+        sp: 0,
+        fp: 0,
+        method: Method::Context,
+    }; 128];
+    let (n, _) = callstack::capture_exact_with_info(0, &mut out);
+    cap.frames = out[..n].iter().map(|f| (f.pc, f.method)).collect();
+}
+
 extern "C" fn insn_cb(arg: *mut c_void) {
     // SAFETY: `arg` is the `Capture` of `run`.
     let cap = unsafe { &mut *(arg as *mut Capture) };
@@ -137,6 +150,16 @@ fn norm(lib: &Lib, pc: usize) -> (bool, usize) {
 }
 
 fn check(opt: &str, strip: bool) {
+    check_with(opt, strip, insn_cb);
+}
+
+/// The same chain through `capture_exact`: CFI for the Rust frames, the
+/// instruction-analysis fallback for the library's.
+fn check_exact(opt: &str, strip: bool) {
+    check_with(opt, strip, exact_cb);
+}
+
+fn check_with(opt: &str, strip: bool, cb: extern "C" fn(*mut c_void)) {
     let dir = testsupport::scratch_dir(&format!(
         "insn-inproc-{}-{strip}",
         opt.trim_start_matches('-')
@@ -147,16 +170,14 @@ fn check(opt: &str, strip: bool) {
     let cfi = load(&cfi);
     let nocfi = load(&nocfi);
     let snap = InProcess::new();
+    callstack::prepare();
     let mut cap = Capture {
         snap: &snap,
         frames: vec![],
         truth: vec![],
     };
     // One call site for both runs, so the frames below are the same.
-    for (lib, cb) in [
-        (&cfi, truth_cb as extern "C" fn(*mut c_void)),
-        (&nocfi, insn_cb),
-    ] {
+    for (lib, cb) in [(&cfi, truth_cb as extern "C" fn(*mut c_void)), (&nocfi, cb)] {
         run(lib, cb, &mut cap);
     }
     // libgcc ends with a 0 entry: not a frame.
@@ -195,6 +216,31 @@ fn check(opt: &str, strip: bool) {
         "{opt} strip={strip}: chain differs\n truth: {truth:x?}\n  ours: {ours_tail:x?}\n methods: {:?}",
         cap.frames
     );
+    // The callers of the library's 6 frames were found from the library's
+    // code (it has no CFI and no frame pointer); a frame's method says how
+    // the step from the frame below found it.
+    for f in &cap.frames[o0 + 1..=o0 + 6] {
+        assert!(
+            matches!(f.1, Method::Insn | Method::Scan),
+            "{opt} strip={strip}: {f:x?} in {:x?}",
+            cap.frames
+        );
+    }
+}
+
+#[test]
+fn capture_exact_o2_unstripped() {
+    check_exact("-O2", false);
+}
+
+#[test]
+fn capture_exact_o2_stripped() {
+    check_exact("-O2", true);
+}
+
+#[test]
+fn capture_exact_o0_unstripped() {
+    check_exact("-O0", false);
 }
 
 #[test]

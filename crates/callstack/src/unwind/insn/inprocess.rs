@@ -57,7 +57,7 @@ impl InProcess {
         functions.sort_unstable();
         functions.dedup_by_key(|f| f.0);
         cold.sort_unstable();
-        warm_up_decoder();
+        super::warm_up();
         InProcess {
             exec,
             functions,

@@ -24,10 +24,12 @@
 //! Each frame found is marked with the [`Method`] that found it, so a user can
 //! judge a trace's trust.
 
+pub mod fallback;
 pub mod inprocess;
 pub mod risc;
 pub mod scan;
 
+pub use fallback::InsnFallback;
 pub use inprocess::InProcess;
 
 pub use crate::arch::aarch64::instruction_analysis as aarch64;
@@ -45,6 +47,17 @@ pub use crate::arch::x86_64::instruction_analysis as x86_64;
 /// handler; [`InProcess::new`] does.
 pub fn warm_up() {
     inprocess::warm_up_decoder();
+    WARM.store(true, core::sync::atomic::Ordering::Release);
+}
+
+static WARM: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether [`warm_up`] has run. The x86-64 fallback of the CFI unwinder
+/// declines to decode before it has (the first decode would allocate, which
+/// a capture in a signal handler must not do); `callstack::prepare()` warms
+/// up. Tools unwinding cores or other processes call [`warm_up`] once.
+pub fn is_warm() -> bool {
+    WARM.load(core::sync::atomic::Ordering::Acquire)
 }
 
 pub use crate::unwind::{Method, UnwindRegs};
