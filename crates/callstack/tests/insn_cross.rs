@@ -366,3 +366,65 @@ fn arm_o2_stripped() {
 fn arm_o0() {
     check(Arch::Arm, "-O0", false);
 }
+
+/// The accuracy report for cross-architecture cores without unwind tables:
+/// frames right (every frame up to it right, from frame 1 to the outermost
+/// frame gdb-multiarch finds on the build with tables), ours against
+/// gdb-multiarch's on the same no-table core. `--nocapture` shows the table.
+#[test]
+fn cross_accuracy_table() {
+    let mut rows = Vec::new();
+    for a in [Arch::Aarch64, Arch::Arm, Arch::Mips] {
+        if !tools_present(a) {
+            continue;
+        }
+        for (opt, strip) in [("-O0", false), ("-O2", false), ("-O2", true)] {
+            let dir = testsupport::scratch_dir(&format!(
+                "insn-xacc-{}-{}-{strip}",
+                a.name(),
+                opt.trim_start_matches('-')
+            ));
+            let truth_exe = build(&dir, a, true, opt, false);
+            let exe = build(&dir, a, false, opt, false);
+            let test_exe = if strip {
+                build(&dir, a, false, opt, true)
+            } else {
+                exe.clone()
+            };
+            let truth = by_symbol(&truth_exe, &gdb_pcs(&truth_exe, &qemu_core(a, &truth_exe)));
+            let core = qemu_core(a, &test_exe);
+            let ours: Vec<u64> = our_chain(a, &test_exe, &core).iter().map(|f| f.0).collect();
+            let ours = by_symbol(&exe, &ours);
+            let gdb = by_symbol(&exe, &gdb_pcs(&test_exe, &core));
+            let right = |got: &[(String, u64)]| {
+                truth
+                    .iter()
+                    .zip(got)
+                    .skip(1)
+                    .take_while(|(t, g)| t == g)
+                    .count()
+            };
+            let gdb_frames = gdb.len().saturating_sub(1);
+            rows.push((
+                format!(
+                    "{} {}{}",
+                    a.name(),
+                    opt,
+                    if strip { " stripped" } else { "" }
+                ),
+                truth.len() - 1,
+                right(&ours),
+                right(&gdb),
+                gdb_frames,
+            ));
+        }
+    }
+    println!("\n| no unwind tables | frames | ours right | gdb-multiarch right | gdb-multiarch frames shown |");
+    println!("|---|---|---|---|---|");
+    for r in &rows {
+        println!("| {} | {} | {} | {} | {} |", r.0, r.1, r.2, r.3, r.4);
+    }
+    for r in &rows {
+        assert_eq!(r.1, r.2, "{}: ours not all right", r.0);
+    }
+}
