@@ -9,7 +9,7 @@
 //! gdb-multiarch is missing: `scripts/install-test-deps.sh` installs them.
 
 mod common;
-use callstack::unwind::insn::{Method, UnwindRegs};
+use callstack::unwind::insn::{unwind_prstatus, Method, TargetArch};
 use common::chain::parse_gdb_pcs;
 use common::corelite::{Core, FileCode};
 use std::path::{Path, PathBuf};
@@ -182,86 +182,45 @@ fn our_chain(a: Arch, exe: &Path, core_path: &Path) -> Vec<(u64, Method)> {
     let mut core = Core::open(core_path);
     let mut code = FileCode::new(&core, exe);
     let desc = core.prstatus[0].clone();
-    let regs: UnwindRegs = match a {
-        Arch::Aarch64 => callstack::unwind::insn::core_regs::aarch64::unwind_regs(&desc).unwrap(),
-        Arch::Arm => callstack::unwind::insn::core_regs::arm::unwind_regs(&desc).unwrap(),
-        Arch::Mips => callstack::unwind::insn::core_regs::mips::unwind_regs(&desc).unwrap(),
-    };
-    let (_, stack_end) = core.segment_of(regs.sp).expect("stack in core");
-    let mut out = [(0u64, Method::Context); 64];
-    let n = match a {
-        Arch::Aarch64 => {
-            callstack::unwind::insn::risc::walk::<callstack::unwind::insn::aarch64::Arch, _, _>(
-                regs, &mut core, &mut code, stack_end, &mut out,
-            )
+    let target = TargetArch::from_elf_machine(core.machine as u16).expect("supported core");
+    assert_eq!(
+        target,
+        match a {
+            Arch::Aarch64 => TargetArch::Aarch64,
+            Arch::Arm => TargetArch::Arm,
+            Arch::Mips => TargetArch::Mips,
         }
-        Arch::Mips => {
-            callstack::unwind::insn::risc::walk::<callstack::unwind::insn::mips::Arch, _, _>(
-                regs, &mut core, &mut code, stack_end, &mut out,
-            )
+    );
+    // The stack pointer is the same word in every layout's `unwind_regs`.
+    let sp = match a {
+        Arch::Aarch64 => {
+            callstack::unwind::insn::core_regs::aarch64::unwind_regs(&desc)
+                .unwrap()
+                .sp
         }
         Arch::Arm => {
-            let r = callstack::unwind::insn::core_regs::arm::all_regs(&desc).unwrap();
-            let mut regs16 = [0u32; 16];
-            regs16.copy_from_slice(&r[..16]);
-            if r[16] as u64 & callstack::unwind::insn::core_regs::arm::CPSR_T != 0 {
-                regs16[15] |= 1;
-            }
-            let mut tables = ExeTables::new(exe);
-            callstack::unwind::insn::arm::unwinder::walk(
-                regs16,
-                &mut core,
-                &mut code,
-                &mut tables,
-                stack_end,
-                &mut out,
-            )
+            callstack::unwind::insn::core_regs::arm::unwind_regs(&desc)
+                .unwrap()
+                .sp
+        }
+        Arch::Mips => {
+            callstack::unwind::insn::core_regs::mips::unwind_regs(&desc)
+                .unwrap()
+                .sp
         }
     };
+    let (_, stack_end) = core.segment_of(sp).expect("stack in core");
+    let mut out = [(0u64, Method::Context); 64];
+    let n = unwind_prstatus(
+        target,
+        &desc,
+        &mut core,
+        &mut code.code,
+        stack_end,
+        &mut out,
+    )
+    .unwrap();
     out[..n].to_vec()
-}
-
-/// `.ARM.exidx` and the loaded image of a static executable.
-struct ExeTables {
-    exidx: Vec<u8>,
-    addr: u64,
-    segs: Vec<(u64, bool, Vec<u8>)>,
-}
-
-impl ExeTables {
-    fn new(exe: &Path) -> ExeTables {
-        use object::{Object, ObjectSection};
-        let data = std::fs::read(exe).unwrap();
-        let f = object::File::parse(&*data).unwrap();
-        let (exidx, addr) = f
-            .section_by_name(".ARM.exidx")
-            .map(|s| (s.data().unwrap().to_vec(), s.address()))
-            .unwrap_or_default();
-        ExeTables {
-            exidx,
-            addr,
-            segs: common::corelite::load_segments(&data),
-        }
-    }
-}
-
-impl callstack::unwind::insn::arm::unwinder::ArmTables for ExeTables {
-    fn exidx_for(
-        &mut self,
-        _pc: u64,
-    ) -> Option<callstack::unwind::insn::arm::ehabi::ExidxTable<'_>> {
-        (!self.exidx.is_empty()).then(|| callstack::unwind::insn::arm::ehabi::ExidxTable {
-            data: &self.exidx,
-            addr: self.addr,
-        })
-    }
-    fn read_word(&mut self, a: u64) -> Option<u32> {
-        self.segs.iter().find_map(|(s, _, d)| {
-            let o = a.checked_sub(*s)? as usize;
-            d.get(o..o + 4)
-                .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
-        })
-    }
 }
 
 fn check(a: Arch, opt: &str, strip: bool) {

@@ -8,7 +8,7 @@
 //! it is not part of the library and is to be replaced by that reader.
 #![allow(dead_code)]
 
-use callstack::unwind::insn::{lookup_function, CodeMemory};
+use callstack::unwind::insn::{CodeMemory, ModuleCode};
 use callstack::unwind::{Memory, ReadError};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::{elf, Endianness};
@@ -128,24 +128,19 @@ impl Memory for Core {
     }
 }
 
-/// Code of the mapped files: executable segments, placed where the core
-/// says (NT_FILE) or, for an executable without NT_FILE entries, at its own
-/// addresses (static, non-PIE).
+/// Code of the mapped files, through the library's `ModuleCode`: each file
+/// placed where the core says (NT_FILE) or, for an executable without
+/// NT_FILE entries, at its own addresses (static, non-PIE).
 pub struct FileCode {
-    /// (start, bytes) of each executable region.
-    pub regions: Vec<(u64, Vec<u8>)>,
-    pub functions: Vec<(u64, u64)>,
-    pub cold: Vec<(u64, u64, u64)>,
-    /// Files and their load bias, for symbolization in tests.
+    pub code: ModuleCode,
+    /// Files and their load bias and range, for symbolization in tests.
     pub modules: Vec<(PathBuf, u64, u64, u64)>,
 }
 
 impl FileCode {
     pub fn new(core: &Core, exe: &Path) -> FileCode {
         let mut fc = FileCode {
-            regions: vec![],
-            functions: vec![],
-            cold: vec![],
+            code: ModuleCode::new(),
             modules: vec![],
         };
         let mut paths: Vec<PathBuf> = core.files.iter().map(|f| f.3.clone()).collect();
@@ -174,29 +169,21 @@ impl FileCode {
                 .find(|f| f.3.canonicalize().ok() == path.canonicalize().ok() && f.2 == 0)
                 .map(|f| f.0 - min_vaddr)
                 .unwrap_or(0);
-            let mut lo = u64::MAX;
-            let mut hi = 0;
-            for (vaddr, exec, bytes) in segs {
-                if !exec {
-                    continue;
-                }
-                let start = vaddr + bias;
-                lo = lo.min(start);
-                hi = hi.max(start + bytes.len() as u64);
-                fc.regions.push((start, bytes));
-            }
-            callstack::unwind::insn::inprocess::function_symbols_split(
-                &data,
-                bias,
-                &mut fc.functions,
-                &mut fc.cold,
-            );
+            let lo = segs
+                .iter()
+                .filter(|s| s.1)
+                .map(|s| s.0 + bias)
+                .min()
+                .unwrap_or(0);
+            let hi = segs
+                .iter()
+                .filter(|s| s.1)
+                .map(|s| s.0 + bias + s.2.len() as u64)
+                .max()
+                .unwrap_or(0);
+            fc.code.add_elf(&data, bias).unwrap();
             fc.modules.push((path.clone(), bias, lo, hi));
         }
-        fc.regions.sort_by_key(|r| r.0);
-        fc.functions.sort_unstable();
-        fc.functions.dedup_by_key(|f| f.0);
-        fc.cold.sort_unstable();
         fc
     }
 
@@ -211,23 +198,15 @@ impl FileCode {
 
 impl CodeMemory for FileCode {
     fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
-        for (s, d) in &self.regions {
-            if *s <= addr && addr < s + d.len() as u64 {
-                let o = (addr - s) as usize;
-                let n = buf.len().min(d.len() - o);
-                buf[..n].copy_from_slice(&d[o..o + n]);
-                return n;
-            }
-        }
-        0
+        self.code.read_code(addr, buf)
     }
 
     fn function_bounds(&mut self, addr: u64) -> Option<(u64, u64)> {
-        lookup_function(&self.functions, addr)
+        self.code.function_bounds(addr)
     }
 
     fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
-        callstack::unwind::insn::inprocess::function_entry_in(&self.functions, &self.cold, addr)
+        self.code.function_entry(addr)
     }
 }
 
