@@ -31,6 +31,9 @@ pub mod risc;
 pub mod scan;
 pub mod target;
 
+#[cfg(test)]
+mod robustness;
+
 pub use fallback::InsnFallback;
 pub use inprocess::InProcess;
 pub use modcode::{ModuleCode, ModuleCodeError};
