@@ -71,8 +71,13 @@ fn tools_present(a: Arch) -> bool {
 }
 
 fn build(dir: &Path, a: Arch, cfi: bool, opt: &str, strip: bool) -> PathBuf {
+    build_src(dir, a, cfi, opt, strip, "insn_cross.c")
+}
+
+fn build_src(dir: &Path, a: Arch, cfi: bool, opt: &str, strip: bool, src: &str) -> PathBuf {
     let out = dir.join(format!(
-        "{}-{}-{}{}",
+        "{}-{}-{}-{}{}",
+        src.trim_end_matches(".c"),
         a.name(),
         opt.trim_start_matches('-'),
         if cfi { "cfi" } else { "nocfi" },
@@ -85,7 +90,7 @@ fn build(dir: &Path, a: Arch, cfi: bool, opt: &str, strip: bool) -> PathBuf {
     } else {
         cmd.args(["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"]);
     }
-    cmd.arg(testsupport::c_fixtures().join("insn_cross.c"))
+    cmd.arg(testsupport::c_fixtures().join(src))
         .arg("-o")
         .arg(&out);
     let o = cmd.output().unwrap();
@@ -124,8 +129,11 @@ fn qemu_core(a: Arch, exe: &Path) -> PathBuf {
         .unwrap_or_else(|| panic!("no qemu core for {}: {o:?}", exe.display()))
 }
 
+/// gdb-multiarch's frame pcs; it is given 60 s (it hangs on some signal
+/// frames of qemu-user cores), after which what it printed is used.
 fn gdb_pcs(exe: &Path, core: &Path) -> Vec<u64> {
-    let o = Command::new("gdb-multiarch")
+    let o = Command::new("timeout")
+        .args(["60", "gdb-multiarch"])
         .args([
             "-nx",
             "-batch",
@@ -169,7 +177,7 @@ fn by_symbol(exe: &Path, pcs: &[u64]) -> Vec<(String, u64)> {
         .enumerate()
         .map(|(i, &pc)| {
             let pc = pc & !1;
-            let look = if i == 0 { pc } else { pc - 1 };
+            let look = if i == 0 { pc } else { pc.wrapping_sub(1) };
             match syms.iter().rev().find(|s| s.0 <= look && look < s.0 + s.1) {
                 Some(s) => (s.2.clone(), pc - s.0),
                 None => ("??".to_string(), pc),
@@ -386,4 +394,68 @@ fn cross_accuracy_table() {
     for r in &rows {
         assert_eq!(r.1, r.2, "{}: ours not all right", r.0);
     }
+}
+
+/// Old-style (no `SA_SIGINFO`) signal frames on arm and mips, the rt frame
+/// on aarch64: the chain goes from the handler through the signal frame
+/// back into the interrupted `raise`, then `b` and `a`. (gdb-multiarch ends
+/// or runs into garbage at this frame on arm and aarch64 under qemu-user.)
+fn check_signal(a: Arch) {
+    if !tools_present(a) {
+        return;
+    }
+    let dir = testsupport::scratch_dir(&format!("insn-sig-{}", a.name()));
+    let exe = build_src(&dir, a, false, "-O2", false, "insn_signal.c");
+    let core = qemu_core(a, &exe);
+    let ours_raw = our_chain(a, &exe, &core);
+    let pcs: Vec<u64> = ours_raw.iter().map(|f| f.0).collect();
+    let names: Vec<String> = by_symbol(&exe, &pcs).into_iter().map(|x| x.0).collect();
+    // gdb-multiarch on these cores (see BENCHMARKS.md): garbage frames after
+    // the handler on arm, stops before it on mips, hangs on aarch64. Set
+    // INSN_SIGNAL_GDB=1 to print its chain (60 s timeout).
+    let gdb: Vec<String> = if std::env::var_os("INSN_SIGNAL_GDB").is_some() {
+        by_symbol(&exe, &gdb_pcs(&exe, &core))
+            .into_iter()
+            .map(|x| x.0)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    eprintln!(
+        "{}: ours {:?}\n  methods {:?}\n  gdb-multiarch {:?}",
+        a.name(),
+        names,
+        ours_raw.iter().map(|f| f.1.as_str()).collect::<Vec<_>>(),
+        gdb
+    );
+    let h = names
+        .iter()
+        .position(|n| n == "handler")
+        .expect("handler in chain");
+    assert_eq!(&names[h - 2..=h], ["abort", "c", "handler"], "{names:?}");
+    // handler's return address is the trampoline (a frame of its own, like
+    // gdb's "<signal handler called>"), then the interrupted code.
+    assert_eq!(ours_raw[h + 2].1, Method::SignalFrame, "{ours_raw:x?}");
+    let b = names[h + 1..]
+        .iter()
+        .position(|n| n == "b")
+        .map(|i| i + h + 1)
+        .expect("b after the signal frame");
+    assert!(b <= h + 6, "b too far below the signal frame: {names:?}");
+    assert_eq!(names[b + 1], "a", "{names:?}");
+}
+
+#[test]
+fn signal_frame_arm() {
+    check_signal(Arch::Arm);
+}
+
+#[test]
+fn signal_frame_mips() {
+    check_signal(Arch::Mips);
+}
+
+#[test]
+fn signal_frame_aarch64() {
+    check_signal(Arch::Aarch64);
 }

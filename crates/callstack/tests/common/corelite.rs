@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 
 pub struct Core {
     pub segments: Vec<(u64, Vec<u8>)>,
+    /// Executable PT_LOAD segments with data (anonymous code: qemu's signal
+    /// trampolines, the vDSO).
+    pub exec_segments: Vec<(u64, Vec<u8>)>,
     pub prstatus: Vec<Vec<u8>>,
     pub files: Vec<(u64, u64, u64, PathBuf)>,
     pub machine: u32,
@@ -27,6 +30,7 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Core {
     let e = h.endian().unwrap();
     let mut core = Core {
         segments: vec![],
+        exec_segments: vec![],
         prstatus: vec![],
         files: vec![],
         machine: h.e_machine(e).0 as u32,
@@ -36,6 +40,9 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Core {
         if ph.p_type(e) == elf::PT_LOAD {
             let d = ph.data(e, data).unwrap_or(&[]);
             core.segments.push((ph.p_vaddr(e).into(), d.to_vec()));
+            if ph.p_flags(e).0 & elf::PF_X.0 != 0 && !d.is_empty() {
+                core.exec_segments.push((ph.p_vaddr(e).into(), d.to_vec()));
+            }
         }
         if let Ok(Some(mut notes)) = ph.notes(e, data) {
             while let Ok(Some(n)) = notes.next() {
@@ -183,6 +190,9 @@ impl FileCode {
                 .unwrap_or(0);
             fc.code.add_elf(&data, bias).unwrap();
             fc.modules.push((path.clone(), bias, lo, hi));
+        }
+        for (start, bytes) in &core.exec_segments {
+            fc.code.add_region(*start, bytes.clone());
         }
         fc
     }

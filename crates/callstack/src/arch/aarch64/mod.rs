@@ -12,6 +12,7 @@
 
 pub mod core_regs;
 pub mod instruction_analysis;
+pub mod signal;
 
 use super::FrameRecordLayout;
 

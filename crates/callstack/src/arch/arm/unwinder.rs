@@ -48,7 +48,9 @@ impl<C> ArmTables for NoTables<C> {
 pub type ArmRegs = [u32; 16];
 
 fn after_call<C: CodeMemory + ?Sized>(code: &mut C, ra: u32) -> bool {
-    ra > 4096 && call_before(code, ra as u64).is_some()
+    ra > 4096
+        && (call_before(code, ra as u64).is_some()
+            || super::signal::is_trampoline(code, ra as u64).is_some())
 }
 
 fn read<M: Memory + ?Sized>(mem: &mut M, a: i64) -> Option<u32> {
@@ -72,6 +74,13 @@ where
     C: CodeMemory + ArmTables + ?Sized,
 {
     let pc = regs[15] as u64;
+    // A signal frame: the handler returned to the trampoline; below is the
+    // interrupted code at its exact pc.
+    if let Some(rt) = super::signal::is_trampoline(code, pc) {
+        if let Some(r) = super::signal::restore(regs[13], mem, rt) {
+            return Some((r, Method::SignalFrame));
+        }
+    }
     let addr = pc & !1;
     let lookup = if first { addr } else { addr.wrapping_sub(1) };
     let sp = regs[13] as u64;
@@ -211,7 +220,7 @@ where
         out[n] = (next[15] as u64, m);
         n += 1;
         cur = next;
-        first = false;
+        first = m == Method::SignalFrame;
     }
     n
 }

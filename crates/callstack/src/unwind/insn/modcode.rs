@@ -41,6 +41,8 @@ struct Image {
     exidx: Option<(u64, Vec<u8>)>,
     lo: u64,
     hi: u64,
+    /// From an ELF file (searched before the extra regions).
+    file: bool,
 }
 
 /// The code of a set of modules (see the module docs).
@@ -125,25 +127,45 @@ impl ModuleCode {
             exidx,
             lo,
             hi,
+            file: true,
         });
         self.images.sort_by_key(|i| i.lo);
         Ok(())
     }
 
+    /// Adds code that no ELF file holds, at `start`: a core's anonymous
+    /// executable pages (qemu-user's signal trampolines, the vDSO image).
+    /// Files added with [`ModuleCode::add_elf`] take precedence.
+    pub fn add_region(&mut self, start: u64, bytes: Vec<u8>) {
+        let hi = start + bytes.len() as u64;
+        self.images.push(Image {
+            segments: vec![(start, bytes, true)],
+            exidx: None,
+            lo: start,
+            hi,
+            file: false,
+        });
+        self.images.sort_by_key(|i| i.lo);
+    }
+
     fn image(&self, addr: u64) -> Option<&Image> {
-        self.images.iter().find(|i| i.lo <= addr && addr < i.hi)
+        self.images
+            .iter()
+            .find(|i| i.lo <= addr && addr < i.hi && i.file)
+            .or_else(|| self.images.iter().find(|i| i.lo <= addr && addr < i.hi))
     }
 
     fn read(&self, addr: u64, buf: &mut [u8], exec_only: bool) -> usize {
-        let Some(img) = self.image(addr) else {
-            return 0;
-        };
-        for (s, d, x) in &img.segments {
-            if (*x || !exec_only) && *s <= addr && addr < s + d.len() as u64 {
-                let o = (addr - s) as usize;
-                let n = buf.len().min(d.len() - o);
-                buf[..n].copy_from_slice(&d[o..o + n]);
-                return n;
+        let files = self.images.iter().filter(|i| i.file);
+        let regions = self.images.iter().filter(|i| !i.file);
+        for img in files.chain(regions).filter(|i| i.lo <= addr && addr < i.hi) {
+            for (s, d, x) in &img.segments {
+                if (*x || !exec_only) && *s <= addr && addr < s + d.len() as u64 {
+                    let o = (addr - s) as usize;
+                    let n = buf.len().min(d.len() - o);
+                    buf[..n].copy_from_slice(&d[o..o + n]);
+                    return n;
+                }
             }
         }
         0

@@ -27,7 +27,10 @@ struct RandomStack {
 impl crate::unwind::Memory for RandomStack {
     fn read_u64(&mut self, a: u64) -> Result<u64, ReadError> {
         let i = a.checked_sub(self.base).ok_or(ReadError::OutOfBounds(a))? / 8;
-        self.words.get(i as usize).copied().ok_or(ReadError::OutOfBounds(a))
+        self.words
+            .get(i as usize)
+            .copied()
+            .ok_or(ReadError::OutOfBounds(a))
     }
 }
 
@@ -120,7 +123,9 @@ fn ehabi_on_random_tables() {
         let words = r.bytes(256);
         let read = |a: u64| -> Option<u32> {
             let o = a.checked_sub(0x9000)? as usize;
-            words.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+            words
+                .get(o..o + 4)
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
         };
         let mut buf = [0u8; arm::ehabi::MAX_OPCODES];
         for pc in [0u64, 0x1000, 0x8000, 0x9000, r.next() & 0xffff_ffff] {
@@ -149,5 +154,8 @@ fn prstatus_too_short_is_an_error() {
         assert!(core_regs::mips::unwind_regs(&d).is_err() || n >= 72 + 45 * 4);
     }
     let e = core_regs::mips::unwind_regs(&[0; 10]).unwrap_err();
-    assert_eq!(e.to_string(), "NT_PRSTATUS note too short: 10 bytes, need 252");
+    assert_eq!(
+        e.to_string(),
+        "NT_PRSTATUS note too short: 10 bytes, need 252"
+    );
 }
