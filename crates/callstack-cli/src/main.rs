@@ -5,7 +5,9 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod addr2line;
 mod demo;
+mod symbolize;
 
 #[derive(Parser)]
 #[command(
@@ -23,12 +25,18 @@ enum Command {
     /// Capture this program's own stack through a few named functions, print
     /// it, and time capture_fast against glibc backtrace().
     Demo(demo::Args),
+    /// Resolve addresses of an object file like binutils addr2line.
+    Addr2line(addr2line::Args),
+    /// Print the stacks of a callstack trace file (or `-` for stdin) resolved.
+    Symbolize(symbolize::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
+        Command::Addr2line(args) => addr2line::run(args),
+        Command::Symbolize(args) => symbolize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
