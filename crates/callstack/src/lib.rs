@@ -23,10 +23,12 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod arch;
+pub(crate) mod arch;
 mod fast;
 mod hash;
 pub mod modules;
+#[cfg(feature = "remote")]
+pub mod remote;
 mod stack;
 mod sys;
 mod trace;

@@ -5,6 +5,8 @@
 //!   [rbp + 0]  caller's rbp
 //! ```
 
+pub mod regs;
+
 use super::FrameRecordLayout;
 
 /// The x86-64 frame record: saved rbp at `[rbp]`, return address at `[rbp + 8]`.

@@ -1,0 +1,180 @@
+//! Symbolizing frames of another process from its module files.
+//!
+//! **Interim**: a small placeholder (symbol tables through `object`, lines
+//! and inlined frames through `addr2line`) behind [`Symbolizer::symbolize`],
+//! until the crate's own Symbolizer (`crate::symbolize`) lands; then this
+//! one function is switched over.
+
+use addr2line::gimli;
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::Module;
+
+/// What is known of one address (one entry per inlined level).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Symbol {
+    /// The function's name, demangled.
+    pub function: Option<String>,
+    /// The source file.
+    pub file: Option<String>,
+    /// The source line.
+    pub line: Option<u32>,
+    /// Whether this level was inlined into the next one.
+    pub inlined: bool,
+}
+
+type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+
+struct Obj {
+    /// (address, size, name), sorted by address; addresses as in the file.
+    symbols: Vec<(u64, u64, String)>,
+    dwarf: Option<addr2line::Context<Reader>>,
+}
+
+/// Symbolizes addresses of a target's modules, caching each parsed file.
+#[derive(Default)]
+pub struct Symbolizer {
+    cache: HashMap<PathBuf, Option<Arc<Obj>>>,
+}
+
+fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    if name.starts_with("_Z") {
+        if let Ok(s) = cpp_demangle::Symbol::new(name) {
+            if let Ok(d) = s.demangle() {
+                return d;
+            }
+        }
+    }
+    name.to_string()
+}
+
+fn load(data: &[u8]) -> Option<Obj> {
+    let file = object::File::parse(data).ok()?;
+    let mut symbols: Vec<(u64, u64, String)> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+        .filter(|s| !s.2.is_empty())
+        .collect();
+    // Prefer sized, global names when several share an address.
+    symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    symbols.dedup_by_key(|s| s.0);
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let has_dwarf = file.section_by_name(".debug_info").is_some();
+    let dwarf = has_dwarf
+        .then(|| {
+            let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+                let data: Arc<[u8]> = file
+                    .section_by_name(id.name())
+                    .and_then(|s| s.uncompressed_data().ok())
+                    .map(|d| Arc::from(&*d))
+                    .unwrap_or_else(|| Arc::from(&[][..]));
+                Ok(gimli::EndianArcSlice::new(data, endian))
+            };
+            let dwarf = gimli::Dwarf::load(load).ok()?;
+            addr2line::Context::from_dwarf(dwarf).ok()
+        })
+        .flatten();
+    Some(Obj { symbols, dwarf })
+}
+
+impl Symbolizer {
+    /// A symbolizer with an empty cache.
+    pub fn new() -> Symbolizer {
+        Symbolizer::default()
+    }
+
+    fn obj(&mut self, module: &Module) -> Option<Arc<Obj>> {
+        let key = module
+            .debug_file
+            .clone()
+            .or_else(|| module.file.clone())
+            .unwrap_or_else(|| PathBuf::from(&module.name));
+        if let Some(o) = self.cache.get(&key) {
+            return o.clone();
+        }
+        let obj = if let Some(img) = &module.image {
+            load(img)
+        } else {
+            let mut o = module
+                .debug_file
+                .as_ref()
+                .and_then(|p| super::files::map_file(p).ok())
+                .and_then(|d| load(&d));
+            let file = module
+                .file
+                .as_ref()
+                .and_then(|p| super::files::map_file(p).ok())
+                .and_then(|d| load(&d));
+            // A debug file has the DWARF; the file itself may have the only symbols.
+            match (&mut o, file) {
+                (Some(dbg), Some(f)) if dbg.symbols.is_empty() => dbg.symbols = f.symbols,
+                (None, f) => o = f,
+                _ => {}
+            }
+            o
+        };
+        let obj = obj.map(Arc::new);
+        self.cache.insert(key, obj.clone());
+        obj
+    }
+
+    /// Names the code at runtime address `addr` of `module`: the inlined
+    /// levels first (`inlined: true`), the containing function last. Empty
+    /// when nothing is known.
+    pub fn symbolize(&mut self, module: &Module, addr: u64) -> Vec<Symbol> {
+        let Some(obj) = self.obj(module) else {
+            return Vec::new();
+        };
+        let probe = addr.wrapping_sub(module.bias);
+        let mut out = Vec::new();
+        if let Some(ctx) = &obj.dwarf {
+            if let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads() {
+                while let Ok(Some(f)) = frames.next() {
+                    let function = f
+                        .function
+                        .as_ref()
+                        .and_then(|n| n.raw_name().ok().map(|s| demangle(s.as_ref())));
+                    out.push(Symbol {
+                        function,
+                        file: f.location.as_ref().and_then(|l| l.file.map(str::to_string)),
+                        line: f.location.as_ref().and_then(|l| l.line),
+                        inlined: true,
+                    });
+                }
+            }
+        }
+        if let Some(last) = out.last_mut() {
+            last.inlined = false;
+        }
+        let from_table = || {
+            let i = obj.symbols.partition_point(|s| s.0 <= probe);
+            let s = obj.symbols.get(i.checked_sub(1)?)?;
+            (s.1 == 0 || probe < s.0 + s.1).then(|| demangle(&s.2))
+        };
+        match out.last_mut() {
+            Some(last) if last.function.is_none() => last.function = from_table(),
+            Some(_) => {}
+            None => {
+                if let Some(name) = from_table() {
+                    out.push(Symbol {
+                        function: Some(name),
+                        ..Symbol::default()
+                    })
+                }
+            }
+        }
+        out
+    }
+}
