@@ -9,6 +9,8 @@ have gcc || need+=(gcc)
 have gdb || need+=(gdb)
 have addr2line || need+=(binutils)
 have strace || need+=(strace)
+# glibc's debug info: gdb and callstack then name glibc's internal frames alike.
+dpkg -s libc6-dbg >/dev/null 2>&1 || need+=(libc6-dbg)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing test dependencies: ${need[*]}" >&2

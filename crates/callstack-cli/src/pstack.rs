@@ -13,6 +13,9 @@ pub struct Args {
     /// Print JSON (the format documented in README.md) instead of text.
     #[arg(long)]
     json: bool,
+    /// Show the frames below `main` too (gdb's `set backtrace past-main`).
+    #[arg(long)]
+    past_main: bool,
     /// Look up the process's file paths under this directory first.
     #[arg(long, value_name = "DIR")]
     sysroot: Option<PathBuf>,
@@ -42,6 +45,6 @@ pub fn run(args: Args) -> Result<(), String> {
     let snap = live.snapshot();
     stacks::warn(snap);
     let progress = stacks::Progress::new(snap.threads.len(), 0);
-    let threads = stacks::collect(snap, &mut live.memory(), &progress);
+    let threads = stacks::collect(snap, &mut live.memory(), &progress, args.past_main);
     stacks::print(&threads, args.json)
 }

@@ -65,14 +65,30 @@ impl Progress {
 }
 
 /// Unwinds and symbolizes every thread of `snap`.
-pub fn collect<M: Memory>(snap: &Snapshot, mem: &mut M, progress: &Progress) -> Vec<ThreadOut> {
+///
+/// Like gdb, a thread's frames end at `main` unless `past_main` is set.
+pub fn collect<M: Memory>(
+    snap: &Snapshot,
+    mem: &mut M,
+    progress: &Progress,
+    past_main: bool,
+) -> Vec<ThreadOut> {
     let mut sym = Symbolizer::new();
     let mut out = Vec::with_capacity(snap.threads.len());
     for (i, t) in snap.threads.iter().enumerate() {
         progress.tick(i);
         let unwound = unwind_thread(snap, mem, t, MAX_FRAMES);
-        let mut frames = Vec::new();
+        let mut frames: Vec<FrameOut> = Vec::new();
+        let mut stop = unwound.stop;
         for f in &unwound.frames {
+            if !past_main
+                && frames
+                    .last()
+                    .is_some_and(|l| !l.inlined && l.function.as_deref() == Some("main"))
+            {
+                stop = None;
+                break;
+            }
             let module = snap.module_at(f.lookup).map(|(_, m)| m);
             let syms = module
                 .map(|m| sym.symbolize(m, f.lookup))
@@ -107,7 +123,7 @@ pub fn collect<M: Memory>(snap: &Snapshot, mem: &mut M, progress: &Progress) -> 
             tid: t.tid,
             name: t.name.clone(),
             frames,
-            stop: unwound.stop,
+            stop,
         });
     }
     progress.done();

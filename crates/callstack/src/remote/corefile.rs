@@ -108,6 +108,13 @@ fn parse_of<Elf: FileHeader<Endian = Endianness>>(
     is_64: bool,
 ) -> Result<ParsedCore, RemoteError> {
     let bad = |s: &str| RemoteError::BadCore(s.to_string());
+    let need = std::mem::size_of::<Elf>();
+    if data.len() < need {
+        return Err(bad(&format!(
+            "truncated core: {} bytes, shorter than an ELF header ({need} bytes)",
+            data.len()
+        )));
+    }
     let hdr = Elf::parse(data).map_err(|e| bad(&format!("corrupt ELF header: {e}")))?;
     let endian = hdr
         .endian()
