@@ -75,6 +75,12 @@ fn load(data: &[u8]) -> Option<Obj> {
     let dwarf = has_dwarf
         .then(|| {
             let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+                // Locations and macros are never needed to name code, and
+                // are among the largest (compressed) sections of a debug file.
+                use gimli::SectionId::*;
+                if matches!(id, DebugLoc | DebugLocLists | DebugMacinfo | DebugMacro) {
+                    return Ok(gimli::EndianArcSlice::new(Arc::from(&[][..]), endian));
+                }
                 let data: Arc<[u8]> = file
                     .section_by_name(id.name())
                     .and_then(|s| s.uncompressed_data().ok())
