@@ -26,12 +26,33 @@ pub struct Symbol {
     pub inlined: bool,
 }
 
-type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+/// Sections are borrowed from the mapped file (or from decompressed copies
+/// kept in [`Obj::_decompressed`]); see the SAFETY note in [`load`].
+type Reader = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
+
+/// The bytes of an object: a mapped file or an image read from the target.
+enum Backing {
+    Map(memmap2::Mmap),
+    Image(Arc<Vec<u8>>),
+}
+
+impl std::ops::Deref for Backing {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Backing::Map(m) => m,
+            Backing::Image(v) => v,
+        }
+    }
+}
 
 struct Obj {
     /// (address, size, name), sorted by address; addresses as in the file.
     symbols: Vec<(u64, u64, String)>,
+    /// Declared before the storage it borrows, so it is dropped first.
     dwarf: Option<addr2line::Context<Reader>>,
+    _decompressed: Vec<Vec<u8>>,
+    _backing: Backing,
 }
 
 /// Symbolizes addresses of a target's modules, caching each parsed file.
@@ -54,7 +75,15 @@ fn demangle(name: &str) -> String {
     name.to_string()
 }
 
-fn load(data: &[u8]) -> Option<Obj> {
+fn load(backing: Backing) -> Option<Obj> {
+    // SAFETY: `data` borrows the heap or mapped bytes of `backing`, which
+    // move into the returned `Obj` without moving those bytes (a Vec's
+    // buffer and a mapping have stable addresses). Every borrow made from
+    // `data` (section slices in `dwarf`) also lives in that `Obj`, in a
+    // field dropped before `_backing` and `_decompressed`, and is never
+    // handed out beyond the `Obj`'s life: only owned Strings leave it.
+    let data: &'static [u8] =
+        unsafe { std::slice::from_raw_parts(backing.as_ptr(), backing.len()) };
     let file = object::File::parse(data).ok()?;
     let mut symbols: Vec<(u64, u64, String)> = file
         .symbols()
@@ -71,28 +100,42 @@ fn load(data: &[u8]) -> Option<Obj> {
     } else {
         gimli::RunTimeEndian::Big
     };
-    let has_dwarf = file.section_by_name(".debug_info").is_some();
-    let dwarf = has_dwarf
-        .then(|| {
-            let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
-                // Locations and macros are never needed to name code, and
-                // are among the largest (compressed) sections of a debug file.
-                use gimli::SectionId::*;
-                if matches!(id, DebugLoc | DebugLocLists | DebugMacinfo | DebugMacro) {
-                    return Ok(gimli::EndianArcSlice::new(Arc::from(&[][..]), endian));
+    let mut decompressed: Vec<Vec<u8>> = Vec::new();
+    let mut dwarf = None;
+    if file.section_by_name(".debug_info").is_some() {
+        let mut load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+            // Locations and macros are never needed to name code, and
+            // are among the largest (compressed) sections of a debug file.
+            use gimli::SectionId::*;
+            if matches!(id, DebugLoc | DebugLocLists | DebugMacinfo | DebugMacro) {
+                return Ok(gimli::EndianSlice::new(&[], endian));
+            }
+            let bytes: &'static [u8] = match file
+                .section_by_name(id.name())
+                .and_then(|s| s.uncompressed_data().ok())
+            {
+                Some(std::borrow::Cow::Borrowed(b)) => b,
+                Some(std::borrow::Cow::Owned(v)) => {
+                    // SAFETY: as above: the Vec's heap buffer is kept in
+                    // `decompressed`, moved into the `Obj` unchanged.
+                    let b = unsafe { std::slice::from_raw_parts(v.as_ptr(), v.len()) };
+                    decompressed.push(v);
+                    b
                 }
-                let data: Arc<[u8]> = file
-                    .section_by_name(id.name())
-                    .and_then(|s| s.uncompressed_data().ok())
-                    .map(|d| Arc::from(&*d))
-                    .unwrap_or_else(|| Arc::from(&[][..]));
-                Ok(gimli::EndianArcSlice::new(data, endian))
+                None => &[],
             };
-            let dwarf = gimli::Dwarf::load(load).ok()?;
-            addr2line::Context::from_dwarf(dwarf).ok()
-        })
-        .flatten();
-    Some(Obj { symbols, dwarf })
+            Ok(gimli::EndianSlice::new(bytes, endian))
+        };
+        if let Ok(d) = gimli::Dwarf::load(&mut load) {
+            dwarf = addr2line::Context::from_dwarf(d).ok();
+        }
+    }
+    Some(Obj {
+        symbols,
+        dwarf,
+        _decompressed: decompressed,
+        _backing: backing,
+    })
 }
 
 impl Symbolizer {
@@ -110,19 +153,12 @@ impl Symbolizer {
         if let Some(o) = self.cache.get(&key) {
             return o.clone();
         }
+        let open = |p: &PathBuf| super::files::map_file(p).ok().map(Backing::Map);
         let obj = if let Some(img) = &module.image {
-            load(img)
+            load(Backing::Image(img.clone()))
         } else {
-            let mut o = module
-                .debug_file
-                .as_ref()
-                .and_then(|p| super::files::map_file(p).ok())
-                .and_then(|d| load(&d));
-            let file = module
-                .file
-                .as_ref()
-                .and_then(|p| super::files::map_file(p).ok())
-                .and_then(|d| load(&d));
+            let mut o = module.debug_file.as_ref().and_then(open).and_then(load);
+            let file = module.file.as_ref().and_then(open).and_then(load);
             // A debug file has the DWARF; the file itself may have the only symbols.
             match (&mut o, file) {
                 (Some(dbg), Some(f)) if dbg.symbols.is_empty() => dbg.symbols = f.symbols,
