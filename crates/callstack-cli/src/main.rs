@@ -5,10 +5,12 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod addr2line;
 mod core;
 mod demo;
 mod pstack;
 mod stacks;
+mod symbolize;
 
 #[derive(Parser)]
 #[command(
@@ -31,6 +33,10 @@ enum Command {
     Core(core::Args),
     /// Every thread's backtrace from a live process, stopped only briefly.
     Pstack(pstack::Args),
+    /// Resolve addresses of an object file like binutils addr2line.
+    Addr2line(addr2line::Args),
+    /// Print the stacks of a callstack trace file (or `-` for stdin) resolved.
+    Symbolize(symbolize::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +45,8 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Core(args) => core::run(args),
         Command::Pstack(args) => pstack::run(args),
+        Command::Addr2line(args) => addr2line::run(args),
+        Command::Symbolize(args) => symbolize::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
