@@ -8,7 +8,7 @@
 //! ```
 
 use callstack::remote::symbols::Symbolizer;
-use callstack::remote::{unwind_thread, Snapshot};
+use callstack::remote::{RemoteUnwinder, Snapshot};
 use callstack::unwind::Memory;
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Write};
@@ -74,10 +74,11 @@ pub fn collect<M: Memory>(
     past_main: bool,
 ) -> Vec<ThreadOut> {
     let mut sym = Symbolizer::new();
+    let unwinder = RemoteUnwinder::new(snap);
     let mut out = Vec::with_capacity(snap.threads.len());
     for (i, t) in snap.threads.iter().enumerate() {
         progress.tick(i);
-        let unwound = unwind_thread(snap, mem, t, MAX_FRAMES);
+        let unwound = unwinder.unwind(mem, t, MAX_FRAMES);
         let mut frames: Vec<FrameOut> = Vec::new();
         let mut stop = unwound.stop;
         for f in &unwound.frames {

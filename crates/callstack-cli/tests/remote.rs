@@ -28,7 +28,7 @@ const OWN: &[&str] = &[
 /// found by frame pointer only: builds must keep frame pointers, and a
 /// chain is compared with gdb's down to the first frame below the
 /// fixture's own code (glibc, built without frame pointers, ends the walk).
-const CFI_UNWINDER: bool = false;
+const CFI_UNWINDER: bool = true;
 
 struct Fixture {
     child: Child,
@@ -255,6 +255,10 @@ fn modes() -> Vec<(&'static str, &'static str)> {
     if CFI_UNWINDER {
         m.push(("O2nofp", "-O2 -fomit-frame-pointer"));
         m.push(("O0", "-O0"));
+        m.push((
+            "O2_debug_frame_only",
+            "-O2 -fomit-frame-pointer -fno-asynchronous-unwind-tables -fno-unwind-tables",
+        ));
     } else {
         // Frame pointers alone miss the caller of a leaf function built
         // without a frame at -O2 (gdb finds it by CFI): -O0 only for now.
@@ -283,7 +287,7 @@ fn gcore(pid: u32, dir: &Path) -> PathBuf {
 #[test]
 fn pstack_matches_gdb_and_target_survives() {
     for (tag, flags) in modes() {
-        let exe = build(tag, flags);
+        let exe = build(&format!("{tag}_live"), flags);
         let n = 4;
         let fx = Fixture::start(&exe, n, 3);
         let pid = fx.pid.to_string();
@@ -308,7 +312,7 @@ fn pstack_matches_gdb_and_target_survives() {
 #[test]
 fn core_matches_gdb() {
     for (tag, flags) in modes() {
-        let exe = build(tag, flags);
+        let exe = build(&format!("{tag}_core"), flags);
         let n = 3;
         let fx = Fixture::start(&exe, n, 2);
         let dir = scratch_dir(&format!("remote-core-{tag}"));

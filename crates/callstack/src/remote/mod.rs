@@ -27,7 +27,7 @@ mod step;
 pub mod symbols;
 
 pub use files::Lookup;
-pub use step::{unwind_thread, Unwound};
+pub use step::{unwind_thread, RemoteUnwinder, Unwound};
 
 use std::fmt;
 use std::path::PathBuf;
