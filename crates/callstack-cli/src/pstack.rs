@@ -32,7 +32,7 @@ pub struct Args {
 pub fn run(args: Args) -> Result<(), String> {
     let lookup = Lookup {
         sysroot: args.sysroot,
-        debug_dirs: args.debug_dir,
+        debug_dirs: args.debug_dir.clone(),
     };
     let live = LiveProcess::capture(args.pid, &lookup).map_err(|e| e.to_string())?;
     if args.timing {
@@ -45,6 +45,12 @@ pub fn run(args: Args) -> Result<(), String> {
     let snap = live.snapshot();
     stacks::warn(snap);
     let progress = stacks::Progress::new(snap.threads.len(), 0);
-    let threads = stacks::collect(snap, &mut live.memory(), &progress, args.past_main);
+    let threads = stacks::collect(
+        snap,
+        &mut live.memory(),
+        &progress,
+        args.past_main,
+        &args.debug_dir,
+    );
     stacks::print(&threads, args.json)
 }

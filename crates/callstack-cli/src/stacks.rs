@@ -7,11 +7,13 @@
 //!   "file":"..","line":N,"inlined":false,"module":"..","method":"cfi|fp|context|scan|insn"}]}]}
 //! ```
 
-use callstack::remote::symbols::Symbolizer;
+use callstack::remote::symbols::Symbolizer as ImageSymbolizer;
 use callstack::remote::{RemoteUnwinder, Snapshot};
+use callstack::symbolize::{Address, ModuleInfo, Symbolizer};
 use callstack::unwind::Memory;
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 
 /// Frames deeper than this are not unwound (a runaway chain ends here).
 pub const MAX_FRAMES: usize = 1024;
@@ -72,8 +74,9 @@ pub fn collect<M: Memory>(
     mem: &mut M,
     progress: &Progress,
     past_main: bool,
+    debug_dirs: &[PathBuf],
 ) -> Vec<ThreadOut> {
-    let mut sym = Symbolizer::new();
+    let mut sym = Names::new(snap, debug_dirs);
     let unwinder = RemoteUnwinder::new(snap);
     let mut out = Vec::with_capacity(snap.threads.len());
     for (i, t) in snap.threads.iter().enumerate() {
@@ -91,9 +94,7 @@ pub fn collect<M: Memory>(
                 break;
             }
             let module = snap.module_at(f.lookup).map(|(_, m)| m);
-            let syms = module
-                .map(|m| sym.symbolize(m, f.lookup))
-                .unwrap_or_default();
+            let syms = sym.names(module, f.pc, f.lookup);
             let module_name = module.map(|m| m.name.clone());
             if syms.is_empty() {
                 frames.push(FrameOut {
@@ -129,6 +130,72 @@ pub fn collect<M: Memory>(
     }
     progress.done();
     out
+}
+
+/// Names frames: the crate's Symbolizer for modules found on disk, and a
+/// small reader of in-memory images (the vDSO) for the others.
+struct Names {
+    files: Symbolizer,
+    images: ImageSymbolizer,
+}
+
+impl Names {
+    fn new(snap: &Snapshot, debug_dirs: &[PathBuf]) -> Names {
+        let infos: Vec<ModuleInfo> = snap
+            .modules
+            .iter()
+            .filter(|m| m.image.is_none())
+            .filter_map(|m| {
+                Some(ModuleInfo {
+                    path: m.file.clone()?,
+                    build_id: m.build_id.clone(),
+                    start: m.start as usize,
+                    end: m.end as usize,
+                    bias: Some(m.bias as usize),
+                })
+            })
+            .collect();
+        let mut files = Symbolizer::from_modules(infos);
+        for d in debug_dirs {
+            files.add_debug_dir(d);
+        }
+        Names {
+            files,
+            images: ImageSymbolizer::new(),
+        }
+    }
+
+    /// The levels at `pc` (inlined first), looked up at `lookup`.
+    fn names(
+        &mut self,
+        module: Option<&callstack::remote::Module>,
+        pc: u64,
+        lookup: u64,
+    ) -> Vec<callstack::remote::symbols::Symbol> {
+        let Some(m) = module else { return Vec::new() };
+        if m.image.is_some() {
+            return self.images.symbolize(m, lookup);
+        }
+        if m.file.is_none() {
+            return Vec::new();
+        }
+        let addr = if lookup == pc {
+            Address::Exact(pc as usize)
+        } else {
+            Address::Return(pc as usize)
+        };
+        self.files
+            .symbolize(addr)
+            .frames
+            .iter()
+            .map(|f| callstack::remote::symbols::Symbol {
+                function: f.function.as_deref().map(String::from),
+                file: f.file.as_deref().map(String::from),
+                line: f.line,
+                inlined: f.inlined,
+            })
+            .collect()
+    }
 }
 
 /// Prints warnings of the snapshot on stderr.
