@@ -8,7 +8,7 @@
 //! ```
 
 use callstack::remote::symbols::Symbolizer as ImageSymbolizer;
-use callstack::remote::{RemoteUnwinder, Snapshot};
+use callstack::remote::{RemoteUnwinder, Snapshot, Unwound};
 use callstack::symbolize::{Address, ModuleInfo, Symbolizer};
 use callstack::unwind::Memory;
 use serde_json::{json, Value};
@@ -68,6 +68,10 @@ impl Progress {
 
 /// Unwinds and symbolizes every thread of `snap`.
 ///
+/// Unwinding (which reads the target's memory and compiles CFI tables) and
+/// symbolizing (which opens debug info) run on two threads, as a pipeline:
+/// a thread's frames are named while the next thread is unwound.
+///
 /// Like gdb, a thread's frames end at `main` unless `past_main` is set.
 pub fn collect<M: Memory>(
     snap: &Snapshot,
@@ -76,60 +80,80 @@ pub fn collect<M: Memory>(
     past_main: bool,
     debug_dirs: &[PathBuf],
 ) -> Vec<ThreadOut> {
-    let mut sym = Names::new(snap, debug_dirs);
     let unwinder = RemoteUnwinder::new(snap);
-    let mut out = Vec::with_capacity(snap.threads.len());
-    for (i, t) in snap.threads.iter().enumerate() {
-        progress.tick(i);
-        let unwound = unwinder.unwind(mem, t, MAX_FRAMES);
-        let mut frames: Vec<FrameOut> = Vec::new();
-        let mut stop = unwound.stop;
-        for f in &unwound.frames {
-            if !past_main
-                && frames
-                    .last()
-                    .is_some_and(|l| !l.inlined && l.function.as_deref() == Some("main"))
-            {
-                stop = None;
+    let out = std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, Unwound)>();
+        let namer = scope.spawn(move || {
+            let mut sym = Names::new(snap, debug_dirs);
+            rx.into_iter()
+                .map(|(i, u)| name_thread(snap, &snap.threads[i], u, &mut sym, past_main))
+                .collect::<Vec<ThreadOut>>()
+        });
+        for (i, t) in snap.threads.iter().enumerate() {
+            progress.tick(i);
+            if tx.send((i, unwinder.unwind(mem, t, MAX_FRAMES))).is_err() {
                 break;
             }
-            let module = snap.module_at(f.lookup).map(|(_, m)| m);
-            let syms = sym.names(module, f.pc, f.lookup);
-            let module_name = module.map(|m| m.name.clone());
-            if syms.is_empty() {
-                frames.push(FrameOut {
-                    pc: f.pc,
-                    function: None,
-                    file: None,
-                    line: None,
-                    inlined: false,
-                    module: module_name.clone(),
-                    method: f.method.as_str(),
-                    show_pc: true,
-                });
-            }
-            for (k, s) in syms.into_iter().enumerate() {
-                frames.push(FrameOut {
-                    pc: f.pc,
-                    function: s.function,
-                    file: s.file,
-                    line: s.line,
-                    inlined: s.inlined,
-                    module: module_name.clone(),
-                    method: f.method.as_str(),
-                    show_pc: k == 0,
-                });
-            }
         }
-        out.push(ThreadOut {
-            tid: t.tid,
-            name: t.name.clone(),
-            frames,
-            stop,
-        });
-    }
+        drop(tx);
+        namer.join().expect("the symbolizing thread panicked")
+    });
     progress.done();
     out
+}
+
+fn name_thread(
+    snap: &Snapshot,
+    t: &callstack::remote::Thread,
+    unwound: Unwound,
+    sym: &mut Names,
+    past_main: bool,
+) -> ThreadOut {
+    let mut frames: Vec<FrameOut> = Vec::new();
+    let mut stop = unwound.stop;
+    for f in &unwound.frames {
+        if !past_main
+            && frames
+                .last()
+                .is_some_and(|l| !l.inlined && l.function.as_deref() == Some("main"))
+        {
+            stop = None;
+            break;
+        }
+        let module = snap.module_at(f.lookup).map(|(_, m)| m);
+        let syms = sym.names(module, f.pc, f.lookup);
+        let module_name = module.map(|m| m.name.clone());
+        if syms.is_empty() {
+            frames.push(FrameOut {
+                pc: f.pc,
+                function: None,
+                file: None,
+                line: None,
+                inlined: false,
+                module: module_name.clone(),
+                method: f.method.as_str(),
+                show_pc: true,
+            });
+        }
+        for (k, s) in syms.into_iter().enumerate() {
+            frames.push(FrameOut {
+                pc: f.pc,
+                function: s.function,
+                file: s.file,
+                line: s.line,
+                inlined: s.inlined,
+                module: module_name.clone(),
+                method: f.method.as_str(),
+                show_pc: k == 0,
+            });
+        }
+    }
+    ThreadOut {
+        tid: t.tid,
+        name: t.name.clone(),
+        frames,
+        stop,
+    }
 }
 
 /// Names frames: the crate's Symbolizer for modules found on disk, and a

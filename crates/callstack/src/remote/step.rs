@@ -76,7 +76,10 @@ impl<A: crate::arch::Arch> LazySet<A> {
         }
         let table = m.table.get_or_init(|| {
             let t = match &m.source {
-                TableSource::File(p) => UnwindTable::from_elf_file(p),
+                TableSource::File(p) => match super::files::map_file(p) {
+                    Ok(map) => UnwindTable::from_elf_bytes(&map),
+                    Err(e) => Err(unwind::TableError::Io(e)),
+                },
                 TableSource::Image(img) => UnwindTable::from_elf_bytes(img),
                 TableSource::None => UnwindTable::empty(),
             };
