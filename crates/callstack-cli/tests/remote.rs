@@ -460,3 +460,135 @@ fn pstack_errors_are_clear() {
     }
     fx.finish();
 }
+
+/// Hides the core's NT_FILE note (its type becomes 0), as in cores written
+/// by qemu-user or by some tools for static executables.
+fn without_nt_file(core: &Path) -> PathBuf {
+    let mut d = std::fs::read(core).unwrap();
+    // n_type = NT_FILE ("FILE" read as a little-endian u32), then the name "CORE\0".
+    let pat = [0x45u8, 0x4c, 0x49, 0x46, b'C', b'O', b'R', b'E', 0];
+    let i = d
+        .windows(pat.len())
+        .position(|w| w == pat)
+        .expect("the core has an NT_FILE note");
+    d[i..i + 4].copy_from_slice(&[0, 0, 0, 0]);
+    let out = core.with_extension("nofile");
+    std::fs::write(&out, d).unwrap();
+    out
+}
+
+#[test]
+fn core_without_nt_file_uses_the_executable_as_the_map() {
+    // A static executable: the whole chain is in the file given on the command line.
+    let exe = build("static", "-O2 -static");
+    let n = 2;
+    let fx = Fixture::start(&exe, n, 2);
+    let core = gcore(fx.pid, &scratch_dir("remote-static"));
+    fx.finish();
+    let (exe_s, core_s) = (exe.to_str().unwrap(), core.to_str().unwrap());
+    let gdb = gdb_threads(&[exe_s, core_s]);
+    let hidden = without_nt_file(&core);
+    let ours = callstack_json(&["core", "--json", exe_s, hidden.to_str().unwrap()]);
+    // Known difference, the Symbolizer's to settle: a static glibc has no
+    // DWARF, and where `.symtab` holds two names for one address
+    // (`__clone3` GLOBAL HIDDEN, `clone3` WEAK DEFAULT) gdb picks the
+    // second. Every frame is still compared, up to that alias.
+    assert_eq!(ours.threads.len(), gdb.len());
+    for (tid, chain) in &gdb {
+        let got = &ours.threads[tid].1;
+        assert_eq!(
+            got.len(),
+            chain.len(),
+            "thread {tid}: {got:?} vs gdb {chain:?}"
+        );
+        for (a, b) in got.iter().zip(chain) {
+            assert!(
+                a == b || a.trim_start_matches("__") == b,
+                "thread {tid}: {got:?} vs gdb {chain:?}"
+            );
+        }
+    }
+    let _ = std::fs::remove_file(&hidden);
+    let _ = std::fs::remove_file(&core);
+
+    // A PIE: placed by AT_ENTRY; the libraries are unknown, so a chain is
+    // right down to its first frame outside the executable.
+    let exe = build("pie_nofile", "-O2 -fno-omit-frame-pointer");
+    let fx = Fixture::start(&exe, n, 2);
+    let core = gcore(fx.pid, &scratch_dir("remote-pie-nofile"));
+    fx.finish();
+    let (exe_s, core_s) = (exe.to_str().unwrap(), core.to_str().unwrap());
+    let gdb = gdb_threads(&[exe_s, core_s]);
+    let hidden = without_nt_file(&core);
+    let ours = callstack_json(&["core", "--json", exe_s, hidden.to_str().unwrap()]);
+    for (tid, chain) in &gdb {
+        let own: Vec<&String> = chain
+            .iter()
+            .take_while(|f| OWN.contains(&f.as_str()))
+            .collect();
+        let got = &ours.threads[tid].1;
+        assert!(
+            got.len() >= own.len(),
+            "thread {tid}: {got:?} vs gdb {chain:?}"
+        );
+        assert_eq!(
+            got[..own.len()].iter().collect::<Vec<_>>(),
+            own,
+            "thread {tid}"
+        );
+    }
+    let _ = std::fs::remove_file(&hidden);
+    let _ = std::fs::remove_file(&core);
+}
+
+#[test]
+fn separate_debug_file_from_debug_dir() {
+    // Debug info split off into DIR/.build-id/xx/rest.debug, the executable stripped.
+    let dir = scratch_dir("remote-debugdir");
+    let exe = build("split", "-O2 -fno-omit-frame-pointer");
+    let dbg = dir.join("split.debug");
+    let run = |args: &[&str]| {
+        let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let (exe_s, dbg_s) = (exe.to_str().unwrap(), dbg.to_str().unwrap());
+    run(&["objcopy", "--only-keep-debug", exe_s, dbg_s]);
+    run(&["strip", "--strip-all", exe_s]);
+    let notes = run(&["readelf", "-n", exe_s]);
+    let id = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .expect("build-id")
+        .trim()
+        .to_string();
+    let debug_dir = dir.join("debug");
+    let place = debug_dir.join(".build-id").join(&id[..2]);
+    std::fs::create_dir_all(&place).unwrap();
+    std::fs::copy(&dbg, place.join(format!("{}.debug", &id[2..]))).unwrap();
+
+    let fx = Fixture::start(&exe, 1, 1);
+    let core = gcore(fx.pid, &dir);
+    fx.finish();
+    let core_s = core.to_str().unwrap();
+    let (_, without, _) = callstack(&["core", exe_s, core_s]);
+    assert!(
+        !without.contains("block_here"),
+        "stripped, yet named: {without}"
+    );
+    let (o, with, stderr) = callstack(&[
+        "core",
+        "--debug-dir",
+        debug_dir.to_str().unwrap(),
+        exe_s,
+        core_s,
+    ]);
+    assert!(o.status.success(), "{stderr}");
+    assert!(with.contains("in block_here () at "), "{with}");
+    assert!(with.contains("remote_threads.c:"), "{with}");
+    let _ = std::fs::remove_file(&core);
+}
