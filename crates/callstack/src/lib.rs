@@ -27,6 +27,8 @@ pub mod arch;
 mod fast;
 mod hash;
 pub mod modules;
+#[cfg(feature = "remote")]
+pub mod remote;
 mod stack;
 #[cfg(feature = "symbolize")]
 pub mod symbolize;

@@ -10,6 +10,8 @@
 //! (qemu-user would do for capture, but not for the gdb oracle the tests
 //! compare with). Cores of aarch64 programs are read offline on any host.
 
+pub mod regs;
+
 use super::FrameRecordLayout;
 
 mod rule;

@@ -5,6 +5,8 @@
 //!   [rbp + 0]  caller's rbp
 //! ```
 
+pub mod regs;
+
 use super::FrameRecordLayout;
 
 pub mod exact;
