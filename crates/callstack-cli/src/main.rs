@@ -5,6 +5,7 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod crash;
 mod demo;
 
 #[derive(Parser)]
@@ -23,12 +24,16 @@ enum Command {
     /// Capture this program's own stack through a few named functions, print
     /// it, and time capture_fast against glibc backtrace().
     Demo(demo::Args),
+    /// Symbolize raw crash reports (from a report file, or standard input;
+    /// also the helper a crashing program runs).
+    CrashReport(crash::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
+        Command::CrashReport(args) => crash::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

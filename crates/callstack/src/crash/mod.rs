@@ -119,7 +119,7 @@ mod sys;
 
 pub use helper::{HELPER_ENV, HELPER_SUBCOMMAND, REPORT_ENV, SYMBOLIZE_ENV, TIMEOUT_ENV};
 #[cfg(feature = "symbolize")]
-pub use report::{parse_raw_reports, symbolize_report, RawFrame, RawReport};
+pub use report::{parse_raw_reports, run_helper, symbolize_report, RawFrame, RawReport};
 pub use signals::{code_words, signal_name, CRASH_SIGNALS};
 
 use std::io;
