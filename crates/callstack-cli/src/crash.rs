@@ -37,7 +37,10 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let text = callstack::crash::symbolize_report(&String::from_utf8_lossy(&bytes));
     if text.is_empty() {
-        return Err("no raw crash report found (looked for \"*** callstack: crash report (raw) ***\")".into());
+        return Err(
+            "no raw crash report found (looked for \"*** callstack: crash report (raw) ***\")"
+                .into(),
+        );
     }
     print!("{text}");
     Ok(())

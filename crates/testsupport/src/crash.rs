@@ -174,7 +174,11 @@ pub fn assert_chain(
         let loc = f.location.as_deref().unwrap_or("");
         let file = loc.split(':').next().unwrap_or("");
         assert!(
-            file.ends_with(file_suffix) && loc.split(':').nth(1).is_some_and(|l| l.parse::<u32>().is_ok_and(|n| n > 0)),
+            file.ends_with(file_suffix)
+                && loc
+                    .split(':')
+                    .nth(1)
+                    .is_some_and(|l| l.parse::<u32>().is_ok_and(|n| n > 0)),
             "frame {} ({}) has no {file_suffix}:line: {loc:?}; report:\n{whole}",
             f.index,
             f.function

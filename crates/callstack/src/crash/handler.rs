@@ -78,7 +78,7 @@ pub(crate) extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, ctx: *m
             let mut w = Buf::new(&mut b);
             w.str("*** callstack: ")
                 .str(signals::signal_name(sig))
-                .str(" while reporting a crash on this thread; no second report ***\n");
+                .str(" while handling a crash on this thread (in the report or the handler chained to); no second report ***\n");
             sys::write_all(2, w.as_bytes());
         }
         Err(_) => {
@@ -320,7 +320,12 @@ fn report(sig: i32, info: &libc::siginfo_t, ctx: &libc::ucontext_t, tid: i32, s:
             // SAFETY: si_addr is valid for the fault signals with a
             // positive code.
             let addr = unsafe { info.si_addr() } as usize;
-            w.str(", fault address ").hex(addr as u64, 1);
+            if matches!(sig, libc::SIGSEGV | libc::SIGBUS) {
+                w.str(", fault address ");
+            } else {
+                w.str(", at instruction ");
+            }
+            w.hex(addr as u64, 1);
             if sig == libc::SIGSEGV && addr.abs_diff(sp) < 64 * 1024 {
                 w.str(" (next to the stack pointer: stack overflow)");
             }

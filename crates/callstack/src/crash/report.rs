@@ -128,9 +128,9 @@ fn is_panic_machinery(name: &str) -> bool {
         || name.starts_with("core::panicking")
         || name.starts_with("std::sys::backtrace")
         || name.starts_with("std::rt::begin_panic")
-        || name.starts_with("callstack::crash")
-        || name.starts_with("rust_begin_unwind")
-        || name.starts_with("<alloc::boxed::Box<F,A> as core::ops::function::Fn")
+        || name.starts_with("callstack::")
+        || name.contains("rust_begin_unwind")
+        || (name.starts_with("<alloc::boxed::Box<") && name.contains("PanicHookInfo"))
 }
 
 pub(crate) fn symbolize_report_with(raw: &str, style: Style, res: &mut Resolver) -> String {
@@ -203,20 +203,19 @@ pub(crate) fn symbolize_report_with(raw: &str, style: Style, res: &mut Resolver)
             }
         }
         if style.trim_panic_frames {
-            // Drop everything up to the last frame of the panic machinery
-            // among the innermost frames.
-            let cut = lines
-                .iter()
-                .rposition(|(_, s)| {
-                    s.split_once(" in ")
-                        .map(|(_, n)| is_panic_machinery(n))
-                        .unwrap_or(false)
-                })
-                .map(|i| i + 1)
-                .unwrap_or(0);
-            if cut < lines.len() {
-                lines.drain(..cut);
+            // Drop the leading frames of the panic machinery (our hook, the
+            // std hook dispatch, `panic_fmt`): the report starts at the
+            // function that panicked.
+            let mut cut = 0;
+            for (i, (_, s)) in lines.iter().enumerate() {
+                let name = s.split_once(" in ").map(|(_, n)| n).unwrap_or("");
+                if is_panic_machinery(name) {
+                    cut = i + 1;
+                } else if !name.starts_with("??") {
+                    break;
+                }
             }
+            lines.drain(..cut);
         }
         for (_, s) in &lines {
             out.push_str(s);
