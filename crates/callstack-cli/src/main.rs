@@ -5,8 +5,10 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod addr2line;
 mod crash;
 mod demo;
+mod symbolize;
 
 #[derive(Parser)]
 #[command(
@@ -24,6 +26,10 @@ enum Command {
     /// Capture this program's own stack through a few named functions, print
     /// it, and time capture_fast against glibc backtrace().
     Demo(demo::Args),
+    /// Resolve addresses of an object file like binutils addr2line.
+    Addr2line(addr2line::Args),
+    /// Print the stacks of a callstack trace file (or `-` for stdin) resolved.
+    Symbolize(symbolize::Args),
     /// Symbolize raw crash reports (from a report file, or standard input;
     /// also the helper a crashing program runs).
     CrashReport(crash::Args),
@@ -33,6 +39,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
+        Command::Addr2line(args) => addr2line::run(args),
+        Command::Symbolize(args) => symbolize::run(args),
         Command::CrashReport(args) => crash::run(args),
     };
     match result {

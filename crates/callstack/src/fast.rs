@@ -25,16 +25,14 @@ pub(crate) unsafe extern "C" fn walk_from_entry(
     if out.is_null() || max == 0 {
         return 0;
     }
-    let Some(bounds) = stack::bounds_for(sp) else {
-        return 0;
-    };
+    let hi = stack::stack_end(sp);
     // SAFETY: the caller promises `out` holds `max` writable slots.
     let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
     walk_frame_records(
         crate::arch::native::FRAME_RECORD,
         fp,
         sp,
-        bounds.hi,
+        hi,
         skip as usize,
         out,
     ) as u32
@@ -46,6 +44,10 @@ pub(crate) unsafe extern "C" fn walk_from_entry(
 /// returns how many it wrote. Stops at a null return address, a record
 /// outside the bounds, a misaligned record, or a record that does not move
 /// strictly up the stack.
+///
+/// Shaped for speed without dropping a check: the skipped records are walked
+/// in a loop of their own, and "strictly above the previous record and
+/// inside the stack, aligned" is one unsigned compare (see `next_ok`).
 #[inline(always)]
 pub(crate) fn walk_frame_records(
     layout: FrameRecordLayout,
@@ -56,35 +58,282 @@ pub(crate) fn walk_frame_records(
     out: &mut [usize],
 ) -> usize {
     let record_end = layout.fp_offset.max(layout.ra_offset) + core::mem::size_of::<usize>();
+    let misaligned = layout.align - 1;
+    // `last`: the highest address a record may start at.
     let Some(last) = hi.checked_sub(record_end) else {
         return 0;
     };
+    if fp < lo || fp > last || fp & misaligned != 0 {
+        return 0;
+    }
+    // From here on `lo <= fp <= last` and `fp` is aligned: the record at
+    // `fp` may be read. Each step checks the next record the same way.
+    //
+    // SAFETY (both reads below): `[fp, fp + record_end)` lies inside
+    // `[lo, hi)`, which is mapped, readable stack memory of this thread (see
+    // `stack`), and `fp` is aligned.
+    let read = |fp: usize| unsafe {
+        (
+            core::ptr::read_volatile((fp + layout.fp_offset) as *const usize),
+            core::ptr::read_volatile((fp + layout.ra_offset) as *const usize),
+        )
+    };
+    // `next` is a valid record after `fp`: aligned, strictly above `fp`, at
+    // most `last`, all in one unsigned compare. With `fp` aligned and
+    // `d = next - fp`: `(d - align).rotate_right(log2 align)` puts any
+    // misaligned low bits of `d` at the top (a huge value), and a `d` of 0 or
+    // "negative" (`next <= fp`) wraps to a huge value too; otherwise it is
+    // `d / align - 1`, which is below `(last - fp) / align` exactly when
+    // `next <= last`. `fp <= last`, so `last - fp` does not wrap.
+    let align = layout.align;
+    let shift = align.trailing_zeros();
+    let next_ok = |fp: usize, next: usize| {
+        next.wrapping_sub(fp)
+            .wrapping_sub(align)
+            .rotate_right(shift)
+            < (last - fp) >> shift
+    };
+    while skip > 0 {
+        let (next, ra) = read(fp);
+        if ra == 0 || !next_ok(fp, next) {
+            return 0;
+        }
+        skip -= 1;
+        fp = next;
+    }
     let mut n = 0;
     while n < out.len() {
-        if fp < lo || fp > last || fp & (layout.align - 1) != 0 {
-            break;
-        }
-        // SAFETY: `[fp, fp + record_end)` lies inside `[lo, hi)`, which is
-        // mapped, readable stack memory of this thread (see `stack`).
-        let (next, ra) = unsafe {
-            (
-                core::ptr::read_volatile((fp + layout.fp_offset) as *const usize),
-                core::ptr::read_volatile((fp + layout.ra_offset) as *const usize),
-            )
-        };
+        let (next, ra) = read(fp);
         if ra == 0 {
             break;
         }
-        if skip > 0 {
-            skip -= 1;
-        } else {
-            out[n] = ra;
-            n += 1;
-        }
-        if next <= fp {
+        out[n] = ra;
+        n += 1;
+        if !next_ok(fp, next) {
             break;
         }
         fp = next;
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    //! The walk on crafted frame records in an ordinary array: every way a
+    //! chain can be wrong must end the walk, and never read outside the array.
+    use super::walk_frame_records;
+    use crate::arch::{aarch64, x86_64, FrameRecordLayout};
+
+    const X86: FrameRecordLayout = x86_64::FRAME_RECORD;
+    const W: usize = core::mem::size_of::<usize>();
+
+    /// A fake stack: `words` usizes, 16-byte aligned.
+    struct Fake {
+        mem: Vec<u128>,
+    }
+
+    impl Fake {
+        fn new(words: usize) -> Self {
+            Fake {
+                mem: vec![0u128; words.div_ceil(2)],
+            }
+        }
+        fn lo(&self) -> usize {
+            self.mem.as_ptr() as usize
+        }
+        fn hi(&self) -> usize {
+            self.lo() + self.mem.len() * 16
+        }
+        /// Address of word `i`.
+        fn at(&self, i: usize) -> usize {
+            self.lo() + i * W
+        }
+        /// Writes a record at word `i`: saved frame pointer, return address.
+        fn record(&mut self, i: usize, next: usize, ra: usize) {
+            let base = self.mem.as_mut_ptr() as *mut usize;
+            // SAFETY: the tests only write records inside `mem`.
+            unsafe {
+                *base.add(i) = next;
+                *base.add(i + 1) = ra;
+            }
+        }
+        fn walk(&self, fp: usize, skip: usize, out: &mut [usize]) -> usize {
+            walk_frame_records(X86, fp, self.lo(), self.hi(), skip, out)
+        }
+    }
+
+    /// A good chain of 5 records at words 0, 4, 10, 12, 20; ends at a null
+    /// frame pointer (below the stack).
+    fn good_chain() -> Fake {
+        let mut f = Fake::new(32);
+        let words = [0, 4, 10, 12, 20];
+        for (k, &w) in words.iter().enumerate() {
+            let next = words.get(k + 1).map_or(0, |&n| f.at(n));
+            f.record(w, next, 0x1000 + k);
+        }
+        f
+    }
+
+    #[test]
+    fn walks_a_good_chain() {
+        let f = good_chain();
+        let mut out = [0usize; 16];
+        let n = f.walk(f.at(0), 0, &mut out);
+        assert_eq!(&out[..n], &[0x1000, 0x1001, 0x1002, 0x1003, 0x1004]);
+    }
+
+    #[test]
+    fn skip_and_short_out() {
+        let f = good_chain();
+        let mut out = [0usize; 16];
+        assert_eq!(f.walk(f.at(0), 2, &mut out), 3);
+        assert_eq!(&out[..3], &[0x1002, 0x1003, 0x1004]);
+        assert_eq!(f.walk(f.at(0), 5, &mut out), 0);
+        assert_eq!(f.walk(f.at(0), 99, &mut out), 0);
+        let mut two = [0usize; 2];
+        assert_eq!(f.walk(f.at(0), 1, &mut two), 2);
+        assert_eq!(two, [0x1001, 0x1002]);
+        assert_eq!(f.walk(f.at(0), 0, &mut []), 0);
+    }
+
+    #[test]
+    fn garbage_saved_frame_pointer_ends_the_walk() {
+        for garbage in [
+            0,
+            1,
+            0xdead_beef,
+            usize::MAX,
+            usize::MAX - 7,
+            usize::MAX - 15,
+            usize::MAX / 2,
+        ] {
+            let mut f = good_chain();
+            f.record(10, garbage, 0x1002);
+            let mut out = [0usize; 16];
+            let n = f.walk(f.at(0), 0, &mut out);
+            assert_eq!(&out[..n], &[0x1000, 0x1001, 0x1002], "{garbage:#x}");
+        }
+    }
+
+    #[test]
+    fn cycles_end_the_walk() {
+        // A record pointing at itself.
+        let mut f = good_chain();
+        f.record(10, f.at(10), 0x1002);
+        let mut out = [0usize; 16];
+        assert_eq!(f.walk(f.at(0), 0, &mut out), 3);
+        // A record pointing back down to an earlier one.
+        let mut f = good_chain();
+        f.record(12, f.at(4), 0x1003);
+        assert_eq!(f.walk(f.at(0), 0, &mut out), 4);
+        // Records each one word above the previous (overlapping): they move
+        // up, so they are walked, and the walk still ends inside the array.
+        let mut f = Fake::new(32);
+        for i in 0..30 {
+            f.record(i, f.at(i + 1), 0x2000 + i);
+        }
+        assert!(f.walk(f.at(0), 0, &mut [0usize; 64]) <= 31);
+    }
+
+    #[test]
+    fn pointers_outside_the_stack_end_the_walk() {
+        let f = good_chain();
+        let mut out = [0usize; 16];
+        // Below the stack.
+        assert_eq!(f.walk(f.lo() - 16, 0, &mut out), 0);
+        assert_eq!(f.walk(0, 0, &mut out), 0);
+        // At or past the end, or a record straddling the end.
+        assert_eq!(f.walk(f.hi(), 0, &mut out), 0);
+        assert_eq!(f.walk(f.hi() - W, 0, &mut out), 0);
+        assert_eq!(f.walk(usize::MAX - 7, 0, &mut out), 0);
+        // The last record that fits is read.
+        let mut g = Fake::new(32);
+        g.record(30, 0, 0x77);
+        assert_eq!(g.walk(g.at(30), 0, &mut out), 1);
+        // A chain that jumps below `lo` mid-way.
+        let mut f = good_chain();
+        f.record(12, f.lo() - 64, 0x1003);
+        assert_eq!(f.walk(f.at(0), 0, &mut out), 4);
+        // ... or to the last word, where a whole record does not fit.
+        let mut f = good_chain();
+        f.record(12, f.hi() - W, 0x1003);
+        assert_eq!(f.walk(f.at(0), 0, &mut out), 4);
+        // Bounds that cannot hold a record.
+        assert_eq!(walk_frame_records(X86, 8, 0, 8, 0, &mut out), 0);
+        assert_eq!(walk_frame_records(X86, 0, 0, 0, 0, &mut out), 0);
+    }
+
+    #[test]
+    fn misaligned_frame_pointers_end_the_walk() {
+        let f = good_chain();
+        let mut out = [0usize; 16];
+        for off in 1..8 {
+            assert_eq!(f.walk(f.at(0) + off, 0, &mut out), 0);
+            let mut g = good_chain();
+            g.record(4, g.at(10) + off, 0x1001);
+            assert_eq!(g.walk(g.at(0), 0, &mut out), 2, "offset {off}");
+        }
+        // AArch64 wants 16-byte records: word 4 (32 bytes) is fine, an
+        // 8-byte aligned one is not.
+        let mut a = Fake::new(32);
+        a.record(0, a.at(4), 0x1);
+        a.record(4, a.at(6), 0x2);
+        a.record(6, a.at(9), 0x3);
+        a.record(9, 0, 0x4);
+        let n = walk_frame_records(aarch64::FRAME_RECORD, a.at(0), a.lo(), a.hi(), 0, &mut out);
+        assert_eq!(&out[..n], &[0x1, 0x2, 0x3]);
+    }
+
+    #[test]
+    fn null_return_address_ends_the_walk() {
+        let mut f = good_chain();
+        f.record(10, f.at(12), 0);
+        let mut out = [0usize; 16];
+        assert_eq!(f.walk(f.at(0), 0, &mut out), 2);
+        // ... also while skipping.
+        assert_eq!(f.walk(f.at(0), 1, &mut out), 1);
+        assert_eq!(f.walk(f.at(0), 2, &mut out), 0);
+    }
+
+    #[test]
+    fn one_compare_check_matches_the_plain_rules() {
+        // `next_ok` folds three rules into one compare; compare it with the
+        // plain rules over many (fp, next) pairs near the edges.
+        // Every word holds 1: any record the walk reaches past the crafted
+        // one has a non-null return address and an invalid saved frame
+        // pointer, so the walk returns 2 exactly when it accepted `next`.
+        let mut f = Fake::new(64);
+        let (lo, hi) = (f.lo(), f.hi());
+        let fill = |f: &mut Fake| {
+            for i in (0..64).step_by(2) {
+                f.record(i, 1, 1);
+            }
+        };
+        fill(&mut f);
+        let mut cases = Vec::new();
+        for fp_w in [0usize, 1, 2, 30, 60, 61, 62] {
+            for delta in -40isize..=600 {
+                cases.push((fp_w, delta));
+            }
+        }
+        for (fp_w, delta) in cases {
+            let fp = f.at(fp_w);
+            let next = fp.wrapping_add_signed(delta);
+            let last = hi - 2 * W;
+            f.record(fp_w, next, 0x99);
+            let mut out = [0usize; 4];
+            let n = walk_frame_records(X86, fp, lo, hi, 0, &mut out);
+            let fp_ok = fp <= last;
+            let next_ok = next > fp && next <= last && next % 8 == 0;
+            let expect = if !fp_ok {
+                0
+            } else if next_ok {
+                2
+            } else {
+                1
+            };
+            assert_eq!(n, expect, "fp word {fp_w}, delta {delta}");
+            fill(&mut f);
+        }
+    }
 }

@@ -12,8 +12,13 @@
 
 use super::FrameRecordLayout;
 
+mod rule;
+pub use rule::{Aarch64, UnwindRuleAarch64};
+
+#[cfg(target_arch = "aarch64")]
+pub mod exact;
+
 /// The AArch64 frame record: saved x29 at `[x29]`, x30 at `[x29 + 8]`.
-#[allow(dead_code)] // used by the offline unwinder of aarch64 cores
 pub const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {
     fp_offset: 0,
     ra_offset: 8,

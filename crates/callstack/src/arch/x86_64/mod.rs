@@ -7,6 +7,11 @@
 
 use super::FrameRecordLayout;
 
+pub mod exact;
+mod rule;
+
+pub use rule::{UnwindRuleX86_64, X86_64};
+
 /// The x86-64 frame record: saved rbp at `[rbp]`, return address at `[rbp + 8]`.
 pub const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {
     fp_offset: 0,
