@@ -12,7 +12,7 @@ use super::helper::{self, Outcome, Plan};
 use super::signals::{self, Origin};
 use super::snapshot::{self, MapsScratch};
 use super::sys::{self, SyncCell};
-use core::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
 /// Most frames written to a report.
 pub(crate) const MAX_FRAMES: usize = 256;
@@ -33,6 +33,97 @@ pub(crate) static PREVIOUS: SyncCell<[Option<libc::sigaction>; 65]> = SyncCell::
 
 /// Thread id of the thread writing a report, 0 if none.
 static CRASHING: AtomicI32 = AtomicI32::new(0);
+
+/// Size of the report stack.
+const REPORT_STACK_SIZE: usize = 256 * 1024;
+
+/// Top of the report stack (mapped at install time), 0 if none. The
+/// report runs on it whatever stack the signal landed on (the thread's own,
+/// ours, or a small alternate stack such as the 8 KiB one Rust's standard
+/// library gives its threads), so the unwinder and the helper spawn have
+/// room. Used only by the holder of the crash lock.
+static REPORT_STACK: AtomicUsize = AtomicUsize::new(0);
+
+/// Maps the report stack (once; with a guard page below it).
+pub(crate) fn prepare_report_stack() -> std::io::Result<()> {
+    if REPORT_STACK.load(Ordering::Acquire) != 0 {
+        return Ok(());
+    }
+    // SAFETY: sysconf has no preconditions.
+    let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize).max(4096);
+    // SAFETY: a fresh private anonymous mapping, never freed (it must stay
+    // valid for any later crash).
+    let base = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            REPORT_STACK_SIZE + page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the lowest page of our own mapping becomes a guard page.
+    unsafe { libc::mprotect(base, page, libc::PROT_NONE) };
+    let top = (base as usize + page + REPORT_STACK_SIZE) & !15;
+    if REPORT_STACK
+        .compare_exchange(0, top, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        // SAFETY: another install won the race; this mapping is unused.
+        unsafe { libc::munmap(base, REPORT_STACK_SIZE + page) };
+    }
+    Ok(())
+}
+
+struct ReportArgs {
+    sig: i32,
+    info: *const libc::siginfo_t,
+    ctx: *const libc::ucontext_t,
+    tid: i32,
+}
+
+unsafe extern "C" fn report_trampoline(p: *mut libc::c_void) {
+    // SAFETY: `p` is the ReportArgs of `report_on_report_stack`, whose
+    // pointers are the kernel's siginfo and ucontext; the caller holds the
+    // crash lock, so the scratch is ours.
+    unsafe {
+        let a = &*(p as *const ReportArgs);
+        report(a.sig, &*a.info, &*a.ctx, a.tid, &mut *SCRATCH.get());
+    }
+}
+
+/// Writes the report (and runs the helper) on the report stack.
+///
+/// # Safety
+/// The caller holds the crash lock; `info` and `ctx` are the kernel's.
+unsafe fn report_on_report_stack(
+    sig: i32,
+    info: *const libc::siginfo_t,
+    ctx: *const libc::ucontext_t,
+    tid: i32,
+) {
+    let mut args = ReportArgs {
+        sig,
+        info,
+        ctx,
+        tid,
+    };
+    let p = (&mut args as *mut ReportArgs).cast::<libc::c_void>();
+    let top = REPORT_STACK.load(Ordering::Acquire);
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if top != 0 {
+        // SAFETY: the report stack is ours while we hold the crash lock.
+        unsafe { crate::arch::native::switch::call_on_stack(p, report_trampoline, top) };
+        return;
+    }
+    let _ = top;
+    // SAFETY: as above, on the current stack.
+    unsafe { report_trampoline(p) };
+}
 
 struct Scratch {
     report: [u8; REPORT_BYTES],
@@ -60,15 +151,7 @@ pub(crate) extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, ctx: *m
             // SAFETY: we hold the crash lock, so the scratch is ours; the
             // kernel passes a valid siginfo and ucontext to an SA_SIGINFO
             // handler.
-            unsafe {
-                report(
-                    sig,
-                    &*info,
-                    &*(ctx as *const libc::ucontext_t),
-                    tid,
-                    &mut *SCRATCH.get(),
-                )
-            };
+            unsafe { report_on_report_stack(sig, info, ctx.cast(), tid) };
             reported = true;
         }
         Err(owner) if owner == tid => {
@@ -91,15 +174,7 @@ pub(crate) extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, ctx: *m
                 sys::sleep_ns(10_000_000);
             }
             // SAFETY: as in the first arm.
-            unsafe {
-                report(
-                    sig,
-                    &*info,
-                    &*(ctx as *const libc::ucontext_t),
-                    tid,
-                    &mut *SCRATCH.get(),
-                )
-            };
+            unsafe { report_on_report_stack(sig, info, ctx.cast(), tid) };
             reported = true;
         }
     }
@@ -197,21 +272,25 @@ fn context_registers(ctx: &libc::ucontext_t) -> (usize, usize, usize) {
 /// the interrupted pc, the rest return addresses. The crash handler's one
 /// unwinding call.
 ///
-/// For now a bounded frame-pointer walk (starting at the interrupted frame
-/// pointer, reading only inside the interrupted thread's stack); to be
-/// replaced by `capture_from_context` (DWARF CFI, falling back to frame
-/// pointers) when the exact unwinder lands.
+/// [`crate::capture_from_context`] (DWARF CFI, per-frame frame-pointer
+/// fallback; no allocation, no lock) first; if it gets no further than the
+/// pc (no CFI for it and no usable frame record), a bounded frame-pointer
+/// walk from the interrupted frame pointer, reading only inside the
+/// interrupted thread's stack (after a stack overflow, sp is in the guard
+/// area below it: the frame pointer's stack is used if it starts just
+/// above sp).
 pub(crate) fn unwind_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize {
-    let (pc, sp, fp) = context_registers(ctx);
     if out.is_empty() {
         return 0;
     }
+    let n = crate::capture_from_context(ctx, out);
+    if n > 1 {
+        return n;
+    }
+    let (pc, sp, fp) = context_registers(ctx);
     out[0] = pc;
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     {
-        // The stack that holds sp; after a stack overflow sp is in the guard
-        // area below the stack, so try the frame pointer's mapping, accepted
-        // only just above sp.
         let bounds = match crate::stack::bounds_for(sp) {
             Some(b) if b.contains(fp) => Some((sp, b.hi)),
             _ => crate::stack::bounds_for(fp)

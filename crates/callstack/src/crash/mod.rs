@@ -183,6 +183,11 @@ pub fn install(options: Options) -> io::Result<()> {
     let _guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     snapshot::refresh();
     crate::prepare_thread();
+    if !crate::has_dl_find_object() {
+        // Without glibc's lock-free `_dl_find_object` (glibc < 2.35) the
+        // exact unwinder needs its tables compiled before a signal comes.
+        crate::prepare();
+    }
     let timeout = std::env::var(TIMEOUT_ENV)
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
@@ -212,6 +217,7 @@ pub fn install(options: Options) -> io::Result<()> {
     // another thread may still read the previous one.
     handler::CONFIG.store(Box::leak(cfg), core::sync::atomic::Ordering::Release);
     altstack::install_thread()?;
+    handler::prepare_report_stack()?;
     let ours: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) = handler::on_signal;
     let ours = ours as usize;
     for &sig in &options.signals {

@@ -5,19 +5,17 @@
 use super::fmt::Buf;
 use super::handler::{write_frames, write_thread, BEGIN_RAW, END_RAW};
 use super::report::{symbolize_report_with, Style};
-use super::resolve::Resolver;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 /// Captures the calling thread's stack: the one capture call of panic
 /// reports. `out[0]` is inside the caller.
 ///
-/// For now the frame-pointer walk; to become `capture_exact` when the
-/// exact unwinder lands.
+/// [`crate::capture_exact`]: right through the standard library's panic
+/// machinery, which has no frame pointers.
 #[inline(always)]
 fn capture_here(out: &mut [usize]) -> usize {
-    crate::capture_fast(0, out)
+    crate::capture_exact(0, out)
 }
 
 /// Formats the raw part of a panic report.
@@ -49,26 +47,19 @@ fn raw_report(info: &std::panic::PanicHookInfo<'_>) -> String {
     String::from_utf8_lossy(w.as_bytes()).into_owned()
 }
 
-static RESOLVER: Mutex<Option<Resolver>> = Mutex::new(None);
-
 /// Installs the panic hook (once per call; the previous hook still runs
 /// after ours).
 pub(crate) fn install(report_path: Option<PathBuf>) {
     let prev = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let raw = raw_report(info);
-        let sym = {
-            let mut guard = RESOLVER.lock().unwrap_or_else(|e| e.into_inner());
-            let res = guard.get_or_insert_with(Resolver::new);
-            symbolize_report_with(
-                &raw,
-                Style {
-                    elapsed: false,
-                    trim_panic_frames: true,
-                },
-                res,
-            )
-        };
+        let sym = symbolize_report_with(
+            &raw,
+            Style {
+                elapsed: false,
+                trim_panic_frames: true,
+            },
+        );
         let text = format!("{raw}{sym}");
         let _ = std::io::stderr().write_all(text.as_bytes());
         if let Some(p) = &report_path {

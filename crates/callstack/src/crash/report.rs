@@ -120,7 +120,7 @@ pub(crate) struct Style {
 /// wrote, to stderr or to its report file): function, file:line:column and
 /// inlined frames for each frame.
 pub fn symbolize_report(raw: &str) -> String {
-    symbolize_report_with(raw, Style::default(), &mut Resolver::new())
+    symbolize_report_with(raw, Style::default())
 }
 
 fn is_panic_machinery(name: &str) -> bool {
@@ -133,9 +133,10 @@ fn is_panic_machinery(name: &str) -> bool {
         || (name.starts_with("<alloc::boxed::Box<") && name.contains("PanicHookInfo"))
 }
 
-pub(crate) fn symbolize_report_with(raw: &str, style: Style, res: &mut Resolver) -> String {
+pub(crate) fn symbolize_report_with(raw: &str, style: Style) -> String {
     let mut out = String::new();
     for r in parse_raw_reports(raw) {
+        let mut res = Resolver::for_frames(&r.frames);
         out.push_str("*** callstack: crash report (symbolized) ***\n");
         for h in &r.header {
             if !h.starts_with("time:") && !h.starts_with("process:") {
@@ -145,12 +146,12 @@ pub(crate) fn symbolize_report_with(raw: &str, style: Style, res: &mut Resolver)
         let mut lines: Vec<(usize, String)> = Vec::new();
         for f in &r.frames {
             let mut text = Vec::new();
-            let Some((path, offset, bid)) = &f.module else {
+            let Some((path, offset, _)) = &f.module else {
                 text.push((None, format!("  #{} {:#018x} in ??", f.index, f.address)));
                 lines.push((f.index, text.pop().unwrap().1));
                 continue;
             };
-            let res = res.resolve(path, bid.as_deref(), *offset, f.is_return_address);
+            let res = res.resolve(f);
             let base = path
                 .file_name()
                 .map(|s| s.to_string_lossy().into_owned())
@@ -254,7 +255,6 @@ pub fn run_helper() -> i32 {
             elapsed: true,
             trim_panic_frames: false,
         },
-        &mut Resolver::new(),
     );
     if text.is_empty() {
         eprintln!("callstack crash-report: no raw report on standard input");

@@ -1,194 +1,105 @@
-//! Address to function, file and line, for the symbolized part of a report.
-//!
-//! PLACEHOLDER: until `callstack::symbolize::Symbolizer` lands, this is a
-//! small resolver over the `addr2line` crate (DWARF, with inlined frames)
-//! and `.symtab`/`.dynsym` (via `object`). [`Resolver::resolve`] is the one
-//! function the crash reports call; it switches to the Symbolizer then.
+//! Frames of a raw report to functions, files and lines: the one place the
+//! crash reports call the symbolizer ([`crate::symbolize::Symbolizer`],
+//! used offline from the module list the report carries: path, build-id,
+//! load bias).
 
-use addr2line::gimli;
-use object::{Object, ObjectSection, ObjectSymbol};
-use std::borrow::Cow;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-
-type Slice = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
+use super::report::RawFrame;
+use crate::symbolize::{Address, ErrorKind, ModuleInfo, Symbolizer};
+use std::path::PathBuf;
 
 /// One resolved frame (an address can give several: inlined ones first).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SymFrame {
-    /// Demangled function name, if known.
+pub(crate) struct SymFrame {
     pub function: Option<String>,
-    /// Source file, if known.
     pub file: Option<String>,
-    /// Line, if known.
     pub line: Option<u32>,
-    /// Column, if known.
     pub column: Option<u32>,
     /// Whether this frame was inlined into the next one.
     pub inlined: bool,
 }
 
-struct Loaded {
-    ctx: Option<addr2line::Context<Slice>>,
-    /// (address, size, name), sorted by address.
-    symbols: Vec<(u64, u64, String)>,
-    build_id: Option<Vec<u8>>,
-}
-
-/// Resolves module offsets, caching each module it opens.
-#[derive(Default)]
-pub struct Resolver {
-    modules: HashMap<PathBuf, Option<Loaded>>,
-}
-
-fn leak(c: Cow<'_, [u8]>, keep: &'static [u8]) -> &'static [u8] {
-    match c {
-        // A borrowed slice points into the leaked map `keep`.
-        Cow::Borrowed(b) => {
-            let off = b.as_ptr() as usize - keep.as_ptr() as usize;
-            &keep[off..off + b.len()]
-        }
-        Cow::Owned(v) => Box::leak(v.into_boxed_slice()),
-    }
-}
-
-fn load(path: &Path) -> Option<Loaded> {
-    let file = std::fs::File::open(path).ok()?;
-    // SAFETY: the file is mapped read-only; a concurrent truncation could
-    // fault, the risk every symbolizer of mapped files takes.
-    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    let data: &'static [u8] = &Box::leak(Box::new(map))[..];
-    let obj = object::File::parse(data).ok()?;
-    let endian = if obj.is_little_endian() {
-        gimli::RunTimeEndian::Little
-    } else {
-        gimli::RunTimeEndian::Big
-    };
-    let section = |id: gimli::SectionId| -> Result<Slice, gimli::Error> {
-        let bytes = obj
-            .section_by_name(id.name())
-            .and_then(|s| s.uncompressed_data().ok())
-            .map(|c| leak(c, data))
-            .unwrap_or(&[]);
-        Ok(gimli::EndianSlice::new(bytes, endian))
-    };
-    let ctx = gimli::Dwarf::load(section)
-        .ok()
-        .and_then(|d| addr2line::Context::from_dwarf(d).ok());
-    let mut symbols: Vec<(u64, u64, String)> = obj
-        .symbols()
-        .chain(obj.dynamic_symbols())
-        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
-        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
-        .collect();
-    symbols.sort();
-    symbols.dedup_by_key(|s| s.0);
-    let build_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
-    Some(Loaded {
-        ctx,
-        symbols,
-        build_id,
-    })
-}
-
-/// Demangles Rust (legacy and v0) and C++ names; others are returned as is.
-pub fn demangle(name: &str) -> String {
-    if let Ok(d) = rustc_demangle::try_demangle(name) {
-        return format!("{d:#}");
-    }
-    if name.starts_with("_Z") {
-        if let Ok(s) = cpp_demangle::Symbol::new(name) {
-            if let Ok(d) = s.demangle() {
-                return d;
-            }
-        }
-    }
-    name.to_string()
-}
-
-/// What [`Resolver::resolve`] says about one address.
+/// What [`Resolver::resolve`] says about one frame.
 #[derive(Clone, Debug, Default)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// Frames at the address, innermost (inlined) first; empty if unknown.
     pub frames: Vec<SymFrame>,
-    /// Set when the file on disk has another build-id than the report's.
+    /// The file on disk has another build-id than the report's (and no
+    /// debug file with the report's build-id was found).
     pub build_id_mismatch: bool,
-    /// Set when the module file could not be read.
+    /// The module file could not be read.
     pub unreadable: bool,
 }
 
-impl Resolver {
-    /// A resolver with an empty cache.
-    pub fn new() -> Self {
-        Self::default()
-    }
+/// A symbolizer over the modules named by one report's frames.
+pub(crate) struct Resolver {
+    sym: Symbolizer,
+}
 
-    /// Resolves `offset` (address minus load bias) in the module at `path`.
-    /// `is_return_address` looks up `offset - 1`, the call instruction.
-    pub fn resolve(
-        &mut self,
-        path: &Path,
-        build_id: Option<&[u8]>,
-        offset: u64,
-        is_return_address: bool,
-    ) -> Resolved {
-        let probe = if is_return_address {
-            offset.saturating_sub(1)
-        } else {
-            offset
-        };
-        let loaded = self
-            .modules
-            .entry(path.to_path_buf())
-            .or_insert_with(|| load(path));
-        let Some(m) = loaded else {
-            return Resolved {
-                unreadable: true,
-                ..Default::default()
+impl Resolver {
+    /// Builds the module list from the frames: each (path, load bias) pair
+    /// is a module spanning the frames' addresses.
+    pub(crate) fn for_frames(frames: &[RawFrame]) -> Resolver {
+        let mut mods: Vec<ModuleInfo> = Vec::new();
+        for f in frames {
+            let Some((path, offset, bid)) = &f.module else {
+                continue;
             };
-        };
-        let mut out = Resolved {
-            build_id_mismatch: matches!((build_id, &m.build_id), (Some(a), Some(b)) if !a.is_empty() && a != &b[..]),
-            ..Default::default()
-        };
-        if let Some(ctx) = &m.ctx {
-            if let Ok(mut it) = ctx.find_frames(probe).skip_all_loads() {
-                while let Ok(Some(f)) = it.next() {
-                    let function = f
-                        .function
-                        .as_ref()
-                        .and_then(|n| n.raw_name().ok())
-                        .map(|n| demangle(&n));
-                    let (file, line, column) = match &f.location {
-                        Some(l) => (l.file.map(str::to_string), l.line, l.column),
-                        None => (None, None, None),
-                    };
-                    out.frames.push(SymFrame {
-                        function,
-                        file,
-                        line,
-                        column,
-                        inlined: true,
-                    });
+            let addr = f.address as usize;
+            let bias = addr.wrapping_sub(*offset as usize);
+            let lo = addr.saturating_sub(1);
+            let hi = addr.saturating_add(1);
+            match mods
+                .iter_mut()
+                .find(|m| m.path == *path && m.bias == Some(bias))
+            {
+                Some(m) => {
+                    m.start = m.start.min(lo);
+                    m.end = m.end.max(hi);
                 }
-            }
-            if let Some(last) = out.frames.last_mut() {
-                last.inlined = false;
+                None => mods.push(ModuleInfo {
+                    path: path.clone(),
+                    build_id: bid.clone().filter(|b| !b.is_empty()),
+                    start: lo,
+                    end: hi,
+                    bias: Some(bias),
+                }),
             }
         }
-        if out.frames.iter().all(|f| f.function.is_none()) {
-            let i = m.symbols.partition_point(|s| s.0 <= probe);
-            if i > 0 {
-                let (addr, size, name) = &m.symbols[i - 1];
-                if size == &0 || probe < addr + size {
-                    let name = demangle(name);
-                    match out.frames.last_mut() {
-                        Some(f) => f.function = Some(name),
-                        None => out.frames.push(SymFrame {
-                            function: Some(name),
-                            ..Default::default()
-                        }),
-                    }
+        Resolver {
+            sym: Symbolizer::from_modules(mods),
+        }
+    }
+
+    /// Resolves one frame: a return address is looked up at `addr - 1`, the
+    /// interrupted pc of a signal as is.
+    pub(crate) fn resolve(&mut self, f: &RawFrame) -> Resolved {
+        let addr = if f.is_return_address {
+            Address::Return(f.address as usize)
+        } else {
+            Address::Exact(f.address as usize)
+        };
+        let s = self.sym.symbolize(addr);
+        let frames = s
+            .frames
+            .iter()
+            .map(|fr| SymFrame {
+                function: fr.function.as_deref().map(str::to_string),
+                file: fr.file.as_deref().map(str::to_string),
+                line: fr.line,
+                column: fr.column,
+                inlined: fr.inlined,
+            })
+            .collect();
+        let path: Option<PathBuf> = f.module.as_ref().map(|m| m.0.clone());
+        let mut out = Resolved {
+            frames,
+            ..Default::default()
+        };
+        for e in self.sym.module_errors() {
+            if Some(&e.path) == path.as_ref() {
+                match e.kind {
+                    ErrorKind::BuildIdMismatch => out.build_id_mismatch = true,
+                    _ => out.unreadable = true,
                 }
             }
         }
