@@ -3,11 +3,43 @@
 //! `crash_fixture SCENARIO` installs the crash handler (report file from
 //! `CRASH_REPORT_FILE`, panic hook on), then crashes:
 //! `null`, `abort`, `ill`, `trap`, `overflow`, `thread`, `malloc`, `panic`,
-//! `prev-handler` (a SIGSEGV handler of its own installed before ours).
+//! `prev-handler` (a SIGSEGV handler of its own installed before ours),
+//! `alloc-count` (a null dereference with allocations counted from the
+//! fault until our handler chains to the fixture's own handler, which
+//! prints the count: the crash report must allocate nothing).
 //! Each scenario goes through a few named, never-inlined functions so the
 //! tests can check the chain of names.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// The system allocator, counting allocations while `ARMED`.
+struct Counting;
+
+static ARMED: AtomicBool = AtomicBool::new(false);
+static DURING_CRASH: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if ARMED.load(Ordering::Relaxed) {
+            DURING_CRASH.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        if ARMED.load(Ordering::Relaxed) {
+            DURING_CRASH.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 #[inline(never)]
 fn rust_null_deref() {
@@ -20,6 +52,10 @@ fn rust_null_deref() {
 fn rust_level_two(what: &str) {
     match what {
         "null" | "prev-handler" => rust_null_deref(),
+        "alloc-count" => {
+            ARMED.store(true, Ordering::SeqCst);
+            rust_null_deref()
+        }
         "abort" => rust_abort(),
         "ill" => rust_illegal(),
         "trap" => rust_trap(),
@@ -115,17 +151,24 @@ fn rust_malloc_victim(n: usize) -> *mut libc::c_void {
 }
 
 extern "C" fn own_segv_handler(_sig: i32) {
+    ARMED.store(false, Ordering::SeqCst);
     let msg = b"fixture: own SIGSEGV handler ran\n";
+    let mut line = *b"fixture: allocations during the crash report: 0000\n";
+    let n = DURING_CRASH.load(Ordering::SeqCst).min(9999);
+    for (i, d) in [1000, 100, 10, 1].iter().enumerate() {
+        line[46 + i] = b'0' + ((n / d) % 10) as u8;
+    }
     // SAFETY: write(2) and signal(2) are async-signal-safe.
     unsafe {
         libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::write(2, line.as_ptr().cast(), line.len());
         libc::signal(libc::SIGSEGV, libc::SIG_DFL);
     }
 }
 
 fn main() {
     let what = std::env::args().nth(1).unwrap_or_default();
-    if what == "prev-handler" {
+    if what == "prev-handler" || what == "alloc-count" {
         let h: extern "C" fn(i32) = own_segv_handler;
         // SAFETY: installing a plain handler.
         unsafe { libc::signal(libc::SIGSEGV, h as libc::sighandler_t) };

@@ -331,3 +331,23 @@ fn crash_rust_raw_part_survives_a_hanging_helper() {
     assert_eq!(c.signal, Some(libc::SIGSEGV));
     assert!(c.elapsed < Duration::from_secs(10), "{:?}", c.elapsed);
 }
+
+#[test]
+fn crash_rust_report_allocates_nothing() {
+    // The fixture's global allocator counts every allocation and free from
+    // just before the fault until our handler chains to the fixture's own
+    // handler, after both parts of the report are out.
+    let c = run("alloc-count", &[]);
+    check(
+        &c,
+        libc::SIGSEGV,
+        "signal: SIGSEGV: address not mapped, fault address 0x0",
+        &with_main(&["rust_null_deref"]),
+    );
+    assert!(
+        c.stderr
+            .contains("fixture: allocations during the crash report: 0000"),
+        "{}",
+        c.stderr
+    );
+}
