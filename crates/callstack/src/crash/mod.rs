@@ -6,9 +6,11 @@
 //! 1. **The raw part**, written by the signal handler itself with
 //!    async-signal-safe calls only and no allocation: the signal and its
 //!    code in words (`SIGSEGV: address not mapped, fault address 0x0`), the
-//!    thread id and name, and every frame unwound from the signal context,
-//!    each as address, module path, offset in the module and build-id. It
-//!    goes to standard error and, if asked, to a report file.
+//!    thread id and name, and every frame unwound from the signal context
+//!    with [`crate::capture_from_context`] (DWARF CFI, falling back to
+//!    frame pointers), each as address, module path, offset in the module
+//!    and build-id. It goes to standard error and, if asked, to a report
+//!    file.
 //! 2. **The symbolized part** (function, file:line:column, inlined frames),
 //!    made by *another process*: symbolizing inside the crashed process can
 //!    deadlock (the crash may be inside `malloc`, holding its lock) or fault
@@ -17,8 +19,10 @@
 //!    take malloc's locks) and `execve`, writes the raw report to its
 //!    standard input, and waits for it with a timeout (default 5 s). The
 //!    raw report holds everything the helper needs (module paths, offsets,
-//!    build-ids). If this step fails or times out nothing is lost: the raw
-//!    part is already written.
+//!    build-ids); the helper resolves it offline with
+//!    [`crate::symbolize::Symbolizer::from_modules`] (DWARF, split debug
+//!    info found by build-id, symbol tables). If this step fails or times
+//!    out nothing is lost: the raw part is already written.
 //!
 //! Then the process dies the way it would have without us: the previous
 //! handler of the signal is called if there was one; otherwise the default
@@ -60,6 +64,11 @@
 //! - No allocation, no lock, no `core::fmt`: the report is formatted into a
 //!   static buffer by a small byte writer, and that buffer belongs to the
 //!   thread that won the crash lock (an atomic holding its thread id).
+//! - The report runs on a 256 KiB stack of its own (mapped at install
+//!   time, guard page below, used only by the holder of the crash lock),
+//!   whatever stack the signal was delivered on, so a thread's small
+//!   alternate stack (Rust's standard library gives each thread one of a
+//!   few KiB) only has to hold the signal frame.
 //! - Only system calls (`write`, `open`, `read`, `close`, `prctl`,
 //!   `pipe2`, `clone`, `execve`, `waitpid`, `nanosleep`, `poll`, `tgkill`,
 //!   `sigaction`) and `clock_gettime` (vDSO).
