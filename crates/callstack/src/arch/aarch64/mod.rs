@@ -19,6 +19,7 @@ pub use rule::{Aarch64, UnwindRuleAarch64};
 
 #[cfg(target_arch = "aarch64")]
 pub mod exact;
+pub(crate) mod switch;
 
 /// The AArch64 frame record: saved x29 at `[x29]`, x30 at `[x29 + 8]`.
 pub const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {

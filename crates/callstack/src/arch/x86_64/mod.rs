@@ -11,6 +11,7 @@ use super::FrameRecordLayout;
 
 pub mod exact;
 mod rule;
+pub(crate) mod switch;
 
 pub use rule::{UnwindRuleX86_64, X86_64};
 
