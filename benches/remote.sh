@@ -62,6 +62,8 @@ cs_live=$(median_ms $CS pstack $pid)
 gdb_live=$(median_ms gdb -nx -batch -ex 'set debuginfod enabled off' -ex 'thread apply all bt' -p $pid)
 if command -v eu-stack >/dev/null; then
   eu_live=$(median_ms eu-stack -p $pid)
+  # With inlined frames and source lines, as callstack prints them.
+  eu_live_is=$(median_ms eu-stack -i -s -p $pid)
 else
   eu_live="not installed"
 fi
@@ -78,7 +80,8 @@ echo "  gdb -p             ${gdb_live} ms   -> callstack is $(ratio "$gdb_live" 
 if [ "$eu_live" = "not installed" ]; then
   echo "  eu-stack -p        not installed (apt-get install elfutils)"
 else
-  echo "  eu-stack -p        ${eu_live} ms   -> callstack is $(ratio "$eu_live" "$cs_live") faster"
+  echo "  eu-stack -p        ${eu_live} ms   -> ratio $(ratio "$eu_live" "$cs_live") (names only: no DWARF read)"
+  echo "  eu-stack -i -s -p  ${eu_live_is} ms   -> callstack is $(ratio "$eu_live_is" "$cs_live") faster (inlines + lines, like callstack)"
 fi
 echo "core file (${core_size} MB, median of $RUNS runs):"
 echo "  callstack core     ${cs_core} ms"

@@ -73,30 +73,35 @@ impl Progress {
 /// a thread's frames are named while the next thread is unwound.
 ///
 /// Like gdb, a thread's frames end at `main` unless `past_main` is set.
-pub fn collect<M: Memory>(
+pub fn collect<M: Memory + Send>(
     snap: &Snapshot,
     mem: &mut M,
     progress: &Progress,
     past_main: bool,
     debug_dirs: &[PathBuf],
 ) -> Vec<ThreadOut> {
-    let unwinder = RemoteUnwinder::new(snap);
     let out = std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::channel::<(usize, Unwound)>();
-        let namer = scope.spawn(move || {
-            let mut sym = Names::new(snap, debug_dirs);
-            rx.into_iter()
-                .map(|(i, u)| name_thread(snap, &snap.threads[i], u, &mut sym, past_main))
-                .collect::<Vec<ThreadOut>>()
-        });
-        for (i, t) in snap.threads.iter().enumerate() {
-            progress.tick(i);
-            if tx.send((i, unwinder.unwind(mem, t, MAX_FRAMES))).is_err() {
-                break;
+        // The unwinder on a helper thread; the symbolizer, whose large
+        // buffers are best served by the main thread's heap, here.
+        scope.spawn(move || {
+            let unwinder = RemoteUnwinder::new(snap);
+            for (i, t) in snap.threads.iter().enumerate() {
+                progress.tick(i);
+                if tx.send((i, unwinder.unwind(mem, t, MAX_FRAMES))).is_err() {
+                    break;
+                }
             }
-        }
-        drop(tx);
-        namer.join().expect("the symbolizing thread panicked")
+        });
+        let mut sym = Names::new(snap, debug_dirs);
+        let out: Vec<ThreadOut> = rx
+            .into_iter()
+            .map(|(i, u)| name_thread(snap, &snap.threads[i], u, &mut sym, past_main))
+            .collect();
+        // The process ends right after printing: tearing down parsed debug
+        // info would only cost time.
+        std::mem::forget(sym);
+        out
     });
     progress.done();
     out
