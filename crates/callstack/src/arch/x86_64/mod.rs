@@ -5,6 +5,7 @@
 //!   [rbp + 0]  caller's rbp
 //! ```
 
+pub mod regs;
 pub mod core_regs;
 pub mod instruction_analysis;
 
@@ -12,6 +13,7 @@ use super::FrameRecordLayout;
 
 pub mod exact;
 mod rule;
+pub(crate) mod switch;
 
 pub use rule::{UnwindRuleX86_64, X86_64};
 
