@@ -17,6 +17,7 @@
 //! # Ok::<(), callstack::remote::RemoteError>(())
 //! ```
 
+mod code;
 pub mod corefile;
 mod files;
 #[cfg(target_os = "linux")]
@@ -104,7 +105,8 @@ impl Arch {
         match self {
             Arch::X86_64 => crate::arch::x86_64::regs::from_user_regs(bytes),
             Arch::Aarch64 => crate::arch::aarch64::regs::from_user_regs(bytes),
-            Arch::Arm | Arch::Mips => None,
+            Arch::Arm => crate::arch::arm::core_regs::from_user_regs(bytes),
+            Arch::Mips => crate::arch::mips::core_regs::from_user_regs(bytes),
         }
     }
 
@@ -120,7 +122,14 @@ impl Arch {
                 pid_offset: crate::arch::aarch64::regs::PRSTATUS_PID_OFFSET,
                 regs_offset: crate::arch::aarch64::regs::PRSTATUS_REGS_OFFSET,
             }),
-            Arch::Arm | Arch::Mips => None,
+            Arch::Arm => Some(PrstatusLayout {
+                pid_offset: crate::arch::arm::core_regs::PR_PID_OFFSET,
+                regs_offset: crate::arch::arm::core_regs::PR_REG_OFFSET,
+            }),
+            Arch::Mips => Some(PrstatusLayout {
+                pid_offset: crate::arch::mips::core_regs::PR_PID_OFFSET,
+                regs_offset: crate::arch::mips::core_regs::PR_REG_OFFSET,
+            }),
         }
     }
 }

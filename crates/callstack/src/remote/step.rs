@@ -153,16 +153,9 @@ impl<'s> RemoteUnwinder<'s> {
             lr: lr_of(regs),
         };
         match &self.tables {
-            Tables::X86_64(set) => walk(set, start, mem, max),
-            Tables::Aarch64(set) => walk(set, start, mem, max),
-            Tables::Unsupported(a) => Unwound {
-                frames: vec![Frame {
-                    pc,
-                    lookup: pc,
-                    method: Method::Context,
-                }],
-                stop: Some(format!("no unwinder for {a:?} yet")),
-            },
+            Tables::X86_64(set) => walk(set, self.snap, start, mem, max),
+            Tables::Aarch64(set) => walk(set, self.snap, start, mem, max),
+            Tables::Unsupported(a) => insn_walk(*a, self.snap, regs, start, mem, max),
         }
     }
 
@@ -181,15 +174,93 @@ fn lr_of(regs: &Registers) -> u64 {
     }
 }
 
-fn walk<A: crate::arch::Arch, M: Memory + ?Sized>(
-    set: &LazySet<A>,
+/// How far above the first stack pointer the machine-code fallback may scan
+/// (reads stop earlier at the end of the readable stack).
+const SCAN_LIMIT: u64 = 64 << 20;
+
+/// 32-bit ARM and MIPS: no compiled CFI tables; the machine-code unwinder
+/// (EHABI tables on ARM, prologue analysis, stack scanning).
+fn insn_walk<M: Memory + ?Sized>(
+    arch: Arch,
+    snap: &Snapshot,
+    regs: &Registers,
     start: UnwindRegs,
     mem: &mut M,
     max: usize,
 ) -> Unwound {
+    use crate::unwind::insn;
+    let mut code = super::code::SnapshotCode::new(snap);
+    let mut buf = vec![(0u64, unwind::Method::Context); max.max(1)];
+    let end = start.sp.saturating_add(SCAN_LIMIT);
+    let n = match arch {
+        Arch::Arm => {
+            let mut r = [0u32; 16];
+            for (i, x) in r.iter_mut().enumerate() {
+                *x = regs.get(i as u16).unwrap_or(0) as u32;
+            }
+            if regs.get(16).unwrap_or(0) & insn::core_regs::arm::CPSR_T != 0 {
+                r[15] |= 1;
+            }
+            insn::arm::unwinder::walk(r, mem, &mut code, end, &mut buf)
+        }
+        Arch::Mips => {
+            insn::risc::walk::<insn::mips::Arch, M, _>(start, mem, &mut code, end, &mut buf)
+        }
+        Arch::Aarch64 => {
+            insn::risc::walk::<insn::aarch64::Arch, M, _>(start, mem, &mut code, end, &mut buf)
+        }
+        Arch::X86_64 => insn::x86_64::unwinder::walk(start, mem, &mut code, end, &mut buf).0,
+    };
+    let frames = buf[..n]
+        .iter()
+        .enumerate()
+        .map(|(i, &(pc, m))| {
+            let exact = i == 0 || m == unwind::Method::SignalFrame;
+            let pc = if arch == Arch::Arm { pc & !1 } else { pc };
+            Frame {
+                pc,
+                lookup: if exact { pc } else { pc.wrapping_sub(1) },
+                method: method_of(m),
+            }
+        })
+        .collect();
+    Unwound {
+        frames,
+        stop: (n == max).then(|| format!("stopped after {max} frames")),
+    }
+}
+
+fn method_of(m: unwind::Method) -> Method {
+    match m {
+        unwind::Method::Context | unwind::Method::SignalFrame => Method::Context,
+        unwind::Method::Cfi => Method::Cfi,
+        unwind::Method::FramePointer => Method::Fp,
+        unwind::Method::Insn => Method::Insn,
+        unwind::Method::Scan => Method::Scan,
+    }
+}
+
+fn walk<A: crate::arch::Arch, M: Memory + ?Sized>(
+    set: &LazySet<A>,
+    snap: &Snapshot,
+    start: UnwindRegs,
+    mem: &mut M,
+    max: usize,
+) -> Unwound
+where
+    for<'x> crate::unwind::insn::InsnFallback<super::code::SnapshotCode<'x>>:
+        crate::unwind::Fallback<A>,
+{
     let mut out = Unwound::default();
+    // Frames without CFI: instruction analysis, validated frame pointer,
+    // verified stack scanning (code loaded lazily, module by module).
+    crate::unwind::insn::warm_up();
+    let fallback = crate::unwind::insn::InsnFallback::new(
+        super::code::SnapshotCode::new(snap),
+        start.sp.saturating_add(SCAN_LIMIT),
+    );
     // A core's or a stopped thread's pc is exact: it was interrupted there.
-    let mut u: Unwinder<'_, A, LazySet<A>> = Unwinder::new(set, start, true);
+    let mut u = Unwinder::with_fallback(set, start, true, fallback);
     while out.frames.len() < max {
         let Some(f) = u.next(mem) else { break };
         out.frames.push(Frame {
