@@ -281,6 +281,35 @@ fn check(a: Arch, opt: &str, strip: bool) {
         // With symbols, every frame is found by analysis (or tables), not by scanning.
         assert!(!methods.contains(&"scan"), "scanned: {methods:?}");
     }
+    // The integrated tool gives the same chain: `callstack core --json`
+    // (past main, to compare whole chains).
+    let cli = testsupport::release_artifacts().cli.clone();
+    let o = Command::new(&cli)
+        .args(["core", "--json", "--past-main", "--methods"])
+        .arg(&test_exe)
+        .arg(&core)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "callstack core: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cli_pcs: Vec<u64> = report["threads"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            u64::from_str_radix(f["pc"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+        })
+        .collect();
+    let cli_chain = by_symbol(&exe, &cli_pcs);
+    assert!(
+        cli_chain.len() >= truth.len() && cli_chain[..truth.len()] == truth[..],
+        "{} {opt} strip={strip}: callstack core differs\n truth: {truth:x?}\n   cli: {cli_chain:x?}",
+        a.name()
+    );
     // The build with tables gives the same chain through our unwinder too.
     let ours_cfi = our_chain(a, &truth_exe, &truth_core);
     let pcs: Vec<u64> = ours_cfi.iter().map(|f| f.0).collect();
