@@ -59,20 +59,31 @@ impl StackMemory {
             bounds: [b, StackBounds::default()],
         })
     }
+
+    #[cold]
+    fn read_other(&self, addr: u64) -> Result<u64, ReadError> {
+        let a = addr as usize;
+        let b = &self.bounds[1];
+        if a >= b.lo && a < b.hi && b.hi - a >= 8 {
+            // SAFETY: [a, a + 8) lies inside a mapped, readable stack of
+            // this thread (see `stack`): the read cannot fault.
+            return Ok(unsafe { core::ptr::read_unaligned(a as *const u64) });
+        }
+        Err(ReadError::OutOfBounds(addr))
+    }
 }
 
 impl Memory for StackMemory {
     #[inline(always)]
     fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
         let a = addr as usize;
-        for b in &self.bounds {
-            if a >= b.lo && a < b.hi && b.hi - a >= 8 {
-                // SAFETY: [a, a + 8) lies inside a mapped, readable stack of
-                // this thread (see `stack`): the read cannot fault.
-                return Ok(unsafe { core::ptr::read_unaligned(a as *const u64) });
-            }
+        let b = &self.bounds[0];
+        if a >= b.lo && a < b.hi && b.hi - a >= 8 {
+            // SAFETY: [a, a + 8) lies inside a mapped, readable stack of
+            // this thread (see `stack`): the read cannot fault.
+            return Ok(unsafe { core::ptr::read_unaligned(a as *const u64) });
         }
-        Err(ReadError::OutOfBounds(addr))
+        self.read_other(addr)
     }
 
     fn note_stack(&mut self, sp: u64) {
@@ -270,16 +281,46 @@ static SNAPSHOT: AtomicPtr<Snapshot> = AtomicPtr::new(core::ptr::null_mut());
 static STALE: AtomicBool = AtomicBool::new(false);
 static PREPARE_LOCK: Mutex<()> = Mutex::new(());
 
-const CACHE_BITS: u32 = 12;
+const CACHE_BITS: u32 = 13;
 const CACHE_SIZE: usize = 1 << CACHE_BITS;
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: AtomicU64 = AtomicU64::new(0);
 /// Lookup address (low 48 bits) << 16 | packed rule. 0 is empty.
 static CACHE: [AtomicU64; CACHE_SIZE] = [EMPTY; CACHE_SIZE];
 
+/// The cache is 2-way set associative: a lookup address may sit in either
+/// word of its pair.
 #[inline(always)]
-fn cache_slot(addr: u64) -> &'static AtomicU64 {
-    &CACHE[(addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_BITS)) as usize]
+fn cache_set(addr: u64) -> usize {
+    ((addr ^ (addr >> CACHE_BITS) ^ (addr >> (2 * CACHE_BITS))) as usize) & (CACHE_SIZE - 2)
+}
+
+/// The cached word of `addr` (key in the high 48 bits), or 0.
+#[inline(always)]
+fn cache_get(addr: u64) -> u64 {
+    let i = cache_set(addr);
+    let v = CACHE[i].load(Ordering::Relaxed);
+    if v >> 16 == addr {
+        return v;
+    }
+    let v = CACHE[i + 1].load(Ordering::Relaxed);
+    if v >> 16 == addr {
+        return v;
+    }
+    0
+}
+
+/// Caches a packed rule: in an empty way, else in the second way, so two
+/// hot addresses of one set both stay.
+fn cache_put(addr: u64, packed: u16) {
+    let i = cache_set(addr);
+    let word = addr << 16 | packed as u64;
+    let w = if CACHE[i].load(Ordering::Relaxed) == 0 {
+        i
+    } else {
+        i + 1
+    };
+    CACHE[w].store(word, Ordering::Relaxed);
 }
 
 fn clear_cache() {
@@ -519,9 +560,8 @@ impl LocalSource {
 impl RuleSource<A> for LocalSource {
     #[inline(always)]
     fn rule(&self, addr: u64) -> Found<<A as Arch>::Rule> {
-        let slot = cache_slot(addr);
-        let v = slot.load(Ordering::Relaxed);
-        if v != 0 && (v >> 16) == (addr & 0xffff_ffff_ffff) {
+        let v = cache_get(addr);
+        if v != 0 {
             return Found::Rule(A::unpack(v as u16));
         }
         self.rule_slow(addr)
@@ -584,7 +624,7 @@ impl LocalSource {
             let rule = m.table.lookup(addr.wrapping_sub(m.bias));
             let p = A::pack(rule);
             if p != 0 && addr >> 48 == 0 {
-                cache_slot(addr).store(addr << 16 | p as u64, Ordering::Relaxed);
+                cache_put(addr, p);
             }
             return Found::Rule(rule);
         }
@@ -600,6 +640,10 @@ impl LocalSource {
 
 /// Walks from `regs`, writing pcs after dropping `skip`. Returns the count
 /// and why the walk ended.
+///
+/// The hot loop: a frame whose lookup address is in the rule cache costs a
+/// cache load, the rule's two or three stack loads and the checks; any
+/// other frame takes one step of the generic [`Unwinder`].
 #[inline(always)]
 pub(crate) fn walk_pcs(
     regs: UnwindRegs,
@@ -617,20 +661,88 @@ pub(crate) fn walk_pcs(
         );
     };
     let source = LocalSource::new();
-    let mut u = Unwinder::<A, _>::new(&source, regs, exact);
+    let mut regs = regs;
+    let mut exact = exact;
     let mut n = 0;
-    while let Some(f) = u.next(&mut mem) {
-        if skip > 0 {
-            skip -= 1;
-            continue;
-        }
-        out[n] = f.pc as usize;
-        n += 1;
+    // The stack the walk starts on; frames on another stack (after a signal
+    // frame on an alternate stack) take the generic path.
+    let (lo, hi) = (mem.bounds[0].lo as u64, mem.bounds[0].hi as u64);
+    let mut prev = 0u16;
+    if regs.pc == 0 {
+        return (0, StopReason::Outermost);
+    }
+    if skip > 0 {
+        skip -= 1;
+    } else {
+        out[0] = regs.pc as usize;
+        n = 1;
+    }
+    loop {
         if n == out.len() {
             return (n, StopReason::BufferFull);
         }
+        // Exact pcs (a signal context's first frame, a frame below a signal
+        // frame) are rare: the generic step takes them.
+        if !exact {
+            let addr = regs.pc.wrapping_sub(1);
+            let v = cache_get(addr);
+            if v != 0 {
+                // Value prediction: when the rule is the previous frame's (a
+                // well-predicted branch), use the copy already in a register,
+                // so the next frame's stack loads need not wait for this
+                // cache load.
+                let mut p = v as u16;
+                if p == prev {
+                    p = opaque(prev);
+                } else {
+                    prev = p;
+                }
+                if let Some((pc, sp, fp)) =
+                    crate::arch::native::exact::fast_step(p, regs.sp, regs.fp, lo, hi)
+                {
+                    regs.pc = pc;
+                    regs.sp = sp;
+                    regs.fp = fp;
+                    if skip > 0 {
+                        skip -= 1;
+                    } else {
+                        out[n] = pc as usize;
+                        n += 1;
+                    }
+                    continue;
+                }
+            }
+        }
+        let (r, sig) = {
+            {
+                let mut u = Unwinder::<A, _>::new(&source, regs, exact);
+                let _ = u.next(&mut mem);
+                match u.next(&mut mem) {
+                    Some(f) => (*u.regs(), f.method == crate::unwind::Method::SignalFrame),
+                    None => return (n, u.stop_reason()),
+                }
+            }
+        };
+        regs = r;
+        exact = sig;
+        if skip > 0 {
+            skip -= 1;
+        } else {
+            out[n] = regs.pc as usize;
+            n += 1;
+        }
     }
-    (n, u.stop_reason())
+}
+
+/// `x`, with the compiler forbidden to know that it equals anything else.
+#[inline(always)]
+fn opaque(mut x: u16) -> u16 {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    // SAFETY: an empty asm block that only claims to modify `x`.
+    unsafe {
+        core::arch::asm!("/* {0:e} */", inout(reg) x, options(pure, nomem, nostack, preserves_flags));
+    }
+    x
 }
 
 /// Like [`walk_pcs`], keeping the whole frames.
