@@ -418,6 +418,8 @@ fn cold_child(row: &str) {
     let mut n = 0;
     recurse(8, &mut || {
         let mut buf = [0usize; 256];
+        let mut ru0: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru0) };
         let t = Instant::now();
         n = match row {
             "capture_exact" => callstack::capture_exact(0, &mut buf),
@@ -427,6 +429,14 @@ fn cold_child(row: &str) {
                 let mut st = fh::setup();
                 fh::capture_with(&mut st, &mut buf)
             }
+            "capture_exact_bounds_known" => {
+                callstack::prepare_thread();
+                let t = Instant::now();
+                let n = callstack::capture_exact(0, &mut buf);
+                ns = t.elapsed().as_nanos();
+                println!("{ns} {n}");
+                std::process::exit(0);
+            }
             "capture_exact_after_prepare" => {
                 callstack::prepare();
                 callstack::capture_exact(0, &mut buf)
@@ -434,6 +444,11 @@ fn cold_child(row: &str) {
             _ => 0,
         };
         ns = t.elapsed().as_nanos();
+        let mut ru1: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru1) };
+        if std::env::var_os("CALLSTACK_BENCH_FAULTS").is_some() {
+            eprintln!("minflt {}", ru1.ru_minflt - ru0.ru_minflt);
+        }
     });
     println!("{ns} {n}");
 }
@@ -481,6 +496,16 @@ fn main() {
         }
     }
 
+    let cold_only = std::env::var_os("CALLSTACK_BENCH_COLD_ONLY").is_some();
+    if !cold_only {
+        warm(&rows);
+    }
+    cold();
+    report_prepare(prep, prep_time);
+}
+
+fn warm(rows: &[&Row]) {
+    let rows = rows.to_vec();
     let mut c = Criterion::default()
         .configure_from_args()
         .warm_up_time(Duration::from_millis(300))
@@ -523,12 +548,15 @@ fn main() {
     for r in ROWS.iter().filter(|r| !(r.available)()) {
         println!("| {} | not installed |", r.name);
     }
+}
 
+fn cold() {
     println!("\n## Cold: the first capture in a fresh process (median of 15 children, 8 frames deep + main's)\n");
     println!("| row | first capture us | frames | x capture_exact |\n|---|---:|---:|---:|");
     let mut base = None;
     for row in [
         "capture_exact",
+        "capture_exact_bounds_known",
         "unwind_backtrace",
         "framehop",
         "libunwind_unw_backtrace",
@@ -543,6 +571,8 @@ fn main() {
                 let b = *base.get_or_insert(ns);
                 let note = if row == "framehop" {
                     " (module set-up included)"
+                } else if row == "capture_exact_bounds_known" {
+                    " (stack bounds looked up before)"
                 } else if row == "capture_exact_after_prepare" {
                     " (prepare() included)"
                 } else {
@@ -553,7 +583,9 @@ fn main() {
             None => println!("| {row} | failed | | |"),
         }
     }
+}
 
+fn report_prepare(prep: callstack::PrepareStats, prep_time: Duration) {
     println!(
         "\n## prepare(): {} modules, {} compiled in {:.1} ms: {} CFI rows -> {} table rows, {:.2} M CFI rows/s; tables {} KiB from {} KiB of .eh_frame ({:.0}%)",
         prep.modules,

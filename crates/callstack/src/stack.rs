@@ -55,6 +55,13 @@ pub fn bounds_for(sp: usize) -> Option<StackBounds> {
     bounds_slow(sp, cached)
 }
 
+/// The cached bounds of the stack that holds `sp`, without any lookup.
+#[inline]
+pub(crate) fn cached_bounds_for(sp: usize) -> Option<StackBounds> {
+    let cached = CACHE.with(|c| c.get());
+    cached.into_iter().find(|b| b.contains(sp))
+}
+
 #[cold]
 #[inline(never)]
 fn bounds_slow(sp: usize, cached: [StackBounds; 2]) -> Option<StackBounds> {

@@ -52,9 +52,50 @@ pub(crate) struct StackMemory {
     bounds: [StackBounds; 2],
 }
 
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+unsafe extern "C" {
+    /// Set by the dynamic loader: the stack pointer at the program's entry
+    /// (the address of `argc`), near the top of the main thread's stack.
+    static __libc_stack_end: *const libc::c_void;
+}
+
+/// The main thread's stack from `sp` up, without reading `/proc`: when `sp`
+/// lies less than 8 MiB (the default `RLIMIT_STACK`) below
+/// `__libc_stack_end`, it is on the main thread's stack, which is one
+/// mapping from `sp` to its top (the kernel keeps other mappings a guard gap
+/// away from it), so `[sp, __libc_stack_end + 8)` is readable.
+fn main_stack_bounds(sp: u64) -> Option<StackBounds> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: a pointer-sized variable of the loader, written once before
+        // any of our code runs.
+        let end = unsafe { core::ptr::read_volatile(&raw const __libc_stack_end) } as u64;
+        if end > sp && end - sp < 8 << 20 {
+            return Some(StackBounds {
+                lo: sp as usize,
+                hi: end as usize + 8,
+            });
+        }
+        None
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = sp;
+        None
+    }
+}
+
 impl StackMemory {
     pub(crate) fn for_sp(sp: u64) -> Option<Self> {
-        let b = stack::bounds_for(sp as usize)?;
+        // The thread's cached bounds when it has them; on the main thread,
+        // the loader's stack end (no system call); else the one-time lookup.
+        let b = match stack::cached_bounds_for(sp as usize) {
+            Some(b) => b,
+            None => match main_stack_bounds(sp) {
+                Some(b) => b,
+                None => stack::bounds_for(sp as usize)?,
+            },
+        };
         Some(StackMemory {
             bounds: [b, StackBounds::default()],
         })
@@ -215,13 +256,18 @@ fn sections_from_hdr(hdr: u64, end: u64) -> Option<CfiSections<'static>> {
     // life of the module, and so is `.eh_frame`; both lie below the end of
     // its mapping. Only the bytes the CFI describes are read.
     let hdr_bytes = unsafe { core::slice::from_raw_parts(hdr as *const u8, (end - hdr) as usize) };
-    let bases = gimli::BaseAddresses::default().set_eh_frame_hdr(hdr);
-    let parsed = gimli::EhFrameHdr::new(hdr_bytes, gimli::LittleEndian)
-        .parse(&bases, 8)
-        .ok()?;
-    let eh_frame = match parsed.eh_frame_ptr() {
-        gimli::Pointer::Direct(p) => p,
-        gimli::Pointer::Indirect(_) => return None,
+    let eh_frame = match cfi::hdr_eh_frame_ptr(hdr_bytes, hdr) {
+        Some(p) => p,
+        None => {
+            let bases = gimli::BaseAddresses::default().set_eh_frame_hdr(hdr);
+            let parsed = gimli::EhFrameHdr::new(hdr_bytes, gimli::LittleEndian)
+                .parse(&bases, 8)
+                .ok()?;
+            match parsed.eh_frame_ptr() {
+                gimli::Pointer::Direct(p) => p,
+                gimli::Pointer::Indirect(_) => return None,
+            }
+        }
     };
     if eh_frame >= end {
         return None;
@@ -560,9 +606,11 @@ impl LocalSource {
 impl RuleSource<A> for LocalSource {
     #[inline(always)]
     fn rule(&self, addr: u64) -> Found<<A as Arch>::Rule> {
-        let v = cache_get(addr);
-        if v != 0 {
-            return Found::Rule(A::unpack(v as u16));
+        if self.snap.is_some() {
+            let v = cache_get(addr);
+            if v != 0 {
+                return Found::Rule(A::unpack(v as u16));
+            }
         }
         self.rule_slow(addr)
     }
@@ -668,6 +716,7 @@ pub(crate) fn walk_pcs(
     // frame on an alternate stack) take the generic path.
     let (lo, hi) = (mem.bounds[0].lo as u64, mem.bounds[0].hi as u64);
     let mut prev = 0u16;
+    let has_tables = source.snap.is_some();
     if regs.pc == 0 {
         return (0, StopReason::Outermost);
     }
@@ -683,7 +732,9 @@ pub(crate) fn walk_pcs(
         }
         // Exact pcs (a signal context's first frame, a frame below a signal
         // frame) are rare: the generic step takes them.
-        if !exact {
+        // The cache is filled from published tables only: before any, it is
+        // empty, and not even touched (its pages stay unfaulted).
+        if !exact && has_tables {
             let addr = regs.pc.wrapping_sub(1);
             let v = cache_get(addr);
             if v != 0 {
