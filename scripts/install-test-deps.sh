@@ -9,6 +9,12 @@ have gcc || need+=(gcc)
 have gdb || need+=(gdb)
 have addr2line || need+=(binutils)
 have strace || need+=(strace)
+# glibc's debug symbols: gdb and addr2line name glibc's frames (such as
+# __libc_start_call_main, where a frame-pointer walk ends) only with them.
+if have dpkg-query; then
+  dpkg-query -W -f='${Status}' libc6-dbg 2>/dev/null | grep -q "install ok installed" \
+    || need+=(libc6-dbg)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing test dependencies: ${need[*]}" >&2
