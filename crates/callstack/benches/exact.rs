@@ -453,22 +453,40 @@ fn cold_child(row: &str) {
     println!("{ns} {n}");
 }
 
-fn cold_row(row: &str, children: usize) -> Option<(f64, usize)> {
-    let exe = std::env::current_exe().ok()?;
-    let mut v = Vec::new();
-    let mut frames = 0;
+/// Runs `children` rounds; each round starts one child per row, in turn,
+/// so that a load change on the machine hits every row alike. Returns the
+/// median ns and the frame count per row.
+fn cold_rows(rows: &[&str], children: usize) -> Vec<Option<(f64, usize)>> {
+    let Ok(exe) = std::env::current_exe() else {
+        return vec![None; rows.len()];
+    };
+    let mut v: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    let mut frames = vec![0usize; rows.len()];
     for _ in 0..children {
-        let o = std::process::Command::new(&exe)
-            .env(COLD_ENV, row)
-            .output()
-            .ok()?;
-        let s = String::from_utf8_lossy(&o.stdout);
-        let mut it = s.split_whitespace();
-        v.push(it.next()?.parse::<f64>().ok()?);
-        frames = it.next()?.parse().ok()?;
+        for (i, row) in rows.iter().enumerate() {
+            let Ok(o) = std::process::Command::new(&exe).env(COLD_ENV, row).output() else {
+                continue;
+            };
+            let s = String::from_utf8_lossy(&o.stdout);
+            let mut it = s.split_whitespace();
+            if let (Some(ns), Some(f)) = (it.next(), it.next()) {
+                if let (Ok(ns), Ok(f)) = (ns.parse::<f64>(), f.parse::<usize>()) {
+                    v[i].push(ns);
+                    frames[i] = f;
+                }
+            }
+        }
     }
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    Some((v[v.len() / 2], frames))
+    v.into_iter()
+        .zip(frames)
+        .map(|(mut x, f)| {
+            if x.is_empty() {
+                return None;
+            }
+            x.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            Some((x[x.len() / 2], f))
+        })
+        .collect()
 }
 
 // ------------------------------------------------------------ main
@@ -551,35 +569,35 @@ fn warm(rows: &[&Row]) {
 }
 
 fn cold() {
-    println!("\n## Cold: the first capture in a fresh process (median of 15 children, 8 frames deep + main's)\n");
+    println!("\n## Cold: the first capture in a fresh process (median of 21 children, rows interleaved, 8 frames deep + main's)\n");
     println!("| row | first capture us | frames | x capture_exact |\n|---|---:|---:|---:|");
-    let mut base = None;
-    for row in [
+    let mut rows = vec![
         "capture_exact",
         "capture_exact_bounds_known",
         "unwind_backtrace",
         "framehop",
-        "libunwind_unw_backtrace",
         "capture_exact_after_prepare",
-    ] {
-        if row == "libunwind_unw_backtrace" && !libunwind::available() {
-            println!("| {row} | not installed | | |");
-            continue;
-        }
-        match cold_row(row, 15) {
-            Some((ns, f)) => {
-                let b = *base.get_or_insert(ns);
-                let note = if row == "framehop" {
-                    " (module set-up included)"
-                } else if row == "capture_exact_bounds_known" {
-                    " (stack bounds looked up before)"
-                } else if row == "capture_exact_after_prepare" {
-                    " (prepare() included)"
-                } else {
-                    ""
-                };
-                println!("| {row}{note} | {:.1} | {f} | {:.2} |", ns / 1000.0, ns / b);
-            }
+    ];
+    if libunwind::available() {
+        rows.insert(4, "libunwind_unw_backtrace");
+    } else {
+        println!("| libunwind_unw_backtrace | not installed | | |");
+    }
+    let res = cold_rows(&rows, 21);
+    let base = res[0].map(|r| r.0).unwrap_or(1.0);
+    for (row, r) in rows.iter().zip(res) {
+        let note = match *row {
+            "framehop" => " (module set-up included)",
+            "capture_exact_bounds_known" => " (stack bounds looked up before)",
+            "capture_exact_after_prepare" => " (prepare() included)",
+            _ => "",
+        };
+        match r {
+            Some((ns, f)) => println!(
+                "| {row}{note} | {:.1} | {f} | {:.2} |",
+                ns / 1000.0,
+                ns / base
+            ),
             None => println!("| {row} | failed | | |"),
         }
     }

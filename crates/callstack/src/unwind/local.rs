@@ -686,12 +686,98 @@ impl LocalSource {
 
 // ---------------------------------------------------------------- entries
 
+/// The state of the hot loop between runs: the registers and the packed
+/// rule of the last fast frame.
+struct Hot {
+    pc: u64,
+    sp: u64,
+    fp: u64,
+    prev: u16,
+}
+
+/// How a run of the hot loop ended.
+enum HotEnd {
+    /// `out` is full.
+    Full,
+    /// A zero return address: the outermost frame.
+    Outermost,
+    /// The frame at `hot.pc` needs the generic unwinder.
+    Slow,
+}
+
+/// The hot loop: frames whose lookup address is in the rule cache, applied
+/// with reads in `[sp, hi)`. Writes return addresses to `out` and returns
+/// how many, and why it stopped. Kept out of line so that its state lives in
+/// registers. Requires `hot.sp` inside the stack whose top is `hi`.
+#[inline(never)]
+fn hot_run(hot: &mut Hot, hi: u64, out: &mut [usize]) -> (usize, HotEnd) {
+    let (mut pc, mut sp, mut fp) = (hot.pc, hot.sp, hot.fp);
+    let mut prev = hot.prev;
+    if crate::arch::native::exact::decode_fast(prev).is_none() {
+        // Not a fast rule (the first run): force a decode of the first frame.
+        prev = 0;
+    }
+    let len = out.len();
+    let mut slots = out.iter_mut();
+    let end = loop {
+        if slots.len() == 0 {
+            break HotEnd::Full;
+        }
+        let v = cache_get(pc.wrapping_sub(1));
+        let p = v as u16;
+        // Value prediction: a frame whose rule is the previous frame's (a
+        // well-predicted branch) reuses the decoded rule held in registers,
+        // so its stack loads need not wait for the cache load, and nothing
+        // is decoded.
+        if v == 0 {
+            break HotEnd::Slow;
+        }
+        if p != prev {
+            if crate::arch::native::exact::decode_fast(p).is_none() {
+                break HotEnd::Slow;
+            }
+            prev = opaque(p);
+        }
+        // Decoded from the register copy: cheap ALU work off the load chain.
+        let (from_fp, cfa_off, bp_off) = crate::arch::native::exact::decode_unchecked(prev);
+        let cfa = if from_fp {
+            fp.wrapping_add(cfa_off)
+        } else {
+            sp.wrapping_add(cfa_off)
+        };
+        let bp_at = cfa.wrapping_add(bp_off as u64);
+        // [cfa - 8, cfa) and the saved rbp (below the CFA, at or above the
+        // frame's sp) lie in [sp, hi): readable stack.
+        if cfa < sp.wrapping_add(8) || cfa > hi || bp_at < sp {
+            break HotEnd::Slow;
+        }
+        // SAFETY: lo <= sp <= cfa - 8 < cfa <= hi: inside this thread's
+        // mapped, readable stack.
+        let ra = unsafe { core::ptr::read_unaligned((cfa - 8) as *const u64) };
+        if bp_off != 0 {
+            // SAFETY: sp <= bp_at <= cfa - 8 (bp_off <= -8): as above.
+            fp = unsafe { core::ptr::read_unaligned(bp_at as *const u64) };
+        }
+        if ra == 0 {
+            break HotEnd::Outermost;
+        }
+        pc = ra;
+        sp = cfa;
+        if let Some(slot) = slots.next() {
+            *slot = ra as usize;
+        }
+    };
+    let n = len - slots.len();
+    *hot = Hot { pc, sp, fp, prev };
+    (n, end)
+}
+
 /// Walks from `regs`, writing pcs after dropping `skip`. Returns the count
 /// and why the walk ended.
 ///
-/// The hot loop: a frame whose lookup address is in the rule cache costs a
-/// cache load, the rule's two or three stack loads and the checks; any
-/// other frame takes one step of the generic [`Unwinder`].
+/// Frames whose rule is in the rule cache go through [`hot_run`]: a cache
+/// load, the rule's two or three stack loads and the checks. Any other
+/// frame takes one step of the generic [`Unwinder`].
 #[inline(always)]
 pub(crate) fn walk_pcs(
     regs: UnwindRegs,
@@ -709,78 +795,78 @@ pub(crate) fn walk_pcs(
         );
     };
     let source = LocalSource::new();
-    let mut regs = regs;
-    let mut exact = exact;
-    let mut n = 0;
-    // The stack the walk starts on; frames on another stack (after a signal
-    // frame on an alternate stack) take the generic path.
-    let (lo, hi) = (mem.bounds[0].lo as u64, mem.bounds[0].hi as u64);
-    let mut prev = 0u16;
-    let has_tables = source.snap.is_some();
     if regs.pc == 0 {
         return (0, StopReason::Outermost);
     }
+    let mut n = 0;
     if skip > 0 {
         skip -= 1;
     } else {
         out[0] = regs.pc as usize;
         n = 1;
     }
+    // The stack the walk starts on; frames on another stack (after a signal
+    // frame on an alternate stack) take the generic path. The cache is
+    // filled from published tables only: before any, it is empty, and not
+    // even touched (its pages stay unfaulted).
+    let (lo, hi) = (mem.bounds[0].lo as u64, mem.bounds[0].hi as u64);
+    let has_tables = source.snap.is_some();
+    let mut hot = Hot {
+        pc: regs.pc,
+        sp: regs.sp,
+        fp: regs.fp,
+        prev: 0,
+    };
+    let mut exact = exact;
+    let mut scratch = [0usize; 32];
     loop {
         if n == out.len() {
             return (n, StopReason::BufferFull);
         }
         // Exact pcs (a signal context's first frame, a frame below a signal
         // frame) are rare: the generic step takes them.
-        // The cache is filled from published tables only: before any, it is
-        // empty, and not even touched (its pages stay unfaulted).
-        if !exact && has_tables {
-            let addr = regs.pc.wrapping_sub(1);
-            let v = cache_get(addr);
-            if v != 0 {
-                // Value prediction: when the rule is the previous frame's (a
-                // well-predicted branch), use the copy already in a register,
-                // so the next frame's stack loads need not wait for this
-                // cache load.
-                let mut p = v as u16;
-                if p == prev {
-                    p = opaque(prev);
-                } else {
-                    prev = p;
-                }
-                if let Some((pc, sp, fp)) =
-                    crate::arch::native::exact::fast_step(p, regs.sp, regs.fp, lo, hi)
-                {
-                    regs.pc = pc;
-                    regs.sp = sp;
-                    regs.fp = fp;
-                    if skip > 0 {
-                        skip -= 1;
-                    } else {
-                        out[n] = pc as usize;
-                        n += 1;
-                    }
-                    continue;
-                }
+        if !exact && has_tables && hot.sp >= lo && hot.sp < hi {
+            let (k, end) = if skip > 0 {
+                let m = skip.min(scratch.len());
+                let (k, e) = hot_run(&mut hot, hi, &mut scratch[..m]);
+                skip -= k;
+                (0, e)
+            } else {
+                let (k, e) = hot_run(&mut hot, hi, &mut out[n..]);
+                n += k;
+                (k, e)
+            };
+            let _ = k;
+            match end {
+                HotEnd::Full => continue,
+                HotEnd::Outermost => return (n, StopReason::Outermost),
+                HotEnd::Slow => {}
             }
         }
-        let (r, sig) = {
-            {
-                let mut u = Unwinder::<A, _>::new(&source, regs, exact);
-                let _ = u.next(&mut mem);
-                match u.next(&mut mem) {
-                    Some(f) => (*u.regs(), f.method == crate::unwind::Method::SignalFrame),
-                    None => return (n, u.stop_reason()),
+        // One step of the generic unwinder.
+        let regs = UnwindRegs {
+            pc: hot.pc,
+            sp: hot.sp,
+            fp: hot.fp,
+            lr: 0,
+        };
+        let mut u = Unwinder::<A, _>::new(&source, regs, exact);
+        let _ = u.next(&mut mem);
+        match u.next(&mut mem) {
+            Some(f) => {
+                exact = f.method == crate::unwind::Method::SignalFrame;
+                let r = *u.regs();
+                hot.pc = r.pc;
+                hot.sp = r.sp;
+                hot.fp = r.fp;
+                if skip > 0 {
+                    skip -= 1;
+                } else {
+                    out[n] = r.pc as usize;
+                    n += 1;
                 }
             }
-        };
-        regs = r;
-        exact = sig;
-        if skip > 0 {
-            skip -= 1;
-        } else {
-            out[n] = regs.pc as usize;
-            n += 1;
+            None => return (n, u.stop_reason()),
         }
     }
 }

@@ -64,39 +64,32 @@ pub(crate) unsafe extern "C" fn info_entry(req: *mut crate::unwind::local::InfoR
     )
 }
 
-/// The hot path of in-process exact capture: applies a rule packed by
-/// `X86_64::pack` (only the `Sp`/`Bp` shapes), reading the stack inside
-/// `[lo, hi)` directly. Returns the caller's `(pc, sp, fp)`, or `None` to
-/// let the generic unwinder handle the frame (any other rule, a read out of
-/// bounds, a stack that does not move up, a zero return address).
+/// The hot path of in-process exact capture: a rule packed by
+/// `X86_64::pack`, decoded for the hot loop as `(CFA from rbp?, CFA offset,
+/// offset of the saved rbp from the CFA, 0 if unchanged)`. Only the
+/// `Sp`/`Bp` shapes with the saved `rbp` below the CFA decode; any other
+/// rule gives `None` and the generic unwinder takes the frame. The return
+/// address is at `CFA - 8`.
 #[inline(always)]
-pub(crate) fn fast_step(p: u16, sp: u64, fp: u64, lo: u64, hi: u64) -> Option<(u64, u64, u64)> {
-    let base = match p >> 14 {
-        1 => sp,
-        2 => fp,
+pub(crate) fn decode_fast(p: u16) -> Option<(bool, u64, i64)> {
+    let from_fp = match p >> 14 {
+        1 => false,
+        2 => true,
         _ => return None,
     };
-    let cfa = base.wrapping_add(((p >> 6) & 0xff) as u64 * 8);
+    let cfa = ((p >> 6) & 0xff) as u64 * 8;
     let bp = ((((p & 0x3f) as i16) << 10) >> 10) as i64 * 8;
-    let ra_at = cfa.wrapping_sub(8);
-    if ra_at < lo || cfa > hi || cfa <= sp {
+    if bp > 0 || cfa < 8 {
         return None;
     }
-    // SAFETY: [ra_at, ra_at + 8) = [cfa - 8, cfa) lies in [lo, hi), a
-    // mapped, readable stack of this thread.
-    let ra = unsafe { core::ptr::read_unaligned(ra_at as *const u64) };
-    let new_fp = if bp == 0 {
-        fp
-    } else {
-        let at = cfa.wrapping_add(bp as u64);
-        if at < lo || at > hi.wrapping_sub(8) {
-            return None;
-        }
-        // SAFETY: [at, at + 8) lies in [lo, hi), as above.
-        unsafe { core::ptr::read_unaligned(at as *const u64) }
-    };
-    if ra == 0 {
-        return None;
-    }
-    Some((ra, cfa, new_fp))
+    Some((from_fp, cfa, bp))
+}
+
+/// [`decode_fast`] of a rule it accepted, without the checks.
+#[inline(always)]
+pub(crate) fn decode_unchecked(p: u16) -> (bool, u64, i64) {
+    let from_fp = p >> 14 == 2;
+    let cfa = ((p >> 6) & 0xff) as u64 * 8;
+    let bp = ((((p & 0x3f) as i16) << 10) >> 10) as i64 * 8;
+    (from_fp, cfa, bp)
 }
