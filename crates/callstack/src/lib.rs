@@ -24,16 +24,25 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod arch;
+#[cfg(target_os = "linux")]
+pub mod crash;
 mod fast;
 mod hash;
 pub mod modules;
+#[cfg(feature = "remote")]
+pub mod remote;
 mod stack;
+#[cfg(feature = "symbolize")]
+pub mod symbolize;
 mod sys;
 mod trace;
+pub mod tracefile;
 pub mod unwind;
 
 pub use hash::hash_frames;
 pub use stack::{prepare_thread, StackBounds};
+#[cfg(feature = "symbolize")]
+pub use symbolize::{called_from, called_from_any, Symbolizer};
 pub use trace::Trace;
 pub use unwind::local::{has_dl_find_object, prepare, prepare_in_background, PrepareStats};
 pub use unwind::{Frame, Method, StopReason};

@@ -29,7 +29,7 @@
 //!         Err(ReadError::Unreadable(addr)) // look the address up in the core
 //!     }
 //! }
-//! let mut modules = ModuleSet::new();
+//! let mut modules: ModuleSet = ModuleSet::new();
 //! let table = UnwindTable::from_elf_file("/usr/lib/x86_64-linux-gnu/libc.so.6")?;
 //! // The module's code is mapped at [start, end) with load bias `bias`.
 //! let (start, end, bias) = (0x7f00_0000_0000u64, 0x7f00_0020_0000u64, 0x7f00_0000_0000u64);
@@ -45,6 +45,7 @@
 //! ```
 
 pub mod cfi;
+pub mod insn;
 pub(crate) mod local;
 pub mod memory;
 mod regs;

@@ -1,0 +1,154 @@
+//! `callstack addr2line`: binutils `addr2line`, output for output, faster.
+//!
+//! Same flags (`-e -a -f -i -C -p -s`), same output formats (`??`, `??:0`
+//! for an address nothing describes, `??:?` for a function without line),
+//! addresses in hex from the arguments or, when there are none, one per
+//! line from standard input. Like binutils, every answer is flushed before
+//! the next address is read, so it can serve as a pipe-driven child
+//! process; unlike binutils, answers are flushed only when no more input
+//! is already buffered, which keeps bulk runs from making a write per
+//! address.
+
+use callstack::symbolize::{Address, Symbolized, Symbolizer};
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+/// Arguments of `callstack addr2line` (binutils-compatible).
+#[derive(clap::Args)]
+pub struct Args {
+    /// The object file to read (executable, shared library or debug file).
+    #[arg(short = 'e', long = "exe", default_value = "a.out")]
+    exe: PathBuf,
+    /// Print each address before its answer.
+    #[arg(short = 'a', long = "addresses")]
+    addresses: bool,
+    /// Print function names.
+    #[arg(short = 'f', long = "functions")]
+    functions: bool,
+    /// Also print the functions an address was inlined into.
+    #[arg(short = 'i', long = "inlines")]
+    inlines: bool,
+    /// Demangle function names (Rust and C++).
+    #[arg(short = 'C', long = "demangle")]
+    demangle: bool,
+    /// One line per address (`func at file:line (inlined by) ...`).
+    #[arg(short = 'p', long = "pretty-print")]
+    pretty: bool,
+    /// Print file base names only.
+    #[arg(short = 's', long = "basenames")]
+    basenames: bool,
+    /// Extra directory to search for split debug info (repeatable).
+    #[arg(long = "debug-dir")]
+    debug_dirs: Vec<PathBuf>,
+    /// Addresses, in hex (with or without 0x). None: read standard input.
+    addrs: Vec<String>,
+}
+
+/// Parses a hex address like binutils' `bfd_scan_vma(s, NULL, 16)`: an
+/// optional `0x`, then hex digits up to the first other character;
+/// nothing valid gives 0.
+pub fn parse_hex(s: &str) -> u64 {
+    let s = s.trim_start();
+    let s = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
+    let mut v: u64 = 0;
+    for c in s.chars() {
+        match c.to_digit(16) {
+            Some(d) => v = v.wrapping_shl(4) | d as u64,
+            None => break,
+        }
+    }
+    v
+}
+
+fn write_answer(
+    out: &mut impl Write,
+    args: &Args,
+    addr: u64,
+    s: &Symbolized,
+) -> std::io::Result<()> {
+    if args.addresses {
+        write!(out, "0x{addr:016x}")?;
+        out.write_all(if args.pretty { b": " } else { b"\n" })?;
+    }
+    if s.frames.is_empty() {
+        if args.functions {
+            out.write_all(if args.pretty { b"?? " } else { b"??\n" })?;
+        }
+        return out.write_all(b"??:0\n");
+    }
+    let n = if args.inlines { s.frames.len() } else { 1 };
+    // binutils keeps printing the first row's discriminator on the
+    // inlined-by lines (one variable, set once per address).
+    let disc = s.frames[0].discriminator;
+    // Without -i binutils prints the innermost frame's location but the
+    // name of the innermost function too; with -i it walks outwards.
+    for (i, f) in s.frames.iter().take(n).enumerate() {
+        if i > 0 && args.pretty {
+            out.write_all(b" (inlined by) ")?;
+        }
+        if args.functions {
+            let name = if args.demangle {
+                f.function.as_deref()
+            } else {
+                f.mangled.as_deref().or(f.function.as_deref())
+            };
+            out.write_all(name.unwrap_or("??").as_bytes())?;
+            out.write_all(if args.pretty { b" at " } else { b"\n" })?;
+        }
+        let file = f.file.as_deref().map(|p| {
+            if args.basenames {
+                p.rsplit('/').next().unwrap_or(p)
+            } else {
+                p
+            }
+        });
+        out.write_all(file.unwrap_or("??").as_bytes())?;
+        match f.line {
+            Some(l) if l != 0 => match f.discriminator.or(disc) {
+                Some(d) => writeln!(out, ":{l} (discriminator {d})")?,
+                None => writeln!(out, ":{l}")?,
+            },
+            _ => out.write_all(b":?\n")?,
+        }
+    }
+    Ok(())
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    let mut sym = Symbolizer::for_file_with_debug_dirs(&args.exe, &args.debug_dirs)
+        .map_err(|e| format!("'{}': {}", args.exe.display(), e.message))?;
+    sym.set_discriminators(true);
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
+    let io = |e: std::io::Error| e.to_string();
+    if !args.addrs.is_empty() {
+        for a in &args.addrs {
+            let addr = parse_hex(a);
+            let s = sym.resolve(Address::Exact(addr as usize));
+            write_answer(&mut out, &args, addr, &s).map_err(io)?;
+        }
+        return out.flush().map_err(io);
+    }
+    let mut input = std::io::BufReader::with_capacity(64 * 1024, std::io::stdin());
+    let mut line = String::new();
+    loop {
+        // Before blocking for more input, hand out what is answered.
+        if input.fill_buf().map_err(io)?.is_empty() {
+            break;
+        }
+        line.clear();
+        if input.read_line(&mut line).map_err(io)? == 0 {
+            break;
+        }
+        let addr = parse_hex(&line);
+        let s = sym.resolve(Address::Exact(addr as usize));
+        write_answer(&mut out, &args, addr, &s).map_err(io)?;
+        if input.buffer().is_empty() {
+            out.flush().map_err(io)?;
+        }
+    }
+    out.flush().map_err(io)
+}

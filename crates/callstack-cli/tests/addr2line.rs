@@ -1,0 +1,201 @@
+//! `callstack addr2line` prints what binutils `addr2line` prints, line for
+//! line, for the same flags, on the symbolization fixtures (C at -O0 and
+//! -O2 with inlining, DWARF 4, -gz, split debug info, stripped; Rust).
+//!
+//! No normalization is needed on these binaries. Known differences
+//! elsewhere, not exercised here: binutils reads `.debug_types`/DWARF
+//! 4 type units and `DW_AT_GNU_*` split DWARF (.dwo) that we skip, and for
+//! an address in a unit with line rows but no function it may pick a
+//! different nearby symbol.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use testsupport::{release_artifacts, scratch_dir, workspace_root, Gcc};
+
+fn instruction_addrs(exe: &Path, prefixes: &[&str]) -> Vec<String> {
+    let o = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in text.lines() {
+        if line.ends_with(">:") {
+            let name = line.split_once(" <").map(|x| x.1).unwrap_or("");
+            inside = !name.contains("@plt") && prefixes.iter().any(|p| name.starts_with(p));
+            continue;
+        }
+        if line.is_empty() {
+            inside = false;
+        } else if inside {
+            if let Some((a, _)) = line.trim_start().split_once(':') {
+                out.push(format!("0x{a}"));
+            }
+        }
+    }
+    out
+}
+
+fn run(cmd: &mut Command, stdin: Option<&str>) -> String {
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    if let Some(input) = stdin {
+        use std::io::Write;
+        let mut i = child.stdin.take().unwrap();
+        i.write_all(input.as_bytes()).unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+const FLAG_SETS: &[&str] = &[
+    "-f -i -C -a",
+    "-p -i -f -a -C",
+    "-a",
+    "",
+    "-f",
+    "-i -p",
+    "-s -f -i",
+    "-f -i",
+];
+
+fn compare(exe: &Path, addrs: &[String]) {
+    let cli = &release_artifacts().cli;
+    // Addresses outside everything and odd spellings, too.
+    let mut addrs = addrs.to_vec();
+    addrs.extend(["0x0", "0", "ffffffff", "0X10", "zz"].map(String::from));
+    for flags in FLAG_SETS {
+        let f: Vec<&str> = flags.split_whitespace().collect();
+        let theirs = run(
+            Command::new("addr2line")
+                .args(&f)
+                .arg("-e")
+                .arg(exe)
+                .args(&addrs),
+            None,
+        );
+        let ours = run(
+            Command::new(cli)
+                .arg("addr2line")
+                .args(&f)
+                .arg("-e")
+                .arg(exe)
+                .args(&addrs),
+            None,
+        );
+        assert_lines_equal(&theirs, &ours, exe, flags);
+    }
+    // Standard input, one address per line.
+    let input = addrs.join("\n") + "\n";
+    let theirs = run(
+        Command::new("addr2line")
+            .args(["-a", "-f", "-i", "-e"])
+            .arg(exe),
+        Some(&input),
+    );
+    let ours = run(
+        Command::new(cli)
+            .args(["addr2line", "-a", "-f", "-i", "-e"])
+            .arg(exe),
+        Some(&input),
+    );
+    assert_lines_equal(&theirs, &ours, exe, "stdin -a -f -i");
+}
+
+fn assert_lines_equal(theirs: &str, ours: &str, exe: &Path, flags: &str) {
+    let (t, o): (Vec<_>, Vec<_>) = (theirs.lines().collect(), ours.lines().collect());
+    for (i, (a, b)) in t.iter().zip(&o).enumerate() {
+        assert_eq!(a, b, "{} {flags}: line {i} differs", exe.display());
+    }
+    assert_eq!(t.len(), o.len(), "{} {flags}: line counts", exe.display());
+}
+
+fn gcc(tag: &str, flags: &str) -> PathBuf {
+    let dir = scratch_dir("cli-addr2line");
+    Gcc::new(&["sym_inline.c"])
+        .flags(flags)
+        .build(&dir.join(format!("sym_inline_{tag}")))
+}
+
+const C_FUNCS: &[&str] = &["sym_", "main>"];
+
+#[test]
+fn c_o2_o0_dwarf4_gz_match_binutils() {
+    for (tag, flags) in [
+        ("o2", "-O2"),
+        ("o0", "-O0"),
+        ("dwarf4", "-O2 -gdwarf-4"),
+        ("gz", "-O2 -gz"),
+    ] {
+        let exe = gcc(tag, flags);
+        let addrs = instruction_addrs(&exe, C_FUNCS);
+        assert!(addrs.len() > 200, "{tag}: {}", addrs.len());
+        compare(&exe, &addrs);
+    }
+}
+
+#[test]
+fn split_and_stripped_match_binutils() {
+    let reference = gcc("ref", "-O2");
+    let addrs = instruction_addrs(&reference, C_FUNCS);
+    let split = gcc("split", "-O2");
+    let stripped = gcc("stripped", "-O2");
+    let dbg = split.with_extension("debug");
+    let sh = |args: &[&str]| {
+        assert!(Command::new(args[0])
+            .args(&args[1..])
+            .status()
+            .unwrap()
+            .success())
+    };
+    let (s, d) = (split.to_str().unwrap(), dbg.to_str().unwrap());
+    sh(&["objcopy", "--only-keep-debug", s, d]);
+    sh(&["strip", "--strip-all", s]);
+    sh(&["objcopy", &format!("--add-gnu-debuglink={d}"), s]);
+    sh(&["strip", "--strip-all", stripped.to_str().unwrap()]);
+    compare(&split, &addrs);
+    compare(&stripped, &addrs);
+    // The debug file alone works too.
+    compare(&dbg, &addrs);
+}
+
+#[test]
+fn rust_matches_binutils() {
+    let dir = scratch_dir("cli-addr2line");
+    let exe = dir.join("sym_rust_o2");
+    let src = workspace_root().join("tests/fixtures/rust/sym_rust.rs");
+    let o = Command::new("rustc")
+        .args(["-g", "-C", "opt-level=2"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let addrs = instruction_addrs(&exe, &["_ZN8sym_rust"]);
+    assert!(addrs.len() > 100);
+    compare(&exe, &addrs);
+}
+
+#[test]
+fn missing_file_is_an_error() {
+    let o = Command::new(&release_artifacts().cli)
+        .args(["addr2line", "-e", "/no/such/exe", "0x10"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/no/such/exe"));
+}

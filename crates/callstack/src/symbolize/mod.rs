@@ -1,0 +1,622 @@
+//! Addresses to functions, files, lines and inlined frames.
+//!
+//! A [`Symbolizer`] maps an address to the module that contains it, opens
+//! that module once (memory-mapped, parsed lazily), and answers with the
+//! [`Frame`]s at the address: the innermost inlined function first, each
+//! marked [`Frame::inlined`], the real (outermost) function last. Answers
+//! are cached per address, so a repeat lookup is one hash-map probe.
+//!
+//! Sources of names, best first:
+//! 1. DWARF (`.debug_info` + `.debug_line`, DWARF 2 to 5, zlib/zstd
+//!    compressed sections included), in the object itself or in its split
+//!    debug file, found by build-id (`/usr/lib/debug/.build-id/xx/yyyy.debug`)
+//!    or by `.gnu_debuglink` (beside the object, in its `.debug/` subdir,
+//!    under `/usr/lib/debug/<dir>/`, or any [`Symbolizer::add_debug_dir`]);
+//! 2. `.symtab` (of the object or of its debug file);
+//! 3. `.dynsym`.
+//!
+//! Without any of them a frame is still reported as module + offset
+//! ([`Symbolized::module`], [`Symbolized::offset`]).
+//!
+//! ## Return addresses and exact pcs
+//! A captured return address points after the call instruction, possibly
+//! into the next line or even the next function; it must be looked up at
+//! `addr - 1`. The pc of the interrupted frame of a signal (or of frame 0
+//! of a thread stopped by a debugger) is exact. [`Address`] says which:
+//!
+//! ```
+//! use callstack::symbolize::{Address, Symbolizer};
+//! #[inline(never)]
+//! fn here() -> usize {
+//!     let mut out = [0usize; 4];
+//!     callstack::capture_fast(0, &mut out);
+//!     out[0]
+//! }
+//! let mut s = Symbolizer::new();
+//! let sym = s.symbolize(Address::Return(here()));
+//! let f = sym.frames.last().expect("test binaries have symbols");
+//! assert!(f.function.as_deref().unwrap().ends_with("here"), "{sym:?}");
+//! ```
+//!
+//! ## Offline use
+//! [`Symbolizer::from_modules`] takes the module list of another process
+//! (from a trace file, a core file or `/proc/PID/maps`) and symbolizes its
+//! addresses from the files on disk; [`Symbolizer::for_file`] does the same
+//! for one file at its link-time addresses (what `addr2line -e` does).
+//!
+//! The symbolizer allocates and does file I/O: it is never for a signal
+//! handler. Capture there, symbolize later.
+
+mod called_from;
+mod demangle;
+mod elf;
+mod mapped;
+
+pub use called_from::{called_from, called_from_any};
+pub use demangle::demangle;
+
+use elf::{ElfModule, SearchPaths};
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// An address to symbolize, and what kind of address it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Address {
+    /// A return address (every frame of a captured stack but a signal's
+    /// interrupted pc): looked up at `addr - 1`, inside the call
+    /// instruction.
+    Return(usize),
+    /// An exact instruction address (a signal frame's pc, frame 0 of a
+    /// stopped thread, an address from a disassembly): looked up as is.
+    Exact(usize),
+}
+
+impl Address {
+    /// The address as given.
+    pub fn addr(self) -> usize {
+        match self {
+            Address::Return(a) | Address::Exact(a) => a,
+        }
+    }
+
+    /// The address that is looked up (`addr - 1` for a return address).
+    pub fn probe(self) -> usize {
+        match self {
+            Address::Return(a) => a.saturating_sub(1),
+            Address::Exact(a) => a,
+        }
+    }
+
+    fn key(self) -> u64 {
+        match self {
+            Address::Return(a) => (a as u64) << 1,
+            Address::Exact(a) => ((a as u64) << 1) | 1,
+        }
+    }
+}
+
+/// Where a function name came from: how far it can be trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NameSource {
+    /// DWARF debug info (also gives file, line and inlined frames).
+    Dwarf,
+    /// The `.symtab` symbol table (nearest preceding function symbol).
+    Symtab,
+    /// The `.dynsym` dynamic symbol table (exported functions only: a
+    /// static function in between may be misnamed as its exported
+    /// predecessor).
+    Dynsym,
+}
+
+/// One frame at an address: a function, or an inlined function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The demangled function name (Rust legacy and v0 without the hash,
+    /// C++ with its parameters), if known.
+    pub function: Option<Arc<str>>,
+    /// The name as stored (mangled), when it differs from `function`.
+    pub mangled: Option<Arc<str>>,
+    /// The source file, as the compiler recorded it (usually absolute).
+    pub file: Option<Arc<str>>,
+    /// The line, 1-based.
+    pub line: Option<u32>,
+    /// The column, 1-based; `None` when unknown or 0 (left edge).
+    pub column: Option<u32>,
+    /// The line-table discriminator of the innermost frame's row (which of
+    /// several blocks on one line), when asked for with
+    /// [`Symbolizer::set_discriminators`] and nonzero.
+    pub discriminator: Option<u32>,
+    /// Whether this frame is an inlined copy of `function` inside the next
+    /// frame of the list. The last frame of an address is never inlined.
+    pub inlined: bool,
+    /// Where the name came from.
+    pub source: NameSource,
+}
+
+/// The answer for one address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Symbolized {
+    /// The address as given.
+    pub address: Address,
+    /// The module containing the address, if any.
+    pub module: Option<Arc<ModuleInfo>>,
+    /// The address looked up, in the module's own (link-time) address
+    /// space: what `addr2line -e MODULE` takes. For a return address this
+    /// is `addr - 1 - bias`.
+    pub offset: u64,
+    /// The frames, innermost (inlined) first, the real function last.
+    /// Empty when nothing names the address.
+    pub frames: Vec<Frame>,
+}
+
+impl Symbolized {
+    /// The outermost (non-inlined) function name, if any.
+    pub fn function(&self) -> Option<&str> {
+        self.frames.last().and_then(|f| f.function.as_deref())
+    }
+}
+
+impl fmt::Display for Symbolized {
+    /// One line per frame: `function at file:line` (or `module+0xoffset`),
+    /// inlined frames marked.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let module = || {
+            self.module
+                .as_ref()
+                .map(|m| m.path.display().to_string())
+                .unwrap_or_else(|| "??".into())
+        };
+        if self.frames.is_empty() {
+            return write!(f, "?? ({}+{:#x})", module(), self.offset);
+        }
+        for (i, fr) in self.frames.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            if fr.inlined {
+                write!(f, "(inlined) ")?;
+            }
+            write!(f, "{}", fr.function.as_deref().unwrap_or("??"))?;
+            match (&fr.file, fr.line) {
+                (Some(file), Some(line)) => write!(f, " at {file}:{line}")?,
+                (Some(file), None) => write!(f, " at {file}")?,
+                _ => write!(f, " ({}+{:#x})", module(), self.offset)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A module (executable or shared object) of a process, as the symbolizer
+/// needs it: which file, where it was loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModuleInfo {
+    /// Path of the file on disk (tried first, when its build-id matches).
+    pub path: PathBuf,
+    /// GNU build-id, if known: used to check the file at `path` and to find
+    /// it (or its debug file) under a debug dir's `.build-id/`.
+    pub build_id: Option<Vec<u8>>,
+    /// Lowest runtime address of the module's mapping.
+    pub start: usize,
+    /// One past its highest runtime address.
+    pub end: usize,
+    /// Load bias (runtime address minus link-time address). `None`: derive
+    /// it when the file is opened, taking `start` as the address where the
+    /// file's first `PT_LOAD` (file offset 0) is mapped, which is what
+    /// `/proc/PID/maps` and core files show.
+    pub bias: Option<usize>,
+}
+
+impl ModuleInfo {
+    /// The modules loaded in this process ([`crate::modules::loaded_modules`]).
+    pub fn loaded() -> Vec<ModuleInfo> {
+        crate::modules::loaded_modules()
+            .into_iter()
+            .filter(|m| !m.is_vdso)
+            .map(|m| {
+                let (start, end) = m.range();
+                ModuleInfo {
+                    path: m.path,
+                    build_id: m.build_id,
+                    start,
+                    end,
+                    bias: Some(m.bias),
+                }
+            })
+            .collect()
+    }
+
+    fn contains(&self, a: usize) -> bool {
+        self.start <= a && a < self.end
+    }
+}
+
+/// What went wrong opening a module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The file could not be opened or mapped.
+    Io,
+    /// The file is not a valid object (truncated, not ELF, corrupt headers).
+    BadObject,
+    /// The file's build-id is not the module's.
+    BuildIdMismatch,
+}
+
+/// A module that could not be used, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    /// The kind of failure.
+    pub kind: ErrorKind,
+    /// The file concerned.
+    pub path: PathBuf,
+    /// Details.
+    pub message: String,
+}
+
+impl Error {
+    fn new(kind: ErrorKind, path: &Path, message: String) -> Error {
+        Error {
+            kind,
+            path: path.to_path_buf(),
+            message,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A fast hash for integer keys (multiply-xorshift); the cache probe is
+/// the whole cost of a repeat lookup.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IntHasher(u64);
+
+impl Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        let x = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        x ^ (x >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64)
+    }
+}
+
+pub(crate) type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
+
+struct Entry {
+    info: Arc<ModuleInfo>,
+    opened: Option<Result<ElfModule, Error>>,
+}
+
+/// Turns addresses into frames, with a per-address cache.
+///
+/// Not `Sync`: give each thread its own, or put one behind a mutex (as
+/// [`called_from`] does).
+pub struct Symbolizer {
+    entries: Vec<Entry>,
+    in_process: bool,
+    whole_file: bool,
+    search: SearchPaths,
+    discriminators: bool,
+    cache: IntMap<u64, Symbolized>,
+}
+
+impl Default for Symbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Symbolizer {
+    /// A symbolizer for addresses of this process. Modules loaded later
+    /// (`dlopen`) are picked up when an address falls outside the known ones.
+    pub fn new() -> Symbolizer {
+        let mut s = Self::from_modules(ModuleInfo::loaded());
+        s.in_process = true;
+        s
+    }
+
+    /// A symbolizer for addresses of another process (or of this one at
+    /// another time), given its modules: path, build-id and where each was
+    /// loaded. Files are opened on first use; one that cannot be opened
+    /// yields module+offset frames (see [`Symbolizer::module_errors`]).
+    pub fn from_modules(modules: impl IntoIterator<Item = ModuleInfo>) -> Symbolizer {
+        let mut entries: Vec<Entry> = modules
+            .into_iter()
+            .map(|m| Entry {
+                info: Arc::new(m),
+                opened: None,
+            })
+            .collect();
+        entries.sort_by_key(|e| e.info.start);
+        Symbolizer {
+            entries,
+            in_process: false,
+            whole_file: false,
+            search: SearchPaths::default(),
+            discriminators: false,
+            cache: IntMap::default(),
+        }
+    }
+
+    /// A symbolizer for one object file at its link-time addresses (bias
+    /// 0, every address belongs to it), as `addr2line -e FILE` does. Opens
+    /// the file now, so a missing or invalid file is an error here.
+    pub fn for_file(path: impl AsRef<Path>) -> Result<Symbolizer, Error> {
+        Self::for_file_with_debug_dirs(path, &[])
+    }
+
+    /// [`Symbolizer::for_file`], also searching `debug_dirs` for split
+    /// debug info.
+    pub fn for_file_with_debug_dirs(
+        path: impl AsRef<Path>,
+        debug_dirs: &[PathBuf],
+    ) -> Result<Symbolizer, Error> {
+        let path = path.as_ref();
+        let search = SearchPaths {
+            debug_dirs: debug_dirs.to_vec(),
+        };
+        let m = ElfModule::open(path, &search)?;
+        let info = ModuleInfo {
+            path: path.to_path_buf(),
+            build_id: m.build_id.clone(),
+            start: 0,
+            end: usize::MAX,
+            bias: Some(0),
+        };
+        Ok(Symbolizer {
+            entries: vec![Entry {
+                info: Arc::new(info),
+                opened: Some(Ok(m)),
+            }],
+            in_process: false,
+            whole_file: true,
+            search,
+            discriminators: false,
+            cache: IntMap::default(),
+        })
+    }
+
+    /// Also look for split debug files under `dir` (like `/usr/lib/debug`:
+    /// `dir/.build-id/xx/yyyy.debug`, `dir/<object's dir>/<debuglink>`,
+    /// `dir/<debuglink>`). Affects modules not opened yet.
+    pub fn add_debug_dir(&mut self, dir: impl Into<PathBuf>) {
+        self.search.debug_dirs.push(dir.into());
+    }
+
+    /// Also report line-table discriminators ([`Frame::discriminator`]),
+    /// at the cost of a second pass over each line table used.
+    pub fn set_discriminators(&mut self, on: bool) {
+        self.discriminators = on;
+    }
+
+    /// The modules this symbolizer knows.
+    pub fn modules(&self) -> impl Iterator<Item = &ModuleInfo> {
+        self.entries.iter().map(|e| &*e.info)
+    }
+
+    /// The modules that could not be opened so far, with the reason.
+    pub fn module_errors(&self) -> impl Iterator<Item = &Error> {
+        self.entries.iter().filter_map(|e| match &e.opened {
+            Some(Err(err)) => Some(err),
+            _ => None,
+        })
+    }
+
+    /// Symbolizes `addr`, from the cache when it was seen before.
+    pub fn symbolize(&mut self, addr: Address) -> &Symbolized {
+        let key = addr.key();
+        if self.cache.contains_key(&key) {
+            return &self.cache[&key];
+        }
+        let s = self.resolve(addr);
+        self.cache.entry(key).or_insert(s)
+    }
+
+    /// [`Symbolizer::symbolize`] of a return address.
+    pub fn symbolize_return(&mut self, ra: usize) -> &Symbolized {
+        self.symbolize(Address::Return(ra))
+    }
+
+    /// [`Symbolizer::symbolize`] of an exact pc.
+    pub fn symbolize_pc(&mut self, pc: usize) -> &Symbolized {
+        self.symbolize(Address::Exact(pc))
+    }
+
+    /// Symbolizes `addr` without reading or filling the cache (for
+    /// streaming many distinct addresses once, as `callstack addr2line`
+    /// does).
+    pub fn resolve(&mut self, addr: Address) -> Symbolized {
+        let probe = addr.probe();
+        let mut idx = self.find_entry(probe);
+        if idx.is_none() && self.in_process {
+            self.refresh_in_process();
+            idx = self.find_entry(probe);
+        }
+        let Some(i) = idx else {
+            return Symbolized {
+                address: addr,
+                module: None,
+                offset: probe as u64,
+                frames: Vec::new(),
+            };
+        };
+        let search = &self.search;
+        let e = &mut self.entries[i];
+        let opened = e.opened.get_or_insert_with(|| open_entry(&e.info, search));
+        let info = e.info.clone();
+        let bias = match (&*opened, info.bias) {
+            (_, Some(b)) => b,
+            (Ok(m), None) => info
+                .start
+                .wrapping_sub((m.first_load_vaddr & !0xfff) as usize),
+            (Err(_), None) => info.start,
+        };
+        let offset = probe.wrapping_sub(bias) as u64;
+        let mut frames = match opened {
+            Ok(m) => frames_at(m, offset),
+            Err(_) => Vec::new(),
+        };
+        if self.discriminators {
+            if let (Ok(m), Some(f)) = (opened, frames.first_mut()) {
+                if f.line.is_some() {
+                    f.discriminator = Some(m.discriminator(offset)).filter(|&d| d != 0);
+                }
+            }
+        }
+        Symbolized {
+            address: addr,
+            module: Some(info),
+            offset,
+            frames,
+        }
+    }
+
+    /// Empties the address cache (modules stay open).
+    pub fn clear_cache(&mut self) {
+        self.cache.clear();
+    }
+
+    /// How many addresses are cached.
+    pub fn cached(&self) -> usize {
+        self.cache.len()
+    }
+
+    fn find_entry(&self, a: usize) -> Option<usize> {
+        if self.whole_file {
+            return Some(0);
+        }
+        let i = self.entries.partition_point(|e| e.info.start <= a);
+        let i = i.checked_sub(1)?;
+        self.entries[i].info.contains(a).then_some(i)
+    }
+
+    fn refresh_in_process(&mut self) {
+        for m in ModuleInfo::loaded() {
+            let known = self
+                .entries
+                .iter()
+                .any(|e| e.info.start == m.start && e.info.path == m.path);
+            if !known {
+                self.entries.push(Entry {
+                    info: Arc::new(m),
+                    opened: None,
+                });
+            }
+        }
+        self.entries.sort_by_key(|e| e.info.start);
+    }
+}
+
+fn open_entry(info: &ModuleInfo, search: &SearchPaths) -> Result<ElfModule, Error> {
+    let first_err = match ElfModule::open(&info.path, search) {
+        Ok(m) => match (&info.build_id, &m.build_id) {
+            (Some(want), Some(have)) if want != have => Error::new(
+                ErrorKind::BuildIdMismatch,
+                &info.path,
+                "build-id differs from the module's".into(),
+            ),
+            _ => return Ok(m),
+        },
+        Err(e) => e,
+    };
+    // Not at its path (or not the same file): look it up by build-id.
+    if let Some(id) = info.build_id.as_ref().filter(|b| b.len() >= 2) {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let mut roots = search.debug_dirs.clone();
+        roots.push(PathBuf::from("/usr/lib/debug"));
+        for r in roots {
+            let base = r.join(".build-id").join(&hex[..2]);
+            for name in [hex[2..].to_string(), format!("{}.debug", &hex[2..])] {
+                let p = base.join(name);
+                if p.is_file() {
+                    if let Ok(m) = ElfModule::open(&p, search) {
+                        return Ok(m);
+                    }
+                }
+            }
+        }
+    }
+    Err(first_err)
+}
+
+/// The frames at file address `offset` of module `m`.
+fn frames_at(m: &ElfModule, offset: u64) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    if !m.in_allocated_section(offset) {
+        return frames;
+    }
+    if let Some(ctx) = &m.ctx {
+        if let Ok(mut it) = ctx.find_frames(offset).skip_all_loads() {
+            while let Ok(Some(f)) = it.next() {
+                let (function, mangled) = match &f.function {
+                    Some(name) => m.function_name(name.name.slice(), name.language),
+                    None => (None, None),
+                };
+                let (file, line, column) = match &f.location {
+                    Some(l) => (
+                        l.file.map(|p| m.file_name(p)),
+                        l.line,
+                        l.column.filter(|&c| c != 0),
+                    ),
+                    None => (None, None, None),
+                };
+                frames.push(Frame {
+                    function,
+                    mangled,
+                    file,
+                    line,
+                    column,
+                    discriminator: None,
+                    inlined: true,
+                    source: NameSource::Dwarf,
+                });
+            }
+        }
+    }
+    if let Some(last) = frames.last_mut() {
+        last.inlined = false;
+    }
+    // No function name from DWARF for the outermost frame: take the symbol
+    // table's (assembly, or line tables without DIEs).
+    let needs_name = frames.last().is_none_or(|f| f.function.is_none());
+    if needs_name {
+        if let Some(sym) = m.symbol(offset) {
+            let (function, mangled) = m.function_name(sym.name.as_bytes(), None);
+            match frames.last_mut() {
+                Some(f) => {
+                    f.function = function;
+                    f.mangled = mangled;
+                    f.source = sym.source;
+                }
+                None => frames.push(Frame {
+                    function,
+                    mangled,
+                    file: sym.file.map(|p| m.file_name(p)),
+                    line: None,
+                    column: None,
+                    discriminator: None,
+                    inlined: false,
+                    source: sym.source,
+                }),
+            }
+        }
+    }
+    frames
+}
