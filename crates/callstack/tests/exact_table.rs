@@ -173,3 +173,65 @@ fn unwind_with_module_set(depth: usize) {
 fn module_set_from_files_unwinds_like_the_in_process_capture() {
     unwind_with_module_set(10);
 }
+
+/// What `fuzz/fuzz_targets/unwind_table.rs` does, on its regression corpus
+/// and on every truncation and some bit flips of it.
+#[test]
+fn fuzz_corpus_runs_without_panics() {
+    struct Wild;
+    impl Memory for Wild {
+        fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
+            if addr & 0xfff == 0xff8 {
+                Err(ReadError::OutOfBounds(addr))
+            } else {
+                Ok(addr.rotate_left(7))
+            }
+        }
+    }
+    let run = |data: &[u8]| {
+        let mut tables = Vec::new();
+        if let Ok(t) = UnwindTable::<X86_64>::from_elf_bytes(data) {
+            tables.push(t);
+        }
+        let secs = callstack::unwind::SectionsInput {
+            eh_frame: Some((data.to_vec(), 0x1000)),
+            debug_frame: Some(data.to_vec()),
+            ..Default::default()
+        };
+        if let Ok(t) = UnwindTable::<X86_64>::from_sections(secs) {
+            tables.push(t);
+        }
+        for t in tables {
+            let (lo, hi) = t.range();
+            let mut set: ModuleSet<X86_64> = ModuleSet::new();
+            set.add(lo, hi.max(lo + 1), 0, t);
+            let regs = UnwindRegs {
+                pc: lo + 1,
+                sp: 0x7000_0000,
+                fp: 0x7000_0100,
+                lr: 0,
+            };
+            let mut u = Unwinder::new(&set, regs, true);
+            let mut n = 0;
+            while u.next(&mut Wild).is_some() && n < 64 {
+                n += 1;
+            }
+        }
+    };
+    let dir = testsupport::workspace_root().join("fuzz/corpus/unwind_table");
+    let mut seen = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let data = std::fs::read(e.unwrap().path()).unwrap();
+        seen += 1;
+        run(&data);
+        for cut in (0..data.len()).step_by(97) {
+            run(&data[..cut]);
+        }
+        let mut flipped = data.clone();
+        for i in (0..flipped.len()).step_by(13) {
+            flipped[i] ^= 0x5a;
+        }
+        run(&flipped);
+    }
+    assert!(seen >= 2);
+}
