@@ -11,8 +11,12 @@ use testsupport::{scratch_dir, Gcc};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
-const OURS: [&str; 13] = [
+const OURS: [&str; 17] = [
     "c_null_deref",
+    "c_bus_error",
+    "c_dlopen_crash",
+    "dso_crash",
+    "dso_null_deref",
     "c_abort",
     "c_divide",
     "c_illegal",
@@ -81,13 +85,8 @@ fn check(c: &Crash, signal: i32, signal_line: &str, expected: &[&str]) {
     assert!(raw.contains("(build-id "), "{}", c.stderr);
     let sym =
         symbolized_part(&c.stderr).unwrap_or_else(|| panic!("no symbolized part:\n{}", c.stderr));
-    assert_chain(
-        &symbolized_frames(sym),
-        ours,
-        expected,
-        "crash_fixture.c",
-        &c.stderr,
-    );
+    // crash_fixture.c, or crash_dso.c for the library's frames.
+    assert_chain(&symbolized_frames(sym), ours, expected, ".c", &c.stderr);
     assert_eq!(
         c.signal,
         Some(signal),
@@ -367,4 +366,52 @@ fn crash_c_raw_part_survives_a_hanging_helper() {
     );
     assert_eq!(c.signal, Some(libc::SIGSEGV));
     assert!(c.elapsed < Duration::from_secs(10), "{:?}", c.elapsed);
+}
+
+#[test]
+fn crash_c_null_dereference_without_frame_pointers() {
+    // Exact unwinding (CFI) through code built without frame pointers.
+    let exe = build("-O2 -fomit-frame-pointer");
+    let c = run_exe(&exe, &["null"], &[]);
+    check(
+        &c,
+        libc::SIGSEGV,
+        "signal: SIGSEGV: address not mapped, fault address 0x0",
+        &with_main(&["c_null_deref"]),
+    );
+}
+
+#[test]
+fn crash_c_bus_error() {
+    let c = run("bus", &[]);
+    check(
+        &c,
+        libc::SIGBUS,
+        "signal: SIGBUS: nonexistent physical address",
+        &with_main(&["c_bus_error"]),
+    );
+}
+
+#[test]
+fn crash_c_in_a_library_loaded_after_install() {
+    // Not in the install-time module snapshot: found through
+    // /proc/self/maps and the ELF header mapped in memory.
+    let dir = scratch_dir("crash-c-dso");
+    let dso = Gcc::new(&["crash_dso.c"])
+        .flags("-O0 -fno-omit-frame-pointer -fPIC -shared")
+        .build(&dir.join("libcrash_dso.so"));
+    let c = run("dlopen", &[("CRASH_DSO", dso.to_str().unwrap())]);
+    let raw = raw_part(&c.stderr).unwrap_or_else(|| panic!("{}", c.stderr));
+    let first = raw.lines().find(|l| l.starts_with("  #0 pc ")).unwrap();
+    assert!(
+        first.contains("libcrash_dso.so +0x") && first.contains("(build-id "),
+        "{}",
+        c.stderr
+    );
+    check(
+        &c,
+        libc::SIGSEGV,
+        "signal: SIGSEGV: address not mapped, fault address 0x0",
+        &with_main(&["dso_null_deref", "dso_crash", "c_dlopen_crash"]),
+    );
 }
