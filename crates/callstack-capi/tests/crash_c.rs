@@ -415,3 +415,27 @@ fn crash_c_in_a_library_loaded_after_install() {
         &with_main(&["dso_null_deref", "dso_crash", "c_dlopen_crash"]),
     );
 }
+
+#[test]
+fn crash_c_previous_handler_that_returns_is_reported_once() {
+    // The previous handler returns without fixing the fault three times:
+    // the fault repeats, the report is written once, the handler runs each
+    // time, and the process still dies by SIGSEGV.
+    let c = run("prev-returns", &[]);
+    assert_eq!(
+        c.stderr
+            .matches("*** callstack: crash report (raw) ***")
+            .count(),
+        1,
+        "{}",
+        c.stderr
+    );
+    assert_eq!(
+        c.stderr.matches("fixture: returning handler ran").count(),
+        3,
+        "{}",
+        c.stderr
+    );
+    assert!(symbolized_part(&c.stderr).is_some(), "{}", c.stderr);
+    assert_eq!(c.signal, Some(libc::SIGSEGV), "{}", c.stderr);
+}
