@@ -439,3 +439,51 @@ fn crash_c_previous_handler_that_returns_is_reported_once() {
     assert!(symbolized_part(&c.stderr).is_some(), "{}", c.stderr);
     assert_eq!(c.signal, Some(libc::SIGSEGV), "{}", c.stderr);
 }
+
+/// gdb's `bt` where the fixture crashes (gdb stops at the signal before our
+/// handler runs), function names, innermost first.
+fn gdb_crash_bt(exe: &PathBuf, scenario: &str) -> Vec<String> {
+    let o = Command::new("gdb")
+        .args(["-nx", "-batch", "-ex", "set debuginfod enabled off"])
+        .args(["-ex", "run", "-ex", "bt", "--args"])
+        .arg(exe)
+        .arg(scenario)
+        .env("CALLSTACK_CRASH_HELPER", "none")
+        .output()
+        .expect("run gdb");
+    testsupport::parse_gdb_bt(&String::from_utf8_lossy(&o.stdout))
+}
+
+#[test]
+fn crash_c_chains_equal_gdb() {
+    // Every frame of the symbolized report, inlined ones included, down to
+    // main, against gdb's bt at the same fault; at -O0 with frame pointers
+    // and at -O2 without them.
+    for flags in ["-O0 -fno-omit-frame-pointer", "-O2 -fomit-frame-pointer"] {
+        let exe = build(flags);
+        for scenario in ["null", "fpe", "ill", "trap", "bus"] {
+            let c = run_exe(&exe, &[scenario], &[]);
+            let sym = symbolized_part(&c.stderr)
+                .unwrap_or_else(|| panic!("{flags} {scenario}: no symbolized part:\n{}", c.stderr));
+            let ours: Vec<String> = symbolized_frames(sym)
+                .into_iter()
+                .map(|f| f.function)
+                .collect();
+            let end = ours
+                .iter()
+                .position(|f| f == "main")
+                .map_or(ours.len(), |i| i + 1);
+            let gdb = gdb_crash_bt(&exe, scenario);
+            let gend = gdb
+                .iter()
+                .position(|f| f == "main")
+                .map_or(gdb.len(), |i| i + 1);
+            assert_eq!(
+                ours[..end],
+                gdb[..gend],
+                "{flags} {scenario}: ours vs gdb\n{}",
+                c.stderr
+            );
+        }
+    }
+}

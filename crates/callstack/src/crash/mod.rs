@@ -103,6 +103,9 @@
 //! our alternate stack and with our signal mask. `SIG_IGN` stays ignored
 //! for signals sent by a process; a synchronous fault cannot be ignored
 //! (the kernel would force the default action), so it gets the default.
+//! A previous handler that returns without fixing the cause makes the
+//! instruction fault again: the same fault (thread, signal, pc) is reported
+//! once, then only passed on.
 //! In a Rust program the standard library's SIGSEGV handler (which prints
 //! "has overflowed its stack" and aborts) is such a previous handler: a
 //! Rust stack overflow is reported, then ends with SIGABRT as it would
