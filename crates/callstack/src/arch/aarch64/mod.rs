@@ -11,6 +11,8 @@
 //! compare with). Cores of aarch64 programs are read offline on any host.
 
 pub mod regs;
+pub mod core_regs;
+pub mod instruction_analysis;
 
 use super::FrameRecordLayout;
 
