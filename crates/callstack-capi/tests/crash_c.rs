@@ -4,7 +4,7 @@
 //! child dies by the signal it would have died by.
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use std::time::Duration;
 use testsupport::crash::*;
 use testsupport::{scratch_dir, Gcc};
@@ -35,22 +35,31 @@ fn ours(name: &str) -> bool {
     OURS.contains(&name)
 }
 
+/// Builds the fixture with `flags`, once per flag set per test process
+/// (tests run in parallel: rebuilding a binary another test is running
+/// fails with "text file busy").
 fn build(flags: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = built.iter().find(|(f, _)| f == flags) {
+        return p.clone();
+    }
     let dir = scratch_dir("crash-c");
     let tag: String = flags
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    Gcc::new(&["crash_fixture.c"])
+    let exe = Gcc::new(&["crash_fixture.c"])
         .flags(flags)
         .flags("-pthread")
         .link_callstack()
-        .build(&dir.join(format!("crash_fixture{tag}")))
+        .build(&dir.join(format!("crash_fixture{tag}")));
+    built.push((flags.to_string(), exe.clone()));
+    exe
 }
 
-fn fixture() -> &'static PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| build("-O0 -fno-omit-frame-pointer"))
+fn fixture() -> PathBuf {
+    build("-O0 -fno-omit-frame-pointer")
 }
 
 fn run_exe(exe: &PathBuf, args: &[&str], env: &[(&str, &str)]) -> Crash {
@@ -72,7 +81,7 @@ fn run_exe(exe: &PathBuf, args: &[&str], env: &[(&str, &str)]) -> Crash {
 }
 
 fn run(scenario: &str, env: &[(&str, &str)]) -> Crash {
-    run_exe(fixture(), &[scenario], env)
+    run_exe(&fixture(), &[scenario], env)
 }
 
 fn check(c: &Crash, signal: i32, signal_line: &str, expected: &[&str]) {
@@ -285,7 +294,7 @@ fn crash_c_previous_handler_still_runs() {
 fn crash_c_report_file_gets_both_parts() {
     let file = scratch_dir("crash-c-file").join("report.txt");
     let _ = std::fs::remove_file(&file);
-    let c = run_exe(fixture(), &["null", file.to_str().unwrap()], &[]);
+    let c = run_exe(&fixture(), &["null", file.to_str().unwrap()], &[]);
     assert_eq!(c.signal, Some(libc::SIGSEGV));
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(
