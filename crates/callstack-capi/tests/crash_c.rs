@@ -496,3 +496,72 @@ fn crash_c_chains_equal_gdb() {
         }
     }
 }
+
+/// System calls the crashing thread may make from the fault to its death:
+/// the handler's (see the signal-safety rules of `callstack::crash`).
+const HANDLER_SYSCALLS: [&str; 25] = [
+    "restart_syscall", // nanosleep resumed after a ptrace stop
+    "write",
+    "openat",
+    "open",
+    "read",
+    "close",
+    "prctl",
+    "getpid",
+    "gettid",
+    "pipe2",
+    "clone",
+    "fcntl",
+    "rt_sigprocmask",
+    "rt_sigpending",
+    "rt_sigtimedwait",
+    "rt_sigaction",
+    "rt_sigreturn",
+    "poll",
+    "wait4",
+    "nanosleep",
+    "clock_nanosleep",
+    "clock_gettime",
+    "kill",
+    "tgkill",
+    "exit_group",
+];
+
+#[test]
+fn crash_c_handler_makes_only_signal_safe_system_calls() {
+    // strace the crashing thread from the signal to its death: no mmap or
+    // brk (malloc), no futex (a lock), nothing outside the list.
+    for scenario in ["null", "malloc"] {
+        let dir = scratch_dir(&format!("crash-c-strace-{scenario}"));
+        let prefix = dir.join("trace");
+        let mut cmd = Command::new("strace");
+        cmd.args(["-ff", "-qq", "-o"])
+            .arg(&prefix)
+            .arg(fixture())
+            .arg(scenario);
+        let c = run_crashing(cmd, DEADLINE);
+        assert!(symbolized_part(&c.stderr).is_some(), "{}", c.stderr);
+        // The crashing thread is the main thread: its file is trace.<pid>,
+        // the one that holds the fault.
+        let mut checked = false;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            let Some(at) = text.find("--- SIGSEGV {si_signo=SIGSEGV, si_code=SEGV_MAPERR") else {
+                continue;
+            };
+            checked = true;
+            for line in text[at..].lines() {
+                if line.starts_with("---") || line.starts_with("+++") || line.is_empty() {
+                    continue;
+                }
+                let name = line.split('(').next().unwrap_or("");
+                assert!(
+                    HANDLER_SYSCALLS.contains(&name),
+                    "{scenario}: system call {name:?} in the crash handler:\n{}",
+                    &text[at..]
+                );
+            }
+        }
+        assert!(checked, "{scenario}: no trace holds the fault");
+    }
+}
