@@ -24,9 +24,13 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod arch;
+#[cfg(target_os = "linux")]
+pub mod crash;
 mod fast;
 mod hash;
 pub mod modules;
+#[cfg(feature = "remote")]
+pub mod remote;
 mod stack;
 #[cfg(feature = "symbolize")]
 pub mod symbolize;
