@@ -44,6 +44,21 @@ use crate::unwind::{
 
 type A = NativeArch;
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use crate::arch::native::exact::{decode_fast, decode_unchecked};
+
+/// Other targets: no packed rules, every frame takes the generic unwinder.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn decode_fast(_: u16) -> Option<(bool, u64, i64)> {
+    None
+}
+
+/// Other targets: never called (nothing decodes).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn decode_unchecked(_: u16) -> (bool, u64, i64) {
+    (false, 8, 0)
+}
+
 // ---------------------------------------------------------------- memory
 
 /// Reads of this thread's stacks only: the stack the walk started on and
@@ -764,7 +779,7 @@ enum HotEnd {
 fn hot_run(hot: &mut Hot, hi: u64, out: &mut [usize]) -> (usize, HotEnd) {
     let (mut pc, mut sp, mut fp) = (hot.pc, hot.sp, hot.fp);
     let mut prev = hot.prev;
-    if crate::arch::native::exact::decode_fast(prev).is_none() {
+    if decode_fast(prev).is_none() {
         // Not a fast rule (the first run): force a decode of the first frame.
         prev = 0;
     }
@@ -784,13 +799,13 @@ fn hot_run(hot: &mut Hot, hi: u64, out: &mut [usize]) -> (usize, HotEnd) {
             break HotEnd::Slow;
         }
         if p != prev {
-            if crate::arch::native::exact::decode_fast(p).is_none() {
+            if decode_fast(p).is_none() {
                 break HotEnd::Slow;
             }
             prev = opaque(p);
         }
         // Decoded from the register copy: cheap ALU work off the load chain.
-        let (from_fp, cfa_off, bp_off) = crate::arch::native::exact::decode_unchecked(prev);
+        let (from_fp, cfa_off, bp_off) = decode_unchecked(prev);
         let cfa = if from_fp {
             fp.wrapping_add(cfa_off)
         } else {
