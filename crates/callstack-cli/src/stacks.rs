@@ -107,6 +107,25 @@ pub fn collect<M: Memory + Send>(
     out
 }
 
+/// Whether the last frame printed is the program's `main`, where gdb ends a
+/// backtrace. gdb finds `main` by name; in a Rust program the program's main
+/// is `crate::main` and gdb never stops, so neither do we at the C `main`
+/// that the Rust runtime provides (the caller of `std::rt::lang_start_internal`).
+fn ends_at_main(frames: &[FrameOut]) -> bool {
+    let Some(last) = frames.last() else {
+        return false;
+    };
+    if last.inlined || last.function.as_deref() != Some("main") {
+        return false;
+    }
+    let callee = frames
+        .iter()
+        .rev()
+        .nth(1)
+        .and_then(|f| f.function.as_deref());
+    callee != Some("std::rt::lang_start_internal")
+}
+
 fn name_thread(
     snap: &Snapshot,
     t: &callstack::remote::Thread,
@@ -117,11 +136,7 @@ fn name_thread(
     let mut frames: Vec<FrameOut> = Vec::new();
     let mut stop = unwound.stop;
     for f in &unwound.frames {
-        if !past_main
-            && frames
-                .last()
-                .is_some_and(|l| !l.inlined && l.function.as_deref() == Some("main"))
-        {
+        if !past_main && ends_at_main(&frames) {
             stop = None;
             break;
         }

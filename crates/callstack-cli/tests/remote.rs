@@ -592,3 +592,146 @@ fn separate_debug_file_from_debug_dir() {
     assert!(with.contains("remote_threads.c:"), "{with}");
     let _ = std::fs::remove_file(&core);
 }
+
+/// gdb's `thread apply all bt` with whole names (Rust names hold spaces
+/// inside their generic arguments): tid -> names.
+fn gdb_threads_full(args: &[&str]) -> BTreeMap<u32, Vec<String>> {
+    let o = Command::new("gdb")
+        .args([
+            "-nx",
+            "-batch",
+            "-ex",
+            "set pagination off",
+            "-ex",
+            "set debuginfod enabled off",
+        ])
+        .args(["-ex", "thread apply all bt"])
+        .args(args)
+        .output()
+        .expect("run gdb");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut out: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let mut tid = None;
+    for line in text.lines() {
+        if line.starts_with("Thread ") {
+            tid = line
+                .split_once("(LWP ")
+                .and_then(|(_, r)| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse::<u32>().ok());
+            if let Some(t) = tid {
+                out.insert(t, Vec::new());
+            }
+            continue;
+        }
+        let (Some(t), Some(rest)) = (tid, line.strip_prefix('#')) else {
+            continue;
+        };
+        let rest = rest
+            .trim_start_matches(|c: char| c.is_ascii_digit())
+            .trim_start();
+        let rest = match rest.split_once(" in ") {
+            Some((a, r)) if a.starts_with("0x") => r,
+            _ => rest,
+        };
+        // The name ends at " (" outside any <...>.
+        let (mut depth, mut end) = (0i32, rest.len());
+        let b = rest.as_bytes();
+        for i in 0..b.len() {
+            match b[i] {
+                b'<' => depth += 1,
+                b'>' => depth -= 1,
+                b' ' if depth == 0 && b.get(i + 1) == Some(&b'(') => {
+                    end = i;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        out.get_mut(&t).unwrap().push(rest[..end].to_string());
+    }
+    out
+}
+
+/// The last path segment of a function name, without generic arguments,
+/// closures spelled alike: gdb names Rust functions from DWARF
+/// (`{closure#1}`, `{impl#23}::call_once<..>`), demanglers from symbols
+/// (`{{closure}}`, `<X as Trait>::call_once`, `call_once{{vtable.shim}}`).
+fn last_segment(name: &str) -> String {
+    let mut depth = 0i32;
+    let mut segs = vec![String::new()];
+    let b: Vec<char> = name.chars().collect();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            ':' if depth == 0 && b.get(i + 1) == Some(&':') => {
+                segs.push(String::new());
+                i += 2;
+                continue;
+            }
+            _ if depth == 0 => segs.last_mut().unwrap().push(c),
+            _ => {}
+        }
+        i += 1;
+    }
+    // A turbofish (`do_call::<T>`) leaves an empty last segment.
+    segs.retain(|s| !s.is_empty());
+    let last = segs.pop().unwrap_or_default();
+    let last = last.trim_end_matches("{{vtable.shim}}").to_string();
+    if last.starts_with("{closure") {
+        "{{closure}}".into()
+    } else {
+        last
+    }
+}
+
+#[test]
+fn rust_program_core_and_live_match_gdb() {
+    let dir = scratch_dir("remote-rust");
+    let exe = dir.join("remote_threads_rs");
+    let src = testsupport::workspace_root().join("tests/fixtures/rust/remote_threads.rs");
+    let o = Command::new("rustc")
+        .args(["-g", "-C", "opt-level=2", "--edition", "2021"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("run rustc");
+    assert!(
+        o.status.success(),
+        "rustc: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let n = 3;
+    let fx = Fixture::start(&exe, n, 2);
+    let pid = fx.pid.to_string();
+    let live = callstack_json(&["pstack", "--json", &pid]);
+    let gdb_live = gdb_threads_full(&["-p", &pid]);
+    let core = gcore(fx.pid, &dir);
+    fx.finish();
+    let (exe_s, core_s) = (exe.to_str().unwrap(), core.to_str().unwrap());
+    let from_core = callstack_json(&["core", "--json", exe_s, core_s]);
+    let gdb_core = gdb_threads_full(&[exe_s, core_s]);
+    for (what, ours, gdb) in [
+        ("pstack", &live, &gdb_live),
+        ("core", &from_core, &gdb_core),
+    ] {
+        assert_eq!(gdb.len(), n + 2, "{what}: gdb threads");
+        assert_eq!(ours.threads.len(), gdb.len(), "{what}: thread count");
+        for (tid, chain) in gdb {
+            let got = &ours.threads[tid].1;
+            let a: Vec<String> = got.iter().map(|s| last_segment(s)).collect();
+            let b: Vec<String> = chain.iter().map(|s| last_segment(s)).collect();
+            assert_eq!(a, b, "{what}: thread {tid}");
+            // Our own functions by their full path.
+            for (x, y) in got.iter().zip(chain) {
+                if y.starts_with("remote_threads::") && !y.contains('{') {
+                    assert_eq!(x, y, "{what}: thread {tid}");
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&core);
+}
