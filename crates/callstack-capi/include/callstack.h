@@ -57,6 +57,34 @@ uint64_t callstack_hash(const uintptr_t* frames, uint32_t count);
  * first capture makes no system call either. */
 void callstack_prepare_thread(void);
 
+/* Crash reports. Installs handlers for SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+ * SIGABRT and SIGTRAP, running on an alternate signal stack. On a crash:
+ *  1. the raw report, written in the handler with async-signal-safe calls
+ *     only and no allocation: the signal and its code in words, the thread
+ *     id and name, and every frame as address, module, offset, build-id;
+ *     to stderr and, if report_path_or_null is not NULL, appended to that
+ *     file;
+ *  2. the symbolized report (function, file:line, inlined frames), printed
+ *     by a helper process started with a raw clone + execve (never in the
+ *     crashed process: the crash may be inside malloc) and waited for with
+ *     a timeout (default 5 s). The helper is $CALLSTACK_CRASH_HELPER if set
+ *     ("none" skips this step), else the `callstack` binary next to the
+ *     executable or on PATH, else this program itself, re-executed with
+ *     CALLSTACK_CRASH_SYMBOLIZE=1: then this very call symbolizes the
+ *     report read on stdin and exits. So call it first thing in main().
+ *     $CALLSTACK_CRASH_TIMEOUT_MS sets the timeout;
+ *  3. the previous handler of the signal runs, or the default action: the
+ *     process dies as it would have without us (same status, same core).
+ * Returns 0 on success, -1 on failure (errno set). Not async-signal-safe. */
+int callstack_install_crash_handler(const char* report_path_or_null);
+
+/* Gives the calling thread its own alternate signal stack, so that a stack
+ * overflow on it is reported too. Alternate stacks are per thread: call
+ * this at the start of every thread you create (the installing thread has
+ * one already). Without it, other crashes of that thread are still
+ * reported. Idempotent. Returns 0 on success, -1 on failure. */
+int callstack_crash_thread_init(void);
+
 #ifdef __cplusplus
 }
 #endif

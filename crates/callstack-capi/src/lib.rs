@@ -162,3 +162,66 @@ pub unsafe extern "C" fn callstack_hash(frames: *const usize, count: u32) -> u64
 pub extern "C" fn callstack_prepare_thread() {
     callstack::prepare_thread();
 }
+
+/// `int callstack_install_crash_handler(const char* report_path_or_null);`
+///
+/// Installs the crash handlers (see `callstack::crash`): on SIGSEGV,
+/// SIGBUS, SIGILL, SIGFPE, SIGABRT or SIGTRAP, a raw report (signal, thread,
+/// frames as module+offset+build-id) is written to stderr and, if
+/// `report_path_or_null` is not null, appended to that file; then a helper
+/// process prints the symbolized report; then the process dies as it would
+/// have. The helper and its timeout can be set with the environment
+/// variables `CALLSTACK_CRASH_HELPER` (`none` to skip symbolizing) and
+/// `CALLSTACK_CRASH_TIMEOUT_MS`. Returns 0 on success, -1 on failure (with
+/// `errno` set).
+///
+/// If `CALLSTACK_CRASH_SYMBOLIZE=1` is in the environment, this process is
+/// the symbolizing helper: the call reads a raw report on standard input,
+/// prints it symbolized and exits.
+///
+/// # Safety
+/// `report_path_or_null` must be null or a NUL-terminated string.
+#[cfg(target_os = "linux")]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_install_crash_handler(
+    report_path_or_null: *const core::ffi::c_char,
+) -> core::ffi::c_int {
+    use std::os::unix::ffi::OsStrExt;
+    let report_path = if report_path_or_null.is_null() {
+        None
+    } else {
+        // SAFETY: the caller promises a NUL-terminated string.
+        let bytes = unsafe { core::ffi::CStr::from_ptr(report_path_or_null) }.to_bytes();
+        Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+    };
+    let r = std::panic::catch_unwind(|| {
+        callstack::crash::install(callstack::crash::Options {
+            report_path,
+            ..Default::default()
+        })
+    });
+    match r {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            // SAFETY: setting this thread's errno.
+            unsafe { *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EINVAL) };
+            -1
+        }
+        Err(_) => -1,
+    }
+}
+
+/// `int callstack_crash_thread_init(void);`
+///
+/// Gives the calling thread an alternate signal stack so that its stack
+/// overflow is reported too. Call it at the start of every thread you
+/// create (the thread that called `callstack_install_crash_handler` needs
+/// nothing more). Idempotent. Returns 0 on success, -1 on failure.
+#[cfg(target_os = "linux")]
+#[unsafe(no_mangle)]
+pub extern "C" fn callstack_crash_thread_init() -> core::ffi::c_int {
+    match callstack::crash::install_thread() {
+        Ok(()) => 0,
+        Err(_) => -1,
+    }
+}

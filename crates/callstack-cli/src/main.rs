@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 mod addr2line;
 mod core;
+mod crash;
 mod demo;
 mod pstack;
 mod stacks;
@@ -37,6 +38,9 @@ enum Command {
     Addr2line(addr2line::Args),
     /// Print the stacks of a callstack trace file (or `-` for stdin) resolved.
     Symbolize(symbolize::Args),
+    /// Symbolize raw crash reports (from a report file, or standard input;
+    /// also the helper a crashing program runs).
+    CrashReport(crash::Args),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +51,7 @@ fn main() -> ExitCode {
         Command::Pstack(args) => pstack::run(args),
         Command::Addr2line(args) => addr2line::run(args),
         Command::Symbolize(args) => symbolize::run(args),
+        Command::CrashReport(args) => crash::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -10,9 +10,12 @@
 //! `fn(&mut [usize]) -> usize` that captures into its argument and returns
 //! how many frames it wrote, declare it below, and add a [`Row`].
 //!
-//! At the end a summary table prints criterion's median per capture (read
-//! from criterion's own `estimates.json` of this run), the frames each row
-//! returned at that spot, and each row's ratio to `capture_fast`.
+//! At the end a summary table prints, per scenario and row, the frames the
+//! row returned at that spot, criterion's median per capture (read from
+//! criterion's own `estimates.json` of this run), and an interleaved median:
+//! the rows take turns in short batches (a few microseconds each, 2000
+//! rounds), so a load change on a shared machine hits every row alike. The
+//! ratios to `capture_fast` are given for both.
 use criterion::Criterion;
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -176,7 +179,43 @@ fn main() {
         group.finish();
     }
     c.final_summary();
-    summary(&dir, started);
+    let mut interleaved = Vec::new();
+    for s in SCENARIOS {
+        let mut medians = Vec::new();
+        (s.at_depth)(&mut || medians = interleaved_medians(s.name));
+        interleaved.push(medians);
+    }
+    summary(&dir, started, &interleaved);
+}
+
+/// Median ns per capture of every row, the rows taking turns in batches of
+/// about `BATCH_NS` each, from this same frame.
+#[inline(never)]
+fn interleaved_medians(scenario: &'static str) -> Vec<f64> {
+    const ROUNDS: usize = 2000;
+    const BATCH_NS: f64 = 5_000.0;
+    // Calibrate: iterations per batch for each row.
+    let iters: Vec<u64> = ROWS
+        .iter()
+        .map(|row| {
+            let t = measure(scenario, row, 64).as_nanos() as f64 / 64.0;
+            (BATCH_NS / t.max(1.0)).clamp(1.0, 10_000.0) as u64
+        })
+        .collect();
+    let mut samples = vec![Vec::with_capacity(ROUNDS); ROWS.len()];
+    for _ in 0..ROUNDS {
+        for (i, row) in ROWS.iter().enumerate() {
+            let d = measure(scenario, row, iters[i]);
+            samples[i].push(d.as_nanos() as f64 / iters[i] as f64);
+        }
+    }
+    samples
+        .iter_mut()
+        .map(|v| {
+            v.sort_by(|a, b| a.total_cmp(b));
+            v[v.len() / 2]
+        })
+        .collect()
 }
 
 /// `target/criterion`, next to the bench binary's `target/<profile>/deps`.
@@ -199,25 +238,38 @@ fn median_ns(dir: &Path, group: &str, row: &str, since: SystemTime) -> Option<f6
     v["median"]["point_estimate"].as_f64()
 }
 
-fn summary(dir: &Path, since: SystemTime) {
+fn summary(dir: &Path, since: SystemTime, interleaved: &[Vec<f64>]) {
     let frames = FRAMES.lock().unwrap();
     println!();
-    println!("Summary: criterion median per capture, frames returned, ratio to capture_fast");
+    println!("Summary: ns per capture (criterion median, interleaved median), frames returned,");
+    println!("and ratio to capture_fast");
     println!(
-        "{:<12} {:<18} {:>12} {:>7} {:>10}",
-        "scenario", "row", "ns/capture", "frames", "vs ours"
+        "| {:<11} | {:<17} | {:>6} | {:>14} | {:>9} | {:>16} | {:>9} |",
+        "scenario", "row", "frames", "criterion ns", "ratio", "interleaved ns", "ratio"
     );
-    for s in SCENARIOS {
+    println!(
+        "|{:-<13}|{:-<19}|{:->8}|{:->16}|{:->11}|{:->18}|{:->11}|",
+        "", "", "", "", "", "", ""
+    );
+    for (s, inter) in SCENARIOS.iter().zip(interleaved) {
         let ours = median_ns(dir, s.name, ROWS[0].name, since);
-        for row in ROWS {
-            let Some(ns) = median_ns(dir, s.name, row.name, since) else {
-                continue;
-            };
+        for (i, row) in ROWS.iter().enumerate() {
             let n = frames.get(&(s.name, row.name)).copied().unwrap_or(0);
-            let ratio = ours.map_or("-".to_string(), |o| format!("{:.2}x", ns / o));
+            let crit = median_ns(dir, s.name, row.name, since);
+            let (c_ns, c_ratio) = match (crit, ours) {
+                (Some(ns), Some(o)) => (format!("{ns:.1}"), format!("{:.2}x", ns / o)),
+                (Some(ns), None) => (format!("{ns:.1}"), "-".into()),
+                _ => ("-".into(), "-".into()),
+            };
             println!(
-                "{:<12} {:<18} {:>12.1} {:>7} {:>10}",
-                s.name, row.name, ns, n, ratio
+                "| {:<11} | {:<17} | {:>6} | {:>14} | {:>9} | {:>16.1} | {:>9} |",
+                s.name,
+                row.name,
+                n,
+                c_ns,
+                c_ratio,
+                inter[i],
+                format!("{:.2}x", inter[i] / inter[0])
             );
         }
     }

@@ -12,6 +12,10 @@ use crate::stack;
 /// (`fp`, whose return address is inside the caller of the capture) and its
 /// stack pointer (`sp`, the lowest address the walk may read).
 ///
+/// Shaped so that the common case costs no register saves: the cached stack
+/// bounds are checked here, and both outcomes are tail calls (the walk
+/// itself, or the cold path that looks the bounds up first).
+///
 /// # Safety
 /// `out` must be valid for `max` writes (or null, or `max == 0`).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -25,7 +29,50 @@ pub(crate) unsafe extern "C" fn walk_from_entry(
     if out.is_null() || max == 0 {
         return 0;
     }
+    match stack::cached_stack_end(sp) {
+        // SAFETY: as promised by our caller; `hi` bounds this thread's stack.
+        Some(hi) => unsafe { walk_bounded(skip, max, out, fp, sp, hi) },
+        // SAFETY: as promised by our caller.
+        None => unsafe { walk_first_on_this_stack(skip, max, out, fp, sp) },
+    }
+}
+
+/// The first capture on a thread (or on another stack): look the bounds up,
+/// then walk.
+///
+/// # Safety
+/// As [`walk_from_entry`], with `out` non-null.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cold]
+#[inline(never)]
+unsafe fn walk_first_on_this_stack(
+    skip: u32,
+    max: u32,
+    out: *mut usize,
+    fp: usize,
+    sp: usize,
+) -> u32 {
     let hi = stack::stack_end(sp);
+    // SAFETY: as promised by our caller; `hi` is 0 (nothing read) or the end
+    // of the mapping holding `sp`.
+    unsafe { walk_bounded(skip, max, out, fp, sp, hi) }
+}
+
+/// The walk with known bounds `[sp, hi)`.
+///
+/// # Safety
+/// `out` must be valid for `max` writes and non-null; `[sp, hi)` must be
+/// readable memory (or `hi` 0).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[inline(never)]
+unsafe fn walk_bounded(
+    skip: u32,
+    max: u32,
+    out: *mut usize,
+    fp: usize,
+    sp: usize,
+    hi: usize,
+) -> u32 {
     // SAFETY: the caller promises `out` holds `max` writable slots.
     let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
     walk_frame_records(
@@ -46,8 +93,8 @@ pub(crate) unsafe extern "C" fn walk_from_entry(
 /// strictly up the stack.
 ///
 /// Shaped for speed without dropping a check: the skipped records are walked
-/// in a loop of their own, and "strictly above the previous record and
-/// inside the stack, aligned" is one unsigned compare (see `next_ok`).
+/// in a loop of their own, and "aligned, strictly above the previous record,
+/// inside the stack" is a single unsigned compare per frame (see `room`).
 #[inline(always)]
 pub(crate) fn walk_frame_records(
     layout: FrameRecordLayout,
@@ -59,17 +106,29 @@ pub(crate) fn walk_frame_records(
 ) -> usize {
     let record_end = layout.fp_offset.max(layout.ra_offset) + core::mem::size_of::<usize>();
     let misaligned = layout.align - 1;
-    // `last`: the highest address a record may start at.
+    let shift = layout.align.trailing_zeros();
+    // `last`: the highest aligned address a whole record may start at.
     let Some(last) = hi.checked_sub(record_end) else {
         return 0;
     };
+    let last = last & !misaligned;
     if fp < lo || fp > last || fp & misaligned != 0 {
         return 0;
     }
-    // From here on `lo <= fp <= last` and `fp` is aligned: the record at
-    // `fp` may be read. Each step checks the next record the same way.
+    // From here on the record at `fp` may be read: `lo <= fp <= last`,
+    // aligned. Each step accepts `next` by the same rules plus "strictly
+    // above `fp`" in one compare:
     //
-    // SAFETY (both reads below): `[fp, fp + record_end)` lies inside
+    // `room(x) = (last - x).rotate_right(log2 align)`. For an aligned
+    // `x <= last` that is the number of aligned slots between `x` and
+    // `last`, so `room(next) < room(fp)` means `next > fp`. A misaligned
+    // `next` leaves its low bits at the top after the rotation, and a
+    // `next > last` wraps `last - next`: both give a value above any room of
+    // an address inside the stack, so the compare fails for them too.
+    let room = |x: usize| last.wrapping_sub(x).rotate_right(shift);
+    let mut fp_room = room(fp);
+    // SAFETY (`read`): only called with an `fp` accepted above or by
+    // `room(next) < fp_room`: `[fp, fp + record_end)` lies inside
     // `[lo, hi)`, which is mapped, readable stack memory of this thread (see
     // `stack`), and `fp` is aligned.
     let read = |fp: usize| unsafe {
@@ -78,28 +137,15 @@ pub(crate) fn walk_frame_records(
             core::ptr::read_volatile((fp + layout.ra_offset) as *const usize),
         )
     };
-    // `next` is a valid record after `fp`: aligned, strictly above `fp`, at
-    // most `last`, all in one unsigned compare. With `fp` aligned and
-    // `d = next - fp`: `(d - align).rotate_right(log2 align)` puts any
-    // misaligned low bits of `d` at the top (a huge value), and a `d` of 0 or
-    // "negative" (`next <= fp`) wraps to a huge value too; otherwise it is
-    // `d / align - 1`, which is below `(last - fp) / align` exactly when
-    // `next <= last`. `fp <= last`, so `last - fp` does not wrap.
-    let align = layout.align;
-    let shift = align.trailing_zeros();
-    let next_ok = |fp: usize, next: usize| {
-        next.wrapping_sub(fp)
-            .wrapping_sub(align)
-            .rotate_right(shift)
-            < (last - fp) >> shift
-    };
     while skip > 0 {
         let (next, ra) = read(fp);
-        if ra == 0 || !next_ok(fp, next) {
+        let next_room = room(next);
+        if ra == 0 || next_room >= fp_room {
             return 0;
         }
         skip -= 1;
         fp = next;
+        fp_room = next_room;
     }
     let mut n = 0;
     while n < out.len() {
@@ -109,10 +155,12 @@ pub(crate) fn walk_frame_records(
         }
         out[n] = ra;
         n += 1;
-        if !next_ok(fp, next) {
+        let next_room = room(next);
+        if next_room >= fp_room {
             break;
         }
         fp = next;
+        fp_room = next_room;
     }
     n
 }

@@ -24,6 +24,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod arch;
+#[cfg(target_os = "linux")]
+pub mod crash;
 mod fast;
 mod hash;
 pub mod modules;

@@ -66,6 +66,14 @@ pub(crate) fn stack_end(sp: usize) -> usize {
     stack_end_elsewhere(sp)
 }
 
+/// Only the cache of the thread's own stack: the end of the stack holding
+/// `sp` if it is that one, else `None` (then call [`stack_end`]).
+#[inline(always)]
+pub(crate) fn cached_stack_end(sp: usize) -> Option<usize> {
+    let own = OWN.get();
+    own.contains(sp).then_some(own.hi)
+}
+
 #[cold]
 #[inline(never)]
 fn stack_end_elsewhere(sp: usize) -> usize {

@@ -13,6 +13,8 @@
 //! A target without a module here compiles, and its captures return 0.
 
 pub mod aarch64;
+pub mod arm;
+pub mod mips;
 pub mod x86_64;
 
 #[cfg(target_arch = "aarch64")]

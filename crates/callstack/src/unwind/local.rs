@@ -53,6 +53,11 @@ pub(crate) struct StackMemory {
 }
 
 impl StackMemory {
+    /// One past the top of the stack the walk started on.
+    pub(crate) fn hi(&self) -> u64 {
+        self.bounds[0].hi as u64
+    }
+
     pub(crate) fn for_sp(sp: u64) -> Option<Self> {
         let b = stack::bounds_for(sp as usize)?;
         Some(StackMemory {
@@ -396,6 +401,8 @@ pub struct PrepareStats {
 /// from a signal handler.
 pub fn prepare() -> PrepareStats {
     let _g = PREPARE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // The instruction-analysis fallback's disassembler tables.
+    crate::unwind::insn::warm_up();
     let (adds, subs) = dl_counters();
     let old = SNAPSHOT.load(Ordering::Acquire);
     // SAFETY: snapshots are never freed once published.
@@ -596,6 +603,50 @@ impl LocalSource {
     }
 }
 
+// ---------------------------------------------------------------- code
+
+/// This process's code for the instruction-analysis fallback: only the
+/// executable segments of the published snapshot (so nothing unmapped or
+/// unreadable is ever touched; no snapshot, no analysis). Lock-free.
+#[derive(Clone, Copy)]
+pub(crate) struct LocalCode {
+    snap: Option<&'static Snapshot>,
+}
+
+impl LocalCode {
+    pub(crate) fn new() -> Self {
+        let p = SNAPSHOT.load(Ordering::Acquire);
+        // SAFETY: published snapshots are never freed.
+        LocalCode {
+            snap: unsafe { p.as_ref() },
+        }
+    }
+}
+
+impl crate::unwind::insn::CodeMemory for LocalCode {
+    fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        let Some(s) = self.snap else { return 0 };
+        let i = s.segments.partition_point(|g| g.0 <= addr);
+        let Some(g) = i.checked_sub(1).and_then(|i| s.segments.get(i)) else {
+            return 0;
+        };
+        if addr >= g.1 {
+            return 0;
+        }
+        let n = ((g.1 - addr) as usize).min(buf.len());
+        // SAFETY: `[addr, addr + n)` lies inside an executable segment of a
+        // module loaded when the snapshot was taken; modules are only
+        // unloaded by `dlclose`, after which `prepare` must run again (the
+        // same rule as for the CFI tables).
+        unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), n) };
+        n
+    }
+}
+
+fn insn_fallback(mem: &StackMemory) -> crate::unwind::insn::InsnFallback<LocalCode> {
+    crate::unwind::insn::InsnFallback::new(LocalCode::new(), mem.hi())
+}
+
 // ---------------------------------------------------------------- entries
 
 /// Walks from `regs`, writing pcs after dropping `skip`. Returns the count
@@ -617,7 +668,8 @@ pub(crate) fn walk_pcs(
         );
     };
     let source = LocalSource::new();
-    let mut u = Unwinder::<A, _>::new(&source, regs, exact);
+    let fallback = insn_fallback(&mem);
+    let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
     let mut n = 0;
     while let Some(f) = u.next(&mut mem) {
         if skip > 0 {
@@ -650,7 +702,8 @@ pub(crate) fn walk_frames(
         );
     };
     let source = LocalSource::new();
-    let mut u = Unwinder::<A, _>::new(&source, regs, exact);
+    let fallback = insn_fallback(&mem);
+    let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
     let mut n = 0;
     while let Some(f) = u.next(&mut mem) {
         if skip > 0 {

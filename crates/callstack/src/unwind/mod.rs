@@ -45,6 +45,7 @@
 //! ```
 
 pub mod cfi;
+pub mod insn;
 pub(crate) mod local;
 pub mod memory;
 mod regs;

@@ -23,6 +23,21 @@ pub enum Method {
     Scan,
 }
 
+impl Method {
+    /// The name used in JSON output and reports: `context`, `cfi`, `fp`,
+    /// `signal`, `insn` or `scan`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Context => "context",
+            Method::Cfi => "cfi",
+            Method::FramePointer => "fp",
+            Method::SignalFrame => "signal",
+            Method::Insn => "insn",
+            Method::Scan => "scan",
+        }
+    }
+}
+
 /// One frame of an unwind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Frame {
@@ -100,6 +115,13 @@ pub trait Fallback<A: Arch> {
         known_module: bool,
         mem: &mut M,
     ) -> Option<(UnwindRegs, Method)>;
+
+    /// Whether to ask this fallback before the plain frame-pointer rule for
+    /// a frame without CFI (it then tries the frame pointer itself, checked
+    /// against the code). The default is false: frame pointer first.
+    fn before_frame_pointer(&self) -> bool {
+        false
+    }
 }
 
 /// No fallback: frames without CFI and without a valid frame pointer end
@@ -280,10 +302,20 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
                     let r = A::signal_frame(regs.sp, mem)?;
                     return self.check(&regs, r, Method::SignalFrame);
                 }
+                if self.fallback.before_frame_pointer() {
+                    if let Some((r, m)) = self.fallback.unwind_frame(&regs, self.exact, true, mem) {
+                        return self.check(&regs, r, m);
+                    }
+                }
                 if let Some(r) = frame_pointer_step::<A, M>(&regs, mem) {
                     return self.check(&regs, r, Method::FramePointer);
                 }
-                match self.fallback.unwind_frame(&regs, self.exact, true, mem) {
+                let late = if self.fallback.before_frame_pointer() {
+                    None // already asked above
+                } else {
+                    self.fallback.unwind_frame(&regs, self.exact, true, mem)
+                };
+                match late {
                     Some((r, m)) => self.check(&regs, r, m),
                     None => {
                         self.stop = StopReason::NoRule(regs.pc);

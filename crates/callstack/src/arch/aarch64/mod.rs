@@ -11,6 +11,8 @@
 //! compare with). Cores of aarch64 programs are read offline on any host.
 
 pub mod regs;
+pub mod core_regs;
+pub mod instruction_analysis;
 
 use super::FrameRecordLayout;
 
@@ -19,6 +21,7 @@ pub use rule::{Aarch64, UnwindRuleAarch64};
 
 #[cfg(target_arch = "aarch64")]
 pub mod exact;
+pub(crate) mod switch;
 
 /// The AArch64 frame record: saved x29 at `[x29]`, x30 at `[x29 + 8]`.
 pub const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {
