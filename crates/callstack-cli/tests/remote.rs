@@ -735,3 +735,37 @@ fn rust_program_core_and_live_match_gdb() {
     }
     let _ = std::fs::remove_file(&core);
 }
+
+#[test]
+fn core_of_code_without_cfi_or_frame_pointer_uses_instruction_analysis() {
+    // Built with .debug_frame only (gdb's truth), then the same file with
+    // .debug_frame removed (same code, same build-id): no CFI and no frame
+    // pointer in the fixture's functions, so callstack must read the code.
+    let dir = scratch_dir("remote-nocfi");
+    let exe = build(
+        "nocfi_truth",
+        "-O2 -fomit-frame-pointer -fno-asynchronous-unwind-tables -fno-unwind-tables",
+    );
+    let bare = dir.join("remote_threads_nocfi");
+    let o = Command::new("objcopy")
+        .args(["--remove-section", ".debug_frame"])
+        .arg(&exe)
+        .arg(&bare)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let n = 2;
+    let fx = Fixture::start(&exe, n, 2);
+    let core = gcore(fx.pid, &dir);
+    fx.finish();
+    let core_s = core.to_str().unwrap();
+    let gdb = gdb_threads(&[exe.to_str().unwrap(), core_s]);
+    let ours = callstack_json(&["core", "--json", bare.to_str().unwrap(), core_s]);
+    compare("core, no CFI, no frame pointer", &ours, &gdb, n);
+    let methods: Vec<&String> = ours.threads.values().flat_map(|t| &t.2).collect();
+    assert!(
+        methods.iter().any(|m| *m == "insn" || *m == "scan"),
+        "no frame was found by instruction analysis: {methods:?}"
+    );
+    let _ = std::fs::remove_file(&core);
+}

@@ -110,6 +110,36 @@ pub fn load_segments(data: &[u8]) -> Option<(u16, Vec<(u64, u64, u64, u64)>)> {
     }
 }
 
+/// `(p_vaddr, p_offset, p_filesz)` of every executable `PT_LOAD` (`PF_X`).
+pub fn exec_segments(data: &[u8]) -> Vec<(u64, u64, u64)> {
+    fn of<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<Vec<(u64, u64, u64)>> {
+        let hdr = Elf::parse(data).ok()?;
+        let endian = hdr.endian().ok()?;
+        Some(
+            hdr.program_headers(endian, data)
+                .ok()?
+                .iter()
+                .filter(|ph| {
+                    ph.p_type(endian) == elf::PT_LOAD && ph.p_flags(endian).0 & elf::PF_X.0 != 0
+                })
+                .map(|ph| {
+                    (
+                        ph.p_vaddr(endian).into(),
+                        ph.p_offset(endian).into(),
+                        ph.p_filesz(endian).into(),
+                    )
+                })
+                .collect(),
+        )
+    }
+    match FileKind::parse(data) {
+        Ok(FileKind::Elf64) => of::<elf::FileHeader64<Endianness>>(data),
+        Ok(FileKind::Elf32) => of::<elf::FileHeader32<Endianness>>(data),
+        _ => None,
+    }
+    .unwrap_or_default()
+}
+
 /// The load bias of an ELF file mapped by `mappings` (runtime address minus
 /// file address), from the `PT_LOAD` that covers the lowest mapped offset.
 pub fn load_bias(data: &[u8], mappings: &[Mapping]) -> Option<u64> {

@@ -198,6 +198,10 @@ pub struct Thread {
     pub name: Option<String>,
     /// The registers at the stop (or at the dump).
     pub registers: Registers,
+    /// One past the highest address of the thread's stack (the end of the
+    /// mapping holding its stack pointer), when known: stack scanning stays
+    /// below it.
+    pub stack_end: Option<u64>,
 }
 
 /// A file-backed mapping of the target (`NT_FILE` entry or `/proc/PID/maps` line).

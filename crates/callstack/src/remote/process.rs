@@ -226,8 +226,10 @@ impl LiveProcess {
                 warnings.push(format!("thread {}: could not read its registers", s.tid));
                 continue;
             };
+            let mut stack_end = None;
             if let Some(sp) = registers.sp() {
                 if let Some((m, _)) = maps.iter().find(|(m, w)| *w && sp >= m.start && sp < m.end) {
+                    stack_end = Some(m.end);
                     let lo = sp.saturating_sub(RED_ZONE).max(m.start);
                     let hi = m.end.min(sp.saturating_add(STACK_COPY));
                     let mut bytes = vec![0u8; (hi - lo) as usize];
@@ -241,6 +243,7 @@ impl LiveProcess {
                 tid: s.tid,
                 name: None,
                 registers,
+                stack_end,
             });
         }
         for s in &stopped {

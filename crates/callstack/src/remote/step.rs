@@ -14,9 +14,11 @@ use super::{Arch, Frame, Method, Module, Registers, Snapshot, Thread};
 use crate::arch::aarch64::Aarch64;
 use crate::arch::x86_64::X86_64;
 use crate::arch::Applied;
+use crate::unwind::insn::{CodeMemory, InsnFallback};
 use crate::unwind::{
     self, Found, Memory, RuleSource, StopReason, UnwindError, UnwindRegs, UnwindTable, Unwinder,
 };
+use std::sync::Arc;
 
 /// The frames of one thread and why the walk ended early, if it did.
 #[derive(Clone, Debug, Default)]
@@ -113,6 +115,88 @@ impl<A: crate::arch::Arch> RuleSource<A> for LazySet<A> {
     }
 }
 
+/// An executable segment of a module: runtime `[start, end)` and its bytes.
+struct CodeSegment {
+    start: u64,
+    end: u64,
+    bytes: CodeBytes,
+    offset: usize,
+}
+
+enum CodeBytes {
+    File(Arc<memmap2::Mmap>),
+    Image(Arc<Vec<u8>>),
+}
+
+impl CodeBytes {
+    fn get(&self) -> &[u8] {
+        match self {
+            CodeBytes::File(m) => m,
+            CodeBytes::Image(v) => v,
+        }
+    }
+}
+
+/// The code of the target's modules, read from their files on disk (or the
+/// vDSO image), for instruction analysis and stack scanning.
+#[derive(Clone)]
+struct RemoteCode {
+    segments: Arc<Vec<CodeSegment>>,
+}
+
+impl RemoteCode {
+    fn new(mods: &[Module]) -> RemoteCode {
+        let mut segments = Vec::new();
+        for m in mods {
+            let bytes = match (&m.image, &m.file) {
+                (Some(img), _) => CodeBytes::Image(img.clone()),
+                (None, Some(f)) => match super::files::map_file(f) {
+                    Ok(map) => CodeBytes::File(Arc::new(map)),
+                    Err(_) => continue,
+                },
+                (None, None) => continue,
+            };
+            for (vaddr, off, filesz) in super::files::exec_segments(bytes.get()) {
+                let bytes = match &bytes {
+                    CodeBytes::File(m) => CodeBytes::File(m.clone()),
+                    CodeBytes::Image(v) => CodeBytes::Image(v.clone()),
+                };
+                segments.push(CodeSegment {
+                    start: m.bias.wrapping_add(vaddr),
+                    end: m.bias.wrapping_add(vaddr).wrapping_add(filesz),
+                    bytes,
+                    offset: off as usize,
+                });
+            }
+        }
+        segments.sort_by_key(|s| s.start);
+        RemoteCode {
+            segments: Arc::new(segments),
+        }
+    }
+}
+
+impl CodeMemory for RemoteCode {
+    fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        let i = self.segments.partition_point(|s| s.start <= addr);
+        let Some(s) = i.checked_sub(1).and_then(|i| self.segments.get(i)) else {
+            return 0;
+        };
+        if addr >= s.end {
+            return 0;
+        }
+        let from = s.offset + (addr - s.start) as usize;
+        let avail = ((s.end - addr) as usize).min(buf.len());
+        match s.bytes.get().get(from..from + avail) {
+            Some(src) => {
+                buf[..avail].copy_from_slice(src);
+                avail
+            }
+            None => 0,
+        }
+    }
+}
+
 enum Tables {
     X86_64(LazySet<X86_64>),
     Aarch64(LazySet<Aarch64>),
@@ -124,6 +208,7 @@ enum Tables {
 pub struct RemoteUnwinder<'s> {
     snap: &'s Snapshot,
     tables: Tables,
+    code: RemoteCode,
 }
 
 impl<'s> RemoteUnwinder<'s> {
@@ -134,7 +219,14 @@ impl<'s> RemoteUnwinder<'s> {
             Arch::Aarch64 => Tables::Aarch64(LazySet::new(&snap.modules)),
             a => Tables::Unsupported(a),
         };
-        RemoteUnwinder { snap, tables }
+        // Frames with neither CFI nor a frame pointer go to instruction
+        // analysis and stack scanning, which decode with iced-x86.
+        crate::unwind::insn::warm_up();
+        RemoteUnwinder {
+            snap,
+            tables,
+            code: RemoteCode::new(&snap.modules),
+        }
     }
 
     /// Unwinds thread `t`, reading memory through `mem`, at most `max` frames.
@@ -152,9 +244,11 @@ impl<'s> RemoteUnwinder<'s> {
             fp: regs.fp().unwrap_or(0),
             lr: lr_of(regs),
         };
+        let stack_end = t.stack_end.unwrap_or(u64::MAX);
+        let fallback = InsnFallback::new(self.code.clone(), stack_end);
         match &self.tables {
-            Tables::X86_64(set) => walk(set, start, mem, max),
-            Tables::Aarch64(set) => walk(set, start, mem, max),
+            Tables::X86_64(set) => walk(set, start, mem, max, fallback),
+            Tables::Aarch64(set) => walk(set, start, mem, max, fallback),
             Tables::Unsupported(a) => Unwound {
                 frames: vec![Frame {
                     pc,
@@ -181,15 +275,16 @@ fn lr_of(regs: &Registers) -> u64 {
     }
 }
 
-fn walk<A: crate::arch::Arch, M: Memory + ?Sized>(
+fn walk<A: crate::arch::Arch, M: Memory + ?Sized, F: unwind::Fallback<A>>(
     set: &LazySet<A>,
     start: UnwindRegs,
     mem: &mut M,
     max: usize,
+    fallback: F,
 ) -> Unwound {
     let mut out = Unwound::default();
     // A core's or a stopped thread's pc is exact: it was interrupted there.
-    let mut u: Unwinder<'_, A, LazySet<A>> = Unwinder::new(set, start, true);
+    let mut u = Unwinder::with_fallback(set, start, true, fallback);
     while out.frames.len() < max {
         let Some(f) = u.next(mem) else { break };
         out.frames.push(Frame {
