@@ -769,3 +769,131 @@ fn core_of_code_without_cfi_or_frame_pointer_uses_instruction_analysis() {
     );
     let _ = std::fs::remove_file(&core);
 }
+
+/// gdb-multiarch's pc of every frame of the core's first thread.
+fn gdb_multiarch_pcs(exe: &Path, core: &Path) -> Vec<u64> {
+    let o = Command::new("gdb-multiarch")
+        .args([
+            "-nx",
+            "-batch",
+            "-ex",
+            "set pagination off",
+            "-ex",
+            "set debuginfod enabled off",
+        ])
+        .args([
+            "-ex",
+            "set backtrace limit 100",
+            "-ex",
+            "frame apply all -q p/x $pc",
+        ])
+        .arg(exe)
+        .arg(core)
+        .output()
+        .expect("run gdb-multiarch");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_once("= 0x"))
+        .filter_map(|(_, h)| u64::from_str_radix(h.trim(), 16).ok())
+        .collect()
+}
+
+#[test]
+fn cross_architecture_cores_match_gdb_multiarch() {
+    // (name, gcc, qemu, flags for unwind tables)
+    let arches = [
+        (
+            "aarch64",
+            "aarch64-linux-gnu-gcc",
+            "qemu-aarch64",
+            "-fasynchronous-unwind-tables",
+        ),
+        (
+            "arm",
+            "arm-linux-gnueabihf-gcc",
+            "qemu-arm",
+            "-funwind-tables",
+        ),
+        (
+            "mips",
+            "mipsel-linux-gnu-gcc",
+            "qemu-mipsel",
+            "-fasynchronous-unwind-tables",
+        ),
+    ];
+    let have = |c: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {c}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    for (name, gcc, qemu, tables) in arches {
+        if !(have(gcc) && have(qemu) && have("gdb-multiarch")) {
+            eprintln!("skipping {name}: {gcc}, {qemu} or gdb-multiarch missing (scripts/install-test-deps.sh installs them)");
+            continue;
+        }
+        let dir = scratch_dir(&format!("remote-cross-{name}"));
+        let exe = dir.join(format!("insn_cross_{name}"));
+        let o = Command::new(gcc)
+            .args(["-g", "-O2", "-static", tables])
+            .arg(testsupport::c_fixtures().join("insn_cross.c"))
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        // qemu-user writes a core (no NT_FILE) when the program aborts.
+        let run = dir.join("run");
+        let _ = std::fs::remove_dir_all(&run);
+        std::fs::create_dir_all(&run).unwrap();
+        Command::new("sh")
+            .current_dir(&run)
+            .arg("-c")
+            .arg(format!(
+                "ulimit -c unlimited; exec {qemu} {}",
+                exe.display()
+            ))
+            .output()
+            .unwrap();
+        let core = std::fs::read_dir(&run)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "core"))
+            .unwrap_or_else(|| panic!("{name}: qemu wrote no core"));
+        let gdb = gdb_multiarch_pcs(&exe, &core);
+        assert!(
+            gdb.len() >= 8,
+            "{name}: gdb-multiarch's chain is short: {gdb:x?}"
+        );
+        let (o, stdout, stderr) = callstack(&[
+            "core",
+            "--json",
+            exe.to_str().unwrap(),
+            core.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{name}: {stderr}");
+        let v: Value = serde_json::from_str(&stdout).unwrap();
+        let frames = v["threads"][0]["frames"].as_array().unwrap().clone();
+        let pcs: Vec<u64> = frames
+            .iter()
+            .filter(|f| !f["inlined"].as_bool().unwrap())
+            .map(|f| {
+                u64::from_str_radix(f["pc"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+            })
+            .collect();
+        // gdb lists an inlined frame with its caller's pc: compare real frames.
+        let mut gdb_real = gdb.clone();
+        gdb_real.dedup();
+        let mut ours = pcs.clone();
+        ours.dedup();
+        assert_eq!(ours, gdb_real, "{name}: pcs differ\n ours {frames:#?}");
+        let names: Vec<&str> = frames
+            .iter()
+            .filter_map(|f| f["function"].as_str())
+            .collect();
+        for f in ["crash", "d", "c", "b", "a"] {
+            assert!(names.contains(&f), "{name}: {f} missing from {names:?}");
+        }
+    }
+}

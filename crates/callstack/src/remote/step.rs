@@ -145,7 +145,21 @@ struct RemoteCode {
 }
 
 impl RemoteCode {
+    /// The executable segments of `mods` (code for the analyzers).
     fn new(mods: &[Module]) -> RemoteCode {
+        Self::with_segments(mods, super::files::exec_segments)
+    }
+
+    /// Every `PT_LOAD` of `mods` (for reading `.ARM.extab` words).
+    fn all_segments(mods: &[Module]) -> RemoteCode {
+        Self::with_segments(mods, |d| {
+            super::files::load_segments(d)
+                .map(|(_, v)| v.into_iter().map(|(a, o, f, _)| (a, o, f)).collect())
+                .unwrap_or_default()
+        })
+    }
+
+    fn with_segments(mods: &[Module], segs: fn(&[u8]) -> Vec<(u64, u64, u64)>) -> RemoteCode {
         let mut segments = Vec::new();
         for m in mods {
             let bytes = match (&m.image, &m.file) {
@@ -156,7 +170,7 @@ impl RemoteCode {
                 },
                 (None, None) => continue,
             };
-            for (vaddr, off, filesz) in super::files::exec_segments(bytes.get()) {
+            for (vaddr, off, filesz) in segs(bytes.get()) {
                 let bytes = match &bytes {
                     CodeBytes::File(m) => CodeBytes::File(m.clone()),
                     CodeBytes::Image(v) => CodeBytes::Image(v.clone()),
@@ -194,6 +208,59 @@ impl CodeMemory for RemoteCode {
             }
             None => 0,
         }
+    }
+}
+
+/// `.ARM.exidx` of each module at its runtime address, and the modules'
+/// images for `.ARM.extab` words: ARM's unwind tables.
+struct RemoteArmTables {
+    /// (runtime start, end, exidx bytes, exidx runtime address)
+    exidx: Vec<(u64, u64, Vec<u8>, u64)>,
+    image: RemoteCode,
+}
+
+impl RemoteArmTables {
+    fn new(mods: &[Module]) -> RemoteArmTables {
+        use object::{Object, ObjectSection};
+        let mut exidx = Vec::new();
+        for m in mods {
+            let Some(path) = &m.file else { continue };
+            let Ok(map) = super::files::map_file(path) else {
+                continue;
+            };
+            let Ok(f) = object::File::parse(&*map) else {
+                continue;
+            };
+            if let Some(sec) = f.section_by_name(".ARM.exidx") {
+                if let Ok(d) = sec.data() {
+                    exidx.push((
+                        m.start,
+                        m.end,
+                        d.to_vec(),
+                        m.bias.wrapping_add(sec.address()),
+                    ));
+                }
+            }
+        }
+        RemoteArmTables {
+            exidx,
+            image: RemoteCode::all_segments(mods),
+        }
+    }
+}
+
+impl crate::unwind::insn::arm::unwinder::ArmTables for RemoteArmTables {
+    fn exidx_for(&mut self, pc: u64) -> Option<crate::unwind::insn::arm::ehabi::ExidxTable<'_>> {
+        self.exidx.iter().find(|e| pc >= e.0 && pc < e.1).map(|e| {
+            crate::unwind::insn::arm::ehabi::ExidxTable {
+                data: &e.2,
+                addr: e.3,
+            }
+        })
+    }
+    fn read_word(&mut self, addr: u64) -> Option<u32> {
+        let mut b = [0u8; 4];
+        (self.image.read_code(addr, &mut b) == 4).then(|| u32::from_le_bytes(b))
     }
 }
 
@@ -249,6 +316,32 @@ impl<'s> RemoteUnwinder<'s> {
         match &self.tables {
             Tables::X86_64(set) => walk(set, start, mem, max, fallback),
             Tables::Aarch64(set) => walk(set, start, mem, max, fallback),
+            Tables::Unsupported(Arch::Arm) => {
+                let mut r16 = [0u32; 16];
+                for (i, r) in r16.iter_mut().enumerate() {
+                    *r = regs.get(i as u16).unwrap_or(0) as u32;
+                }
+                let mut tables = RemoteArmTables::new(&self.snap.modules);
+                let mut code = self.code.clone();
+                risc_frames(max, |out| {
+                    crate::unwind::insn::arm::unwinder::walk(
+                        r16,
+                        mem,
+                        &mut code,
+                        &mut tables,
+                        stack_end,
+                        out,
+                    )
+                })
+            }
+            Tables::Unsupported(Arch::Mips) => {
+                let mut code = self.code.clone();
+                risc_frames(max, |out| {
+                    crate::unwind::insn::risc::walk::<crate::unwind::insn::mips::Arch, _, _>(
+                        start, mem, &mut code, stack_end, out,
+                    )
+                })
+            }
             Tables::Unsupported(a) => Unwound {
                 frames: vec![Frame {
                     pc,
@@ -263,6 +356,44 @@ impl<'s> RemoteUnwinder<'s> {
     /// The snapshot being unwound.
     pub fn snapshot(&self) -> &Snapshot {
         self.snap
+    }
+}
+
+/// Runs one of the instruction-analysis walkers of 32-bit targets (arm,
+/// mips: no CFI unwinder there yet) into frames. On ARM a Thumb pc carries
+/// bit 0, which is dropped from the printed pc.
+fn risc_frames(max: usize, walk: impl FnOnce(&mut [(u64, unwind::Method)]) -> usize) -> Unwound {
+    let mut buf = vec![(0u64, unwind::Method::Context); max.max(1)];
+    let n = walk(&mut buf);
+    let frames = buf[..n]
+        .iter()
+        .map(|&(pc, m)| {
+            let pc = pc & !1;
+            let method = map_method(m);
+            Frame {
+                pc,
+                lookup: if method == Method::Context {
+                    pc
+                } else {
+                    pc.wrapping_sub(1)
+                },
+                method,
+            }
+        })
+        .collect();
+    Unwound {
+        frames,
+        stop: (n >= max).then(|| format!("stopped after {max} frames")),
+    }
+}
+
+fn map_method(m: unwind::Method) -> Method {
+    match m {
+        unwind::Method::Context | unwind::Method::SignalFrame => Method::Context,
+        unwind::Method::Cfi => Method::Cfi,
+        unwind::Method::FramePointer => Method::Fp,
+        unwind::Method::Insn => Method::Insn,
+        unwind::Method::Scan => Method::Scan,
     }
 }
 
@@ -290,13 +421,7 @@ fn walk<A: crate::arch::Arch, M: Memory + ?Sized, F: unwind::Fallback<A>>(
         out.frames.push(Frame {
             pc: f.pc,
             lookup: f.lookup_address(),
-            method: match f.method {
-                unwind::Method::Context | unwind::Method::SignalFrame => Method::Context,
-                unwind::Method::Cfi => Method::Cfi,
-                unwind::Method::FramePointer => Method::Fp,
-                unwind::Method::Insn => Method::Insn,
-                unwind::Method::Scan => Method::Scan,
-            },
+            method: map_method(f.method),
         });
     }
     out.stop = match u.stop_reason() {
