@@ -413,9 +413,8 @@ impl CoreFile {
             // No NT_FILE (qemu-user cores, some static executables): the
             // executable from the command line is the map.
             if let Some(exe) = exe {
-                match self.exe_module(exe, &mut warnings) {
-                    Some(m) => mods.push(m),
-                    None => {}
+                if let Some(m) = self.exe_module(exe, &mut warnings) {
+                    mods.push(m);
                 }
             } else {
                 warnings.push(

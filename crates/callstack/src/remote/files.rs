@@ -80,11 +80,14 @@ fn build_id_of<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<Vec<
     None
 }
 
-/// `(p_vaddr, p_offset, p_filesz, p_align)` of every `PT_LOAD`, and `e_machine`.
-pub fn load_segments(data: &[u8]) -> Option<(u16, Vec<(u64, u64, u64, u64)>)> {
-    fn of<Elf: FileHeader<Endian = Endianness>>(
-        data: &[u8],
-    ) -> Option<(u16, Vec<(u64, u64, u64, u64)>)> {
+/// `(p_vaddr, p_offset, p_filesz, p_align)` of a `PT_LOAD`.
+pub type LoadSegment = (u64, u64, u64, u64);
+/// `(p_vaddr, p_offset, p_filesz)` of a `PT_LOAD`.
+pub type FileSegment = (u64, u64, u64);
+
+/// Every `PT_LOAD`, and `e_machine`.
+pub fn load_segments(data: &[u8]) -> Option<(u16, Vec<LoadSegment>)> {
+    fn of<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<(u16, Vec<LoadSegment>)> {
         let hdr = Elf::parse(data).ok()?;
         let endian = hdr.endian().ok()?;
         let segs = hdr
@@ -111,8 +114,8 @@ pub fn load_segments(data: &[u8]) -> Option<(u16, Vec<(u64, u64, u64, u64)>)> {
 }
 
 /// `(p_vaddr, p_offset, p_filesz)` of every executable `PT_LOAD` (`PF_X`).
-pub fn exec_segments(data: &[u8]) -> Vec<(u64, u64, u64)> {
-    fn of<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<Vec<(u64, u64, u64)>> {
+pub fn exec_segments(data: &[u8]) -> Vec<FileSegment> {
+    fn of<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<Vec<FileSegment>> {
         let hdr = Elf::parse(data).ok()?;
         let endian = hdr.endian().ok()?;
         Some(

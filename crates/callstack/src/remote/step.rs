@@ -159,7 +159,10 @@ impl RemoteCode {
         })
     }
 
-    fn with_segments(mods: &[Module], segs: fn(&[u8]) -> Vec<(u64, u64, u64)>) -> RemoteCode {
+    fn with_segments(
+        mods: &[Module],
+        segs: fn(&[u8]) -> Vec<super::files::FileSegment>,
+    ) -> RemoteCode {
         let mut segments = Vec::new();
         for m in mods {
             let bytes = match (&m.image, &m.file) {
