@@ -56,7 +56,7 @@ impl Progress {
     }
     fn tick(&self, i: usize) {
         if self.on {
-            eprint!("\rcallstack: unwinding thread {}/{}", i + 1, self.total);
+            eprint!("\rcallstack: thread {}/{}", i + 1, self.total);
         }
     }
     fn done(&self) {
@@ -87,7 +87,6 @@ pub fn collect<M: Memory + Send>(
         scope.spawn(move || {
             let unwinder = RemoteUnwinder::new(snap);
             for (i, t) in snap.threads.iter().enumerate() {
-                progress.tick(i);
                 if tx.send((i, unwinder.unwind(mem, t, MAX_FRAMES))).is_err() {
                     break;
                 }
@@ -96,7 +95,10 @@ pub fn collect<M: Memory + Send>(
         let mut sym = Names::new(snap, debug_dirs);
         let out: Vec<ThreadOut> = rx
             .into_iter()
-            .map(|(i, u)| name_thread(snap, &snap.threads[i], u, &mut sym, past_main))
+            .map(|(i, u)| {
+                progress.tick(i);
+                name_thread(snap, &snap.threads[i], u, &mut sym, past_main)
+            })
             .collect();
         // The process ends right after printing: tearing down parsed debug
         // info would only cost time.

@@ -897,3 +897,28 @@ fn cross_architecture_cores_match_gdb_multiarch() {
         }
     }
 }
+
+#[test]
+fn progress_on_a_terminal_only() {
+    let exe = build("progress", "-O0 -fno-omit-frame-pointer");
+    let fx = Fixture::start(&exe, 40, 1);
+    let pid = fx.pid.to_string();
+    // Not a terminal: nothing on stderr.
+    let (o, _, stderr) = callstack(&["pstack", &pid]);
+    assert!(o.status.success());
+    assert!(stderr.is_empty(), "{stderr}");
+    // A terminal (script(1) gives one): a progress line for 42 threads.
+    let cli = release_artifacts().cli.display().to_string();
+    if let Ok(o) = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{cli} pstack {pid} >/dev/null"),
+            "/dev/null",
+        ])
+        .output()
+    {
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("callstack: thread 42/42"), "{out}");
+    }
+    fx.finish();
+}
