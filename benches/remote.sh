@@ -30,10 +30,10 @@ for _ in $(seq 1 2000); do
   for s in /proc/$pid/task/*/syscall; do
     case "$(cut -d' ' -f1 "$s" 2>/dev/null)" in 202|0) n=$((n+1));; esac
   done
-  [ "$n" -eq $((THREADS + 2)) ] && break
+  [ "$n" -eq $((THREADS + 3)) ] && break
   sleep 0.01
 done
-[ "$n" -eq $((THREADS + 2)) ] || { echo "fixture threads did not all block" >&2; exit 1; }
+[ "$n" -eq $((THREADS + 3)) ] || { echo "fixture threads did not all block" >&2; exit 1; }
 
 # median_ms CMD...: runs CMD $RUNS times (output discarded) and prints the
 # median wall time and the median CPU time (user + sys) in ms: "WALL CPU".
@@ -64,7 +64,7 @@ line() {
 }
 
 frames=$($CS pstack --json $pid | grep -o '"pc"' | wc -l)
-echo "target: $THREADS worker threads + main + waker, $frames frames in all ($FLAGS)"
+echo "target: $THREADS worker threads + main + waker + a thread in a signal handler, $frames frames in all ($FLAGS)"
 
 # How long the target is stopped, per run of callstack pstack.
 stops=()

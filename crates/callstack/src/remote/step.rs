@@ -48,10 +48,12 @@ enum TableSource {
 /// The modules of a snapshot as a [`RuleSource`], compiling tables lazily.
 struct LazySet<A: crate::arch::Arch> {
     modules: Vec<LazyModule<A>>,
+    /// The modules' code, to recognize the signal-return trampoline.
+    code: RemoteCode,
 }
 
 impl<A: crate::arch::Arch> LazySet<A> {
-    fn new(mods: &[Module]) -> Self {
+    fn new(mods: &[Module], code: RemoteCode) -> Self {
         let mut modules: Vec<LazyModule<A>> = mods
             .iter()
             .map(|m| LazyModule {
@@ -67,7 +69,19 @@ impl<A: crate::arch::Arch> LazySet<A> {
             })
             .collect();
         modules.sort_by_key(|m| m.start);
-        LazySet { modules }
+        LazySet { modules, code }
+    }
+
+    /// Whether `pc` is the x86-64 `rt_sigreturn` trampoline (glibc's
+    /// `__restore_rt`): the frame above it is a kernel signal frame.
+    fn sigreturn_at(&self, pc: u64) -> bool {
+        if A::NAME != "x86_64" {
+            return false;
+        }
+        let mut code = [0u8; 9];
+        let mut reader = self.code.clone();
+        reader.read_code(pc, &mut code) == code.len()
+            && crate::arch::x86_64::exact::is_sigreturn_trampoline(&code)
     }
 
     fn find(&self, addr: u64) -> Option<(u64, &UnwindTable<A>)> {
@@ -107,11 +121,21 @@ impl<A: crate::arch::Arch> RuleSource<A> for LazySet<A> {
         regs: &UnwindRegs,
         mem: &mut M,
     ) -> Result<Applied, UnwindError> {
+        // The trampoline's own CFI describes the signal frame with DWARF
+        // expressions; the architecture's signal-frame layout says the same
+        // and marks the caller's pc as exact (see `is_signal_trampoline`).
+        if self.sigreturn_at(regs.pc) {
+            return Ok(Applied::NoCfi);
+        }
         let Some((bias, t)) = self.find(addr) else {
             return Ok(Applied::NoCfi);
         };
         let svma = addr.wrapping_sub(bias);
         unwind::cfi::evaluate::<A, M>(&t.sections(), t.fde_for_evaluation(svma), svma, regs, mem)
+    }
+
+    fn is_signal_trampoline(&self, pc: u64) -> bool {
+        self.sigreturn_at(pc)
     }
 }
 
@@ -284,19 +308,16 @@ pub struct RemoteUnwinder<'s> {
 impl<'s> RemoteUnwinder<'s> {
     /// An unwinder for the threads of `snap`. Nothing is compiled yet.
     pub fn new(snap: &'s Snapshot) -> Self {
+        let code = RemoteCode::new(&snap.modules);
         let tables = match snap.arch {
-            Arch::X86_64 => Tables::X86_64(LazySet::new(&snap.modules)),
-            Arch::Aarch64 => Tables::Aarch64(LazySet::new(&snap.modules)),
+            Arch::X86_64 => Tables::X86_64(LazySet::new(&snap.modules, code.clone())),
+            Arch::Aarch64 => Tables::Aarch64(LazySet::new(&snap.modules, code.clone())),
             a => Tables::Unsupported(a),
         };
         // Frames with neither CFI nor a frame pointer go to instruction
         // analysis and stack scanning, which decode with iced-x86.
         crate::unwind::insn::warm_up();
-        RemoteUnwinder {
-            snap,
-            tables,
-            code: RemoteCode::new(&snap.modules),
-        }
+        RemoteUnwinder { snap, tables, code }
     }
 
     /// Unwinds thread `t`, reading memory through `mem`, at most `max` frames.
@@ -421,6 +442,13 @@ fn walk<A: crate::arch::Arch, M: Memory + ?Sized, F: unwind::Fallback<A>>(
     let mut u = Unwinder::with_fallback(set, start, true, fallback);
     while out.frames.len() < max {
         let Some(f) = u.next(mem) else { break };
+        if f.method == unwind::Method::SignalFrame {
+            // The frame below returned into the signal trampoline: its pc is
+            // the trampoline's first instruction, named as is (not pc - 1).
+            if let Some(t) = out.frames.last_mut() {
+                t.lookup = t.pc;
+            }
+        }
         out.frames.push(Frame {
             pc: f.pc,
             lookup: f.lookup_address(),
