@@ -958,3 +958,65 @@ fn progress_on_a_terminal_only() {
     }
     fx.finish();
 }
+
+#[test]
+fn frames_in_the_vdso() {
+    // The vDSO has no file: its image comes from the core (or the process),
+    // for names and CFI. Take cores until one catches the thread inside it.
+    let dir = scratch_dir("remote-vdso");
+    let exe = Gcc::new(&["remote_vdso.c"])
+        .flags("-O2")
+        .build(&dir.join("remote_vdso"));
+    let mut child = Command::new(&exe).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid = child.id();
+    let exe_s = exe.to_str().unwrap();
+    let mut checked = false;
+    for _ in 0..30 {
+        let core = gcore(pid, &dir);
+        let core_s = core.to_str().unwrap();
+        let ours = callstack_json(&["core", "--json", exe_s, core_s]);
+        let frames = &ours.threads[&pid];
+        let in_vdso = {
+            let (o, stdout, _) = callstack(&["core", exe_s, core_s]);
+            o.status.success()
+                && stdout
+                    .lines()
+                    .nth(1)
+                    .is_some_and(|l| l.contains("from [vdso]"))
+        };
+        if in_vdso {
+            let gdb = gdb_threads(&[exe_s, core_s]);
+            assert_eq!(&frames.1, &gdb[&pid], "methods {:?}", frames.2);
+            assert!(frames.1.len() >= 4, "{:?}", frames.1);
+            checked = true;
+        }
+        let _ = std::fs::remove_file(&core);
+        if checked {
+            break;
+        }
+    }
+    // Live: a vDSO frame, when caught, is named from the process's image.
+    for _ in 0..30 {
+        let (o, stdout, _) = callstack(&["pstack", &pid.to_string()]);
+        assert!(o.status.success());
+        if stdout
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.contains("from [vdso]"))
+        {
+            assert!(stdout.contains("in spin ()"), "{stdout}");
+            assert!(stdout.contains("in main ()"), "{stdout}");
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        checked,
+        "no core caught the thread inside the vDSO in 30 tries"
+    );
+}
