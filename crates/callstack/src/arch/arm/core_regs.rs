@@ -46,19 +46,3 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
 
 /// Offset of `pr_pid` in the 32-bit `elf_prstatus`.
 pub const PR_PID_OFFSET: usize = 24;
-
-/// The registers of `pr_reg` (starting at `bytes[0]`) for the core and
-/// process readers: r0..r15 in slots 0..15 (DWARF numbering), cpsr in 16.
-pub fn from_user_regs(bytes: &[u8]) -> Option<crate::remote::Registers> {
-    if bytes.len() < 17 * 4 {
-        return None;
-    }
-    let mut regs = crate::remote::Registers::new(crate::remote::Arch::Arm);
-    for i in 0..17 {
-        regs.set(
-            i as u16,
-            u32::from_le_bytes(bytes[i * 4..i * 4 + 4].try_into().unwrap()) as u64,
-        );
-    }
-    Some(regs)
-}

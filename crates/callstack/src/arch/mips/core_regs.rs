@@ -31,19 +31,3 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
 
 /// Offset of `pr_pid` in the 32-bit `elf_prstatus`.
 pub const PR_PID_OFFSET: usize = 24;
-
-/// The registers of `pr_reg` (starting at `bytes[0]`) for the core and
-/// process readers: r0..r31 in slots 0..31 (DWARF numbering), the pc
-/// (cp0_epc) in slot 37.
-pub fn from_user_regs(bytes: &[u8]) -> Option<crate::remote::Registers> {
-    if bytes.len() < (EPC + 1) * 4 {
-        return None;
-    }
-    let w = |i: usize| u32::from_le_bytes(bytes[i * 4..i * 4 + 4].try_into().unwrap()) as u64;
-    let mut regs = crate::remote::Registers::new(crate::remote::Arch::Mips);
-    for i in 0..32 {
-        regs.set(i as u16, w(R0 + i));
-    }
-    regs.set(37, w(EPC));
-    Some(regs)
-}
