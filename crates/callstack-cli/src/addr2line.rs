@@ -120,7 +120,6 @@ fn write_answer(
 pub fn run(args: Args) -> Result<(), String> {
     let mut sym = Symbolizer::for_file_with_debug_dirs(&args.exe, &args.debug_dirs)
         .map_err(|e| format!("'{}': {}", args.exe.display(), e.message))?;
-    sym.set_discriminators(true);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
     let io = |e: std::io::Error| e.to_string();

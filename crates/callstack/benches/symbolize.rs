@@ -29,7 +29,10 @@ fn target_binary() -> PathBuf {
     let tdir = root.join("target/bench-bigdebug");
     let exe = tdir.join("release/callstack");
     if !exe.exists() {
-        eprintln!("building the bench binary (callstack CLI, debug = 2) into {}", tdir.display());
+        eprintln!(
+            "building the bench binary (callstack CLI, debug = 2) into {}",
+            tdir.display()
+        );
         let st = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
             .current_dir(&root)
             .env("CARGO_PROFILE_RELEASE_DEBUG", "2")
@@ -96,7 +99,10 @@ fn addr2line_pass(path: &Path, ras: &[u64]) -> usize {
     let obj = object::File::parse(data).unwrap();
     let mut owned: Vec<Vec<u8>> = Vec::new();
     let dwarf = gimli::Dwarf::load(|id| -> Result<Slice, gimli::Error> {
-        let b: &'static [u8] = match obj.section_by_name(id.name()).map(|s| s.uncompressed_data()) {
+        let b: &'static [u8] = match obj
+            .section_by_name(id.name())
+            .map(|s| s.uncompressed_data())
+        {
             Some(Ok(std::borrow::Cow::Borrowed(b))) => b,
             Some(Ok(std::borrow::Cow::Owned(v))) => {
                 owned.push(v);
@@ -192,17 +198,25 @@ fn summary() {
     );
     let mut ours_cold = Duration::ZERO;
     for (name, f) in PEERS {
-        let first = median((0..5).map(|_| {
-            let t = Instant::now();
-            black_box(f(&path, &ras[..1]));
-            t.elapsed()
-        }).collect());
+        let first = median(
+            (0..5)
+                .map(|_| {
+                    let t = Instant::now();
+                    black_box(f(&path, &ras[..1]));
+                    t.elapsed()
+                })
+                .collect(),
+        );
         let mut frames = 0;
-        let cold = median((0..5).map(|_| {
-            let t = Instant::now();
-            frames = black_box(f(&path, &ras));
-            t.elapsed()
-        }).collect());
+        let cold = median(
+            (0..5)
+                .map(|_| {
+                    let t = Instant::now();
+                    frames = black_box(f(&path, &ras));
+                    t.elapsed()
+                })
+                .collect(),
+        );
         if *name == "callstack" {
             ours_cold = cold;
         }
@@ -213,9 +227,16 @@ fn summary() {
             .and_then(|o| {
                 let s = String::from_utf8_lossy(&o.stdout).to_string();
                 let l = s.lines().find(|l| l.starts_with("RSS "))?.to_string();
-                let mut it = l.split_whitespace().skip(1).map(|x| x.parse::<i64>().unwrap_or(0));
+                let mut it = l
+                    .split_whitespace()
+                    .skip(1)
+                    .map(|x| x.parse::<i64>().unwrap_or(0));
                 let (peak, base) = (it.next()?, it.next()?);
-                Some(format!("{:.1} (+{:.1})", peak as f64 / 1024.0, (peak - base) as f64 / 1024.0))
+                Some(format!(
+                    "{:.1} (+{:.1})",
+                    peak as f64 / 1024.0,
+                    (peak - base) as f64 / 1024.0
+                ))
             })
             .unwrap_or_else(|| "?".into());
         println!(

@@ -49,6 +49,7 @@
 
 mod called_from;
 mod demangle;
+mod dwarf;
 mod elf;
 mod mapped;
 
@@ -126,8 +127,8 @@ pub struct Frame {
     /// The column, 1-based; `None` when unknown or 0 (left edge).
     pub column: Option<u32>,
     /// The line-table discriminator of the innermost frame's row (which of
-    /// several blocks on one line), when asked for with
-    /// [`Symbolizer::set_discriminators`] and nonzero.
+    /// several blocks on one line), when nonzero. binutils prints it as
+    /// `file:line (discriminator N)`.
     pub discriminator: Option<u32>,
     /// Whether this frame is an inlined copy of `function` inside the next
     /// frame of the list. The last frame of an address is never inlined.
@@ -313,7 +314,6 @@ pub struct Symbolizer {
     in_process: bool,
     whole_file: bool,
     search: SearchPaths,
-    discriminators: bool,
     cache: IntMap<u64, Symbolized>,
 }
 
@@ -350,7 +350,6 @@ impl Symbolizer {
             in_process: false,
             whole_file: false,
             search: SearchPaths::default(),
-            discriminators: false,
             cache: IntMap::default(),
         }
     }
@@ -388,7 +387,6 @@ impl Symbolizer {
             in_process: false,
             whole_file: true,
             search,
-            discriminators: false,
             cache: IntMap::default(),
         })
     }
@@ -398,12 +396,6 @@ impl Symbolizer {
     /// `dir/<debuglink>`). Affects modules not opened yet.
     pub fn add_debug_dir(&mut self, dir: impl Into<PathBuf>) {
         self.search.debug_dirs.push(dir.into());
-    }
-
-    /// Also report line-table discriminators ([`Frame::discriminator`]),
-    /// at the cost of a second pass over each line table used.
-    pub fn set_discriminators(&mut self, on: bool) {
-        self.discriminators = on;
     }
 
     /// The modules this symbolizer knows.
@@ -469,17 +461,11 @@ impl Symbolizer {
             (Err(_), None) => info.start,
         };
         let offset = probe.wrapping_sub(bias) as u64;
-        let mut frames = match opened {
+        let frames = match opened {
             Ok(m) => frames_at(m, offset),
             Err(_) => Vec::new(),
         };
-        if self.discriminators {
-            if let (Ok(m), Some(f)) = (opened, frames.first_mut()) {
-                if f.line.is_some() {
-                    f.discriminator = Some(m.discriminator(offset)).filter(|&d| d != 0);
-                }
-            }
-        }
+
         Symbolized {
             address: addr,
             module: Some(info),
@@ -562,32 +548,24 @@ fn frames_at(m: &ElfModule, offset: u64) -> Vec<Frame> {
     if !m.in_allocated_section(offset) {
         return frames;
     }
-    if let Some(ctx) = &m.ctx {
-        if let Ok(mut it) = ctx.find_frames(offset).skip_all_loads() {
-            while let Ok(Some(f)) = it.next() {
-                let (function, mangled) = match &f.function {
-                    Some(name) => m.function_name(name.name.slice(), name.language),
-                    None => (None, None),
-                };
-                let (file, line, column) = match &f.location {
-                    Some(l) => (
-                        l.file.map(|p| m.file_name(p)),
-                        l.line,
-                        l.column.filter(|&c| c != 0),
-                    ),
-                    None => (None, None, None),
-                };
-                frames.push(Frame {
-                    function,
-                    mangled,
-                    file,
-                    line,
-                    column,
-                    discriminator: None,
-                    inlined: true,
-                    source: NameSource::Dwarf,
-                });
-            }
+    if let Some(d) = &m.dwarf {
+        let mut raw = Vec::new();
+        d.frames(offset, &mut raw);
+        for f in raw {
+            let (function, mangled) = match f.name {
+                Some(n) => m.function_name(n, f.lang),
+                None => (None, None),
+            };
+            frames.push(Frame {
+                function,
+                mangled,
+                file: f.file,
+                line: (f.line != 0).then_some(f.line),
+                column: (f.line != 0 && f.column != 0).then_some(f.column),
+                discriminator: (f.discriminator != 0).then_some(f.discriminator),
+                inlined: true,
+                source: NameSource::Dwarf,
+            });
         }
     }
     if let Some(last) = frames.last_mut() {
