@@ -129,6 +129,8 @@ pub fn run(args: Args) -> Result<(), String> {
             let s = sym.resolve(Address::Exact(addr as usize));
             write_answer(&mut out, &args, addr, &s).map_err(io)?;
         }
+        // The process ends here: let the OS reclaim the tables at once.
+        std::mem::forget(sym);
         return out.flush().map_err(io);
     }
     let mut input = std::io::BufReader::with_capacity(64 * 1024, std::io::stdin());
@@ -149,5 +151,6 @@ pub fn run(args: Args) -> Result<(), String> {
             out.flush().map_err(io)?;
         }
     }
+    std::mem::forget(sym);
     out.flush().map_err(io)
 }

@@ -158,24 +158,59 @@ const PEERS: &[(&str, Pass)] = &[
     ("blazesym", blazesym_pass),
 ];
 
+/// CPU time of this thread: on a shared, loaded machine it moves much
+/// less than wall time when other processes take the cores.
+fn cpu_now() -> Duration {
+    // SAFETY: clock_gettime fills the timespec we pass.
+    unsafe {
+        let mut t: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t);
+        Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    }
+}
+
+/// Median wall and CPU time of `runs` runs of `f`.
+fn time_it(runs: usize, mut f: impl FnMut()) -> (Duration, Duration) {
+    let mut wall = Vec::new();
+    let mut cpu = Vec::new();
+    for _ in 0..runs {
+        let (t, c) = (Instant::now(), cpu_now());
+        f();
+        cpu.push(cpu_now() - c);
+        wall.push(t.elapsed());
+    }
+    (median(wall), median(cpu))
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
 }
 
+/// Peak resident set of this process (`VmHWM`, which unlike
+/// `ru_maxrss` starts afresh at exec), in KiB.
 fn peak_rss_kb() -> i64 {
-    // SAFETY: getrusage fills the struct we pass.
-    unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut u);
-        u.ru_maxrss
-    }
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// Child mode: one cold pass of one peer, then print the peak RSS.
 fn rss_child(peer: &str) -> ! {
     let path = target_binary();
-    let ras = return_addresses(&path);
+    // Addresses come from the parent (reading the binary here would
+    // inflate the peak before the peer even starts).
+    let ras: Vec<u64> = std::env::var("CALLSTACK_BENCH_ADDRS")
+        .unwrap()
+        .split(',')
+        .map(|x| x.parse().unwrap())
+        .collect();
     let base = peak_rss_kb();
     let (_, f) = PEERS.iter().find(|(n, _)| *n == peer).unwrap();
     black_box(f(&path, &ras));
@@ -193,35 +228,34 @@ fn summary() {
         size as f64 / 1e6
     );
     println!(
-        "{:<18} {:>12} {:>14} {:>10} {:>12} {:>16}",
-        "peer", "first answer", "10k cold pass", "frames", "vs ours", "peak RSS (MB)"
+        "{:<16} {:>22} {:>24} {:>8} {:>14} {:>16}",
+        "peer",
+        "first answer wall/cpu",
+        "10k cold pass wall/cpu",
+        "frames",
+        "cpu vs ours",
+        "peak RSS MB"
     );
-    let mut ours_cold = Duration::ZERO;
+    let addr_list = ras
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut ours_cpu = Duration::ZERO;
     for (name, f) in PEERS {
-        let first = median(
-            (0..5)
-                .map(|_| {
-                    let t = Instant::now();
-                    black_box(f(&path, &ras[..1]));
-                    t.elapsed()
-                })
-                .collect(),
-        );
+        let (fw, fc) = time_it(7, || {
+            black_box(f(&path, &ras[..1]));
+        });
         let mut frames = 0;
-        let cold = median(
-            (0..5)
-                .map(|_| {
-                    let t = Instant::now();
-                    frames = black_box(f(&path, &ras));
-                    t.elapsed()
-                })
-                .collect(),
-        );
+        let (cw, cc) = time_it(5, || {
+            frames = black_box(f(&path, &ras));
+        });
         if *name == "callstack" {
-            ours_cold = cold;
+            ours_cpu = cc;
         }
         let rss = std::process::Command::new(std::env::current_exe().unwrap())
             .env("CALLSTACK_BENCH_RSS", name)
+            .env("CALLSTACK_BENCH_ADDRS", &addr_list)
             .output()
             .ok()
             .and_then(|o| {
@@ -240,12 +274,14 @@ fn summary() {
             })
             .unwrap_or_else(|| "?".into());
         println!(
-            "{:<18} {:>10.2?} {:>14.2?} {:>10} {:>11.2}x {:>16}",
+            "{:<16} {:>10.2?} / {:>9.2?} {:>11.2?} / {:>10.2?} {:>8} {:>13.2}x {:>16}",
             name,
-            first,
-            cold,
+            fw,
+            fc,
+            cw,
+            cc,
             frames,
-            cold.as_secs_f64() / ours_cold.as_secs_f64(),
+            cc.as_secs_f64() / ours_cpu.as_secs_f64(),
             rss
         );
     }
@@ -266,7 +302,7 @@ fn summary() {
         "callstack warm (cached) repeat: {:.1} ns per address",
         t.elapsed().as_nanos() as f64 / (20 * ras.len()) as f64
     );
-    println!("(vs ours: the peer's time over ours; RSS: peak of a fresh process doing one cold pass, + over its start)\n");
+    println!("(medians: 7 runs for the first answer, 5 for the pass; cpu vs ours: the peer's CPU time over ours;\n RSS: peak of a fresh process doing one cold pass, and the growth over its start)\n");
 }
 
 // ---- criterion -------------------------------------------------------

@@ -95,13 +95,43 @@ struct UnitData {
     details: RefCell<IntMap<usize, Arc<Function>>>,
 }
 
+/// Sorted unit ranges.
+struct RangeIndex {
+    ranges: Box<[(u64, u64, u32)]>,
+    max_end: Box<[u64]>,
+    /// Per slot: listed in `.debug_aranges` (only for the aranges index).
+    covered: Vec<bool>,
+}
+
+impl RangeIndex {
+    fn new(mut ranges: Vec<(u64, u64, u32)>, covered: Vec<bool>) -> RangeIndex {
+        ranges.sort_unstable_by_key(|r| (r.0, r.2));
+        let mut m = 0;
+        let max_end = ranges
+            .iter()
+            .map(|r| {
+                m = m.max(r.1);
+                m
+            })
+            .collect();
+        RangeIndex {
+            ranges: ranges.into_boxed_slice(),
+            max_end,
+            covered,
+        }
+    }
+}
+
 /// The DWARF of one object, indexed lazily.
 pub(crate) struct DwarfIndex {
     dwarf: gimli::Dwarf<Slice>,
     slots: OnceCell<Box<[Slot]>>,
     /// (begin, end, slot), sorted by begin, with the running maximum of
-    /// `end` to walk back over overlapping ranges.
-    ranges: OnceCell<(Box<[(u64, u64, u32)]>, Box<[u64]>)>,
+    /// `end` to walk back over overlapping ranges: from `.debug_aranges`
+    /// alone (cheap), then, built only when an address is not found there,
+    /// from every unit.
+    aranges: OnceCell<RangeIndex>,
+    all_ranges: OnceCell<RangeIndex>,
     names: RefCell<IntMap<u64, Option<RawName>>>,
 }
 
@@ -110,7 +140,8 @@ impl DwarfIndex {
         DwarfIndex {
             dwarf,
             slots: OnceCell::new(),
-            ranges: OnceCell::new(),
+            aranges: OnceCell::new(),
+            all_ranges: OnceCell::new(),
             names: RefCell::new(IntMap::default()),
         }
     }
@@ -169,8 +200,9 @@ impl DwarfIndex {
             .as_deref()
     }
 
-    fn ranges(&self) -> (&[(u64, u64, u32)], &[u64]) {
-        let (r, m) = self.ranges.get_or_init(|| {
+    /// Ranges listed in `.debug_aranges`, and which slots it covers.
+    fn aranges(&self) -> &RangeIndex {
+        self.aranges.get_or_init(|| {
             let slots = self.slots();
             let mut covered = vec![false; slots.len()];
             let mut out: Vec<(u64, u64, u32)> = Vec::new();
@@ -183,18 +215,26 @@ impl DwarfIndex {
                     continue;
                 }
                 let mut entries = h.entries();
-                let mut any = false;
                 while let Ok(Some(e)) = entries.next() {
                     let r = e.range();
                     if r.begin < r.end && r.begin != 0 {
                         out.push((r.begin, r.end, slot as u32));
-                        any = true;
+                        covered[slot] = true;
                     }
                 }
-                covered[slot] |= any;
             }
-            // Units .debug_aranges does not list: their DIE's ranges.
-            for (i, c) in covered.iter().enumerate() {
+            RangeIndex::new(out, covered)
+        })
+    }
+
+    /// Every unit's ranges: the aranges, plus the DIE ranges of the units
+    /// `.debug_aranges` does not list (parsing those units' headers and
+    /// abbreviations, hence built only when needed).
+    fn all_ranges(&self) -> &RangeIndex {
+        self.all_ranges.get_or_init(|| {
+            let a = self.aranges();
+            let mut out = a.ranges.to_vec();
+            for (i, c) in a.covered.iter().enumerate() {
                 if *c {
                     continue;
                 }
@@ -202,48 +242,53 @@ impl DwarfIndex {
                 let ur = gimli::UnitRef::new(&self.dwarf, &u.unit);
                 if let Ok(mut it) = ur.unit_ranges() {
                     while let Ok(Some(r)) = it.next() {
-                        if r.begin < r.end {
+                        // Ranges at 0 are code the linker discarded.
+                        if r.begin < r.end && r.begin != 0 {
                             out.push((r.begin, r.end, i as u32));
                         }
                     }
                 }
             }
-            out.sort_unstable_by_key(|r| (r.0, r.2));
-            let mut max = Vec::with_capacity(out.len());
-            let mut m = 0;
-            for r in &out {
-                m = m.max(r.1);
-                max.push(m);
-            }
-            (out.into_boxed_slice(), max.into_boxed_slice())
-        });
-        (r, m)
+            RangeIndex::new(out, Vec::new())
+        })
     }
 
     /// The frames at `probe`, innermost first; empty when no unit has a
     /// function or a line row there.
     pub(crate) fn frames(&self, probe: u64, out: &mut Vec<RawFrame>) {
-        let (ranges, max_end) = self.ranges();
-        let mut i = ranges.partition_point(|r| r.0 <= probe);
-        let mut tried: [u32; 4] = [u32::MAX; 4];
-        let mut ntried = 0;
+        let mut tried = Vec::new();
+        if self.frames_in(self.aranges(), probe, out, &mut tried) {
+            return;
+        }
+        if self.aranges().covered.iter().all(|c| *c) {
+            return;
+        }
+        self.frames_in(self.all_ranges(), probe, out, &mut tried);
+    }
+
+    fn frames_in(
+        &self,
+        index: &RangeIndex,
+        probe: u64,
+        out: &mut Vec<RawFrame>,
+        tried: &mut Vec<u32>,
+    ) -> bool {
+        let mut i = index.ranges.partition_point(|r| r.0 <= probe);
         while i > 0 {
             i -= 1;
-            if max_end[i] <= probe {
+            if index.max_end[i] <= probe {
                 break;
             }
-            let (b, e, slot) = ranges[i];
-            if !(b <= probe && probe < e) || tried[..ntried.min(4)].contains(&slot) {
+            let (b, e, slot) = index.ranges[i];
+            if !(b <= probe && probe < e) || tried.contains(&slot) {
                 continue;
             }
-            if ntried < 4 {
-                tried[ntried] = slot;
-            }
-            ntried += 1;
+            tried.push(slot);
             if self.frames_in_unit(slot as usize, probe, out) {
-                return;
+                return true;
             }
         }
+        false
     }
 
     fn frames_in_unit(&self, slot: usize, probe: u64, out: &mut Vec<RawFrame>) -> bool {
