@@ -55,12 +55,31 @@ pub(crate) struct ElfModule {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SearchPaths {
     pub debug_dirs: Vec<PathBuf>,
+    /// Do not look for debug files at all (objects from memory).
+    pub disabled: bool,
+}
+
+impl SearchPaths {
+    pub(crate) fn none() -> SearchPaths {
+        SearchPaths {
+            debug_dirs: Vec::new(),
+            disabled: true,
+        }
+    }
 }
 
 impl ElfModule {
     pub(crate) fn open(path: &Path, search: &SearchPaths) -> Result<ElfModule, Error> {
+        let map = Mapped::open(path).map_err(|e| Error::new(ErrorKind::Io, path, e.to_string()))?;
+        Self::from_mapped(map, path, search)
+    }
+
+    pub(crate) fn from_mapped(
+        map: Mapped,
+        path: &Path,
+        search: &SearchPaths,
+    ) -> Result<ElfModule, Error> {
         let err = |kind, msg: String| Error::new(kind, path, msg);
-        let map = Mapped::open(path).map_err(|e| err(ErrorKind::Io, e.to_string()))?;
         let data = map.bytes();
         let obj =
             object::File::parse(data).map_err(|e| err(ErrorKind::BadObject, e.to_string()))?;
@@ -264,6 +283,9 @@ pub(crate) fn find_debug_file(
     build_id: Option<&[u8]>,
     search: &SearchPaths,
 ) -> Option<PathBuf> {
+    if search.disabled {
+        return None;
+    }
     let mut roots: Vec<PathBuf> = search.debug_dirs.clone();
     roots.push(PathBuf::from("/usr/lib/debug"));
     if let Some(id) = build_id.filter(|b| b.len() >= 2) {

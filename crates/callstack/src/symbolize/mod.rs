@@ -361,6 +361,39 @@ impl Symbolizer {
         Self::for_file_with_debug_dirs(path, &[])
     }
 
+    /// [`Symbolizer::for_file`] of an object already in memory (an
+    /// embedded image, a file read from an archive, a fuzzer's input).
+    /// Split debug info is not searched for.
+    pub fn for_bytes(bytes: Vec<u8>) -> Result<Symbolizer, Error> {
+        let path = Path::new("<memory>");
+        let m = ElfModule::from_mapped(
+            mapped::Mapped::from_bytes(bytes),
+            path,
+            &SearchPaths::none(),
+        )?;
+        Ok(Self::single(path, m, SearchPaths::default()))
+    }
+
+    fn single(path: &Path, m: ElfModule, search: SearchPaths) -> Symbolizer {
+        let info = ModuleInfo {
+            path: path.to_path_buf(),
+            build_id: m.build_id.clone(),
+            start: 0,
+            end: usize::MAX,
+            bias: Some(0),
+        };
+        Symbolizer {
+            entries: vec![Entry {
+                info: Arc::new(info),
+                opened: Some(Ok(m)),
+            }],
+            in_process: false,
+            whole_file: true,
+            search,
+            cache: IntMap::default(),
+        }
+    }
+
     /// [`Symbolizer::for_file`], also searching `debug_dirs` for split
     /// debug info.
     pub fn for_file_with_debug_dirs(
@@ -370,25 +403,10 @@ impl Symbolizer {
         let path = path.as_ref();
         let search = SearchPaths {
             debug_dirs: debug_dirs.to_vec(),
+            disabled: false,
         };
         let m = ElfModule::open(path, &search)?;
-        let info = ModuleInfo {
-            path: path.to_path_buf(),
-            build_id: m.build_id.clone(),
-            start: 0,
-            end: usize::MAX,
-            bias: Some(0),
-        };
-        Ok(Symbolizer {
-            entries: vec![Entry {
-                info: Arc::new(info),
-                opened: Some(Ok(m)),
-            }],
-            in_process: false,
-            whole_file: true,
-            search,
-            cache: IntMap::default(),
-        })
+        Ok(Self::single(path, m, search))
     }
 
     /// Also look for split debug files under `dir` (like `/usr/lib/debug`:
