@@ -512,6 +512,7 @@ fn render_file(
     Some(path)
 }
 
+#[inline(never)]
 fn parse_lines(dwarf: &gimli::Dwarf<Slice>, unit: &gimli::Unit<Slice>) -> Option<Lines> {
     let _ = dwarf;
     let program = unit.line_program.clone()?;
@@ -630,6 +631,7 @@ impl Pc {
     }
 }
 
+#[inline(never)]
 fn parse_functions(
     dwarf: &gimli::Dwarf<Slice>,
     unit: &gimli::Unit<Slice>,
@@ -681,6 +683,7 @@ fn find_range(v: &[(u64, u64, UnitOffset)], probe: u64) -> Option<UnitOffset> {
         .map(|r| r.2)
 }
 
+#[inline(never)]
 fn parse_function(
     dwarf: &gimli::Dwarf<Slice>,
     unit: &gimli::Unit<Slice>,
