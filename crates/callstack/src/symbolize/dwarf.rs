@@ -238,6 +238,9 @@ impl DwarfIndex {
                 if *c {
                     continue;
                 }
+                if self.quick_unit_ranges(i, &mut out).is_some() {
+                    continue;
+                }
                 let Some(u) = self.unit(i) else { continue };
                 let ur = gimli::UnitRef::new(&self.dwarf, &u.unit);
                 if let Ok(mut it) = ur.unit_ranges() {
@@ -251,6 +254,110 @@ impl DwarfIndex {
             }
             RangeIndex::new(out, Vec::new())
         })
+    }
+
+    /// The address ranges of a unit's root DIE, decoding only the one
+    /// abbreviation it uses instead of the unit's whole abbreviation table
+    /// (which is what `gimli::Dwarf::unit` parses, and most of the cost of
+    /// indexing units `.debug_aranges` does not list). `None`: use the
+    /// full path.
+    fn quick_unit_ranges(&self, slot: usize, out: &mut Vec<(u64, u64, u32)>) -> Option<()> {
+        use gimli::{Reader, Section};
+        let h = self.slots().get(slot)?.header;
+        let start = UnitOffset(h.header_size());
+        let mut die = h.range_from(start..).ok()?;
+        let before = die.len();
+        let code = die.read_uleb128().ok()?;
+        let attrs_at = UnitOffset(start.0 + (before - die.len()));
+        // Find `code` in the unit's abbreviation table, reading only up to it.
+        let mut ab = self.dwarf.debug_abbrev.reader().clone();
+        ab.skip(h.debug_abbrev_offset().0).ok()?;
+        let mut specs = Vec::new();
+        loop {
+            let c = ab.read_uleb128().ok()?;
+            if c == 0 {
+                return None;
+            }
+            let _tag = ab.read_uleb128().ok()?;
+            let _children = ab.read_u8().ok()?;
+            specs.clear();
+            loop {
+                let name = ab.read_uleb128_u16().ok()?;
+                let form = ab.read_uleb128_u16().ok()?;
+                if name == 0 && form == 0 {
+                    break;
+                }
+                let implicit = if form == gimli::DW_FORM_implicit_const.0 {
+                    Some(ab.read_sleb128().ok()?)
+                } else {
+                    None
+                };
+                specs.push(gimli::AttributeSpecification::new(
+                    gimli::DwAt(name),
+                    gimli::DwForm(form),
+                    implicit,
+                ));
+            }
+            if c == code {
+                break;
+            }
+        }
+        let empty = gimli::Abbreviations::default();
+        let mut e = h.entries_raw(&empty, Some(attrs_at)).ok()?;
+        let mut unit = gimli::Unit {
+            header: h,
+            abbreviations: Arc::new(gimli::Abbreviations::default()),
+            name: None,
+            comp_dir: None,
+            low_pc: 0,
+            str_offsets_base: gimli::DebugStrOffsetsBase::default_for_encoding_and_file(
+                h.encoding(),
+                gimli::DwarfFileType::Main,
+            ),
+            addr_base: gimli::DebugAddrBase(0),
+            loclists_base: gimli::DebugLocListsBase::default_for_encoding_and_file(
+                h.encoding(),
+                gimli::DwarfFileType::Main,
+            ),
+            rnglists_base: gimli::DebugRngListsBase::default_for_encoding_and_file(
+                h.encoding(),
+                gimli::DwarfFileType::Main,
+            ),
+            line_program: None,
+            dwo_id: None,
+        };
+        let mut attrs = Vec::with_capacity(specs.len());
+        for spec in &specs {
+            let a = e.read_attribute(*spec).ok()?;
+            match (a.name(), a.value()) {
+                (
+                    gimli::DW_AT_addr_base | gimli::DW_AT_GNU_addr_base,
+                    AttributeValue::DebugAddrBase(b),
+                ) => unit.addr_base = b,
+                (gimli::DW_AT_rnglists_base, AttributeValue::DebugRngListsBase(b)) => {
+                    unit.rnglists_base = b
+                }
+                (gimli::DW_AT_GNU_ranges_base, _)
+                | (gimli::DW_AT_GNU_dwo_id, _)
+                | (gimli::DW_AT_dwo_name, _) => {
+                    // Split units: leave them to gimli's full path.
+                    return None;
+                }
+                _ => attrs.push(a),
+            }
+        }
+        let mut pc = Pc::default();
+        for a in &attrs {
+            pc.take(&self.dwarf, &unit, a);
+        }
+        unit.low_pc = pc.low.unwrap_or(0);
+        pc.each(&self.dwarf, &unit, |b, end| {
+            // Ranges at 0 are code the linker discarded.
+            if b != 0 {
+                out.push((b, end, slot as u32));
+            }
+        });
+        Some(())
     }
 
     /// The frames at `probe`, innermost first; empty when no unit has a
