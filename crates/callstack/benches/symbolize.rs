@@ -80,6 +80,16 @@ fn return_addresses(path: &Path) -> Vec<u64> {
 /// files, lines, inlines). Returns the number of frames.
 fn ours_pass(path: &Path, ras: &[u64]) -> usize {
     let mut s = Symbolizer::for_file(path).unwrap();
+    let addrs: Vec<Address> = ras.iter().map(|&a| Address::Return(a as usize)).collect();
+    s.symbolize_batch(&addrs)
+        .iter()
+        .map(|r| r.frames.len())
+        .sum()
+}
+
+/// Ours, one address at a time in the given (shuffled) order.
+fn ours_one_by_one_pass(path: &Path, ras: &[u64]) -> usize {
+    let mut s = Symbolizer::for_file(path).unwrap();
     ras.iter()
         .map(|&a| s.symbolize(Address::Return(a as usize)).frames.len())
         .sum()
@@ -134,6 +144,14 @@ fn addr2line_pass(path: &Path, ras: &[u64]) -> usize {
     n
 }
 
+/// The addr2line crate given the same advantage as our batch: addresses
+/// sorted first.
+fn addr2line_sorted_pass(path: &Path, ras: &[u64]) -> usize {
+    let mut v = ras.to_vec();
+    v.sort_unstable();
+    addr2line_pass(path, &v)
+}
+
 fn blazesym_pass(path: &Path, ras: &[u64]) -> usize {
     use blazesym::symbolize::{source::Elf, source::Source, Input, Symbolized, Symbolizer};
     let s = Symbolizer::builder()
@@ -154,7 +172,9 @@ fn blazesym_pass(path: &Path, ras: &[u64]) -> usize {
 type Pass = fn(&Path, &[u64]) -> usize;
 const PEERS: &[(&str, Pass)] = &[
     ("callstack", ours_pass),
+    ("callstack 1-by-1", ours_one_by_one_pass),
     ("addr2line crate", addr2line_pass),
+    ("addr2line sorted", addr2line_sorted_pass),
     ("blazesym", blazesym_pass),
 ];
 

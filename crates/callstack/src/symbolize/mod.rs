@@ -439,6 +439,36 @@ impl Symbolizer {
         self.cache.entry(key).or_insert(s)
     }
 
+    /// Symbolizes many addresses at once (a profile's worth): the ones not
+    /// cached yet are resolved in address order, so that neighbours share
+    /// the units, line tables and functions just parsed while they are
+    /// still in the CPU caches, then the answers are returned in the order
+    /// asked.
+    ///
+    /// ```
+    /// use callstack::symbolize::{Address, Symbolizer};
+    /// let mut frames = [0usize; 16];
+    /// let n = callstack::capture_fast(0, &mut frames);
+    /// let addrs: Vec<Address> = frames[..n].iter().map(|&a| Address::Return(a)).collect();
+    /// let mut s = Symbolizer::new();
+    /// let answers = s.symbolize_batch(&addrs);
+    /// assert_eq!(answers.len(), n);
+    /// ```
+    pub fn symbolize_batch(&mut self, addrs: &[Address]) -> Vec<&Symbolized> {
+        let mut todo: Vec<Address> = addrs
+            .iter()
+            .copied()
+            .filter(|a| !self.cache.contains_key(&a.key()))
+            .collect();
+        todo.sort_unstable_by_key(|a| (a.probe(), a.key()));
+        todo.dedup();
+        for a in todo {
+            let s = self.resolve(a);
+            self.cache.insert(a.key(), s);
+        }
+        addrs.iter().map(|a| &self.cache[&a.key()]).collect()
+    }
+
     /// [`Symbolizer::symbolize`] of a return address.
     pub fn symbolize_return(&mut self, ra: usize) -> &Symbolized {
         self.symbolize(Address::Return(ra))
