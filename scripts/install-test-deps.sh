@@ -9,6 +9,22 @@ have gcc || need+=(gcc)
 have gdb || need+=(gdb)
 have addr2line || need+=(binutils)
 have strace || need+=(strace)
+# glibc's debug symbols: gdb and addr2line name glibc's frames (such as
+# __libc_start_call_main, where a frame-pointer walk ends) only with them.
+if have dpkg-query; then
+  dpkg-query -W -f='${Status}' libc6-dbg 2>/dev/null | grep -q "install ok installed" \
+    || need+=(libc6-dbg)
+fi
+# Cross-architecture cores (machine-code unwinding tests): Debian's cross
+# compilers (static glibc comes with them), qemu-user to run the programs
+# and write guest cores, gdb-multiarch as the oracle.
+have aarch64-linux-gnu-gcc || need+=(gcc-aarch64-linux-gnu)
+have arm-linux-gnueabihf-gcc || need+=(gcc-arm-linux-gnueabihf)
+have mipsel-linux-gnu-gcc || need+=(gcc-mipsel-linux-gnu)
+{ have qemu-aarch64 && have qemu-arm && have qemu-mipsel; } || need+=(qemu-user)
+have gdb-multiarch || need+=(gdb-multiarch)
+# libunwind's figures in the accuracy report (the runtime library only).
+ls /usr/lib/*/libunwind.so.8 >/dev/null 2>&1 || need+=(libunwind8)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing test dependencies: ${need[*]}" >&2

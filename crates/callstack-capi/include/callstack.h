@@ -21,6 +21,34 @@ extern "C" {
  * lookup per thread); async-signal-safe; never faults on a corrupt chain. */
 uint32_t callstack_capture_fast(uint32_t skip, uint32_t max, uintptr_t* out);
 
+/* Unwinds the calling thread's stack exactly, from DWARF CFI (.eh_frame):
+ * right for code built without frame pointers, glibc included.
+ * Same contract as callstack_capture_fast: out[0] is a return address
+ * inside the function that called callstack_capture_exact; `skip` drops
+ * that many more; writes at most `max` entries and returns how many.
+ * A null `out` or max == 0 returns 0.
+ * Passes through PLT stubs, signal frames (from a signal handler it goes on
+ * into the interrupted code), alloca frames, leaf functions and code
+ * without CFI but with a frame pointer; ends at the thread's first frame.
+ * No allocation, no lock, no system call (but a one-time stack-bounds
+ * lookup per thread); async-signal-safe; never faults on a corrupt stack.
+ * Works without any set-up on glibc 2.35+; see callstack_prepare. */
+uint32_t callstack_capture_exact(uint32_t skip, uint32_t max, uintptr_t* out);
+
+/* Unwinds the code a signal interrupted, from a signal handler's third
+ * argument (`void* ucontext`, a ucontext_t*): out[0] is the interrupted pc
+ * (exact, not a return address), out[1] the return address into its
+ * caller, and so on. Writes at most `max` entries and returns how many.
+ * A null `ucontext` or `out`, or max == 0, returns 0. Async-signal-safe:
+ * meant for SIGPROF handlers. */
+uint32_t callstack_capture_from_context(const void* ucontext, uint32_t max, uintptr_t* out);
+
+/* Optional: compile the unwind tables of every loaded object now, so that
+ * exact captures are at full speed from the first one. Needed once before
+ * capturing with glibc older than 2.35; call it again after dlclose.
+ * NOT async-signal-safe (allocates, takes the loader's lock). */
+void callstack_prepare(void);
+
 /* A fast 64-bit hash of `count` addresses, for grouping equal stacks.
  * Stable within a process. A null `frames` hashes as an empty list. */
 uint64_t callstack_hash(const uintptr_t* frames, uint32_t count);
@@ -28,6 +56,34 @@ uint64_t callstack_hash(const uintptr_t* frames, uint32_t count);
 /* Optional: look up the calling thread's stack bounds now, so that its
  * first capture makes no system call either. */
 void callstack_prepare_thread(void);
+
+/* Crash reports. Installs handlers for SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+ * SIGABRT and SIGTRAP, running on an alternate signal stack. On a crash:
+ *  1. the raw report, written in the handler with async-signal-safe calls
+ *     only and no allocation: the signal and its code in words, the thread
+ *     id and name, and every frame as address, module, offset, build-id;
+ *     to stderr and, if report_path_or_null is not NULL, appended to that
+ *     file;
+ *  2. the symbolized report (function, file:line, inlined frames), printed
+ *     by a helper process started with a raw clone + execve (never in the
+ *     crashed process: the crash may be inside malloc) and waited for with
+ *     a timeout (default 5 s). The helper is $CALLSTACK_CRASH_HELPER if set
+ *     ("none" skips this step), else the `callstack` binary next to the
+ *     executable or on PATH, else this program itself, re-executed with
+ *     CALLSTACK_CRASH_SYMBOLIZE=1: then this very call symbolizes the
+ *     report read on stdin and exits. So call it first thing in main().
+ *     $CALLSTACK_CRASH_TIMEOUT_MS sets the timeout;
+ *  3. the previous handler of the signal runs, or the default action: the
+ *     process dies as it would have without us (same status, same core).
+ * Returns 0 on success, -1 on failure (errno set). Not async-signal-safe. */
+int callstack_install_crash_handler(const char* report_path_or_null);
+
+/* Gives the calling thread its own alternate signal stack, so that a stack
+ * overflow on it is reported too. Alternate stacks are per thread: call
+ * this at the start of every thread you create (the installing thread has
+ * one already). Without it, other crashes of that thread are still
+ * reported. Idempotent. Returns 0 on success, -1 on failure. */
+int callstack_crash_thread_init(void);
 
 #ifdef __cplusplus
 }

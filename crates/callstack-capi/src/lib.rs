@@ -46,6 +46,97 @@ pub unsafe extern "C" fn callstack_capture_fast(_skip: u32, _max: u32, _out: *mu
     0
 }
 
+/// `uint32_t callstack_capture_exact(uint32_t skip, uint32_t max, uintptr_t* out);`
+///
+/// Unwinds from DWARF CFI (right without frame pointers). `out[0]` is inside
+/// the caller; `skip` drops that many more. Returns the number of entries
+/// written (at most `max`). A null `out` or `max == 0` returns 0.
+/// Async-signal-safe.
+///
+/// # Safety
+/// `out` must be valid for `max` writes of `uintptr_t`, or null.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_capture_exact(skip: u32, max: u32, out: *mut usize) -> u32 {
+    // SAFETY: a tail jump with the same arguments: the Rust entry sees the C
+    // caller's return address and registers as its own caller's.
+    core::arch::naked_asm!("jmp {raw}", raw = sym callstack::__capture_exact_raw)
+}
+
+/// See the x86-64 version.
+///
+/// # Safety
+/// `out` must be valid for `max` writes of `uintptr_t`, or null.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_capture_exact(skip: u32, max: u32, out: *mut usize) -> u32 {
+    // SAFETY: a tail branch with the same arguments, as on x86-64.
+    core::arch::naked_asm!("b {raw}", raw = sym callstack::__capture_exact_raw)
+}
+
+/// Other targets: no capture, returns 0.
+///
+/// # Safety
+/// Always safe; kept `unsafe` for the same signature everywhere.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_capture_exact(_skip: u32, _max: u32, _out: *mut usize) -> u32 {
+    0
+}
+
+/// `uint32_t callstack_capture_from_context(const void* ucontext, uint32_t max, uintptr_t* out);`
+///
+/// Unwinds the code a signal interrupted, from the handler's third argument
+/// (a `ucontext_t*`). `out[0]` is the interrupted pc. A null `ucontext` or
+/// `out`, or `max == 0`, returns 0. Async-signal-safe.
+///
+/// # Safety
+/// `ucontext` must point at a `ucontext_t` (or be null); `out` must be valid
+/// for `max` writes, or null.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_capture_from_context(
+    ucontext: *const core::ffi::c_void,
+    max: u32,
+    out: *mut usize,
+) -> u32 {
+    if ucontext.is_null() || out.is_null() || max == 0 {
+        return 0;
+    }
+    #[cfg(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    {
+        // SAFETY: the caller promises a `ucontext_t` and `max` slots.
+        let (uc, out) = unsafe {
+            (
+                &*(ucontext as *const libc::ucontext_t),
+                core::slice::from_raw_parts_mut(out, max as usize),
+            )
+        };
+        callstack::capture_from_context(uc, out) as u32
+    }
+    #[cfg(not(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
+    {
+        0
+    }
+}
+
+/// `void callstack_prepare(void);`
+///
+/// Compiles the unwind tables of every loaded object now (see
+/// `callstack::prepare`). Optional with glibc 2.35+; call it again after
+/// `dlclose`. Not async-signal-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn callstack_prepare() {
+    callstack::prepare();
+}
+
 /// `uint64_t callstack_hash(const uintptr_t* frames, uint32_t count);`
 ///
 /// The 64-bit stack hash of `count` addresses (see `callstack::hash_frames`).
@@ -70,4 +161,67 @@ pub unsafe extern "C" fn callstack_hash(frames: *const usize, count: u32) -> u64
 #[unsafe(no_mangle)]
 pub extern "C" fn callstack_prepare_thread() {
     callstack::prepare_thread();
+}
+
+/// `int callstack_install_crash_handler(const char* report_path_or_null);`
+///
+/// Installs the crash handlers (see `callstack::crash`): on SIGSEGV,
+/// SIGBUS, SIGILL, SIGFPE, SIGABRT or SIGTRAP, a raw report (signal, thread,
+/// frames as module+offset+build-id) is written to stderr and, if
+/// `report_path_or_null` is not null, appended to that file; then a helper
+/// process prints the symbolized report; then the process dies as it would
+/// have. The helper and its timeout can be set with the environment
+/// variables `CALLSTACK_CRASH_HELPER` (`none` to skip symbolizing) and
+/// `CALLSTACK_CRASH_TIMEOUT_MS`. Returns 0 on success, -1 on failure (with
+/// `errno` set).
+///
+/// If `CALLSTACK_CRASH_SYMBOLIZE=1` is in the environment, this process is
+/// the symbolizing helper: the call reads a raw report on standard input,
+/// prints it symbolized and exits.
+///
+/// # Safety
+/// `report_path_or_null` must be null or a NUL-terminated string.
+#[cfg(target_os = "linux")]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_install_crash_handler(
+    report_path_or_null: *const core::ffi::c_char,
+) -> core::ffi::c_int {
+    use std::os::unix::ffi::OsStrExt;
+    let report_path = if report_path_or_null.is_null() {
+        None
+    } else {
+        // SAFETY: the caller promises a NUL-terminated string.
+        let bytes = unsafe { core::ffi::CStr::from_ptr(report_path_or_null) }.to_bytes();
+        Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+    };
+    let r = std::panic::catch_unwind(|| {
+        callstack::crash::install(callstack::crash::Options {
+            report_path,
+            ..Default::default()
+        })
+    });
+    match r {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            // SAFETY: setting this thread's errno.
+            unsafe { *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EINVAL) };
+            -1
+        }
+        Err(_) => -1,
+    }
+}
+
+/// `int callstack_crash_thread_init(void);`
+///
+/// Gives the calling thread an alternate signal stack so that its stack
+/// overflow is reported too. Call it at the start of every thread you
+/// create (the thread that called `callstack_install_crash_handler` needs
+/// nothing more). Idempotent. Returns 0 on success, -1 on failure.
+#[cfg(target_os = "linux")]
+#[unsafe(no_mangle)]
+pub extern "C" fn callstack_crash_thread_init() -> core::ffi::c_int {
+    match callstack::crash::install_thread() {
+        Ok(()) => 0,
+        Err(_) => -1,
+    }
 }

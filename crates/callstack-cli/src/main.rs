@@ -6,7 +6,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod addr2line;
+mod core;
+mod crash;
 mod demo;
+mod pstack;
+mod stacks;
 mod symbolize;
 
 #[derive(Parser)]
@@ -25,18 +29,29 @@ enum Command {
     /// Capture this program's own stack through a few named functions, print
     /// it, and time capture_fast against glibc backtrace().
     Demo(demo::Args),
+    /// Every thread's backtrace from an ELF core file (like gdb's
+    /// `thread apply all bt`).
+    Core(core::Args),
+    /// Every thread's backtrace from a live process, stopped only briefly.
+    Pstack(pstack::Args),
     /// Resolve addresses of an object file like binutils addr2line.
     Addr2line(addr2line::Args),
     /// Print the stacks of a callstack trace file (or `-` for stdin) resolved.
     Symbolize(symbolize::Args),
+    /// Symbolize raw crash reports (from a report file, or standard input;
+    /// also the helper a crashing program runs).
+    CrashReport(crash::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
+        Command::Core(args) => core::run(args),
+        Command::Pstack(args) => pstack::run(args),
         Command::Addr2line(args) => addr2line::run(args),
         Command::Symbolize(args) => symbolize::run(args),
+        Command::CrashReport(args) => crash::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

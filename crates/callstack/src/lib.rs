@@ -23,10 +23,14 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod arch;
+pub mod arch;
+#[cfg(target_os = "linux")]
+pub mod crash;
 mod fast;
 mod hash;
 pub mod modules;
+#[cfg(feature = "remote")]
+pub mod remote;
 mod stack;
 #[cfg(feature = "symbolize")]
 pub mod symbolize;
@@ -40,6 +44,8 @@ pub use stack::{prepare_thread, StackBounds};
 #[cfg(feature = "symbolize")]
 pub use symbolize::{called_from, called_from_any, Symbolizer};
 pub use trace::Trace;
+pub use unwind::local::{has_dl_find_object, prepare, prepare_in_background, PrepareStats};
+pub use unwind::{Frame, Method, StopReason};
 
 /// Captures the current call stack by walking the frame-pointer chain.
 ///
@@ -82,6 +88,126 @@ pub fn capture_fast(skip: usize, out: &mut [usize]) -> usize {
         0
     }
 }
+
+/// Captures the current call stack exactly, from DWARF CFI: right for code
+/// built without frame pointers (C/C++ release builds, glibc, Rust's std).
+///
+/// Same contract as [`capture_fast`]: `out[0]` is the return address of
+/// this call, a location inside the function that called `capture_exact`;
+/// `skip` drops that many more entries; returns how many were written.
+///
+/// Each frame's rule comes from the module's compiled [`unwind::UnwindTable`]
+/// (a table lookup and two loads per frame once warm). Modules without a
+/// compiled table yet are unwound from their CFI directly, found through
+/// glibc's lock-free `_dl_find_object`; see [`prepare`] and the
+/// [`unwind`] module for how tables are published. Passes through PLT
+/// stubs, signal frames (a capture in a signal handler continues into the
+/// interrupted code), `alloca` frames, leaf functions, and code without CFI
+/// but with a frame pointer. Ends at the outermost frame (`_start`, a
+/// thread's start) or at an address in no loaded module.
+///
+/// Async-signal-safe: no allocation, no lock, no system call (except the
+/// first call on a thread, which looks up its stack bounds once). Every
+/// stack read is bounds-checked: a corrupt stack ends the walk, never faults.
+///
+/// ```
+/// #[inline(never)]
+/// fn here() -> usize {
+///     let mut out = [0usize; 64];
+///     let n = callstack::capture_exact(0, &mut out);
+///     assert!(n >= 2); // here, its caller, ... down to the thread's start
+///     out[0]
+/// }
+/// assert_ne!(here(), 0);
+/// ```
+#[inline(always)]
+pub fn capture_exact(skip: usize, out: &mut [usize]) -> usize {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        let max = out.len().min(u32::MAX as usize) as u32;
+        let skip = skip.min(u32::MAX as usize) as u32;
+        // SAFETY: `out` has `max` writable slots.
+        unsafe { arch::native::exact::exact_entry(skip, max, out.as_mut_ptr()) as usize }
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        let _ = (skip, out);
+        0
+    }
+}
+
+/// Like [`capture_exact`], keeping for each frame its stack pointer, frame
+/// pointer and the [`Method`] that found it. Returns the number of frames
+/// written and why the walk ended ([`StopReason::BufferFull`] if `out`
+/// filled up). Async-signal-safe, like [`capture_exact`].
+///
+/// ```
+/// let mut frames = [callstack::Frame { pc: 0, sp: 0, fp: 0, method: callstack::Method::Cfi }; 64];
+/// let (n, stop) = callstack::capture_exact_with_info(0, &mut frames);
+/// assert!(n >= 1);
+/// assert_eq!(frames[0].method, callstack::Method::Context);
+/// # let _ = stop;
+/// ```
+#[inline(always)]
+pub fn capture_exact_with_info(skip: usize, out: &mut [Frame]) -> (usize, StopReason) {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        if out.is_empty() {
+            return (0, StopReason::BufferFull);
+        }
+        let mut req = unwind::local::InfoRequest {
+            skip,
+            out: out.as_mut_ptr(),
+            max: out.len(),
+            stop: StopReason::Running,
+        };
+        // SAFETY: `req` points at `out`, which has `max` writable frames.
+        let n = unsafe { arch::native::exact::info_entry(&mut req) };
+        (n, req.stop)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        let _ = (skip, out);
+        (0, StopReason::Running)
+    }
+}
+
+/// Captures the stack of the code a signal interrupted, from the signal
+/// handler's third argument. `out[0]` is the interrupted pc itself (not a
+/// return address), `out[1]` the return address into its caller, and so on.
+///
+/// Async-signal-safe: meant to be called from a `SIGPROF` handler (`ctx`
+/// is the `void*` third argument, cast to `&libc::ucontext_t`).
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+pub fn capture_from_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize {
+    let regs = arch::native::exact::regs_from_ucontext(ctx);
+    unwind::local::walk_pcs(regs, true, 0, out).0
+}
+
+/// Like [`capture_from_context`], with per-frame registers and methods.
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+pub fn capture_from_context_with_info(
+    ctx: &libc::ucontext_t,
+    out: &mut [Frame],
+) -> (usize, StopReason) {
+    let regs = arch::native::exact::regs_from_ucontext(ctx);
+    unwind::local::walk_frames(regs, true, 0, out)
+}
+
+/// The raw entry behind [`capture_exact`], with the C signature. The C API
+/// jumps here so that `out[0]` is inside the C caller. Not for Rust users.
+///
+/// # Safety
+/// `out` must be valid for `max` writes, or null.
+#[doc(hidden)]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub use arch::native::exact::exact_entry as __capture_exact_raw;
 
 /// The raw entry behind [`capture_fast`], with the C signature. The C API
 /// jumps here so that `out[0]` is inside the C caller. Not for Rust users.

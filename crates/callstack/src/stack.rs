@@ -31,11 +31,12 @@ impl StackBounds {
 }
 
 thread_local! {
-    // Two slots: the thread's own stack and the last other stack it ran on
-    // (an alternate signal stack, a coroutine). A const initializer and a
-    // type without `Drop` make this a plain `#[thread_local]` slot: no lazy
-    // registration, no allocation on first use.
-    static CACHE: Cell<[StackBounds; 2]> = const { Cell::new([StackBounds { lo: 0, hi: 0 }; 2]) };
+    // The thread's own stack, and the last other stack it ran on (an
+    // alternate signal stack, a coroutine). Const initializers and types
+    // without `Drop` make these plain `#[thread_local]` slots: no lazy
+    // registration, no allocation on first use, one `fs`-relative load.
+    static OWN: Cell<StackBounds> = const { Cell::new(StackBounds { lo: 0, hi: 0 }) };
+    static OTHER: Cell<StackBounds> = const { Cell::new(StackBounds { lo: 0, hi: 0 }) };
 }
 
 /// The bounds of the stack that holds `sp` on the current thread.
@@ -45,19 +46,48 @@ thread_local! {
 /// Returns `None` if no mapping holds `sp` or `/proc` cannot be read.
 #[inline]
 pub fn bounds_for(sp: usize) -> Option<StackBounds> {
-    let cached = CACHE.with(|c| c.get());
-    if cached[0].contains(sp) {
-        return Some(cached[0]);
+    let own = OWN.get();
+    if own.contains(sp) {
+        return Some(own);
     }
-    if cached[1].contains(sp) {
-        return Some(cached[1]);
+    bounds_elsewhere(sp)
+}
+
+/// The end of the stack that holds `sp` (so `[sp, end)` is readable), or 0
+/// when unknown: the capture's hot path. Same rules as [`bounds_for`]; a
+/// plain `usize` keeps the common case to one thread-local load and two
+/// compares, with everything else out of line.
+#[inline(always)]
+pub(crate) fn stack_end(sp: usize) -> usize {
+    let own = OWN.get();
+    if own.contains(sp) {
+        return own.hi;
     }
-    bounds_slow(sp, cached)
+    stack_end_elsewhere(sp)
+}
+
+/// Only the cache of the thread's own stack: the end of the stack holding
+/// `sp` if it is that one, else `None` (then call [`stack_end`]).
+#[inline(always)]
+pub(crate) fn cached_stack_end(sp: usize) -> Option<usize> {
+    let own = OWN.get();
+    own.contains(sp).then_some(own.hi)
 }
 
 #[cold]
 #[inline(never)]
-fn bounds_slow(sp: usize, cached: [StackBounds; 2]) -> Option<StackBounds> {
+fn stack_end_elsewhere(sp: usize) -> usize {
+    bounds_elsewhere(sp).map_or(0, |b| b.hi)
+}
+
+/// Not on the thread's own (cached) stack: the other slot, or a lookup.
+#[cold]
+#[inline(never)]
+fn bounds_elsewhere(sp: usize) -> Option<StackBounds> {
+    let other = OTHER.get();
+    if other.contains(sp) {
+        return Some(other);
+    }
     let found = crate::sys::maps::mapping_containing(sp)?;
     let b = StackBounds {
         lo: found.0,
@@ -66,12 +96,11 @@ fn bounds_slow(sp: usize, cached: [StackBounds; 2]) -> Option<StackBounds> {
     // The first stack seen on a thread is its own; later misses replace the
     // second slot only, so a signal handler on an alternate stack does not
     // evict the thread's stack.
-    let next = if cached[0].hi == 0 {
-        [b, cached[1]]
+    if OWN.get().hi == 0 {
+        OWN.set(b);
     } else {
-        [cached[0], b]
-    };
-    CACHE.with(|c| c.set(next));
+        OTHER.set(b);
+    }
     Some(b)
 }
 

@@ -38,6 +38,16 @@ impl<const N: usize> Trace<N> {
         t
     }
 
+    /// Captures the current stack with [`crate::capture_exact`] (DWARF CFI):
+    /// the first entry is inside the function that calls
+    /// `Trace::capture_exact`.
+    #[inline(always)]
+    pub fn capture_exact(skip: usize) -> Self {
+        let mut t = Self::new();
+        t.len = crate::capture_exact(skip, &mut t.frames);
+        t
+    }
+
     /// Builds a trace from addresses; keeps the first `N`.
     pub fn from_frames(frames: &[usize]) -> Self {
         let mut t = Self::new();

@@ -5,6 +5,8 @@
 //! - [`Gcc`]: compiles C fixtures from `tests/fixtures/` into a scratch dir.
 //! - [`gdb_backtrace`] and [`addr2line_functions`]: the oracles.
 
+pub mod crash;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -179,6 +181,68 @@ pub fn parse_gdb_bt(text: &str) -> Vec<String> {
     out
 }
 
+/// Runs `exe` with `args` under `gdb -batch`, executing `commands` in order
+/// (e.g. `["set backtrace past-main on", "break d", "run", "bt", "continue"]`),
+/// and returns everything gdb and the program printed on stdout. gdb disables
+/// ASLR, so addresses the program prints match the ones gdb shows.
+pub fn gdb_run(exe: &Path, args: &[&str], commands: &[&str]) -> String {
+    let mut cmd = Command::new("gdb");
+    cmd.args([
+        "-nx",
+        "-batch",
+        "-ex",
+        "set pagination off",
+        "-ex",
+        "set debuginfod enabled off",
+    ]);
+    for c in commands {
+        let c = if *c == "run" {
+            format!("run {}", args.join(" "))
+        } else {
+            c.to_string()
+        };
+        cmd.arg("-ex").arg(c);
+    }
+    let o = cmd.arg(exe).output().expect("run gdb");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// One frame of gdb's `bt`: its pc when gdb prints one (every frame but a
+/// frame #0 stopped at the start of a line) and its function name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GdbFrame {
+    /// The `0x...` address gdb printed for the frame (for frames above #0,
+    /// the return address into that function).
+    pub pc: Option<u64>,
+    /// The function name.
+    pub function: String,
+}
+
+/// Parses gdb `bt` output lines into frames with their pc and function.
+pub fn parse_gdb_bt_frames(text: &str) -> Vec<GdbFrame> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let l = line.trim_start();
+        if !l.starts_with('#') || !l[1..].starts_with(|c: char| c.is_ascii_digit()) {
+            continue;
+        }
+        let rest = l
+            .split_once(char::is_whitespace)
+            .map(|x| x.1)
+            .unwrap_or("")
+            .trim_start();
+        let (pc, rest) = match rest.split_once(" in ") {
+            Some((addr, r)) if addr.starts_with("0x") => {
+                (u64::from_str_radix(&addr[2..], 16).ok(), r)
+            }
+            _ => (None, rest),
+        };
+        let function = rest.split([' ', '(']).next().unwrap_or("").to_string();
+        out.push(GdbFrame { pc, function });
+    }
+    out
+}
+
 /// Function names (`addr2line -f -C -e exe`) of module-relative addresses.
 /// For return addresses pass `ra - 1`.
 pub fn addr2line_functions(exe: &Path, offsets: &[u64]) -> Vec<String> {
@@ -198,6 +262,35 @@ pub fn addr2line_functions(exe: &Path, offsets: &[u64]) -> Vec<String> {
         .step_by(2)
         .map(|s| s.to_string())
         .collect()
+}
+
+/// For each module-relative address, the inlined call chain at it
+/// (`addr2line -f -i -C -a`), innermost first: the last name is the function
+/// whose frame holds the address (the one a frame-pointer walk sees), the
+/// first is what plain `addr2line -f` prints. For return addresses pass `ra - 1`.
+pub fn addr2line_inlined(exe: &Path, offsets: &[u64]) -> Vec<Vec<String>> {
+    if offsets.is_empty() {
+        return Vec::new();
+    }
+    let o = Command::new("addr2line")
+        .args(["-f", "-i", "-C", "-a", "-e"])
+        .arg(exe)
+        .args(offsets.iter().map(|a| format!("{a:#x}")))
+        .output()
+        .expect("run addr2line");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut out: Vec<Vec<String>> = Vec::new();
+    let mut lines = text.lines();
+    while let Some(l) = lines.next() {
+        if l.starts_with("0x") {
+            out.push(Vec::new());
+        } else if let Some(cur) = out.last_mut() {
+            // A function name, then its file:line.
+            cur.push(l.to_string());
+            lines.next();
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -13,6 +13,8 @@
 //! A target without a module here compiles, and its captures return 0.
 
 pub mod aarch64;
+pub mod arm;
+pub mod mips;
 pub mod x86_64;
 
 #[cfg(target_arch = "aarch64")]
@@ -30,4 +32,80 @@ pub struct FrameRecordLayout {
     pub ra_offset: usize,
     /// Required alignment of a frame pointer.
     pub align: usize,
+}
+
+/// What applying one unwind rule to a frame's registers gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The caller's registers. `signal` is true when the frame was a signal
+    /// trampoline: the caller's pc is then an interrupted pc, looked up
+    /// exactly, not a return address.
+    Caller {
+        /// The caller's registers.
+        regs: crate::unwind::UnwindRegs,
+        /// Whether the caller was interrupted by a signal.
+        signal: bool,
+    },
+    /// The frame is the outermost one: its return address is undefined.
+    End,
+    /// There is no CFI for this address.
+    NoCfi,
+    /// The rule needs the CFI evaluated directly (a DWARF expression the
+    /// compiled form does not cover).
+    Evaluate,
+}
+
+/// What every architecture supplies to the generic unwinder: the register
+/// numbers of DWARF, the compiled rule type and how to apply it, the
+/// frame-pointer rule and the signal frame layout.
+///
+/// The architecture modules are compiled on every host, so an offline
+/// unwinder (core files) may use any of them.
+pub trait Arch: Copy + Default + core::fmt::Debug + Send + Sync + 'static {
+    /// The compiled unwind rule of one address range: a small `Copy` value.
+    type Rule: Copy + PartialEq + core::fmt::Debug + Send + Sync + 'static;
+    /// A short name (`"x86_64"`).
+    const NAME: &'static str;
+    /// DWARF number of the stack pointer.
+    const SP: u16;
+    /// DWARF number of the frame pointer.
+    const FP: u16;
+    /// DWARF number of the return-address column.
+    const RA: u16;
+    /// The rule of an address without CFI.
+    const NO_CFI: Self::Rule;
+    /// The rule of a row that must be evaluated directly.
+    const EVALUATE: Self::Rule;
+    /// The frame record of the frame-pointer fallback.
+    const FRAME_RECORD: FrameRecordLayout;
+
+    /// The value of DWARF register `reg` in `regs`, if tracked.
+    fn reg(regs: &crate::unwind::UnwindRegs, reg: u16) -> Option<u64>;
+
+    /// Compiles one CFI row into a rule, or [`Arch::EVALUATE`] when it
+    /// does not fit. `signal` is whether the FDE's CIE has the `S`
+    /// augmentation (a signal trampoline).
+    fn compile_row(row: &crate::unwind::cfi::RowView<'_>, signal: bool) -> Self::Rule;
+
+    /// Applies `rule` to `regs` (the registers of the frame whose rule it
+    /// is), reading the stack through `mem`.
+    fn apply<M: crate::unwind::Memory + ?Sized>(
+        rule: Self::Rule,
+        regs: &crate::unwind::UnwindRegs,
+        mem: &mut M,
+    ) -> Result<Applied, crate::unwind::UnwindError>;
+
+    /// Packs `rule` into 16 bits for the in-process rule cache, or 0 when it
+    /// does not fit (it is then looked up in the table each time).
+    fn pack(rule: Self::Rule) -> u16;
+
+    /// The rule [`Arch::pack`] packed.
+    fn unpack(packed: u16) -> Self::Rule;
+
+    /// The registers saved by the kernel in a signal frame, when the
+    /// trampoline's frame has stack pointer `sp`.
+    fn signal_frame<M: crate::unwind::Memory + ?Sized>(
+        sp: u64,
+        mem: &mut M,
+    ) -> Result<crate::unwind::UnwindRegs, crate::unwind::UnwindError>;
 }

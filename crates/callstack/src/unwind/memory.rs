@@ -38,4 +38,12 @@ pub trait Memory {
         let word = self.read_u64(aligned)?;
         Ok((word >> ((addr - aligned) * 8)) as u32)
     }
+
+    /// Tells the source that the walk has moved to another stack at `sp`
+    /// (after a signal frame: from an alternate signal stack back to the
+    /// thread's stack). A source bounded by stacks looks up the new stack's
+    /// bounds; the default does nothing.
+    fn note_stack(&mut self, sp: u64) {
+        let _ = sp;
+    }
 }

@@ -2,7 +2,161 @@
 //!
 //! Memory is read only through [`Memory`], so the same unwinder serves this
 //! process, a core file and another process.
+//!
+//! # The pieces
+//! - [`UnwindTable`]: the CFI of one module (`.eh_frame`, `.debug_frame`)
+//!   compiled ahead into a sorted array of small `Copy` rules, one per
+//!   address range ([`crate::arch::x86_64::UnwindRuleX86_64`]). Built from
+//!   section bytes ([`UnwindTable::from_sections`]) or an ELF file
+//!   ([`UnwindTable::from_elf_file`]). Rows the compiled form cannot express
+//!   are evaluated directly from the CFI ([`cfi::evaluate`]), with storage on
+//!   the stack.
+//! - [`RuleSource`]: where the rules of an address come from. [`ModuleSet`]
+//!   holds tables of modules at their load bias (a core file's or another
+//!   process's libraries); the in-process source of
+//!   [`crate::capture_exact`] adds a lock-free cache and the cold path.
+//! - [`Unwinder`]: the walk. Starts from [`UnwindRegs`], yields [`Frame`]s
+//!   with the [`Method`] that found each, stops with a [`StopReason`].
+//! - [`Fallback`]: the hook for frames with neither CFI nor a valid frame
+//!   pointer (instruction analysis, stack scanning).
+//!
+//! # Unwinding another process or a core
+//! ```no_run
+//! use callstack::unwind::{Memory, ModuleSet, ReadError, UnwindRegs, UnwindTable, Unwinder};
+//! struct CoreStack { /* PT_LOAD segments */ }
+//! impl Memory for CoreStack {
+//!     fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
+//!         Err(ReadError::Unreadable(addr)) // look the address up in the core
+//!     }
+//! }
+//! let mut modules: ModuleSet = ModuleSet::new();
+//! let table = UnwindTable::from_elf_file("/usr/lib/x86_64-linux-gnu/libc.so.6")?;
+//! // The module's code is mapped at [start, end) with load bias `bias`.
+//! let (start, end, bias) = (0x7f00_0000_0000u64, 0x7f00_0020_0000u64, 0x7f00_0000_0000u64);
+//! modules.add(start, end, bias, table);
+//! let regs = UnwindRegs { pc: 0x7f00_0001_2345, sp: 0x7ffc_0000_1000, fp: 0, lr: 0 };
+//! let mut mem = CoreStack {};
+//! let mut unwinder = Unwinder::new(&modules, regs, true);
+//! while let Some(frame) = unwinder.next(&mut mem) {
+//!     println!("{:#x} {:?}", frame.pc, frame.method);
+//! }
+//! println!("stopped: {:?}", unwinder.stop_reason());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
+pub mod cfi;
+pub mod insn;
+pub(crate) mod local;
 pub mod memory;
+mod regs;
+mod table;
+mod unwinder;
 
 pub use memory::{Memory, ReadError};
+pub use regs::UnwindRegs;
+pub use table::{SectionsInput, TableError, TableStats, UnwindTable};
+pub use unwinder::{
+    frame_pointer_step, Fallback, Found, Frame, Method, NoFallback, RuleSource, StopReason,
+    Unwinder,
+};
+
+pub use crate::arch::{Applied, Arch};
+
+/// The host's architecture (x86-64 on hosts that are neither x86-64 nor
+/// AArch64, so that the offline unwinder still compiles).
+#[cfg(target_arch = "aarch64")]
+pub type NativeArch = crate::arch::aarch64::Aarch64;
+/// The host's architecture (x86-64 on hosts that are neither x86-64 nor
+/// AArch64, so that the offline unwinder still compiles).
+#[cfg(not(target_arch = "aarch64"))]
+pub type NativeArch = crate::arch::x86_64::X86_64;
+
+/// Why one unwind step failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnwindError {
+    /// A read of the stack failed (outside the stack, unreadable).
+    Read(ReadError),
+    /// The CFI could not be parsed or evaluated.
+    BadCfi,
+    /// The CFI computes a value from a register the unwinder does not track.
+    Untracked,
+    /// The caller's stack pointer is not above the frame's.
+    StackNotAdvancing(u64),
+}
+
+impl core::fmt::Display for UnwindError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            UnwindError::Read(e) => write!(f, "{e}"),
+            UnwindError::BadCfi => write!(f, "the CFI could not be parsed or evaluated"),
+            UnwindError::Untracked => {
+                write!(f, "the CFI uses a register the unwinder does not track")
+            }
+            UnwindError::StackNotAdvancing(sp) => {
+                write!(
+                    f,
+                    "the caller's stack pointer {sp:#x} is not above the frame's"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for UnwindError {}
+
+/// Compiled tables of modules at their load addresses: the [`RuleSource`]
+/// for unwinding a core file or another process.
+pub struct ModuleSet<A: Arch = NativeArch> {
+    modules: Vec<(u64, u64, u64, UnwindTable<A>)>,
+}
+
+impl<A: Arch> Default for ModuleSet<A> {
+    fn default() -> Self {
+        ModuleSet {
+            modules: Vec::new(),
+        }
+    }
+}
+
+impl<A: Arch> ModuleSet<A> {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a module whose code occupies `[start, end)` at runtime, loaded
+    /// with `bias` (runtime address minus file address).
+    pub fn add(&mut self, start: u64, end: u64, bias: u64, table: UnwindTable<A>) {
+        self.modules.push((start, end, bias, table));
+        self.modules.sort_by_key(|m| m.0);
+    }
+
+    /// The module containing runtime address `addr`: its bias and table.
+    pub fn find(&self, addr: u64) -> Option<(u64, &UnwindTable<A>)> {
+        let i = self.modules.partition_point(|m| m.0 <= addr);
+        let m = self.modules.get(i.checked_sub(1)?)?;
+        (addr < m.1).then_some((m.2, &m.3))
+    }
+}
+
+impl<A: Arch> RuleSource<A> for ModuleSet<A> {
+    fn rule(&self, addr: u64) -> Found<A::Rule> {
+        match self.find(addr) {
+            Some((bias, t)) => Found::Rule(t.lookup(addr.wrapping_sub(bias))),
+            None => Found::Unknown,
+        }
+    }
+
+    fn evaluate<M: Memory + ?Sized>(
+        &self,
+        addr: u64,
+        regs: &UnwindRegs,
+        mem: &mut M,
+    ) -> Result<Applied, UnwindError> {
+        let Some((bias, t)) = self.find(addr) else {
+            return Ok(Applied::NoCfi);
+        };
+        let svma = addr.wrapping_sub(bias);
+        cfi::evaluate::<A, M>(&t.sections(), t.fde_for_evaluation(svma), svma, regs, mem)
+    }
+}

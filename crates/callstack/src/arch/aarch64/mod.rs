@@ -10,10 +10,20 @@
 //! (qemu-user would do for capture, but not for the gdb oracle the tests
 //! compare with). Cores of aarch64 programs are read offline on any host.
 
+pub mod regs;
+pub mod core_regs;
+pub mod instruction_analysis;
+
 use super::FrameRecordLayout;
 
+mod rule;
+pub use rule::{Aarch64, UnwindRuleAarch64};
+
+#[cfg(target_arch = "aarch64")]
+pub mod exact;
+pub(crate) mod switch;
+
 /// The AArch64 frame record: saved x29 at `[x29]`, x30 at `[x29 + 8]`.
-#[allow(dead_code)] // used by the offline unwinder of aarch64 cores
 pub const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {
     fp_offset: 0,
     ra_offset: 8,

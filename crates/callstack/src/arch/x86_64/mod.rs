@@ -5,7 +5,17 @@
 //!   [rbp + 0]  caller's rbp
 //! ```
 
+pub mod regs;
+pub mod core_regs;
+pub mod instruction_analysis;
+
 use super::FrameRecordLayout;
+
+pub mod exact;
+mod rule;
+pub(crate) mod switch;
+
+pub use rule::{UnwindRuleX86_64, X86_64};
 
 /// The x86-64 frame record: saved rbp at `[rbp]`, return address at `[rbp + 8]`.
 pub const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {
@@ -39,5 +49,42 @@ pub unsafe extern "C" fn fast_entry(skip: u32, max: u32, out: *mut usize) -> u32
         "pop rbp",
         "ret",
         walk = sym crate::fast::walk_from_entry,
+    )
+}
+
+/// The signature of the function [`regs_entry`] hands over to: its three
+/// arguments, then `[pc, sp, fp]` of the entry's caller as it will be after
+/// the entry returns (`pc` is the return address into it).
+#[cfg(target_arch = "x86_64")]
+pub type RegsEntryFn = unsafe extern "C" fn(*const u8, *mut u8, usize, *const u64) -> usize;
+
+/// A naked entry that records the registers of its caller (return address,
+/// stack pointer after the return, `rbp`) and calls `f` with them; the
+/// machine-code unwinder starts from there.
+///
+/// # Safety
+/// `f` must be safe to call with `a`, `b`, `c` and a pointer to three words.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+pub unsafe extern "C" fn regs_entry(a: *const u8, b: *mut u8, c: usize, f: RegsEntryFn) -> usize {
+    // SAFETY: builds a standard frame, stores [ra, caller sp, caller rbp] in
+    // 32 bytes of its own stack (keeping 16-byte alignment at the call),
+    // passes their address as the 4th argument, and restores rsp/rbp before
+    // returning.
+    core::arch::naked_asm!(
+        "push rbp",
+        "mov rbp, rsp",
+        "sub rsp, 32",
+        "mov rax, [rbp + 8]",
+        "mov [rsp], rax",
+        "lea rax, [rbp + 16]",
+        "mov [rsp + 8], rax",
+        "mov rax, [rbp]",
+        "mov [rsp + 16], rax",
+        "mov rax, rcx",
+        "mov rcx, rsp",
+        "call rax",
+        "leave",
+        "ret",
     )
 }

@@ -1,0 +1,307 @@
+//! What `callstack core` and `callstack pstack` print: every thread's
+//! frames, as text in the style of gdb's `thread apply all bt`, or as JSON
+//! (the contract documented in README.md):
+//!
+//! ```text
+//! {"threads":[{"tid":N,"name":"..","frames":[{"pc":"0x..","function":"..",
+//!   "file":"..","line":N,"inlined":false,"module":"..","method":"cfi|fp|context|scan|insn"}]}]}
+//! ```
+
+use callstack::remote::symbols::Symbolizer as ImageSymbolizer;
+use callstack::remote::{RemoteUnwinder, Snapshot, Unwound};
+use callstack::symbolize::{Address, ModuleInfo, Symbolizer};
+use callstack::unwind::Memory;
+use serde_json::{json, Value};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+/// Frames deeper than this are not unwound (a runaway chain ends here).
+pub const MAX_FRAMES: usize = 1024;
+
+/// One printed frame.
+pub struct FrameOut {
+    pub pc: u64,
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub inlined: bool,
+    pub module: Option<String>,
+    pub method: &'static str,
+    /// The first printed entry of its pc (inlined levels follow without one).
+    pub show_pc: bool,
+}
+
+/// One printed thread.
+pub struct ThreadOut {
+    pub tid: u32,
+    pub name: Option<String>,
+    pub frames: Vec<FrameOut>,
+    /// Why the walk ended before the outermost frame, if it did.
+    pub stop: Option<String>,
+}
+
+/// Progress on stderr, only when it is a terminal and the job is large.
+pub struct Progress {
+    on: bool,
+    total: usize,
+}
+
+impl Progress {
+    pub fn new(total_threads: usize, bytes: u64) -> Progress {
+        let large = total_threads >= 32 || bytes >= 1 << 30;
+        Progress {
+            on: large && std::io::stderr().is_terminal(),
+            total: total_threads,
+        }
+    }
+    fn tick(&self, i: usize) {
+        if self.on {
+            eprint!("\rcallstack: unwinding thread {}/{}", i + 1, self.total);
+        }
+    }
+    fn done(&self) {
+        if self.on {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+/// Unwinds and symbolizes every thread of `snap`.
+///
+/// Unwinding (which reads the target's memory and compiles CFI tables) and
+/// symbolizing (which opens debug info) run on two threads, as a pipeline:
+/// a thread's frames are named while the next thread is unwound.
+///
+/// Like gdb, a thread's frames end at `main` unless `past_main` is set.
+pub fn collect<M: Memory + Send>(
+    snap: &Snapshot,
+    mem: &mut M,
+    progress: &Progress,
+    past_main: bool,
+    debug_dirs: &[PathBuf],
+) -> Vec<ThreadOut> {
+    let out = std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, Unwound)>();
+        // The unwinder on a helper thread; the symbolizer, whose large
+        // buffers are best served by the main thread's heap, here.
+        scope.spawn(move || {
+            let unwinder = RemoteUnwinder::new(snap);
+            for (i, t) in snap.threads.iter().enumerate() {
+                progress.tick(i);
+                if tx.send((i, unwinder.unwind(mem, t, MAX_FRAMES))).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut sym = Names::new(snap, debug_dirs);
+        let out: Vec<ThreadOut> = rx
+            .into_iter()
+            .map(|(i, u)| name_thread(snap, &snap.threads[i], u, &mut sym, past_main))
+            .collect();
+        // The process ends right after printing: tearing down parsed debug
+        // info would only cost time.
+        std::mem::forget(sym);
+        out
+    });
+    progress.done();
+    out
+}
+
+fn name_thread(
+    snap: &Snapshot,
+    t: &callstack::remote::Thread,
+    unwound: Unwound,
+    sym: &mut Names,
+    past_main: bool,
+) -> ThreadOut {
+    let mut frames: Vec<FrameOut> = Vec::new();
+    let mut stop = unwound.stop;
+    for f in &unwound.frames {
+        if !past_main
+            && frames
+                .last()
+                .is_some_and(|l| !l.inlined && l.function.as_deref() == Some("main"))
+        {
+            stop = None;
+            break;
+        }
+        let module = snap.module_at(f.lookup).map(|(_, m)| m);
+        let syms = sym.names(module, f.pc, f.lookup);
+        let module_name = module.map(|m| m.name.clone());
+        if syms.is_empty() {
+            frames.push(FrameOut {
+                pc: f.pc,
+                function: None,
+                file: None,
+                line: None,
+                inlined: false,
+                module: module_name.clone(),
+                method: f.method.as_str(),
+                show_pc: true,
+            });
+        }
+        for (k, s) in syms.into_iter().enumerate() {
+            frames.push(FrameOut {
+                pc: f.pc,
+                function: s.function,
+                file: s.file,
+                line: s.line,
+                inlined: s.inlined,
+                module: module_name.clone(),
+                method: f.method.as_str(),
+                show_pc: k == 0,
+            });
+        }
+    }
+    ThreadOut {
+        tid: t.tid,
+        name: t.name.clone(),
+        frames,
+        stop,
+    }
+}
+
+/// Names frames: the crate's Symbolizer for modules found on disk, and a
+/// small reader of in-memory images (the vDSO) for the others.
+struct Names {
+    files: Symbolizer,
+    images: ImageSymbolizer,
+}
+
+impl Names {
+    fn new(snap: &Snapshot, debug_dirs: &[PathBuf]) -> Names {
+        let infos: Vec<ModuleInfo> = snap
+            .modules
+            .iter()
+            .filter(|m| m.image.is_none())
+            .filter_map(|m| {
+                Some(ModuleInfo {
+                    path: m.file.clone()?,
+                    build_id: m.build_id.clone(),
+                    start: m.start as usize,
+                    end: m.end as usize,
+                    bias: Some(m.bias as usize),
+                })
+            })
+            .collect();
+        let mut files = Symbolizer::from_modules(infos);
+        for d in debug_dirs {
+            files.add_debug_dir(d);
+        }
+        Names {
+            files,
+            images: ImageSymbolizer::new(),
+        }
+    }
+
+    /// The levels at `pc` (inlined first), looked up at `lookup`.
+    fn names(
+        &mut self,
+        module: Option<&callstack::remote::Module>,
+        pc: u64,
+        lookup: u64,
+    ) -> Vec<callstack::remote::symbols::Symbol> {
+        let Some(m) = module else { return Vec::new() };
+        if m.image.is_some() {
+            return self.images.symbolize(m, lookup);
+        }
+        if m.file.is_none() {
+            return Vec::new();
+        }
+        let addr = if lookup == pc {
+            Address::Exact(pc as usize)
+        } else {
+            Address::Return(pc as usize)
+        };
+        self.files
+            .symbolize(addr)
+            .frames
+            .iter()
+            .map(|f| callstack::remote::symbols::Symbol {
+                function: f.function.as_deref().map(String::from),
+                file: f.file.as_deref().map(String::from),
+                line: f.line,
+                inlined: f.inlined,
+            })
+            .collect()
+    }
+}
+
+/// Prints warnings of the snapshot on stderr.
+pub fn warn(snap: &Snapshot) {
+    for w in &snap.warnings {
+        eprintln!("callstack: warning: {w}");
+    }
+}
+
+/// gdb-like text.
+pub fn print_text(threads: &[ThreadOut], w: &mut impl Write) -> std::io::Result<()> {
+    for (i, t) in threads.iter().enumerate() {
+        if i > 0 {
+            writeln!(w)?;
+        }
+        match &t.name {
+            Some(n) => writeln!(w, "Thread {} (LWP {} \"{}\"):", i + 1, t.tid, n)?,
+            None => writeln!(w, "Thread {} (LWP {}):", i + 1, t.tid)?,
+        }
+        for (k, f) in t.frames.iter().enumerate() {
+            write!(w, "#{k:<2} ")?;
+            if f.show_pc {
+                write!(w, "0x{:016x} in ", f.pc)?;
+            }
+            write!(w, "{} ()", f.function.as_deref().unwrap_or("??"))?;
+            match (&f.file, f.line, &f.module) {
+                (Some(file), Some(line), _) => write!(w, " at {file}:{line}")?,
+                (Some(file), None, _) => write!(w, " at {file}")?,
+                (None, _, Some(m)) => write!(w, " from {m}")?,
+                _ => {}
+            }
+            writeln!(w)?;
+        }
+        if let Some(why) = &t.stop {
+            writeln!(w, "Backtrace stopped: {why}")?;
+        }
+    }
+    Ok(())
+}
+
+/// The JSON contract.
+pub fn to_json(threads: &[ThreadOut]) -> Value {
+    let threads: Vec<Value> = threads
+        .iter()
+        .map(|t| {
+            let frames: Vec<Value> = t
+                .frames
+                .iter()
+                .map(|f| {
+                    json!({
+                        "pc": format!("{:#x}", f.pc),
+                        "function": f.function,
+                        "file": f.file,
+                        "line": f.line,
+                        "inlined": f.inlined,
+                        "module": f.module,
+                        "method": f.method,
+                    })
+                })
+                .collect();
+            json!({"tid": t.tid, "name": t.name, "frames": frames})
+        })
+        .collect();
+    json!({ "threads": threads })
+}
+
+/// Prints in the chosen format.
+pub fn print(threads: &[ThreadOut], as_json: bool) -> Result<(), String> {
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::new(stdout.lock());
+    let r = if as_json {
+        serde_json::to_writer(&mut w, &to_json(threads))
+            .map_err(std::io::Error::other)
+            .and_then(|_| writeln!(w))
+    } else {
+        print_text(threads, &mut w)
+    };
+    r.and_then(|_| w.flush())
+        .map_err(|e| format!("writing the output: {e}"))
+}

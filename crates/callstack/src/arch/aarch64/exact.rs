@@ -1,0 +1,48 @@
+//! AArch64 entries of exact capture (compiled, not yet run in tests).
+
+use crate::unwind::UnwindRegs;
+
+/// The naked entry of `capture_exact` on AArch64: passes `x30` (the return
+/// address into the caller), `sp` and `x29` and branches to the walk.
+///
+/// # Safety
+/// `out` must be valid for `max` writes of `usize` (or `max` must be 0).
+#[unsafe(naked)]
+pub unsafe extern "C" fn exact_entry(skip: u32, max: u32, out: *mut usize) -> u32 {
+    // SAFETY: only argument registers are written; the tail branch keeps x30,
+    // so the walk returns straight to the caller.
+    core::arch::naked_asm!(
+        "mov x3, x30",
+        "mov x4, sp",
+        "mov x5, x29",
+        "b {imp}",
+        imp = sym crate::unwind::local::exact_from_entry,
+    )
+}
+
+/// The naked entry of `capture_exact_with_info` on AArch64.
+///
+/// # Safety
+/// `req` must be a valid request.
+#[unsafe(naked)]
+pub(crate) unsafe extern "C" fn info_entry(req: *mut crate::unwind::local::InfoRequest) -> usize {
+    // SAFETY: as `exact_entry`.
+    core::arch::naked_asm!(
+        "mov x1, x30",
+        "mov x2, sp",
+        "mov x3, x29",
+        "b {imp}",
+        imp = sym crate::unwind::local::info_from_entry,
+    )
+}
+
+/// The interrupted registers of a signal handler's `ucontext_t`.
+pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {
+    let m = &uc.uc_mcontext;
+    UnwindRegs {
+        pc: m.pc,
+        sp: m.sp,
+        fp: m.regs[29],
+        lr: m.regs[30],
+    }
+}

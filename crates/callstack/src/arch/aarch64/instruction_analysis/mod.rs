@@ -1,0 +1,80 @@
+//! AArch64 instruction analysis for frames without CFI.
+//!
+//! - [`prologue::analyze`]: the function's start (a symbol, or the nearest
+//!   instruction before the pc that allocates stack: `stp x29, x30, [sp,
+//!   #-N]!`, `sub sp, sp, #N`, `sub sp, sp, xN` after `mov xN, #N`), then the
+//!   instructions from it to the pc: the stack adjustment, where x29/x30 were
+//!   stored (the frame record may sit at the *bottom* of a large frame: `sub
+//!   sp, sp, x12; stp x29, x30, [sp]`), and `mov x29, sp`.
+//! - [`call_before`]: `bl` / `blr` (and the pointer-authenticated `blraa`
+//!   family) right before a return address.
+//! - [`Arch`]: the [`RiscArch`](crate::unwind::insn::risc::RiscArch) glue.
+
+pub mod prologue;
+
+use crate::unwind::insn::risc::RiscArch;
+use crate::unwind::insn::scan::CallBefore;
+use crate::unwind::insn::{CodeMemory, InsnRule, UnwindRegs};
+use crate::unwind::Memory;
+
+/// Reads the instruction word at `addr`.
+pub(crate) fn insn_at<C: CodeMemory + ?Sized>(code: &mut C, addr: u64) -> Option<u32> {
+    let mut b = [0u8; 4];
+    (code.read_code(addr, &mut b) == 4).then(|| u32::from_le_bytes(b))
+}
+
+/// The call that ends right before `ra`.
+///
+/// ```text
+/// 94xxxxxx   bl   target      -> Direct(ra - 4 + imm26 * 4)
+/// d63f0xx0   blr  xN          -> Indirect
+/// ```
+pub fn call_before<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> Option<CallBefore> {
+    let at = ra.checked_sub(4)?;
+    let i = insn_at(code, at)?;
+    if i & 0xfc00_0000 == 0x9400_0000 {
+        let imm = ((i & 0x03ff_ffff) << 6) as i32 >> 6;
+        return Some(CallBefore::Direct(at.wrapping_add((imm as i64 * 4) as u64)));
+    }
+    // blr xN; blraa/blrab/blraaz/blrabz
+    if i & 0xffff_fc1f == 0xd63f_0000 || i & 0xfeff_f800 == 0xd63f_0800 {
+        return Some(CallBefore::Indirect);
+    }
+    None
+}
+
+/// The AArch64 glue for the RISC unwinder.
+#[derive(Debug, Clone, Copy)]
+pub struct Arch;
+
+impl RiscArch for Arch {
+    const WORD: u8 = 8;
+    const CALL_TO_RA: u64 = 4;
+
+    fn analyze<C: CodeMemory + ?Sized>(
+        code: &mut C,
+        pc: u64,
+        entry: Option<u64>,
+        first: bool,
+    ) -> Option<InsnRule> {
+        prologue::analyze(code, pc, entry, first)
+    }
+
+    fn call_before<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> Option<CallBefore> {
+        call_before(code, ra)
+    }
+
+    fn frame_record<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<UnwindRegs> {
+        if regs.fp & 15 != 0 || regs.fp <= regs.sp {
+            return None;
+        }
+        let prev = mem.read_u64(regs.fp).ok()?;
+        let lr = mem.read_u64(regs.fp + 8).ok()?;
+        Some(UnwindRegs {
+            pc: lr,
+            sp: regs.fp + 16,
+            fp: prev,
+            lr: 0,
+        })
+    }
+}

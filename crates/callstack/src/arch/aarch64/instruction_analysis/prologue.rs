@@ -1,0 +1,395 @@
+//! AArch64 prologue analysis.
+
+use super::insn_at;
+use crate::unwind::insn::{Base, CodeMemory, FpRule, InsnRule};
+
+/// How far back (in instructions) the start of a function is looked for.
+pub const MAX_BACK: u64 = 4096;
+/// How many instructions from the start to the pc are followed.
+pub const MAX_FORWARD: u64 = 4096;
+
+const SP: u32 = 31;
+const FP: u32 = 29;
+const LR: u32 = 30;
+
+fn sext(v: u32, bits: u32) -> i64 {
+    ((v << (32 - bits)) as i32 >> (32 - bits)) as i64
+}
+
+/// What one instruction does to the stack, as far as the prologue goes.
+#[derive(Debug, PartialEq, Eq)]
+enum Op {
+    /// sp += delta (negative: allocation).
+    Sp(i64),
+    /// sp -= xN.
+    SpMinusReg(u32),
+    /// sp += xN.
+    SpPlusReg(u32),
+    /// Stores of (reg, offset from sp after any writeback) with writeback
+    /// delta first.
+    Store {
+        wb: i64,
+        regs: [(u32, i64); 2],
+        n: usize,
+    },
+    /// Loads (an epilogue restoring registers), with writeback.
+    Load {
+        wb: i64,
+        regs: [(u32, i64); 2],
+        n: usize,
+    },
+    /// xD = sp + imm.
+    FpFromSp(i64),
+    /// xN = constant (movz) or constant |= imm << shift (movk).
+    MovZ(u32, i64),
+    MovK(u32, u32, i64),
+    /// ret.
+    Ret,
+    Other,
+}
+
+fn decode(i: u32) -> Op {
+    let rn = (i >> 5) & 31;
+    let rd = i & 31;
+    // STP/LDP (64-bit): opc=10, 101 0 0xx L imm7 Rt2 Rn Rt
+    if i & 0xfe00_0000 == 0xa800_0000 && rn == SP {
+        let mode = (i >> 23) & 3; // 01 post, 10 offset, 11 pre
+        let load = i & (1 << 22) != 0;
+        let imm = sext((i >> 15) & 0x7f, 7) * 8;
+        let rt2 = (i >> 10) & 31;
+        let (wb, off) = match mode {
+            1 => (imm, 0), // post-index: access at sp, then sp += imm
+            2 => (0, imm), // signed offset
+            3 => (imm, 0), // pre-index: sp += imm, access at new sp
+            _ => return Op::Other,
+        };
+        let regs = [(rd, off), (rt2, off + 8)];
+        if load {
+            return Op::Load {
+                wb: if mode == 1 { imm } else { wb },
+                regs,
+                n: 2,
+            };
+        }
+        if mode == 1 {
+            // post-index store: store at old sp then move.
+            return Op::Store { wb: 0, regs, n: 2 };
+        }
+        return Op::Store { wb, regs, n: 2 };
+    }
+    // STR/LDR x (imm, unsigned offset): 1111 1001 0L imm12 Rn Rt
+    if i & 0xff80_0000 == 0xf900_0000 && rn == SP {
+        let load = i & (1 << 22) != 0;
+        let off = (((i >> 10) & 0xfff) * 8) as i64;
+        let regs = [(rd, off), (0, 0)];
+        return if load {
+            Op::Load { wb: 0, regs, n: 1 }
+        } else {
+            Op::Store { wb: 0, regs, n: 1 }
+        };
+    }
+    // STR/LDR x pre/post-index: 1111 1000 0L0 imm9 p1 Rn Rt (p: 11 pre, 01 post)
+    if i & 0xffa0_0400 == 0xf800_0400 && rn == SP {
+        let load = i & (1 << 22) != 0;
+        let imm = sext((i >> 12) & 0x1ff, 9);
+        let pre = i & 0x800 != 0;
+        let regs = [(rd, 0), (0, 0)];
+        return if load {
+            Op::Load {
+                wb: imm,
+                regs,
+                n: 1,
+            }
+        } else if pre {
+            Op::Store {
+                wb: imm,
+                regs,
+                n: 1,
+            }
+        } else {
+            Op::Other
+        };
+    }
+    // ADD/SUB (immediate, 64-bit): sf 1, op, S 0, 100010, sh, imm12, Rn, Rd
+    if i & 0xbf80_0000 == 0x9100_0000 {
+        let sub = i & 0x4000_0000 != 0;
+        let sh = (i >> 22) & 1;
+        let imm = (((i >> 10) & 0xfff) as i64) << (12 * sh);
+        if rn == SP && rd == SP {
+            return Op::Sp(if sub { -imm } else { imm });
+        }
+        if rn == SP && rd == FP && !sub {
+            return Op::FpFromSp(imm);
+        }
+        return Op::Other;
+    }
+    // ADD/SUB (extended register, 64-bit) sp, sp, xM
+    if i & 0xbfe0_fc00 == 0x8b20_6000 && rn == SP && rd == SP {
+        let rm = (i >> 16) & 31;
+        return if i & 0x4000_0000 != 0 {
+            Op::SpMinusReg(rm)
+        } else {
+            Op::SpPlusReg(rm)
+        };
+    }
+    // MOVZ / MOVK (64-bit)
+    if i & 0xff80_0000 == 0xd280_0000 {
+        let hw = (i >> 21) & 3;
+        return Op::MovZ(rd, (((i >> 5) & 0xffff) as i64) << (16 * hw));
+    }
+    if i & 0xff80_0000 == 0xf280_0000 {
+        let hw = (i >> 21) & 3;
+        return Op::MovK(rd, 16 * hw, ((i >> 5) & 0xffff) as i64);
+    }
+    if i == 0xd65f_03c0 || i == 0xd65f_0bff || i == 0xd65f_0fff {
+        return Op::Ret;
+    }
+    Op::Other
+}
+
+/// Whether `i` allocates stack (a function's first frame instruction).
+fn allocates(i: u32) -> bool {
+    match decode(i) {
+        Op::Sp(d) => d < 0,
+        Op::SpMinusReg(_) => true,
+        Op::Store { wb, .. } => wb < 0,
+        _ => false,
+    }
+}
+
+/// Finds the start of the function holding `pc`: the nearest stack
+/// allocation before it (and any allocation or constant load right before
+/// that one). A `ret` on the way is not a stop: functions return from the
+/// middle too; the caller checks the result (the return address must follow
+/// a call).
+fn find_start<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> Option<u64> {
+    let mut a = pc & !3;
+    for _ in 0..MAX_BACK {
+        a = a.checked_sub(4)?;
+        let i = insn_at(code, a)?;
+        if allocates(i) {
+            // Extend over a preceding allocation or `mov xN, #imm`.
+            let mut s = a;
+            for _ in 0..3 {
+                let Some(p) = s.checked_sub(4) else { break };
+                let Some(pi) = insn_at(code, p) else { break };
+                if allocates(pi) || matches!(decode(pi), Op::MovZ(..) | Op::MovK(..)) {
+                    s = p;
+                } else {
+                    break;
+                }
+            }
+            return Some(s);
+        }
+    }
+    None
+}
+
+/// The rule at `pc`, from the function's `entry` (or the start found by
+/// scanning back). `first`: the pc is exact (an innermost frame), so a
+/// function that has not saved x30 yet returns through the register.
+///
+/// ```text
+/// entry: a9be7bfd   stp x29, x30, [sp, #-32]!
+///        910003fd   mov x29, sp
+/// pc:    ...        => CFA = sp + 32, x30 at CFA - 32 + 8, x29 at CFA - 32
+/// ```
+pub fn analyze<C: CodeMemory + ?Sized>(
+    code: &mut C,
+    pc: u64,
+    entry: Option<u64>,
+    first: bool,
+) -> Option<InsnRule> {
+    let start = match entry {
+        Some(e) => e,
+        None => find_start(code, pc)?,
+    };
+    if start > pc || pc - start > MAX_FORWARD * 4 {
+        return None;
+    }
+    let mut d: i64 = 0; // sp - entry sp
+    let mut sp_known = true;
+    let mut fp_val: Option<i64> = None; // x29 - entry sp
+    let mut ra_slot: Option<i64> = None; // relative to entry sp
+    let mut fp_slot: Option<i64> = None;
+    let mut consts = [None::<i64>; 32];
+    // The state before a tentative epilogue (loads of x29/x30, sp going
+    // up): if a `ret` follows, the code after it is reached by a branch
+    // with the frame still set up, so the state is restored from here.
+    let mut pre_epilogue: Option<(i64, bool, Option<i64>, Option<i64>, Option<i64>)> = None;
+    let mut a = start;
+    while a < pc {
+        let i = insn_at(code, a)?;
+        let op = decode(i);
+        let epilogue_op = match &op {
+            Op::Sp(k) => *k > 0,
+            Op::SpPlusReg(_) => true,
+            Op::Load { wb, regs, n } => {
+                *wb > 0 || regs[..*n].iter().any(|r| r.0 == LR || r.0 == FP)
+            }
+            _ => false,
+        };
+        if epilogue_op && pre_epilogue.is_none() {
+            pre_epilogue = Some((d, sp_known, fp_val, ra_slot, fp_slot));
+        }
+        if i & 0xfc00_0000 == 0x9400_0000 || i & 0xffff_fc1f == 0xd63f_0000 {
+            pre_epilogue = None; // a call: not in an epilogue
+        }
+        match op {
+            Op::Sp(k) => d += k,
+            Op::SpMinusReg(r) => match consts[r as usize] {
+                Some(k) => d -= k,
+                None => sp_known = false,
+            },
+            Op::SpPlusReg(r) => match consts[r as usize] {
+                Some(k) => d += k,
+                None => sp_known = false,
+            },
+            Op::Store { wb, regs, n } => {
+                d += wb;
+                for &(r, off) in &regs[..n] {
+                    if r == LR {
+                        ra_slot = Some(d + off);
+                    } else if r == FP {
+                        fp_slot = Some(d + off);
+                    }
+                }
+            }
+            Op::Load { wb, regs, n } => {
+                for &(r, _) in &regs[..n] {
+                    if r == LR {
+                        ra_slot = None;
+                    } else if r == FP {
+                        fp_slot = None;
+                        fp_val = None;
+                    }
+                }
+                d += wb;
+            }
+            Op::FpFromSp(k) => fp_val = Some(d + k),
+            Op::MovZ(r, v) => consts[r as usize] = Some(v),
+            Op::MovK(r, sh, v) => {
+                if let Some(c) = consts[r as usize].as_mut() {
+                    *c = (*c & !(0xffff << sh)) | (v << sh);
+                }
+            }
+            Op::Ret => match pre_epilogue.take() {
+                // A mid-function epilogue: the code after it runs with the
+                // frame still set up.
+                Some(st) => (d, sp_known, fp_val, ra_slot, fp_slot) = st,
+                // A `ret` with no frame to undo (a frameless path): same
+                // state goes on.
+                None => {}
+            },
+            Op::Other => {
+                let rd = (i & 31) as usize;
+                // Writes to a tracked constant register make it unknown.
+                consts[rd] = None;
+            }
+        }
+        a += 4;
+    }
+    if ra_slot.is_none() && !first {
+        return None;
+    }
+    let (cfa_base, cfa_offset, base_delta) = if sp_known {
+        (Base::Sp, -d, d)
+    } else if let Some(f) = fp_val {
+        (Base::Fp, -f, f)
+    } else {
+        return None;
+    };
+    let fp = match fp_slot {
+        Some(s) => FpRule::At(cfa_base, (s - base_delta) as i32),
+        None => FpRule::Unchanged,
+    };
+    Some(InsnRule {
+        cfa_base,
+        cfa_offset: cfa_offset as i32,
+        ra_at_cfa: ra_slot.map(|s| s as i32),
+        ret_pop: 0,
+        fp,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unwind::insn::SliceCode;
+
+    fn code(words: &[u32]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn stp_pre_index() {
+        // 1000: a9be7bfd   stp x29, x30, [sp, #-32]!
+        // 1004: 910003fd   mov x29, sp
+        // 1008: 94000000   bl ...        <- pc
+        let b = code(&[0xa9be7bfd, 0x910003fd, 0x94000000]);
+        let r = analyze(&mut SliceCode::new(0x1000, &b), 0x1008, None, false).unwrap();
+        assert_eq!(r.cfa_base, Base::Sp);
+        assert_eq!(r.cfa_offset, 32);
+        assert_eq!(r.ra_at_cfa, Some(-24));
+        assert_eq!(r.fp, FpRule::At(Base::Sp, 0));
+    }
+
+    #[test]
+    fn large_frame_record_at_bottom() {
+        // gcc -O2 for an 8 KiB frame:
+        // 1000: d284040c   mov x12, #0x2020
+        // 1004: cb2c63ff   sub sp, sp, x12
+        // 1008: d2840002   mov x2, #0x2000
+        // 100c: a9007bfd   stp x29, x30, [sp]
+        // 1010: 910003fd   mov x29, sp
+        // 1014: f9000bf3   str x19, [sp, #16]
+        // 1018: 94000000   bl ...        <- pc
+        let b = code(&[
+            0xd284040c, 0xcb2c63ff, 0xd2840002, 0xa9007bfd, 0x910003fd, 0xf9000bf3, 0x94000000,
+        ]);
+        // Found by scanning back from the pc (no symbol):
+        let r = analyze(&mut SliceCode::new(0x1000, &b), 0x1018, None, false).unwrap();
+        assert_eq!(r.cfa_offset, 0x2020);
+        assert_eq!(r.ra_at_cfa, Some(-0x2020 + 8));
+        assert_eq!(r.fp, FpRule::At(Base::Sp, 0));
+    }
+
+    #[test]
+    fn sub_then_stp_offset() {
+        // 1000: d10083ff   sub sp, sp, #0x20
+        // 1004: a9017bfd   stp x29, x30, [sp, #16]
+        // 1008: 910043fd   add x29, sp, #0x10
+        // 100c: d503201f   nop      <- pc
+        let b = code(&[0xd10083ff, 0xa9017bfd, 0x910043fd, 0xd503201f]);
+        let r = analyze(&mut SliceCode::new(0x1000, &b), 0x100c, Some(0x1000), false).unwrap();
+        assert_eq!((r.cfa_offset, r.ra_at_cfa), (0x20, Some(-8)));
+        assert_eq!(r.fp, FpRule::At(Base::Sp, 0x10));
+    }
+
+    #[test]
+    fn leaf_returns_through_lr() {
+        // 1000: 8b010000   add x0, x0, x1   <- pc (first frame)
+        // 1004: d65f03c0   ret
+        let b = code(&[0x8b010000, 0xd65f03c0]);
+        let r = analyze(&mut SliceCode::new(0x1000, &b), 0x1000, Some(0x1000), true).unwrap();
+        assert_eq!((r.cfa_offset, r.ra_at_cfa), (0, None));
+        assert!(analyze(&mut SliceCode::new(0x1000, &b), 0x1000, Some(0x1000), false).is_none());
+    }
+
+    #[test]
+    fn call_forms() {
+        // 1000: 94000010   bl 0x1040
+        // 1004: d63f0100   blr x8
+        let b = code(&[0x94000010, 0xd63f0100, 0]);
+        let mut c = SliceCode::new(0x1000, &b);
+        assert_eq!(
+            super::super::call_before(&mut c, 0x1004),
+            Some(crate::unwind::insn::scan::CallBefore::Direct(0x1040))
+        );
+        assert_eq!(
+            super::super::call_before(&mut c, 0x1008),
+            Some(crate::unwind::insn::scan::CallBefore::Indirect)
+        );
+        assert_eq!(super::super::call_before(&mut c, 0x100c), None);
+    }
+}

@@ -1,0 +1,45 @@
+//! 32-bit ARM `NT_PRSTATUS`: `pr_reg` (r0-r15, cpsr, orig_r0; 18 words) at
+//! offset 72 of the 32-bit `elf_prstatus`.
+
+use crate::unwind::insn::{PrstatusError, UnwindRegs};
+
+/// Offset of `pr_reg` in the 32-bit `elf_prstatus`.
+pub const PR_REG_OFFSET: usize = 72;
+/// Words in `pr_reg`.
+pub const NREGS: usize = 18;
+/// Index of r7 (the Thumb frame pointer).
+pub const R7: usize = 7;
+/// Index of r11 (the ARM-state frame pointer).
+pub const R11: usize = 11;
+/// Index of sp (r13).
+pub const SP: usize = 13;
+/// Index of lr (r14).
+pub const LR: usize = 14;
+/// Index of pc (r15).
+pub const PC: usize = 15;
+/// Index of cpsr.
+pub const CPSR: usize = 16;
+/// The Thumb bit of cpsr.
+pub const CPSR_T: u64 = 1 << 5;
+
+/// All 16 core registers and cpsr.
+pub fn all_regs(desc: &[u8]) -> Result<[u32; 17], PrstatusError> {
+    let mut out = [0u32; 17];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = crate::unwind::insn::prstatus_word(desc, PR_REG_OFFSET, NREGS, 4, i)? as u32;
+    }
+    Ok(out)
+}
+
+/// The registers an unwind needs. `fp` is r7 in Thumb state and r11 in ARM
+/// state (gcc's frame pointers); the pc's low bit is set in Thumb state.
+pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
+    let r = all_regs(desc)?;
+    let thumb = r[CPSR] as u64 & CPSR_T != 0;
+    Ok(UnwindRegs {
+        pc: r[PC] as u64 | thumb as u64,
+        sp: r[SP] as u64,
+        fp: if thumb { r[R7] } else { r[R11] } as u64,
+        lr: r[LR] as u64,
+    })
+}

@@ -1,0 +1,293 @@
+//! The x86-64 unwind rule: what a compiled CFI row becomes, and how the hot
+//! loop applies it.
+//!
+//! Almost every row of real x86-64 code has one of three shapes: the CFA is
+//! `rsp + n` (after `push`/`sub rsp`), or `rbp + n` (after `mov rbp, rsp`),
+//! the return address is at `CFA - 8`, and `rbp` is either untouched or saved
+//! at `CFA + m`. Those compile to [`UnwindRuleX86_64::Sp`] and
+//! [`UnwindRuleX86_64::Bp`], which cost two or three loads to apply. The PLT's
+//! DWARF expression and glibc's signal trampoline (`__restore_rt`) have their
+//! own rules; anything else is [`UnwindRuleX86_64::Evaluate`], evaluated from
+//! the CFI directly.
+
+use crate::arch::{Applied, Arch, FrameRecordLayout};
+use crate::unwind::cfi::{CfaView, RowView, RuleView};
+use crate::unwind::{Memory, UnwindError, UnwindRegs};
+
+/// DWARF register numbers of x86-64 (System V psABI).
+const RBP: u16 = 6;
+const RSP: u16 = 7;
+const RIP: u16 = 16;
+
+/// The compiled unwind rule of an x86-64 address range.
+///
+/// Offsets are in bytes. `bp == 0` means `rbp` is unchanged in the caller;
+/// otherwise the caller's `rbp` is saved at `CFA + bp`. The return address
+/// is always at `CFA - 8` (rows where it is not are [`Self::Evaluate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnwindRuleX86_64 {
+    /// No CFI covers the address: use the frame-pointer rule or the
+    /// fallback hook.
+    NoCfi,
+    /// Evaluate the CFI of this address directly (an expression or register
+    /// the compiled forms do not cover).
+    Evaluate,
+    /// The outermost frame: the return address is undefined.
+    End,
+    /// `CFA = rsp + cfa`.
+    Sp {
+        /// CFA offset from `rsp`.
+        cfa: u16,
+        /// Where the caller's `rbp` is saved, from the CFA (0: unchanged).
+        bp: i16,
+    },
+    /// `CFA = rbp + cfa`.
+    Bp {
+        /// CFA offset from `rbp`.
+        cfa: u16,
+        /// Where the caller's `rbp` is saved, from the CFA (0: unchanged).
+        bp: i16,
+    },
+    /// A PLT entry: `CFA = rsp + 8`, plus 8 when `(rip & 15) >= threshold`
+    /// (the entry has pushed its relocation index).
+    Plt {
+        /// 11 for the classic `.plt`, 10 for some linkers.
+        threshold: u8,
+    },
+    /// glibc's signal trampoline `__restore_rt`: `rsp` points at the
+    /// `ucontext_t` the kernel saved; the caller's registers are read there.
+    SignalFrame,
+}
+
+/// The x86-64 architecture, for the generic unwinder.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct X86_64;
+
+/// Offsets in `ucontext_t` (Linux x86-64) of the saved registers:
+/// `uc_mcontext.gregs` starts at 40; REG_RBP = 10, REG_RSP = 15, REG_RIP = 16.
+const UC_RBP: u64 = 40 + 10 * 8;
+const UC_RSP: u64 = 40 + 15 * 8;
+const UC_RIP: u64 = 40 + 16 * 8;
+
+/// `DW_OP_breg7 (rsp) 160; DW_OP_deref`: glibc's CFA of `__restore_rt`.
+const SIGNAL_CFA_EXPR: &[u8] = &[0x77, 0xa0, 0x01, 0x06];
+
+/// The PLT CFA expression: `DW_OP_breg7 8; DW_OP_breg16 0; DW_OP_lit15;
+/// DW_OP_and; DW_OP_lit<t>; DW_OP_ge; DW_OP_lit3; DW_OP_shl; DW_OP_plus`.
+fn plt_threshold(expr: &[u8]) -> Option<u8> {
+    match expr {
+        [0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, lit, 0x2a, 0x33, 0x24, 0x22]
+            if (0x30..0x40).contains(lit) =>
+        {
+            Some(lit - 0x30)
+        }
+        _ => None,
+    }
+}
+
+fn bp_offset(rule: RuleView<'_>) -> Option<i16> {
+    match rule {
+        RuleView::SameValue => Some(0),
+        RuleView::Offset(o) if o != 0 => i16::try_from(o).ok(),
+        _ => None,
+    }
+}
+
+impl Arch for X86_64 {
+    type Rule = UnwindRuleX86_64;
+    const NAME: &'static str = "x86_64";
+    const SP: u16 = RSP;
+    const FP: u16 = RBP;
+    const RA: u16 = RIP;
+    const NO_CFI: UnwindRuleX86_64 = UnwindRuleX86_64::NoCfi;
+    const EVALUATE: UnwindRuleX86_64 = UnwindRuleX86_64::Evaluate;
+    const FRAME_RECORD: FrameRecordLayout = super::FRAME_RECORD;
+
+    #[inline]
+    fn reg(regs: &UnwindRegs, reg: u16) -> Option<u64> {
+        match reg {
+            RSP => Some(regs.sp),
+            RBP => Some(regs.fp),
+            RIP => Some(regs.pc),
+            _ => None,
+        }
+    }
+
+    fn compile_row(row: &RowView<'_>, signal: bool) -> UnwindRuleX86_64 {
+        use UnwindRuleX86_64 as R;
+        if signal {
+            return match row.cfa {
+                CfaView::Expression(e) if e == SIGNAL_CFA_EXPR => R::SignalFrame,
+                _ => R::Evaluate,
+            };
+        }
+        match row.reg(RIP) {
+            RuleView::Undefined => return R::End,
+            RuleView::Offset(o) => {
+                // The return address is pushed by `call`: always at CFA - 8.
+                if o != -8 {
+                    return R::Evaluate;
+                }
+            }
+            _ => return R::Evaluate,
+        }
+        let bp = match bp_offset(row.reg(RBP)) {
+            Some(b) => b,
+            None => return R::Evaluate,
+        };
+        match row.cfa {
+            CfaView::RegOffset(RSP, off) => match u16::try_from(off) {
+                Ok(cfa) => R::Sp { cfa, bp },
+                Err(_) => R::Evaluate,
+            },
+            CfaView::RegOffset(RBP, off) => match u16::try_from(off) {
+                Ok(cfa) => R::Bp { cfa, bp },
+                Err(_) => R::Evaluate,
+            },
+            CfaView::Expression(e) if bp == 0 => match plt_threshold(e) {
+                Some(threshold) => R::Plt { threshold },
+                None => R::Evaluate,
+            },
+            _ => R::Evaluate,
+        }
+    }
+
+    #[inline(always)]
+    fn apply<M: Memory + ?Sized>(
+        rule: UnwindRuleX86_64,
+        regs: &UnwindRegs,
+        mem: &mut M,
+    ) -> Result<Applied, UnwindError> {
+        use UnwindRuleX86_64 as R;
+        let (cfa, bp) = match rule {
+            R::Sp { cfa, bp } => (regs.sp.wrapping_add(cfa as u64), bp),
+            R::Bp { cfa, bp } => (regs.fp.wrapping_add(cfa as u64), bp),
+            R::Plt { threshold } => {
+                let pushed = if (regs.pc & 15) >= threshold as u64 {
+                    8
+                } else {
+                    0
+                };
+                (regs.sp.wrapping_add(8 + pushed), 0)
+            }
+            R::SignalFrame => {
+                let regs = Self::signal_frame(regs.sp, mem)?;
+                return Ok(Applied::Caller { regs, signal: true });
+            }
+            R::End => return Ok(Applied::End),
+            R::NoCfi => return Ok(Applied::NoCfi),
+            R::Evaluate => return Ok(Applied::Evaluate),
+        };
+        let ra = mem
+            .read_u64(cfa.wrapping_sub(8))
+            .map_err(UnwindError::Read)?;
+        let fp = if bp == 0 {
+            regs.fp
+        } else {
+            mem.read_u64(cfa.wrapping_add(bp as i64 as u64))
+                .map_err(UnwindError::Read)?
+        };
+        Ok(Applied::Caller {
+            regs: UnwindRegs {
+                pc: ra,
+                sp: cfa,
+                fp,
+                lr: 0,
+            },
+            signal: false,
+        })
+    }
+
+    #[inline(always)]
+    fn pack(rule: UnwindRuleX86_64) -> u16 {
+        use UnwindRuleX86_64 as R;
+        let offsets = |tag: u16, cfa: u16, bp: i16| -> u16 {
+            if cfa % 8 != 0 || cfa / 8 > 0xff || bp % 8 != 0 || !(-32..32).contains(&(bp / 8)) {
+                return 0;
+            }
+            tag << 14 | (cfa / 8) << 6 | ((bp / 8) as u16 & 0x3f)
+        };
+        match rule {
+            R::Sp { cfa, bp } => offsets(1, cfa, bp),
+            R::Bp { cfa, bp } => offsets(2, cfa, bp),
+            R::End => 3 << 14 | 1,
+            R::NoCfi => 3 << 14 | 2,
+            R::Evaluate => 3 << 14 | 3,
+            R::SignalFrame => 3 << 14 | 4,
+            R::Plt { threshold } => 3 << 14 | 16 | (threshold as u16 & 15),
+        }
+    }
+
+    #[inline(always)]
+    fn unpack(p: u16) -> UnwindRuleX86_64 {
+        use UnwindRuleX86_64 as R;
+        let cfa = ((p >> 6) & 0xff) * 8;
+        let bp = (((p & 0x3f) as i16) << 10 >> 10) * 8;
+        match p >> 14 {
+            1 => R::Sp { cfa, bp },
+            2 => R::Bp { cfa, bp },
+            _ => match p & 0x3fff {
+                1 => R::End,
+                2 => R::NoCfi,
+                4 => R::SignalFrame,
+                t if t & 16 != 0 => R::Plt {
+                    threshold: (t & 15) as u8,
+                },
+                _ => R::Evaluate,
+            },
+        }
+    }
+
+    fn signal_frame<M: Memory + ?Sized>(sp: u64, mem: &mut M) -> Result<UnwindRegs, UnwindError> {
+        let rd = |m: &mut M, off: u64| m.read_u64(sp.wrapping_add(off)).map_err(UnwindError::Read);
+        let pc = rd(mem, UC_RIP)?;
+        let new_sp = rd(mem, UC_RSP)?;
+        let fp = rd(mem, UC_RBP)?;
+        mem.note_stack(new_sp);
+        Ok(UnwindRegs {
+            pc,
+            sp: new_sp,
+            fp,
+            lr: 0,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognizes_the_plt_expression() {
+        let e = [
+            0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22,
+        ];
+        assert_eq!(plt_threshold(&e), Some(11));
+        assert_eq!(plt_threshold(&e[..10]), None);
+    }
+
+    #[test]
+    fn pack_round_trips() {
+        use UnwindRuleX86_64 as R;
+        for r in [
+            R::Sp { cfa: 8, bp: 0 },
+            R::Sp {
+                cfa: 2040,
+                bp: -256,
+            },
+            R::Sp { cfa: 48, bp: -16 },
+            R::Bp { cfa: 16, bp: -16 },
+            R::End,
+            R::NoCfi,
+            R::Evaluate,
+            R::SignalFrame,
+            R::Plt { threshold: 11 },
+        ] {
+            let p = X86_64::pack(r);
+            assert_ne!(p, 0, "{r:?}");
+            assert_eq!(X86_64::unpack(p), r);
+        }
+        assert_eq!(X86_64::pack(R::Sp { cfa: 12, bp: 0 }), 0);
+        assert_eq!(X86_64::pack(R::Sp { cfa: 4096, bp: 0 }), 0);
+    }
+}

@@ -1,0 +1,320 @@
+//! The symbolizing helper process: chosen and prepared at install time,
+//! started from the signal handler with a raw `clone` system call and
+//! `execve`, fed the raw report through a pipe, and waited for with a
+//! timeout.
+//!
+//! Why a raw `clone(SIGCHLD)` and not `fork()`: glibc's `fork()` runs the
+//! `pthread_atfork` handlers and takes malloc's arena locks, so it deadlocks
+//! if the crash happened inside malloc. The raw system call copies the
+//! process and runs nothing; the child then calls only `dup2`, `open`,
+//! `sigprocmask` and `execve` (all plain system calls) before the new
+//! program replaces it.
+
+use super::sys;
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Environment variable that turns [`super::install`] (and the C entry)
+/// into the symbolizer: read a raw report on standard input, print the
+/// symbolized report, exit.
+pub const SYMBOLIZE_ENV: &str = "CALLSTACK_CRASH_SYMBOLIZE";
+/// Environment variable naming the report file the helper appends to.
+pub const REPORT_ENV: &str = "CALLSTACK_CRASH_REPORT";
+/// Environment variable naming the helper program to run (overrides the
+/// search; `none` disables the symbolizing step).
+pub const HELPER_ENV: &str = "CALLSTACK_CRASH_HELPER";
+/// Environment variable overriding the helper's timeout, in milliseconds.
+pub const TIMEOUT_ENV: &str = "CALLSTACK_CRASH_TIMEOUT_MS";
+/// The subcommand a helper program is run with (the `callstack` binary
+/// understands it; a program linked with callstack ignores it and switches
+/// to symbolizer mode through [`SYMBOLIZE_ENV`]).
+pub const HELPER_SUBCOMMAND: &str = "crash-report";
+
+/// One program to try, ready for `execve`.
+pub(crate) struct Candidate {
+    path: CString,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    _strings: Vec<CString>,
+    /// For the report: which helper this is.
+    pub(crate) label: CString,
+}
+
+/// Everything the handler needs to run a helper, built at install time.
+pub(crate) struct Plan {
+    pub(crate) candidates: Vec<Candidate>,
+    pub(crate) timeout_ns: u64,
+}
+
+// SAFETY: the raw pointers point into the CStrings owned by the same
+// Candidate, which is never mutated after construction.
+unsafe impl Send for Plan {}
+// SAFETY: as above: read-only after construction.
+unsafe impl Sync for Plan {}
+
+fn cstring(b: &[u8]) -> CString {
+    CString::new(b.iter().copied().filter(|&c| c != 0).collect::<Vec<u8>>()).unwrap()
+}
+
+impl Candidate {
+    fn new(label: &str, path: &Path, args: &[OsString], report: Option<&Path>) -> Candidate {
+        let path_c = cstring(path.as_os_str().as_bytes());
+        let mut strings = Vec::new();
+        strings.push(path_c.clone());
+        for a in args {
+            strings.push(cstring(a.as_bytes()));
+        }
+        let nargs = strings.len();
+        for (k, v) in std::env::vars_os() {
+            let k = k.as_bytes();
+            if k == SYMBOLIZE_ENV.as_bytes() || k == REPORT_ENV.as_bytes() {
+                continue;
+            }
+            let mut kv = k.to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            strings.push(cstring(&kv));
+        }
+        strings.push(cstring(format!("{SYMBOLIZE_ENV}=1").as_bytes()));
+        if let Some(r) = report {
+            let mut kv = format!("{REPORT_ENV}=").into_bytes();
+            kv.extend_from_slice(r.as_os_str().as_bytes());
+            strings.push(cstring(&kv));
+        }
+        let mut argv: Vec<_> = strings[..nargs].iter().map(|s| s.as_ptr()).collect();
+        argv.push(core::ptr::null());
+        let mut envp: Vec<_> = strings[nargs..].iter().map(|s| s.as_ptr()).collect();
+        envp.push(core::ptr::null());
+        Candidate {
+            path: path_c,
+            argv,
+            envp,
+            _strings: strings,
+            label: cstring(format!("{label} {}", path.display()).as_bytes()),
+        }
+    }
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Finds the `callstack` binary next to the executable or on `PATH`.
+fn find_callstack_binary() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let next_to = exe.parent().map(|d| d.join("callstack"));
+    if let Some(p) = next_to.filter(|p| is_executable(p) && *p != exe) {
+        return Some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("callstack"))
+        .find(|p| is_executable(p))
+}
+
+/// Builds the list of helpers to try, best first: the one the user named
+/// (option, then `CALLSTACK_CRASH_HELPER`), else the `callstack` binary,
+/// then this very program re-executed in symbolizer mode.
+pub(crate) fn plan(helper: Option<&Path>, timeout_ns: u64, report: Option<&Path>) -> Plan {
+    let sub = [OsString::from(HELPER_SUBCOMMAND)];
+    let mut candidates = Vec::new();
+    let env_helper = std::env::var_os(HELPER_ENV).map(PathBuf::from);
+    if let Some(h) = helper.map(Path::to_path_buf).or(env_helper) {
+        candidates.push(Candidate::new("user helper", &h, &sub, report));
+        return Plan {
+            candidates,
+            timeout_ns,
+        };
+    }
+    if let Some(cli) = find_callstack_binary() {
+        candidates.push(Candidate::new("callstack", &cli, &sub, report));
+    }
+    // Ourselves, with the same arguments, so that the program reaches
+    // `install()` the way it did, and switches to symbolizer mode there.
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    candidates.push(Candidate::new(
+        "self",
+        Path::new("/proc/self/exe"),
+        &args,
+        report,
+    ));
+    Plan {
+        candidates,
+        timeout_ns,
+    }
+}
+
+/// How a helper run ended.
+pub(crate) enum Outcome {
+    /// Exited with this status (0 is success).
+    Exited(i32),
+    /// Killed by this signal.
+    Signaled(i32),
+    /// Did not finish in time and was killed.
+    TimedOut,
+    /// Could not be started.
+    SpawnFailed(i32),
+}
+
+/// Runs one helper: clone, exec, feed `input`, wait until `deadline_ns`
+/// (monotonic). Async-signal-safe: system calls only, no allocation.
+pub(crate) fn run(c: &Candidate, input: &[u8], deadline_ns: u64) -> Outcome {
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` is a valid two-int array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Outcome::SpawnFailed(sys::errno());
+    }
+    let (rd, wr) = (fds[0], fds[1]);
+    // SAFETY: a raw clone with only SIGCHLD behaves like fork() without
+    // running atfork handlers; the child below makes only raw system calls.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::SIGCHLD as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid == 0 {
+        child(c, rd)
+    }
+    sys::close(rd);
+    if pid < 0 {
+        let e = sys::errno();
+        sys::close(wr);
+        return Outcome::SpawnFailed(e);
+    }
+    let pid = pid as i32;
+    feed(wr, input, deadline_ns);
+    sys::close(wr);
+    wait(pid, deadline_ns)
+}
+
+/// In the cloned child: standard input from the pipe, standard output to
+/// `/dev/null` (the report goes to standard error), all signals unblocked,
+/// then `execve`. Never returns.
+fn child(c: &Candidate, rd: i32) -> ! {
+    // SAFETY: plain system calls on descriptors this copy of the process
+    // owns; the argv/envp arrays are NUL-terminated arrays of C strings
+    // prepared at install time.
+    unsafe {
+        libc::dup2(rd, 0);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+        if null >= 0 {
+            libc::dup2(null, 1);
+        }
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, core::ptr::null_mut());
+        libc::execve(c.path.as_ptr(), c.argv.as_ptr(), c.envp.as_ptr());
+        libc::_exit(127)
+    }
+}
+
+fn remaining_ms(deadline_ns: u64) -> i32 {
+    let now = sys::monotonic_ns();
+    if now >= deadline_ns {
+        0
+    } else {
+        (((deadline_ns - now) / 1_000_000) + 1).min(i32::MAX as u64) as i32
+    }
+}
+
+/// Writes `input` to the pipe, never blocking past the deadline.
+fn feed(wr: i32, mut input: &[u8], deadline_ns: u64) {
+    // SAFETY: setting O_NONBLOCK on our own pipe end.
+    unsafe {
+        let fl = libc::fcntl(wr, libc::F_GETFL);
+        libc::fcntl(wr, libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
+    // A helper that dies early must not kill us with SIGPIPE: the write
+    // then fails with EPIPE instead.
+    let mut old: libc::sigset_t;
+    let mut pipe_set: libc::sigset_t;
+    // SAFETY: sigset manipulation on local values; blocks SIGPIPE for this
+    // thread only, restored below.
+    unsafe {
+        old = core::mem::zeroed();
+        pipe_set = core::mem::zeroed();
+        libc::sigemptyset(&mut pipe_set);
+        libc::sigaddset(&mut pipe_set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &pipe_set, &mut old);
+    }
+    while !input.is_empty() {
+        // SAFETY: writing from a valid slice.
+        let n = unsafe { libc::write(wr, input.as_ptr().cast(), input.len()) };
+        if n > 0 {
+            input = &input[n as usize..];
+            continue;
+        }
+        let e = sys::errno();
+        if n < 0 && e == libc::EINTR {
+            continue;
+        }
+        if n < 0 && e == libc::EAGAIN {
+            let ms = remaining_ms(deadline_ns);
+            if ms == 0 {
+                break;
+            }
+            let mut p = libc::pollfd {
+                fd: wr,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut p, 1, ms) };
+            continue;
+        }
+        break;
+    }
+    // SAFETY: drop a SIGPIPE our writes raised (if any) before unblocking,
+    // then restore the mask.
+    unsafe {
+        let mut pending: libc::sigset_t = core::mem::zeroed();
+        libc::sigpending(&mut pending);
+        if libc::sigismember(&pending, libc::SIGPIPE) == 1 {
+            let zero = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            libc::sigtimedwait(&pipe_set, core::ptr::null_mut(), &zero);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+    }
+}
+
+/// Polls `waitpid(WNOHANG)` every millisecond until the child ends or the
+/// deadline passes; then kills it with SIGKILL and reaps it.
+fn wait(pid: i32, deadline_ns: u64) -> Outcome {
+    loop {
+        let mut status = 0i32;
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            if libc::WIFEXITED(status) {
+                return Outcome::Exited(libc::WEXITSTATUS(status));
+            }
+            if libc::WIFSIGNALED(status) {
+                return Outcome::Signaled(libc::WTERMSIG(status));
+            }
+        } else if r < 0 && sys::errno() != libc::EINTR {
+            // ECHILD: someone else reaped it (SIGCHLD ignored): it ended.
+            return Outcome::Exited(0);
+        }
+        if sys::monotonic_ns() >= deadline_ns {
+            // SAFETY: killing and reaping our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return Outcome::TimedOut;
+        }
+        sys::sleep_ns(1_000_000);
+    }
+}

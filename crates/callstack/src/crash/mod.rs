@@ -1,0 +1,277 @@
+//! Crash reports: a raw trace that always appears, then a symbolized one.
+//!
+//! [`install`] sets handlers for SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT
+//! and SIGTRAP. On a crash the report comes in two parts:
+//!
+//! 1. **The raw part**, written by the signal handler itself with
+//!    async-signal-safe calls only and no allocation: the signal and its
+//!    code in words (`SIGSEGV: address not mapped, fault address 0x0`), the
+//!    thread id and name, and every frame unwound from the signal context
+//!    with [`crate::capture_from_context`] (DWARF CFI, falling back to
+//!    frame pointers), each as address, module path, offset in the module
+//!    and build-id. It goes to standard error and, if asked, to a report
+//!    file.
+//! 2. **The symbolized part** (function, file:line:column, inlined frames),
+//!    made by *another process*: symbolizing inside the crashed process can
+//!    deadlock (the crash may be inside `malloc`, holding its lock) or fault
+//!    again (the heap may be corrupt). The handler starts a helper with a
+//!    raw `clone` system call (not glibc's `fork()`, whose atfork handlers
+//!    take malloc's locks) and `execve`, writes the raw report to its
+//!    standard input, and waits for it with a timeout (default 5 s). The
+//!    raw report holds everything the helper needs (module paths, offsets,
+//!    build-ids); the helper resolves it offline with
+//!    [`crate::symbolize::Symbolizer::from_modules`] (DWARF, split debug
+//!    info found by build-id, symbol tables). If this step fails or times
+//!    out nothing is lost: the raw part is already written.
+//!
+//! Then the process dies the way it would have without us: the previous
+//! handler of the signal is called if there was one; otherwise the default
+//! action is restored and the signal happens again (a fault re-executes the
+//! faulting instruction on return; a signal sent by `abort`/`raise`/`kill`
+//! is sent again with `tgkill`), so the exit status and the core dump are
+//! unchanged.
+//!
+//! ```no_run
+//! callstack::crash::install(callstack::crash::Options {
+//!     report_path: Some("/tmp/crash.txt".into()),
+//!     ..Default::default()
+//! })
+//! .expect("crash handler");
+//! ```
+//!
+//! ## Which helper symbolizes
+//! In order: the program named by [`Options::helper`] or the
+//! `CALLSTACK_CRASH_HELPER` environment variable (`none` turns the step
+//! off); else the `callstack` binary next to the executable or on `PATH`
+//! (run as `callstack crash-report`); else **the crashed program itself**,
+//! re-executed from `/proc/self/exe` with its arguments and
+//! `CALLSTACK_CRASH_SYMBOLIZE=1` in its environment, which makes
+//! [`install`] (and the C `callstack_install_crash_handler`) run the
+//! symbolizer and exit instead of returning. So any program linked with
+//! callstack symbolizes its own crashes with no extra binary, provided it
+//! calls `install` early in `main`, before anything with side effects. A
+//! helper that fails is followed by the next one while time remains.
+//!
+//! The helper protocol, for a helper of your own: it is run as
+//! `HELPER crash-report` with the raw report on standard input,
+//! `CALLSTACK_CRASH_SYMBOLIZE=1` and (when a report file is set)
+//! `CALLSTACK_CRASH_REPORT=PATH` in its environment; it writes the
+//! symbolized report to standard error and appends it to that file.
+//! [`symbolize_report`] does the work; a saved report file can be
+//! symbolized later with `callstack crash-report FILE`.
+//!
+//! ## Signal-safety rules of the handler
+//! - No allocation, no lock, no `core::fmt`: the report is formatted into a
+//!   static buffer by a small byte writer, and that buffer belongs to the
+//!   thread that won the crash lock (an atomic holding its thread id).
+//! - The report runs on a 256 KiB stack of its own (mapped at install
+//!   time, guard page below, used only by the holder of the crash lock),
+//!   whatever stack the signal was delivered on, so a thread's small
+//!   alternate stack (Rust's standard library gives each thread one of a
+//!   few KiB) only has to hold the signal frame.
+//! - Only system calls (`write`, `open`, `read`, `close`, `prctl`,
+//!   `pipe2`, `clone`, `execve`, `waitpid`, `nanosleep`, `poll`, `tgkill`,
+//!   `sigaction`) and `clock_gettime` (vDSO).
+//! - The module list is a copy in static storage, taken at install time
+//!   (`dl_iterate_phdr` then, never in the handler); addresses outside it
+//!   (code `dlopen`ed later) are found by reading `/proc/self/maps` with
+//!   `open`/`read` and the ELF header already mapped in memory. Call
+//!   [`refresh_modules`] after `dlopen` to have them in the snapshot.
+//! - The unwinder reads only inside the interrupted thread's stack, so a
+//!   corrupt stack ends the walk instead of faulting again.
+//! - A crash on another thread while one is being reported waits for the
+//!   first (which normally ends the process); a crash *inside* the report of
+//!   the same thread skips the report and dies with the default action.
+//!
+//! ## The per-thread alternate stack rule
+//! A stack overflow faults on the guard page with no stack left to run a
+//! handler on, so the handler runs on an alternate signal stack, and an
+//! alternate stack is per thread. [`install`] gives one to the calling
+//! thread; **every other thread that should report its own stack overflow
+//! must call [`install_thread`]** (C: `callstack_crash_thread_init()`) once,
+//! early. Without it, every other crash of that thread is still reported
+//! (the handler runs on the thread's own stack); only an overflow is not.
+//! A thread that already has an alternate stack of at least 32 KiB keeps
+//! it; Rust's standard library gives its threads a smaller one, which is
+//! replaced. Our stacks are 64 KiB plus a guard page, freed at thread exit.
+//! They are not set up lazily on a thread's first capture: the capture
+//! path makes no system call.
+//!
+//! ## Chaining
+//! The handler that was installed before [`install`] (if any) is called
+//! after the report with the same arguments (`SA_SIGINFO` or plain), on
+//! our alternate stack and with our signal mask. `SIG_IGN` stays ignored
+//! for signals sent by a process; a synchronous fault cannot be ignored
+//! (the kernel would force the default action), so it gets the default.
+//! In a Rust program the standard library's SIGSEGV handler (which prints
+//! "has overflowed its stack" and aborts) is such a previous handler: a
+//! Rust stack overflow is reported, then ends with SIGABRT as it would
+//! have.
+//!
+//! ## Panics
+//! With [`Options::panic_hook`], a panic prints the same two-part report,
+//! captured and symbolized in the panicking thread (a panic is not a
+//! signal: this is safe), before the previous hook runs.
+
+mod altstack;
+mod fmt;
+mod handler;
+mod helper;
+mod panic;
+#[cfg(feature = "symbolize")]
+mod report;
+#[cfg(feature = "symbolize")]
+mod resolve;
+mod signals;
+mod snapshot;
+mod sys;
+
+pub use helper::{HELPER_ENV, HELPER_SUBCOMMAND, REPORT_ENV, SYMBOLIZE_ENV, TIMEOUT_ENV};
+#[cfg(feature = "symbolize")]
+pub use report::{parse_raw_reports, run_helper, symbolize_report, RawFrame, RawReport};
+pub use signals::{code_words, signal_name, CRASH_SIGNALS};
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// What [`install`] sets up.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Also append each report (raw and symbolized) to this file.
+    pub report_path: Option<PathBuf>,
+    /// Run the symbolizing helper after the raw part (default `true`).
+    pub symbolize: bool,
+    /// The helper program (default: `CALLSTACK_CRASH_HELPER`, else the
+    /// `callstack` binary, else this program re-executed).
+    pub helper: Option<PathBuf>,
+    /// How long to wait for the helper (default 5 s;
+    /// `CALLSTACK_CRASH_TIMEOUT_MS` overrides it).
+    pub timeout: Duration,
+    /// The signals to catch (default [`CRASH_SIGNALS`]).
+    pub signals: Vec<i32>,
+    /// Also report panics (default `false`).
+    pub panic_hook: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            report_path: None,
+            symbolize: true,
+            helper: None,
+            timeout: Duration::from_secs(5),
+            signals: CRASH_SIGNALS.to_vec(),
+            panic_hook: false,
+        }
+    }
+}
+
+static INSTALL: Mutex<()> = Mutex::new(());
+
+/// Installs the crash handlers (see the [module docs](self)).
+///
+/// If `CALLSTACK_CRASH_SYMBOLIZE=1` is in the environment, this process is
+/// a symbolizing helper: `install` reads a raw report on standard input,
+/// prints the symbolized report and **exits the process**.
+///
+/// Not async-signal-safe; call it early in `main`, from one thread. Calling
+/// it again replaces the settings (the handlers that were there before the
+/// first call stay the ones chained to).
+pub fn install(options: Options) -> io::Result<()> {
+    if std::env::var_os(SYMBOLIZE_ENV).is_some_and(|v| v == "1") {
+        #[cfg(feature = "symbolize")]
+        std::process::exit(report::run_helper());
+        #[cfg(not(feature = "symbolize"))]
+        {
+            eprintln!("callstack: built without the `symbolize` feature: cannot symbolize");
+            std::process::exit(3);
+        }
+    }
+    let _guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    snapshot::refresh();
+    crate::prepare_thread();
+    if !crate::has_dl_find_object() {
+        // Without glibc's lock-free `_dl_find_object` (glibc < 2.35) the
+        // exact unwinder needs its tables compiled before a signal comes.
+        crate::prepare();
+    }
+    let timeout = std::env::var(TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(options.timeout);
+    let helper_off =
+        std::env::var_os(HELPER_ENV).is_some_and(|v| v == "none") && options.helper.is_none();
+    let plan = (options.symbolize && !helper_off).then(|| {
+        helper::plan(
+            options.helper.as_deref(),
+            timeout.as_nanos().min(u64::MAX as u128) as u64,
+            options.report_path.as_deref(),
+        )
+    });
+    let report_path = options
+        .report_path
+        .as_ref()
+        .map(|p| {
+            let mut v = p.as_os_str().as_encoded_bytes().to_vec();
+            v.retain(|&b| b != 0);
+            v.push(0);
+            v
+        })
+        .unwrap_or_default();
+    let cfg = Box::new(handler::Config { report_path, plan });
+    // Published once per install and never freed: a handler running on
+    // another thread may still read the previous one.
+    handler::CONFIG.store(Box::leak(cfg), core::sync::atomic::Ordering::Release);
+    altstack::install_thread()?;
+    handler::prepare_report_stack()?;
+    let ours: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) = handler::on_signal;
+    let ours = ours as usize;
+    for &sig in &options.signals {
+        if !(1..65).contains(&sig) || sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot catch signal {sig}"),
+            ));
+        }
+        // SAFETY: sigaction with valid pointers; PREVIOUS is written here,
+        // under the install lock, before our handler is installed for `sig`.
+        unsafe {
+            let mut old: libc::sigaction = core::mem::zeroed();
+            if libc::sigaction(sig, core::ptr::null(), &mut old) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if old.sa_sigaction != ours {
+                (*handler::PREVIOUS.get())[sig as usize] = Some(old);
+            }
+            let mut act: libc::sigaction = core::mem::zeroed();
+            act.sa_sigaction = ours;
+            act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut act.sa_mask);
+            if libc::sigaction(sig, &act, core::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    if options.panic_hook {
+        panic::install(options.report_path.clone());
+    }
+    Ok(())
+}
+
+/// Gives the calling thread an alternate signal stack, so that its stack
+/// overflow is reported too (see the per-thread rule in the [module
+/// docs](self)). Idempotent. Call it at the start of each thread you
+/// create; the thread that called [`install`] needs nothing more.
+pub fn install_thread() -> io::Result<()> {
+    altstack::install_thread()
+}
+
+/// Takes a new snapshot of the loaded modules for the handler (after
+/// `dlopen`; without it, addresses in new modules are still found through
+/// `/proc/self/maps`, more slowly).
+pub fn refresh_modules() {
+    snapshot::refresh();
+}

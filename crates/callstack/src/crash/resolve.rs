@@ -1,0 +1,108 @@
+//! Frames of a raw report to functions, files and lines: the one place the
+//! crash reports call the symbolizer ([`crate::symbolize::Symbolizer`],
+//! used offline from the module list the report carries: path, build-id,
+//! load bias).
+
+use super::report::RawFrame;
+use crate::symbolize::{Address, ErrorKind, ModuleInfo, Symbolizer};
+use std::path::PathBuf;
+
+/// One resolved frame (an address can give several: inlined ones first).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SymFrame {
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub column: Option<u32>,
+    /// Whether this frame was inlined into the next one.
+    pub inlined: bool,
+}
+
+/// What [`Resolver::resolve`] says about one frame.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Resolved {
+    /// Frames at the address, innermost (inlined) first; empty if unknown.
+    pub frames: Vec<SymFrame>,
+    /// The file on disk has another build-id than the report's (and no
+    /// debug file with the report's build-id was found).
+    pub build_id_mismatch: bool,
+    /// The module file could not be read.
+    pub unreadable: bool,
+}
+
+/// A symbolizer over the modules named by one report's frames.
+pub(crate) struct Resolver {
+    sym: Symbolizer,
+}
+
+impl Resolver {
+    /// Builds the module list from the frames: each (path, load bias) pair
+    /// is a module spanning the frames' addresses.
+    pub(crate) fn for_frames(frames: &[RawFrame]) -> Resolver {
+        let mut mods: Vec<ModuleInfo> = Vec::new();
+        for f in frames {
+            let Some((path, offset, bid)) = &f.module else {
+                continue;
+            };
+            let addr = f.address as usize;
+            let bias = addr.wrapping_sub(*offset as usize);
+            let lo = addr.saturating_sub(1);
+            let hi = addr.saturating_add(1);
+            match mods
+                .iter_mut()
+                .find(|m| m.path == *path && m.bias == Some(bias))
+            {
+                Some(m) => {
+                    m.start = m.start.min(lo);
+                    m.end = m.end.max(hi);
+                }
+                None => mods.push(ModuleInfo {
+                    path: path.clone(),
+                    build_id: bid.clone().filter(|b| !b.is_empty()),
+                    start: lo,
+                    end: hi,
+                    bias: Some(bias),
+                }),
+            }
+        }
+        Resolver {
+            sym: Symbolizer::from_modules(mods),
+        }
+    }
+
+    /// Resolves one frame: a return address is looked up at `addr - 1`, the
+    /// interrupted pc of a signal as is.
+    pub(crate) fn resolve(&mut self, f: &RawFrame) -> Resolved {
+        let addr = if f.is_return_address {
+            Address::Return(f.address as usize)
+        } else {
+            Address::Exact(f.address as usize)
+        };
+        let s = self.sym.symbolize(addr);
+        let frames = s
+            .frames
+            .iter()
+            .map(|fr| SymFrame {
+                function: fr.function.as_deref().map(str::to_string),
+                file: fr.file.as_deref().map(str::to_string),
+                line: fr.line,
+                column: fr.column,
+                inlined: fr.inlined,
+            })
+            .collect();
+        let path: Option<PathBuf> = f.module.as_ref().map(|m| m.0.clone());
+        let mut out = Resolved {
+            frames,
+            ..Default::default()
+        };
+        for e in self.sym.module_errors() {
+            if Some(&e.path) == path.as_ref() {
+                match e.kind {
+                    ErrorKind::BuildIdMismatch => out.build_id_mismatch = true,
+                    _ => out.unreadable = true,
+                }
+            }
+        }
+        out
+    }
+}

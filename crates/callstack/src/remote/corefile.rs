@@ -1,0 +1,607 @@
+//! ELF core files: threads from `NT_PRSTATUS`, the process name from
+//! `NT_PRPSINFO`, mapped files from `NT_FILE`, the auxiliary vector from
+//! `NT_AUXV`, memory from `PT_LOAD` (and, for read-only file-backed
+//! segments the core left out, from the mapped file itself).
+//!
+//! Parsing never panics: a truncated or corrupt core gives a
+//! [`RemoteError::BadCore`] when nothing can be had, and otherwise as much as
+//! can be read plus a warning per problem in [`Snapshot::warnings`].
+
+use object::elf;
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::{Endianness, FileKind};
+use std::ops::Deref;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::files::{self, Lookup};
+use super::{Arch, Mapping, Module, RemoteError, Snapshot, Thread};
+use crate::unwind::{Memory, ReadError};
+
+/// `AT_PHDR`: address of the executable's program headers.
+pub const AT_PHDR: u64 = 3;
+/// `AT_ENTRY`: the executable's entry point.
+pub const AT_ENTRY: u64 = 9;
+/// `AT_SYSINFO_EHDR`: address of the vDSO's ELF header.
+pub const AT_SYSINFO_EHDR: u64 = 33;
+
+enum Bytes {
+    Map(memmap2::Mmap),
+    Vec(Vec<u8>),
+}
+
+impl Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Map(m) => m,
+            Bytes::Vec(v) => v,
+        }
+    }
+}
+
+/// A `PT_LOAD` segment of the core.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    vaddr: u64,
+    memsz: u64,
+    offset: u64,
+    /// Bytes present in the core (clipped to the file's end).
+    filesz: u64,
+}
+
+/// A file-backed mapping whose file was found: reads that the core cannot
+/// answer go to it.
+struct FileBacked {
+    start: u64,
+    end: u64,
+    file_offset: u64,
+    data: Arc<memmap2::Mmap>,
+}
+
+/// What the notes and program headers of a core say, before any file on
+/// disk is looked at. [`parse`] produces it from bytes alone (the fuzz
+/// target's entry point).
+#[derive(Debug, Default)]
+pub struct ParsedCore {
+    /// The architecture (`None` when `e_machine` is unknown here).
+    pub arch: Option<Arch>,
+    /// `e_machine`.
+    pub e_machine: u16,
+    /// Whether the core is 64-bit.
+    pub is_64: bool,
+    /// The process id (`NT_PRPSINFO`, or the first thread).
+    pub pid: u32,
+    /// `pr_fname` of `NT_PRPSINFO`.
+    pub process_name: Option<String>,
+    /// Threads, in note order.
+    pub threads: Vec<Thread>,
+    /// `NT_FILE` entries.
+    pub mappings: Vec<Mapping>,
+    /// `NT_AUXV` as (type, value) pairs.
+    pub auxv: Vec<(u64, u64)>,
+    /// Problems, one sentence each.
+    pub warnings: Vec<String>,
+    segments: Vec<Segment>,
+}
+
+/// Parses the headers and notes of a core held in memory. Never panics.
+pub fn parse(data: &[u8]) -> Result<ParsedCore, RemoteError> {
+    match FileKind::parse(data) {
+        Ok(FileKind::Elf64) => parse_of::<elf::FileHeader64<Endianness>>(data, true),
+        Ok(FileKind::Elf32) => parse_of::<elf::FileHeader32<Endianness>>(data, false),
+        Ok(k) => Err(RemoteError::BadCore(format!(
+            "not an ELF core file (a {k:?} file)"
+        ))),
+        Err(_) if data.len() < 64 => Err(RemoteError::BadCore(format!(
+            "not an ELF core file: only {} bytes",
+            data.len()
+        ))),
+        Err(_) => Err(RemoteError::BadCore(
+            "not an ELF core file (no ELF header)".into(),
+        )),
+    }
+}
+
+fn parse_of<Elf: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+    is_64: bool,
+) -> Result<ParsedCore, RemoteError> {
+    let bad = |s: &str| RemoteError::BadCore(s.to_string());
+    let need = std::mem::size_of::<Elf>();
+    if data.len() < need {
+        return Err(bad(&format!(
+            "truncated core: {} bytes, shorter than an ELF header ({need} bytes)",
+            data.len()
+        )));
+    }
+    let hdr = Elf::parse(data).map_err(|e| bad(&format!("corrupt ELF header: {e}")))?;
+    let endian = hdr
+        .endian()
+        .map_err(|e| bad(&format!("corrupt ELF header: {e}")))?;
+    if hdr.e_type(endian) != elf::ET_CORE {
+        return Err(bad(&format!(
+            "not a core file: ELF type {} (a core has type ET_CORE, 4)",
+            hdr.e_type(endian)
+        )));
+    }
+    let mut out = ParsedCore {
+        e_machine: hdr.e_machine(endian).0,
+        is_64,
+        ..Default::default()
+    };
+    out.arch = Arch::from_e_machine(out.e_machine);
+    let phdrs = hdr.program_headers(endian, data).map_err(|_| {
+        bad("truncated or corrupt core: its program headers lie beyond the end of the file")
+    })?;
+    if phdrs.is_empty() {
+        return Err(bad("corrupt core: no program headers"));
+    }
+    let mut missing = 0u64;
+    let mut notes_seen = false;
+    for ph in phdrs {
+        let p_type = ph.p_type(endian);
+        if p_type == elf::PT_LOAD {
+            let offset: u64 = ph.p_offset(endian).into();
+            let filesz: u64 = ph.p_filesz(endian).into();
+            let avail = (data.len() as u64).saturating_sub(offset).min(filesz);
+            missing += filesz - avail;
+            out.segments.push(Segment {
+                vaddr: ph.p_vaddr(endian).into(),
+                memsz: ph.p_memsz(endian).into(),
+                offset,
+                filesz: avail,
+            });
+        } else if p_type == elf::PT_NOTE {
+            notes_seen = true;
+            let offset: u64 = ph.p_offset(endian).into();
+            let filesz: u64 = ph.p_filesz(endian).into();
+            if offset.saturating_add(filesz) > data.len() as u64 {
+                out.warnings.push(
+                    "core is truncated inside its notes: some threads or mappings are missing"
+                        .into(),
+                );
+            }
+            let start = (offset as usize).min(data.len());
+            let end = (offset.saturating_add(filesz) as usize).min(data.len());
+            read_notes::<Elf>(endian, &data[start..end], ph.p_align(endian), &mut out);
+        }
+    }
+    if missing > 0 {
+        out.warnings.push(format!(
+            "core is truncated: {missing} bytes of memory segments are missing; frames there are lost"
+        ));
+    }
+    if !notes_seen {
+        out.warnings
+            .push("core has no notes: no threads or registers".into());
+    }
+    out.segments.sort_by_key(|s| s.vaddr);
+    if out.pid == 0 {
+        out.pid = out.threads.first().map(|t| t.tid).unwrap_or(0);
+    }
+    if let Some(name) = &out.process_name {
+        let pid = out.pid;
+        for t in out.threads.iter_mut().filter(|t| t.tid == pid) {
+            t.name = Some(name.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn read_notes<Elf: FileHeader<Endian = Endianness>>(
+    endian: Endianness,
+    data: &[u8],
+    align: Elf::Word,
+    out: &mut ParsedCore,
+) {
+    let Ok(mut it) = object::read::elf::NoteIterator::<Elf>::new(endian, align, data) else {
+        out.warnings.push("corrupt note segment: ignored".into());
+        return;
+    };
+    loop {
+        let note = match it.next() {
+            Ok(Some(n)) => n,
+            Ok(None) => break,
+            Err(e) => {
+                out.warnings.push(format!(
+                    "corrupt note in the core ({e}): the notes after it are ignored"
+                ));
+                break;
+            }
+        };
+        let desc = note.desc();
+        let name = note.name();
+        let core_name = name == elf::ELF_NOTE_CORE || name == elf::ELF_NOTE_LINUX;
+        if !core_name {
+            continue;
+        }
+        let t = note.n_type(endian);
+        if t == elf::NT_PRSTATUS {
+            read_prstatus(desc, endian, out);
+        } else if t == elf::NT_PRPSINFO {
+            read_prpsinfo(desc, endian, out);
+        } else if t == elf::NT_AUXV {
+            let w = if out.is_64 { 8 } else { 4 };
+            let words: Vec<u64> = desc.chunks_exact(w).map(|c| word(c, endian)).collect();
+            out.auxv = words
+                .chunks_exact(2)
+                .map(|p| (p[0], p[1]))
+                .take_while(|p| p.0 != 0)
+                .collect();
+        } else if t == elf::NT_FILE {
+            if let Err(e) = read_nt_file(desc, endian, out) {
+                out.warnings.push(format!(
+                    "corrupt NT_FILE note ({e}): mapped files may be missing"
+                ));
+            }
+        }
+    }
+}
+
+fn word(b: &[u8], endian: Endianness) -> u64 {
+    match (b.len(), endian) {
+        (8, Endianness::Little) => u64::from_le_bytes(b.try_into().unwrap()),
+        (8, Endianness::Big) => u64::from_be_bytes(b.try_into().unwrap()),
+        (4, Endianness::Little) => u32::from_le_bytes(b.try_into().unwrap()) as u64,
+        (4, Endianness::Big) => u32::from_be_bytes(b.try_into().unwrap()) as u64,
+        _ => 0,
+    }
+}
+
+fn read_prstatus(desc: &[u8], endian: Endianness, out: &mut ParsedCore) {
+    let Some(arch) = out.arch else {
+        if out.threads.is_empty() && !out.warnings.iter().any(|w| w.contains("e_machine")) {
+            out.warnings.push(format!(
+                "no register layout for e_machine {}: threads cannot be unwound",
+                out.e_machine
+            ));
+        }
+        return;
+    };
+    let Some(layout) = arch.prstatus_layout() else {
+        if !out.warnings.iter().any(|w| w.contains("register layout")) {
+            out.warnings.push(format!(
+                "no NT_PRSTATUS register layout for {arch:?} yet: threads cannot be unwound"
+            ));
+        }
+        return;
+    };
+    if desc.len() < layout.regs_offset {
+        out.warnings.push(format!(
+            "NT_PRSTATUS note too short ({} bytes): thread skipped",
+            desc.len()
+        ));
+        return;
+    }
+    let tid = word(&desc[layout.pid_offset..layout.pid_offset + 4], endian) as u32;
+    match arch.registers_from_user_regs(&desc[layout.regs_offset..]) {
+        Some(registers) => out.threads.push(Thread {
+            tid,
+            name: None,
+            registers,
+        }),
+        None => out.warnings.push(format!(
+            "NT_PRSTATUS of thread {tid} too short for its registers: thread skipped"
+        )),
+    }
+}
+
+fn read_prpsinfo(desc: &[u8], endian: Endianness, out: &mut ParsedCore) {
+    // 64-bit `struct elf_prpsinfo`: pr_pid at 24, pr_fname[16] at 40.
+    if !out.is_64 || desc.len() < 56 {
+        return;
+    }
+    out.pid = word(&desc[24..28], endian) as u32;
+    let fname = &desc[40..56];
+    let len = fname.iter().position(|&b| b == 0).unwrap_or(16);
+    out.process_name = Some(String::from_utf8_lossy(&fname[..len]).into_owned());
+}
+
+fn read_nt_file(desc: &[u8], endian: Endianness, out: &mut ParsedCore) -> Result<(), String> {
+    let w = if out.is_64 { 8 } else { 4 };
+    let get = |i: usize| -> Result<u64, String> {
+        desc.get(i * w..i * w + w)
+            .map(|b| word(b, endian))
+            .ok_or_else(|| "truncated".to_string())
+    };
+    let count = get(0)? as usize;
+    let page = get(1)?;
+    if count > desc.len() / (3 * w) {
+        return Err(format!(
+            "{count} entries cannot fit in {} bytes",
+            desc.len()
+        ));
+    }
+    let mut names = desc
+        .get((2 + 3 * count) * w..)
+        .ok_or("truncated")?
+        .split(|&b| b == 0);
+    for i in 0..count {
+        let (start, end, pgoff) = (get(2 + 3 * i)?, get(3 + 3 * i)?, get(4 + 3 * i)?);
+        let name = names.next().ok_or("fewer names than entries")?;
+        if end < start {
+            return Err(format!("entry {i} ends before it starts"));
+        }
+        out.mappings.push(Mapping {
+            start,
+            end,
+            file_offset: pgoff.saturating_mul(page),
+            path: String::from_utf8_lossy(name).into_owned(),
+            executable: None,
+        });
+    }
+    Ok(())
+}
+
+/// An opened core file: its snapshot and its memory.
+pub struct CoreFile {
+    data: Bytes,
+    segments: Vec<Segment>,
+    file_backed: Vec<FileBacked>,
+    snapshot: Snapshot,
+    auxv: Vec<(u64, u64)>,
+    size: u64,
+}
+
+impl CoreFile {
+    /// Opens the core at `path`. `exe` is the executable from the command
+    /// line: it stands for the executable's mapping (and is the whole map
+    /// when the core has no `NT_FILE` note).
+    pub fn open(path: &Path, exe: Option<&Path>, lookup: &Lookup) -> Result<CoreFile, RemoteError> {
+        let f = std::fs::File::open(path).map_err(|e| RemoteError::Io(path.into(), e))?;
+        // SAFETY: read-only mapping of a core file; it is not written while we read it.
+        let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| RemoteError::Io(path.into(), e))?;
+        Self::from_bytes(Bytes::Map(map), exe, lookup)
+    }
+
+    /// Opens a core held in memory (tests, fuzzing).
+    pub fn from_vec(
+        data: Vec<u8>,
+        exe: Option<&Path>,
+        lookup: &Lookup,
+    ) -> Result<CoreFile, RemoteError> {
+        Self::from_bytes(Bytes::Vec(data), exe, lookup)
+    }
+
+    fn from_bytes(
+        data: Bytes,
+        exe: Option<&Path>,
+        lookup: &Lookup,
+    ) -> Result<CoreFile, RemoteError> {
+        let parsed = parse(&data)?;
+        let arch = parsed.arch.ok_or_else(|| {
+            RemoteError::UnsupportedArch(format!("ELF machine {}", parsed.e_machine))
+        })?;
+        let mut core = CoreFile {
+            size: data.len() as u64,
+            data,
+            segments: parsed.segments,
+            file_backed: Vec::new(),
+            auxv: parsed.auxv,
+            snapshot: Snapshot {
+                arch,
+                pid: parsed.pid,
+                process_name: parsed.process_name,
+                threads: parsed.threads,
+                modules: Vec::new(),
+                warnings: parsed.warnings,
+            },
+        };
+        core.find_modules(parsed.mappings, exe, lookup);
+        Ok(core)
+    }
+
+    fn auxv_value(&self, t: u64) -> Option<u64> {
+        self.auxv.iter().find(|p| p.0 == t).map(|p| p.1)
+    }
+
+    fn find_modules(&mut self, mappings: Vec<Mapping>, exe: Option<&Path>, lookup: &Lookup) {
+        let mut warnings = std::mem::take(&mut self.snapshot.warnings);
+        let mut mods = files::group_mappings(&mappings);
+        let entry = self.auxv_value(AT_ENTRY).or(self.auxv_value(AT_PHDR));
+        if mods.is_empty() {
+            // No NT_FILE (qemu-user cores, some static executables): the
+            // executable from the command line is the map.
+            if let Some(exe) = exe {
+                match self.exe_module(exe, &mut warnings) {
+                    Some(m) => mods.push(m),
+                    None => {}
+                }
+            } else {
+                warnings.push(
+                    "core has no NT_FILE note and no executable was given: frames are unnamed"
+                        .into(),
+                );
+            }
+        } else {
+            // Build-ids from the first page of each mapped object, when dumped.
+            for m in mods.iter_mut() {
+                let mut page = vec![0u8; 4096];
+                if self.read_bytes(m.start, &mut page) {
+                    m.build_id = files::build_id(&page);
+                }
+            }
+            let exe_name = entry
+                .and_then(|a| mods.iter().find(|m| m.contains(a)))
+                .or(mods.first())
+                .map(|m| m.name.clone());
+            let exe_arg = match (exe, &exe_name) {
+                (Some(p), Some(n)) => Some((p, n.as_str())),
+                _ => None,
+            };
+            files::resolve_files(&mut mods, lookup, exe_arg, &mut warnings);
+        }
+        // The vDSO, from the core's own memory.
+        if let Some(vdso) = self.auxv_value(AT_SYSINFO_EHDR) {
+            if let Some(seg) = self.segment_at(vdso) {
+                let end = seg.vaddr + seg.filesz;
+                let mut image = vec![0u8; (end - vdso) as usize];
+                if self.read_bytes(vdso, &mut image) {
+                    let bias = files::load_segments(&image)
+                        .and_then(|(_, s)| s.first().map(|s| vdso.wrapping_sub(s.0 - s.1)))
+                        .unwrap_or(vdso);
+                    mods.push(Module {
+                        name: "[vdso]".into(),
+                        file: None,
+                        debug_file: None,
+                        start: vdso,
+                        end,
+                        bias,
+                        build_id: files::build_id(&image),
+                        image: Some(Arc::new(image)),
+                        mappings: vec![Mapping {
+                            start: vdso,
+                            end,
+                            file_offset: 0,
+                            path: "[vdso]".into(),
+                            executable: Some(true),
+                        }],
+                    });
+                }
+            }
+        }
+        mods.sort_by_key(|m| m.start);
+        for m in &mods {
+            let Some(path) = &m.file else { continue };
+            let Ok(map) = files::map_file(path) else {
+                continue;
+            };
+            let map = Arc::new(map);
+            for mp in &m.mappings {
+                self.file_backed.push(FileBacked {
+                    start: mp.start,
+                    end: mp.end,
+                    file_offset: mp.file_offset,
+                    data: map.clone(),
+                });
+            }
+        }
+        self.snapshot.modules = mods;
+        self.snapshot.warnings = warnings;
+    }
+
+    /// The executable as the only module, placed by the auxiliary vector.
+    fn exe_module(&self, exe: &Path, warnings: &mut Vec<String>) -> Option<Module> {
+        let data = match files::map_file(exe) {
+            Ok(d) => d,
+            Err(e) => {
+                warnings.push(format!("{}: {e}: frames are unnamed", exe.display()));
+                return None;
+            }
+        };
+        let Some((_, segs)) = files::load_segments(&data) else {
+            warnings.push(format!(
+                "{}: not an ELF file: frames are unnamed",
+                exe.display()
+            ));
+            return None;
+        };
+        let e_entry = object::read::File::parse(&*data)
+            .ok()
+            .map(|f| object::Object::entry(&f));
+        let bias = match (self.auxv_value(AT_ENTRY), e_entry) {
+            (Some(at), Some(e)) => at.wrapping_sub(e),
+            _ => 0,
+        };
+        let mappings: Vec<Mapping> = segs
+            .iter()
+            .map(|&(vaddr, off, filesz, _)| {
+                let start = (bias.wrapping_add(vaddr)) & !4095;
+                Mapping {
+                    start,
+                    end: bias.wrapping_add(vaddr).wrapping_add(filesz.max(1)),
+                    file_offset: off & !4095,
+                    path: exe.display().to_string(),
+                    executable: None,
+                }
+            })
+            .collect();
+        let start = mappings.iter().map(|m| m.start).min()?;
+        let end = mappings.iter().map(|m| m.end).max()?;
+        Some(Module {
+            name: exe.display().to_string(),
+            file: Some(exe.to_path_buf()),
+            debug_file: None,
+            start,
+            end,
+            bias,
+            build_id: files::build_id(&data),
+            image: None,
+            mappings,
+        })
+    }
+
+    fn segment_at(&self, addr: u64) -> Option<&Segment> {
+        let i = self.segments.partition_point(|s| s.vaddr <= addr);
+        let s = self.segments.get(i.checked_sub(1)?)?;
+        (addr < s.vaddr.saturating_add(s.memsz)).then_some(s)
+    }
+
+    /// Copies target memory at `addr` into `buf`; false when any byte is unknown.
+    pub fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
+        let len = buf.len() as u64;
+        if let Some(s) = self.segment_at(addr) {
+            let rel = addr - s.vaddr;
+            if rel.saturating_add(len) <= s.filesz {
+                let off = (s.offset + rel) as usize;
+                buf.copy_from_slice(&self.data[off..off + buf.len()]);
+                return true;
+            }
+        }
+        for f in &self.file_backed {
+            if addr >= f.start && addr.saturating_add(len) <= f.end {
+                let off = (f.file_offset + (addr - f.start)) as usize;
+                if let Some(src) = f.data.get(off..off + buf.len()) {
+                    buf.copy_from_slice(src);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// The threads, modules and warnings.
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    /// The auxiliary vector (`NT_AUXV`), as (type, value) pairs.
+    pub fn auxv(&self) -> &[(u64, u64)] {
+        &self.auxv
+    }
+
+    /// Size of the core file in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// A reader of the core's memory for the unwinder.
+    pub fn memory(&self) -> CoreMemory<'_> {
+        CoreMemory { core: self }
+    }
+}
+
+/// The memory of a core, read by the unwinder.
+pub struct CoreMemory<'a> {
+    core: &'a CoreFile,
+}
+
+impl Memory for CoreMemory<'_> {
+    fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
+        let mut b = [0u8; 8];
+        if self.core.read_bytes(addr, &mut b) {
+            Ok(u64::from_le_bytes(b))
+        } else {
+            Err(ReadError::Unreadable(addr))
+        }
+    }
+    fn read_u32(&mut self, addr: u64) -> Result<u32, ReadError> {
+        let mut b = [0u8; 4];
+        if self.core.read_bytes(addr, &mut b) {
+            Ok(u32::from_le_bytes(b))
+        } else {
+            Err(ReadError::Unreadable(addr))
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Finding the target's modules on disk: paths under a sysroot, separate
+//! debug files by build-id, the build-id check, and the load bias.
+
+use object::elf;
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::{Endianness, FileKind};
+use std::path::{Path, PathBuf};
+
+use super::{Mapping, Module};
+
+/// Where to look for the target's files.
+#[derive(Clone, Debug, Default)]
+pub struct Lookup {
+    /// Look up every path of the target under this directory instead of
+    /// the root (`--sysroot`), like gdb's `set sysroot`.
+    pub sysroot: Option<PathBuf>,
+    /// Directories holding separate debug files as `.build-id/xx/rest.debug`
+    /// (`--debug-dir`); `/usr/lib/debug` is always tried last.
+    pub debug_dirs: Vec<PathBuf>,
+}
+
+impl Lookup {
+    /// Candidate paths on this machine for a path of the target.
+    pub fn candidates(&self, path: &str) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        match &self.sysroot {
+            Some(root) => out.push(root.join(path.trim_start_matches('/'))),
+            None => out.push(PathBuf::from(path)),
+        }
+        out
+    }
+
+    /// The separate debug file of a build-id, if one exists.
+    pub fn debug_file(&self, build_id: &[u8]) -> Option<PathBuf> {
+        if build_id.len() < 2 {
+            return None;
+        }
+        let hex = hex(build_id);
+        let rel = format!(".build-id/{}/{}.debug", &hex[..2], &hex[2..]);
+        self.debug_dirs
+            .iter()
+            .map(PathBuf::from)
+            .chain([PathBuf::from("/usr/lib/debug")])
+            .map(|d| d.join(&rel))
+            .find(|p| p.is_file())
+    }
+}
+
+/// Lower-case hex of a byte string.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The GNU build-id of an ELF image, found through its program headers, so
+/// that the first page of a mapped object (as dumped in a core) is enough.
+pub fn build_id(data: &[u8]) -> Option<Vec<u8>> {
+    match FileKind::parse(data).ok()? {
+        FileKind::Elf64 => build_id_of::<elf::FileHeader64<Endianness>>(data),
+        FileKind::Elf32 => build_id_of::<elf::FileHeader32<Endianness>>(data),
+        _ => None,
+    }
+}
+
+fn build_id_of<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<Vec<u8>> {
+    let hdr = Elf::parse(data).ok()?;
+    let endian = hdr.endian().ok()?;
+    for ph in hdr.program_headers(endian, data).ok()? {
+        if ph.p_type(endian) != elf::PT_NOTE {
+            continue;
+        }
+        let Ok(Some(mut notes)) = ph.notes(endian, data) else {
+            continue;
+        };
+        while let Ok(Some(n)) = notes.next() {
+            if n.name() == elf::ELF_NOTE_GNU && n.n_type(endian) == elf::NT_GNU_BUILD_ID {
+                return Some(n.desc().to_vec());
+            }
+        }
+    }
+    None
+}
+
+/// `(p_vaddr, p_offset, p_filesz, p_align)` of every `PT_LOAD`, and `e_machine`.
+pub fn load_segments(data: &[u8]) -> Option<(u16, Vec<(u64, u64, u64, u64)>)> {
+    fn of<Elf: FileHeader<Endian = Endianness>>(
+        data: &[u8],
+    ) -> Option<(u16, Vec<(u64, u64, u64, u64)>)> {
+        let hdr = Elf::parse(data).ok()?;
+        let endian = hdr.endian().ok()?;
+        let segs = hdr
+            .program_headers(endian, data)
+            .ok()?
+            .iter()
+            .filter(|ph| ph.p_type(endian) == elf::PT_LOAD)
+            .map(|ph| {
+                (
+                    ph.p_vaddr(endian).into(),
+                    ph.p_offset(endian).into(),
+                    ph.p_filesz(endian).into(),
+                    ph.p_align(endian).into(),
+                )
+            })
+            .collect();
+        Some((hdr.e_machine(endian).0, segs))
+    }
+    match FileKind::parse(data).ok()? {
+        FileKind::Elf64 => of::<elf::FileHeader64<Endianness>>(data),
+        FileKind::Elf32 => of::<elf::FileHeader32<Endianness>>(data),
+        _ => None,
+    }
+}
+
+/// The load bias of an ELF file mapped by `mappings` (runtime address minus
+/// file address), from the `PT_LOAD` that covers the lowest mapped offset.
+pub fn load_bias(data: &[u8], mappings: &[Mapping]) -> Option<u64> {
+    let (_, segs) = load_segments(data)?;
+    let m = mappings.iter().min_by_key(|m| m.file_offset)?;
+    let page = 4096u64;
+    for (vaddr, off, filesz, _) in &segs {
+        let lo = off & !(page - 1);
+        if m.file_offset >= lo && m.file_offset < off + filesz.max(&1) {
+            return Some(
+                m.start
+                    .wrapping_sub(vaddr.wrapping_sub(*off).wrapping_add(m.file_offset)),
+            );
+        }
+    }
+    None
+}
+
+/// Reads a whole file, for the build-id check and the bias.
+pub(crate) fn map_file(path: &Path) -> std::io::Result<memmap2::Mmap> {
+    let f = std::fs::File::open(path)?;
+    // SAFETY: the file is mapped read-only; like every debugger we accept
+    // that a file truncated under us could fault, and we never write it.
+    unsafe { memmap2::Mmap::map(&f) }
+}
+
+/// Groups file mappings into modules (one per path) and sorts them.
+pub fn group_mappings(mappings: &[Mapping]) -> Vec<Module> {
+    let mut mods: Vec<Module> = Vec::new();
+    for m in mappings {
+        if m.path.is_empty() || m.path.starts_with('[') && m.path != "[vdso]" {
+            continue;
+        }
+        match mods.iter_mut().find(|x| x.name == m.path) {
+            Some(x) => {
+                x.start = x.start.min(m.start);
+                x.end = x.end.max(m.end);
+                x.mappings.push(m.clone());
+            }
+            None => mods.push(Module {
+                name: m.path.clone(),
+                file: None,
+                debug_file: None,
+                start: m.start,
+                end: m.end,
+                bias: 0,
+                build_id: None,
+                image: None,
+                mappings: vec![m.clone()],
+            }),
+        }
+    }
+    mods.sort_by_key(|m| m.start);
+    mods
+}
+
+/// Finds each module's file on disk and checks it against the build-id the
+/// target carries. `exe` (from the command line) stands for the module named
+/// `exe_name` (the target's executable). Problems go to `warnings`.
+pub fn resolve_files(
+    mods: &mut [Module],
+    lookup: &Lookup,
+    exe: Option<(&Path, &str)>,
+    warnings: &mut Vec<String>,
+) {
+    for m in mods.iter_mut() {
+        if m.image.is_some() {
+            continue;
+        }
+        let candidates: Vec<PathBuf> = match exe {
+            Some((p, name)) if name == m.name => vec![p.to_path_buf()],
+            _ => lookup.candidates(&m.name),
+        };
+        let mut found = None;
+        let mut mismatch = None;
+        for c in candidates {
+            let Ok(data) = map_file(&c) else { continue };
+            if load_segments(&data).is_none() {
+                warnings.push(format!("{}: not an ELF file, ignoring it", c.display()));
+                continue;
+            }
+            let file_id = build_id(&data);
+            if let (Some(want), Some(have)) = (&m.build_id, &file_id) {
+                if want != have {
+                    mismatch = Some((c.clone(), hex(have)));
+                    continue;
+                }
+            }
+            if m.build_id.is_none() {
+                m.build_id = file_id;
+            }
+            m.bias = load_bias(&data, &m.mappings).unwrap_or(m.start);
+            found = Some(c);
+            break;
+        }
+        match (&found, mismatch) {
+            (None, Some((p, have))) => warnings.push(format!(
+                "{}: build-id {} does not match the target's {} (another build of {}?): ignoring it, its frames are unnamed",
+                p.display(),
+                have,
+                hex(m.build_id.as_deref().unwrap_or(&[])),
+                m.name
+            )),
+            (None, None) => warnings.push(format!(
+                "{}: not found{}: its frames are unnamed",
+                m.name,
+                if lookup.sysroot.is_some() { " under --sysroot" } else { "" }
+            )),
+            _ => {}
+        }
+        m.file = found;
+        if let Some(id) = &m.build_id {
+            m.debug_file = lookup.debug_file(id);
+        }
+    }
+}

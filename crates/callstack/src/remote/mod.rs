@@ -1,0 +1,357 @@
+//! Call stacks of other processes: ELF core files and live processes.
+//!
+//! Both sources produce a [`Snapshot`]: the threads with their registers and
+//! names, the mapped modules (found on disk, checked against build-ids), and
+//! a [`Memory`](crate::unwind::Memory) that reads the target's memory. Every
+//! thread is then unwound by [`unwind_thread`], the same code for both
+//! sources, and the frames are symbolized from the module files.
+//!
+//! ```no_run
+//! use callstack::remote::{corefile::CoreFile, unwind_thread, Lookup};
+//! let core = CoreFile::open("core.1234".as_ref(), Some("./app".as_ref()), &Lookup::default())?;
+//! let mut mem = core.memory();
+//! for t in &core.snapshot().threads {
+//!     let frames = unwind_thread(core.snapshot(), &mut mem, t, 256);
+//!     println!("{} frames in thread {}", frames.frames.len(), t.tid);
+//! }
+//! # Ok::<(), callstack::remote::RemoteError>(())
+//! ```
+
+pub mod corefile;
+mod files;
+#[cfg(target_os = "linux")]
+pub mod process;
+#[cfg(target_os = "linux")]
+mod ptrace;
+mod step;
+pub mod symbols;
+
+pub use files::Lookup;
+pub use step::{unwind_thread, RemoteUnwinder, Unwound};
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// The architecture of a target, from its ELF `e_machine`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// x86-64 (`EM_X86_64`).
+    X86_64,
+    /// AArch64 (`EM_AARCH64`).
+    Aarch64,
+    /// 32-bit ARM (`EM_ARM`).
+    Arm,
+    /// MIPS (`EM_MIPS`).
+    Mips,
+}
+
+impl Arch {
+    /// The architecture of an ELF `e_machine`, if we know it.
+    pub fn from_e_machine(m: u16) -> Option<Arch> {
+        match object::elf::Machine(m) {
+            object::elf::EM_X86_64 => Some(Arch::X86_64),
+            object::elf::EM_AARCH64 => Some(Arch::Aarch64),
+            object::elf::EM_ARM => Some(Arch::Arm),
+            object::elf::EM_MIPS => Some(Arch::Mips),
+            _ => None,
+        }
+    }
+
+    /// The register slot of the program counter in [`Registers`].
+    pub fn pc_reg(self) -> u16 {
+        match self {
+            Arch::X86_64 => crate::arch::x86_64::regs::DWARF_RIP,
+            Arch::Aarch64 => crate::arch::aarch64::regs::DWARF_PC,
+            Arch::Arm => 15,
+            Arch::Mips => 37,
+        }
+    }
+
+    /// The register slot of the stack pointer.
+    pub fn sp_reg(self) -> u16 {
+        match self {
+            Arch::X86_64 => crate::arch::x86_64::regs::DWARF_RSP,
+            Arch::Aarch64 => crate::arch::aarch64::regs::DWARF_SP,
+            Arch::Arm => 13,
+            Arch::Mips => 29,
+        }
+    }
+
+    /// The register slot of the frame pointer.
+    pub fn fp_reg(self) -> u16 {
+        match self {
+            Arch::X86_64 => crate::arch::x86_64::regs::DWARF_RBP,
+            Arch::Aarch64 => crate::arch::aarch64::regs::DWARF_FP,
+            Arch::Arm => 11,
+            Arch::Mips => 30,
+        }
+    }
+
+    /// The size of a pointer in bytes.
+    pub fn word_size(self) -> u64 {
+        match self {
+            Arch::X86_64 | Arch::Aarch64 => 8,
+            Arch::Arm | Arch::Mips => 4,
+        }
+    }
+
+    /// Reads a thread's registers from the kernel's register block of this
+    /// architecture (`pr_reg` of `NT_PRSTATUS`, or `PTRACE_GETREGSET`).
+    ///
+    /// This is the one place per architecture that knows the layout; a new
+    /// architecture adds its `arch/<arch>/regs.rs` and a line here.
+    pub fn registers_from_user_regs(self, bytes: &[u8]) -> Option<Registers> {
+        match self {
+            Arch::X86_64 => crate::arch::x86_64::regs::from_user_regs(bytes),
+            Arch::Aarch64 => crate::arch::aarch64::regs::from_user_regs(bytes),
+            Arch::Arm | Arch::Mips => None,
+        }
+    }
+
+    /// Where `pr_pid` and `pr_reg` sit in this architecture's
+    /// `struct elf_prstatus` (the note is laid out per architecture).
+    pub fn prstatus_layout(self) -> Option<PrstatusLayout> {
+        match self {
+            Arch::X86_64 => Some(PrstatusLayout {
+                pid_offset: crate::arch::x86_64::regs::PRSTATUS_PID_OFFSET,
+                regs_offset: crate::arch::x86_64::regs::PRSTATUS_REGS_OFFSET,
+            }),
+            Arch::Aarch64 => Some(PrstatusLayout {
+                pid_offset: crate::arch::aarch64::regs::PRSTATUS_PID_OFFSET,
+                regs_offset: crate::arch::aarch64::regs::PRSTATUS_REGS_OFFSET,
+            }),
+            Arch::Arm | Arch::Mips => None,
+        }
+    }
+}
+
+/// Offsets inside an `NT_PRSTATUS` descriptor.
+#[derive(Clone, Copy, Debug)]
+pub struct PrstatusLayout {
+    /// Offset of `pr_pid` (the thread id, 32 bits).
+    pub pid_offset: usize,
+    /// Offset of `pr_reg` (the register block).
+    pub regs_offset: usize,
+}
+
+/// Number of register slots in [`Registers`].
+pub const MAX_REGS: usize = 64;
+
+/// A thread's registers, indexed by DWARF register number (plus an
+/// architecture-chosen slot for the pc where DWARF has none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Registers {
+    /// The architecture the numbers refer to.
+    pub arch: Arch,
+    values: [u64; MAX_REGS],
+    valid: u64,
+}
+
+impl Registers {
+    /// No register known.
+    pub fn new(arch: Arch) -> Registers {
+        Registers {
+            arch,
+            values: [0; MAX_REGS],
+            valid: 0,
+        }
+    }
+    /// The value of register `r`, if known.
+    pub fn get(&self, r: u16) -> Option<u64> {
+        let r = r as usize;
+        (r < MAX_REGS && self.valid & (1 << r) != 0).then(|| self.values[r])
+    }
+    /// Sets register `r` (ignored beyond [`MAX_REGS`]).
+    pub fn set(&mut self, r: u16, v: u64) {
+        let r = r as usize;
+        if r < MAX_REGS {
+            self.values[r] = v;
+            self.valid |= 1 << r;
+        }
+    }
+    /// Forgets register `r`.
+    pub fn clear(&mut self, r: u16) {
+        if (r as usize) < MAX_REGS {
+            self.valid &= !(1 << r);
+        }
+    }
+    /// The program counter.
+    pub fn pc(&self) -> Option<u64> {
+        self.get(self.arch.pc_reg())
+    }
+    /// The stack pointer.
+    pub fn sp(&self) -> Option<u64> {
+        self.get(self.arch.sp_reg())
+    }
+    /// The frame pointer.
+    pub fn fp(&self) -> Option<u64> {
+        self.get(self.arch.fp_reg())
+    }
+}
+
+/// One thread of a target.
+#[derive(Clone, Debug)]
+pub struct Thread {
+    /// The thread id (LWP).
+    pub tid: u32,
+    /// The thread's name, when the source records it.
+    pub name: Option<String>,
+    /// The registers at the stop (or at the dump).
+    pub registers: Registers,
+}
+
+/// A file-backed mapping of the target (`NT_FILE` entry or `/proc/PID/maps` line).
+#[derive(Clone, Debug)]
+pub struct Mapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Offset in the file of `start`.
+    pub file_offset: u64,
+    /// The path as the target saw it.
+    pub path: String,
+    /// Whether the mapping is executable (`None` when the source does not say).
+    pub executable: Option<bool>,
+}
+
+/// A loaded ELF object of the target (executable, library, vDSO).
+#[derive(Clone, Debug)]
+pub struct Module {
+    /// The path as the target saw it (`[vdso]` for the vDSO).
+    pub name: String,
+    /// The file on disk used for symbols and unwind tables; `None` when it
+    /// was not found or did not match the target's build-id.
+    pub file: Option<PathBuf>,
+    /// A separate debug file (`--debug-dir`, by build-id), when found.
+    pub debug_file: Option<PathBuf>,
+    /// Lowest mapped address.
+    pub start: u64,
+    /// One past the highest mapped address.
+    pub end: u64,
+    /// Load bias: runtime address minus the address in the file.
+    pub bias: u64,
+    /// The build-id read from the target's memory, when available.
+    pub build_id: Option<Vec<u8>>,
+    /// For the vDSO (or a module not on disk): its image read from the target.
+    pub image: Option<std::sync::Arc<Vec<u8>>>,
+    /// Its mappings.
+    pub mappings: Vec<Mapping>,
+}
+
+impl Module {
+    /// Whether `addr` lies in one of this module's mappings.
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.start
+            && addr < self.end
+            && self
+                .mappings
+                .iter()
+                .any(|m| addr >= m.start && addr < m.end)
+    }
+}
+
+/// Everything read from a target before unwinding.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// The architecture.
+    pub arch: Arch,
+    /// The process id.
+    pub pid: u32,
+    /// The process name (`NT_PRPSINFO` `pr_fname`, or `/proc/PID/comm`).
+    pub process_name: Option<String>,
+    /// Every thread, in the source's order.
+    pub threads: Vec<Thread>,
+    /// The loaded modules, sorted by address.
+    pub modules: Vec<Module>,
+    /// Problems met on the way, each a sentence for the user.
+    pub warnings: Vec<String>,
+}
+
+impl Snapshot {
+    /// The module containing `addr`.
+    pub fn module_at(&self, addr: u64) -> Option<(usize, &Module)> {
+        self.modules
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.contains(addr))
+    }
+}
+
+/// How a frame was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// From the thread's registers (the first frame).
+    Context,
+    /// DWARF call-frame information.
+    Cfi,
+    /// The frame-pointer chain.
+    Fp,
+    /// Instruction analysis.
+    Insn,
+    /// Stack scanning.
+    Scan,
+}
+
+impl Method {
+    /// The name used in the JSON output: `context`, `cfi`, `fp`, `insn`, `scan`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Context => "context",
+            Method::Cfi => "cfi",
+            Method::Fp => "fp",
+            Method::Insn => "insn",
+            Method::Scan => "scan",
+        }
+    }
+}
+
+/// One unwound frame of another process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The pc of the first frame, the return address of the others.
+    pub pc: u64,
+    /// The address to symbolize: `pc` for the first frame (and frames
+    /// interrupted by a signal), `pc - 1` for return addresses.
+    pub lookup: u64,
+    /// How the frame was found.
+    pub method: Method,
+}
+
+/// Why a target could not be read at all.
+#[derive(Debug)]
+pub enum RemoteError {
+    /// An I/O error on a named file.
+    Io(PathBuf, std::io::Error),
+    /// The core file is not a usable ELF core; the text says why.
+    BadCore(String),
+    /// The target's architecture has no register layout here.
+    UnsupportedArch(String),
+    /// No process with that id.
+    NoSuchProcess(u32),
+    /// The process is a zombie: it has exited and has no stack.
+    Zombie(u32),
+    /// Not allowed to trace the process; the text says why and what to do.
+    Permission(u32, String),
+    /// A ptrace or /proc failure.
+    Ptrace(u32, String),
+}
+
+impl fmt::Display for RemoteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RemoteError::Io(p, e) => write!(f, "{}: {e}", p.display()),
+            RemoteError::BadCore(s) => write!(f, "{s}"),
+            RemoteError::UnsupportedArch(s) => write!(f, "unsupported architecture: {s}"),
+            RemoteError::NoSuchProcess(p) => write!(f, "no process with id {p}"),
+            RemoteError::Zombie(p) => write!(
+                f,
+                "process {p} is a zombie (it has exited and its parent has not reaped it): it has no threads to show"
+            ),
+            RemoteError::Permission(p, s) => write!(f, "not permitted to trace process {p}: {s}"),
+            RemoteError::Ptrace(p, s) => write!(f, "process {p}: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for RemoteError {}

@@ -1,0 +1,356 @@
+//! Live processes: stop every thread with `PTRACE_SEIZE` + `PTRACE_INTERRUPT`,
+//! copy its registers and the live part of its stack, detach, and only then
+//! unwind and symbolize, so the target is stopped for as short a time as
+//! possible (see [`LiveProcess::stopped_for`]).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::files::{self, Lookup};
+use super::ptrace;
+use super::{Arch, Mapping, RemoteError, Snapshot, Thread};
+use crate::unwind::{Memory, ReadError};
+
+/// How many bytes of each thread's stack are copied while it is stopped,
+/// from its stack pointer up (the rest is read live after detaching).
+pub const STACK_COPY: u64 = 512 * 1024;
+/// Bytes below the stack pointer copied too (the x86-64 red zone).
+const RED_ZONE: u64 = 128;
+const PTRACE_EVENT_STOP: i32 = 128;
+
+/// A process whose threads were captured and released.
+pub struct LiveProcess {
+    pid: u32,
+    snapshot: Snapshot,
+    /// (start address, bytes) of each thread's copied stack, sorted.
+    stacks: Vec<(u64, Vec<u8>)>,
+    stopped_for: Duration,
+}
+
+fn proc_path(pid: u32, rest: &str) -> String {
+    format!("/proc/{pid}/{rest}")
+}
+
+fn read_maps(pid: u32) -> Result<Vec<(Mapping, bool)>, RemoteError> {
+    let path = proc_path(pid, "maps");
+    let text = std::fs::read_to_string(&path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESRCH) => RemoteError::NoSuchProcess(pid),
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            RemoteError::Permission(pid, permission_hint(pid))
+        }
+        _ => RemoteError::Io(path.clone().into(), e),
+    })?;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(range), Some(perms), Some(off)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        let (_dev, _inode) = (it.next(), it.next());
+        let path: String = it.collect::<Vec<_>>().join(" ");
+        let Some((s, e)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end), Ok(file_offset)) = (
+            u64::from_str_radix(s, 16),
+            u64::from_str_radix(e, 16),
+            u64::from_str_radix(off, 16),
+        ) else {
+            continue;
+        };
+        let writable = perms.as_bytes().get(1) == Some(&b'w');
+        out.push((
+            Mapping {
+                start,
+                end,
+                file_offset,
+                path,
+                executable: Some(perms.as_bytes().get(2) == Some(&b'x')),
+            },
+            writable,
+        ));
+    }
+    Ok(out)
+}
+
+/// Why tracing `pid` is not permitted, in words a user can act on.
+pub fn permission_hint(pid: u32) -> String {
+    let status = std::fs::read_to_string(proc_path(pid, "status")).unwrap_or_default();
+    if let Some(tracer) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .map(str::trim)
+        .filter(|t| *t != "0")
+    {
+        return format!("it is already being traced by process {tracer} (a debugger?)");
+    }
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    match scope {
+        Some(1) => "kernel.yama.ptrace_scope is 1: only a parent may trace its children; run as root or set `sysctl kernel.yama.ptrace_scope=0`".into(),
+        Some(2) => "kernel.yama.ptrace_scope is 2: only root (CAP_SYS_PTRACE) may trace; run as root".into(),
+        Some(3) => "kernel.yama.ptrace_scope is 3: tracing is disabled until reboot".into(),
+        _ => "it belongs to another user or is not dumpable; run as its owner or as root (CAP_SYS_PTRACE)".into(),
+    }
+}
+
+fn check_state(pid: u32) -> Result<(), RemoteError> {
+    let stat = std::fs::read_to_string(proc_path(pid, "stat"))
+        .map_err(|_| RemoteError::NoSuchProcess(pid))?;
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.trim_start().chars().next());
+    match state {
+        Some('Z') | Some('X') => Err(RemoteError::Zombie(pid)),
+        _ => Ok(()),
+    }
+}
+
+fn tasks(pid: u32) -> Result<Vec<u32>, RemoteError> {
+    let dir =
+        std::fs::read_dir(proc_path(pid, "task")).map_err(|_| RemoteError::NoSuchProcess(pid))?;
+    let mut v: Vec<u32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+struct Stopped {
+    tid: u32,
+    /// Signal to deliver when detaching (a signal-delivery-stop we consumed).
+    signal: i32,
+    alive: bool,
+}
+
+impl LiveProcess {
+    /// Stops every thread of `pid`, copies registers and stacks, and lets
+    /// them go. Unwinding happens afterwards, on the copies.
+    pub fn capture(pid: u32, lookup: &Lookup) -> Result<LiveProcess, RemoteError> {
+        if pid == 0 || std::fs::metadata(proc_path(pid, "")).is_err() {
+            return Err(RemoteError::NoSuchProcess(pid));
+        }
+        check_state(pid)?;
+        if pid == std::process::id() {
+            return Err(RemoteError::Ptrace(
+                pid,
+                "cannot trace callstack itself; use capture_exact in-process".into(),
+            ));
+        }
+        let maps = read_maps(pid)?;
+        let exe = proc_path(pid, "exe");
+        let arch = files::map_file(Path::new(&exe))
+            .ok()
+            .and_then(|d| files::load_segments(&d))
+            .and_then(|(m, _)| Arch::from_e_machine(m))
+            .unwrap_or(if cfg!(target_arch = "aarch64") {
+                Arch::Aarch64
+            } else {
+                Arch::X86_64
+            });
+
+        // Attach (no stop yet), re-listing until no new thread appears.
+        let mut seized: Vec<u32> = Vec::new();
+        for _round in 0..8 {
+            let now = tasks(pid)?;
+            let new: Vec<u32> = now
+                .iter()
+                .copied()
+                .filter(|t| !seized.contains(t))
+                .collect();
+            if new.is_empty() {
+                break;
+            }
+            for tid in new {
+                match ptrace::seize(tid as i32) {
+                    Ok(()) => seized.push(tid),
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                        for &t in &seized {
+                            let _ = ptrace::detach(t as i32, 0);
+                        }
+                        if check_state(pid).is_err() {
+                            return Err(RemoteError::Zombie(pid));
+                        }
+                        return Err(RemoteError::Permission(pid, permission_hint(pid)));
+                    }
+                    Err(e) => {
+                        for &t in &seized {
+                            let _ = ptrace::detach(t as i32, 0);
+                        }
+                        return Err(RemoteError::Ptrace(
+                            pid,
+                            format!("PTRACE_SEIZE of thread {tid}: {e}"),
+                        ));
+                    }
+                }
+            }
+        }
+        if seized.is_empty() {
+            return Err(RemoteError::Zombie(pid));
+        }
+
+        // Stop all, copy, release.
+        let t0 = Instant::now();
+        let mut stopped: Vec<Stopped> = Vec::with_capacity(seized.len());
+        for &tid in &seized {
+            let alive = ptrace::interrupt(tid as i32).is_ok();
+            stopped.push(Stopped {
+                tid,
+                signal: 0,
+                alive,
+            });
+        }
+        for s in stopped.iter_mut().filter(|s| s.alive) {
+            match ptrace::wait(s.tid as i32) {
+                Ok(st) if libc::WIFSTOPPED(st) => {
+                    let sig = libc::WSTOPSIG(st);
+                    let event = st >> 16;
+                    if event != PTRACE_EVENT_STOP && sig != libc::SIGTRAP {
+                        s.signal = sig; // a signal-delivery-stop: hand it back at detach
+                    }
+                }
+                _ => s.alive = false,
+            }
+        }
+        let mut threads = Vec::with_capacity(stopped.len());
+        let mut stacks = Vec::with_capacity(stopped.len());
+        let mut warnings = Vec::new();
+        let mut buf = [0u8; 1024];
+        for s in stopped.iter().filter(|s| s.alive) {
+            let regs = ptrace::get_regset(s.tid as i32, &mut buf)
+                .ok()
+                .and_then(|n| arch.registers_from_user_regs(&buf[..n]));
+            let Some(registers) = regs else {
+                warnings.push(format!("thread {}: could not read its registers", s.tid));
+                continue;
+            };
+            if let Some(sp) = registers.sp() {
+                if let Some((m, _)) = maps.iter().find(|(m, w)| *w && sp >= m.start && sp < m.end) {
+                    let lo = sp.saturating_sub(RED_ZONE).max(m.start);
+                    let hi = m.end.min(sp.saturating_add(STACK_COPY));
+                    let mut bytes = vec![0u8; (hi - lo) as usize];
+                    if let Ok(n) = ptrace::read_remote(pid as i32, lo, &mut bytes) {
+                        bytes.truncate(n);
+                        stacks.push((lo, bytes));
+                    }
+                }
+            }
+            threads.push(Thread {
+                tid: s.tid,
+                name: None,
+                registers,
+            });
+        }
+        for s in &stopped {
+            let _ = ptrace::detach(s.tid as i32, s.signal);
+        }
+        let stopped_for = t0.elapsed();
+        for s in stopped.iter().filter(|s| !s.alive) {
+            warnings.push(format!("thread {} exited while being stopped", s.tid));
+        }
+
+        // Everything below runs with the target running again.
+        for t in threads.iter_mut() {
+            t.name = std::fs::read_to_string(format!("/proc/{pid}/task/{}/comm", t.tid))
+                .ok()
+                .map(|s| s.trim_end_matches('\n').to_string());
+        }
+        // gdb's order: the main thread first, then by creation (tid).
+        threads.sort_by_key(|t| (t.tid != pid, t.tid));
+        stacks.sort_by_key(|s| s.0);
+        let mut live = LiveProcess {
+            pid,
+            snapshot: Snapshot {
+                arch,
+                pid,
+                process_name: std::fs::read_to_string(proc_path(pid, "comm"))
+                    .ok()
+                    .map(|s| s.trim_end().to_string()),
+                threads,
+                modules: Vec::new(),
+                warnings: Vec::new(),
+            },
+            stacks,
+            stopped_for,
+        };
+        let file_maps: Vec<Mapping> = maps
+            .into_iter()
+            .map(|(m, _)| m)
+            .filter(|m| m.path.starts_with('/'))
+            .collect();
+        let mut mods = files::group_mappings(&file_maps);
+        for m in mods.iter_mut() {
+            let mut page = vec![0u8; 4096];
+            if live.memory().read_bytes(m.start, &mut page) {
+                m.build_id = files::build_id(&page);
+            }
+        }
+        let exe_target = std::fs::read_link(&exe)
+            .ok()
+            .map(|p| p.display().to_string());
+        let exe_arg = exe_target.as_deref().map(|n| (Path::new(&exe), n));
+        files::resolve_files(&mut mods, lookup, exe_arg, &mut warnings);
+        live.snapshot.modules = mods;
+        live.snapshot.warnings = warnings;
+        Ok(live)
+    }
+
+    /// The threads, modules and warnings.
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    /// How long the target was stopped: from the first `PTRACE_INTERRUPT`
+    /// to the last `PTRACE_DETACH`.
+    pub fn stopped_for(&self) -> Duration {
+        self.stopped_for
+    }
+
+    /// A reader of the target's memory: the stack copies first, then the
+    /// live process.
+    pub fn memory(&self) -> ProcessMemory<'_> {
+        ProcessMemory { live: self }
+    }
+}
+
+/// The memory of a captured process, read by the unwinder.
+pub struct ProcessMemory<'a> {
+    live: &'a LiveProcess,
+}
+
+impl ProcessMemory<'_> {
+    /// Copies target memory at `addr` into `buf`; false when it cannot be read.
+    pub fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
+        let stacks = &self.live.stacks;
+        let i = stacks.partition_point(|s| s.0 <= addr);
+        if let Some((start, bytes)) = i.checked_sub(1).and_then(|i| stacks.get(i)) {
+            let rel = (addr - start) as usize;
+            if let Some(src) = bytes.get(rel..rel + buf.len()) {
+                buf.copy_from_slice(src);
+                return true;
+            }
+        }
+        matches!(ptrace::read_remote(self.live.pid as i32, addr, buf), Ok(n) if n == buf.len())
+            || read_proc_mem(self.live.pid, addr, buf)
+    }
+}
+
+fn read_proc_mem(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
+    use std::os::unix::fs::FileExt;
+    std::fs::File::open(proc_path(pid, "mem"))
+        .and_then(|f| f.read_exact_at(buf, addr))
+        .is_ok()
+}
+
+impl Memory for ProcessMemory<'_> {
+    fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
+        let mut b = [0u8; 8];
+        if self.read_bytes(addr, &mut b) {
+            Ok(u64::from_le_bytes(b))
+        } else {
+            Err(ReadError::Unreadable(addr))
+        }
+    }
+}

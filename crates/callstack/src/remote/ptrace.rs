@@ -1,0 +1,87 @@
+//! The system calls behind [`super::process`]: ptrace, waitpid,
+//! process_vm_readv, each wrapped into a safe function returning `io::Result`.
+
+use std::io;
+
+fn check(r: libc::c_long) -> io::Result<libc::c_long> {
+    if r == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// `PTRACE_SEIZE` without options: attaches without stopping the thread.
+pub fn seize(tid: i32) -> io::Result<()> {
+    // SAFETY: PTRACE_SEIZE takes no pointer arguments (addr 0, data 0 options).
+    check(unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0usize, 0usize) }).map(drop)
+}
+
+/// `PTRACE_INTERRUPT`: asks a seized thread to stop.
+pub fn interrupt(tid: i32) -> io::Result<()> {
+    // SAFETY: no pointer arguments.
+    check(unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0usize, 0usize) }).map(drop)
+}
+
+/// `PTRACE_DETACH`, delivering `sig` (0 for none) as the thread resumes.
+pub fn detach(tid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: the data argument is a signal number, not a pointer.
+    check(unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, sig as usize) }).map(drop)
+}
+
+/// `waitpid(tid, __WALL)`, retried on EINTR; returns the raw status.
+pub fn wait(tid: i32) -> io::Result<i32> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid out-pointer for the duration of the call.
+        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
+        if r == -1 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(status);
+    }
+}
+
+/// `PTRACE_GETREGSET(NT_PRSTATUS)` into `buf`; returns the bytes written.
+pub fn get_regset(tid: i32, buf: &mut [u8]) -> io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: `iov` describes `buf`, writable for its length; the kernel
+    // writes at most iov_len bytes and updates iov_len.
+    check(unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETREGSET,
+            tid,
+            libc::NT_PRSTATUS as usize,
+            &mut iov as *mut libc::iovec,
+        )
+    })?;
+    Ok(iov.iov_len)
+}
+
+/// `process_vm_readv` of `buf.len()` bytes at `addr` of process `pid`;
+/// returns how many bytes were read.
+pub fn read_remote(pid: i32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: `local` describes `buf`, writable for its length; the remote
+    // address is only interpreted by the kernel in the target's address space.
+    let r = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}

@@ -1,0 +1,614 @@
+//! Direct CFI evaluation: find the FDE of an address, run its instructions
+//! with storage on the stack, and apply the resulting row.
+//!
+//! This is the cold path (a module whose table is not compiled yet) and the
+//! fallback of compiled rows that need it. It allocates nothing and takes no
+//! lock: gimli's [`UnwindContext`] runs with [`StackStorage`], fixed arrays
+//! that live on the caller's stack, and DWARF expressions are evaluated by
+//! [`eval_expression`] on a fixed-size stack.
+
+use gimli::{
+    BaseAddresses, CfaRule, DebugFrame, EhFrame, EhFrameHdr, EndianSlice, LittleEndian, Register,
+    RegisterRule, UnwindContext, UnwindContextStorage, UnwindSection, UnwindTableRow,
+};
+
+use crate::arch::{Applied, Arch};
+use crate::unwind::{Memory, UnwindError, UnwindRegs};
+
+/// The gimli reader of every section the unwinder reads.
+pub type Slice<'a> = EndianSlice<'a, LittleEndian>;
+
+/// Fixed-size storage for gimli's unwind context: up to 20 register rules
+/// per row and 4 levels of `DW_CFA_remember_state`. About 3 KiB, on the
+/// stack of whoever evaluates.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StackStorage;
+
+impl<T: gimli::ReaderOffset> UnwindContextStorage<T> for StackStorage {
+    type Rules = [(Register, RegisterRule<T>); 20];
+    type Stack = [UnwindTableRow<T, Self>; 4];
+}
+
+/// A register rule of a CFI row, independent of gimli's reader type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleView<'a> {
+    /// Not recoverable (for the return address: the outermost frame).
+    Undefined,
+    /// Unchanged in the caller.
+    SameValue,
+    /// Saved at `CFA + n`.
+    Offset(i64),
+    /// The value is `CFA + n`.
+    ValOffset(i64),
+    /// Saved in another register.
+    Register(u16),
+    /// Saved at the address a DWARF expression computes (CFA pushed first).
+    Expression(&'a [u8]),
+    /// The value a DWARF expression computes (CFA pushed first).
+    ValExpression(&'a [u8]),
+    /// A constant value.
+    Constant(u64),
+    /// An architectural rule the unwinder does not know.
+    Other,
+}
+
+/// The CFA rule of a CFI row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CfaView<'a> {
+    /// `CFA = reg + offset`.
+    RegOffset(u16, i64),
+    /// `CFA` is the value of a DWARF expression.
+    Expression(&'a [u8]),
+}
+
+const MAX_VIEW_REGS: usize = 20;
+
+/// One CFI row: the CFA rule and the register rules, with expressions as
+/// byte slices of the section.
+#[derive(Clone, Copy, Debug)]
+pub struct RowView<'a> {
+    /// How to compute the CFA.
+    pub cfa: CfaView<'a>,
+    regs: [(u16, RuleView<'a>); MAX_VIEW_REGS],
+    n: usize,
+    ra: u16,
+}
+
+impl<'a> RowView<'a> {
+    /// Builds a view from explicit parts (tests, other row sources).
+    pub fn new(cfa: CfaView<'a>, ra_register: u16, regs: &[(u16, RuleView<'a>)]) -> Self {
+        let mut v = RowView {
+            cfa,
+            regs: [(0, RuleView::Other); MAX_VIEW_REGS],
+            n: 0,
+            ra: ra_register,
+        };
+        for &(r, rule) in regs.iter().take(MAX_VIEW_REGS) {
+            v.regs[v.n] = (r, rule);
+            v.n += 1;
+        }
+        v
+    }
+
+    /// The rule of register `reg`: a register the row does not mention is
+    /// unchanged in the caller, except the return-address column, which is
+    /// then undefined.
+    pub fn reg(&self, reg: u16) -> RuleView<'a> {
+        for &(r, rule) in &self.regs[..self.n] {
+            if r == reg {
+                return rule;
+            }
+        }
+        if reg == self.ra {
+            RuleView::Undefined
+        } else {
+            RuleView::SameValue
+        }
+    }
+
+    fn from_gimli<S: UnwindSection<Slice<'a>>>(
+        row: &UnwindTableRow<usize, StackStorage>,
+        section: &S,
+        ra: u16,
+    ) -> Result<Self, UnwindError> {
+        let expr = |e: &gimli::UnwindExpression<usize>| -> Result<&'a [u8], UnwindError> {
+            e.get(section)
+                .map(|x| x.0.slice())
+                .map_err(|_| UnwindError::BadCfi)
+        };
+        let cfa = match row.cfa() {
+            CfaRule::RegisterAndOffset { register, offset } => {
+                CfaView::RegOffset(register.0, *offset)
+            }
+            CfaRule::Expression(e) => CfaView::Expression(expr(e)?),
+        };
+        let mut v = RowView {
+            cfa,
+            regs: [(0, RuleView::Other); MAX_VIEW_REGS],
+            n: 0,
+            ra,
+        };
+        for (reg, rule) in row.registers() {
+            if v.n == MAX_VIEW_REGS {
+                return Err(UnwindError::BadCfi);
+            }
+            let r = match rule {
+                RegisterRule::Undefined => RuleView::Undefined,
+                RegisterRule::SameValue => RuleView::SameValue,
+                RegisterRule::Offset(o) => RuleView::Offset(*o),
+                RegisterRule::ValOffset(o) => RuleView::ValOffset(*o),
+                RegisterRule::Register(r) => RuleView::Register(r.0),
+                RegisterRule::Expression(e) => RuleView::Expression(expr(e)?),
+                RegisterRule::ValExpression(e) => RuleView::ValExpression(expr(e)?),
+                RegisterRule::Constant(c) => RuleView::Constant(*c),
+                _ => RuleView::Other,
+            };
+            v.regs[v.n] = (reg.0, r);
+            v.n += 1;
+        }
+        Ok(v)
+    }
+}
+
+/// Evaluates a DWARF expression of a CFI row (the subset CFI uses: literals,
+/// constants, `DW_OP_bregN`, `deref`, arithmetic, comparisons, `skip`/`bra`),
+/// with `initial` pushed first when given. Memory is read through `mem`;
+/// registers the unwinder does not track give [`UnwindError::Untracked`].
+pub fn eval_expression<A: Arch, M: Memory + ?Sized>(
+    expr: &[u8],
+    regs: &UnwindRegs,
+    mem: &mut M,
+    initial: Option<u64>,
+) -> Result<u64, UnwindError> {
+    const DEPTH: usize = 16;
+    let mut stack = [0u64; DEPTH];
+    let mut sp = 0usize;
+    macro_rules! push {
+        ($v:expr) => {{
+            if sp == DEPTH {
+                return Err(UnwindError::BadCfi);
+            }
+            stack[sp] = $v;
+            sp += 1;
+        }};
+    }
+    macro_rules! pop {
+        () => {{
+            if sp == 0 {
+                return Err(UnwindError::BadCfi);
+            }
+            sp -= 1;
+            stack[sp]
+        }};
+    }
+    if let Some(v) = initial {
+        push!(v);
+    }
+    let mut pc = 0usize;
+    let mut steps = 0u32;
+    let byte = |pc: &mut usize| -> Result<u8, UnwindError> {
+        let b = *expr.get(*pc).ok_or(UnwindError::BadCfi)?;
+        *pc += 1;
+        Ok(b)
+    };
+    let fixed = |pc: &mut usize, n: usize| -> Result<u64, UnwindError> {
+        let bytes = expr.get(*pc..*pc + n).ok_or(UnwindError::BadCfi)?;
+        *pc += n;
+        let mut v = 0u64;
+        for (i, b) in bytes.iter().enumerate() {
+            v |= (*b as u64) << (8 * i);
+        }
+        Ok(v)
+    };
+    let uleb = |pc: &mut usize| -> Result<u64, UnwindError> {
+        let mut v = 0u64;
+        let mut shift = 0;
+        loop {
+            let b = *expr.get(*pc).ok_or(UnwindError::BadCfi)?;
+            *pc += 1;
+            if shift < 64 {
+                v |= ((b & 0x7f) as u64) << shift;
+            }
+            shift += 7;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+    };
+    let sleb = |pc: &mut usize| -> Result<i64, UnwindError> {
+        let mut v = 0i64;
+        let mut shift = 0;
+        loop {
+            let b = *expr.get(*pc).ok_or(UnwindError::BadCfi)?;
+            *pc += 1;
+            if shift < 64 {
+                v |= ((b & 0x7f) as i64) << shift;
+            }
+            shift += 7;
+            if b & 0x80 == 0 {
+                if shift < 64 && b & 0x40 != 0 {
+                    v |= -1i64 << shift;
+                }
+                return Ok(v);
+            }
+        }
+    };
+    let sext = |v: u64, bits: u32| -> u64 { (((v << (64 - bits)) as i64) >> (64 - bits)) as u64 };
+    while pc < expr.len() {
+        steps += 1;
+        if steps > 1000 {
+            return Err(UnwindError::BadCfi);
+        }
+        let op = byte(&mut pc)?;
+        match op {
+            0x30..=0x4f => push!((op - 0x30) as u64),
+            0x70..=0x8f => {
+                let off = sleb(&mut pc)?;
+                let v = A::reg(regs, (op - 0x70) as u16).ok_or(UnwindError::Untracked)?;
+                push!(v.wrapping_add(off as u64));
+            }
+            0x92 => {
+                let r = uleb(&mut pc)?;
+                let off = sleb(&mut pc)?;
+                let v = A::reg(regs, r as u16).ok_or(UnwindError::Untracked)?;
+                push!(v.wrapping_add(off as u64));
+            }
+            0x08 => push!(fixed(&mut pc, 1)?),
+            0x09 => push!(sext(fixed(&mut pc, 1)?, 8)),
+            0x0a => push!(fixed(&mut pc, 2)?),
+            0x0b => push!(sext(fixed(&mut pc, 2)?, 16)),
+            0x0c => push!(fixed(&mut pc, 4)?),
+            0x0d => push!(sext(fixed(&mut pc, 4)?, 32)),
+            0x0e | 0x0f => push!(fixed(&mut pc, 8)?),
+            0x10 => push!(uleb(&mut pc)?),
+            0x11 => push!(sleb(&mut pc)? as u64),
+            0x12 => {
+                let a = pop!();
+                push!(a);
+                push!(a);
+            }
+            0x13 => {
+                let _ = pop!();
+            }
+            0x14 => {
+                if sp < 2 {
+                    return Err(UnwindError::BadCfi);
+                }
+                push!(stack[sp - 2]);
+            }
+            0x16 => {
+                let a = pop!();
+                let b = pop!();
+                push!(a);
+                push!(b);
+            }
+            0x06 => {
+                let a = pop!();
+                push!(mem.read_u64(a).map_err(UnwindError::Read)?);
+            }
+            0x23 => {
+                let a = pop!();
+                push!(a.wrapping_add(uleb(&mut pc)?));
+            }
+            0x1f => {
+                let a = pop!();
+                push!((a as i64).wrapping_neg() as u64);
+            }
+            0x20 => {
+                let a = pop!();
+                push!(!a);
+            }
+            0x19 => {
+                let a = pop!() as i64;
+                push!(a.wrapping_abs() as u64);
+            }
+            0x1a | 0x1c | 0x1e | 0x21 | 0x22 | 0x24 | 0x25 | 0x26 | 0x27 | 0x29..=0x2e => {
+                let b = pop!();
+                let a = pop!();
+                let r = match op {
+                    0x1a => a & b,
+                    0x1c => a.wrapping_sub(b),
+                    0x1e => a.wrapping_mul(b),
+                    0x21 => a | b,
+                    0x22 => a.wrapping_add(b),
+                    0x24 => a.checked_shl(b as u32).unwrap_or(0),
+                    0x25 => a.checked_shr(b as u32).unwrap_or(0),
+                    0x26 => ((a as i64) >> b.min(63)) as u64,
+                    0x27 => a ^ b,
+                    0x29 => (a == b) as u64,
+                    0x2a => (a as i64 >= b as i64) as u64,
+                    0x2b => (a as i64 > b as i64) as u64,
+                    0x2c => (a as i64 <= b as i64) as u64,
+                    0x2d => ((a as i64) < b as i64) as u64,
+                    _ => (a != b) as u64,
+                };
+                push!(r);
+            }
+            0x2f | 0x28 => {
+                let off = fixed(&mut pc, 2)? as i16 as isize;
+                let take = if op == 0x2f { true } else { pop!() != 0 };
+                if take {
+                    let to = pc as isize + off;
+                    if to < 0 || to as usize > expr.len() {
+                        return Err(UnwindError::BadCfi);
+                    }
+                    pc = to as usize;
+                }
+            }
+            0x96 => {} // DW_OP_nop
+            _ => return Err(UnwindError::BadCfi),
+        }
+    }
+    if sp == 0 {
+        return Err(UnwindError::BadCfi);
+    }
+    Ok(stack[sp - 1])
+}
+
+/// Applies a CFI row to `regs` directly (no compiled rule): computes the CFA
+/// and reads the return address and the frame pointer as the row says.
+pub fn apply_row<A: Arch, M: Memory + ?Sized>(
+    row: &RowView<'_>,
+    regs: &UnwindRegs,
+    mem: &mut M,
+    signal: bool,
+) -> Result<Applied, UnwindError> {
+    let cfa = match row.cfa {
+        CfaView::RegOffset(r, off) => A::reg(regs, r)
+            .ok_or(UnwindError::Untracked)?
+            .wrapping_add(off as u64),
+        CfaView::Expression(e) => eval_expression::<A, M>(e, regs, mem, None)?,
+    };
+    let value = |rule: RuleView<'_>, same: u64, m: &mut M| -> Result<Option<u64>, UnwindError> {
+        Ok(Some(match rule {
+            RuleView::Undefined => return Ok(None),
+            RuleView::SameValue => same,
+            RuleView::Offset(o) => m
+                .read_u64(cfa.wrapping_add(o as u64))
+                .map_err(UnwindError::Read)?,
+            RuleView::ValOffset(o) => cfa.wrapping_add(o as u64),
+            RuleView::Register(r) => A::reg(regs, r).ok_or(UnwindError::Untracked)?,
+            RuleView::Expression(e) => {
+                let a = eval_expression::<A, M>(e, regs, m, Some(cfa))?;
+                m.read_u64(a).map_err(UnwindError::Read)?
+            }
+            RuleView::ValExpression(e) => eval_expression::<A, M>(e, regs, m, Some(cfa))?,
+            RuleView::Constant(c) => c,
+            RuleView::Other => return Err(UnwindError::BadCfi),
+        }))
+    };
+    let ra_same = A::reg(regs, A::RA).unwrap_or(0);
+    let Some(ra) = value(row.reg(A::RA), ra_same, mem)? else {
+        return Ok(Applied::End);
+    };
+    let fp = value(row.reg(A::FP), regs.fp, mem)?.unwrap_or(0);
+    if signal {
+        mem.note_stack(cfa);
+    }
+    Ok(Applied::Caller {
+        regs: UnwindRegs {
+            pc: ra,
+            sp: cfa,
+            fp,
+            lr: 0,
+        },
+        signal,
+    })
+}
+
+/// The CFI sections of one module, as bytes at their stated addresses (SVMA:
+/// the addresses in the file; in-process, runtime addresses minus the bias).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CfiSections<'a> {
+    /// `.eh_frame_hdr` and its address, if any (used to find FDEs quickly).
+    pub eh_frame_hdr: Option<(&'a [u8], u64)>,
+    /// `.eh_frame` and its address, if any.
+    pub eh_frame: Option<(&'a [u8], u64)>,
+    /// `.debug_frame` (addresses inside it are absolute SVMAs), if any.
+    pub debug_frame: Option<&'a [u8]>,
+    /// Address of `.text` (for `DW_EH_PE_textrel` pointers; rarely used).
+    pub text: u64,
+    /// Address of `.got` (for `DW_EH_PE_datarel` pointers on some targets).
+    pub got: u64,
+}
+
+impl<'a> CfiSections<'a> {
+    pub(crate) fn bases(&self) -> BaseAddresses {
+        let mut b = BaseAddresses::default()
+            .set_text(self.text)
+            .set_got(self.got);
+        if let Some((_, a)) = self.eh_frame_hdr {
+            b = b.set_eh_frame_hdr(a);
+        }
+        if let Some((_, a)) = self.eh_frame {
+            b = b.set_eh_frame(a);
+        }
+        b
+    }
+}
+
+/// Where a CFI lookup found the FDE of an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FdeAt {
+    /// An FDE at this offset of `.eh_frame`.
+    EhFrame(usize),
+    /// An FDE at this offset of `.debug_frame`.
+    DebugFrame(usize),
+    /// Search `.eh_frame_hdr`'s table.
+    Search,
+}
+
+/// Evaluates the CFI of `addr` (an SVMA lookup address) directly and applies
+/// it to `regs`. Allocates nothing; the unwind context lives on this stack.
+///
+/// Returns [`Applied::NoCfi`] when no FDE covers `addr`.
+pub fn evaluate<A: Arch, M: Memory + ?Sized>(
+    secs: &CfiSections<'_>,
+    at: FdeAt,
+    addr: u64,
+    regs: &UnwindRegs,
+    mem: &mut M,
+) -> Result<Applied, UnwindError> {
+    let bases = secs.bases();
+    let mut ctx: UnwindContext<usize, StackStorage> = UnwindContext::new_in();
+    match at {
+        FdeAt::DebugFrame(off) => {
+            let Some(bytes) = secs.debug_frame else {
+                return Ok(Applied::NoCfi);
+            };
+            let mut sec = DebugFrame::new(bytes, LittleEndian);
+            sec.set_address_size(8);
+            let fde = match sec.fde_from_offset(&bases, off.into(), DebugFrame::cie_from_offset) {
+                Ok(f) => f,
+                Err(_) => return Err(UnwindError::BadCfi),
+            };
+            if !fde.contains(addr) {
+                return Ok(Applied::NoCfi);
+            }
+            let row = fde
+                .unwind_info_for_address(&sec, &bases, &mut ctx, addr)
+                .map_err(|_| UnwindError::BadCfi)?;
+            let view = RowView::from_gimli(row, &sec, A::RA)?;
+            finish::<A, M>(&view, fde.is_signal_trampoline(), regs, mem)
+        }
+        FdeAt::EhFrame(_) | FdeAt::Search => {
+            let Some((bytes, _)) = secs.eh_frame else {
+                return Ok(Applied::NoCfi);
+            };
+            let sec = EhFrame::new(bytes, LittleEndian);
+            let fde = if let FdeAt::EhFrame(off) = at {
+                sec.fde_from_offset(&bases, off.into(), EhFrame::cie_from_offset)
+            } else {
+                let Some((hdr, _)) = secs.eh_frame_hdr else {
+                    return Ok(Applied::NoCfi);
+                };
+                let parsed = EhFrameHdr::new(hdr, LittleEndian)
+                    .parse(&bases, 8)
+                    .map_err(|_| UnwindError::BadCfi)?;
+                let Some(table) = parsed.table() else {
+                    return Ok(Applied::NoCfi);
+                };
+                table.fde_for_address(&sec, &bases, addr, EhFrame::cie_from_offset)
+            };
+            let fde = match fde {
+                Ok(f) => f,
+                Err(gimli::Error::NoUnwindInfoForAddress) => return Ok(Applied::NoCfi),
+                Err(_) => return Err(UnwindError::BadCfi),
+            };
+            if !fde.contains(addr) {
+                return Ok(Applied::NoCfi);
+            }
+            let row = fde
+                .unwind_info_for_address(&sec, &bases, &mut ctx, addr)
+                .map_err(|_| UnwindError::BadCfi)?;
+            let view = RowView::from_gimli(row, &sec, A::RA)?;
+            finish::<A, M>(&view, fde.is_signal_trampoline(), regs, mem)
+        }
+    }
+}
+
+fn finish<A: Arch, M: Memory + ?Sized>(
+    view: &RowView<'_>,
+    signal: bool,
+    regs: &UnwindRegs,
+    mem: &mut M,
+) -> Result<Applied, UnwindError> {
+    let rule = A::compile_row(view, signal);
+    if rule != A::EVALUATE {
+        return A::apply(rule, regs, mem);
+    }
+    apply_row::<A, M>(view, regs, mem, signal)
+}
+
+/// Runs `f(start, end, rule, fde)` for each row of every FDE of `secs`, in
+/// section order, with each row compiled for `A`. Used by the table compiler.
+pub(crate) fn for_each_row<A: Arch>(
+    secs: &CfiSections<'_>,
+    mut f: impl FnMut(u64, u64, A::Rule, FdeAt),
+) -> Result<RowStats, UnwindError> {
+    let bases = secs.bases();
+    let mut ctx: Box<UnwindContext<usize, StackStorage>> = Box::new(UnwindContext::new_in());
+    let mut stats = RowStats::default();
+    if let Some((bytes, _)) = secs.eh_frame {
+        let sec = EhFrame::new(bytes, LittleEndian);
+        walk_section::<A, _>(&sec, &bases, &mut ctx, &mut stats, &mut |s, e, r, o| {
+            f(s, e, r, FdeAt::EhFrame(o))
+        })?;
+    }
+    if let Some(bytes) = secs.debug_frame {
+        let mut sec = DebugFrame::new(bytes, LittleEndian);
+        sec.set_address_size(8);
+        walk_section::<A, _>(&sec, &bases, &mut ctx, &mut stats, &mut |s, e, r, o| {
+            f(s, e, r, FdeAt::DebugFrame(o))
+        })?;
+    }
+    Ok(stats)
+}
+
+/// Counters of a table compilation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowStats {
+    /// FDEs compiled.
+    pub fdes: usize,
+    /// CFI rows seen.
+    pub rows: usize,
+    /// FDEs skipped because they could not be parsed.
+    pub bad_fdes: usize,
+}
+
+fn walk_section<'a, A: Arch, S>(
+    sec: &S,
+    bases: &BaseAddresses,
+    ctx: &mut UnwindContext<usize, StackStorage>,
+    stats: &mut RowStats,
+    f: &mut dyn FnMut(u64, u64, A::Rule, usize),
+) -> Result<(), UnwindError>
+where
+    S: UnwindSection<Slice<'a>>,
+{
+    let mut entries = sec.entries(bases);
+    loop {
+        let entry = match entries.next() {
+            Ok(Some(e)) => e,
+            Ok(None) => break,
+            // A broken entry ends the section: its length cannot be trusted.
+            Err(_) => {
+                stats.bad_fdes += 1;
+                break;
+            }
+        };
+        let partial = match entry {
+            gimli::CieOrFde::Cie(_) => continue,
+            gimli::CieOrFde::Fde(p) => p,
+        };
+        let Ok(fde) = partial.parse(S::cie_from_offset) else {
+            stats.bad_fdes += 1;
+            continue;
+        };
+        let off = fde.offset();
+        let signal = fde.is_signal_trampoline();
+        let Ok(mut rows) = fde.rows(sec, bases, ctx) else {
+            stats.bad_fdes += 1;
+            continue;
+        };
+        stats.fdes += 1;
+        loop {
+            match rows.next_row() {
+                Ok(Some(row)) => {
+                    stats.rows += 1;
+                    let rule = match RowView::from_gimli(row, sec, A::RA) {
+                        Ok(v) => A::compile_row(&v, signal),
+                        Err(_) => A::EVALUATE,
+                    };
+                    f(row.start_address(), row.end_address(), rule, off);
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    stats.bad_fdes += 1;
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}

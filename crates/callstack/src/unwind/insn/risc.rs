@@ -1,0 +1,191 @@
+//! The unwind step for fixed-width RISC architectures (aarch64, arm, mips)
+//! by prologue analysis, with the frame record and stack scanning as
+//! fallbacks. Each architecture supplies its analyzer through [`RiscArch`].
+//!
+//! Order for a frame at `pc`:
+//! 1. prologue analysis: the function's start (a symbol, or found by
+//!    scanning back for the instruction that allocates the frame), then the
+//!    path from it to the pc: stack adjustment, where `ra`/`lr` and the frame
+//!    pointer were saved (or `ra` still in its register: a leaf);
+//! 2. the architecture's frame record, when the frame pointer points at one;
+//! 3. stack scanning, candidates verified by prologue analysis from the
+//!    call's target.
+//!
+//! Every candidate return address must point right after a call.
+
+use super::scan::{self, CallBefore};
+use super::{CodeMemory, InsnRule, Method, UnwindRegs};
+use crate::unwind::Memory;
+
+/// What an architecture gives the RISC unwinder.
+pub trait RiscArch {
+    /// Pointer size in bytes.
+    const WORD: u8;
+    /// Bytes from the call instruction's address to its return address
+    /// (4; 8 on MIPS, which has a delay slot).
+    const CALL_TO_RA: u64;
+
+    /// The rule at `pc`. `entry` is the function's start when known (else
+    /// the analyzer looks for it); `first` says `pc` is an exact pc (the
+    /// innermost frame), where `ra` may still be in its register.
+    fn analyze<C: CodeMemory + ?Sized>(
+        code: &mut C,
+        pc: u64,
+        entry: Option<u64>,
+        first: bool,
+    ) -> Option<InsnRule>;
+
+    /// The call that ends right before `ra`.
+    fn call_before<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> Option<CallBefore>;
+
+    /// The caller's registers from the frame record at `regs.fp`, if the
+    /// architecture has one (`None` otherwise or if unreadable).
+    fn frame_record<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<UnwindRegs>;
+
+    /// The address to look the function up at (clears mode bits).
+    fn code_addr(pc: u64) -> u64 {
+        pc
+    }
+}
+
+/// Where the step found the caller, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RiscStep {
+    /// The caller's registers.
+    pub regs: UnwindRegs,
+    /// How.
+    pub method: Method,
+}
+
+fn after_call<A: RiscArch, C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> bool {
+    ra > 4096 && A::call_before(code, ra).is_some()
+}
+
+/// Unwinds one frame of architecture `A`.
+pub fn step<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
+    regs: &UnwindRegs,
+    mem: &mut M,
+    code: &mut C,
+    first: bool,
+    stack_end: u64,
+) -> Option<RiscStep> {
+    let pc = A::code_addr(regs.pc);
+    let lookup = if first { pc } else { pc.wrapping_sub(1) };
+    let entry = code.function_entry(lookup).map(|e| e.0);
+    let ok_sp = |n: &UnwindRegs| n.sp >= regs.sp && n.sp <= stack_end;
+
+    if let Some(rule) = A::analyze(code, pc, entry, first) {
+        if rule.ra_at_cfa.is_some() || first {
+            if let Ok(n) = rule.apply(regs, mem, A::WORD) {
+                let moved = n.sp > regs.sp || (first && rule.ra_at_cfa.is_none());
+                if ok_sp(&n) && moved && after_call::<A, C>(code, A::code_addr(n.pc)) {
+                    return Some(RiscStep {
+                        regs: n,
+                        method: Method::Insn,
+                    });
+                }
+            }
+        }
+    }
+
+    if let Some(n) = A::frame_record(regs, mem) {
+        if ok_sp(&n) && n.sp > regs.sp && after_call::<A, C>(code, A::code_addr(n.pc)) {
+            return Some(RiscStep {
+                regs: n,
+                method: Method::FramePointer,
+            });
+        }
+    }
+
+    // Scan, verified by prologue analysis from the call's target.
+    let mut found: Option<InsnRule> = None;
+    let (sp0, fp0) = (regs.sp, regs.fp);
+    let mut verify = |code: &mut C, target: u64, slot: u64| -> bool {
+        match A::analyze(code, pc, Some(A::code_addr(target)), false) {
+            Some(rule) => {
+                let Some(ra_off) = rule.ra_at_cfa else {
+                    return false;
+                };
+                let base = match rule.cfa_base {
+                    super::Base::Sp => sp0,
+                    super::Base::Fp => fp0,
+                };
+                let cfa = base.wrapping_add(rule.cfa_offset as i64 as u64);
+                if cfa.wrapping_add(ra_off as i64 as u64) == slot {
+                    found = Some(rule);
+                    true
+                } else {
+                    false
+                }
+            }
+            None => false,
+        }
+    };
+    let hit = scan::scan(
+        mem,
+        code,
+        pc,
+        regs.sp,
+        stack_end,
+        A::WORD,
+        call_before_masked::<A, C>,
+        Some(&mut verify),
+    )?;
+    if let Some(rule) = found.filter(|_| hit.verified) {
+        if let Ok(n) = rule.apply(regs, mem, A::WORD) {
+            if ok_sp(&n) && n.pc == hit.ra {
+                return Some(RiscStep {
+                    regs: n,
+                    method: Method::Scan,
+                });
+            }
+        }
+    }
+    Some(RiscStep {
+        regs: UnwindRegs {
+            pc: hit.ra,
+            sp: hit.slot + A::WORD as u64,
+            fp: regs.fp,
+            lr: 0,
+        },
+        method: Method::Scan,
+    })
+}
+
+fn call_before_masked<A: RiscArch, C: CodeMemory + ?Sized>(
+    code: &mut C,
+    ra: u64,
+) -> Option<CallBefore> {
+    A::call_before(code, A::code_addr(ra))
+}
+
+/// Walks from `regs` (the innermost frame: exact pc, `lr` valid), writing
+/// `(pc, method)` per frame. Returns how many frames were written.
+pub fn walk<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
+    regs: UnwindRegs,
+    mem: &mut M,
+    code: &mut C,
+    stack_end: u64,
+    out: &mut [(u64, Method)],
+) -> usize {
+    if out.is_empty() {
+        return 0;
+    }
+    out[0] = (regs.pc, Method::Context);
+    let mut n = 1;
+    let mut cur = regs;
+    let mut first = true;
+    while n < out.len() {
+        let Some(s) = step::<A, M, C>(&cur, mem, code, first, stack_end) else {
+            break;
+        };
+        if s.regs.pc == 0 || (s.regs.sp == cur.sp && s.regs.pc == cur.pc) {
+            break;
+        }
+        out[n] = (s.regs.pc, s.method);
+        n += 1;
+        cur = s.regs;
+        first = false;
+    }
+    n
+}

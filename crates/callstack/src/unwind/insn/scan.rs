@@ -1,0 +1,134 @@
+//! Stack scanning, the last resort: look up the stack for a word that is a
+//! believable return address.
+//!
+//! A word is taken only if it points into executable memory right after a
+//! call instruction, and that call is consistent with the frame below: a
+//! direct call must target the function that contains the frame's pc (its
+//! start at or below the pc, and, where a checker is given, a path from that
+//! start must reach the pc with the return-address slot exactly where the
+//! word was found); an indirect call is accepted only in the lenient pass,
+//! after no direct call matched. Scanning is bounded ([`MAX_SCAN_WORDS`]).
+
+use super::CodeMemory;
+use crate::unwind::Memory;
+
+/// Most stack words examined for one frame.
+pub const MAX_SCAN_WORDS: usize = 512;
+
+/// Most distance from a direct call's target to the pc it must contain.
+pub const MAX_FUNCTION_SIZE: u64 = 1 << 20;
+
+/// The call instruction found right before a candidate return address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallBefore {
+    /// A direct call to this address.
+    Direct(u64),
+    /// A call through a register or memory.
+    Indirect,
+}
+
+/// A word found by scanning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanHit {
+    /// The return address found.
+    pub ra: u64,
+    /// Where it was on the stack.
+    pub slot: u64,
+    /// Whether the call before it was checked against the frame's function
+    /// (a direct call whose target contains the pc, verified by `verify`).
+    pub verified: bool,
+}
+
+/// Scans from `sp` upward for the return address of the frame at `pc`.
+///
+/// - `word`: pointer size (8 or 4);
+/// - `call_before(code, ra)`: the architecture's decoder of the call
+///   instruction that ends right before `ra`;
+/// - `verify(code, target, slot)`: whether the function starting at a direct
+///   call's `target` has, at `pc`, its return address in `slot` (prologue
+///   analysis). `None` skips that check (then a direct call target at or
+///   below `pc` within [`MAX_FUNCTION_SIZE`] suffices).
+///
+/// Returns the first verified hit; failing that, the first hit after an
+/// indirect call or a plausible direct one.
+#[allow(clippy::too_many_arguments)]
+pub fn scan<M, C>(
+    mem: &mut M,
+    code: &mut C,
+    pc: u64,
+    sp: u64,
+    stack_end: u64,
+    word: u8,
+    call_before: fn(&mut C, u64) -> Option<CallBefore>,
+    mut verify: Option<&mut dyn FnMut(&mut C, u64, u64) -> bool>,
+) -> Option<ScanHit>
+where
+    M: Memory + ?Sized,
+    C: CodeMemory + ?Sized,
+{
+    let mut lenient: Option<ScanHit> = None;
+    let func = code.function_bounds(pc);
+    let mut slot = sp;
+    for _ in 0..MAX_SCAN_WORDS {
+        if slot.saturating_add(word as u64) > stack_end {
+            break;
+        }
+        let w = if word == 4 {
+            mem.read_u32(slot).map(u64::from)
+        } else {
+            mem.read_u64(slot)
+        };
+        let Ok(w) = w else { break };
+        if w > 4096 && code.is_executable(w) {
+            match call_before(code, w) {
+                Some(CallBefore::Direct(t)) => {
+                    let plausible = match func {
+                        Some((s, _)) => t == s,
+                        None => t <= pc && pc - t < MAX_FUNCTION_SIZE,
+                    };
+                    if plausible {
+                        let ok = match verify.as_mut() {
+                            Some(v) => v(code, t, slot),
+                            None => true,
+                        };
+                        if ok {
+                            return Some(ScanHit {
+                                ra: w,
+                                slot,
+                                verified: true,
+                            });
+                        }
+                    } else if lenient.is_none()
+                        && func.is_none()
+                        && !is_direct_call_elsewhere(t, pc)
+                    {
+                        lenient = Some(ScanHit {
+                            ra: w,
+                            slot,
+                            verified: false,
+                        });
+                    }
+                }
+                Some(CallBefore::Indirect) => {
+                    if lenient.is_none() {
+                        lenient = Some(ScanHit {
+                            ra: w,
+                            slot,
+                            verified: false,
+                        });
+                    }
+                }
+                None => {}
+            }
+        }
+        slot += word as u64;
+    }
+    lenient
+}
+
+/// A direct call to `t` can still belong to the frame at `pc` through a
+/// tail call or a PLT stub; we keep it as a lenient candidate only when the
+/// target lies above the pc (a function below the pc's would contain it).
+fn is_direct_call_elsewhere(t: u64, pc: u64) -> bool {
+    t <= pc
+}

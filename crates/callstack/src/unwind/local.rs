@@ -1,0 +1,785 @@
+//! Exact capture in this process: the rule source over the loaded modules,
+//! the stack-bounded memory, and the entries behind [`crate::capture_exact`]
+//! and [`crate::capture_from_context`].
+//!
+//! # How modules and tables are published
+//! - **Compiled tables** live in an immutable snapshot (every executable
+//!   segment of every loaded module, with its compiled [`UnwindTable`]),
+//!   published through an `AtomicPtr`. [`prepare`] builds a new snapshot
+//!   (reusing the tables of modules that did not change) and swaps it in;
+//!   old snapshots are never freed, so a capture that loaded one may read it
+//!   for as long as it likes. [`prepare`] runs `dl_iterate_phdr`, allocates
+//!   and takes locks: it is for set-up paths, never for a signal handler.
+//! - **Cold path**: a capture meeting an address in no snapshot module asks
+//!   glibc's `_dl_find_object` (glibc 2.35 and later; lock-free and
+//!   async-signal-safe) for the module and its `.eh_frame_hdr`, and
+//!   evaluates the CFI directly (binary search of `.eh_frame_hdr`, the FDE's
+//!   instructions run with storage on the stack). It then raises a flag that
+//!   the next [`prepare`] (or the background refresher of
+//!   [`prepare_in_background`]) sees. So the very first capture needs no
+//!   set-up at all, allocates nothing and takes no lock.
+//! - **Rule cache**: a global direct-mapped cache of 4096 words maps a lookup
+//!   address to its packed rule (one relaxed atomic load per frame). Filled
+//!   from compiled tables only, cleared when a snapshot is replaced.
+//! - **dlopen/dlclose**: a new library is found by the cold path at once.
+//!   After a `dlclose`, call [`prepare`] (or run the background refresher),
+//!   so that the snapshot forgets the library before its address range is
+//!   reused; until then its rules stay in the snapshot (reads stay bounded:
+//!   the tables own their bytes, the stack reads are checked).
+//! - Without `_dl_find_object` (glibc older than 2.35, or a libc without
+//!   it), only snapshot modules are known: call [`prepare`] once before
+//!   capturing, or captures stop at the first unknown module.
+
+use core::cell::Cell;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::arch::{Applied, Arch};
+use crate::stack::{self, StackBounds};
+use crate::unwind::cfi::{self, CfiSections, FdeAt};
+use crate::unwind::{
+    Found, Frame, Memory, NativeArch, ReadError, RuleSource, StopReason, UnwindError, UnwindRegs,
+    UnwindTable, Unwinder,
+};
+
+type A = NativeArch;
+
+// ---------------------------------------------------------------- memory
+
+/// Reads of this thread's stacks only: the stack the walk started on and
+/// any stack a signal frame leads to. Async-signal-safe, never faults.
+pub(crate) struct StackMemory {
+    bounds: [StackBounds; 2],
+}
+
+impl StackMemory {
+    /// One past the top of the stack the walk started on.
+    pub(crate) fn hi(&self) -> u64 {
+        self.bounds[0].hi as u64
+    }
+
+    pub(crate) fn for_sp(sp: u64) -> Option<Self> {
+        let b = stack::bounds_for(sp as usize)?;
+        Some(StackMemory {
+            bounds: [b, StackBounds::default()],
+        })
+    }
+}
+
+impl Memory for StackMemory {
+    #[inline(always)]
+    fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
+        let a = addr as usize;
+        for b in &self.bounds {
+            if a >= b.lo && a < b.hi && b.hi - a >= 8 {
+                // SAFETY: [a, a + 8) lies inside a mapped, readable stack of
+                // this thread (see `stack`): the read cannot fault.
+                return Ok(unsafe { core::ptr::read_unaligned(a as *const u64) });
+            }
+        }
+        Err(ReadError::OutOfBounds(addr))
+    }
+
+    fn note_stack(&mut self, sp: u64) {
+        let a = sp as usize;
+        if self.bounds.iter().any(|b| b.contains(a)) {
+            return;
+        }
+        if let Some(b) = stack::bounds_for(a) {
+            self.bounds[1] = b;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- _dl_find_object
+
+/// glibc's `struct dl_find_object` (2.35+).
+#[repr(C)]
+struct DlFindObject {
+    flags: u64,
+    map_start: *mut libc::c_void,
+    map_end: *mut libc::c_void,
+    link_map: *mut libc::c_void,
+    eh_frame: *mut libc::c_void,
+    reserved: [u64; 7],
+}
+
+type DlFindObjectFn = unsafe extern "C" fn(*mut libc::c_void, *mut DlFindObject) -> libc::c_int;
+
+// A weak reference to `_dl_find_object`: resolved by the dynamic loader when
+// glibc has it (2.35+), null otherwise, without a hard version dependency
+// and without calling `dlsym` (which takes locks) from a capture.
+#[cfg(all(target_os = "linux", target_env = "gnu", target_arch = "x86_64"))]
+core::arch::global_asm!(
+    ".weak _dl_find_object",
+    ".pushsection .data.rel.ro.callstack_dlfo,\"aw\",@progbits",
+    ".p2align 3",
+    ".globl __callstack_dl_find_object_ptr",
+    ".hidden __callstack_dl_find_object_ptr",
+    "__callstack_dl_find_object_ptr:",
+    ".quad _dl_find_object",
+    ".popsection",
+);
+#[cfg(all(target_os = "linux", target_env = "gnu", target_arch = "aarch64"))]
+core::arch::global_asm!(
+    ".weak _dl_find_object",
+    ".pushsection .data.rel.ro.callstack_dlfo,\"aw\",%progbits",
+    ".p2align 3",
+    ".globl __callstack_dl_find_object_ptr",
+    ".hidden __callstack_dl_find_object_ptr",
+    "__callstack_dl_find_object_ptr:",
+    ".quad _dl_find_object",
+    ".popsection",
+);
+
+#[cfg(all(
+    target_os = "linux",
+    target_env = "gnu",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+unsafe extern "C" {
+    static __callstack_dl_find_object_ptr: Option<DlFindObjectFn>;
+}
+
+fn dl_find_object_fn() -> Option<DlFindObjectFn> {
+    #[cfg(all(
+        target_os = "linux",
+        target_env = "gnu",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    {
+        // SAFETY: a pointer-sized word written once by the dynamic loader's
+        // relocation before any Rust code runs.
+        unsafe { core::ptr::read_volatile(&raw const __callstack_dl_find_object_ptr) }
+    }
+    #[cfg(not(all(
+        target_os = "linux",
+        target_env = "gnu",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
+    {
+        None
+    }
+}
+
+/// Whether glibc's lock-free `_dl_find_object` is available (glibc 2.35+):
+/// then the first capture needs no [`prepare`].
+pub fn has_dl_find_object() -> bool {
+    dl_find_object_fn().is_some()
+}
+
+#[derive(Clone, Copy, Debug)]
+struct DlModule {
+    start: u64,
+    end: u64,
+    eh_frame_hdr: u64,
+}
+
+fn dl_find(pc: u64) -> Option<DlModule> {
+    let f = dl_find_object_fn()?;
+    let mut r = DlFindObject {
+        flags: 0,
+        map_start: core::ptr::null_mut(),
+        map_end: core::ptr::null_mut(),
+        link_map: core::ptr::null_mut(),
+        eh_frame: core::ptr::null_mut(),
+        reserved: [0; 7],
+    };
+    // SAFETY: `_dl_find_object` fills `r` and is async-signal-safe.
+    // A module without `.eh_frame_hdr` is still a known module: its frames
+    // are unwound with the frame-pointer rule.
+    if unsafe { f(pc as *mut libc::c_void, &mut r) } != 0 {
+        return None;
+    }
+    Some(DlModule {
+        start: r.map_start as u64,
+        end: r.map_end as u64,
+        eh_frame_hdr: r.eh_frame as u64,
+    })
+}
+
+/// The CFI sections of a loaded module, at runtime addresses, from its
+/// `.eh_frame_hdr`. The slices run to the end of the module's mapping;
+/// gimli reads only what the headers and FDEs say.
+fn sections_from_hdr(hdr: u64, end: u64) -> Option<CfiSections<'static>> {
+    if hdr == 0 || hdr >= end {
+        return None;
+    }
+    // SAFETY: `.eh_frame_hdr` of a loaded module is mapped read-only for the
+    // life of the module, and so is `.eh_frame`; both lie below the end of
+    // its mapping. Only the bytes the CFI describes are read.
+    let hdr_bytes = unsafe { core::slice::from_raw_parts(hdr as *const u8, (end - hdr) as usize) };
+    let bases = gimli::BaseAddresses::default().set_eh_frame_hdr(hdr);
+    let parsed = gimli::EhFrameHdr::new(hdr_bytes, gimli::LittleEndian)
+        .parse(&bases, 8)
+        .ok()?;
+    let eh_frame = match parsed.eh_frame_ptr() {
+        gimli::Pointer::Direct(p) => p,
+        gimli::Pointer::Indirect(_) => return None,
+    };
+    if eh_frame >= end {
+        return None;
+    }
+    // SAFETY: as above.
+    let eh_bytes =
+        unsafe { core::slice::from_raw_parts(eh_frame as *const u8, (end - eh_frame) as usize) };
+    Some(CfiSections {
+        eh_frame_hdr: Some((hdr_bytes, hdr)),
+        eh_frame: Some((eh_bytes, eh_frame)),
+        debug_frame: None,
+        text: 0,
+        got: 0,
+    })
+}
+
+// ---------------------------------------------------------------- snapshot
+
+struct LocalModule {
+    bias: u64,
+    path: std::path::PathBuf,
+    table: Arc<UnwindTable<A>>,
+}
+
+struct Snapshot {
+    /// Executable segments `(start, end, module index)`, sorted.
+    segments: Box<[(u64, u64, usize)]>,
+    modules: Box<[LocalModule]>,
+    adds: u64,
+    subs: u64,
+}
+
+impl Snapshot {
+    #[inline]
+    fn find(&self, addr: u64) -> Option<&LocalModule> {
+        let i = self.segments.partition_point(|s| s.0 <= addr);
+        let s = self.segments.get(i.checked_sub(1)?)?;
+        if addr < s.1 {
+            Some(&self.modules[s.2])
+        } else {
+            None
+        }
+    }
+
+    #[inline]
+    fn in_code(&self, addr: u64) -> bool {
+        let i = self.segments.partition_point(|s| s.0 <= addr);
+        match i.checked_sub(1).and_then(|i| self.segments.get(i)) {
+            Some(s) => addr < s.1 && s.1 - addr >= 16,
+            None => false,
+        }
+    }
+}
+
+static SNAPSHOT: AtomicPtr<Snapshot> = AtomicPtr::new(core::ptr::null_mut());
+/// Set by a capture that met a module the snapshot does not have.
+static STALE: AtomicBool = AtomicBool::new(false);
+static PREPARE_LOCK: Mutex<()> = Mutex::new(());
+
+const CACHE_BITS: u32 = 12;
+const CACHE_SIZE: usize = 1 << CACHE_BITS;
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: AtomicU64 = AtomicU64::new(0);
+/// Lookup address (low 48 bits) << 16 | packed rule. 0 is empty.
+static CACHE: [AtomicU64; CACHE_SIZE] = [EMPTY; CACHE_SIZE];
+
+#[inline(always)]
+fn cache_slot(addr: u64) -> &'static AtomicU64 {
+    &CACHE[(addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_BITS)) as usize]
+}
+
+fn clear_cache() {
+    for c in CACHE.iter() {
+        c.store(0, Ordering::Relaxed);
+    }
+}
+
+fn dl_counters() -> (u64, u64) {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: the loader hands a valid info of `size` bytes; `data` is
+        // our `(u64, u64)`. `dlpi_adds`/`dlpi_subs` exist when `size` covers them.
+        unsafe {
+            let out = &mut *(data as *mut (u64, u64));
+            if size >= core::mem::size_of::<libc::dl_phdr_info>() {
+                *out = ((*info).dlpi_adds, (*info).dlpi_subs);
+            }
+        }
+        1
+    }
+    let mut out = (0u64, 0u64);
+    // SAFETY: the callback only writes `out`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(cb), (&mut out as *mut (u64, u64)).cast()) };
+    out
+}
+
+/// Length of an `.eh_frame` in memory: its entries up to the zero
+/// terminator, or to `limit`.
+fn eh_frame_len(start: u64, limit: u64) -> usize {
+    let mut p = start;
+    while p + 4 <= limit {
+        // SAFETY: `p + 4 <= limit`, inside the module's mapped segment.
+        let len = unsafe { core::ptr::read_unaligned(p as *const u32) } as u64;
+        if len == 0 {
+            return (p + 4 - start) as usize;
+        }
+        let (hdr, len) = if len == 0xffff_ffff {
+            if p + 12 > limit {
+                break;
+            }
+            // SAFETY: as above, `p + 12 <= limit`.
+            (12, unsafe {
+                core::ptr::read_unaligned((p + 4) as *const u64)
+            })
+        } else {
+            (4, len)
+        };
+        match p.checked_add(hdr + len) {
+            Some(n) if n <= limit => p = n,
+            _ => break,
+        }
+    }
+    (p.min(limit) - start) as usize
+}
+
+/// Compiles the table of one loaded module from its memory (the bytes are
+/// copied, so the table stays valid after a `dlclose`).
+fn compile_loaded(m: &crate::modules::Module) -> Option<UnwindTable<A>> {
+    let hdr = m.eh_frame_hdr? as u64;
+    let seg_end = m
+        .segments
+        .iter()
+        .find(|s| s.start as u64 <= hdr && hdr < (s.start + s.size) as u64)
+        .map(|s| (s.start + s.size) as u64)?;
+    let secs = sections_from_hdr(hdr, seg_end)?;
+    let (eh, eh_addr) = secs.eh_frame?;
+    let eh_seg_end = m
+        .segments
+        .iter()
+        .find(|s| s.start as u64 <= eh_addr && eh_addr < (s.start + s.size) as u64)
+        .map(|s| (s.start + s.size) as u64)?;
+    let len = eh_frame_len(eh_addr, eh_seg_end).min(eh.len());
+    let bias = m.bias as u64;
+    UnwindTable::from_sections(crate::unwind::SectionsInput {
+        eh_frame_hdr: None,
+        eh_frame: Some((eh[..len].to_vec(), eh_addr.wrapping_sub(bias))),
+        debug_frame: None,
+        text: 0,
+        got: 0,
+    })
+    .ok()
+}
+
+/// Statistics of the last [`prepare`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrepareStats {
+    /// Modules in the snapshot.
+    pub modules: usize,
+    /// Modules whose table was compiled by this call (others were reused).
+    pub compiled: usize,
+    /// Compiled rows in those tables.
+    pub rows: usize,
+    /// CFI rows they came from.
+    pub cfi_rows: usize,
+    /// Bytes of those tables.
+    pub table_bytes: usize,
+    /// Bytes of the `.eh_frame` sections they came from.
+    pub eh_frame_bytes: usize,
+}
+
+/// Builds (or refreshes) the compiled unwind tables of every loaded module
+/// and publishes them for [`crate::capture_exact`] and
+/// [`crate::capture_from_context`].
+///
+/// Optional with glibc 2.35+ (captures find modules without it, more
+/// slowly); needed once before capturing with an older glibc. Call it again
+/// after `dlclose`. Cheap when nothing changed (one `dl_iterate_phdr`).
+///
+/// Not async-signal-safe: allocates, takes the loader's lock. Never call it
+/// from a signal handler.
+pub fn prepare() -> PrepareStats {
+    let _g = PREPARE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    // The instruction-analysis fallback's disassembler tables.
+    crate::unwind::insn::warm_up();
+    let (adds, subs) = dl_counters();
+    let old = SNAPSHOT.load(Ordering::Acquire);
+    // SAFETY: snapshots are never freed once published.
+    let old = unsafe { old.as_ref() };
+    let stale = STALE.swap(false, Ordering::AcqRel);
+    if let Some(o) = old {
+        if o.adds == adds && o.subs == subs && !stale {
+            return PrepareStats {
+                modules: o.modules.len(),
+                ..Default::default()
+            };
+        }
+    }
+    let mut stats = PrepareStats::default();
+    let mut modules: Vec<LocalModule> = Vec::new();
+    let mut segments: Vec<(u64, u64, usize)> = Vec::new();
+    let mut removed = false;
+    let listed = crate::modules::loaded_modules();
+    if let Some(o) = old {
+        removed = o.modules.iter().any(|om| {
+            !listed
+                .iter()
+                .any(|m| m.bias as u64 == om.bias && m.path == om.path)
+        });
+    }
+    for m in &listed {
+        let reuse = old.and_then(|o| {
+            o.modules
+                .iter()
+                .find(|om| om.bias == m.bias as u64 && om.path == m.path)
+                .map(|om| om.table.clone())
+        });
+        let table = match reuse {
+            Some(t) => t,
+            None => match compile_loaded(m).or_else(|| UnwindTable::empty().ok()) {
+                Some(t) => {
+                    let s = t.stats();
+                    stats.compiled += 1;
+                    stats.rows += s.rows;
+                    stats.cfi_rows += s.cfi_rows;
+                    stats.table_bytes += s.table_bytes;
+                    stats.eh_frame_bytes += s.cfi_bytes;
+                    Arc::new(t)
+                }
+                None => continue,
+            },
+        };
+        let idx = modules.len();
+        for s in m.segments.iter().filter(|s| s.executable) {
+            segments.push((s.start as u64, (s.start + s.size) as u64, idx));
+        }
+        modules.push(LocalModule {
+            bias: m.bias as u64,
+            path: m.path.clone(),
+            table,
+        });
+    }
+    segments.sort_by_key(|s| s.0);
+    stats.modules = modules.len();
+    let snap = Box::new(Snapshot {
+        segments: segments.into_boxed_slice(),
+        modules: modules.into_boxed_slice(),
+        adds,
+        subs,
+    });
+    // The old snapshot is leaked on purpose: a capture may still read it.
+    SNAPSHOT.store(Box::into_raw(snap), Ordering::Release);
+    if removed {
+        clear_cache();
+    }
+    stats
+}
+
+/// Starts a background thread that runs [`prepare`] now and then again
+/// whenever a capture met a module without a compiled table or the set of
+/// loaded objects changed (checked every `period`). Returns at once; a
+/// second call does nothing.
+pub fn prepare_in_background(period: std::time::Duration) {
+    static STARTED: AtomicBool = AtomicBool::new(false);
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("callstack-prepare".into())
+        .spawn(move || loop {
+            prepare();
+            std::thread::sleep(period);
+        });
+}
+
+// ---------------------------------------------------------------- source
+
+pub(crate) struct LocalSource {
+    snap: Option<&'static Snapshot>,
+    last: Cell<Option<DlModule>>,
+}
+
+impl LocalSource {
+    #[inline(always)]
+    pub(crate) fn new() -> Self {
+        let p = SNAPSHOT.load(Ordering::Acquire);
+        LocalSource {
+            // SAFETY: published snapshots are never freed.
+            snap: unsafe { p.as_ref() },
+            last: Cell::new(None),
+        }
+    }
+
+    fn dl_module(&self, addr: u64) -> Option<DlModule> {
+        if let Some(m) = self.last.get() {
+            if m.start <= addr && addr < m.end {
+                return Some(m);
+            }
+        }
+        let m = dl_find(addr)?;
+        self.last.set(Some(m));
+        Some(m)
+    }
+}
+
+impl RuleSource<A> for LocalSource {
+    #[inline(always)]
+    fn rule(&self, addr: u64) -> Found<<A as Arch>::Rule> {
+        let slot = cache_slot(addr);
+        let v = slot.load(Ordering::Relaxed);
+        if v != 0 && (v >> 16) == (addr & 0xffff_ffff_ffff) {
+            return Found::Rule(A::unpack(v as u16));
+        }
+        self.rule_slow(addr)
+    }
+
+    fn evaluate<M: Memory + ?Sized>(
+        &self,
+        addr: u64,
+        regs: &UnwindRegs,
+        mem: &mut M,
+    ) -> Result<Applied, UnwindError> {
+        if let Some(m) = self.snap.and_then(|s| s.find(addr)) {
+            let svma = addr.wrapping_sub(m.bias);
+            let t = &m.table;
+            return cfi::evaluate::<A, M>(
+                &t.sections(),
+                t.fde_for_evaluation(svma),
+                svma,
+                regs,
+                mem,
+            );
+        }
+        match self.dl_module(addr) {
+            Some(d) => match sections_from_hdr(d.eh_frame_hdr, d.end) {
+                Some(secs) => cfi::evaluate::<A, M>(&secs, FdeAt::Search, addr, regs, mem),
+                None => Ok(Applied::NoCfi),
+            },
+            None => Ok(Applied::NoCfi),
+        }
+    }
+
+    fn is_signal_trampoline(&self, pc: u64) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let known = match self.snap {
+                Some(s) => s.in_code(pc),
+                None => false,
+            };
+            if !known {
+                return false;
+            }
+            // SAFETY: `pc` is at least 16 bytes below the end of an
+            // executable segment of a loaded module: mapped and readable.
+            let code = unsafe { core::slice::from_raw_parts(pc as *const u8, 9) };
+            crate::arch::x86_64::exact::is_sigreturn_trampoline(code)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = pc;
+            false
+        }
+    }
+}
+
+impl LocalSource {
+    #[cold]
+    #[inline(never)]
+    fn rule_slow(&self, addr: u64) -> Found<<A as Arch>::Rule> {
+        if let Some(m) = self.snap.and_then(|s| s.find(addr)) {
+            let rule = m.table.lookup(addr.wrapping_sub(m.bias));
+            let p = A::pack(rule);
+            if p != 0 && addr >> 48 == 0 {
+                cache_slot(addr).store(addr << 16 | p as u64, Ordering::Relaxed);
+            }
+            return Found::Rule(rule);
+        }
+        if self.dl_module(addr).is_some() {
+            STALE.store(true, Ordering::Relaxed);
+            return Found::Rule(A::EVALUATE);
+        }
+        Found::Unknown
+    }
+}
+
+// ---------------------------------------------------------------- code
+
+/// This process's code for the instruction-analysis fallback: only the
+/// executable segments of the published snapshot (so nothing unmapped or
+/// unreadable is ever touched; no snapshot, no analysis). Lock-free.
+#[derive(Clone, Copy)]
+pub(crate) struct LocalCode {
+    snap: Option<&'static Snapshot>,
+}
+
+impl LocalCode {
+    pub(crate) fn new() -> Self {
+        let p = SNAPSHOT.load(Ordering::Acquire);
+        // SAFETY: published snapshots are never freed.
+        LocalCode {
+            snap: unsafe { p.as_ref() },
+        }
+    }
+}
+
+impl crate::unwind::insn::CodeMemory for LocalCode {
+    fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        let Some(s) = self.snap else { return 0 };
+        let i = s.segments.partition_point(|g| g.0 <= addr);
+        let Some(g) = i.checked_sub(1).and_then(|i| s.segments.get(i)) else {
+            return 0;
+        };
+        if addr >= g.1 {
+            return 0;
+        }
+        let n = ((g.1 - addr) as usize).min(buf.len());
+        // SAFETY: `[addr, addr + n)` lies inside an executable segment of a
+        // module loaded when the snapshot was taken; modules are only
+        // unloaded by `dlclose`, after which `prepare` must run again (the
+        // same rule as for the CFI tables).
+        unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), n) };
+        n
+    }
+}
+
+fn insn_fallback(mem: &StackMemory) -> crate::unwind::insn::InsnFallback<LocalCode> {
+    crate::unwind::insn::InsnFallback::new(LocalCode::new(), mem.hi())
+}
+
+// ---------------------------------------------------------------- entries
+
+/// Walks from `regs`, writing pcs after dropping `skip`. Returns the count
+/// and why the walk ended.
+#[inline(always)]
+pub(crate) fn walk_pcs(
+    regs: UnwindRegs,
+    exact: bool,
+    mut skip: usize,
+    out: &mut [usize],
+) -> (usize, StopReason) {
+    if out.is_empty() {
+        return (0, StopReason::BufferFull);
+    }
+    let Some(mut mem) = StackMemory::for_sp(regs.sp) else {
+        return (
+            0,
+            StopReason::Error(UnwindError::Read(ReadError::OutOfBounds(regs.sp))),
+        );
+    };
+    let source = LocalSource::new();
+    let fallback = insn_fallback(&mem);
+    let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
+    let mut n = 0;
+    while let Some(f) = u.next(&mut mem) {
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        out[n] = f.pc as usize;
+        n += 1;
+        if n == out.len() {
+            return (n, StopReason::BufferFull);
+        }
+    }
+    (n, u.stop_reason())
+}
+
+/// Like [`walk_pcs`], keeping the whole frames.
+pub(crate) fn walk_frames(
+    regs: UnwindRegs,
+    exact: bool,
+    mut skip: usize,
+    out: &mut [Frame],
+) -> (usize, StopReason) {
+    if out.is_empty() {
+        return (0, StopReason::BufferFull);
+    }
+    let Some(mut mem) = StackMemory::for_sp(regs.sp) else {
+        return (
+            0,
+            StopReason::Error(UnwindError::Read(ReadError::OutOfBounds(regs.sp))),
+        );
+    };
+    let source = LocalSource::new();
+    let fallback = insn_fallback(&mem);
+    let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
+    let mut n = 0;
+    while let Some(f) = u.next(&mut mem) {
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        out[n] = f;
+        n += 1;
+        if n == out.len() {
+            return (n, StopReason::BufferFull);
+        }
+    }
+    (n, u.stop_reason())
+}
+
+/// Called by the architecture's naked `exact_entry` with the registers of
+/// the caller of the capture: `pc` is the return address into it.
+///
+/// # Safety
+/// `out` must be valid for `max` writes (or null, or `max == 0`).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) unsafe extern "C" fn exact_from_entry(
+    skip: u32,
+    max: u32,
+    out: *mut usize,
+    pc: usize,
+    sp: usize,
+    fp: usize,
+) -> u32 {
+    if out.is_null() || max == 0 {
+        return 0;
+    }
+    // SAFETY: the caller promises `max` writable slots at `out`.
+    let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
+    let regs = UnwindRegs {
+        pc: pc as u64,
+        sp: sp as u64,
+        fp: fp as u64,
+        lr: 0,
+    };
+    walk_pcs(regs, false, skip as usize, out).0 as u32
+}
+
+/// The arguments of [`info_from_entry`], passed by pointer so that the
+/// naked entry only adds the registers.
+#[repr(C)]
+pub(crate) struct InfoRequest {
+    pub(crate) skip: usize,
+    pub(crate) out: *mut Frame,
+    pub(crate) max: usize,
+    pub(crate) stop: StopReason,
+}
+
+/// Called by the naked `info_entry` (see [`crate::capture_exact_with_info`])
+/// with the caller's registers.
+///
+/// # Safety
+/// `req` must be valid, its `out` valid for `max` writes of `Frame`.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) unsafe extern "C" fn info_from_entry(
+    req: *mut InfoRequest,
+    pc: usize,
+    sp: usize,
+    fp: usize,
+) -> usize {
+    // SAFETY: the caller promises a valid request.
+    let req = unsafe { &mut *req };
+    // SAFETY: the caller promises `max` writable frames at `out`.
+    let out = unsafe { core::slice::from_raw_parts_mut(req.out, req.max) };
+    let regs = UnwindRegs {
+        pc: pc as u64,
+        sp: sp as u64,
+        fp: fp as u64,
+        lr: 0,
+    };
+    let (n, s) = walk_frames(regs, false, req.skip, out);
+    req.stop = s;
+    n
+}

@@ -1,0 +1,351 @@
+//! Compiled unwind tables: every CFI row of a module, compiled ahead into a
+//! sorted array of `(address, rule)`, so that finding the rule of an address
+//! is a binary search and applying it is two or three loads.
+//!
+//! A table is built from section bytes and their addresses
+//! ([`UnwindTable::from_sections`]), from an ELF file or image
+//! ([`UnwindTable::from_elf_file`], [`UnwindTable::from_elf_bytes`]), or, in
+//! this process, from a loaded module's memory. Its addresses are those of
+//! the file (SVMA); look up `avma - bias`.
+
+use std::path::Path;
+
+use crate::arch::Arch;
+use crate::unwind::cfi::{self, CfiSections, FdeAt, RowStats};
+use crate::unwind::NativeArch;
+
+/// Why a table could not be built.
+#[derive(Debug)]
+pub enum TableError {
+    /// The file could not be read.
+    Io(std::io::Error),
+    /// The bytes are not an ELF image `object` can parse.
+    Elf(String),
+    /// The image has neither `.eh_frame` nor `.debug_frame`.
+    NoCfi,
+    /// The module spans more than 4 GiB of code.
+    TooLarge,
+}
+
+impl core::fmt::Display for TableError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            TableError::Io(e) => write!(f, "cannot read the ELF file: {e}"),
+            TableError::Elf(e) => write!(f, "not a readable ELF image: {e}"),
+            TableError::NoCfi => write!(f, "the image has no .eh_frame or .debug_frame"),
+            TableError::TooLarge => write!(f, "the CFI covers more than 4 GiB of addresses"),
+        }
+    }
+}
+
+impl std::error::Error for TableError {}
+
+/// Section bytes a table keeps for the rows it evaluates directly: borrowed
+/// from mapped memory of a loaded module, or owned (read from a file).
+#[derive(Debug)]
+enum Bytes {
+    Static(&'static [u8]),
+    Owned(Box<[u8]>),
+}
+
+impl Bytes {
+    fn get(&self) -> &[u8] {
+        match self {
+            Bytes::Static(s) => s,
+            Bytes::Owned(b) => b,
+        }
+    }
+}
+
+/// The compiled unwind rules of one module.
+///
+/// `A` is the architecture ([`crate::arch::x86_64::X86_64`] or
+/// [`crate::arch::aarch64::Aarch64`]); it defaults to the host's.
+#[derive(Debug)]
+pub struct UnwindTable<A: Arch = NativeArch> {
+    base: u64,
+    end: u64,
+    addrs: Box<[u32]>,
+    rules: Box<[A::Rule]>,
+    /// FDEs with rows that must be evaluated: (start, end, where), sorted.
+    eval_fdes: Box<[(u32, u32, FdeAt)]>,
+    eh_frame_hdr: Option<(Bytes, u64)>,
+    eh_frame: Option<(Bytes, u64)>,
+    debug_frame: Option<Bytes>,
+    text: u64,
+    got: u64,
+    stats: RowStats,
+    cfi_bytes: usize,
+}
+
+/// Facts about a compiled table, for reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableStats {
+    /// FDEs compiled.
+    pub fdes: usize,
+    /// CFI rows read from the FDEs.
+    pub cfi_rows: usize,
+    /// Rows of the compiled table (after merging equal neighbours).
+    pub rows: usize,
+    /// Rows that are evaluated directly from the CFI.
+    pub evaluated_rows: usize,
+    /// FDEs that could not be parsed and were skipped.
+    pub bad_fdes: usize,
+    /// Bytes of the compiled table (addresses and rules).
+    pub table_bytes: usize,
+    /// Bytes of the CFI sections it was compiled from.
+    pub cfi_bytes: usize,
+}
+
+/// The sections to compile a table from, owned or `'static`.
+#[derive(Debug, Default)]
+pub struct SectionsInput {
+    /// `.eh_frame_hdr` bytes and address.
+    pub eh_frame_hdr: Option<(Vec<u8>, u64)>,
+    /// `.eh_frame` bytes and address.
+    pub eh_frame: Option<(Vec<u8>, u64)>,
+    /// `.debug_frame` bytes.
+    pub debug_frame: Option<Vec<u8>>,
+    /// `.text` address.
+    pub text: u64,
+    /// `.got` address.
+    pub got: u64,
+}
+
+impl<A: Arch> UnwindTable<A> {
+    /// Compiles a table from owned section bytes at their addresses.
+    ///
+    /// ```no_run
+    /// use callstack::unwind::{SectionsInput, UnwindTable};
+    /// let secs = SectionsInput {
+    ///     eh_frame: Some((std::fs::read("eh_frame.bin")?, 0x2000)),
+    ///     ..Default::default()
+    /// };
+    /// let table: UnwindTable = UnwindTable::from_sections(secs)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_sections(s: SectionsInput) -> Result<Self, TableError> {
+        Self::build(
+            s.eh_frame_hdr.map(|(b, a)| (Bytes::Owned(b.into()), a)),
+            s.eh_frame.map(|(b, a)| (Bytes::Owned(b.into()), a)),
+            s.debug_frame.map(|b| Bytes::Owned(b.into())),
+            s.text,
+            s.got,
+        )
+    }
+
+    /// A table without rows: every address is [`Arch::NO_CFI`] (a module
+    /// without CFI, unwound with the frame-pointer rule).
+    pub fn empty() -> Result<Self, TableError> {
+        Self::build(None, None, Some(Bytes::Owned(Box::new([]))), 0, 0)
+    }
+
+    /// Compiles a table from sections that stay mapped for the life of the
+    /// process (a loaded module's `.eh_frame`). Used for this process.
+    pub fn from_static_sections(
+        eh_frame_hdr: Option<(&'static [u8], u64)>,
+        eh_frame: Option<(&'static [u8], u64)>,
+    ) -> Result<Self, TableError> {
+        Self::build(
+            eh_frame_hdr.map(|(b, a)| (Bytes::Static(b), a)),
+            eh_frame.map(|(b, a)| (Bytes::Static(b), a)),
+            None,
+            0,
+            0,
+        )
+    }
+
+    /// Reads an ELF file and compiles its `.eh_frame` (and `.debug_frame`,
+    /// which binaries built with `-g` but without unwind tables only have).
+    pub fn from_elf_file(path: impl AsRef<Path>) -> Result<Self, TableError> {
+        let data = std::fs::read(path).map_err(TableError::Io)?;
+        Self::from_elf_bytes(&data)
+    }
+
+    /// Compiles the CFI of an ELF image held in memory.
+    pub fn from_elf_bytes(data: &[u8]) -> Result<Self, TableError> {
+        use object::{Object, ObjectSection};
+        let file = object::File::parse(data).map_err(|e| TableError::Elf(e.to_string()))?;
+        let sec = |name: &str| -> Result<Option<(Vec<u8>, u64)>, TableError> {
+            match file.section_by_name(name) {
+                Some(s) if s.kind() != object::SectionKind::UninitializedData => {
+                    let d = s
+                        .uncompressed_data()
+                        .map_err(|e| TableError::Elf(format!("{name}: {e}")))?;
+                    Ok(Some((d.into_owned(), s.address())))
+                }
+                _ => Ok(None),
+            }
+        };
+        let input = SectionsInput {
+            eh_frame_hdr: sec(".eh_frame_hdr")?,
+            eh_frame: sec(".eh_frame")?,
+            debug_frame: sec(".debug_frame")?.map(|x| x.0),
+            text: file
+                .section_by_name(".text")
+                .map(|s| s.address())
+                .unwrap_or(0),
+            got: file
+                .section_by_name(".got")
+                .map(|s| s.address())
+                .unwrap_or(0),
+        };
+        if input.eh_frame.is_none() && input.debug_frame.is_none() {
+            return Err(TableError::NoCfi);
+        }
+        Self::from_sections(input)
+    }
+
+    fn build(
+        eh_frame_hdr: Option<(Bytes, u64)>,
+        eh_frame: Option<(Bytes, u64)>,
+        debug_frame: Option<Bytes>,
+        text: u64,
+        got: u64,
+    ) -> Result<Self, TableError> {
+        if eh_frame.is_none() && debug_frame.is_none() {
+            return Err(TableError::NoCfi);
+        }
+        let cfi_bytes = eh_frame.as_ref().map(|x| x.0.get().len()).unwrap_or(0)
+            + debug_frame.as_ref().map(|x| x.get().len()).unwrap_or(0);
+        let secs = CfiSections {
+            eh_frame_hdr: eh_frame_hdr.as_ref().map(|(b, a)| (b.get(), *a)),
+            eh_frame: eh_frame.as_ref().map(|(b, a)| (b.get(), *a)),
+            debug_frame: debug_frame.as_ref().map(|b| b.get()),
+            text,
+            got,
+        };
+        let mut raw: Vec<(u64, u64, A::Rule, FdeAt)> = Vec::new();
+        let stats = cfi::for_each_row::<A>(&secs, |s, e, r, at| {
+            if e > s {
+                raw.push((s, e, r, at))
+            }
+        })
+        .unwrap_or_default();
+        // Stable sort: for overlapping FDEs, the later one in the section wins
+        // ties the same way each time.
+        raw.sort_by_key(|r| r.0);
+        let base = raw.first().map(|r| r.0).unwrap_or(0);
+        let end = raw.iter().map(|r| r.1).max().unwrap_or(0);
+        if end - base > u32::MAX as u64 {
+            return Err(TableError::TooLarge);
+        }
+        let mut addrs: Vec<u32> = Vec::with_capacity(raw.len());
+        let mut rules: Vec<A::Rule> = Vec::with_capacity(raw.len());
+        let mut eval: Vec<(u32, u32, FdeAt)> = Vec::new();
+        let mut covered_to = base;
+        for &(s, e, rule, at) in &raw {
+            if s > covered_to {
+                // A gap between FDEs: no CFI there.
+                if rules.last() != Some(&A::NO_CFI) {
+                    addrs.push((covered_to - base) as u32);
+                    rules.push(A::NO_CFI);
+                }
+            }
+            let off = (s - base) as u32;
+            if rules.last() == Some(&rule) && s <= covered_to && rule != A::EVALUATE {
+                // Same rule as the row before and contiguous: merge.
+            } else if addrs.last() == Some(&off) {
+                *rules.last_mut().unwrap() = rule;
+            } else {
+                addrs.push(off);
+                rules.push(rule);
+            }
+            if rule == A::EVALUATE {
+                let es = (s - base) as u32;
+                let ee = (e - base) as u32;
+                match eval.last_mut() {
+                    Some(l) if l.2 == at => l.1 = l.1.max(ee),
+                    _ => eval.push((es, ee, at)),
+                }
+            }
+            covered_to = covered_to.max(e);
+        }
+        addrs.push((end - base) as u32);
+        rules.push(A::NO_CFI);
+        eval.sort_by_key(|x| x.0);
+        Ok(UnwindTable {
+            base,
+            end,
+            addrs: addrs.into_boxed_slice(),
+            rules: rules.into_boxed_slice(),
+            eval_fdes: eval.into_boxed_slice(),
+            eh_frame_hdr,
+            eh_frame,
+            debug_frame,
+            text,
+            got,
+            stats,
+            cfi_bytes,
+        })
+    }
+
+    /// The rule of the address `svma` (a lookup address: a return address
+    /// minus one, or an exact pc). Addresses outside the table are
+    /// [`Arch::NO_CFI`].
+    #[inline]
+    pub fn lookup(&self, svma: u64) -> A::Rule {
+        if svma < self.base || svma >= self.end {
+            return A::NO_CFI;
+        }
+        let off = (svma - self.base) as u32;
+        let i = self.addrs.partition_point(|&a| a <= off);
+        // `addrs[0] == 0 <= off`, so i >= 1.
+        self.rules[i - 1]
+    }
+
+    /// The first and one-past-last address the table covers.
+    pub fn range(&self) -> (u64, u64) {
+        (self.base, self.end)
+    }
+
+    /// The CFI sections the table was built from.
+    pub fn sections(&self) -> CfiSections<'_> {
+        CfiSections {
+            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|(b, a)| (b.get(), *a)),
+            eh_frame: self.eh_frame.as_ref().map(|(b, a)| (b.get(), *a)),
+            debug_frame: self.debug_frame.as_ref().map(|b| b.get()),
+            text: self.text,
+            got: self.got,
+        }
+    }
+
+    /// Where the FDE of an [`Arch::EVALUATE`] row at `svma` is.
+    pub fn fde_for_evaluation(&self, svma: u64) -> FdeAt {
+        if svma < self.base {
+            return FdeAt::Search;
+        }
+        let off = (svma - self.base).min(u32::MAX as u64) as u32;
+        let i = self.eval_fdes.partition_point(|x| x.0 <= off);
+        if i > 0 {
+            let (s, e, at) = self.eval_fdes[i - 1];
+            if s <= off && off < e {
+                return at;
+            }
+        }
+        FdeAt::Search
+    }
+
+    /// Iterates over the compiled rows: `(start address, rule)`, sorted.
+    pub fn rows(&self) -> impl Iterator<Item = (u64, A::Rule)> + '_ {
+        self.addrs
+            .iter()
+            .zip(self.rules.iter())
+            .map(move |(&a, &r)| (self.base + a as u64, r))
+    }
+
+    /// Counters and sizes of the table.
+    pub fn stats(&self) -> TableStats {
+        TableStats {
+            fdes: self.stats.fdes,
+            cfi_rows: self.stats.rows,
+            rows: self.addrs.len(),
+            evaluated_rows: self.rules.iter().filter(|&&r| r == A::EVALUATE).count(),
+            bad_fdes: self.stats.bad_fdes,
+            table_bytes: self.addrs.len() * 4
+                + self.rules.len() * core::mem::size_of::<A::Rule>()
+                + self.eval_fdes.len() * core::mem::size_of::<(u32, u32, FdeAt)>(),
+            cfi_bytes: self.cfi_bytes,
+        }
+    }
+}

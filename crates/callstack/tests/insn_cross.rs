@@ -1,0 +1,430 @@
+//! Cross-architecture cores, read offline: aarch64, arm (armhf, Thumb-2)
+//! and mips (mipsel o32) programs built statically by Debian's cross
+//! compilers, with and without unwind tables (and stripped), crashed under
+//! qemu-user to get a core. Our chain, by prologue analysis (and, on arm,
+//! the EHABI tables where the binary has them), must equal gdb-multiarch's
+//! on the build with tables, frame by frame, as function+offset.
+//!
+//! Skipped (with a message) when the cross compiler, qemu-user or
+//! gdb-multiarch is missing: `scripts/install-test-deps.sh` installs them.
+
+mod common;
+use callstack::unwind::insn::{Method, UnwindRegs};
+use common::chain::parse_gdb_pcs;
+use common::corelite::{Core, FileCode};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Arch {
+    Aarch64,
+    Arm,
+    Mips,
+}
+
+impl Arch {
+    fn gcc(self) -> &'static str {
+        match self {
+            Arch::Aarch64 => "aarch64-linux-gnu-gcc",
+            Arch::Arm => "arm-linux-gnueabihf-gcc",
+            Arch::Mips => "mipsel-linux-gnu-gcc",
+        }
+    }
+    fn qemu(self) -> &'static str {
+        match self {
+            Arch::Aarch64 => "qemu-aarch64",
+            Arch::Arm => "qemu-arm",
+            Arch::Mips => "qemu-mipsel",
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Arch::Aarch64 => "aarch64",
+            Arch::Arm => "arm",
+            Arch::Mips => "mips",
+        }
+    }
+    /// Flags that turn unwind tables on (the defaults differ per target).
+    fn cfi_flags(self) -> &'static [&'static str] {
+        match self {
+            Arch::Aarch64 => &["-fasynchronous-unwind-tables"],
+            Arch::Arm => &["-funwind-tables"],
+            Arch::Mips => &["-fasynchronous-unwind-tables"],
+        }
+    }
+}
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn tools_present(a: Arch) -> bool {
+    let ok = have(a.gcc()) && have(a.qemu()) && have("gdb-multiarch");
+    if !ok {
+        eprintln!("skipping {}: cross gcc, qemu-user or gdb-multiarch missing (run scripts/install-test-deps.sh)", a.name());
+    }
+    ok
+}
+
+fn build(dir: &Path, a: Arch, cfi: bool, opt: &str, strip: bool) -> PathBuf {
+    let out = dir.join(format!(
+        "{}-{}-{}{}",
+        a.name(),
+        opt.trim_start_matches('-'),
+        if cfi { "cfi" } else { "nocfi" },
+        if strip { "-s" } else { "" }
+    ));
+    let mut cmd = Command::new(a.gcc());
+    cmd.arg(opt).arg("-static");
+    if cfi {
+        cmd.args(a.cfi_flags());
+    } else {
+        cmd.args(["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"]);
+    }
+    cmd.arg(testsupport::c_fixtures().join("insn_cross.c"))
+        .arg("-o")
+        .arg(&out);
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    if strip {
+        let strip_tool = a.gcc().replace("-gcc", "-strip");
+        assert!(Command::new(strip_tool)
+            .arg(&out)
+            .status()
+            .unwrap()
+            .success());
+    }
+    out
+}
+
+/// Runs `exe` under qemu-user until it aborts; returns qemu's core.
+fn qemu_core(a: Arch, exe: &Path) -> PathBuf {
+    let dir = exe.with_extension("run");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = Command::new("sh")
+        .current_dir(&dir)
+        .arg("-c")
+        .arg(format!(
+            "ulimit -c unlimited; exec {} {}",
+            a.qemu(),
+            exe.display()
+        ))
+        .output()
+        .unwrap();
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "core"))
+        .unwrap_or_else(|| panic!("no qemu core for {}: {o:?}", exe.display()))
+}
+
+fn gdb_pcs(exe: &Path, core: &Path) -> Vec<u64> {
+    let o = Command::new("gdb-multiarch")
+        .args([
+            "-nx",
+            "-batch",
+            "-ex",
+            "set pagination off",
+            "-ex",
+            "set debuginfod enabled off",
+        ])
+        .args([
+            "-ex",
+            "set backtrace limit 100",
+            "-ex",
+            "frame apply all -q p/x $pc",
+        ])
+        .arg(exe)
+        .arg(core)
+        .output()
+        .unwrap();
+    parse_gdb_pcs(&String::from_utf8_lossy(&o.stdout))
+}
+
+/// (function, offset) of each pc by the symbols of `exe`; return addresses
+/// (all but the first) are looked up at pc - 1 (a call may end a function).
+fn by_symbol(exe: &Path, pcs: &[u64]) -> Vec<(String, u64)> {
+    use object::{Object, ObjectSymbol, SymbolKind};
+    let data = std::fs::read(exe).unwrap();
+    let f = object::File::parse(&*data).unwrap();
+    let mut syms: Vec<(u64, u64, String)> = f
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
+        .map(|s| {
+            (
+                s.address() & !1,
+                s.size(),
+                s.name().unwrap_or("?").to_string(),
+            )
+        })
+        .collect();
+    syms.sort();
+    pcs.iter()
+        .enumerate()
+        .map(|(i, &pc)| {
+            let pc = pc & !1;
+            let look = if i == 0 { pc } else { pc - 1 };
+            match syms.iter().rev().find(|s| s.0 <= look && look < s.0 + s.1) {
+                Some(s) => (s.2.clone(), pc - s.0),
+                None => ("??".to_string(), pc),
+            }
+        })
+        .collect()
+}
+
+fn our_chain(a: Arch, exe: &Path, core_path: &Path) -> Vec<(u64, Method)> {
+    let mut core = Core::open(core_path);
+    let mut code = FileCode::new(&core, exe);
+    let desc = core.prstatus[0].clone();
+    let regs: UnwindRegs = match a {
+        Arch::Aarch64 => callstack::unwind::insn::core_regs::aarch64::unwind_regs(&desc).unwrap(),
+        Arch::Arm => callstack::unwind::insn::core_regs::arm::unwind_regs(&desc).unwrap(),
+        Arch::Mips => callstack::unwind::insn::core_regs::mips::unwind_regs(&desc).unwrap(),
+    };
+    let (_, stack_end) = core.segment_of(regs.sp).expect("stack in core");
+    let mut out = [(0u64, Method::Context); 64];
+    let n = match a {
+        Arch::Aarch64 => {
+            callstack::unwind::insn::risc::walk::<callstack::unwind::insn::aarch64::Arch, _, _>(
+                regs, &mut core, &mut code, stack_end, &mut out,
+            )
+        }
+        Arch::Mips => {
+            callstack::unwind::insn::risc::walk::<callstack::unwind::insn::mips::Arch, _, _>(
+                regs, &mut core, &mut code, stack_end, &mut out,
+            )
+        }
+        Arch::Arm => {
+            let r = callstack::unwind::insn::core_regs::arm::all_regs(&desc).unwrap();
+            let mut regs16 = [0u32; 16];
+            regs16.copy_from_slice(&r[..16]);
+            if r[16] as u64 & callstack::unwind::insn::core_regs::arm::CPSR_T != 0 {
+                regs16[15] |= 1;
+            }
+            let mut tables = ExeTables::new(exe);
+            callstack::unwind::insn::arm::unwinder::walk(
+                regs16,
+                &mut core,
+                &mut code,
+                &mut tables,
+                stack_end,
+                &mut out,
+            )
+        }
+    };
+    out[..n].to_vec()
+}
+
+/// `.ARM.exidx` and the loaded image of a static executable.
+struct ExeTables {
+    exidx: Vec<u8>,
+    addr: u64,
+    segs: Vec<(u64, bool, Vec<u8>)>,
+}
+
+impl ExeTables {
+    fn new(exe: &Path) -> ExeTables {
+        use object::{Object, ObjectSection};
+        let data = std::fs::read(exe).unwrap();
+        let f = object::File::parse(&*data).unwrap();
+        let (exidx, addr) = f
+            .section_by_name(".ARM.exidx")
+            .map(|s| (s.data().unwrap().to_vec(), s.address()))
+            .unwrap_or_default();
+        ExeTables {
+            exidx,
+            addr,
+            segs: common::corelite::load_segments(&data),
+        }
+    }
+}
+
+impl callstack::unwind::insn::arm::unwinder::ArmTables for ExeTables {
+    fn exidx_for(
+        &mut self,
+        _pc: u64,
+    ) -> Option<callstack::unwind::insn::arm::ehabi::ExidxTable<'_>> {
+        (!self.exidx.is_empty()).then(|| callstack::unwind::insn::arm::ehabi::ExidxTable {
+            data: &self.exidx,
+            addr: self.addr,
+        })
+    }
+    fn read_word(&mut self, a: u64) -> Option<u32> {
+        self.segs.iter().find_map(|(s, _, d)| {
+            let o = a.checked_sub(*s)? as usize;
+            d.get(o..o + 4)
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+        })
+    }
+}
+
+fn check(a: Arch, opt: &str, strip: bool) {
+    if !tools_present(a) {
+        return;
+    }
+    let dir = testsupport::scratch_dir(&format!(
+        "insn-cross-{}-{}-{strip}",
+        a.name(),
+        opt.trim_start_matches('-')
+    ));
+    let truth_exe = build(&dir, a, true, opt, false);
+    let exe = build(&dir, a, false, opt, false);
+    let test_exe = if strip {
+        build(&dir, a, false, opt, true)
+    } else {
+        exe.clone()
+    };
+    let truth_core = qemu_core(a, &truth_exe);
+    let core = qemu_core(a, &test_exe);
+    let truth = by_symbol(&truth_exe, &gdb_pcs(&truth_exe, &truth_core));
+    assert!(
+        truth.len() >= 9,
+        "gdb-multiarch's chain is short: {truth:?}"
+    );
+    let ours_raw = our_chain(a, &test_exe, &core);
+    let pcs: Vec<u64> = ours_raw.iter().map(|f| f.0).collect();
+    let ours = by_symbol(&exe, &pcs);
+    let names = |v: &[(String, u64)]| v.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
+    assert!(
+        ours.len() >= truth.len() && ours[..truth.len()] == truth[..],
+        "{} {opt} strip={strip}: chain differs\n truth: {:?}\n  ours: {:?}\n truth: {truth:x?}\n  ours: {ours:x?}\n methods: {ours_raw:x?}",
+        a.name(),
+        names(&truth),
+        names(&ours)
+    );
+    let methods: Vec<&str> = ours_raw[..truth.len()]
+        .iter()
+        .map(|f| f.1.as_str())
+        .collect();
+    eprintln!(
+        "{} {opt} strip={strip}: {:?}",
+        a.name(),
+        names(&ours).iter().zip(&methods).collect::<Vec<_>>()
+    );
+    if !strip {
+        // With symbols, every frame is found by analysis (or tables), not by scanning.
+        assert!(!methods.contains(&"scan"), "scanned: {methods:?}");
+    }
+    // The build with tables gives the same chain through our unwinder too.
+    let ours_cfi = our_chain(a, &truth_exe, &truth_core);
+    let pcs: Vec<u64> = ours_cfi.iter().map(|f| f.0).collect();
+    let ours_cfi = by_symbol(&truth_exe, &pcs);
+    assert!(
+        ours_cfi.len() >= truth.len() && ours_cfi[..truth.len()] == truth[..],
+        "{} {opt}: chain on the build with tables differs\n truth: {truth:x?}\n  ours: {ours_cfi:x?}",
+        a.name()
+    );
+}
+
+#[test]
+fn aarch64_o2() {
+    check(Arch::Aarch64, "-O2", false);
+}
+
+#[test]
+fn aarch64_o2_stripped() {
+    check(Arch::Aarch64, "-O2", true);
+}
+
+#[test]
+fn aarch64_o0() {
+    check(Arch::Aarch64, "-O0", false);
+}
+
+#[test]
+fn mips_o2() {
+    check(Arch::Mips, "-O2", false);
+}
+
+#[test]
+fn mips_o2_stripped() {
+    check(Arch::Mips, "-O2", true);
+}
+
+#[test]
+fn mips_o0() {
+    check(Arch::Mips, "-O0", false);
+}
+
+#[test]
+fn arm_o2() {
+    check(Arch::Arm, "-O2", false);
+}
+
+#[test]
+fn arm_o2_stripped() {
+    check(Arch::Arm, "-O2", true);
+}
+
+#[test]
+fn arm_o0() {
+    check(Arch::Arm, "-O0", false);
+}
+
+/// The accuracy report for cross-architecture cores without unwind tables:
+/// frames right (every frame up to it right, from frame 1 to the outermost
+/// frame gdb-multiarch finds on the build with tables), ours against
+/// gdb-multiarch's on the same no-table core. `--nocapture` shows the table.
+#[test]
+fn cross_accuracy_table() {
+    let mut rows = Vec::new();
+    for a in [Arch::Aarch64, Arch::Arm, Arch::Mips] {
+        if !tools_present(a) {
+            continue;
+        }
+        for (opt, strip) in [("-O0", false), ("-O2", false), ("-O2", true)] {
+            let dir = testsupport::scratch_dir(&format!(
+                "insn-xacc-{}-{}-{strip}",
+                a.name(),
+                opt.trim_start_matches('-')
+            ));
+            let truth_exe = build(&dir, a, true, opt, false);
+            let exe = build(&dir, a, false, opt, false);
+            let test_exe = if strip {
+                build(&dir, a, false, opt, true)
+            } else {
+                exe.clone()
+            };
+            let truth = by_symbol(&truth_exe, &gdb_pcs(&truth_exe, &qemu_core(a, &truth_exe)));
+            let core = qemu_core(a, &test_exe);
+            let ours: Vec<u64> = our_chain(a, &test_exe, &core).iter().map(|f| f.0).collect();
+            let ours = by_symbol(&exe, &ours);
+            let gdb = by_symbol(&exe, &gdb_pcs(&test_exe, &core));
+            let right = |got: &[(String, u64)]| {
+                truth
+                    .iter()
+                    .zip(got)
+                    .skip(1)
+                    .take_while(|(t, g)| t == g)
+                    .count()
+            };
+            let gdb_frames = gdb.len().saturating_sub(1);
+            rows.push((
+                format!(
+                    "{} {}{}",
+                    a.name(),
+                    opt,
+                    if strip { " stripped" } else { "" }
+                ),
+                truth.len() - 1,
+                right(&ours),
+                right(&gdb),
+                gdb_frames,
+            ));
+        }
+    }
+    println!("\n| no unwind tables | frames | ours right | gdb-multiarch right | gdb-multiarch frames shown |");
+    println!("|---|---|---|---|---|");
+    for r in &rows {
+        println!("| {} | {} | {} | {} | {} |", r.0, r.1, r.2, r.3, r.4);
+    }
+    for r in &rows {
+        assert_eq!(r.1, r.2, "{}: ours not all right", r.0);
+    }
+}

@@ -1,0 +1,264 @@
+//! In-process machine-code unwinding through C code built without CFI and
+//! without frame pointers (a shared library dlopened by this test), and a
+//! hand-written assembly function without CFI.
+//!
+//! The truth is libgcc's `_Unwind_Backtrace` (CFI) through the same library
+//! built with unwind tables (`.text` checked identical): both chains are
+//! compared frame by frame, the library's frames by offset in the library.
+#![cfg(target_arch = "x86_64")]
+
+use callstack::unwind::insn::{InProcess, Method};
+use std::ffi::{c_int, c_void, CString};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn build_so(dir: &Path, opt: &str, cfi: bool, strip: bool) -> PathBuf {
+    let fx = testsupport::c_fixtures();
+    let out = dir.join(format!(
+        "libinsn-{}-{}{}.so",
+        opt.trim_start_matches('-'),
+        if cfi { "cfi" } else { "nocfi" },
+        if strip { "-s" } else { "" }
+    ));
+    let mut cmd = Command::new("gcc");
+    cmd.arg(opt)
+        .args(["-fomit-frame-pointer", "-fPIC", "-shared"]);
+    if cfi {
+        cmd.arg("-DWITH_CFI");
+    } else {
+        cmd.args(["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"]);
+    }
+    cmd.arg(fx.join("insn_chain.c"))
+        .arg(fx.join("insn_asm_x86_64.S"))
+        .arg("-o")
+        .arg(&out);
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    if strip {
+        assert!(Command::new("strip").arg(&out).status().unwrap().success());
+    }
+    out
+}
+
+fn text(p: &Path) -> Vec<u8> {
+    use object::{Object, ObjectSection};
+    let d = std::fs::read(p).unwrap();
+    let f = object::File::parse(&*d).unwrap();
+    f.section_by_name(".text").unwrap().data().unwrap().to_vec()
+}
+
+type Entry = unsafe extern "C" fn(extern "C" fn(*mut c_void), *mut c_void) -> c_int;
+
+struct Lib {
+    entry: Entry,
+    base: usize,
+    end: usize,
+}
+
+fn load(path: &Path) -> Lib {
+    let c = CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: dlopen/dlsym with valid C strings; the library stays loaded
+    // for the rest of the test process.
+    unsafe {
+        let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        assert!(!h.is_null(), "dlopen {}", path.display());
+        let sym = libc::dlsym(h, c"insn_entry".as_ptr());
+        assert!(!sym.is_null());
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        libc::dladdr(sym, &mut info);
+        let base = info.dli_fbase as usize;
+        let size = std::fs::metadata(path).unwrap().len() as usize + 0x10000;
+        Lib {
+            entry: std::mem::transmute::<*mut c_void, Entry>(sym),
+            base,
+            end: base + size,
+        }
+    }
+}
+
+#[repr(C)]
+struct UnwindContext {
+    _p: [u8; 0],
+}
+extern "C" {
+    fn _Unwind_Backtrace(
+        f: extern "C" fn(*mut UnwindContext, *mut c_void) -> c_int,
+        arg: *mut c_void,
+    ) -> c_int;
+    fn _Unwind_GetIP(ctx: *mut UnwindContext) -> usize;
+}
+
+extern "C" fn collect(ctx: *mut UnwindContext, arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `Vec` passed by `truth_cb`.
+    let v = unsafe { &mut *(arg as *mut Vec<usize>) };
+    // SAFETY: libgcc's context during its own walk.
+    v.push(unsafe { _Unwind_GetIP(ctx) });
+    0
+}
+
+struct Capture {
+    snap: *const InProcess,
+    frames: Vec<(u64, Method)>,
+    truth: Vec<usize>,
+}
+
+extern "C" fn truth_cb(arg: *mut c_void) {
+    // SAFETY: `arg` is the `Capture` of `run`.
+    let cap = unsafe { &mut *(arg as *mut Capture) };
+    let mut v = Vec::new();
+    // SAFETY: the callback and its argument live across the call.
+    unsafe { _Unwind_Backtrace(collect, &mut v as *mut Vec<usize> as *mut c_void) };
+    cap.truth = v;
+}
+
+extern "C" fn exact_cb(arg: *mut c_void) {
+    // SAFETY: `arg` is the `Capture` of `run`.
+    let cap = unsafe { &mut *(arg as *mut Capture) };
+    let mut out = [callstack::unwind::Frame {
+        pc: 0,
+        sp: 0,
+        fp: 0,
+        method: Method::Context,
+    }; 128];
+    let (n, _) = callstack::capture_exact_with_info(0, &mut out);
+    cap.frames = out[..n].iter().map(|f| (f.pc, f.method)).collect();
+}
+
+extern "C" fn insn_cb(arg: *mut c_void) {
+    // SAFETY: `arg` is the `Capture` of `run`.
+    let cap = unsafe { &mut *(arg as *mut Capture) };
+    let mut out = [(0u64, Method::Context); 128];
+    // SAFETY: the snapshot outlives the call.
+    let n = unsafe { &*cap.snap }.capture_with_methods(&mut out);
+    cap.frames = out[..n].to_vec();
+}
+
+#[inline(never)]
+fn run(lib: &Lib, cb: extern "C" fn(*mut c_void), cap: &mut Capture) {
+    // SAFETY: `insn_entry` calls `cb(cap)` once and returns.
+    unsafe { (lib.entry)(cb, cap as *mut Capture as *mut c_void) };
+    std::hint::black_box(());
+}
+
+/// Normalizes a pc: offsets inside the library, absolute elsewhere.
+fn norm(lib: &Lib, pc: usize) -> (bool, usize) {
+    if lib.base <= pc && pc < lib.end {
+        (true, pc - lib.base)
+    } else {
+        (false, pc)
+    }
+}
+
+fn check(opt: &str, strip: bool) {
+    check_with(opt, strip, insn_cb);
+}
+
+/// The same chain through `capture_exact`: CFI for the Rust frames, the
+/// instruction-analysis fallback for the library's.
+fn check_exact(opt: &str, strip: bool) {
+    check_with(opt, strip, exact_cb);
+}
+
+fn check_with(opt: &str, strip: bool, cb: extern "C" fn(*mut c_void)) {
+    let dir = testsupport::scratch_dir(&format!(
+        "insn-inproc-{}-{strip}",
+        opt.trim_start_matches('-')
+    ));
+    let cfi = build_so(&dir, opt, true, false);
+    let nocfi = build_so(&dir, opt, false, strip);
+    assert_eq!(text(&cfi), text(&nocfi), ".text differs");
+    let cfi = load(&cfi);
+    let nocfi = load(&nocfi);
+    let snap = InProcess::new();
+    callstack::prepare();
+    let mut cap = Capture {
+        snap: &snap,
+        frames: vec![],
+        truth: vec![],
+    };
+    // One call site for both runs, so the frames below are the same.
+    for (lib, cb) in [(&cfi, truth_cb as extern "C" fn(*mut c_void)), (&nocfi, cb)] {
+        run(lib, cb, &mut cap);
+    }
+    // libgcc ends with a 0 entry: not a frame.
+    let truth: Vec<(bool, usize)> = cap
+        .truth
+        .iter()
+        .filter(|&&p| p != 0)
+        .map(|&p| norm(&cfi, p))
+        .collect();
+    let ours: Vec<(bool, usize)> = cap
+        .frames
+        .iter()
+        .map(|f| norm(&nocfi, f.0 as usize))
+        .collect();
+    // Align at the first frame inside the library (the return address in d).
+    let t0 = truth
+        .iter()
+        .position(|f| f.0)
+        .expect("library frame in truth");
+    let o0 = ours
+        .iter()
+        .position(|f| f.0)
+        .expect("library frame in ours");
+    let truth = &truth[t0..];
+    let ours_tail = &ours[o0..];
+    // The library's 6 frames, then this test's `run` and the frames below
+    // it, down to the thread's start.
+    assert!(truth.len() >= 8, "{truth:x?}");
+    let lib_frames = truth.iter().filter(|f| f.0).count();
+    assert_eq!(
+        lib_frames, 6,
+        "the chain d c asm b a insn_entry: {truth:x?}"
+    );
+    assert!(
+        ours_tail.len() >= truth.len() && ours_tail[..truth.len()] == *truth,
+        "{opt} strip={strip}: chain differs\n truth: {truth:x?}\n  ours: {ours_tail:x?}\n methods: {:?}",
+        cap.frames
+    );
+    // The callers of the library's 6 frames were found from the library's
+    // code (it has no CFI and no frame pointer); a frame's method says how
+    // the step from the frame below found it.
+    for f in &cap.frames[o0 + 1..=o0 + 6] {
+        assert!(
+            matches!(f.1, Method::Insn | Method::Scan),
+            "{opt} strip={strip}: {f:x?} in {:x?}",
+            cap.frames
+        );
+    }
+}
+
+#[test]
+fn capture_exact_o2_unstripped() {
+    check_exact("-O2", false);
+}
+
+#[test]
+fn capture_exact_o2_stripped() {
+    check_exact("-O2", true);
+}
+
+#[test]
+fn capture_exact_o0_unstripped() {
+    check_exact("-O0", false);
+}
+
+#[test]
+fn inprocess_o2_unstripped() {
+    check("-O2", false);
+}
+
+#[test]
+fn inprocess_o2_stripped() {
+    check("-O2", true);
+}
+
+#[test]
+fn inprocess_o0_unstripped() {
+    check("-O0", false);
+}
+
+#[test]
+fn inprocess_o0_stripped() {
+    check("-O0", true);
+}
