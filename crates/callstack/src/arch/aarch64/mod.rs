@@ -10,9 +10,9 @@
 //! (qemu-user would do for capture, but not for the gdb oracle the tests
 //! compare with). Cores of aarch64 programs are read offline on any host.
 
-pub mod regs;
 pub mod core_regs;
 pub mod instruction_analysis;
+pub mod regs;
 
 use super::FrameRecordLayout;
 

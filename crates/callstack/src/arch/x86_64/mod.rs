@@ -5,9 +5,9 @@
 //!   [rbp + 0]  caller's rbp
 //! ```
 
-pub mod regs;
 pub mod core_regs;
 pub mod instruction_analysis;
+pub mod regs;
 
 use super::FrameRecordLayout;
 
