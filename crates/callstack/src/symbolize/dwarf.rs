@@ -270,7 +270,7 @@ impl DwarfIndex {
         let code = die.read_uleb128().ok()?;
         let attrs_at = UnitOffset(start.0 + (before - die.len()));
         // Find `code` in the unit's abbreviation table, reading only up to it.
-        let mut ab = self.dwarf.debug_abbrev.reader().clone();
+        let mut ab = *self.dwarf.debug_abbrev.reader();
         ab.skip(h.debug_abbrev_offset().0).ok()?;
         let mut specs = Vec::new();
         loop {

@@ -25,14 +25,17 @@ pub(crate) struct Sym {
     pub source: NameSource,
 }
 
-/// An opened object. Field order matters: `ctx` and `syms` borrow from
-/// `_debug_map` and `_map` and must be dropped first.
+/// A demangled name and, when different, the name as stored.
+pub(crate) type NamePair = (Option<Arc<str>>, Option<Arc<str>>);
+
+/// An opened object. Field order matters: `dwarf`, the name maps and
+/// `syms` borrow from `_debug_map` and `_map` and must be dropped first.
 pub(crate) struct ElfModule {
     pub dwarf: Option<DwarfIndex>,
     /// Interned names, keyed by the address of the raw name in the mapped
-    /// file (or in the line tables the context keeps): each name is
-    /// demangled and allocated once per module, then shared.
-    names: RefCell<IntMap<(usize, usize), (Option<Arc<str>>, Option<Arc<str>>)>>,
+    /// file: each name is demangled and allocated once per module, then
+    /// shared.
+    names: RefCell<IntMap<(usize, usize), NamePair>>,
     files: RefCell<IntMap<(usize, usize), Arc<str>>>,
 
     pub syms: Vec<Sym>,
@@ -166,11 +169,7 @@ impl ElfModule {
 
     /// The demangled and the raw (when different) name of a function, given
     /// its bytes in the mapped file, interned.
-    pub(crate) fn function_name(
-        &self,
-        raw: &[u8],
-        lang: Option<gimli::DwLang>,
-    ) -> (Option<Arc<str>>, Option<Arc<str>>) {
+    pub(crate) fn function_name(&self, raw: &[u8], lang: Option<gimli::DwLang>) -> NamePair {
         let key = (raw.as_ptr() as usize, raw.len());
         if let Some(v) = self.names.borrow().get(&key) {
             return v.clone();
@@ -187,7 +186,7 @@ impl ElfModule {
     }
 
     /// A file name, interned by the address of its text (stable for as long
-    /// as the module lives: the mapped file or the context's line tables).
+    /// as the module lives: it points into the mapped file).
     pub(crate) fn file_name(&self, p: &str) -> Arc<str> {
         let key = (p.as_ptr() as usize, p.len());
         self.files
