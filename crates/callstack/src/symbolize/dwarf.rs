@@ -75,6 +75,10 @@ struct Inlined {
     end: u64,
     depth: u32,
     die: UnitOffset,
+    /// `.debug_info` offset of the DIE its name comes from (its abstract
+    /// origin), or 0 to read the name from `die` itself: the names of
+    /// every inlined copy of a function then share one cache entry.
+    origin: usize,
     call_file: Option<u64>,
     call_line: u32,
     call_column: u32,
@@ -474,7 +478,14 @@ impl DwarfIndex {
         let (mut f, mut l, mut c, mut d) = (file0, line0, col0, disc0);
         for inl in chain.iter().rev() {
             out.push(RawFrame {
-                name: self.die_name(slot, inl.die, NAME_DEPTH),
+                name: if inl.origin != 0 {
+                    self.slot_at(inl.origin).and_then(|t| {
+                        let off = inl.origin - self.slots()[t].offset;
+                        self.die_name(t, UnitOffset(off), NAME_DEPTH - 1)
+                    })
+                } else {
+                    self.die_name(slot, inl.die, NAME_DEPTH)
+                },
                 lang: u.lang,
                 file: f,
                 line: l,
@@ -822,12 +833,23 @@ fn parse_function(
                 gimli::DW_TAG_inlined_subroutine => {
                     let mut pc = Pc::default();
                     let (mut file, mut line, mut col) = (None, 0, 0);
+                    let (mut origin, mut named) = (0usize, false);
                     for spec in abbrev.attributes() {
                         let attr = e.read_attribute(*spec).ok()?;
                         if pc.take(dwarf, unit, &attr) {
                             continue;
                         }
                         match attr.name() {
+                            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
+                                origin = match attr.value() {
+                                    AttributeValue::UnitRef(o) => unit.header.offset().0 + o.0,
+                                    AttributeValue::DebugInfoRef(o) => o.0,
+                                    _ => 0,
+                                }
+                            }
+                            gimli::DW_AT_name
+                            | gimli::DW_AT_linkage_name
+                            | gimli::DW_AT_MIPS_linkage_name => named = true,
                             gimli::DW_AT_call_file => {
                                 if let AttributeValue::FileIndex(fi) = attr.value() {
                                     if fi > 0 || version5 {
@@ -851,6 +873,7 @@ fn parse_function(
                             end,
                             depth: idepth,
                             die: off,
+                            origin: if named { 0 } else { origin },
                             call_file: file,
                             call_line: line,
                             call_column: col,
