@@ -37,6 +37,12 @@ pub struct Args {
     /// Print file base names only.
     #[arg(short = 's', long = "basenames")]
     basenames: bool,
+    /// Threads for a batch of known addresses (arguments, or standard input
+    /// that is a regular file). Each thread opens the file and answers a
+    /// contiguous part of the sorted addresses; units shared by both parts
+    /// are parsed twice, so this pays only on idle cores.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     /// Extra directory to search for split debug info (repeatable).
     #[arg(long = "debug-dir")]
     debug_dirs: Vec<PathBuf>,
@@ -126,15 +132,15 @@ fn stdin_is_regular_file() -> bool {
 }
 
 /// Resolves a batch: the distinct addresses, sorted (neighbours share
-/// units and functions), split in two halves answered by two threads with
-/// a symbolizer each (the halves touch mostly different units, so little
-/// work is done twice). Small batches stay on one thread.
+/// units and functions, which are then hot in the caches); with
+/// `--threads 2` and a large batch, split in two halves answered by two
+/// threads with a symbolizer each.
 fn resolve_batch(sym: Symbolizer, args: &Args, addrs: &[u64]) -> Vec<Symbolized> {
     let mut uniq: Vec<u64> = addrs.to_vec();
     uniq.sort_unstable();
     uniq.dedup();
     let threads = if uniq.len() >= 2000 {
-        std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
+        args.threads.clamp(1, 2)
     } else {
         1
     };

@@ -201,7 +201,8 @@ fn missing_file_is_an_error() {
 }
 
 /// Standard input from a regular file with thousands of addresses takes the
-/// batch path (sorted, deduplicated, two threads): same output, same order.
+/// batch path (sorted, deduplicated; one thread and `--threads 2`): same
+/// output, same order.
 #[test]
 fn batch_from_a_file_matches_binutils() {
     let dir = scratch_dir("cli-addr2line");
@@ -238,10 +239,21 @@ fn batch_from_a_file_matches_binutils() {
             .args(["-a", "-f", "-i", "-C", "-e"])
             .arg(&exe),
     );
-    let ours = run_with(
-        Command::new(&release_artifacts().cli)
-            .args(["addr2line", "-a", "-f", "-i", "-C", "-e"])
-            .arg(&exe),
-    );
-    assert_lines_equal(&theirs, &ours, &exe, "batch -a -f -i -C");
+    for threads in ["1", "2"] {
+        let ours = run_with(
+            Command::new(&release_artifacts().cli)
+                .args([
+                    "addr2line",
+                    "--threads",
+                    threads,
+                    "-a",
+                    "-f",
+                    "-i",
+                    "-C",
+                    "-e",
+                ])
+                .arg(&exe),
+        );
+        assert_lines_equal(&theirs, &ours, &exe, "batch -a -f -i -C");
+    }
 }
