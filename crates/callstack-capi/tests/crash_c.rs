@@ -4,15 +4,19 @@
 //! child dies by the signal it would have died by.
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use std::time::Duration;
 use testsupport::crash::*;
 use testsupport::{scratch_dir, Gcc};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
-const OURS: [&str; 13] = [
+const OURS: [&str; 17] = [
     "c_null_deref",
+    "c_bus_error",
+    "c_dlopen_crash",
+    "dso_crash",
+    "dso_null_deref",
     "c_abort",
     "c_divide",
     "c_illegal",
@@ -31,22 +35,31 @@ fn ours(name: &str) -> bool {
     OURS.contains(&name)
 }
 
+/// Builds the fixture with `flags`, once per flag set per test process
+/// (tests run in parallel: rebuilding a binary another test is running
+/// fails with "text file busy").
 fn build(flags: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = built.iter().find(|(f, _)| f == flags) {
+        return p.clone();
+    }
     let dir = scratch_dir("crash-c");
     let tag: String = flags
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    Gcc::new(&["crash_fixture.c"])
+    let exe = Gcc::new(&["crash_fixture.c"])
         .flags(flags)
         .flags("-pthread")
         .link_callstack()
-        .build(&dir.join(format!("crash_fixture{tag}")))
+        .build(&dir.join(format!("crash_fixture{tag}")));
+    built.push((flags.to_string(), exe.clone()));
+    exe
 }
 
-fn fixture() -> &'static PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| build("-O0 -fno-omit-frame-pointer"))
+fn fixture() -> PathBuf {
+    build("-O0 -fno-omit-frame-pointer")
 }
 
 fn run_exe(exe: &PathBuf, args: &[&str], env: &[(&str, &str)]) -> Crash {
@@ -68,7 +81,7 @@ fn run_exe(exe: &PathBuf, args: &[&str], env: &[(&str, &str)]) -> Crash {
 }
 
 fn run(scenario: &str, env: &[(&str, &str)]) -> Crash {
-    run_exe(fixture(), &[scenario], env)
+    run_exe(&fixture(), &[scenario], env)
 }
 
 fn check(c: &Crash, signal: i32, signal_line: &str, expected: &[&str]) {
@@ -81,13 +94,8 @@ fn check(c: &Crash, signal: i32, signal_line: &str, expected: &[&str]) {
     assert!(raw.contains("(build-id "), "{}", c.stderr);
     let sym =
         symbolized_part(&c.stderr).unwrap_or_else(|| panic!("no symbolized part:\n{}", c.stderr));
-    assert_chain(
-        &symbolized_frames(sym),
-        ours,
-        expected,
-        "crash_fixture.c",
-        &c.stderr,
-    );
+    // crash_fixture.c, or crash_dso.c for the library's frames.
+    assert_chain(&symbolized_frames(sym), ours, expected, ".c", &c.stderr);
     assert_eq!(
         c.signal,
         Some(signal),
@@ -286,7 +294,7 @@ fn crash_c_previous_handler_still_runs() {
 fn crash_c_report_file_gets_both_parts() {
     let file = scratch_dir("crash-c-file").join("report.txt");
     let _ = std::fs::remove_file(&file);
-    let c = run_exe(fixture(), &["null", file.to_str().unwrap()], &[]);
+    let c = run_exe(&fixture(), &["null", file.to_str().unwrap()], &[]);
     assert_eq!(c.signal, Some(libc::SIGSEGV));
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(
@@ -367,4 +375,193 @@ fn crash_c_raw_part_survives_a_hanging_helper() {
     );
     assert_eq!(c.signal, Some(libc::SIGSEGV));
     assert!(c.elapsed < Duration::from_secs(10), "{:?}", c.elapsed);
+}
+
+#[test]
+fn crash_c_null_dereference_without_frame_pointers() {
+    // Exact unwinding (CFI) through code built without frame pointers.
+    let exe = build("-O2 -fomit-frame-pointer");
+    let c = run_exe(&exe, &["null"], &[]);
+    check(
+        &c,
+        libc::SIGSEGV,
+        "signal: SIGSEGV: address not mapped, fault address 0x0",
+        &with_main(&["c_null_deref"]),
+    );
+}
+
+#[test]
+fn crash_c_bus_error() {
+    let c = run("bus", &[]);
+    check(
+        &c,
+        libc::SIGBUS,
+        "signal: SIGBUS: nonexistent physical address",
+        &with_main(&["c_bus_error"]),
+    );
+}
+
+#[test]
+fn crash_c_in_a_library_loaded_after_install() {
+    // Not in the install-time module snapshot: found through
+    // /proc/self/maps and the ELF header mapped in memory.
+    let dir = scratch_dir("crash-c-dso");
+    let dso = Gcc::new(&["crash_dso.c"])
+        .flags("-O0 -fno-omit-frame-pointer -fPIC -shared")
+        .build(&dir.join("libcrash_dso.so"));
+    let c = run("dlopen", &[("CRASH_DSO", dso.to_str().unwrap())]);
+    let raw = raw_part(&c.stderr).unwrap_or_else(|| panic!("{}", c.stderr));
+    let first = raw.lines().find(|l| l.starts_with("  #0 pc ")).unwrap();
+    assert!(
+        first.contains("libcrash_dso.so +0x") && first.contains("(build-id "),
+        "{}",
+        c.stderr
+    );
+    check(
+        &c,
+        libc::SIGSEGV,
+        "signal: SIGSEGV: address not mapped, fault address 0x0",
+        &with_main(&["dso_null_deref", "dso_crash", "c_dlopen_crash"]),
+    );
+}
+
+#[test]
+fn crash_c_previous_handler_that_returns_is_reported_once() {
+    // The previous handler returns without fixing the fault three times:
+    // the fault repeats, the report is written once, the handler runs each
+    // time, and the process still dies by SIGSEGV.
+    let c = run("prev-returns", &[]);
+    assert_eq!(
+        c.stderr
+            .matches("*** callstack: crash report (raw) ***")
+            .count(),
+        1,
+        "{}",
+        c.stderr
+    );
+    assert_eq!(
+        c.stderr.matches("fixture: returning handler ran").count(),
+        3,
+        "{}",
+        c.stderr
+    );
+    assert!(symbolized_part(&c.stderr).is_some(), "{}", c.stderr);
+    assert_eq!(c.signal, Some(libc::SIGSEGV), "{}", c.stderr);
+}
+
+/// gdb's `bt` where the fixture crashes (gdb stops at the signal before our
+/// handler runs), function names, innermost first.
+fn gdb_crash_bt(exe: &PathBuf, scenario: &str) -> Vec<String> {
+    let o = Command::new("gdb")
+        .args(["-nx", "-batch", "-ex", "set debuginfod enabled off"])
+        .args(["-ex", "run", "-ex", "bt", "--args"])
+        .arg(exe)
+        .arg(scenario)
+        .env("CALLSTACK_CRASH_HELPER", "none")
+        .output()
+        .expect("run gdb");
+    testsupport::parse_gdb_bt(&String::from_utf8_lossy(&o.stdout))
+}
+
+#[test]
+fn crash_c_chains_equal_gdb() {
+    // Every frame of the symbolized report, inlined ones included, down to
+    // main, against gdb's bt at the same fault; at -O0 with frame pointers
+    // and at -O2 without them.
+    for flags in ["-O0 -fno-omit-frame-pointer", "-O2 -fomit-frame-pointer"] {
+        let exe = build(flags);
+        for scenario in ["null", "fpe", "ill", "trap", "bus"] {
+            let c = run_exe(&exe, &[scenario], &[]);
+            let sym = symbolized_part(&c.stderr)
+                .unwrap_or_else(|| panic!("{flags} {scenario}: no symbolized part:\n{}", c.stderr));
+            let ours: Vec<String> = symbolized_frames(sym)
+                .into_iter()
+                .map(|f| f.function)
+                .collect();
+            let end = ours
+                .iter()
+                .position(|f| f == "main")
+                .map_or(ours.len(), |i| i + 1);
+            let gdb = gdb_crash_bt(&exe, scenario);
+            let gend = gdb
+                .iter()
+                .position(|f| f == "main")
+                .map_or(gdb.len(), |i| i + 1);
+            assert_eq!(
+                ours[..end],
+                gdb[..gend],
+                "{flags} {scenario}: ours vs gdb\n{}",
+                c.stderr
+            );
+        }
+    }
+}
+
+/// System calls the crashing thread may make from the fault to its death:
+/// the handler's (see the signal-safety rules of `callstack::crash`).
+const HANDLER_SYSCALLS: [&str; 25] = [
+    "restart_syscall", // nanosleep resumed after a ptrace stop
+    "write",
+    "openat",
+    "open",
+    "read",
+    "close",
+    "prctl",
+    "getpid",
+    "gettid",
+    "pipe2",
+    "clone",
+    "fcntl",
+    "rt_sigprocmask",
+    "rt_sigpending",
+    "rt_sigtimedwait",
+    "rt_sigaction",
+    "rt_sigreturn",
+    "poll",
+    "wait4",
+    "nanosleep",
+    "clock_nanosleep",
+    "clock_gettime",
+    "kill",
+    "tgkill",
+    "exit_group",
+];
+
+#[test]
+fn crash_c_handler_makes_only_signal_safe_system_calls() {
+    // strace the crashing thread from the signal to its death: no mmap or
+    // brk (malloc), no futex (a lock), nothing outside the list.
+    for scenario in ["null", "malloc"] {
+        let dir = scratch_dir(&format!("crash-c-strace-{scenario}"));
+        let prefix = dir.join("trace");
+        let mut cmd = Command::new("strace");
+        cmd.args(["-ff", "-qq", "-o"])
+            .arg(&prefix)
+            .arg(fixture())
+            .arg(scenario);
+        let c = run_crashing(cmd, DEADLINE);
+        assert!(symbolized_part(&c.stderr).is_some(), "{}", c.stderr);
+        // The crashing thread is the main thread: its file is trace.<pid>,
+        // the one that holds the fault.
+        let mut checked = false;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            let Some(at) = text.find("--- SIGSEGV {si_signo=SIGSEGV, si_code=SEGV_MAPERR") else {
+                continue;
+            };
+            checked = true;
+            for line in text[at..].lines() {
+                if line.starts_with("---") || line.starts_with("+++") || line.is_empty() {
+                    continue;
+                }
+                let name = line.split('(').next().unwrap_or("");
+                assert!(
+                    HANDLER_SYSCALLS.contains(&name),
+                    "{scenario}: system call {name:?} in the crash handler:\n{}",
+                    &text[at..]
+                );
+            }
+        }
+        assert!(checked, "{scenario}: no trace holds the fault");
+    }
 }

@@ -11,106 +11,11 @@
 //! the stack) and `INLINE` frames are not physical frames and are dropped.
 //! With `backtrace past-main`, gdb goes down to `_start`, and so must we.
 
-use std::path::Path;
-use std::process::Command;
-use testsupport::{c_fixtures, scratch_dir, workspace_root, Gcc};
+#[path = "../../../tests/fixtures/gdb/gdb_chain.rs"]
+mod gdb_chain;
 
-struct Run {
-    gdb: Vec<(String, u64, String)>,
-    ours: Vec<(u64, String, String)>,
-}
-
-fn gdb_run(exe: &Path, args: &str) -> Run {
-    let script = workspace_root().join("tests/fixtures/gdb/exact_frames.py");
-    let o = Command::new("gdb")
-        .args(["-nx", "-batch", "-ex", "set pagination off"])
-        .args(["-ex", "set debuginfod enabled off"])
-        .args(["-ex", "set backtrace past-main on"])
-        .args(["-ex", "set backtrace past-entry on"])
-        .args(["-ex", "handle SIGUSR1 nostop noprint pass"])
-        .args(["-ex", "break probe"])
-        .args(["-ex", &format!("run {args}")])
-        .arg("-x")
-        .arg(&script)
-        .arg(exe)
-        .output()
-        .expect("run gdb");
-    let text = String::from_utf8_lossy(&o.stdout);
-    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
-    let mut run = Run {
-        gdb: vec![],
-        ours: vec![],
-    };
-    for l in text.lines() {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        match w.as_slice() {
-            ["GDB", ty, pc, name] => run.gdb.push((ty.to_string(), hex(pc), name.to_string())),
-            ["OURS", a, before, at] => run.ours.push((hex(a), before.to_string(), at.to_string())),
-            _ => {}
-        }
-    }
-    assert!(
-        !run.gdb.is_empty() && !run.ours.is_empty(),
-        "gdb gave nothing:\n{text}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    run
-}
-
-/// Compares one run: gdb's physical frames below the capture point against
-/// the captured chain, names for all and exact addresses for all but a
-/// capture's own first entry.
-fn check(run: &Run, mode: &str, what: &str) {
-    let mut gdb: Vec<(u64, String)> = run
-        .gdb
-        .iter()
-        .filter(|f| f.0 != "TAILCALL" && f.0 != "INLINE")
-        .map(|f| (f.1, f.2.clone()))
-        .collect();
-    // Drop gdb's frames above the captured code: `probe` and, for a context
-    // capture, everything down to the signal trampoline.
-    if mode == "context" {
-        let t = run
-            .gdb
-            .iter()
-            .position(|f| f.0 == "SIGTRAMP")
-            .expect("a signal frame");
-        let tramp_pc = run.gdb[t].1;
-        let i = gdb.iter().position(|f| f.0 == tramp_pc).unwrap();
-        gdb.drain(..=i);
-    } else {
-        gdb.remove(0);
-    }
-    let mut ours: Vec<(u64, String)> = Vec::new();
-    let mut exact_next = mode == "context";
-    for (a, before, at) in &run.ours {
-        let name = if exact_next || at == "__restore_rt" {
-            at.clone()
-        } else {
-            before.clone()
-        };
-        exact_next = at == "__restore_rt";
-        ours.push((*a, name));
-    }
-    let names = |v: &[(u64, String)]| v.iter().map(|x| x.1.clone()).collect::<Vec<_>>();
-    assert_eq!(
-        names(&ours),
-        names(&gdb),
-        "{what}: function chains differ\nours {ours:#x?}\ngdb  {gdb:#x?}"
-    );
-    let first = if mode == "context" { 0 } else { 1 };
-    for i in first..ours.len() {
-        assert_eq!(
-            ours[i].0, gdb[i].0,
-            "{what}: frame {i} address differs\nours {ours:#x?}\ngdb  {gdb:#x?}"
-        );
-    }
-    assert_eq!(
-        gdb.last().unwrap().1,
-        "_start",
-        "{what}: gdb should reach _start"
-    );
-}
+use gdb_chain::{check, gdb_run};
+use testsupport::{c_fixtures, scratch_dir, Gcc};
 
 fn build(tag: &str, flags: &str) -> std::path::PathBuf {
     let dir = scratch_dir(&format!("exact-{tag}"));

@@ -53,6 +53,11 @@ const ROWS: &[Row] = &[
         limit_to_ours: false,
     },
     Row {
+        name: "capture_exact",
+        capture: ours::capture_exact,
+        limit_to_ours: false,
+    },
+    Row {
         name: "bare_fp_loop",
         capture: ours::bare_loop,
         limit_to_ours: true,
@@ -161,6 +166,9 @@ fn measure(scenario: &'static str, row: &Row, iters: u64) -> Duration {
 }
 
 fn main() {
+    // capture_exact's row is the warm capture: tables compiled first
+    // (benches/exact.rs measures the cold one and the other unwinders).
+    callstack::prepare();
     let dir = criterion_dir();
     let started = SystemTime::now();
     let mut c = Criterion::default()

@@ -2,7 +2,8 @@
 //!
 //! `crash_fixture SCENARIO` installs the crash handler (report file from
 //! `CRASH_REPORT_FILE`, panic hook on), then crashes:
-//! `null`, `abort`, `ill`, `trap`, `overflow`, `thread`, `malloc`, `panic`,
+//! `null`, `abort`, `ill`, `trap`, `overflow`, `thread`, `thread-overflow`,
+//! `malloc`, `panic`,
 //! `prev-handler` (a SIGSEGV handler of its own installed before ours),
 //! `alloc-count` (a null dereference with allocations counted from the
 //! fault until our handler chains to the fixture's own handler, which
@@ -182,6 +183,17 @@ fn main() {
     match what.as_str() {
         "overflow" => {
             black_box(rust_recurse(0));
+        }
+        "thread-overflow" => {
+            // No install_thread(): the report runs on its own stack, so the
+            // small alternate stack the standard library gives each thread
+            // is enough.
+            std::thread::Builder::new()
+                .name("overflower".into())
+                .spawn(|| black_box(rust_recurse(0)))
+                .unwrap()
+                .join()
+                .ok();
         }
         "thread" => {
             std::thread::Builder::new()

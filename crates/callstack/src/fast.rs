@@ -93,7 +93,8 @@ unsafe fn walk_bounded(
 /// strictly up the stack.
 ///
 /// Shaped for speed without dropping a check: the skipped records are walked
-/// in a loop of their own, and "aligned, strictly above the previous record,
+/// in a loop of their own, the main loop takes two frames per turn (one
+/// length check for both), and "aligned, strictly above the previous record,
 /// inside the stack" is a single unsigned compare per frame (see `room`).
 #[inline(always)]
 pub(crate) fn walk_frame_records(
@@ -147,20 +148,38 @@ pub(crate) fn walk_frame_records(
         fp = next;
         fp_room = next_room;
     }
+    // Two frames per turn (one length check for both), then maybe one more.
     let mut n = 0;
-    while n < out.len() {
+    let len = out.len();
+    while n + 2 <= len {
         let (next, ra) = read(fp);
         if ra == 0 {
-            break;
+            return n;
         }
         out[n] = ra;
-        n += 1;
         let next_room = room(next);
         if next_room >= fp_room {
-            break;
+            return n + 1;
         }
-        fp = next;
-        fp_room = next_room;
+        let (next2, ra2) = read(next);
+        if ra2 == 0 {
+            return n + 1;
+        }
+        out[n + 1] = ra2;
+        n += 2;
+        let next2_room = room(next2);
+        if next2_room >= next_room {
+            return n;
+        }
+        fp = next2;
+        fp_room = next2_room;
+    }
+    if n < len {
+        let (_, ra) = read(fp);
+        if ra != 0 {
+            out[n] = ra;
+            n += 1;
+        }
     }
     n
 }
@@ -242,6 +261,61 @@ mod tests {
         assert_eq!(f.walk(f.at(0), 1, &mut two), 2);
         assert_eq!(two, [0x1001, 0x1002]);
         assert_eq!(f.walk(f.at(0), 0, &mut []), 0);
+    }
+
+    #[test]
+    fn every_out_length_and_every_kind_of_end() {
+        // Chains of 1 to 7 records ending in each way; for every `out`
+        // length and skip, the result is the matching slice of the full walk
+        // (the walk takes two frames per turn, so odd and even ends matter).
+        for records in 1..=7usize {
+            for end in 0..3 {
+                let mut f = Fake::new(32);
+                for k in 0..records {
+                    let next = if k + 1 < records {
+                        f.at(2 * (k + 1))
+                    } else {
+                        match end {
+                            0 => 0,                // below the stack
+                            1 => f.at(2 * k),      // a cycle
+                            _ => f.at(2 * k) + 20, // misaligned
+                        }
+                    };
+                    f.record(2 * k, next, 0x500 + k);
+                }
+                let full: Vec<usize> = (0..records).map(|k| 0x500 + k).collect();
+                for skip in 0..=records + 1 {
+                    for len in 0..=records + 2 {
+                        let mut out = vec![0usize; len];
+                        let n = f.walk(f.at(0), skip, &mut out);
+                        let from = skip.min(records);
+                        let want = &full[from..(from + len).min(records)];
+                        assert_eq!(
+                            &out[..n],
+                            want,
+                            "{records} records, end {end}, skip {skip}, len {len}"
+                        );
+                    }
+                }
+            }
+        }
+        // A null return address mid-chain, at every position.
+        for zero_at in 0..6usize {
+            let mut f = Fake::new(32);
+            for k in 0..6 {
+                let next = if k < 5 { f.at(2 * (k + 1)) } else { 0 };
+                let ra = if k == zero_at { 0 } else { 0x600 + k };
+                f.record(2 * k, next, ra);
+            }
+            for len in 0..8 {
+                let mut out = vec![0usize; len];
+                assert_eq!(
+                    f.walk(f.at(0), 0, &mut out),
+                    zero_at.min(len),
+                    "zero at {zero_at}, len {len}"
+                );
+            }
+        }
     }
 
     #[test]

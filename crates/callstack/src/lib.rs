@@ -15,11 +15,46 @@
 //! assert!(n >= 1); // frames[0] is inside this function
 //! ```
 //!
+//! - [`capture_exact`]: DWARF CFI (`.eh_frame`), right for code without
+//!   frame pointers (C/C++ release builds, glibc, Rust's std);
+//!   [`capture_from_context`] unwinds the code a signal interrupted, from the
+//!   handler's `ucontext_t`; [`capture_exact_with_info`] adds each frame's
+//!   registers and [`Method`]. Same guarantees as `capture_fast`.
+//!
+//! ```
+//! let mut frames = [0usize; 64];
+//! let n = callstack::capture_exact(0, &mut frames);
+//! assert!(n >= 2); // down to the thread's first frame
+//! ```
+//!
 //! ## Signal safety
 //! The capture functions allocate nothing, take no lock and make no system
 //! call, except the one-time lookup of a thread's stack bounds (see
-//! [`prepare_thread`]), which uses only `open`/`read`/`close`. They may be
-//! called from any signal handler.
+//! [`prepare_thread`]), which uses only `open`/`read`/`close` (none on the
+//! main thread for `capture_exact`). They may be called from any signal
+//! handler.
+//!
+//! ## Exact capture: how modules and unwind tables are published
+//! - Nothing needs to be set up (glibc 2.35+): a capture finds the module of
+//!   each address with glibc's lock-free, async-signal-safe
+//!   `_dl_find_object` and evaluates its CFI directly from `.eh_frame_hdr`,
+//!   with storage on the stack. Never `dl_iterate_phdr`, never `malloc`.
+//! - [`prepare`] compiles every loaded module's CFI into a compact table
+//!   ([`unwind::UnwindTable`]) and publishes all of them as one immutable
+//!   snapshot behind an atomic pointer (old snapshots are never freed, so a
+//!   capture may keep reading the one it loaded). Captures then take a rule
+//!   from a lock-free cache or the table: a few nanoseconds a frame. Call it
+//!   at start-up (it is not async-signal-safe: it allocates and takes the
+//!   loader's lock), or let [`prepare_in_background`] call it whenever
+//!   a capture met a module without a table or the loaded objects changed.
+//! - After `dlclose`, call [`prepare`] again (or run the background
+//!   refresher): until then the snapshot keeps the closed library's rules,
+//!   which would be wrong for another library mapped at the same addresses.
+//!   Reads stay bounded either way: tables own their bytes, stack reads are
+//!   checked against the thread's stack.
+//! - With a glibc older than 2.35 (no `_dl_find_object`), call [`prepare`]
+//!   once before capturing: captures stop cleanly at an address in a module
+//!   they do not know.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

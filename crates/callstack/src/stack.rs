@@ -74,6 +74,17 @@ pub(crate) fn cached_stack_end(sp: usize) -> Option<usize> {
     own.contains(sp).then_some(own.hi)
 }
 
+/// The cached bounds of the stack that holds `sp`, without any lookup.
+#[inline]
+pub(crate) fn cached_bounds_for(sp: usize) -> Option<StackBounds> {
+    let own = OWN.get();
+    if own.contains(sp) {
+        return Some(own);
+    }
+    let other = OTHER.get();
+    other.contains(sp).then_some(other)
+}
+
 #[cold]
 #[inline(never)]
 fn stack_end_elsewhere(sp: usize) -> usize {

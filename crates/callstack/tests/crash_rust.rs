@@ -351,3 +351,33 @@ fn crash_rust_report_allocates_nothing() {
         c.stderr
     );
 }
+
+#[test]
+fn crash_rust_stack_overflow_on_a_spawned_thread() {
+    let c = run("thread-overflow", &[]);
+    let raw = raw_part(&c.stderr).unwrap_or_else(|| panic!("no raw part:\n{}", c.stderr));
+    assert!(raw.contains("\"overflower\""), "{}", c.stderr);
+    assert!(
+        raw.contains("(next to the stack pointer: stack overflow)"),
+        "{}",
+        c.stderr
+    );
+    let sym =
+        symbolized_part(&c.stderr).unwrap_or_else(|| panic!("no symbolized part:\n{}", c.stderr));
+    let frames = symbolized_frames(sym);
+    let ours: Vec<_> = frames.iter().filter(|f| ours(&f.function)).collect();
+    assert!(ours.len() >= 100, "{}", c.stderr);
+    assert!(
+        ours.iter()
+            .all(|f| f.function == "crash_fixture::rust_recurse"),
+        "{}",
+        c.stderr
+    );
+    // Then the standard library's handler, as without us.
+    assert!(
+        c.stderr.contains("thread 'overflower'") && c.stderr.contains("has overflowed its stack"),
+        "{}",
+        c.stderr
+    );
+    assert_eq!(c.signal, Some(libc::SIGABRT), "{}", c.stderr);
+}

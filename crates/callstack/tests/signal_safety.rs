@@ -217,11 +217,12 @@ fn sigprof_handlers_capture_without_deadlock_or_crash() {
          {frames} frames, worker iterations {iters:?}"
     );
     assert!(iters.iter().all(|&i| i > 0), "a worker made no progress");
-    assert!(samples > 1000, "too few signals handled: {samples}");
+    // Thousands on an idle machine; a loaded one still delivers hundreds.
+    assert!(samples > 200, "too few signals handled: {samples}");
     assert_eq!(EMPTY.load(Ordering::Relaxed), 0, "a capture found no frame");
     // Every worker was sampled and its last capture starts in the handler.
-    for slot in 0..WORKERS {
-        let n = LAST_LEN[slot].load(Ordering::Relaxed);
+    for (slot, last_len) in LAST_LEN.iter().enumerate() {
+        let n = last_len.load(Ordering::Relaxed);
         assert!(n >= 1, "worker {slot} never sampled");
         // SAFETY: the workers are joined and the timer is stopped.
         let first = unsafe { (*BUFFERS.0[slot].get())[0] };

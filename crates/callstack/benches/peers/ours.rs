@@ -63,3 +63,10 @@ fn bare(out: &mut [usize]) -> usize {
     let _ = out;
     0
 }
+
+/// `callstack::capture_exact`: DWARF CFI from compiled tables (the harness
+/// calls `callstack::prepare()` first, so this is the warm capture).
+#[inline(never)]
+pub fn capture_exact(out: &mut [usize]) -> usize {
+    callstack::capture_exact(0, out)
+}

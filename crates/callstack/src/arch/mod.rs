@@ -76,6 +76,8 @@ pub trait Arch: Copy + Default + core::fmt::Debug + Send + Sync + 'static {
     const NO_CFI: Self::Rule;
     /// The rule of a row that must be evaluated directly.
     const EVALUATE: Self::Rule;
+    /// The rule of a signal trampoline (an FDE with the `S` augmentation).
+    const SIGNAL_FRAME: Self::Rule;
     /// The frame record of the frame-pointer fallback.
     const FRAME_RECORD: FrameRecordLayout;
 

@@ -148,10 +148,9 @@ pub(crate) extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, ctx: *m
     let mut reported = false;
     match CRASHING.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => {
-            // SAFETY: we hold the crash lock, so the scratch is ours; the
-            // kernel passes a valid siginfo and ucontext to an SA_SIGINFO
-            // handler.
-            unsafe { report_on_report_stack(sig, info, ctx.cast(), tid) };
+            // SAFETY: we hold the crash lock; the kernel passes a valid
+            // siginfo and ucontext to an SA_SIGINFO handler.
+            unsafe { report_once(sig, info, ctx.cast(), tid) };
             reported = true;
         }
         Err(owner) if owner == tid => {
@@ -174,7 +173,7 @@ pub(crate) extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, ctx: *m
                 sys::sleep_ns(10_000_000);
             }
             // SAFETY: as in the first arm.
-            unsafe { report_on_report_stack(sig, info, ctx.cast(), tid) };
+            unsafe { report_once(sig, info, ctx.cast(), tid) };
             reported = true;
         }
     }
@@ -184,6 +183,39 @@ pub(crate) extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, ctx: *m
         CRASHING.store(0, Ordering::Release);
     }
     sys::set_errno(saved_errno);
+}
+
+/// The last fault reported: (thread, signal, pc). Written by the holder of
+/// the crash lock.
+static LAST_TID: AtomicI32 = AtomicI32::new(0);
+static LAST_SIG: AtomicI32 = AtomicI32::new(0);
+static LAST_PC: AtomicUsize = AtomicUsize::new(0);
+
+/// Reports, unless this is the same fault as the last report: a previous
+/// handler that returns without fixing the cause makes the instruction
+/// fault again and again; it is reported once, then only chained to.
+///
+/// # Safety
+/// As [`report_on_report_stack`].
+unsafe fn report_once(
+    sig: i32,
+    info: *const libc::siginfo_t,
+    ctx: *const libc::ucontext_t,
+    tid: i32,
+) {
+    // SAFETY: the kernel's ucontext.
+    let (pc, _, _) = context_registers(unsafe { &*ctx });
+    if LAST_TID.load(Ordering::Relaxed) == tid
+        && LAST_SIG.load(Ordering::Relaxed) == sig
+        && LAST_PC.load(Ordering::Relaxed) == pc
+    {
+        return;
+    }
+    LAST_TID.store(tid, Ordering::Relaxed);
+    LAST_SIG.store(sig, Ordering::Relaxed);
+    LAST_PC.store(pc, Ordering::Relaxed);
+    // SAFETY: forwarded from our caller.
+    unsafe { report_on_report_stack(sig, info, ctx, tid) };
 }
 
 /// Passes the signal on: to the previous handler if there was one, else to

@@ -69,9 +69,13 @@
 //!   whatever stack the signal was delivered on, so a thread's small
 //!   alternate stack (Rust's standard library gives each thread one of a
 //!   few KiB) only has to hold the signal frame.
-//! - Only system calls (`write`, `open`, `read`, `close`, `prctl`,
-//!   `pipe2`, `clone`, `execve`, `waitpid`, `nanosleep`, `poll`, `tgkill`,
-//!   `sigaction`) and `clock_gettime` (vDSO).
+//! - Only system calls: `write`, `open`, `read`, `close`, `prctl`,
+//!   `getpid`, `gettid`, `pipe2`, `clone`, `fcntl`, `poll`,
+//!   `sigprocmask`/`sigpending`/`sigtimedwait` (SIGPIPE from a helper that
+//!   died early), `waitpid`, `nanosleep`, `kill`, `tgkill`, `sigaction`, and
+//!   `clock_gettime` (vDSO); `dup2` and `execve` in the cloned child. No
+//!   `mmap`, `brk` or `futex`: a test straces a crash inside `malloc` to
+//!   check it.
 //! - The module list is a copy in static storage, taken at install time
 //!   (`dl_iterate_phdr` then, never in the handler); addresses outside it
 //!   (code `dlopen`ed later) are found by reading `/proc/self/maps` with
@@ -103,6 +107,9 @@
 //! our alternate stack and with our signal mask. `SIG_IGN` stays ignored
 //! for signals sent by a process; a synchronous fault cannot be ignored
 //! (the kernel would force the default action), so it gets the default.
+//! A previous handler that returns without fixing the cause makes the
+//! instruction fault again: the same fault (thread, signal, pc) is reported
+//! once, then only passed on.
 //! In a Rust program the standard library's SIGSEGV handler (which prints
 //! "has overflowed its stack" and aborts) is such a previous handler: a
 //! Rust stack overflow is reported, then ends with SIGABRT as it would

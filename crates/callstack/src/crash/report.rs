@@ -311,4 +311,31 @@ mod tests {
         assert!(text.contains("symbolizes_a_frame_of_this_test"), "{text}");
         assert!(text.contains("report.rs:"), "{text}");
     }
+
+    #[test]
+    fn bad_input_gives_no_report_or_unknown_frames_never_a_panic() {
+        let good = format!(
+            "{BEGIN_RAW}signal: SIGSEGV: x\nframes: 2\n  #0 pc 0x0000000000001000 in /nonexistent/a +0x1000 (build-id 0aff)\n  #1 ra 0x0000000000002000 in ??\n{END_RAW}"
+        );
+        // Every truncation, and a few corruptions, of a valid report.
+        for cut in 0..good.len() {
+            if good.is_char_boundary(cut) {
+                let _ = symbolize_report(&good[..cut]);
+            }
+        }
+        for bad in [
+            "  #0 pc 0x in ?? ",
+            "  #x ra 0x10 in /a +0x",
+            "  #1 ra 0xffffffffffffffffff in /a +0x1",
+            "  #2 ra 0x10 in /a +0x1 (build-id zz)",
+            "  #3 ra 0x10 in  +0x1 (build-id ",
+        ] {
+            let text = format!("{BEGIN_RAW}{bad}\n{END_RAW}");
+            let _ = symbolize_report(&text);
+        }
+        assert!(symbolize_report("no report here").is_empty());
+        let text = symbolize_report(&good);
+        assert!(text.contains("#0 0x0000000000001000 in ??"), "{text}");
+        assert!(text.contains("#1 0x0000000000002000 in ??"), "{text}");
+    }
 }

@@ -18,15 +18,19 @@ use crate::unwind::{Memory, UnwindError, UnwindRegs};
 /// The gimli reader of every section the unwinder reads.
 pub type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
-/// Fixed-size storage for gimli's unwind context: up to 20 register rules
-/// per row and 4 levels of `DW_CFA_remember_state`. About 3 KiB, on the
-/// stack of whoever evaluates.
+/// Fixed-size storage for gimli's unwind context: up to 12 register rules
+/// per row (x86-64 code saves at most 7: six callee-saved registers and the
+/// return address) and 2 levels of `DW_CFA_remember_state`. Under 1.5 KiB,
+/// on the stack of whoever evaluates; small, because gimli copies rows.
+/// Signal trampolines (whose CFI describes every register) are not run
+/// through it: their `S` augmentation selects the architecture's signal
+/// frame layout directly.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StackStorage;
 
 impl<T: gimli::ReaderOffset> UnwindContextStorage<T> for StackStorage {
-    type Rules = [(Register, RegisterRule<T>); 20];
-    type Stack = [UnwindTableRow<T, Self>; 4];
+    type Rules = [(Register, RegisterRule<T>); 12];
+    type Stack = [UnwindTableRow<T, Self>; 3];
 }
 
 /// A register rule of a CFI row, independent of gimli's reader type.
@@ -61,7 +65,7 @@ pub enum CfaView<'a> {
     Expression(&'a [u8]),
 }
 
-const MAX_VIEW_REGS: usize = 20;
+const MAX_VIEW_REGS: usize = 12;
 
 /// One CFI row: the CFA rule and the register rules, with expressions as
 /// byte slices of the section.
@@ -465,6 +469,10 @@ pub fn evaluate<A: Arch, M: Memory + ?Sized>(
             if !fde.contains(addr) {
                 return Ok(Applied::NoCfi);
             }
+            if fde.is_signal_trampoline() {
+                let regs = A::signal_frame(regs.sp, mem)?;
+                return Ok(Applied::Caller { regs, signal: true });
+            }
             let row = fde
                 .unwind_info_for_address(&sec, &bases, &mut ctx, addr)
                 .map_err(|_| UnwindError::BadCfi)?;
@@ -479,9 +487,17 @@ pub fn evaluate<A: Arch, M: Memory + ?Sized>(
             let fde = if let FdeAt::EhFrame(off) = at {
                 sec.fde_from_offset(&bases, off.into(), EhFrame::cie_from_offset)
             } else {
-                let Some((hdr, _)) = secs.eh_frame_hdr else {
+                let Some((hdr, hdr_addr)) = secs.eh_frame_hdr else {
                     return Ok(Applied::NoCfi);
                 };
+                let eh_addr = secs.eh_frame.map(|e| e.1).unwrap_or(0);
+                match hdr_search(hdr, hdr_addr, eh_addr, addr) {
+                    HdrSearch::Found(off) => {
+                        return evaluate::<A, M>(secs, FdeAt::EhFrame(off), addr, regs, mem)
+                    }
+                    HdrSearch::NotCovered => return Ok(Applied::NoCfi),
+                    HdrSearch::OtherEncoding => {}
+                }
                 let parsed = EhFrameHdr::new(hdr, LittleEndian)
                     .parse(&bases, 8)
                     .map_err(|_| UnwindError::BadCfi)?;
@@ -498,12 +514,82 @@ pub fn evaluate<A: Arch, M: Memory + ?Sized>(
             if !fde.contains(addr) {
                 return Ok(Applied::NoCfi);
             }
+            if fde.is_signal_trampoline() {
+                let regs = A::signal_frame(regs.sp, mem)?;
+                return Ok(Applied::Caller { regs, signal: true });
+            }
             let row = fde
                 .unwind_info_for_address(&sec, &bases, &mut ctx, addr)
                 .map_err(|_| UnwindError::BadCfi)?;
             let view = RowView::from_gimli(row, &sec, A::RA)?;
             finish::<A, M>(&view, fde.is_signal_trampoline(), regs, mem)
         }
+    }
+}
+
+/// What [`hdr_search`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HdrSearch {
+    /// The FDE that may cover the address, at this offset of `.eh_frame`.
+    Found(usize),
+    /// No FDE starts at or below the address.
+    NotCovered,
+    /// The header uses encodings other than the standard ones: ask gimli.
+    OtherEncoding,
+}
+
+/// Reads a little-endian `i32` at `at` of `b`.
+#[inline]
+fn le_i32(b: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// The `.eh_frame` address a standard `.eh_frame_hdr` at `hdr_addr` points
+/// at (`eh_frame_ptr` encoded `DW_EH_PE_pcrel | sdata4`), or `None` for
+/// other encodings.
+pub fn hdr_eh_frame_ptr(hdr: &[u8], hdr_addr: u64) -> Option<u64> {
+    if hdr.len() < 12 || hdr[0] != 1 || hdr[1] != 0x1b {
+        return None;
+    }
+    Some(
+        hdr_addr
+            .wrapping_add(4)
+            .wrapping_add(le_i32(hdr, 4)? as i64 as u64),
+    )
+}
+
+/// Binary search of `.eh_frame_hdr`'s table for the FDE of `addr`, for the
+/// encodings every GNU linker writes (`eh_frame_ptr` pcrel sdata4,
+/// `fde_count` udata4, table datarel sdata4). Our own because it is the
+/// cold capture's inner loop and gimli's generic pointer decoding costs
+/// about ten times more; other encodings give
+/// [`HdrSearch::OtherEncoding`].
+pub fn hdr_search(hdr: &[u8], hdr_addr: u64, eh_frame_addr: u64, addr: u64) -> HdrSearch {
+    if hdr.len() < 12 || hdr[0] != 1 || hdr[1] != 0x1b || hdr[2] != 0x03 || hdr[3] != 0x3b {
+        return HdrSearch::OtherEncoding;
+    }
+    let count = u32::from_le_bytes([hdr[8], hdr[9], hdr[10], hdr[11]]) as usize;
+    if count == 0 || hdr.len() < 12 + count.saturating_mul(8) {
+        return HdrSearch::NotCovered;
+    }
+    let loc = |i: usize| hdr_addr.wrapping_add(le_i32(hdr, 12 + 8 * i).unwrap_or(0) as i64 as u64);
+    // The last entry whose initial location is <= addr.
+    let (mut lo, mut hi) = (0usize, count);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if loc(mid) <= addr {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    if loc(lo) > addr {
+        return HdrSearch::NotCovered;
+    }
+    let fde = hdr_addr.wrapping_add(le_i32(hdr, 12 + 8 * lo + 4).unwrap_or(0) as i64 as u64);
+    match fde.checked_sub(eh_frame_addr) {
+        Some(off) => HdrSearch::Found(off as usize),
+        None => HdrSearch::NotCovered,
     }
 }
 
@@ -586,7 +672,20 @@ where
             continue;
         };
         let off = fde.offset();
-        let signal = fde.is_signal_trampoline();
+        if fde.is_signal_trampoline() {
+            // Its CFI describes every register; the architecture's signal
+            // frame layout replaces it (see `StackStorage`).
+            stats.fdes += 1;
+            stats.rows += 1;
+            f(
+                fde.initial_address(),
+                fde.end_address(),
+                A::SIGNAL_FRAME,
+                off,
+            );
+            continue;
+        }
+        let signal = false;
         let Ok(mut rows) = fde.rows(sec, bases, ctx) else {
             stats.bad_fdes += 1;
             continue;

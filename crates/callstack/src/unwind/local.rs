@@ -44,12 +44,60 @@ use crate::unwind::{
 
 type A = NativeArch;
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use crate::arch::native::exact::{decode_fast, decode_unchecked};
+
+/// Other targets: no packed rules, every frame takes the generic unwinder.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn decode_fast(_: u16) -> Option<(bool, u64, i64)> {
+    None
+}
+
+/// Other targets: never called (nothing decodes).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn decode_unchecked(_: u16) -> (bool, u64, i64) {
+    (false, 8, 0)
+}
+
 // ---------------------------------------------------------------- memory
 
 /// Reads of this thread's stacks only: the stack the walk started on and
 /// any stack a signal frame leads to. Async-signal-safe, never faults.
 pub(crate) struct StackMemory {
     bounds: [StackBounds; 2],
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+unsafe extern "C" {
+    /// Set by the dynamic loader: the stack pointer at the program's entry
+    /// (the address of `argc`), near the top of the main thread's stack.
+    static __libc_stack_end: *const libc::c_void;
+}
+
+/// The main thread's stack from `sp` up, without reading `/proc`: when `sp`
+/// lies less than 8 MiB (the default `RLIMIT_STACK`) below
+/// `__libc_stack_end`, it is on the main thread's stack, which is one
+/// mapping from `sp` to its top (the kernel keeps other mappings a guard gap
+/// away from it), so `[sp, __libc_stack_end + 8)` is readable.
+fn main_stack_bounds(sp: u64) -> Option<StackBounds> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: a pointer-sized variable of the loader, written once before
+        // any of our code runs.
+        let end = unsafe { core::ptr::read_volatile(&raw const __libc_stack_end) } as u64;
+        if end > sp && end - sp < 8 << 20 {
+            return Some(StackBounds {
+                lo: sp as usize,
+                hi: end as usize + 8,
+            });
+        }
+        None
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = sp;
+        None
+    }
 }
 
 impl StackMemory {
@@ -59,10 +107,30 @@ impl StackMemory {
     }
 
     pub(crate) fn for_sp(sp: u64) -> Option<Self> {
-        let b = stack::bounds_for(sp as usize)?;
+        // The thread's cached bounds when it has them; on the main thread,
+        // the loader's stack end (no system call); else the one-time lookup.
+        let b = match stack::cached_bounds_for(sp as usize) {
+            Some(b) => b,
+            None => match main_stack_bounds(sp) {
+                Some(b) => b,
+                None => stack::bounds_for(sp as usize)?,
+            },
+        };
         Some(StackMemory {
             bounds: [b, StackBounds::default()],
         })
+    }
+
+    #[cold]
+    fn read_other(&self, addr: u64) -> Result<u64, ReadError> {
+        let a = addr as usize;
+        let b = &self.bounds[1];
+        if a >= b.lo && a < b.hi && b.hi - a >= 8 {
+            // SAFETY: [a, a + 8) lies inside a mapped, readable stack of
+            // this thread (see `stack`): the read cannot fault.
+            return Ok(unsafe { core::ptr::read_unaligned(a as *const u64) });
+        }
+        Err(ReadError::OutOfBounds(addr))
     }
 }
 
@@ -70,14 +138,13 @@ impl Memory for StackMemory {
     #[inline(always)]
     fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
         let a = addr as usize;
-        for b in &self.bounds {
-            if a >= b.lo && a < b.hi && b.hi - a >= 8 {
-                // SAFETY: [a, a + 8) lies inside a mapped, readable stack of
-                // this thread (see `stack`): the read cannot fault.
-                return Ok(unsafe { core::ptr::read_unaligned(a as *const u64) });
-            }
+        let b = &self.bounds[0];
+        if a >= b.lo && a < b.hi && b.hi - a >= 8 {
+            // SAFETY: [a, a + 8) lies inside a mapped, readable stack of
+            // this thread (see `stack`): the read cannot fault.
+            return Ok(unsafe { core::ptr::read_unaligned(a as *const u64) });
         }
-        Err(ReadError::OutOfBounds(addr))
+        self.read_other(addr)
     }
 
     fn note_stack(&mut self, sp: u64) {
@@ -209,13 +276,18 @@ fn sections_from_hdr(hdr: u64, end: u64) -> Option<CfiSections<'static>> {
     // life of the module, and so is `.eh_frame`; both lie below the end of
     // its mapping. Only the bytes the CFI describes are read.
     let hdr_bytes = unsafe { core::slice::from_raw_parts(hdr as *const u8, (end - hdr) as usize) };
-    let bases = gimli::BaseAddresses::default().set_eh_frame_hdr(hdr);
-    let parsed = gimli::EhFrameHdr::new(hdr_bytes, gimli::LittleEndian)
-        .parse(&bases, 8)
-        .ok()?;
-    let eh_frame = match parsed.eh_frame_ptr() {
-        gimli::Pointer::Direct(p) => p,
-        gimli::Pointer::Indirect(_) => return None,
+    let eh_frame = match cfi::hdr_eh_frame_ptr(hdr_bytes, hdr) {
+        Some(p) => p,
+        None => {
+            let bases = gimli::BaseAddresses::default().set_eh_frame_hdr(hdr);
+            let parsed = gimli::EhFrameHdr::new(hdr_bytes, gimli::LittleEndian)
+                .parse(&bases, 8)
+                .ok()?;
+            match parsed.eh_frame_ptr() {
+                gimli::Pointer::Direct(p) => p,
+                gimli::Pointer::Indirect(_) => return None,
+            }
+        }
     };
     if eh_frame >= end {
         return None;
@@ -275,16 +347,46 @@ static SNAPSHOT: AtomicPtr<Snapshot> = AtomicPtr::new(core::ptr::null_mut());
 static STALE: AtomicBool = AtomicBool::new(false);
 static PREPARE_LOCK: Mutex<()> = Mutex::new(());
 
-const CACHE_BITS: u32 = 12;
+const CACHE_BITS: u32 = 13;
 const CACHE_SIZE: usize = 1 << CACHE_BITS;
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: AtomicU64 = AtomicU64::new(0);
 /// Lookup address (low 48 bits) << 16 | packed rule. 0 is empty.
 static CACHE: [AtomicU64; CACHE_SIZE] = [EMPTY; CACHE_SIZE];
 
+/// The cache is 2-way set associative: a lookup address may sit in either
+/// word of its pair.
 #[inline(always)]
-fn cache_slot(addr: u64) -> &'static AtomicU64 {
-    &CACHE[(addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CACHE_BITS)) as usize]
+fn cache_set(addr: u64) -> usize {
+    ((addr ^ (addr >> CACHE_BITS) ^ (addr >> (2 * CACHE_BITS))) as usize) & (CACHE_SIZE - 2)
+}
+
+/// The cached word of `addr` (key in the high 48 bits), or 0.
+#[inline(always)]
+fn cache_get(addr: u64) -> u64 {
+    let i = cache_set(addr);
+    let v = CACHE[i].load(Ordering::Relaxed);
+    if v >> 16 == addr {
+        return v;
+    }
+    let v = CACHE[i + 1].load(Ordering::Relaxed);
+    if v >> 16 == addr {
+        return v;
+    }
+    0
+}
+
+/// Caches a packed rule: in an empty way, else in the second way, so two
+/// hot addresses of one set both stay.
+fn cache_put(addr: u64, packed: u16) {
+    let i = cache_set(addr);
+    let word = addr << 16 | packed as u64;
+    let w = if CACHE[i].load(Ordering::Relaxed) == 0 {
+        i
+    } else {
+        i + 1
+    };
+    CACHE[w].store(word, Ordering::Relaxed);
 }
 
 fn clear_cache() {
@@ -526,10 +628,11 @@ impl LocalSource {
 impl RuleSource<A> for LocalSource {
     #[inline(always)]
     fn rule(&self, addr: u64) -> Found<<A as Arch>::Rule> {
-        let slot = cache_slot(addr);
-        let v = slot.load(Ordering::Relaxed);
-        if v != 0 && (v >> 16) == (addr & 0xffff_ffff_ffff) {
-            return Found::Rule(A::unpack(v as u16));
+        if self.snap.is_some() {
+            let v = cache_get(addr);
+            if v != 0 {
+                return Found::Rule(A::unpack(v as u16));
+            }
         }
         self.rule_slow(addr)
     }
@@ -591,7 +694,7 @@ impl LocalSource {
             let rule = m.table.lookup(addr.wrapping_sub(m.bias));
             let p = A::pack(rule);
             if p != 0 && addr >> 48 == 0 {
-                cache_slot(addr).store(addr << 16 | p as u64, Ordering::Relaxed);
+                cache_put(addr, p);
             }
             return Found::Rule(rule);
         }
@@ -649,8 +752,98 @@ fn insn_fallback(mem: &StackMemory) -> crate::unwind::insn::InsnFallback<LocalCo
 
 // ---------------------------------------------------------------- entries
 
+/// The state of the hot loop between runs: the registers and the packed
+/// rule of the last fast frame.
+struct Hot {
+    pc: u64,
+    sp: u64,
+    fp: u64,
+    prev: u16,
+}
+
+/// How a run of the hot loop ended.
+enum HotEnd {
+    /// `out` is full.
+    Full,
+    /// A zero return address: the outermost frame.
+    Outermost,
+    /// The frame at `hot.pc` needs the generic unwinder.
+    Slow,
+}
+
+/// The hot loop: frames whose lookup address is in the rule cache, applied
+/// with reads in `[sp, hi)`. Writes return addresses to `out` and returns
+/// how many, and why it stopped. Kept out of line so that its state lives in
+/// registers. Requires `hot.sp` inside the stack whose top is `hi`.
+#[inline(never)]
+fn hot_run(hot: &mut Hot, hi: u64, out: &mut [usize]) -> (usize, HotEnd) {
+    let (mut pc, mut sp, mut fp) = (hot.pc, hot.sp, hot.fp);
+    let mut prev = hot.prev;
+    if decode_fast(prev).is_none() {
+        // Not a fast rule (the first run): force a decode of the first frame.
+        prev = 0;
+    }
+    let len = out.len();
+    let mut slots = out.iter_mut();
+    let end = loop {
+        if slots.len() == 0 {
+            break HotEnd::Full;
+        }
+        let v = cache_get(pc.wrapping_sub(1));
+        let p = v as u16;
+        // Value prediction: a frame whose rule is the previous frame's (a
+        // well-predicted branch) reuses the decoded rule held in registers,
+        // so its stack loads need not wait for the cache load, and nothing
+        // is decoded.
+        if v == 0 {
+            break HotEnd::Slow;
+        }
+        if p != prev {
+            if decode_fast(p).is_none() {
+                break HotEnd::Slow;
+            }
+            prev = opaque(p);
+        }
+        // Decoded from the register copy: cheap ALU work off the load chain.
+        let (from_fp, cfa_off, bp_off) = decode_unchecked(prev);
+        let cfa = if from_fp {
+            fp.wrapping_add(cfa_off)
+        } else {
+            sp.wrapping_add(cfa_off)
+        };
+        let bp_at = cfa.wrapping_add(bp_off as u64);
+        // [cfa - 8, cfa) and the saved rbp (below the CFA, at or above the
+        // frame's sp) lie in [sp, hi): readable stack.
+        if cfa < sp.wrapping_add(8) || cfa > hi || bp_at < sp {
+            break HotEnd::Slow;
+        }
+        // SAFETY: lo <= sp <= cfa - 8 < cfa <= hi: inside this thread's
+        // mapped, readable stack.
+        let ra = unsafe { core::ptr::read_unaligned((cfa - 8) as *const u64) };
+        if bp_off != 0 {
+            // SAFETY: sp <= bp_at <= cfa - 8 (bp_off <= -8): as above.
+            fp = unsafe { core::ptr::read_unaligned(bp_at as *const u64) };
+        }
+        if ra == 0 {
+            break HotEnd::Outermost;
+        }
+        pc = ra;
+        sp = cfa;
+        if let Some(slot) = slots.next() {
+            *slot = ra as usize;
+        }
+    };
+    let n = len - slots.len();
+    *hot = Hot { pc, sp, fp, prev };
+    (n, end)
+}
+
 /// Walks from `regs`, writing pcs after dropping `skip`. Returns the count
 /// and why the walk ended.
+///
+/// Frames whose rule is in the rule cache go through [`hot_run`]: a cache
+/// load, the rule's two or three stack loads and the checks. Any other
+/// frame takes one step of the generic [`Unwinder`].
 #[inline(always)]
 pub(crate) fn walk_pcs(
     regs: UnwindRegs,
@@ -668,21 +861,92 @@ pub(crate) fn walk_pcs(
         );
     };
     let source = LocalSource::new();
-    let fallback = insn_fallback(&mem);
-    let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
+    if regs.pc == 0 {
+        return (0, StopReason::Outermost);
+    }
     let mut n = 0;
-    while let Some(f) = u.next(&mut mem) {
-        if skip > 0 {
-            skip -= 1;
-            continue;
-        }
-        out[n] = f.pc as usize;
-        n += 1;
+    if skip > 0 {
+        skip -= 1;
+    } else {
+        out[0] = regs.pc as usize;
+        n = 1;
+    }
+    // The stack the walk starts on; frames on another stack (after a signal
+    // frame on an alternate stack) take the generic path. The cache is
+    // filled from published tables only: before any, it is empty, and not
+    // even touched (its pages stay unfaulted).
+    let (lo, hi) = (mem.bounds[0].lo as u64, mem.bounds[0].hi as u64);
+    let has_tables = source.snap.is_some();
+    let mut hot = Hot {
+        pc: regs.pc,
+        sp: regs.sp,
+        fp: regs.fp,
+        prev: 0,
+    };
+    let mut exact = exact;
+    let mut scratch = [0usize; 32];
+    loop {
         if n == out.len() {
             return (n, StopReason::BufferFull);
         }
+        // Exact pcs (a signal context's first frame, a frame below a signal
+        // frame) are rare: the generic step takes them.
+        if !exact && has_tables && hot.sp >= lo && hot.sp < hi {
+            let (k, end) = if skip > 0 {
+                let m = skip.min(scratch.len());
+                let (k, e) = hot_run(&mut hot, hi, &mut scratch[..m]);
+                skip -= k;
+                (0, e)
+            } else {
+                let (k, e) = hot_run(&mut hot, hi, &mut out[n..]);
+                n += k;
+                (k, e)
+            };
+            let _ = k;
+            match end {
+                HotEnd::Full => continue,
+                HotEnd::Outermost => return (n, StopReason::Outermost),
+                HotEnd::Slow => {}
+            }
+        }
+        // One step of the generic unwinder.
+        let regs = UnwindRegs {
+            pc: hot.pc,
+            sp: hot.sp,
+            fp: hot.fp,
+            lr: 0,
+        };
+        let fallback = insn_fallback(&mem);
+        let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
+        let _ = u.next(&mut mem);
+        match u.next(&mut mem) {
+            Some(f) => {
+                exact = f.method == crate::unwind::Method::SignalFrame;
+                let r = *u.regs();
+                hot.pc = r.pc;
+                hot.sp = r.sp;
+                hot.fp = r.fp;
+                if skip > 0 {
+                    skip -= 1;
+                } else {
+                    out[n] = r.pc as usize;
+                    n += 1;
+                }
+            }
+            None => return (n, u.stop_reason()),
+        }
     }
-    (n, u.stop_reason())
+}
+
+/// `x`, with the compiler forbidden to know that it equals anything else.
+#[inline(always)]
+fn opaque(mut x: u16) -> u16 {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    // SAFETY: an empty asm block that only claims to modify `x`.
+    unsafe {
+        core::arch::asm!("/* {0:e} */", inout(reg) x, options(pure, nomem, nostack, preserves_flags));
+    }
+    x
 }
 
 /// Like [`walk_pcs`], keeping the whole frames.

@@ -66,7 +66,11 @@ pub struct UnwindTable<A: Arch = NativeArch> {
     base: u64,
     end: u64,
     addrs: Box<[u32]>,
-    rules: Box<[A::Rule]>,
+    /// Rules packed in 16 bits ([`Arch::pack`]); 0 for the rare rule that
+    /// does not pack, which is then in `extra`.
+    packed: Box<[u16]>,
+    /// `(row index, rule)` of the rows whose rule does not pack, sorted.
+    extra: Box<[(u32, A::Rule)]>,
     /// FDEs with rows that must be evaluated: (start, end, where), sorted.
     eval_fdes: Box<[(u32, u32, FdeAt)]>,
     eh_frame_hdr: Option<(Bytes, u64)>,
@@ -235,15 +239,19 @@ impl<A: Arch> UnwindTable<A> {
         let mut eval: Vec<(u32, u32, FdeAt)> = Vec::new();
         let mut covered_to = base;
         for &(s, e, rule, at) in &raw {
-            if s > covered_to {
-                // A gap between FDEs: no CFI there.
+            // A gap between FDEs is code without CFI, unless it is only the
+            // alignment padding before a 16-byte aligned function (then the
+            // rule before it runs on: padding is never executed and no
+            // return address points into it).
+            let padding = s > covered_to && (covered_to + 15) & !15 == s;
+            if s > covered_to && !padding {
                 if rules.last() != Some(&A::NO_CFI) {
                     addrs.push((covered_to - base) as u32);
                     rules.push(A::NO_CFI);
                 }
             }
             let off = (s - base) as u32;
-            if rules.last() == Some(&rule) && s <= covered_to && rule != A::EVALUATE {
+            if rules.last() == Some(&rule) && (s <= covered_to || padding) && rule != A::EVALUATE {
                 // Same rule as the row before and contiguous: merge.
             } else if addrs.last() == Some(&off) {
                 *rules.last_mut().unwrap() = rule;
@@ -264,11 +272,24 @@ impl<A: Arch> UnwindTable<A> {
         addrs.push((end - base) as u32);
         rules.push(A::NO_CFI);
         eval.sort_by_key(|x| x.0);
+        let mut extra = Vec::new();
+        let packed: Vec<u16> = rules
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let p = A::pack(r);
+                if p == 0 {
+                    extra.push((i as u32, r));
+                }
+                p
+            })
+            .collect();
         Ok(UnwindTable {
             base,
             end,
             addrs: addrs.into_boxed_slice(),
-            rules: rules.into_boxed_slice(),
+            packed: packed.into_boxed_slice(),
+            extra: extra.into_boxed_slice(),
             eval_fdes: eval.into_boxed_slice(),
             eh_frame_hdr,
             eh_frame,
@@ -291,7 +312,18 @@ impl<A: Arch> UnwindTable<A> {
         let off = (svma - self.base) as u32;
         let i = self.addrs.partition_point(|&a| a <= off);
         // `addrs[0] == 0 <= off`, so i >= 1.
-        self.rules[i - 1]
+        self.rule_at(i - 1)
+    }
+
+    #[inline]
+    fn rule_at(&self, i: usize) -> A::Rule {
+        match self.packed[i] {
+            0 => match self.extra.binary_search_by_key(&(i as u32), |x| x.0) {
+                Ok(k) => self.extra[k].1,
+                Err(_) => A::EVALUATE,
+            },
+            p => A::unpack(p),
+        }
     }
 
     /// The first and one-past-last address the table covers.
@@ -330,8 +362,8 @@ impl<A: Arch> UnwindTable<A> {
     pub fn rows(&self) -> impl Iterator<Item = (u64, A::Rule)> + '_ {
         self.addrs
             .iter()
-            .zip(self.rules.iter())
-            .map(move |(&a, &r)| (self.base + a as u64, r))
+            .enumerate()
+            .map(move |(i, &a)| (self.base + a as u64, self.rule_at(i)))
     }
 
     /// Counters and sizes of the table.
@@ -340,10 +372,13 @@ impl<A: Arch> UnwindTable<A> {
             fdes: self.stats.fdes,
             cfi_rows: self.stats.rows,
             rows: self.addrs.len(),
-            evaluated_rows: self.rules.iter().filter(|&&r| r == A::EVALUATE).count(),
+            evaluated_rows: (0..self.addrs.len())
+                .filter(|&i| self.rule_at(i) == A::EVALUATE)
+                .count(),
             bad_fdes: self.stats.bad_fdes,
             table_bytes: self.addrs.len() * 4
-                + self.rules.len() * core::mem::size_of::<A::Rule>()
+                + self.packed.len() * 2
+                + self.extra.len() * core::mem::size_of::<(u32, A::Rule)>()
                 + self.eval_fdes.len() * core::mem::size_of::<(u32, u32, FdeAt)>(),
             cfi_bytes: self.cfi_bytes,
         }

@@ -303,6 +303,15 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
                     return self.check(&regs, r, Method::SignalFrame);
                 }
                 if self.fallback.before_frame_pointer() {
+                    // A frame record whose return address is a signal
+                    // trampoline (a handler, or a function it tail-called,
+                    // returns there) is right even though no call precedes
+                    // that address, which is what a fallback checks.
+                    if let Some(r) = frame_pointer_step::<A, M>(&regs, mem) {
+                        if r.sp > regs.sp && self.source.is_signal_trampoline(r.pc) {
+                            return self.check(&regs, r, Method::FramePointer);
+                        }
+                    }
                     if let Some((r, m)) = self.fallback.unwind_frame(&regs, self.exact, true, mem) {
                         return self.check(&regs, r, m);
                     }

@@ -46,3 +46,16 @@ pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {
         lr: m.regs[30],
     }
 }
+
+/// The hot path of in-process exact capture; rules are not packed on
+/// AArch64 yet, so every frame takes the generic unwinder.
+#[inline(always)]
+pub(crate) fn decode_fast(_p: u16) -> Option<(bool, u64, i64)> {
+    None
+}
+
+/// [`decode_fast`] of a rule it accepted (none on AArch64).
+#[inline(always)]
+pub(crate) fn decode_unchecked(_p: u16) -> (bool, u64, i64) {
+    (false, 8, 0)
+}

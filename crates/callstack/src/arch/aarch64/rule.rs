@@ -70,6 +70,7 @@ impl Arch for Aarch64 {
     const RA: u16 = X30;
     const NO_CFI: UnwindRuleAarch64 = UnwindRuleAarch64::NoCfi;
     const EVALUATE: UnwindRuleAarch64 = UnwindRuleAarch64::Evaluate;
+    const SIGNAL_FRAME: UnwindRuleAarch64 = UnwindRuleAarch64::SignalFrame;
     const FRAME_RECORD: FrameRecordLayout = super::FRAME_RECORD;
 
     fn reg(regs: &UnwindRegs, reg: u16) -> Option<u64> {

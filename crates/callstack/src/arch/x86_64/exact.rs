@@ -63,3 +63,33 @@ pub(crate) unsafe extern "C" fn info_entry(req: *mut crate::unwind::local::InfoR
         imp = sym crate::unwind::local::info_from_entry,
     )
 }
+
+/// The hot path of in-process exact capture: a rule packed by
+/// `X86_64::pack`, decoded for the hot loop as `(CFA from rbp?, CFA offset,
+/// offset of the saved rbp from the CFA, 0 if unchanged)`. Only the
+/// `Sp`/`Bp` shapes with the saved `rbp` below the CFA decode; any other
+/// rule gives `None` and the generic unwinder takes the frame. The return
+/// address is at `CFA - 8`.
+#[inline(always)]
+pub(crate) fn decode_fast(p: u16) -> Option<(bool, u64, i64)> {
+    let from_fp = match p >> 14 {
+        1 => false,
+        2 => true,
+        _ => return None,
+    };
+    let cfa = ((p >> 6) & 0xff) as u64 * 8;
+    let bp = ((((p & 0x3f) as i16) << 10) >> 10) as i64 * 8;
+    if bp > 0 || cfa < 8 {
+        return None;
+    }
+    Some((from_fp, cfa, bp))
+}
+
+/// [`decode_fast`] of a rule it accepted, without the checks.
+#[inline(always)]
+pub(crate) fn decode_unchecked(p: u16) -> (bool, u64, i64) {
+    let from_fp = p >> 14 == 2;
+    let cfa = ((p >> 6) & 0xff) as u64 * 8;
+    let bp = ((((p & 0x3f) as i16) << 10) >> 10) as i64 * 8;
+    (from_fp, cfa, bp)
+}

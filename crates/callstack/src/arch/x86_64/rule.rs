@@ -101,6 +101,7 @@ impl Arch for X86_64 {
     const RA: u16 = RIP;
     const NO_CFI: UnwindRuleX86_64 = UnwindRuleX86_64::NoCfi;
     const EVALUATE: UnwindRuleX86_64 = UnwindRuleX86_64::Evaluate;
+    const SIGNAL_FRAME: UnwindRuleX86_64 = UnwindRuleX86_64::SignalFrame;
     const FRAME_RECORD: FrameRecordLayout = super::FRAME_RECORD;
 
     #[inline]

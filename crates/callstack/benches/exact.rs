@@ -1,0 +1,619 @@
+//! `cargo bench -p callstack --bench exact`: exact capture (DWARF CFI)
+//! against the other unwinders, side by side in one run.
+//!
+//! Warm rows, at depths 8, 32, 64 (recursion) and 64 through 64 distinct
+//! functions: `capture_exact`, `capture_fast` (frame pointers: the floor),
+//! framehop (driven in-process: modules registered from their ELF files,
+//! registers read at the capture, its own cache), nongnu libunwind's
+//! `unw_backtrace` (loaded with `dlopen`, so that it does not take over the
+//! process's `_Unwind_*`; "not installed" when `libunwind.so.8` is missing),
+//! libgcc's `_Unwind_Backtrace`, glibc's `backtrace()` and
+//! `backtrace::trace_unsynchronized`.
+//!
+//! Each row runs under criterion (short), then a summary prints, per
+//! scenario, frames returned and an interleaved median (rows take turns in
+//! short batches, so load changes of a shared machine hit all alike), with
+//! the ratio of each row to `capture_exact`.
+//!
+//! Cold rows: the first capture in a fresh process, measured in child
+//! processes (this binary re-executed), median over several children:
+//! `capture_exact` with nothing prepared, `_Unwind_Backtrace`, framehop with
+//! its module set-up, libunwind. Then `prepare()`'s compile rate and the
+//! tables' size against `.eh_frame`.
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+
+// ------------------------------------------------------------ scenarios
+
+#[inline(never)]
+fn recurse(n: usize, f: &mut dyn FnMut()) {
+    if n <= 1 {
+        f();
+    } else {
+        recurse(black_box(n - 1), f);
+    }
+    black_box(n);
+}
+
+macro_rules! chain {
+    ($k:expr; $last:ident) => {
+        #[inline(never)]
+        fn $last(f: &mut dyn FnMut()) {
+            f();
+            black_box($k);
+        }
+    };
+    ($k:expr; $this:ident $next:ident $($rest:ident)*) => {
+        #[inline(never)]
+        fn $this(f: &mut dyn FnMut()) {
+            $next(f);
+            black_box($k);
+        }
+        chain!($k + 1; $next $($rest)*);
+    };
+}
+
+chain!(0usize;
+    f00 f01 f02 f03 f04 f05 f06 f07 f08 f09 f10 f11 f12 f13 f14 f15
+    f16 f17 f18 f19 f20 f21 f22 f23 f24 f25 f26 f27 f28 f29 f30 f31
+    f32 f33 f34 f35 f36 f37 f38 f39 f40 f41 f42 f43 f44 f45 f46 f47
+    f48 f49 f50 f51 f52 f53 f54 f55 f56 f57 f58 f59 f60 f61 f62 f63
+);
+
+struct Scenario {
+    name: &'static str,
+    at: fn(&mut dyn FnMut()),
+}
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "depth8",
+        at: |f| recurse(8, f),
+    },
+    Scenario {
+        name: "depth32",
+        at: |f| recurse(32, f),
+    },
+    Scenario {
+        name: "depth64",
+        at: |f| recurse(64, f),
+    },
+    Scenario {
+        name: "distinct64",
+        at: |f| f00(f),
+    },
+];
+
+// ------------------------------------------------------------ rows
+
+struct Row {
+    name: &'static str,
+    capture: fn(&mut [usize]) -> usize,
+    available: fn() -> bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[inline(never)]
+fn row_exact(out: &mut [usize]) -> usize {
+    callstack::capture_exact(0, out)
+}
+
+#[inline(never)]
+fn row_fast(out: &mut [usize]) -> usize {
+    callstack::capture_fast(0, out)
+}
+
+#[inline(never)]
+fn row_glibc(out: &mut [usize]) -> usize {
+    unsafe extern "C" {
+        fn backtrace(buf: *mut *mut libc::c_void, size: libc::c_int) -> libc::c_int;
+    }
+    // SAFETY: `out` has room for `out.len()` pointers.
+    unsafe {
+        backtrace(
+            out.as_mut_ptr().cast(),
+            out.len().min(i32::MAX as usize) as i32,
+        ) as usize
+    }
+}
+
+#[inline(never)]
+fn row_backtrace_rs(out: &mut [usize]) -> usize {
+    let mut n = 0;
+    // SAFETY: no other thread uses backtrace-rs during the bench.
+    unsafe {
+        backtrace::trace_unsynchronized(|f| {
+            out[n] = f.ip() as usize;
+            n += 1;
+            n < out.len()
+        })
+    };
+    n
+}
+
+mod libgcc {
+    #[repr(C)]
+    pub struct Ctx {
+        _p: [u8; 0],
+    }
+    unsafe extern "C" {
+        fn _Unwind_Backtrace(
+            f: extern "C" fn(*mut Ctx, *mut libc::c_void) -> libc::c_int,
+            arg: *mut libc::c_void,
+        ) -> libc::c_int;
+        fn _Unwind_GetIP(ctx: *mut Ctx) -> usize;
+    }
+    struct St<'a> {
+        out: &'a mut [usize],
+        n: usize,
+    }
+    extern "C" fn cb(ctx: *mut Ctx, arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the `St` below, for the duration of the walk.
+        let st = unsafe { &mut *(arg as *mut St) };
+        if st.n == st.out.len() {
+            return 5; // _URC_END_OF_STACK
+        }
+        // SAFETY: a context handed by the unwinder.
+        st.out[st.n] = unsafe { _Unwind_GetIP(ctx) };
+        st.n += 1;
+        0
+    }
+    #[inline(never)]
+    pub fn capture(out: &mut [usize]) -> usize {
+        let mut st = St { out, n: 0 };
+        // SAFETY: `cb` only touches `st`.
+        unsafe { _Unwind_Backtrace(cb, (&mut st as *mut St).cast()) };
+        st.n
+    }
+}
+
+mod libunwind {
+    use std::sync::OnceLock;
+    type Bt = unsafe extern "C" fn(*mut *mut libc::c_void, libc::c_int) -> libc::c_int;
+    fn sym() -> Option<Bt> {
+        static S: OnceLock<Option<usize>> = OnceLock::new();
+        let p = *S.get_or_init(|| {
+            // SAFETY: dlopen/dlsym with NUL-terminated names; RTLD_LOCAL keeps
+            // libunwind's `_Unwind_*` out of the global namespace.
+            unsafe {
+                let h = libc::dlopen(
+                    c"libunwind.so.8".as_ptr(),
+                    libc::RTLD_NOW | libc::RTLD_LOCAL,
+                );
+                if h.is_null() {
+                    return None;
+                }
+                let s = libc::dlsym(h, c"unw_backtrace".as_ptr());
+                (!s.is_null()).then_some(s as usize)
+            }
+        });
+        // SAFETY: `unw_backtrace(void**, int)`.
+        p.map(|p| unsafe { std::mem::transmute::<usize, Bt>(p) })
+    }
+    pub fn available() -> bool {
+        sym().is_some()
+    }
+    #[inline(never)]
+    pub fn capture(out: &mut [usize]) -> usize {
+        match sym() {
+            // SAFETY: `out` has room for `out.len()` pointers.
+            Some(f) => unsafe {
+                f(
+                    out.as_mut_ptr().cast(),
+                    out.len().min(i32::MAX as usize) as i32,
+                ) as usize
+            },
+            None => 0,
+        }
+    }
+}
+
+mod fh {
+    //! framehop driven in-process: every loaded module registered from its
+    //! ELF file (text, eh_frame, eh_frame_hdr, got), the registers read at
+    //! the capture, stack reads bounded by the thread's stack.
+    use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+    use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+    use object::{Object, ObjectSection};
+    use std::cell::RefCell;
+
+    pub struct State {
+        unwinder: UnwinderX86_64<Vec<u8>>,
+        cache: CacheX86_64,
+        stack: (u64, u64),
+    }
+
+    thread_local! {
+        static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+    }
+
+    fn stack_range() -> (u64, u64) {
+        // SAFETY: pthread_getattr_np on the current thread, then reading the
+        // stack address and size it reports.
+        unsafe {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            libc::pthread_getattr_np(libc::pthread_self(), &mut attr);
+            let mut addr = std::ptr::null_mut();
+            let mut size = 0;
+            libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+            libc::pthread_attr_destroy(&mut attr);
+            (addr as u64, addr as u64 + size as u64)
+        }
+    }
+
+    pub fn setup() -> State {
+        let mut unwinder = UnwinderX86_64::new();
+        for m in callstack::modules::loaded_modules() {
+            if m.is_vdso {
+                continue;
+            }
+            let Ok(data) = std::fs::read(&m.path) else {
+                continue;
+            };
+            let Ok(file) = object::File::parse(&*data) else {
+                continue;
+            };
+            let sec = |n: &str| file.section_by_name(n);
+            let range = |n: &str| sec(n).map(|s| s.address()..s.address() + s.size());
+            let bytes = |n: &str| sec(n).and_then(|s| s.data().ok()).map(|d| d.to_vec());
+            let info = ExplicitModuleSectionInfo {
+                base_svma: 0,
+                text_svma: range(".text"),
+                text: bytes(".text"),
+                got_svma: range(".got"),
+                eh_frame_svma: range(".eh_frame"),
+                eh_frame: bytes(".eh_frame"),
+                eh_frame_hdr_svma: range(".eh_frame_hdr"),
+                eh_frame_hdr: bytes(".eh_frame_hdr"),
+                ..Default::default()
+            };
+            let (lo, hi) = m.range();
+            unwinder.add_module(Module::new(
+                m.path.display().to_string(),
+                lo as u64..hi as u64,
+                m.bias as u64,
+                info,
+            ));
+        }
+        State {
+            unwinder,
+            cache: CacheX86_64::new(),
+            stack: stack_range(),
+        }
+    }
+
+    #[inline(never)]
+    fn regs() -> (u64, u64, u64) {
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads rip, rsp and rbp; touches nothing else.
+        unsafe {
+            core::arch::asm!("lea {ip}, [rip]", "mov {sp}, rsp", "mov {bp}, rbp",
+                ip = out(reg) ip, sp = out(reg) sp, bp = out(reg) bp);
+        }
+        (ip, sp, bp)
+    }
+
+    pub fn capture_with(st: &mut State, out: &mut [usize]) -> usize {
+        let (ip, sp, bp) = regs();
+        let (lo, hi) = st.stack;
+        let mut read = |a: u64| {
+            if a >= lo && a + 8 <= hi && a % 8 == 0 {
+                // SAFETY: inside this thread's stack.
+                Ok(unsafe { *(a as *const u64) })
+            } else {
+                Err(())
+            }
+        };
+        let mut it = st.unwinder.iter_frames(
+            ip,
+            UnwindRegsX86_64::new(ip, sp, bp),
+            &mut st.cache,
+            &mut read,
+        );
+        let mut n = 0;
+        while n < out.len() {
+            match it.next() {
+                Ok(Some(f)) => {
+                    out[n] = f.address() as usize;
+                    n += 1;
+                }
+                _ => break,
+            }
+        }
+        n
+    }
+
+    #[inline(never)]
+    pub fn capture(out: &mut [usize]) -> usize {
+        STATE.with(|s| {
+            let mut s = s.borrow_mut();
+            let st = s.get_or_insert_with(setup);
+            capture_with(st, out)
+        })
+    }
+}
+
+const ROWS: &[Row] = &[
+    Row {
+        name: "capture_exact",
+        capture: row_exact,
+        available: yes,
+    },
+    Row {
+        name: "capture_fast",
+        capture: row_fast,
+        available: yes,
+    },
+    Row {
+        name: "framehop",
+        capture: fh::capture,
+        available: yes,
+    },
+    Row {
+        name: "libunwind_unw_backtrace",
+        capture: libunwind::capture,
+        available: libunwind::available,
+    },
+    Row {
+        name: "unwind_backtrace",
+        capture: libgcc::capture,
+        available: yes,
+    },
+    Row {
+        name: "glibc_backtrace",
+        capture: row_glibc,
+        available: yes,
+    },
+    Row {
+        name: "backtrace_rs",
+        capture: row_backtrace_rs,
+        available: yes,
+    },
+];
+
+// ------------------------------------------------------------ warm
+
+fn interleaved(sc: &Scenario, rows: &[&Row]) -> Vec<(f64, usize)> {
+    const ROUNDS: usize = 300;
+    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(ROUNDS); rows.len()];
+    let mut frames = vec![0usize; rows.len()];
+    for _ in 0..ROUNDS {
+        for (i, r) in rows.iter().enumerate() {
+            let mut ns = 0.0;
+            (sc.at)(&mut || {
+                let mut buf = [0usize; 256];
+                let t = Instant::now();
+                const K: u32 = 8;
+                for _ in 0..K {
+                    frames[i] = (r.capture)(black_box(&mut buf));
+                }
+                ns = t.elapsed().as_nanos() as f64 / K as f64;
+            });
+            samples[i].push(ns);
+        }
+    }
+    samples
+        .into_iter()
+        .zip(frames)
+        .map(|(mut s, f)| {
+            s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            (s[s.len() / 2], f)
+        })
+        .collect()
+}
+
+// ------------------------------------------------------------ cold
+
+const COLD_ENV: &str = "CALLSTACK_BENCH_COLD";
+
+/// In a child: time the first capture of `row` made 8 frames deep, print ns.
+fn cold_child(row: &str) {
+    let mut ns = 0u128;
+    let mut n = 0;
+    recurse(8, &mut || {
+        let mut buf = [0usize; 256];
+        let mut ru0: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru0) };
+        let t = Instant::now();
+        n = match row {
+            "capture_exact" => callstack::capture_exact(0, &mut buf),
+            "unwind_backtrace" => libgcc::capture(&mut buf),
+            "libunwind_unw_backtrace" => libunwind::capture(&mut buf),
+            "framehop" => {
+                let mut st = fh::setup();
+                fh::capture_with(&mut st, &mut buf)
+            }
+            "capture_exact_bounds_known" => {
+                callstack::prepare_thread();
+                let t = Instant::now();
+                let n = callstack::capture_exact(0, &mut buf);
+                ns = t.elapsed().as_nanos();
+                println!("{ns} {n}");
+                std::process::exit(0);
+            }
+            "capture_exact_after_prepare" => {
+                callstack::prepare();
+                callstack::capture_exact(0, &mut buf)
+            }
+            _ => 0,
+        };
+        ns = t.elapsed().as_nanos();
+        let mut ru1: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru1) };
+        if std::env::var_os("CALLSTACK_BENCH_FAULTS").is_some() {
+            eprintln!("minflt {}", ru1.ru_minflt - ru0.ru_minflt);
+        }
+    });
+    println!("{ns} {n}");
+}
+
+/// Runs `children` rounds; each round starts one child per row, in turn,
+/// so that a load change on the machine hits every row alike. Returns the
+/// median ns and the frame count per row.
+fn cold_rows(rows: &[&str], children: usize) -> Vec<Option<(f64, usize)>> {
+    let Ok(exe) = std::env::current_exe() else {
+        return vec![None; rows.len()];
+    };
+    let mut v: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    let mut frames = vec![0usize; rows.len()];
+    for _ in 0..children {
+        for (i, row) in rows.iter().enumerate() {
+            let Ok(o) = std::process::Command::new(&exe).env(COLD_ENV, row).output() else {
+                continue;
+            };
+            let s = String::from_utf8_lossy(&o.stdout);
+            let mut it = s.split_whitespace();
+            if let (Some(ns), Some(f)) = (it.next(), it.next()) {
+                if let (Ok(ns), Ok(f)) = (ns.parse::<f64>(), f.parse::<usize>()) {
+                    v[i].push(ns);
+                    frames[i] = f;
+                }
+            }
+        }
+    }
+    v.into_iter()
+        .zip(frames)
+        .map(|(mut x, f)| {
+            if x.is_empty() {
+                return None;
+            }
+            x.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            Some((x[x.len() / 2], f))
+        })
+        .collect()
+}
+
+// ------------------------------------------------------------ main
+
+fn main() {
+    if let Ok(row) = std::env::var(COLD_ENV) {
+        if row == "libunwind_unw_backtrace" && !libunwind::available() {
+            println!("0 0");
+            return;
+        }
+        cold_child(&row);
+        return;
+    }
+    // Tables compiled once, then every row warmed.
+    let t = Instant::now();
+    let prep = callstack::prepare();
+    let prep_time = t.elapsed();
+    let rows: Vec<&Row> = ROWS.iter().filter(|r| (r.available)()).collect();
+    for sc in SCENARIOS {
+        for r in &rows {
+            (sc.at)(&mut || {
+                let mut buf = [0usize; 256];
+                (r.capture)(&mut buf);
+            });
+        }
+    }
+
+    let cold_only = std::env::var_os("CALLSTACK_BENCH_COLD_ONLY").is_some();
+    if !cold_only {
+        warm(&rows);
+    }
+    cold();
+    report_prepare(prep, prep_time);
+}
+
+fn warm(rows: &[&Row]) {
+    let rows = rows.to_vec();
+    let mut c = Criterion::default()
+        .configure_from_args()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_millis(700));
+    for sc in SCENARIOS {
+        let mut g = c.benchmark_group(sc.name);
+        for r in &rows {
+            g.bench_function(r.name, |b| {
+                (sc.at)(&mut || {
+                    let mut buf = [0usize; 256];
+                    b.iter(|| (r.capture)(black_box(&mut buf)));
+                })
+            });
+        }
+        g.finish();
+    }
+
+    println!("\n## Warm: ns per capture (interleaved median), frames, ratio row/capture_exact\n");
+    let mut header = String::from("| row |");
+    let mut sep = String::from("|---|");
+    for sc in SCENARIOS {
+        header += &format!(" {} ns | frames | x exact |", sc.name);
+        sep += "---:|---:|---:|";
+    }
+    println!("{header}\n{sep}");
+    let mut table: BTreeMap<usize, String> = BTreeMap::new();
+    for (i, r) in rows.iter().enumerate() {
+        table.insert(i, format!("| {} |", r.name));
+    }
+    for sc in SCENARIOS {
+        let res = interleaved(sc, &rows);
+        let base = res[0].0;
+        for (i, (ns, f)) in res.iter().enumerate() {
+            *table.get_mut(&i).unwrap() += &format!(" {:.0} | {} | {:.2} |", ns, f, ns / base);
+        }
+    }
+    for l in table.values() {
+        println!("{l}");
+    }
+    for r in ROWS.iter().filter(|r| !(r.available)()) {
+        println!("| {} | not installed |", r.name);
+    }
+}
+
+fn cold() {
+    println!("\n## Cold: the first capture in a fresh process (median of 21 children, rows interleaved, 8 frames deep + main's)\n");
+    println!("| row | first capture us | frames | x capture_exact |\n|---|---:|---:|---:|");
+    let mut rows = vec![
+        "capture_exact",
+        "capture_exact_bounds_known",
+        "unwind_backtrace",
+        "framehop",
+        "capture_exact_after_prepare",
+    ];
+    if libunwind::available() {
+        rows.insert(4, "libunwind_unw_backtrace");
+    } else {
+        println!("| libunwind_unw_backtrace | not installed | | |");
+    }
+    let res = cold_rows(&rows, 21);
+    let base = res[0].map(|r| r.0).unwrap_or(1.0);
+    for (row, r) in rows.iter().zip(res) {
+        let note = match *row {
+            "framehop" => " (module set-up included)",
+            "capture_exact_bounds_known" => " (stack bounds looked up before)",
+            "capture_exact_after_prepare" => " (prepare() included)",
+            _ => "",
+        };
+        match r {
+            Some((ns, f)) => println!(
+                "| {row}{note} | {:.1} | {f} | {:.2} |",
+                ns / 1000.0,
+                ns / base
+            ),
+            None => println!("| {row} | failed | | |"),
+        }
+    }
+}
+
+fn report_prepare(prep: callstack::PrepareStats, prep_time: Duration) {
+    println!(
+        "\n## prepare(): {} modules, {} compiled in {:.1} ms: {} CFI rows -> {} table rows, {:.2} M CFI rows/s; tables {} KiB from {} KiB of .eh_frame ({:.0}%)",
+        prep.modules,
+        prep.compiled,
+        prep_time.as_secs_f64() * 1e3,
+        prep.cfi_rows,
+        prep.rows,
+        prep.cfi_rows as f64 / prep_time.as_secs_f64() / 1e6,
+        prep.table_bytes / 1024,
+        prep.eh_frame_bytes / 1024,
+        100.0 * prep.table_bytes as f64 / prep.eh_frame_bytes.max(1) as f64
+    );
+}
