@@ -56,7 +56,7 @@ impl Progress {
     }
     fn tick(&self, i: usize) {
         if self.on {
-            eprint!("\rcallstack: unwinding thread {}/{}", i + 1, self.total);
+            eprint!("\rcallstack: thread {}/{}", i + 1, self.total);
         }
     }
     fn done(&self) {
@@ -87,7 +87,6 @@ pub fn collect<M: Memory + Send>(
         scope.spawn(move || {
             let unwinder = RemoteUnwinder::new(snap);
             for (i, t) in snap.threads.iter().enumerate() {
-                progress.tick(i);
                 if tx.send((i, unwinder.unwind(mem, t, MAX_FRAMES))).is_err() {
                     break;
                 }
@@ -96,7 +95,10 @@ pub fn collect<M: Memory + Send>(
         let mut sym = Names::new(snap, debug_dirs);
         let out: Vec<ThreadOut> = rx
             .into_iter()
-            .map(|(i, u)| name_thread(snap, &snap.threads[i], u, &mut sym, past_main))
+            .map(|(i, u)| {
+                progress.tick(i);
+                name_thread(snap, &snap.threads[i], u, &mut sym, past_main)
+            })
             .collect();
         // The process ends right after printing: tearing down parsed debug
         // info would only cost time.
@@ -105,6 +107,25 @@ pub fn collect<M: Memory + Send>(
     });
     progress.done();
     out
+}
+
+/// Whether the last frame printed is the program's `main`, where gdb ends a
+/// backtrace. gdb finds `main` by name; in a Rust program the program's main
+/// is `crate::main` and gdb never stops, so neither do we at the C `main`
+/// that the Rust runtime provides (the caller of `std::rt::lang_start_internal`).
+fn ends_at_main(frames: &[FrameOut]) -> bool {
+    let Some(last) = frames.last() else {
+        return false;
+    };
+    if last.inlined || last.function.as_deref() != Some("main") {
+        return false;
+    }
+    let callee = frames
+        .iter()
+        .rev()
+        .nth(1)
+        .and_then(|f| f.function.as_deref());
+    callee != Some("std::rt::lang_start_internal")
 }
 
 fn name_thread(
@@ -117,11 +138,7 @@ fn name_thread(
     let mut frames: Vec<FrameOut> = Vec::new();
     let mut stop = unwound.stop;
     for f in &unwound.frames {
-        if !past_main
-            && frames
-                .last()
-                .is_some_and(|l| !l.inlined && l.function.as_deref() == Some("main"))
-        {
+        if !past_main && ends_at_main(&frames) {
             stop = None;
             break;
         }
