@@ -60,30 +60,30 @@ impl Arch {
     /// The register slot of the program counter in [`Registers`].
     pub fn pc_reg(self) -> u16 {
         match self {
-            Arch::X86_64 => crate::arch::x86_64::regs::DWARF_RIP,
-            Arch::Aarch64 => crate::arch::aarch64::regs::DWARF_PC,
-            Arch::Arm => 15,
-            Arch::Mips => crate::arch::mips::regs::PC_SLOT,
+            Arch::X86_64 => crate::arch::x86_64::core_regs::DWARF_RIP,
+            Arch::Aarch64 => crate::arch::aarch64::core_regs::DWARF_PC,
+            Arch::Arm => crate::arch::arm::core_regs::PC as u16,
+            Arch::Mips => crate::arch::mips::core_regs::PC_SLOT,
         }
     }
 
     /// The register slot of the stack pointer.
     pub fn sp_reg(self) -> u16 {
         match self {
-            Arch::X86_64 => crate::arch::x86_64::regs::DWARF_RSP,
-            Arch::Aarch64 => crate::arch::aarch64::regs::DWARF_SP,
-            Arch::Arm => 13,
-            Arch::Mips => 29,
+            Arch::X86_64 => crate::arch::x86_64::core_regs::DWARF_RSP,
+            Arch::Aarch64 => crate::arch::aarch64::core_regs::DWARF_SP,
+            Arch::Arm => crate::arch::arm::core_regs::SP as u16,
+            Arch::Mips => crate::arch::mips::core_regs::DWARF_SP,
         }
     }
 
     /// The register slot of the frame pointer.
     pub fn fp_reg(self) -> u16 {
         match self {
-            Arch::X86_64 => crate::arch::x86_64::regs::DWARF_RBP,
-            Arch::Aarch64 => crate::arch::aarch64::regs::DWARF_FP,
-            Arch::Arm => 11,
-            Arch::Mips => 30,
+            Arch::X86_64 => crate::arch::x86_64::core_regs::DWARF_RBP,
+            Arch::Aarch64 => crate::arch::aarch64::core_regs::DWARF_FP,
+            Arch::Arm => crate::arch::arm::core_regs::R11 as u16,
+            Arch::Mips => crate::arch::mips::core_regs::DWARF_FP,
         }
     }
 
@@ -99,13 +99,13 @@ impl Arch {
     /// architecture (`pr_reg` of `NT_PRSTATUS`, or `PTRACE_GETREGSET`).
     ///
     /// This is the one place per architecture that knows the layout; a new
-    /// architecture adds its `arch/<arch>/regs.rs` and a line here.
+    /// architecture adds its `arch/<arch>/core_regs.rs` and a line here.
     pub fn registers_from_user_regs(self, bytes: &[u8]) -> Option<Registers> {
         match self {
-            Arch::X86_64 => crate::arch::x86_64::regs::from_user_regs(bytes),
-            Arch::Aarch64 => crate::arch::aarch64::regs::from_user_regs(bytes),
-            Arch::Arm => crate::arch::arm::regs::from_user_regs(bytes),
-            Arch::Mips => crate::arch::mips::regs::from_user_regs(bytes),
+            Arch::X86_64 => crate::arch::x86_64::core_regs::from_user_regs(bytes),
+            Arch::Aarch64 => crate::arch::aarch64::core_regs::from_user_regs(bytes),
+            Arch::Arm => crate::arch::arm::core_regs::from_user_regs(bytes),
+            Arch::Mips => crate::arch::mips::core_regs::from_user_regs(bytes),
         }
     }
 
@@ -114,20 +114,19 @@ impl Arch {
     pub fn prstatus_layout(self) -> Option<PrstatusLayout> {
         match self {
             Arch::X86_64 => Some(PrstatusLayout {
-                pid_offset: crate::arch::x86_64::regs::PRSTATUS_PID_OFFSET,
-                regs_offset: crate::arch::x86_64::regs::PRSTATUS_REGS_OFFSET,
+                pid_offset: crate::arch::x86_64::core_regs::PR_PID_OFFSET,
+                regs_offset: crate::arch::x86_64::core_regs::PR_REG_OFFSET,
             }),
             Arch::Aarch64 => Some(PrstatusLayout {
-                pid_offset: crate::arch::aarch64::regs::PRSTATUS_PID_OFFSET,
-                regs_offset: crate::arch::aarch64::regs::PRSTATUS_REGS_OFFSET,
+                pid_offset: crate::arch::aarch64::core_regs::PR_PID_OFFSET,
+                regs_offset: crate::arch::aarch64::core_regs::PR_REG_OFFSET,
             }),
-            // The 32-bit `elf_prstatus`: pr_pid at 24, pr_reg at 72.
             Arch::Arm => Some(PrstatusLayout {
-                pid_offset: 24,
+                pid_offset: crate::arch::arm::core_regs::PR_PID_OFFSET,
                 regs_offset: crate::arch::arm::core_regs::PR_REG_OFFSET,
             }),
             Arch::Mips => Some(PrstatusLayout {
-                pid_offset: 24,
+                pid_offset: crate::arch::mips::core_regs::PR_PID_OFFSET,
                 regs_offset: crate::arch::mips::core_regs::PR_REG_OFFSET,
             }),
         }

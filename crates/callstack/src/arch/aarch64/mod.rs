@@ -12,7 +12,6 @@
 
 pub mod core_regs;
 pub mod instruction_analysis;
-pub mod regs;
 pub mod signal;
 
 use super::FrameRecordLayout;

@@ -1,21 +1,30 @@
-//! 32-bit ARM `NT_PRSTATUS`: `pr_reg` (r0-r15, cpsr, orig_r0; 18 words) at
-//! offset 72 of the 32-bit `elf_prstatus`.
+//! 32-bit ARM registers of another thread: `pr_reg` (r0-r15, cpsr, orig_r0;
+//! 18 words) at offset 72 of the 32-bit `elf_prstatus` of a core's
+//! `NT_PRSTATUS` note, as `PTRACE_GETREGSET(NT_PRSTATUS)` returns it too.
+//!
+//! The one place that knows this layout: its field indices (which are also
+//! the DWARF numbers of r0-r15), and the readers built on them
+//! ([`all_regs`] and [`unwind_regs`] for the instruction-analysis unwinder,
+//! [`from_user_regs`] for [`crate::remote`]).
 
+use crate::remote::{Arch, Registers};
 use crate::unwind::insn::{PrstatusError, UnwindRegs};
 
 /// Offset of `pr_reg` in the 32-bit `elf_prstatus`.
 pub const PR_REG_OFFSET: usize = 72;
+/// Offset of `pr_pid` in the 32-bit `elf_prstatus`.
+pub const PR_PID_OFFSET: usize = 24;
 /// Words in `pr_reg`.
 pub const NREGS: usize = 18;
-/// Index of r7 (the Thumb frame pointer).
+/// Index (and DWARF number) of r7 (the Thumb frame pointer).
 pub const R7: usize = 7;
-/// Index of r11 (the ARM-state frame pointer).
+/// Index (and DWARF number) of r11 (the ARM-state frame pointer).
 pub const R11: usize = 11;
-/// Index of sp (r13).
+/// Index (and DWARF number) of sp (r13).
 pub const SP: usize = 13;
-/// Index of lr (r14).
+/// Index (and DWARF number) of lr (r14).
 pub const LR: usize = 14;
-/// Index of pc (r15).
+/// Index (and DWARF number) of pc (r15).
 pub const PC: usize = 15;
 /// Index of cpsr.
 pub const CPSR: usize = 16;
@@ -44,5 +53,17 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
     })
 }
 
-/// Offset of `pr_pid` in the 32-bit `elf_prstatus`.
-pub const PR_PID_OFFSET: usize = 24;
+/// Reads r0-r15 from a little-endian `pr_reg` (not the whole note); the pc
+/// gets bit 0 set in Thumb state (the interworking convention the ARM
+/// unwinder expects). Returns `None` when `bytes` is too short.
+pub fn from_user_regs(bytes: &[u8]) -> Option<Registers> {
+    let word = |i: usize| crate::unwind::insn::prstatus_word(bytes, 0, NREGS, 4, i).ok();
+    let mut regs = Registers::new(Arch::Arm);
+    for i in 0..=PC {
+        regs.set(i as u16, word(i)?);
+    }
+    if word(CPSR)? & CPSR_T != 0 {
+        regs.set(PC as u16, word(PC)? | 1);
+    }
+    Some(regs)
+}

@@ -11,6 +11,5 @@
 pub mod core_regs;
 pub mod ehabi;
 pub mod instruction_analysis;
-pub mod regs;
 pub mod signal;
 pub mod unwinder;

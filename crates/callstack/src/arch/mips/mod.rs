@@ -6,5 +6,4 @@
 
 pub mod core_regs;
 pub mod instruction_analysis;
-pub mod regs;
 pub mod signal;

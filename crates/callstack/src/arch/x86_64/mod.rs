@@ -7,7 +7,6 @@
 
 pub mod core_regs;
 pub mod instruction_analysis;
-pub mod regs;
 
 use super::FrameRecordLayout;
 
