@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::files::{self, Lookup};
-use super::{Arch, Mapping, Module, RemoteError, Snapshot, Thread};
+use super::{Machine, Mapping, Module, RemoteError, Snapshot, Thread};
 use crate::unwind::{Memory, ReadError};
 
 /// `AT_PHDR`: address of the executable's program headers.
@@ -65,7 +65,7 @@ struct FileBacked {
 #[derive(Debug, Default)]
 pub struct ParsedCore {
     /// The architecture (`None` when `e_machine` is unknown here).
-    pub arch: Option<Arch>,
+    pub arch: Option<Machine>,
     /// `e_machine`.
     pub e_machine: u16,
     /// Whether the core is 64-bit.
@@ -130,7 +130,7 @@ fn parse_of<Elf: FileHeader<Endian = Endianness>>(
         is_64,
         ..Default::default()
     };
-    out.arch = Arch::from_e_machine(out.e_machine);
+    out.arch = Machine::from_e_machine(out.e_machine);
     let phdrs = hdr.program_headers(endian, data).map_err(|_| {
         bad("truncated or corrupt core: its program headers lie beyond the end of the file")
     })?;

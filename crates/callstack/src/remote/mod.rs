@@ -33,8 +33,12 @@ use std::fmt;
 use std::path::PathBuf;
 
 /// The architecture of a target, from its ELF `e_machine`.
+///
+/// Named after `e_machine` so as not to be confused with the
+/// [`crate::unwind::Arch`] trait (an architecture's compiled unwind rules):
+/// this enum only says which register layout and word size a target has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arch {
+pub enum Machine {
     /// x86-64 (`EM_X86_64`).
     X86_64,
     /// AArch64 (`EM_AARCH64`).
@@ -45,14 +49,14 @@ pub enum Arch {
     Mips,
 }
 
-impl Arch {
+impl Machine {
     /// The architecture of an ELF `e_machine`, if we know it.
-    pub fn from_e_machine(m: u16) -> Option<Arch> {
+    pub fn from_e_machine(m: u16) -> Option<Machine> {
         match object::elf::Machine(m) {
-            object::elf::EM_X86_64 => Some(Arch::X86_64),
-            object::elf::EM_AARCH64 => Some(Arch::Aarch64),
-            object::elf::EM_ARM => Some(Arch::Arm),
-            object::elf::EM_MIPS => Some(Arch::Mips),
+            object::elf::EM_X86_64 => Some(Machine::X86_64),
+            object::elf::EM_AARCH64 => Some(Machine::Aarch64),
+            object::elf::EM_ARM => Some(Machine::Arm),
+            object::elf::EM_MIPS => Some(Machine::Mips),
             _ => None,
         }
     }
@@ -60,38 +64,38 @@ impl Arch {
     /// The register slot of the program counter in [`Registers`].
     pub fn pc_reg(self) -> u16 {
         match self {
-            Arch::X86_64 => crate::arch::x86_64::core_regs::DWARF_RIP,
-            Arch::Aarch64 => crate::arch::aarch64::core_regs::DWARF_PC,
-            Arch::Arm => crate::arch::arm::core_regs::PC as u16,
-            Arch::Mips => crate::arch::mips::core_regs::PC_SLOT,
+            Machine::X86_64 => crate::arch::x86_64::core_regs::DWARF_RIP,
+            Machine::Aarch64 => crate::arch::aarch64::core_regs::DWARF_PC,
+            Machine::Arm => crate::arch::arm::core_regs::PC as u16,
+            Machine::Mips => crate::arch::mips::core_regs::PC_SLOT,
         }
     }
 
     /// The register slot of the stack pointer.
     pub fn sp_reg(self) -> u16 {
         match self {
-            Arch::X86_64 => crate::arch::x86_64::core_regs::DWARF_RSP,
-            Arch::Aarch64 => crate::arch::aarch64::core_regs::DWARF_SP,
-            Arch::Arm => crate::arch::arm::core_regs::SP as u16,
-            Arch::Mips => crate::arch::mips::core_regs::DWARF_SP,
+            Machine::X86_64 => crate::arch::x86_64::core_regs::DWARF_RSP,
+            Machine::Aarch64 => crate::arch::aarch64::core_regs::DWARF_SP,
+            Machine::Arm => crate::arch::arm::core_regs::SP as u16,
+            Machine::Mips => crate::arch::mips::core_regs::DWARF_SP,
         }
     }
 
     /// The register slot of the frame pointer.
     pub fn fp_reg(self) -> u16 {
         match self {
-            Arch::X86_64 => crate::arch::x86_64::core_regs::DWARF_RBP,
-            Arch::Aarch64 => crate::arch::aarch64::core_regs::DWARF_FP,
-            Arch::Arm => crate::arch::arm::core_regs::R11 as u16,
-            Arch::Mips => crate::arch::mips::core_regs::DWARF_FP,
+            Machine::X86_64 => crate::arch::x86_64::core_regs::DWARF_RBP,
+            Machine::Aarch64 => crate::arch::aarch64::core_regs::DWARF_FP,
+            Machine::Arm => crate::arch::arm::core_regs::R11 as u16,
+            Machine::Mips => crate::arch::mips::core_regs::DWARF_FP,
         }
     }
 
     /// The size of a pointer in bytes.
     pub fn word_size(self) -> u64 {
         match self {
-            Arch::X86_64 | Arch::Aarch64 => 8,
-            Arch::Arm | Arch::Mips => 4,
+            Machine::X86_64 | Machine::Aarch64 => 8,
+            Machine::Arm | Machine::Mips => 4,
         }
     }
 
@@ -102,10 +106,10 @@ impl Arch {
     /// architecture adds its `arch/<arch>/core_regs.rs` and a line here.
     pub fn registers_from_user_regs(self, bytes: &[u8]) -> Option<Registers> {
         match self {
-            Arch::X86_64 => crate::arch::x86_64::core_regs::from_user_regs(bytes),
-            Arch::Aarch64 => crate::arch::aarch64::core_regs::from_user_regs(bytes),
-            Arch::Arm => crate::arch::arm::core_regs::from_user_regs(bytes),
-            Arch::Mips => crate::arch::mips::core_regs::from_user_regs(bytes),
+            Machine::X86_64 => crate::arch::x86_64::core_regs::from_user_regs(bytes),
+            Machine::Aarch64 => crate::arch::aarch64::core_regs::from_user_regs(bytes),
+            Machine::Arm => crate::arch::arm::core_regs::from_user_regs(bytes),
+            Machine::Mips => crate::arch::mips::core_regs::from_user_regs(bytes),
         }
     }
 
@@ -113,19 +117,19 @@ impl Arch {
     /// `struct elf_prstatus` (the note is laid out per architecture).
     pub fn prstatus_layout(self) -> Option<PrstatusLayout> {
         match self {
-            Arch::X86_64 => Some(PrstatusLayout {
+            Machine::X86_64 => Some(PrstatusLayout {
                 pid_offset: crate::arch::x86_64::core_regs::PR_PID_OFFSET,
                 regs_offset: crate::arch::x86_64::core_regs::PR_REG_OFFSET,
             }),
-            Arch::Aarch64 => Some(PrstatusLayout {
+            Machine::Aarch64 => Some(PrstatusLayout {
                 pid_offset: crate::arch::aarch64::core_regs::PR_PID_OFFSET,
                 regs_offset: crate::arch::aarch64::core_regs::PR_REG_OFFSET,
             }),
-            Arch::Arm => Some(PrstatusLayout {
+            Machine::Arm => Some(PrstatusLayout {
                 pid_offset: crate::arch::arm::core_regs::PR_PID_OFFSET,
                 regs_offset: crate::arch::arm::core_regs::PR_REG_OFFSET,
             }),
-            Arch::Mips => Some(PrstatusLayout {
+            Machine::Mips => Some(PrstatusLayout {
                 pid_offset: crate::arch::mips::core_regs::PR_PID_OFFSET,
                 regs_offset: crate::arch::mips::core_regs::PR_REG_OFFSET,
             }),
@@ -150,14 +154,14 @@ pub const MAX_REGS: usize = 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Registers {
     /// The architecture the numbers refer to.
-    pub arch: Arch,
+    pub arch: Machine,
     values: [u64; MAX_REGS],
     valid: u64,
 }
 
 impl Registers {
     /// No register known.
-    pub fn new(arch: Arch) -> Registers {
+    pub fn new(arch: Machine) -> Registers {
         Registers {
             arch,
             values: [0; MAX_REGS],
@@ -267,7 +271,7 @@ impl Module {
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     /// The architecture.
-    pub arch: Arch,
+    pub arch: Machine,
     /// The process id.
     pub pid: u32,
     /// The process name (`NT_PRPSINFO` `pr_fname`, or `/proc/PID/comm`).

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::files::{self, Lookup};
 use super::ptrace;
-use super::{Arch, Mapping, RemoteError, Snapshot, Thread};
+use super::{Machine, Mapping, RemoteError, Snapshot, Thread};
 use crate::unwind::{Memory, ReadError};
 
 /// How many bytes of each thread's stack are copied while it is stopped,
@@ -143,11 +143,11 @@ impl LiveProcess {
         let arch = files::map_file(Path::new(&exe))
             .ok()
             .and_then(|d| files::load_segments(&d))
-            .and_then(|(m, _)| Arch::from_e_machine(m))
+            .and_then(|(m, _)| Machine::from_e_machine(m))
             .unwrap_or(if cfg!(target_arch = "aarch64") {
-                Arch::Aarch64
+                Machine::Aarch64
             } else {
-                Arch::X86_64
+                Machine::X86_64
             });
 
         // Attach (no stop yet), re-listing until no new thread appears.

@@ -10,7 +10,7 @@
 
 use std::cell::OnceCell;
 
-use super::{Arch, Frame, Method, Module, Registers, Snapshot, Thread};
+use super::{Frame, Machine, Method, Module, Registers, Snapshot, Thread};
 use crate::arch::aarch64::Aarch64;
 use crate::arch::x86_64::X86_64;
 use crate::arch::Applied;
@@ -324,7 +324,7 @@ impl crate::unwind::insn::arm::unwinder::ArmTables for RemoteArmTables {
 enum Tables {
     X86_64(LazySet<X86_64>),
     Aarch64(LazySet<Aarch64>),
-    Unsupported(Arch),
+    Unsupported(Machine),
 }
 
 /// Unwinds the threads of one [`Snapshot`], sharing compiled tables
@@ -340,8 +340,8 @@ impl<'s> RemoteUnwinder<'s> {
     pub fn new(snap: &'s Snapshot) -> Self {
         let code = RemoteCode::new(&snap.modules);
         let tables = match snap.arch {
-            Arch::X86_64 => Tables::X86_64(LazySet::new(&snap.modules, code.clone())),
-            Arch::Aarch64 => Tables::Aarch64(LazySet::new(&snap.modules, code.clone())),
+            Machine::X86_64 => Tables::X86_64(LazySet::new(&snap.modules, code.clone())),
+            Machine::Aarch64 => Tables::Aarch64(LazySet::new(&snap.modules, code.clone())),
             a => Tables::Unsupported(a),
         };
         // Frames with neither CFI nor a frame pointer go to instruction
@@ -370,7 +370,7 @@ impl<'s> RemoteUnwinder<'s> {
         match &self.tables {
             Tables::X86_64(set) => walk(set, start, mem, max, fallback),
             Tables::Aarch64(set) => walk(set, start, mem, max, fallback),
-            Tables::Unsupported(Arch::Arm) => {
+            Tables::Unsupported(Machine::Arm) => {
                 let mut r16 = [0u32; 16];
                 for (i, r) in r16.iter_mut().enumerate() {
                     *r = regs.get(i as u16).unwrap_or(0) as u32;
@@ -383,7 +383,7 @@ impl<'s> RemoteUnwinder<'s> {
                     crate::unwind::insn::arm::unwinder::walk(r16, mem, &mut reader, stack_end, out)
                 })
             }
-            Tables::Unsupported(Arch::Mips) => {
+            Tables::Unsupported(Machine::Mips) => {
                 let mut code = self.code.clone();
                 risc_frames(max, |out| {
                     crate::unwind::insn::risc::walk::<crate::unwind::insn::mips::Arch, _, _>(
@@ -448,10 +448,10 @@ fn map_method(m: unwind::Method) -> Method {
 
 fn lr_of(regs: &Registers) -> u64 {
     match regs.arch {
-        Arch::Aarch64 => regs.get(30).unwrap_or(0),
-        Arch::Arm => regs.get(14).unwrap_or(0),
-        Arch::Mips => regs.get(31).unwrap_or(0),
-        Arch::X86_64 => 0,
+        Machine::Aarch64 => regs.get(30).unwrap_or(0),
+        Machine::Arm => regs.get(14).unwrap_or(0),
+        Machine::Mips => regs.get(31).unwrap_or(0),
+        Machine::X86_64 => 0,
     }
 }
 

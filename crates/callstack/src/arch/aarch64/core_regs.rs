@@ -7,7 +7,7 @@
 //! ([`unwind_regs`] for the instruction-analysis unwinder, [`from_user_regs`]
 //! for [`crate::remote`]).
 
-use crate::remote::{Arch, Registers};
+use crate::remote::{Machine, Registers};
 use crate::unwind::insn::{PrstatusError, UnwindRegs};
 
 /// Offset of `pr_reg` in the 64-bit `elf_prstatus`.
@@ -50,7 +50,7 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
 /// short.
 pub fn from_user_regs(bytes: &[u8]) -> Option<Registers> {
     let word = |i: usize| crate::unwind::insn::prstatus_word(bytes, 0, NREGS, 8, i).ok();
-    let mut regs = Registers::new(Arch::Aarch64);
+    let mut regs = Registers::new(Machine::Aarch64);
     for i in 0..=X30 {
         regs.set(i as u16, word(i)?);
     }

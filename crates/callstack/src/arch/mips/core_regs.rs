@@ -8,7 +8,7 @@
 //! for the instruction-analysis unwinder, [`from_user_regs`] for
 //! [`crate::remote`]).
 
-use crate::remote::{Arch, Registers};
+use crate::remote::{Machine, Registers};
 use crate::unwind::insn::{PrstatusError, UnwindRegs};
 
 /// Offset of `pr_reg` in the 32-bit `elf_prstatus`.
@@ -50,7 +50,7 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
 /// note). Returns `None` when `bytes` is too short.
 pub fn from_user_regs(bytes: &[u8]) -> Option<Registers> {
     let word = |i: usize| crate::unwind::insn::prstatus_word(bytes, 0, NREGS, 4, i).ok();
-    let mut regs = Registers::new(Arch::Mips);
+    let mut regs = Registers::new(Machine::Mips);
     for i in 0..32 {
         regs.set(i as u16, word(R0 + i)?);
     }
