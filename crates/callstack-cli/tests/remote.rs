@@ -806,34 +806,6 @@ fn core_of_code_without_cfi_or_frame_pointer_uses_instruction_analysis() {
     let _ = std::fs::remove_file(&core);
 }
 
-/// gdb-multiarch's pc of every frame of the core's first thread.
-fn gdb_multiarch_pcs(exe: &Path, core: &Path) -> Vec<u64> {
-    let o = Command::new("gdb-multiarch")
-        .args([
-            "-nx",
-            "-batch",
-            "-ex",
-            "set pagination off",
-            "-ex",
-            "set debuginfod enabled off",
-        ])
-        .args([
-            "-ex",
-            "set backtrace limit 100",
-            "-ex",
-            "frame apply all -q p/x $pc",
-        ])
-        .arg(exe)
-        .arg(core)
-        .output()
-        .expect("run gdb-multiarch");
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split_once("= 0x"))
-        .filter_map(|(_, h)| u64::from_str_radix(h.trim(), 16).ok())
-        .collect()
-}
-
 #[test]
 fn cross_architecture_cores_match_gdb_multiarch() {
     // (name, gcc, qemu, flags for unwind tables)
@@ -897,7 +869,7 @@ fn cross_architecture_cores_match_gdb_multiarch() {
             .map(|e| e.path())
             .find(|p| p.extension().is_some_and(|x| x == "core"))
             .unwrap_or_else(|| panic!("{name}: qemu wrote no core"));
-        let gdb = gdb_multiarch_pcs(&exe, &core);
+        let gdb = testsupport::gdb_core_pcs(&["gdb-multiarch"], &exe, &core);
         assert!(
             gdb.len() >= 8,
             "{name}: gdb-multiarch's chain is short: {gdb:x?}"

@@ -10,7 +10,6 @@
 
 mod common;
 use callstack::unwind::insn::{unwind_prstatus, Method, TargetArch};
-use common::chain::parse_gdb_pcs;
 use common::corelite::{Core, FileCode};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -135,27 +134,8 @@ fn qemu_core(a: Arch, exe: &Path) -> PathBuf {
 /// gdb-multiarch's frame pcs; it is given 60 s (it hangs on some signal
 /// frames of qemu-user cores), after which what it printed is used.
 fn gdb_pcs(exe: &Path, core: &Path) -> Vec<u64> {
-    let o = Command::new("timeout")
-        .args(["60", "gdb-multiarch"])
-        .args([
-            "-nx",
-            "-batch",
-            "-ex",
-            "set pagination off",
-            "-ex",
-            "set debuginfod enabled off",
-        ])
-        .args([
-            "-ex",
-            "set backtrace limit 100",
-            "-ex",
-            "frame apply all -q p/x $pc",
-        ])
-        .arg(exe)
-        .arg(core)
-        .output()
-        .unwrap();
-    parse_gdb_pcs(&String::from_utf8_lossy(&o.stdout))
+    let gdb = ["timeout", "60", "gdb-multiarch"];
+    testsupport::fold_repeats(testsupport::gdb_core_pcs(&gdb, exe, core))
 }
 
 /// (function, offset) of each pc by the symbols of `exe`; return addresses

@@ -158,6 +158,55 @@ pub fn gdb_backtrace(exe: &Path, break_at: &str, args: &[&str]) -> Vec<String> {
     parse_gdb_bt(&String::from_utf8_lossy(&o.stdout))
 }
 
+/// The pc of every frame of every thread of a core, as gdb prints them with
+/// `frame apply all -q p/x $pc`, innermost first, nothing folded.
+///
+/// `debugger` is the command line that runs gdb: `&["gdb"]`,
+/// `&["gdb-multiarch"]` for a foreign core, or `&["timeout", "60",
+/// "gdb-multiarch"]` to bound a gdb that may hang (what it printed before
+/// being stopped is used).
+pub fn gdb_core_pcs(debugger: &[&str], exe: &Path, core: &Path) -> Vec<u64> {
+    let o = Command::new(debugger[0])
+        .args(&debugger[1..])
+        .args([
+            "-nx",
+            "-batch",
+            "-ex",
+            "set pagination off",
+            "-ex",
+            "set debuginfod enabled off",
+        ])
+        .args([
+            "-ex",
+            "set backtrace limit 100",
+            "-ex",
+            "frame apply all -q p/x $pc",
+        ])
+        .arg(exe)
+        .arg(core)
+        .output()
+        .unwrap_or_else(|e| panic!("run {debugger:?}: {e}"));
+    parse_gdb_pcs(&String::from_utf8_lossy(&o.stdout))
+}
+
+/// The pcs of gdb's `p/x $pc` lines (`$N = 0x...`), in order.
+pub fn parse_gdb_pcs(text: &str) -> Vec<u64> {
+    text.lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('$'))
+        .filter_map(|l| l.split(" = ").nth(1))
+        .filter_map(|a| a.trim().strip_prefix("0x"))
+        .filter_map(|h| u64::from_str_radix(h, 16).ok())
+        .collect()
+}
+
+/// `pcs` with consecutive repeats folded: gdb gives each inlined frame the
+/// pc of the physical frame that holds it.
+pub fn fold_repeats(mut pcs: Vec<u64>) -> Vec<u64> {
+    pcs.dedup();
+    pcs
+}
+
 /// Extracts the function names from gdb `bt` output lines (`#N  0x... in f (...) at ...`).
 pub fn parse_gdb_bt(text: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -302,5 +351,13 @@ mod tests {
             super::parse_gdb_bt(t),
             vec!["d", "c", "__libc_start_call_main"]
         );
+    }
+
+    #[test]
+    fn parses_gdb_pcs() {
+        let t = "$1 = 0x401136\n$2 = 0x401136\nwarning: x = 0x5\n  $3 = 0x7ffff7dcd24a\n";
+        let pcs = super::parse_gdb_pcs(t);
+        assert_eq!(pcs, vec![0x401136, 0x401136, 0x7ffff7dcd24a]);
+        assert_eq!(super::fold_repeats(pcs), vec![0x401136, 0x7ffff7dcd24a]);
     }
 }

@@ -97,49 +97,7 @@ pub fn make_core(exe: &Path, args: &str) -> (PathBuf, String) {
 /// gdb's `bt` on a core: the pc of each frame, innermost first (inlined
 /// frames, which repeat a pc, folded).
 pub fn gdb_core_pcs(exe: &Path, core: &Path) -> Vec<u64> {
-    let o = Command::new("gdb")
-        .args([
-            "-nx",
-            "-batch",
-            "-ex",
-            "set pagination off",
-            "-ex",
-            "set debuginfod enabled off",
-        ])
-        .args([
-            "-ex",
-            "set backtrace limit 100",
-            "-ex",
-            "frame apply all -q p/x $pc",
-        ])
-        .arg(exe)
-        .arg(core)
-        .output()
-        .unwrap();
-    parse_gdb_pcs(&String::from_utf8_lossy(&o.stdout))
-}
-
-/// The pcs of gdb's `frame apply all -q p/x $pc` lines (`$N = 0x...`),
-/// consecutive repeats (inlined frames) folded.
-pub fn parse_gdb_pcs(text: &str) -> Vec<u64> {
-    let mut out: Vec<u64> = Vec::new();
-    for l in text.lines() {
-        let l = l.trim_start();
-        if !l.starts_with('$') {
-            continue;
-        }
-        let Some(addr) = l.split(" = ").nth(1) else {
-            continue;
-        };
-        if let Some(h) = addr.trim().strip_prefix("0x") {
-            if let Ok(a) = u64::from_str_radix(h, 16) {
-                if out.last() != Some(&a) {
-                    out.push(a);
-                }
-            }
-        }
-    }
-    out
+    testsupport::fold_repeats(testsupport::gdb_core_pcs(&["gdb"], exe, core))
 }
 
 /// libunwind's chain, printed by the fixture (`libunwind: 0x... 0x...`).
