@@ -85,26 +85,10 @@ fn run(scenario: &str, env: &[(&str, &str)]) -> Crash {
 }
 
 fn check(c: &Crash, signal: i32, signal_line: &str, expected: &[&str]) {
-    let raw = raw_part(&c.stderr).unwrap_or_else(|| panic!("no raw part:\n{}", c.stderr));
-    assert!(
-        raw.contains(signal_line),
-        "signal line {signal_line:?} missing:\n{}",
-        c.stderr
-    );
-    assert!(raw.contains("(build-id "), "{}", c.stderr);
-    let sym =
-        symbolized_part(&c.stderr).unwrap_or_else(|| panic!("no symbolized part:\n{}", c.stderr));
     // crash_fixture.c, or crash_dso.c for the library's frames.
-    assert_chain(&symbolized_frames(sym), ours, expected, ".c", &c.stderr);
-    assert_eq!(
-        c.signal,
-        Some(signal),
-        "died by {}:\n{}",
-        signal_label(c.signal),
-        c.stderr
-    );
-    let ms = fault_to_symbolized_ms(&c.stderr).expect("timing line");
-    assert!(ms < 10_000.0, "symbolizing took {ms} ms");
+    check_report(c, signal, signal_line, ours, expected, ".c");
+    let raw = raw_part(&c.stderr).unwrap();
+    assert!(raw.contains("(build-id "), "{}", c.stderr);
 }
 
 fn with_main(first: &[&'static str]) -> Vec<&'static str> {

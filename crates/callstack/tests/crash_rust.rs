@@ -66,28 +66,11 @@ fn chain(names: &[&str]) -> Vec<String> {
 }
 
 fn check(c: &Crash, signal: i32, signal_line: &str, expected: &[&str]) {
-    let raw = raw_part(&c.stderr).unwrap_or_else(|| panic!("no raw part:\n{}", c.stderr));
-    assert!(
-        raw.contains(signal_line),
-        "signal line {signal_line:?} missing:\n{}",
-        c.stderr
-    );
-    assert!(raw.contains("\n  #0 pc 0x"), "{}", c.stderr);
-    let sym =
-        symbolized_part(&c.stderr).unwrap_or_else(|| panic!("no symbolized part:\n{}", c.stderr));
-    let frames = symbolized_frames(sym);
     let exp = chain(expected);
     let exp: Vec<&str> = exp.iter().map(String::as_str).collect();
-    assert_chain(&frames, ours, &exp, "crash_fixture.rs", &c.stderr);
-    assert_eq!(
-        c.signal,
-        Some(signal),
-        "died by {}:\n{}",
-        signal_label(c.signal),
-        c.stderr
-    );
-    let ms = fault_to_symbolized_ms(&c.stderr).expect("timing line");
-    assert!(ms < 10_000.0, "symbolizing took {ms} ms");
+    check_report(c, signal, signal_line, ours, &exp, "crash_fixture.rs");
+    let raw = raw_part(&c.stderr).unwrap();
+    assert!(raw.contains("\n  #0 pc 0x"), "{}", c.stderr);
 }
 
 const MAIN: [&str; 3] = ["rust_level_two", "rust_level_one", "main"];

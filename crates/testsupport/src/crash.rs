@@ -186,6 +186,45 @@ pub fn assert_chain(
     }
 }
 
+/// The checks every crash scenario makes on a report: the raw part names
+/// the signal (`signal_line`), the symbolized part's frames that pass `keep`
+/// are exactly `expected` with `file:line`s in `file_suffix` files
+/// ([`assert_chain`]), the child died by `signal` (the previous disposition
+/// ran), and symbolizing took under 10 s.
+pub fn check_report(
+    c: &Crash,
+    signal: i32,
+    signal_line: &str,
+    keep: impl Fn(&str) -> bool,
+    expected: &[&str],
+    file_suffix: &str,
+) {
+    let raw = raw_part(&c.stderr).unwrap_or_else(|| panic!("no raw part:\n{}", c.stderr));
+    assert!(
+        raw.contains(signal_line),
+        "signal line {signal_line:?} missing:\n{}",
+        c.stderr
+    );
+    let sym =
+        symbolized_part(&c.stderr).unwrap_or_else(|| panic!("no symbolized part:\n{}", c.stderr));
+    assert_chain(
+        &symbolized_frames(sym),
+        keep,
+        expected,
+        file_suffix,
+        &c.stderr,
+    );
+    assert_eq!(
+        c.signal,
+        Some(signal),
+        "died by {}:\n{}",
+        signal_label(c.signal),
+        c.stderr
+    );
+    let ms = fault_to_symbolized_ms(&c.stderr).expect("timing line");
+    assert!(ms < 10_000.0, "symbolizing took {ms} ms");
+}
+
 /// Whether `path` exists and is executable by someone.
 pub fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
