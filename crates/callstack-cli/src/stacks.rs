@@ -8,12 +8,57 @@
 //! ```
 
 use callstack::remote::symbols::Symbolizer as ImageSymbolizer;
-use callstack::remote::{RemoteUnwinder, Snapshot, Unwound};
+use callstack::remote::{Lookup, RemoteUnwinder, Snapshot, Unwound};
 use callstack::symbolize::{Address, ModuleInfo, Symbolizer};
 use callstack::unwind::Memory;
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+
+/// The options `callstack core` and `callstack pstack` share: where to find
+/// the target's files, and what to print.
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    /// Print JSON (the format documented in README.md) instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Show how each frame was found (context, cfi, fp, insn, scan) and a
+    /// summary of the methods: the accuracy report.
+    #[arg(long)]
+    methods: bool,
+    /// Show the frames below `main` too (gdb's `set backtrace past-main`).
+    #[arg(long)]
+    past_main: bool,
+    /// Look up the target's file paths under this directory first.
+    #[arg(long, value_name = "DIR")]
+    sysroot: Option<PathBuf>,
+    /// A directory of separate debug files (`.build-id/xx/rest.debug`); repeatable.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dir: Vec<PathBuf>,
+}
+
+impl ReportArgs {
+    /// Where the target's files are looked up.
+    pub fn lookup(&self) -> Lookup {
+        Lookup {
+            sysroot: self.sysroot.clone(),
+            debug_dirs: self.debug_dir.clone(),
+        }
+    }
+
+    /// Unwinds and symbolizes every thread of `snap` ([`collect`]) and prints
+    /// them as asked. `size` is the bytes the progress line counts (0: none).
+    pub fn print<M: Memory + Send>(
+        &self,
+        snap: &Snapshot,
+        mem: &mut M,
+        size: u64,
+    ) -> Result<(), String> {
+        let progress = Progress::new(snap.threads.len(), size);
+        let threads = collect(snap, mem, &progress, self.past_main, &self.debug_dir);
+        print_methods(&threads, self.json, self.methods)
+    }
+}
 
 /// Frames deeper than this are not unwound (a runaway chain ends here).
 pub const MAX_FRAMES: usize = 1024;
