@@ -17,6 +17,30 @@ use super::scan::{self, CallBefore};
 use super::{CodeMemory, InsnRule, Method, UnwindRegs};
 use crate::unwind::Memory;
 
+/// Reads the 32-bit little-endian instruction word at `addr` (every
+/// aarch64 and MIPS instruction, an ARM-state one, or a literal).
+pub(crate) fn insn_at<C: CodeMemory + ?Sized>(code: &mut C, addr: u64) -> Option<u32> {
+    let mut b = [0u8; 4];
+    (code.read_code(addr, &mut b) == 4).then(|| u32::from_le_bytes(b))
+}
+
+/// The start of the function holding `pc`, for a prologue analyzer:
+/// `entry` when known, else what `find` scans back to. `None` when that
+/// start lies after `pc` or more than `max_bytes` before it (too far to be
+/// this function's prologue).
+pub(crate) fn function_start(
+    entry: Option<u64>,
+    pc: u64,
+    max_bytes: u64,
+    find: impl FnOnce() -> Option<u64>,
+) -> Option<u64> {
+    let start = match entry {
+        Some(e) => e,
+        None => find()?,
+    };
+    (start <= pc && pc - start <= max_bytes).then_some(start)
+}
+
 /// What an architecture gives the RISC unwinder.
 pub trait RiscArch {
     /// Pointer size in bytes.

@@ -17,11 +17,7 @@ use crate::unwind::insn::scan::CallBefore;
 use crate::unwind::insn::{CodeMemory, InsnRule, UnwindRegs};
 use crate::unwind::Memory;
 
-/// Reads the instruction word at `addr`.
-pub(crate) fn insn_at<C: CodeMemory + ?Sized>(code: &mut C, addr: u64) -> Option<u32> {
-    let mut b = [0u8; 4];
-    (code.read_code(addr, &mut b) == 4).then(|| u32::from_le_bytes(b))
-}
+pub(crate) use crate::unwind::insn::risc::insn_at;
 
 /// The call that ends right before `ra`.
 ///

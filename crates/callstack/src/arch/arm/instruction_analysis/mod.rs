@@ -21,11 +21,7 @@ pub(crate) fn half_at<C: CodeMemory + ?Sized>(code: &mut C, addr: u64) -> Option
     (code.read_code(addr, &mut b) == 2).then(|| u16::from_le_bytes(b))
 }
 
-/// Reads the word at `addr`.
-pub(crate) fn word_at<C: CodeMemory + ?Sized>(code: &mut C, addr: u64) -> Option<u32> {
-    let mut b = [0u8; 4];
-    (code.read_code(addr, &mut b) == 4).then(|| u32::from_le_bytes(b))
-}
+pub(crate) use crate::unwind::insn::risc::insn_at as word_at;
 
 /// Whether a Thumb halfword starts a 32-bit instruction.
 pub(crate) fn is_thumb32(hw: u16) -> bool {

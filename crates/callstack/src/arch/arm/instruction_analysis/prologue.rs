@@ -267,13 +267,10 @@ pub fn analyze<C: CodeMemory + ?Sized>(
 ) -> Option<ArmRule> {
     let thumb = pc & 1 != 0;
     let pc = pc & !1;
-    let start = match entry {
-        Some(e) => e & !1,
-        None => find_start(code, pc, thumb)?,
-    };
-    if start > pc || pc - start > MAX_FORWARD {
-        return None;
-    }
+    let start =
+        crate::unwind::insn::risc::function_start(entry.map(|e| e & !1), pc, MAX_FORWARD, || {
+            find_start(code, pc, thumb)
+        })?;
     let mut st = St {
         sp_known: true,
         ..St::default()
