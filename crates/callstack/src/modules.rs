@@ -185,7 +185,7 @@ mod tests {
     fn lists_the_executable_libc_and_vdso() {
         let mods = loaded_modules();
         assert!(mods[0].is_main, "{mods:#?}");
-        assert!(mods[0].contains(lists_the_executable_libc_and_vdso as usize));
+        assert!(mods[0].contains(lists_the_executable_libc_and_vdso as *const () as usize));
         assert!(mods
             .iter()
             .any(|m| m.path.to_string_lossy().contains("libc.so")));

@@ -85,7 +85,7 @@ fn risc_analyzers_on_random_code() {
     for _ in 0..300 {
         let code = r.bytes(1024);
         let mut c = SliceCode::new(0x1000, &code);
-        let pc = 0x1000 + (r.next() % 1024) & !3;
+        let pc = (0x1000 + r.next() % 1024) & !3;
         let _ = aarch64::prologue::analyze(&mut c, pc, None, true);
         let _ = mips::prologue::analyze(&mut c, pc, Some(0x1000), false);
         let _ = arm::prologue::analyze(&mut c, pc | 1, None, false);
