@@ -257,6 +257,16 @@ fn load_dwarf(obj: &object::File<'static>, map: &Mapped) -> Result<DwarfIndex, g
         gimli::RunTimeEndian::Big
     };
     let load = |id: gimli::SectionId| -> Result<Slice, gimli::Error> {
+        // Location lists (variables' locations) are never read by the
+        // symbolizer: not loading them spares inflating them, which in a
+        // compressed debug file such as glibc's is about a sixth of all
+        // the DWARF (1.4 of 9.9 MB for libc6-dbg's libc.so.6).
+        if matches!(
+            id,
+            gimli::SectionId::DebugLoc | gimli::SectionId::DebugLocLists
+        ) {
+            return Ok(gimli::EndianSlice::new(&[], endian));
+        }
         let bytes: &'static [u8] = match obj.section_by_name(id.name()) {
             Some(s) => match s.uncompressed_data() {
                 Ok(Cow::Borrowed(b)) => b,
