@@ -1,7 +1,8 @@
 //! One ELF object opened for symbolization: its DWARF (possibly in a
 //! separate debug file), its symbol tables, its build-id.
 
-use super::dwarf::DwarfIndex;
+use super::dwarf::{DwarfIndex, Info};
+use super::lazy::Inflating;
 use super::mapped::Mapped;
 use super::{Error, ErrorKind, IntMap, NameSource};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
@@ -267,6 +268,15 @@ fn load_dwarf(obj: &object::File<'static>, map: &Mapped) -> Result<DwarfIndex, g
         ) {
             return Ok(gimli::EndianSlice::new(&[], endian));
         }
+        // A zlib-compressed `.debug_info` is inflated lazily (below).
+        if id == gimli::SectionId::DebugInfo
+            && obj.section_by_name(id.name()).is_some_and(|s| {
+                s.compressed_data()
+                    .is_ok_and(|c| c.format == object::CompressionFormat::Zlib)
+            })
+        {
+            return Ok(gimli::EndianSlice::new(&[], endian));
+        }
         let bytes: &'static [u8] = match obj.section_by_name(id.name()) {
             Some(s) => match s.uncompressed_data() {
                 Ok(Cow::Borrowed(b)) => b,
@@ -279,7 +289,19 @@ fn load_dwarf(obj: &object::File<'static>, map: &Mapped) -> Result<DwarfIndex, g
         Ok(gimli::EndianSlice::new(bytes, endian))
     };
     let dwarf = gimli::Dwarf::load(load)?;
-    Ok(DwarfIndex::new(dwarf))
+    // `.debug_info` is read through `Info`: a zlib-compressed one is
+    // inflated only as far as the units used (the units of a few frames of
+    // glibc sit well before the end of its 6 MB).
+    let info = match obj
+        .section_by_name(".debug_info")
+        .map(|s| s.compressed_data())
+    {
+        Some(Ok(c)) if c.format == object::CompressionFormat::Zlib => {
+            Info::Inflating(Inflating::new(c.data, c.uncompressed_size as usize), endian)
+        }
+        _ => Info::Plain(*gimli::Section::reader(&dwarf.debug_info)),
+    };
+    Ok(DwarfIndex::new(dwarf, info))
 }
 
 /// Finds the separate debug file of `path`: by build-id under
