@@ -51,6 +51,7 @@ struct Slot {
     data: OnceCell<Option<Box<UnitData>>>,
 }
 
+#[derive(Clone, Copy)]
 struct Row {
     addr: u64,
     file: u32,
@@ -728,11 +729,12 @@ fn parse_lines(dwarf: &gimli::Dwarf<Slice>, unit: &gimli::Unit<Slice>) -> Option
                     sequences.push(Sequence {
                         start,
                         end: addr,
-                        rows: std::mem::take(&mut cur).into_boxed_slice(),
+                        // Copied out at its exact size: `cur` is reused, so
+                        // rows are not regrown from empty per sequence.
+                        rows: cur.as_slice().into(),
                     });
-                } else {
-                    cur.clear();
                 }
+                cur.clear();
             }
             continue;
         }
