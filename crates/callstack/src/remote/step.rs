@@ -276,6 +276,36 @@ impl RemoteArmTables {
     }
 }
 
+/// ARM code and its EHABI tables as one reader, for the ARM walker.
+struct ArmReader {
+    code: RemoteCode,
+    tables: RemoteArmTables,
+}
+
+impl CodeMemory for ArmReader {
+    fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        self.code.read_code(addr, buf)
+    }
+
+    fn function_bounds(&mut self, addr: u64) -> Option<(u64, u64)> {
+        self.code.function_bounds(addr)
+    }
+
+    fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
+        self.code.function_entry(addr)
+    }
+}
+
+impl crate::unwind::insn::arm::unwinder::ArmTables for ArmReader {
+    fn exidx_for(&mut self, pc: u64) -> Option<crate::unwind::insn::arm::ehabi::ExidxTable<'_>> {
+        self.tables.exidx_for(pc)
+    }
+
+    fn read_word(&mut self, addr: u64) -> Option<u32> {
+        self.tables.read_word(addr)
+    }
+}
+
 impl crate::unwind::insn::arm::unwinder::ArmTables for RemoteArmTables {
     fn exidx_for(&mut self, pc: u64) -> Option<crate::unwind::insn::arm::ehabi::ExidxTable<'_>> {
         self.exidx.iter().find(|e| pc >= e.0 && pc < e.1).map(|e| {
@@ -345,17 +375,12 @@ impl<'s> RemoteUnwinder<'s> {
                 for (i, r) in r16.iter_mut().enumerate() {
                     *r = regs.get(i as u16).unwrap_or(0) as u32;
                 }
-                let mut tables = RemoteArmTables::new(&self.snap.modules);
-                let mut code = self.code.clone();
+                let mut reader = ArmReader {
+                    code: self.code.clone(),
+                    tables: RemoteArmTables::new(&self.snap.modules),
+                };
                 risc_frames(max, |out| {
-                    crate::unwind::insn::arm::unwinder::walk(
-                        r16,
-                        mem,
-                        &mut code,
-                        &mut tables,
-                        stack_end,
-                        out,
-                    )
+                    crate::unwind::insn::arm::unwinder::walk(r16, mem, &mut reader, stack_end, out)
                 })
             }
             Tables::Unsupported(Arch::Mips) => {

@@ -13,6 +13,7 @@
 pub mod core_regs;
 pub mod instruction_analysis;
 pub mod regs;
+pub mod signal;
 
 use super::FrameRecordLayout;
 

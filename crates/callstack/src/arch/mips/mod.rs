@@ -7,3 +7,4 @@
 pub mod core_regs;
 pub mod instruction_analysis;
 pub mod regs;
+pub mod signal;
