@@ -13,6 +13,7 @@ use gimli::{
 };
 
 use crate::arch::{Applied, Arch};
+use crate::unwind::cfi_fast::Fast;
 use crate::unwind::{Memory, UnwindError, UnwindRegs};
 
 /// The gimli reader of every section the unwinder reads.
@@ -110,7 +111,7 @@ impl<'a> RowView<'a> {
         }
     }
 
-    fn from_gimli<S: UnwindSection<Slice<'a>>>(
+    pub(crate) fn from_gimli<S: UnwindSection<Slice<'a>>>(
         row: &UnwindTableRow<usize, StackStorage>,
         section: &S,
         ra: u16,
@@ -453,6 +454,41 @@ pub fn evaluate<A: Arch, M: Memory + ?Sized>(
     regs: &UnwindRegs,
     mem: &mut M,
 ) -> Result<Applied, UnwindError> {
+    if let (FdeAt::EhFrame(off), Some((bytes, eh_addr))) = (at, secs.eh_frame) {
+        // The common forms without gimli (see `cfi_fast`).
+        match crate::unwind::cfi_fast::row_for(bytes, eh_addr, off, addr) {
+            Fast::Row(view) => return finish::<A, M>(&view, false, regs, mem),
+            Fast::Signal => {
+                let regs = A::signal_frame(regs.sp, mem)?;
+                return Ok(Applied::Caller { regs, signal: true });
+            }
+            Fast::NotCovered => return Ok(Applied::NoCfi),
+            Fast::Unsupported => {}
+        }
+    }
+    if let (FdeAt::Search, Some((hdr, hdr_addr)), Some((_, eh_addr))) =
+        (at, secs.eh_frame_hdr, secs.eh_frame)
+    {
+        match hdr_search(hdr, hdr_addr, eh_addr, addr) {
+            HdrSearch::Found(off) => {
+                return evaluate::<A, M>(secs, FdeAt::EhFrame(off), addr, regs, mem)
+            }
+            HdrSearch::NotCovered => return Ok(Applied::NoCfi),
+            HdrSearch::OtherEncoding => {}
+        }
+    }
+    evaluate_gimli::<A, M>(secs, at, addr, regs, mem)
+}
+
+/// [`evaluate`] through gimli: the forms `cfi_fast` declines.
+#[inline(never)]
+fn evaluate_gimli<A: Arch, M: Memory + ?Sized>(
+    secs: &CfiSections<'_>,
+    at: FdeAt,
+    addr: u64,
+    regs: &UnwindRegs,
+    mem: &mut M,
+) -> Result<Applied, UnwindError> {
     let bases = secs.bases();
     let mut ctx: UnwindContext<usize, StackStorage> = UnwindContext::new_in();
     match at {
@@ -493,7 +529,7 @@ pub fn evaluate<A: Arch, M: Memory + ?Sized>(
                 let eh_addr = secs.eh_frame.map(|e| e.1).unwrap_or(0);
                 match hdr_search(hdr, hdr_addr, eh_addr, addr) {
                     HdrSearch::Found(off) => {
-                        return evaluate::<A, M>(secs, FdeAt::EhFrame(off), addr, regs, mem)
+                        return evaluate_gimli::<A, M>(secs, FdeAt::EhFrame(off), addr, regs, mem)
                     }
                     HdrSearch::NotCovered => return Ok(Applied::NoCfi),
                     HdrSearch::OtherEncoding => {}

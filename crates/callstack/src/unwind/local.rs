@@ -268,7 +268,7 @@ fn dl_find(pc: u64) -> Option<DlModule> {
 /// The CFI sections of a loaded module, at runtime addresses, from its
 /// `.eh_frame_hdr`. The slices run to the end of the module's mapping;
 /// gimli reads only what the headers and FDEs say.
-fn sections_from_hdr(hdr: u64, end: u64) -> Option<CfiSections<'static>> {
+pub(crate) fn sections_from_hdr(hdr: u64, end: u64) -> Option<CfiSections<'static>> {
     if hdr == 0 || hdr >= end {
         return None;
     }
