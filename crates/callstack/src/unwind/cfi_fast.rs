@@ -18,9 +18,9 @@ use crate::unwind::cfi::{CfaView, RowView, RuleView};
 
 /// What the fast interpreter found for an address.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Fast<'a> {
+pub(crate) enum Fast {
     /// The row of the address.
-    Row(RowView<'a>),
+    Row(FastRow),
     /// The FDE is a signal trampoline's (`S` augmentation).
     Signal,
     /// The FDE at the offset does not cover the address.
@@ -34,13 +34,15 @@ const MAX_RULES: usize = 12;
 /// `DW_CFA_remember_state` depth (gimli's storage: 2 with the initial row).
 const MAX_STACK: usize = 2;
 
-/// A register rule, compact (rows are copied at `remember_state`).
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// A register rule, compact (8 bytes: rows are copied at
+/// `remember_state`, and the cold capture's stack depth matters: each new
+/// stack page is a page fault). Offsets beyond `i32` are declined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Rule {
     Undefined,
     SameValue,
-    Offset(i64),
-    ValOffset(i64),
+    Offset(i32),
+    ValOffset(i32),
     Register(u16),
 }
 
@@ -49,14 +51,14 @@ impl Rule {
         match self {
             Rule::Undefined => RuleView::Undefined,
             Rule::SameValue => RuleView::SameValue,
-            Rule::Offset(o) => RuleView::Offset(o),
-            Rule::ValOffset(o) => RuleView::ValOffset(o),
+            Rule::Offset(o) => RuleView::Offset(o as i64),
+            Rule::ValOffset(o) => RuleView::ValOffset(o as i64),
             Rule::Register(r) => RuleView::Register(r),
         }
     }
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Row {
     cfa_reg: u16,
     n: u16,
@@ -220,6 +222,7 @@ struct Cie<'a> {
     insns: &'a [u8],
 }
 
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn parse_cie(eh: &[u8], off: usize) -> Option<Cie<'_>> {
     let mut r = Rd { b: eh, pos: off };
     let len = r.u32()?;
@@ -289,14 +292,16 @@ fn parse_cie(eh: &[u8], off: usize) -> Option<Cie<'_>> {
 
 /// The row for `addr` from the FDE at offset `off` of `eh` (an `.eh_frame`
 /// mapped at `eh_addr`).
-pub(crate) fn row_for(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Fast<'static> {
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+pub(crate) fn row_for(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Fast {
     match row_inner(eh, eh_addr, off, addr) {
         Some(f) => f,
         None => Fast::Unsupported,
     }
 }
 
-fn row_inner(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Option<Fast<'static>> {
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn row_inner(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Option<Fast> {
     let mut r = Rd { b: eh, pos: off };
     let len = r.u32()?;
     if len == 0 || len == 0xffff_ffff {
@@ -341,20 +346,37 @@ fn row_inner(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Option<Fast<'sta
         addr,
         begin,
     )?;
-    let n = row.n as usize;
-    let mut regs = [(0u16, RuleView::Other); MAX_RULES];
-    for (i, r) in regs[..n].iter_mut().enumerate() {
-        *r = (row.regs[i], row.rules[i].view());
+    Some(Fast::Row(FastRow { row, ra: cie.ra }))
+}
+
+/// A row found by [`row_for`]: small, so that the caller builds the
+/// [`RowView`] only in the frame that applies it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FastRow {
+    row: Row,
+    ra: u16,
+}
+
+impl FastRow {
+    /// The row as the unwinder's view.
+    pub(crate) fn view(&self) -> RowView<'static> {
+        let row = &self.row;
+        let n = row.n as usize;
+        let mut regs = [(0u16, RuleView::Other); MAX_RULES];
+        for (i, r) in regs[..n].iter_mut().enumerate() {
+            *r = (row.regs[i], row.rules[i].view());
+        }
+        RowView::new(
+            CfaView::RegOffset(row.cfa_reg, row.cfa_off),
+            self.ra,
+            &regs[..n],
+        )
     }
-    Some(Fast::Row(RowView::new(
-        CfaView::RegOffset(row.cfa_reg, row.cfa_off),
-        cie.ra,
-        &regs[..n],
-    )))
 }
 
 /// Runs `insns` from location `loc` until the row that covers `addr`.
 /// `initial` is the CIE's row (None while running the CIE itself).
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn run(
     cie: &Cie<'_>,
     insns: &[u8],
@@ -388,7 +410,7 @@ fn run(
             }
             2 => {
                 let off = (r.uleb()? as i64).checked_mul(daf)?;
-                row.set((op & 0x3f) as u16, Rule::Offset(off))?;
+                row.set((op & 0x3f) as u16, Rule::Offset(i32::try_from(off).ok()?))?;
                 continue;
             }
             3 => {
@@ -420,7 +442,7 @@ fn run(
             0x05 => {
                 let reg = r.reg()?;
                 let off = (r.uleb()? as i64).checked_mul(daf)?;
-                row.set(reg, Rule::Offset(off))?;
+                row.set(reg, Rule::Offset(i32::try_from(off).ok()?))?;
             }
             0x06 => {
                 let reg = r.reg()?;
@@ -462,7 +484,7 @@ fn run(
             0x11 => {
                 let reg = r.reg()?;
                 let off = r.sleb()?.checked_mul(daf)?;
-                row.set(reg, Rule::Offset(off))?;
+                row.set(reg, Rule::Offset(i32::try_from(off).ok()?))?;
             }
             0x12 => {
                 row.cfa_reg = r.reg()?;
@@ -472,12 +494,12 @@ fn run(
             0x14 => {
                 let reg = r.reg()?;
                 let off = (r.uleb()? as i64).checked_mul(daf)?;
-                row.set(reg, Rule::ValOffset(off))?;
+                row.set(reg, Rule::ValOffset(i32::try_from(off).ok()?))?;
             }
             0x15 => {
                 let reg = r.reg()?;
                 let off = r.sleb()?.checked_mul(daf)?;
-                row.set(reg, Rule::ValOffset(off))?;
+                row.set(reg, Rule::ValOffset(i32::try_from(off).ok()?))?;
             }
             0x2e => {
                 r.uleb()?;
@@ -485,7 +507,7 @@ fn run(
             0x2f => {
                 let reg = r.reg()?;
                 let off = (r.uleb()? as i64).checked_mul(daf)?.checked_neg()?;
-                row.set(reg, Rule::Offset(off))?;
+                row.set(reg, Rule::Offset(i32::try_from(off).ok()?))?;
             }
             // set_loc, expressions, vendor extensions: gimli's job.
             _ => return None,
@@ -561,6 +583,7 @@ mod tests {
                     let slow = gimli_row(eb, ea, off, a);
                     match (fast, slow) {
                         (Fast::Row(f), Some(g)) => {
+                            let f = f.view();
                             assert!(
                                 same(&f, &g),
                                 "{} at {a:#x}: fast {f:?} gimli {g:?}",
