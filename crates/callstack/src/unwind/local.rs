@@ -791,6 +791,9 @@ fn hot_run(hot: &mut Hot, hi: u64, out: &mut [usize]) -> (usize, HotEnd) {
     }
     let len = out.len();
     let mut slots = out.iter_mut();
+    // The decoded rule, redone only when the rule changes (the first frame
+    // always decodes: `prev` is 0 or a fast rule, never 0 for a cached one).
+    let (mut from_fp, mut cfa_off, mut bp_off) = decode_unchecked(prev);
     let end = loop {
         if slots.len() == 0 {
             break HotEnd::Full;
@@ -813,9 +816,9 @@ fn hot_run(hot: &mut Hot, hi: u64, out: &mut [usize]) -> (usize, HotEnd) {
                 break HotEnd::Slow;
             }
             prev = opaque(p);
+            // Decoded from the register copy: ALU work off the load chain.
+            (from_fp, cfa_off, bp_off) = decode_unchecked(prev);
         }
-        // Decoded from the register copy: cheap ALU work off the load chain.
-        let (from_fp, cfa_off, bp_off) = decode_unchecked(prev);
         let cfa = if from_fp {
             fp.wrapping_add(cfa_off)
         } else {
