@@ -95,6 +95,27 @@ impl<'a> RowView<'a> {
         v
     }
 
+    /// Builds a view of `n` (at most 12) rules given by `rule(i)`, without
+    /// an intermediate array (the cold capture's `cfi_fast` rows).
+    #[inline]
+    pub(crate) fn from_fn(
+        cfa: CfaView<'a>,
+        ra_register: u16,
+        n: usize,
+        rule: impl Fn(usize) -> (u16, RuleView<'a>),
+    ) -> Self {
+        let mut v = RowView {
+            cfa,
+            regs: [(0, RuleView::Other); MAX_VIEW_REGS],
+            n: n.min(MAX_VIEW_REGS),
+            ra: ra_register,
+        };
+        for i in 0..v.n {
+            v.regs[i] = rule(i);
+        }
+        v
+    }
+
     /// The rule of register `reg`: a register the row does not mention is
     /// unchanged in the caller, except the return-address column, which is
     /// then undefined.

@@ -147,8 +147,19 @@ impl<'a> Rd<'a> {
     fn u64(&mut self) -> Option<u64> {
         self.bytes::<8>().map(u64::from_le_bytes)
     }
-    #[inline]
+    /// One byte (almost every operand of CFI) inline, longer ones out of line.
+    #[inline(always)]
     fn uleb(&mut self) -> Option<u64> {
+        match self.b.get(self.pos) {
+            Some(&b) if b < 0x80 => {
+                self.pos += 1;
+                Some(b as u64)
+            }
+            _ => self.uleb_long(),
+        }
+    }
+    #[inline(never)]
+    fn uleb_long(&mut self) -> Option<u64> {
         let mut v = 0u64;
         let mut shift = 0u32;
         loop {
@@ -361,15 +372,11 @@ impl FastRow {
     /// The row as the unwinder's view.
     pub(crate) fn view(&self) -> RowView<'static> {
         let row = &self.row;
-        let n = row.n as usize;
-        let mut regs = [(0u16, RuleView::Other); MAX_RULES];
-        for (i, r) in regs[..n].iter_mut().enumerate() {
-            *r = (row.regs[i], row.rules[i].view());
-        }
-        RowView::new(
+        RowView::from_fn(
             CfaView::RegOffset(row.cfa_reg, row.cfa_off),
             self.ra,
-            &regs[..n],
+            row.n as usize,
+            |i| (row.regs[i], row.rules[i].view()),
         )
     }
 }
