@@ -16,7 +16,8 @@ FLAGS=${FLAGS:-"-g -O2 -fno-omit-frame-pointer"}
 cargo build --release -q -p callstack-cli
 CS=target/release/callstack
 work=$(mktemp -d)
-trap 'kill $pid 2>/dev/null || true; exec 3>&- 2>/dev/null || true; rm -rf "$work"' EXIT
+pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null || true; exec 3>&- 2>/dev/null || true; rm -rf "$work"' EXIT
 gcc $FLAGS -pthread tests/fixtures/c/remote_threads.c -o "$work/remote_threads"
 
 mkfifo "$work/in"
@@ -29,26 +30,41 @@ for _ in $(seq 1 2000); do
   for s in /proc/$pid/task/*/syscall; do
     case "$(cut -d' ' -f1 "$s" 2>/dev/null)" in 202|0) n=$((n+1));; esac
   done
-  [ "$n" -eq $((THREADS + 2)) ] && break
+  [ "$n" -eq $((THREADS + 3)) ] && break
   sleep 0.01
 done
-[ "$n" -eq $((THREADS + 2)) ] || { echo "fixture threads did not all block" >&2; exit 1; }
+[ "$n" -eq $((THREADS + 3)) ] || { echo "fixture threads did not all block" >&2; exit 1; }
 
-now() { date +%s%N; }
-# median_ms CMD...: runs CMD $RUNS times (output discarded), prints the median in ms.
+# median_ms CMD...: runs CMD $RUNS times (output discarded) and prints the
+# median wall time and the median CPU time (user + sys) in ms: "WALL CPU".
 median_ms() {
-  local ts=()
-  for _ in $(seq 1 "$RUNS"); do
-    local a b
-    a=$(now); "$@" >/dev/null 2>&1 || true; b=$(now)
-    ts+=($(( (b - a) / 1000 )))
-  done
-  printf '%s\n' "${ts[@]}" | sort -n | awk '{v[NR]=$1} END {printf "%.1f", v[int((NR+1)/2)]/1000}'
+  python3 - "$RUNS" "$@" <<'PY'
+import resource, subprocess, sys, time
+runs, cmd = int(sys.argv[1]), sys.argv[2:]
+walls, cpus = [], []
+for _ in range(runs):
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    walls.append((time.perf_counter() - t0) * 1e3)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpus.append((r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1e3)
+med = lambda v: sorted(v)[len(v) // 2]
+print(f"{med(walls):.1f} {med(cpus):.1f}")
+PY
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1fx", a/b}'; }
+w() { echo "$1" | cut -d' ' -f1; }   # wall part of a median_ms result
+c() { echo "$1" | cut -d' ' -f2; }   # CPU part
+# line LABEL RESULT [BASE]: "LABEL  wall W ms, cpu C ms  (ratios against BASE)"
+line() {
+  local r=""
+  [ -n "${3:-}" ] && r="   -> callstack is $(ratio "$(w "$2")" "$(w "$3")") faster (wall), $(ratio "$(c "$2")" "$(c "$3")") (cpu)"
+  printf '  %-20s wall %7s ms, cpu %7s ms%s\n' "$1" "$(w "$2")" "$(c "$2")" "$r"
+}
 
 frames=$($CS pstack --json $pid | grep -o '"pc"' | wc -l)
-echo "target: $THREADS worker threads + main + waker, $frames frames in all ($FLAGS)"
+echo "target: $THREADS worker threads + main + waker + a thread in a signal handler, $frames frames in all ($FLAGS)"
 
 # How long the target is stopped, per run of callstack pstack.
 stops=()
@@ -74,18 +90,20 @@ cs_core=$(median_ms $CS core "$work/remote_threads" "$core")
 gdb_core=$(median_ms gdb -nx -batch -ex 'set debuginfod enabled off' -ex 'thread apply all bt' "$work/remote_threads" "$core")
 core_size=$(du -m "$core" | cut -f1)
 
-echo "live process (median of $RUNS runs):"
-echo "  callstack pstack   ${cs_live} ms   (target stopped: median ${stop_med} ms, max ${stop_max} ms)"
-echo "  gdb -p             ${gdb_live} ms   -> callstack is $(ratio "$gdb_live" "$cs_live") faster"
+echo "live process (median of $RUNS runs; wall time and CPU time, user + sys):"
+line "callstack pstack" "$cs_live"
+echo "                       target stopped: median ${stop_med} ms, max ${stop_max} ms (first PTRACE_INTERRUPT to last PTRACE_DETACH)"
+line "gdb -p" "$gdb_live" "$cs_live"
 if [ "$eu_live" = "not installed" ]; then
-  echo "  eu-stack -p        not installed (apt-get install elfutils)"
+  echo "  eu-stack -p          not installed (apt-get install elfutils)"
 else
-  echo "  eu-stack -p        ${eu_live} ms   -> ratio $(ratio "$eu_live" "$cs_live") (names only: no DWARF read)"
-  echo "  eu-stack -i -s -p  ${eu_live_is} ms   -> callstack is $(ratio "$eu_live_is" "$cs_live") faster (inlines + lines, like callstack)"
+  line "eu-stack -p" "$eu_live" "$cs_live"
+  echo "                       (eu-stack prints names only and reads no DWARF; with inlines and lines:)"
+  line "eu-stack -i -s -p" "$eu_live_is" "$cs_live"
 fi
 echo "core file (${core_size} MB, median of $RUNS runs):"
-echo "  callstack core     ${cs_core} ms"
-echo "  gdb EXE CORE       ${gdb_core} ms   -> callstack is $(ratio "$gdb_core" "$cs_core") faster"
+line "callstack core" "$cs_core"
+line "gdb EXE CORE" "$gdb_core" "$cs_core"
 
 echo go >&3
 exec 3>&-

@@ -37,6 +37,12 @@ pub struct Args {
     /// Print file base names only.
     #[arg(short = 's', long = "basenames")]
     basenames: bool,
+    /// Threads for a batch of known addresses (arguments, or standard input
+    /// that is a regular file). Each thread opens the file and answers a
+    /// contiguous part of the sorted addresses; units shared by both parts
+    /// are parsed twice, so this pays only on idle cores.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     /// Extra directory to search for split debug info (repeatable).
     #[arg(long = "debug-dir")]
     debug_dirs: Vec<PathBuf>,
@@ -117,19 +123,86 @@ fn write_answer(
     Ok(())
 }
 
+fn stdin_is_regular_file() -> bool {
+    // SAFETY: fstat on fd 0 into a zeroed struct we own.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(0, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFREG
+    }
+}
+
+/// Resolves a batch: the distinct addresses, sorted (neighbours share
+/// units and functions, which are then hot in the caches); with
+/// `--threads 2` and a large batch, split in two halves answered by two
+/// threads with a symbolizer each.
+fn resolve_batch(sym: Symbolizer, args: &Args, addrs: &[u64]) -> Vec<Symbolized> {
+    let mut uniq: Vec<u64> = addrs.to_vec();
+    uniq.sort_unstable();
+    uniq.dedup();
+    let threads = if uniq.len() >= 2000 {
+        args.threads.clamp(1, 2)
+    } else {
+        1
+    };
+    let run = |mut s: Symbolizer, part: &[u64]| -> Vec<Symbolized> {
+        let v = part
+            .iter()
+            .map(|&a| s.resolve(Address::Exact(a as usize)))
+            .collect();
+        std::mem::forget(s);
+        v
+    };
+    let mut answers: Vec<Symbolized> = Vec::with_capacity(uniq.len());
+    if threads == 1 {
+        answers = run(sym, &uniq);
+    } else {
+        let mid = uniq.len() / 2;
+        let (lo, hi) = uniq.split_at(mid);
+        std::thread::scope(|sc| {
+            let second = Symbolizer::for_file_with_debug_dirs(&args.exe, &args.debug_dirs).ok();
+            let h = second.map(|s2| sc.spawn(move || run(s2, hi)));
+            answers = run(sym, lo);
+            match h.and_then(|h| h.join().ok()) {
+                Some(v) => answers.extend(v),
+                None => {
+                    // The second open failed (raced a file change): do it here.
+                    let mut s = Symbolizer::for_file_with_debug_dirs(&args.exe, &args.debug_dirs)
+                        .expect("opened once already");
+                    answers.extend(hi.iter().map(|&a| s.resolve(Address::Exact(a as usize))));
+                }
+            }
+        });
+    }
+    addrs
+        .iter()
+        .map(|a| answers[uniq.binary_search(a).expect("present")].clone())
+        .collect()
+}
+
 pub fn run(args: Args) -> Result<(), String> {
     let mut sym = Symbolizer::for_file_with_debug_dirs(&args.exe, &args.debug_dirs)
         .map_err(|e| format!("'{}': {}", args.exe.display(), e.message))?;
-    sym.set_discriminators(true);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
     let io = |e: std::io::Error| e.to_string();
-    if !args.addrs.is_empty() {
-        for a in &args.addrs {
-            let addr = parse_hex(a);
-            let s = sym.resolve(Address::Exact(addr as usize));
-            write_answer(&mut out, &args, addr, &s).map_err(io)?;
+    // All addresses known up front (arguments, or standard input that is
+    // a regular file): answer them in a batch, in parallel.
+    let batch: Option<Vec<u64>> = if !args.addrs.is_empty() {
+        Some(args.addrs.iter().map(|a| parse_hex(a)).collect())
+    } else if stdin_is_regular_file() {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(io)?;
+        Some(text.lines().map(parse_hex).collect())
+    } else {
+        None
+    };
+    if let Some(addrs) = batch {
+        let answers = resolve_batch(sym, &args, &addrs);
+        for (addr, s) in addrs.iter().zip(&answers) {
+            write_answer(&mut out, &args, *addr, s).map_err(io)?;
         }
+        // The process ends here: let the OS reclaim the tables at once.
+        std::mem::forget(answers);
         return out.flush().map_err(io);
     }
     let mut input = std::io::BufReader::with_capacity(64 * 1024, std::io::stdin());
@@ -150,5 +223,6 @@ pub fn run(args: Args) -> Result<(), String> {
             out.flush().map_err(io)?;
         }
     }
+    std::mem::forget(sym);
     out.flush().map_err(io)
 }

@@ -13,6 +13,10 @@ pub struct Args {
     /// Print JSON (the format documented in README.md) instead of text.
     #[arg(long)]
     json: bool,
+    /// Show how each frame was found (context, cfi, fp, insn, scan) and a
+    /// summary of the methods: the accuracy report.
+    #[arg(long)]
+    methods: bool,
     /// Show the frames below `main` too (gdb's `set backtrace past-main`).
     #[arg(long)]
     past_main: bool,
@@ -52,5 +56,5 @@ pub fn run(args: Args) -> Result<(), String> {
         args.past_main,
         &args.debug_dir,
     );
-    stacks::print(&threads, args.json)
+    stacks::print_methods(&threads, args.json, args.methods)
 }

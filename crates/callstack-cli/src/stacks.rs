@@ -56,7 +56,7 @@ impl Progress {
     }
     fn tick(&self, i: usize) {
         if self.on {
-            eprint!("\rcallstack: unwinding thread {}/{}", i + 1, self.total);
+            eprint!("\rcallstack: thread {}/{}", i + 1, self.total);
         }
     }
     fn done(&self) {
@@ -87,7 +87,6 @@ pub fn collect<M: Memory + Send>(
         scope.spawn(move || {
             let unwinder = RemoteUnwinder::new(snap);
             for (i, t) in snap.threads.iter().enumerate() {
-                progress.tick(i);
                 if tx.send((i, unwinder.unwind(mem, t, MAX_FRAMES))).is_err() {
                     break;
                 }
@@ -96,7 +95,10 @@ pub fn collect<M: Memory + Send>(
         let mut sym = Names::new(snap, debug_dirs);
         let out: Vec<ThreadOut> = rx
             .into_iter()
-            .map(|(i, u)| name_thread(snap, &snap.threads[i], u, &mut sym, past_main))
+            .map(|(i, u)| {
+                progress.tick(i);
+                name_thread(snap, &snap.threads[i], u, &mut sym, past_main)
+            })
             .collect();
         // The process ends right after printing: tearing down parsed debug
         // info would only cost time.
@@ -105,6 +107,25 @@ pub fn collect<M: Memory + Send>(
     });
     progress.done();
     out
+}
+
+/// Whether the last frame printed is the program's `main`, where gdb ends a
+/// backtrace. gdb finds `main` by name; in a Rust program the program's main
+/// is `crate::main` and gdb never stops, so neither do we at the C `main`
+/// that the Rust runtime provides (the caller of `std::rt::lang_start_internal`).
+fn ends_at_main(frames: &[FrameOut]) -> bool {
+    let Some(last) = frames.last() else {
+        return false;
+    };
+    if last.inlined || last.function.as_deref() != Some("main") {
+        return false;
+    }
+    let callee = frames
+        .iter()
+        .rev()
+        .nth(1)
+        .and_then(|f| f.function.as_deref());
+    callee != Some("std::rt::lang_start_internal")
 }
 
 fn name_thread(
@@ -117,11 +138,7 @@ fn name_thread(
     let mut frames: Vec<FrameOut> = Vec::new();
     let mut stop = unwound.stop;
     for f in &unwound.frames {
-        if !past_main
-            && frames
-                .last()
-                .is_some_and(|l| !l.inlined && l.function.as_deref() == Some("main"))
-        {
+        if !past_main && ends_at_main(&frames) {
             stop = None;
             break;
         }
@@ -234,8 +251,30 @@ pub fn warn(snap: &Snapshot) {
     }
 }
 
-/// gdb-like text.
-pub fn print_text(threads: &[ThreadOut], w: &mut impl Write) -> std::io::Result<()> {
+/// How many frames each method found, in a fixed order
+/// (`context`, `cfi`, `fp`, `insn`, `scan`, then any other).
+pub fn method_counts(threads: &[ThreadOut]) -> Vec<(&'static str, usize)> {
+    let mut counts: Vec<(&'static str, usize)> = ["context", "cfi", "fp", "insn", "scan"]
+        .iter()
+        .map(|m| (*m, 0))
+        .collect();
+    for f in threads.iter().flat_map(|t| &t.frames) {
+        match counts.iter_mut().find(|c| c.0 == f.method) {
+            Some(c) => c.1 += 1,
+            None => counts.push((f.method, 1)),
+        }
+    }
+    counts
+}
+
+/// gdb-like text; with `methods`, each frame ends with `[method]` (how it
+/// was found: `context`, `cfi`, `fp`, `insn`, `scan`) and a last line sums
+/// them up: `methods: cfi 12, insn 6, ... (N frames)`.
+pub fn print_text_methods(
+    threads: &[ThreadOut],
+    w: &mut impl Write,
+    methods: bool,
+) -> std::io::Result<()> {
     for (i, t) in threads.iter().enumerate() {
         if i > 0 {
             writeln!(w)?;
@@ -256,11 +295,24 @@ pub fn print_text(threads: &[ThreadOut], w: &mut impl Write) -> std::io::Result<
                 (None, _, Some(m)) => write!(w, " from {m}")?,
                 _ => {}
             }
+            if methods {
+                write!(w, " [{}]", f.method)?;
+            }
             writeln!(w)?;
         }
         if let Some(why) = &t.stop {
             writeln!(w, "Backtrace stopped: {why}")?;
         }
+    }
+    if methods {
+        let counts = method_counts(threads);
+        let total: usize = counts.iter().map(|c| c.1).sum();
+        let parts: Vec<String> = counts
+            .iter()
+            .filter(|c| c.1 > 0)
+            .map(|c| format!("{} {}", c.0, c.1))
+            .collect();
+        writeln!(w, "\nmethods: {} ({total} frames)", parts.join(", "))?;
     }
     Ok(())
 }
@@ -291,16 +343,27 @@ pub fn to_json(threads: &[ThreadOut]) -> Value {
     json!({ "threads": threads })
 }
 
-/// Prints in the chosen format.
-pub fn print(threads: &[ThreadOut], as_json: bool) -> Result<(), String> {
+/// Prints in the chosen format; with `methods`, the accuracy report: text
+/// frames end with `[method]` plus a summary line, JSON gains a top-level
+/// `"methods": {"cfi": N, "insn": N, ...}` (each frame's `"method"` is
+/// always there).
+pub fn print_methods(threads: &[ThreadOut], as_json: bool, methods: bool) -> Result<(), String> {
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
     let r = if as_json {
-        serde_json::to_writer(&mut w, &to_json(threads))
+        let mut v = to_json(threads);
+        if methods {
+            let m: serde_json::Map<String, Value> = method_counts(threads)
+                .into_iter()
+                .map(|(k, n)| (k.to_string(), json!(n)))
+                .collect();
+            v["methods"] = Value::Object(m);
+        }
+        serde_json::to_writer(&mut w, &v)
             .map_err(std::io::Error::other)
             .and_then(|_| writeln!(w))
     } else {
-        print_text(threads, &mut w)
+        print_text_methods(threads, &mut w, methods)
     };
     r.and_then(|_| w.flush())
         .map_err(|e| format!("writing the output: {e}"))

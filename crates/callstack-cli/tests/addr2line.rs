@@ -199,3 +199,61 @@ fn missing_file_is_an_error() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("/no/such/exe"));
 }
+
+/// Standard input from a regular file with thousands of addresses takes the
+/// batch path (sorted, deduplicated; one thread and `--threads 2`): same
+/// output, same order.
+#[test]
+fn batch_from_a_file_matches_binutils() {
+    let dir = scratch_dir("cli-addr2line");
+    let exe = dir.join("sym_rust_batch");
+    let src = workspace_root().join("tests/fixtures/rust/sym_rust.rs");
+    let o = Command::new("rustc")
+        .args(["-g", "-C", "opt-level=2"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    // Every instruction of every function (std included), in reverse order,
+    // with duplicates: exercises sorting and putting answers back in order.
+    let mut addrs = instruction_addrs(&exe, &[""]);
+    addrs.truncate(2400);
+    addrs.reverse();
+    let dup: Vec<String> = addrs.iter().step_by(7).cloned().collect();
+    addrs.extend(dup);
+    assert!(addrs.len() > 2000, "{}", addrs.len());
+    let input = dir.join("batch_addrs.txt");
+    std::fs::write(&input, addrs.join("\n") + "\n").unwrap();
+    let run_with = |cmd: &mut Command| {
+        let o = cmd
+            .stdin(std::fs::File::open(&input).unwrap())
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let theirs = run_with(
+        Command::new("addr2line")
+            .args(["-a", "-f", "-i", "-C", "-e"])
+            .arg(&exe),
+    );
+    for threads in ["1", "2"] {
+        let ours = run_with(
+            Command::new(&release_artifacts().cli)
+                .args([
+                    "addr2line",
+                    "--threads",
+                    threads,
+                    "-a",
+                    "-f",
+                    "-i",
+                    "-C",
+                    "-e",
+                ])
+                .arg(&exe),
+        );
+        assert_lines_equal(&theirs, &ours, &exe, "batch -a -f -i -C");
+    }
+}

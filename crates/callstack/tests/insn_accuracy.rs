@@ -22,6 +22,8 @@ struct Row {
     name: String,
     total: usize,
     ours: usize,
+    cli: usize,
+    cli_methods: String,
     gdb: usize,
     own_total: usize,
     own_ours: usize,
@@ -78,12 +80,44 @@ fn measure(opt: &'static str, strip: bool, fp: bool) -> Row {
     let (core, _) = make_core(&exe, "");
     let ours: Vec<u64> = our_core_chain(&exe, &core).iter().map(|f| f.0).collect();
     let gdb = physical_frames(&exe, &core, &gdb_core_pcs(&exe, &core));
+    // The integrated tool: `callstack core --json --methods`.
+    let cli = testsupport::release_artifacts().cli.clone();
+    let o = std::process::Command::new(&cli)
+        .args(["core", "--json", "--methods"])
+        .arg(&exe)
+        .arg(&core)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "callstack core: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cli_pcs: Vec<u64> = report["threads"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            u64::from_str_radix(f["pc"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+        })
+        .collect();
+    let cli_methods = report["methods"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, n)| n.as_u64() != Some(0))
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let (_, out) = make_core(&exe, "libunwind");
     let lu = libunwind_pcs(&out);
     Row {
         name: v.name(),
         total: truth.len() - 1,
         ours: frames_right(truth, 1, &ours),
+        cli: frames_right(truth, 1, &cli_pcs),
+        cli_methods,
         gdb: frames_right(truth, 1, &gdb),
         own_total: truth.len() - d_idx,
         own_ours: frames_right(truth, d_idx, &ours),
@@ -102,17 +136,19 @@ fn accuracy_table() {
     }
     let fp_row = measure("-O2", false, true);
     let pct = |a: usize, b: usize| 100.0 * a as f64 / b.max(1) as f64;
-    println!("\n| build (no CFI) | whole chain: ours | gdb | own frames: ours | gdb | libunwind |");
-    println!("|---|---|---|---|---|---|");
+    println!("\n| build (no CFI) | whole chain: ours | `callstack core` | gdb | own frames: ours | gdb | libunwind | `callstack core --methods` |");
+    println!("|---|---|---|---|---|---|---|---|");
     let mut sums = [0usize; 7];
     for r in rows.iter().chain([&fp_row]) {
         let lu = r
             .own_lu
             .map_or("n/a".to_string(), |x| format!("{x}/{}", r.own_total));
         println!(
-            "| {} | {}/{} | {}/{} | {}/{} | {}/{} | {} |",
+            "| {} | {}/{} | {}/{} | {}/{} | {}/{} | {}/{} | {} | {} |",
             r.name,
             r.ours,
+            r.total,
+            r.cli,
             r.total,
             r.gdb,
             r.total,
@@ -120,7 +156,8 @@ fn accuracy_table() {
             r.own_total,
             r.own_gdb,
             r.own_total,
-            lu
+            lu,
+            r.cli_methods
         );
     }
     for r in &rows {
@@ -133,7 +170,7 @@ fn accuracy_table() {
         sums[6] += r.own_lu.unwrap_or(0);
     }
     println!(
-        "| **no-FP matrix** | **{:.0}%** | **{:.0}%** | **{:.0}%** | **{:.0}%** | **{:.0}%** |",
+        "| **no-FP matrix** | **{:.0}%** | | **{:.0}%** | **{:.0}%** | **{:.0}%** | **{:.0}%** | |",
         pct(sums[1], sums[0]),
         pct(sums[2], sums[0]),
         pct(sums[4], sums[3]),

@@ -9,7 +9,7 @@
 //! gdb-multiarch is missing: `scripts/install-test-deps.sh` installs them.
 
 mod common;
-use callstack::unwind::insn::{Method, UnwindRegs};
+use callstack::unwind::insn::{unwind_prstatus, Method, TargetArch};
 use common::chain::parse_gdb_pcs;
 use common::corelite::{Core, FileCode};
 use std::path::{Path, PathBuf};
@@ -71,8 +71,13 @@ fn tools_present(a: Arch) -> bool {
 }
 
 fn build(dir: &Path, a: Arch, cfi: bool, opt: &str, strip: bool) -> PathBuf {
+    build_src(dir, a, cfi, opt, strip, "insn_cross.c")
+}
+
+fn build_src(dir: &Path, a: Arch, cfi: bool, opt: &str, strip: bool, src: &str) -> PathBuf {
     let out = dir.join(format!(
-        "{}-{}-{}{}",
+        "{}-{}-{}-{}{}",
+        src.trim_end_matches(".c"),
         a.name(),
         opt.trim_start_matches('-'),
         if cfi { "cfi" } else { "nocfi" },
@@ -85,7 +90,7 @@ fn build(dir: &Path, a: Arch, cfi: bool, opt: &str, strip: bool) -> PathBuf {
     } else {
         cmd.args(["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"]);
     }
-    cmd.arg(testsupport::c_fixtures().join("insn_cross.c"))
+    cmd.arg(testsupport::c_fixtures().join(src))
         .arg("-o")
         .arg(&out);
     let o = cmd.output().unwrap();
@@ -116,6 +121,9 @@ fn qemu_core(a: Arch, exe: &Path) -> PathBuf {
         ))
         .output()
         .unwrap();
+    // qemu dies of the signal after writing the guest core, leaving a host
+    // core of itself: not needed.
+    let _ = std::fs::remove_file(dir.join("core"));
     std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok())
@@ -124,8 +132,11 @@ fn qemu_core(a: Arch, exe: &Path) -> PathBuf {
         .unwrap_or_else(|| panic!("no qemu core for {}: {o:?}", exe.display()))
 }
 
+/// gdb-multiarch's frame pcs; it is given 60 s (it hangs on some signal
+/// frames of qemu-user cores), after which what it printed is used.
 fn gdb_pcs(exe: &Path, core: &Path) -> Vec<u64> {
-    let o = Command::new("gdb-multiarch")
+    let o = Command::new("timeout")
+        .args(["60", "gdb-multiarch"])
         .args([
             "-nx",
             "-batch",
@@ -169,7 +180,7 @@ fn by_symbol(exe: &Path, pcs: &[u64]) -> Vec<(String, u64)> {
         .enumerate()
         .map(|(i, &pc)| {
             let pc = pc & !1;
-            let look = if i == 0 { pc } else { pc - 1 };
+            let look = if i == 0 { pc } else { pc.wrapping_sub(1) };
             match syms.iter().rev().find(|s| s.0 <= look && look < s.0 + s.1) {
                 Some(s) => (s.2.clone(), pc - s.0),
                 None => ("??".to_string(), pc),
@@ -182,86 +193,45 @@ fn our_chain(a: Arch, exe: &Path, core_path: &Path) -> Vec<(u64, Method)> {
     let mut core = Core::open(core_path);
     let mut code = FileCode::new(&core, exe);
     let desc = core.prstatus[0].clone();
-    let regs: UnwindRegs = match a {
-        Arch::Aarch64 => callstack::unwind::insn::core_regs::aarch64::unwind_regs(&desc).unwrap(),
-        Arch::Arm => callstack::unwind::insn::core_regs::arm::unwind_regs(&desc).unwrap(),
-        Arch::Mips => callstack::unwind::insn::core_regs::mips::unwind_regs(&desc).unwrap(),
-    };
-    let (_, stack_end) = core.segment_of(regs.sp).expect("stack in core");
-    let mut out = [(0u64, Method::Context); 64];
-    let n = match a {
-        Arch::Aarch64 => {
-            callstack::unwind::insn::risc::walk::<callstack::unwind::insn::aarch64::Arch, _, _>(
-                regs, &mut core, &mut code, stack_end, &mut out,
-            )
+    let target = TargetArch::from_elf_machine(core.machine as u16).expect("supported core");
+    assert_eq!(
+        target,
+        match a {
+            Arch::Aarch64 => TargetArch::Aarch64,
+            Arch::Arm => TargetArch::Arm,
+            Arch::Mips => TargetArch::Mips,
         }
-        Arch::Mips => {
-            callstack::unwind::insn::risc::walk::<callstack::unwind::insn::mips::Arch, _, _>(
-                regs, &mut core, &mut code, stack_end, &mut out,
-            )
+    );
+    // The stack pointer is the same word in every layout's `unwind_regs`.
+    let sp = match a {
+        Arch::Aarch64 => {
+            callstack::unwind::insn::core_regs::aarch64::unwind_regs(&desc)
+                .unwrap()
+                .sp
         }
         Arch::Arm => {
-            let r = callstack::unwind::insn::core_regs::arm::all_regs(&desc).unwrap();
-            let mut regs16 = [0u32; 16];
-            regs16.copy_from_slice(&r[..16]);
-            if r[16] as u64 & callstack::unwind::insn::core_regs::arm::CPSR_T != 0 {
-                regs16[15] |= 1;
-            }
-            let mut tables = ExeTables::new(exe);
-            callstack::unwind::insn::arm::unwinder::walk(
-                regs16,
-                &mut core,
-                &mut code,
-                &mut tables,
-                stack_end,
-                &mut out,
-            )
+            callstack::unwind::insn::core_regs::arm::unwind_regs(&desc)
+                .unwrap()
+                .sp
+        }
+        Arch::Mips => {
+            callstack::unwind::insn::core_regs::mips::unwind_regs(&desc)
+                .unwrap()
+                .sp
         }
     };
+    let (_, stack_end) = core.segment_of(sp).expect("stack in core");
+    let mut out = [(0u64, Method::Context); 64];
+    let n = unwind_prstatus(
+        target,
+        &desc,
+        &mut core,
+        &mut code.code,
+        stack_end,
+        &mut out,
+    )
+    .unwrap();
     out[..n].to_vec()
-}
-
-/// `.ARM.exidx` and the loaded image of a static executable.
-struct ExeTables {
-    exidx: Vec<u8>,
-    addr: u64,
-    segs: Vec<(u64, bool, Vec<u8>)>,
-}
-
-impl ExeTables {
-    fn new(exe: &Path) -> ExeTables {
-        use object::{Object, ObjectSection};
-        let data = std::fs::read(exe).unwrap();
-        let f = object::File::parse(&*data).unwrap();
-        let (exidx, addr) = f
-            .section_by_name(".ARM.exidx")
-            .map(|s| (s.data().unwrap().to_vec(), s.address()))
-            .unwrap_or_default();
-        ExeTables {
-            exidx,
-            addr,
-            segs: common::corelite::load_segments(&data),
-        }
-    }
-}
-
-impl callstack::unwind::insn::arm::unwinder::ArmTables for ExeTables {
-    fn exidx_for(
-        &mut self,
-        _pc: u64,
-    ) -> Option<callstack::unwind::insn::arm::ehabi::ExidxTable<'_>> {
-        (!self.exidx.is_empty()).then(|| callstack::unwind::insn::arm::ehabi::ExidxTable {
-            data: &self.exidx,
-            addr: self.addr,
-        })
-    }
-    fn read_word(&mut self, a: u64) -> Option<u32> {
-        self.segs.iter().find_map(|(s, _, d)| {
-            let o = a.checked_sub(*s)? as usize;
-            d.get(o..o + 4)
-                .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
-        })
-    }
 }
 
 fn check(a: Arch, opt: &str, strip: bool) {
@@ -311,6 +281,35 @@ fn check(a: Arch, opt: &str, strip: bool) {
         // With symbols, every frame is found by analysis (or tables), not by scanning.
         assert!(!methods.contains(&"scan"), "scanned: {methods:?}");
     }
+    // The integrated tool gives the same chain: `callstack core --json`
+    // (past main, to compare whole chains).
+    let cli = testsupport::release_artifacts().cli.clone();
+    let o = Command::new(&cli)
+        .args(["core", "--json", "--past-main", "--methods"])
+        .arg(&test_exe)
+        .arg(&core)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "callstack core: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cli_pcs: Vec<u64> = report["threads"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            u64::from_str_radix(f["pc"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+        })
+        .collect();
+    let cli_chain = by_symbol(&exe, &cli_pcs);
+    assert!(
+        cli_chain.len() >= truth.len() && cli_chain[..truth.len()] == truth[..],
+        "{} {opt} strip={strip}: callstack core differs\n truth: {truth:x?}\n   cli: {cli_chain:x?}",
+        a.name()
+    );
     // The build with tables gives the same chain through our unwinder too.
     let ours_cfi = our_chain(a, &truth_exe, &truth_core);
     let pcs: Vec<u64> = ours_cfi.iter().map(|f| f.0).collect();
@@ -427,4 +426,68 @@ fn cross_accuracy_table() {
     for r in &rows {
         assert_eq!(r.1, r.2, "{}: ours not all right", r.0);
     }
+}
+
+/// Old-style (no `SA_SIGINFO`) signal frames on arm and mips, the rt frame
+/// on aarch64: the chain goes from the handler through the signal frame
+/// back into the interrupted `raise`, then `b` and `a`. (gdb-multiarch ends
+/// or runs into garbage at this frame on arm and aarch64 under qemu-user.)
+fn check_signal(a: Arch) {
+    if !tools_present(a) {
+        return;
+    }
+    let dir = testsupport::scratch_dir(&format!("insn-sig-{}", a.name()));
+    let exe = build_src(&dir, a, false, "-O2", false, "insn_signal.c");
+    let core = qemu_core(a, &exe);
+    let ours_raw = our_chain(a, &exe, &core);
+    let pcs: Vec<u64> = ours_raw.iter().map(|f| f.0).collect();
+    let names: Vec<String> = by_symbol(&exe, &pcs).into_iter().map(|x| x.0).collect();
+    // gdb-multiarch on these cores (see BENCHMARKS.md): garbage frames after
+    // the handler on arm, stops before it on mips, hangs on aarch64. Set
+    // INSN_SIGNAL_GDB=1 to print its chain (60 s timeout).
+    let gdb: Vec<String> = if std::env::var_os("INSN_SIGNAL_GDB").is_some() {
+        by_symbol(&exe, &gdb_pcs(&exe, &core))
+            .into_iter()
+            .map(|x| x.0)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    eprintln!(
+        "{}: ours {:?}\n  methods {:?}\n  gdb-multiarch {:?}",
+        a.name(),
+        names,
+        ours_raw.iter().map(|f| f.1.as_str()).collect::<Vec<_>>(),
+        gdb
+    );
+    let h = names
+        .iter()
+        .position(|n| n == "handler")
+        .expect("handler in chain");
+    assert_eq!(&names[h - 2..=h], ["abort", "c", "handler"], "{names:?}");
+    // handler's return address is the trampoline (a frame of its own, like
+    // gdb's "<signal handler called>"), then the interrupted code.
+    assert_eq!(ours_raw[h + 2].1, Method::SignalFrame, "{ours_raw:x?}");
+    let b = names[h + 1..]
+        .iter()
+        .position(|n| n == "b")
+        .map(|i| i + h + 1)
+        .expect("b after the signal frame");
+    assert!(b <= h + 6, "b too far below the signal frame: {names:?}");
+    assert_eq!(names[b + 1], "a", "{names:?}");
+}
+
+#[test]
+fn signal_frame_arm() {
+    check_signal(Arch::Arm);
+}
+
+#[test]
+fn signal_frame_mips() {
+    check_signal(Arch::Mips);
+}
+
+#[test]
+fn signal_frame_aarch64() {
+    check_signal(Arch::Aarch64);
 }

@@ -180,6 +180,14 @@ fn parse_of<Elf: FileHeader<Endian = Endianness>>(
     if out.pid == 0 {
         out.pid = out.threads.first().map(|t| t.tid).unwrap_or(0);
     }
+    for t in out.threads.iter_mut() {
+        let sp = t.registers.sp().unwrap_or(0);
+        t.stack_end = out
+            .segments
+            .iter()
+            .find(|s| sp >= s.vaddr && sp < s.vaddr.saturating_add(s.memsz))
+            .map(|s| s.vaddr + s.memsz);
+    }
     if let Some(name) = &out.process_name {
         let pid = out.pid;
         for t in out.threads.iter_mut().filter(|t| t.tid == pid) {
@@ -280,6 +288,7 @@ fn read_prstatus(desc: &[u8], endian: Endianness, out: &mut ParsedCore) {
             tid,
             name: None,
             registers,
+            stack_end: None,
         }),
         None => out.warnings.push(format!(
             "NT_PRSTATUS of thread {tid} too short for its registers: thread skipped"
@@ -404,9 +413,8 @@ impl CoreFile {
             // No NT_FILE (qemu-user cores, some static executables): the
             // executable from the command line is the map.
             if let Some(exe) = exe {
-                match self.exe_module(exe, &mut warnings) {
-                    Some(m) => mods.push(m),
-                    None => {}
+                if let Some(m) = self.exe_module(exe, &mut warnings) {
+                    mods.push(m);
                 }
             } else {
                 warnings.push(

@@ -80,11 +80,14 @@ fn build_id_of<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<Vec<
     None
 }
 
-/// `(p_vaddr, p_offset, p_filesz, p_align)` of every `PT_LOAD`, and `e_machine`.
-pub fn load_segments(data: &[u8]) -> Option<(u16, Vec<(u64, u64, u64, u64)>)> {
-    fn of<Elf: FileHeader<Endian = Endianness>>(
-        data: &[u8],
-    ) -> Option<(u16, Vec<(u64, u64, u64, u64)>)> {
+/// `(p_vaddr, p_offset, p_filesz, p_align)` of a `PT_LOAD`.
+pub type LoadSegment = (u64, u64, u64, u64);
+/// `(p_vaddr, p_offset, p_filesz)` of a `PT_LOAD`.
+pub type FileSegment = (u64, u64, u64);
+
+/// Every `PT_LOAD`, and `e_machine`.
+pub fn load_segments(data: &[u8]) -> Option<(u16, Vec<LoadSegment>)> {
+    fn of<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<(u16, Vec<LoadSegment>)> {
         let hdr = Elf::parse(data).ok()?;
         let endian = hdr.endian().ok()?;
         let segs = hdr
@@ -108,6 +111,36 @@ pub fn load_segments(data: &[u8]) -> Option<(u16, Vec<(u64, u64, u64, u64)>)> {
         FileKind::Elf32 => of::<elf::FileHeader32<Endianness>>(data),
         _ => None,
     }
+}
+
+/// `(p_vaddr, p_offset, p_filesz)` of every executable `PT_LOAD` (`PF_X`).
+pub fn exec_segments(data: &[u8]) -> Vec<FileSegment> {
+    fn of<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<Vec<FileSegment>> {
+        let hdr = Elf::parse(data).ok()?;
+        let endian = hdr.endian().ok()?;
+        Some(
+            hdr.program_headers(endian, data)
+                .ok()?
+                .iter()
+                .filter(|ph| {
+                    ph.p_type(endian) == elf::PT_LOAD && ph.p_flags(endian).0 & elf::PF_X.0 != 0
+                })
+                .map(|ph| {
+                    (
+                        ph.p_vaddr(endian).into(),
+                        ph.p_offset(endian).into(),
+                        ph.p_filesz(endian).into(),
+                    )
+                })
+                .collect(),
+        )
+    }
+    match FileKind::parse(data) {
+        Ok(FileKind::Elf64) => of::<elf::FileHeader64<Endianness>>(data),
+        Ok(FileKind::Elf32) => of::<elf::FileHeader32<Endianness>>(data),
+        _ => None,
+    }
+    .unwrap_or_default()
 }
 
 /// The load bias of an ELF file mapped by `mappings` (runtime address minus

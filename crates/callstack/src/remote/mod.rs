@@ -63,7 +63,7 @@ impl Arch {
             Arch::X86_64 => crate::arch::x86_64::regs::DWARF_RIP,
             Arch::Aarch64 => crate::arch::aarch64::regs::DWARF_PC,
             Arch::Arm => 15,
-            Arch::Mips => 37,
+            Arch::Mips => crate::arch::mips::regs::PC_SLOT,
         }
     }
 
@@ -104,7 +104,8 @@ impl Arch {
         match self {
             Arch::X86_64 => crate::arch::x86_64::regs::from_user_regs(bytes),
             Arch::Aarch64 => crate::arch::aarch64::regs::from_user_regs(bytes),
-            Arch::Arm | Arch::Mips => None,
+            Arch::Arm => crate::arch::arm::regs::from_user_regs(bytes),
+            Arch::Mips => crate::arch::mips::regs::from_user_regs(bytes),
         }
     }
 
@@ -120,7 +121,15 @@ impl Arch {
                 pid_offset: crate::arch::aarch64::regs::PRSTATUS_PID_OFFSET,
                 regs_offset: crate::arch::aarch64::regs::PRSTATUS_REGS_OFFSET,
             }),
-            Arch::Arm | Arch::Mips => None,
+            // The 32-bit `elf_prstatus`: pr_pid at 24, pr_reg at 72.
+            Arch::Arm => Some(PrstatusLayout {
+                pid_offset: 24,
+                regs_offset: crate::arch::arm::core_regs::PR_REG_OFFSET,
+            }),
+            Arch::Mips => Some(PrstatusLayout {
+                pid_offset: 24,
+                regs_offset: crate::arch::mips::core_regs::PR_REG_OFFSET,
+            }),
         }
     }
 }
@@ -198,6 +207,10 @@ pub struct Thread {
     pub name: Option<String>,
     /// The registers at the stop (or at the dump).
     pub registers: Registers,
+    /// One past the highest address of the thread's stack (the end of the
+    /// mapping holding its stack pointer), when known: stack scanning stays
+    /// below it.
+    pub stack_end: Option<u64>,
 }
 
 /// A file-backed mapping of the target (`NT_FILE` entry or `/proc/PID/maps` line).

@@ -226,8 +226,10 @@ impl LiveProcess {
                 warnings.push(format!("thread {}: could not read its registers", s.tid));
                 continue;
             };
+            let mut stack_end = None;
             if let Some(sp) = registers.sp() {
                 if let Some((m, _)) = maps.iter().find(|(m, w)| *w && sp >= m.start && sp < m.end) {
+                    stack_end = Some(m.end);
                     let lo = sp.saturating_sub(RED_ZONE).max(m.start);
                     let hi = m.end.min(sp.saturating_add(STACK_COPY));
                     let mut bytes = vec![0u8; (hi - lo) as usize];
@@ -241,6 +243,7 @@ impl LiveProcess {
                 tid: s.tid,
                 name: None,
                 registers,
+                stack_end,
             });
         }
         for s in &stopped {
@@ -275,6 +278,10 @@ impl LiveProcess {
             stacks,
             stopped_for,
         };
+        let vdso = maps
+            .iter()
+            .find(|(m, _)| m.path == "[vdso]")
+            .map(|(m, _)| m.clone());
         let file_maps: Vec<Mapping> = maps
             .into_iter()
             .map(|(m, _)| m)
@@ -292,6 +299,27 @@ impl LiveProcess {
             .map(|p| p.display().to_string());
         let exe_arg = exe_target.as_deref().map(|n| (Path::new(&exe), n));
         files::resolve_files(&mut mods, lookup, exe_arg, &mut warnings);
+        // The vDSO has no file: its image is read from the process.
+        if let Some(v) = vdso {
+            let mut image = vec![0u8; (v.end - v.start) as usize];
+            if live.memory().read_bytes(v.start, &mut image) {
+                let bias = files::load_segments(&image)
+                    .and_then(|(_, s)| s.first().map(|s| v.start.wrapping_sub(s.0 - s.1)))
+                    .unwrap_or(v.start);
+                mods.push(super::Module {
+                    name: "[vdso]".into(),
+                    file: None,
+                    debug_file: None,
+                    start: v.start,
+                    end: v.end,
+                    bias,
+                    build_id: files::build_id(&image),
+                    image: Some(std::sync::Arc::new(image)),
+                    mappings: vec![v],
+                });
+                mods.sort_by_key(|m| m.start);
+            }
+        }
         live.snapshot.modules = mods;
         live.snapshot.warnings = warnings;
         Ok(live)

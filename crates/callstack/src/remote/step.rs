@@ -14,9 +14,11 @@ use super::{Arch, Frame, Method, Module, Registers, Snapshot, Thread};
 use crate::arch::aarch64::Aarch64;
 use crate::arch::x86_64::X86_64;
 use crate::arch::Applied;
+use crate::unwind::insn::{CodeMemory, InsnFallback};
 use crate::unwind::{
     self, Found, Memory, RuleSource, StopReason, UnwindError, UnwindRegs, UnwindTable, Unwinder,
 };
+use std::sync::Arc;
 
 /// The frames of one thread and why the walk ended early, if it did.
 #[derive(Clone, Debug, Default)]
@@ -46,10 +48,12 @@ enum TableSource {
 /// The modules of a snapshot as a [`RuleSource`], compiling tables lazily.
 struct LazySet<A: crate::arch::Arch> {
     modules: Vec<LazyModule<A>>,
+    /// The modules' code, to recognize the signal-return trampoline.
+    code: RemoteCode,
 }
 
 impl<A: crate::arch::Arch> LazySet<A> {
-    fn new(mods: &[Module]) -> Self {
+    fn new(mods: &[Module], code: RemoteCode) -> Self {
         let mut modules: Vec<LazyModule<A>> = mods
             .iter()
             .map(|m| LazyModule {
@@ -65,7 +69,19 @@ impl<A: crate::arch::Arch> LazySet<A> {
             })
             .collect();
         modules.sort_by_key(|m| m.start);
-        LazySet { modules }
+        LazySet { modules, code }
+    }
+
+    /// Whether `pc` is the x86-64 `rt_sigreturn` trampoline (glibc's
+    /// `__restore_rt`): the frame above it is a kernel signal frame.
+    fn sigreturn_at(&self, pc: u64) -> bool {
+        if A::NAME != "x86_64" {
+            return false;
+        }
+        let mut code = [0u8; 9];
+        let mut reader = self.code.clone();
+        reader.read_code(pc, &mut code) == code.len()
+            && crate::arch::x86_64::exact::is_sigreturn_trampoline(&code)
     }
 
     fn find(&self, addr: u64) -> Option<(u64, &UnwindTable<A>)> {
@@ -105,11 +121,203 @@ impl<A: crate::arch::Arch> RuleSource<A> for LazySet<A> {
         regs: &UnwindRegs,
         mem: &mut M,
     ) -> Result<Applied, UnwindError> {
+        // The trampoline's own CFI describes the signal frame with DWARF
+        // expressions; the architecture's signal-frame layout says the same
+        // and marks the caller's pc as exact (see `is_signal_trampoline`).
+        if self.sigreturn_at(regs.pc) {
+            return Ok(Applied::NoCfi);
+        }
         let Some((bias, t)) = self.find(addr) else {
             return Ok(Applied::NoCfi);
         };
         let svma = addr.wrapping_sub(bias);
         unwind::cfi::evaluate::<A, M>(&t.sections(), t.fde_for_evaluation(svma), svma, regs, mem)
+    }
+
+    fn is_signal_trampoline(&self, pc: u64) -> bool {
+        self.sigreturn_at(pc)
+    }
+}
+
+/// An executable segment of a module: runtime `[start, end)` and its bytes.
+struct CodeSegment {
+    start: u64,
+    end: u64,
+    bytes: CodeBytes,
+    offset: usize,
+}
+
+enum CodeBytes {
+    File(Arc<memmap2::Mmap>),
+    Image(Arc<Vec<u8>>),
+}
+
+impl CodeBytes {
+    fn get(&self) -> &[u8] {
+        match self {
+            CodeBytes::File(m) => m,
+            CodeBytes::Image(v) => v,
+        }
+    }
+}
+
+/// The code of the target's modules, read from their files on disk (or the
+/// vDSO image), for instruction analysis and stack scanning.
+#[derive(Clone)]
+struct RemoteCode {
+    segments: Arc<Vec<CodeSegment>>,
+}
+
+impl RemoteCode {
+    /// The executable segments of `mods` (code for the analyzers).
+    fn new(mods: &[Module]) -> RemoteCode {
+        Self::with_segments(mods, super::files::exec_segments)
+    }
+
+    /// Every `PT_LOAD` of `mods` (for reading `.ARM.extab` words).
+    fn all_segments(mods: &[Module]) -> RemoteCode {
+        Self::with_segments(mods, |d| {
+            super::files::load_segments(d)
+                .map(|(_, v)| v.into_iter().map(|(a, o, f, _)| (a, o, f)).collect())
+                .unwrap_or_default()
+        })
+    }
+
+    fn with_segments(
+        mods: &[Module],
+        segs: fn(&[u8]) -> Vec<super::files::FileSegment>,
+    ) -> RemoteCode {
+        let mut segments = Vec::new();
+        for m in mods {
+            let bytes = match (&m.image, &m.file) {
+                (Some(img), _) => CodeBytes::Image(img.clone()),
+                (None, Some(f)) => match super::files::map_file(f) {
+                    Ok(map) => CodeBytes::File(Arc::new(map)),
+                    Err(_) => continue,
+                },
+                (None, None) => continue,
+            };
+            for (vaddr, off, filesz) in segs(bytes.get()) {
+                let bytes = match &bytes {
+                    CodeBytes::File(m) => CodeBytes::File(m.clone()),
+                    CodeBytes::Image(v) => CodeBytes::Image(v.clone()),
+                };
+                segments.push(CodeSegment {
+                    start: m.bias.wrapping_add(vaddr),
+                    end: m.bias.wrapping_add(vaddr).wrapping_add(filesz),
+                    bytes,
+                    offset: off as usize,
+                });
+            }
+        }
+        segments.sort_by_key(|s| s.start);
+        RemoteCode {
+            segments: Arc::new(segments),
+        }
+    }
+}
+
+impl CodeMemory for RemoteCode {
+    fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        let i = self.segments.partition_point(|s| s.start <= addr);
+        let Some(s) = i.checked_sub(1).and_then(|i| self.segments.get(i)) else {
+            return 0;
+        };
+        if addr >= s.end {
+            return 0;
+        }
+        let from = s.offset + (addr - s.start) as usize;
+        let avail = ((s.end - addr) as usize).min(buf.len());
+        match s.bytes.get().get(from..from + avail) {
+            Some(src) => {
+                buf[..avail].copy_from_slice(src);
+                avail
+            }
+            None => 0,
+        }
+    }
+}
+
+/// `.ARM.exidx` of each module at its runtime address, and the modules'
+/// images for `.ARM.extab` words: ARM's unwind tables.
+struct RemoteArmTables {
+    /// (runtime start, end, exidx bytes, exidx runtime address)
+    exidx: Vec<(u64, u64, Vec<u8>, u64)>,
+    image: RemoteCode,
+}
+
+impl RemoteArmTables {
+    fn new(mods: &[Module]) -> RemoteArmTables {
+        use object::{Object, ObjectSection};
+        let mut exidx = Vec::new();
+        for m in mods {
+            let Some(path) = &m.file else { continue };
+            let Ok(map) = super::files::map_file(path) else {
+                continue;
+            };
+            let Ok(f) = object::File::parse(&*map) else {
+                continue;
+            };
+            if let Some(sec) = f.section_by_name(".ARM.exidx") {
+                if let Ok(d) = sec.data() {
+                    exidx.push((
+                        m.start,
+                        m.end,
+                        d.to_vec(),
+                        m.bias.wrapping_add(sec.address()),
+                    ));
+                }
+            }
+        }
+        RemoteArmTables {
+            exidx,
+            image: RemoteCode::all_segments(mods),
+        }
+    }
+}
+
+/// ARM code and its EHABI tables as one reader, for the ARM walker.
+struct ArmReader {
+    code: RemoteCode,
+    tables: RemoteArmTables,
+}
+
+impl CodeMemory for ArmReader {
+    fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        self.code.read_code(addr, buf)
+    }
+
+    fn function_bounds(&mut self, addr: u64) -> Option<(u64, u64)> {
+        self.code.function_bounds(addr)
+    }
+
+    fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
+        self.code.function_entry(addr)
+    }
+}
+
+impl crate::unwind::insn::arm::unwinder::ArmTables for ArmReader {
+    fn exidx_for(&mut self, pc: u64) -> Option<crate::unwind::insn::arm::ehabi::ExidxTable<'_>> {
+        self.tables.exidx_for(pc)
+    }
+
+    fn read_word(&mut self, addr: u64) -> Option<u32> {
+        self.tables.read_word(addr)
+    }
+}
+
+impl crate::unwind::insn::arm::unwinder::ArmTables for RemoteArmTables {
+    fn exidx_for(&mut self, pc: u64) -> Option<crate::unwind::insn::arm::ehabi::ExidxTable<'_>> {
+        self.exidx.iter().find(|e| pc >= e.0 && pc < e.1).map(|e| {
+            crate::unwind::insn::arm::ehabi::ExidxTable {
+                data: &e.2,
+                addr: e.3,
+            }
+        })
+    }
+    fn read_word(&mut self, addr: u64) -> Option<u32> {
+        let mut b = [0u8; 4];
+        (self.image.read_code(addr, &mut b) == 4).then(|| u32::from_le_bytes(b))
     }
 }
 
@@ -124,17 +332,22 @@ enum Tables {
 pub struct RemoteUnwinder<'s> {
     snap: &'s Snapshot,
     tables: Tables,
+    code: RemoteCode,
 }
 
 impl<'s> RemoteUnwinder<'s> {
     /// An unwinder for the threads of `snap`. Nothing is compiled yet.
     pub fn new(snap: &'s Snapshot) -> Self {
+        let code = RemoteCode::new(&snap.modules);
         let tables = match snap.arch {
-            Arch::X86_64 => Tables::X86_64(LazySet::new(&snap.modules)),
-            Arch::Aarch64 => Tables::Aarch64(LazySet::new(&snap.modules)),
+            Arch::X86_64 => Tables::X86_64(LazySet::new(&snap.modules, code.clone())),
+            Arch::Aarch64 => Tables::Aarch64(LazySet::new(&snap.modules, code.clone())),
             a => Tables::Unsupported(a),
         };
-        RemoteUnwinder { snap, tables }
+        // Frames with neither CFI nor a frame pointer go to instruction
+        // analysis and stack scanning, which decode with iced-x86.
+        crate::unwind::insn::warm_up();
+        RemoteUnwinder { snap, tables, code }
     }
 
     /// Unwinds thread `t`, reading memory through `mem`, at most `max` frames.
@@ -152,9 +365,32 @@ impl<'s> RemoteUnwinder<'s> {
             fp: regs.fp().unwrap_or(0),
             lr: lr_of(regs),
         };
+        let stack_end = t.stack_end.unwrap_or(u64::MAX);
+        let fallback = InsnFallback::new(self.code.clone(), stack_end);
         match &self.tables {
-            Tables::X86_64(set) => walk(set, start, mem, max),
-            Tables::Aarch64(set) => walk(set, start, mem, max),
+            Tables::X86_64(set) => walk(set, start, mem, max, fallback),
+            Tables::Aarch64(set) => walk(set, start, mem, max, fallback),
+            Tables::Unsupported(Arch::Arm) => {
+                let mut r16 = [0u32; 16];
+                for (i, r) in r16.iter_mut().enumerate() {
+                    *r = regs.get(i as u16).unwrap_or(0) as u32;
+                }
+                let mut reader = ArmReader {
+                    code: self.code.clone(),
+                    tables: RemoteArmTables::new(&self.snap.modules),
+                };
+                risc_frames(max, |out| {
+                    crate::unwind::insn::arm::unwinder::walk(r16, mem, &mut reader, stack_end, out)
+                })
+            }
+            Tables::Unsupported(Arch::Mips) => {
+                let mut code = self.code.clone();
+                risc_frames(max, |out| {
+                    crate::unwind::insn::risc::walk::<crate::unwind::insn::mips::Arch, _, _>(
+                        start, mem, &mut code, stack_end, out,
+                    )
+                })
+            }
             Tables::Unsupported(a) => Unwound {
                 frames: vec![Frame {
                     pc,
@@ -172,6 +408,44 @@ impl<'s> RemoteUnwinder<'s> {
     }
 }
 
+/// Runs one of the instruction-analysis walkers of 32-bit targets (arm,
+/// mips: no CFI unwinder there yet) into frames. On ARM a Thumb pc carries
+/// bit 0, which is dropped from the printed pc.
+fn risc_frames(max: usize, walk: impl FnOnce(&mut [(u64, unwind::Method)]) -> usize) -> Unwound {
+    let mut buf = vec![(0u64, unwind::Method::Context); max.max(1)];
+    let n = walk(&mut buf);
+    let frames = buf[..n]
+        .iter()
+        .map(|&(pc, m)| {
+            let pc = pc & !1;
+            let method = map_method(m);
+            Frame {
+                pc,
+                lookup: if method == Method::Context {
+                    pc
+                } else {
+                    pc.wrapping_sub(1)
+                },
+                method,
+            }
+        })
+        .collect();
+    Unwound {
+        frames,
+        stop: (n >= max).then(|| format!("stopped after {max} frames")),
+    }
+}
+
+fn map_method(m: unwind::Method) -> Method {
+    match m {
+        unwind::Method::Context | unwind::Method::SignalFrame => Method::Context,
+        unwind::Method::Cfi => Method::Cfi,
+        unwind::Method::FramePointer => Method::Fp,
+        unwind::Method::Insn => Method::Insn,
+        unwind::Method::Scan => Method::Scan,
+    }
+}
+
 fn lr_of(regs: &Registers) -> u64 {
     match regs.arch {
         Arch::Aarch64 => regs.get(30).unwrap_or(0),
@@ -181,27 +455,29 @@ fn lr_of(regs: &Registers) -> u64 {
     }
 }
 
-fn walk<A: crate::arch::Arch, M: Memory + ?Sized>(
+fn walk<A: crate::arch::Arch, M: Memory + ?Sized, F: unwind::Fallback<A>>(
     set: &LazySet<A>,
     start: UnwindRegs,
     mem: &mut M,
     max: usize,
+    fallback: F,
 ) -> Unwound {
     let mut out = Unwound::default();
     // A core's or a stopped thread's pc is exact: it was interrupted there.
-    let mut u: Unwinder<'_, A, LazySet<A>> = Unwinder::new(set, start, true);
+    let mut u = Unwinder::with_fallback(set, start, true, fallback);
     while out.frames.len() < max {
         let Some(f) = u.next(mem) else { break };
+        if f.method == unwind::Method::SignalFrame {
+            // The frame below returned into the signal trampoline: its pc is
+            // the trampoline's first instruction, named as is (not pc - 1).
+            if let Some(t) = out.frames.last_mut() {
+                t.lookup = t.pc;
+            }
+        }
         out.frames.push(Frame {
             pc: f.pc,
             lookup: f.lookup_address(),
-            method: match f.method {
-                unwind::Method::Context | unwind::Method::SignalFrame => Method::Context,
-                unwind::Method::Cfi => Method::Cfi,
-                unwind::Method::FramePointer => Method::Fp,
-                unwind::Method::Insn => Method::Insn,
-                unwind::Method::Scan => Method::Scan,
-            },
+            method: map_method(f.method),
         });
     }
     out.stop = match u.stop_reason() {

@@ -1,9 +1,11 @@
-//! Symbolizing frames of another process from its module files.
+//! Symbolizing code of another process that has no file: the vDSO, whose
+//! image is read from the core or the process.
 //!
-//! **Interim**: a small placeholder (symbol tables through `object`, lines
-//! and inlined frames through `addr2line`) behind [`Symbolizer::symbolize`],
-//! until the crate's own Symbolizer (`crate::symbolize`) lands; then this
-//! one function is switched over.
+//! Modules with a file are named by the crate's [`crate::symbolize::Symbolizer`]
+//! (the `callstack core`/`pstack` commands do so); this small reader
+//! (symbol tables through `object`, lines and inlined frames through
+//! `addr2line`) covers in-memory images, which that Symbolizer does not
+//! open. It began as the interim symbolizer of this module.
 
 use addr2line::gimli;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};

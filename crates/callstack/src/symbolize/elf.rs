@@ -1,6 +1,7 @@
 //! One ELF object opened for symbolization: its DWARF (possibly in a
 //! separate debug file), its symbol tables, its build-id.
 
+use super::dwarf::DwarfIndex;
 use super::mapped::Mapped;
 use super::{Error, ErrorKind, IntMap, NameSource};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
@@ -10,7 +11,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub(crate) type Slice = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
-pub(crate) type Ctx = addr2line::Context<Slice>;
 
 /// A symbol of `.symtab` or `.dynsym`, for the fallback path.
 pub(crate) struct Sym {
@@ -25,17 +25,17 @@ pub(crate) struct Sym {
     pub source: NameSource,
 }
 
-/// An opened object. Field order matters: `ctx` and `syms` borrow from
-/// `_debug_map` and `_map` and must be dropped first.
+/// A demangled name and, when different, the name as stored.
+pub(crate) type NamePair = (Option<Arc<str>>, Option<Arc<str>>);
+
+/// An opened object. Field order matters: `dwarf`, the name maps and
+/// `syms` borrow from `_debug_map` and `_map` and must be dropped first.
 pub(crate) struct ElfModule {
-    pub ctx: Option<Ctx>,
-    /// Per unit (by section offset): the line-table rows with a nonzero
-    /// discriminator, as sorted `(begin, end, discriminator)`.
-    discriminators: RefCell<IntMap<u64, Vec<(u64, u64, u32)>>>,
+    pub dwarf: Option<DwarfIndex>,
     /// Interned names, keyed by the address of the raw name in the mapped
-    /// file (or in the line tables the context keeps): each name is
-    /// demangled and allocated once per module, then shared.
-    names: RefCell<IntMap<(usize, usize), (Option<Arc<str>>, Option<Arc<str>>)>>,
+    /// file: each name is demangled and allocated once per module, then
+    /// shared.
+    names: RefCell<IntMap<(usize, usize), NamePair>>,
     files: RefCell<IntMap<(usize, usize), Arc<str>>>,
 
     pub syms: Vec<Sym>,
@@ -58,12 +58,31 @@ pub(crate) struct ElfModule {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SearchPaths {
     pub debug_dirs: Vec<PathBuf>,
+    /// Do not look for debug files at all (objects from memory).
+    pub disabled: bool,
+}
+
+impl SearchPaths {
+    pub(crate) fn none() -> SearchPaths {
+        SearchPaths {
+            debug_dirs: Vec::new(),
+            disabled: true,
+        }
+    }
 }
 
 impl ElfModule {
     pub(crate) fn open(path: &Path, search: &SearchPaths) -> Result<ElfModule, Error> {
+        let map = Mapped::open(path).map_err(|e| Error::new(ErrorKind::Io, path, e.to_string()))?;
+        Self::from_mapped(map, path, search)
+    }
+
+    pub(crate) fn from_mapped(
+        map: Mapped,
+        path: &Path,
+        search: &SearchPaths,
+    ) -> Result<ElfModule, Error> {
         let err = |kind, msg: String| Error::new(kind, path, msg);
-        let map = Mapped::open(path).map_err(|e| err(ErrorKind::Io, e.to_string()))?;
         let data = map.bytes();
         let obj =
             object::File::parse(data).map_err(|e| err(ErrorKind::BadObject, e.to_string()))?;
@@ -108,14 +127,13 @@ impl ElfModule {
         } else {
             loaded = None;
         }
-        let ctx = loaded;
+        let dwarf = loaded;
         syms.sort_by(|a, b| a.addr.cmp(&b.addr).then(a.source.cmp(&b.source)));
         // Keep one symbol per address: the best source (symtab over dynsym),
         // then the sized, global-looking one.
         syms.dedup_by(|b, a| a.addr == b.addr);
         Ok(ElfModule {
-            ctx,
-            discriminators: RefCell::new(IntMap::default()),
+            dwarf,
             names: RefCell::new(IntMap::default()),
             files: RefCell::new(IntMap::default()),
 
@@ -151,11 +169,7 @@ impl ElfModule {
 
     /// The demangled and the raw (when different) name of a function, given
     /// its bytes in the mapped file, interned.
-    pub(crate) fn function_name(
-        &self,
-        raw: &[u8],
-        lang: Option<gimli::DwLang>,
-    ) -> (Option<Arc<str>>, Option<Arc<str>>) {
+    pub(crate) fn function_name(&self, raw: &[u8], lang: Option<gimli::DwLang>) -> NamePair {
         let key = (raw.as_ptr() as usize, raw.len());
         if let Some(v) = self.names.borrow().get(&key) {
             return v.clone();
@@ -172,7 +186,7 @@ impl ElfModule {
     }
 
     /// A file name, interned by the address of its text (stable for as long
-    /// as the module lives: the mapped file or the context's line tables).
+    /// as the module lives: it points into the mapped file).
     pub(crate) fn file_name(&self, p: &str) -> Arc<str> {
         let key = (p.as_ptr() as usize, p.len());
         self.files
@@ -181,49 +195,6 @@ impl ElfModule {
             .or_insert_with(|| Arc::from(p))
             .clone()
     }
-
-    /// The discriminator of the line-table row at `addr` (binutils prints
-    /// it as `file:line (discriminator N)`); 0 when none.
-    pub(crate) fn discriminator(&self, addr: u64) -> u32 {
-        let Some(ctx) = &self.ctx else { return 0 };
-        let Some(unit) = ctx.find_dwarf_and_unit(addr).skip_all_loads() else {
-            return 0;
-        };
-        let key = unit.header.offset().0 as u64;
-        let mut cache = self.discriminators.borrow_mut();
-        let rows = cache.entry(key).or_insert_with(|| discriminator_rows(unit));
-        let i = rows.partition_point(|r| r.0 <= addr);
-        match i.checked_sub(1).map(|i| rows[i]) {
-            Some((_, end, d)) if addr < end => d,
-            _ => 0,
-        }
-    }
-}
-
-fn discriminator_rows(unit: gimli::UnitRef<'_, Slice>) -> Vec<(u64, u64, u32)> {
-    let mut out = Vec::new();
-    let Some(program) = unit.line_program.clone() else {
-        return out;
-    };
-    let mut rows = program.rows();
-    // The row in effect: (address, discriminator). A later row at the same
-    // address replaces it, as in the addr2line crate's line lookup.
-    let mut cur: Option<(u64, u32)> = None;
-    while let Ok(Some((_, row))) = rows.next_row() {
-        let addr = row.address();
-        if let Some((a, d)) = cur {
-            if addr > a && d != 0 {
-                out.push((a, addr, d));
-            }
-        }
-        cur = if row.end_sequence() {
-            None
-        } else {
-            Some((addr, row.discriminator() as u32))
-        };
-    }
-    out.sort_unstable_by_key(|r| r.0);
-    out
 }
 
 fn first_load_vaddr(obj: &object::File<'static>) -> u64 {
@@ -279,7 +250,7 @@ fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Ve
     }
 }
 
-fn load_dwarf(obj: &object::File<'static>, map: &Mapped) -> Result<Ctx, gimli::Error> {
+fn load_dwarf(obj: &object::File<'static>, map: &Mapped) -> Result<DwarfIndex, gimli::Error> {
     let endian = if obj.is_little_endian() {
         gimli::RunTimeEndian::Little
     } else {
@@ -298,7 +269,7 @@ fn load_dwarf(obj: &object::File<'static>, map: &Mapped) -> Result<Ctx, gimli::E
         Ok(gimli::EndianSlice::new(bytes, endian))
     };
     let dwarf = gimli::Dwarf::load(load)?;
-    addr2line::Context::from_dwarf(dwarf)
+    Ok(DwarfIndex::new(dwarf))
 }
 
 /// Finds the separate debug file of `path`: by build-id under
@@ -311,6 +282,9 @@ pub(crate) fn find_debug_file(
     build_id: Option<&[u8]>,
     search: &SearchPaths,
 ) -> Option<PathBuf> {
+    if search.disabled {
+        return None;
+    }
     let mut roots: Vec<PathBuf> = search.debug_dirs.clone();
     roots.push(PathBuf::from("/usr/lib/debug"));
     if let Some(id) = build_id.filter(|b| b.len() >= 2) {

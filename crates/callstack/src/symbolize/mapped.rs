@@ -12,11 +12,24 @@ use std::path::Path;
 
 /// Owner of a file mapping plus any decompressed section buffers.
 pub(crate) struct Mapped {
-    map: memmap2::Mmap,
+    map: Backing,
     stash: std::sync::Mutex<Vec<Box<[u8]>>>,
 }
 
+enum Backing {
+    Map(memmap2::Mmap),
+    Owned(Box<[u8]>),
+}
+
 impl Mapped {
+    /// Owns `bytes` (an object already in memory).
+    pub(crate) fn from_bytes(bytes: Vec<u8>) -> Mapped {
+        Mapped {
+            map: Backing::Owned(bytes.into_boxed_slice()),
+            stash: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
     /// Maps `path` read-only.
     pub(crate) fn open(path: &Path) -> std::io::Result<Mapped> {
         let file = File::open(path)?;
@@ -27,7 +40,7 @@ impl Mapped {
         // debugger makes.
         let map = unsafe { memmap2::Mmap::map(&file)? };
         Ok(Mapped {
-            map,
+            map: Backing::Map(map),
             stash: std::sync::Mutex::new(Vec::new()),
         })
     }
@@ -37,7 +50,10 @@ impl Mapped {
     /// Callers must not let the slice outlive `self`: every user stores it
     /// only in structures that are dropped before the `Mapped`.
     pub(crate) fn bytes(&self) -> &'static [u8] {
-        let s: &[u8] = &self.map;
+        let s: &[u8] = match &self.map {
+            Backing::Map(m) => m,
+            Backing::Owned(b) => b,
+        };
         // SAFETY: the mapping is never unmapped or moved while `self` lives,
         // and callers keep the slice only as long as `self` (see above).
         unsafe { core::slice::from_raw_parts(s.as_ptr(), s.len()) }

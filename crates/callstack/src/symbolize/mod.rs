@@ -49,6 +49,7 @@
 
 mod called_from;
 mod demangle;
+mod dwarf;
 mod elf;
 mod mapped;
 
@@ -126,8 +127,8 @@ pub struct Frame {
     /// The column, 1-based; `None` when unknown or 0 (left edge).
     pub column: Option<u32>,
     /// The line-table discriminator of the innermost frame's row (which of
-    /// several blocks on one line), when asked for with
-    /// [`Symbolizer::set_discriminators`] and nonzero.
+    /// several blocks on one line), when nonzero. binutils prints it as
+    /// `file:line (discriminator N)`.
     pub discriminator: Option<u32>,
     /// Whether this frame is an inlined copy of `function` inside the next
     /// frame of the list. The last frame of an address is never inlined.
@@ -313,7 +314,6 @@ pub struct Symbolizer {
     in_process: bool,
     whole_file: bool,
     search: SearchPaths,
-    discriminators: bool,
     cache: IntMap<u64, Symbolized>,
 }
 
@@ -350,7 +350,6 @@ impl Symbolizer {
             in_process: false,
             whole_file: false,
             search: SearchPaths::default(),
-            discriminators: false,
             cache: IntMap::default(),
         }
     }
@@ -362,6 +361,39 @@ impl Symbolizer {
         Self::for_file_with_debug_dirs(path, &[])
     }
 
+    /// [`Symbolizer::for_file`] of an object already in memory (an
+    /// embedded image, a file read from an archive, a fuzzer's input).
+    /// Split debug info is not searched for.
+    pub fn for_bytes(bytes: Vec<u8>) -> Result<Symbolizer, Error> {
+        let path = Path::new("<memory>");
+        let m = ElfModule::from_mapped(
+            mapped::Mapped::from_bytes(bytes),
+            path,
+            &SearchPaths::none(),
+        )?;
+        Ok(Self::single(path, m, SearchPaths::default()))
+    }
+
+    fn single(path: &Path, m: ElfModule, search: SearchPaths) -> Symbolizer {
+        let info = ModuleInfo {
+            path: path.to_path_buf(),
+            build_id: m.build_id.clone(),
+            start: 0,
+            end: usize::MAX,
+            bias: Some(0),
+        };
+        Symbolizer {
+            entries: vec![Entry {
+                info: Arc::new(info),
+                opened: Some(Ok(m)),
+            }],
+            in_process: false,
+            whole_file: true,
+            search,
+            cache: IntMap::default(),
+        }
+    }
+
     /// [`Symbolizer::for_file`], also searching `debug_dirs` for split
     /// debug info.
     pub fn for_file_with_debug_dirs(
@@ -371,26 +403,10 @@ impl Symbolizer {
         let path = path.as_ref();
         let search = SearchPaths {
             debug_dirs: debug_dirs.to_vec(),
+            disabled: false,
         };
         let m = ElfModule::open(path, &search)?;
-        let info = ModuleInfo {
-            path: path.to_path_buf(),
-            build_id: m.build_id.clone(),
-            start: 0,
-            end: usize::MAX,
-            bias: Some(0),
-        };
-        Ok(Symbolizer {
-            entries: vec![Entry {
-                info: Arc::new(info),
-                opened: Some(Ok(m)),
-            }],
-            in_process: false,
-            whole_file: true,
-            search,
-            discriminators: false,
-            cache: IntMap::default(),
-        })
+        Ok(Self::single(path, m, search))
     }
 
     /// Also look for split debug files under `dir` (like `/usr/lib/debug`:
@@ -398,12 +414,6 @@ impl Symbolizer {
     /// `dir/<debuglink>`). Affects modules not opened yet.
     pub fn add_debug_dir(&mut self, dir: impl Into<PathBuf>) {
         self.search.debug_dirs.push(dir.into());
-    }
-
-    /// Also report line-table discriminators ([`Frame::discriminator`]),
-    /// at the cost of a second pass over each line table used.
-    pub fn set_discriminators(&mut self, on: bool) {
-        self.discriminators = on;
     }
 
     /// The modules this symbolizer knows.
@@ -427,6 +437,36 @@ impl Symbolizer {
         }
         let s = self.resolve(addr);
         self.cache.entry(key).or_insert(s)
+    }
+
+    /// Symbolizes many addresses at once (a profile's worth): the ones not
+    /// cached yet are resolved in address order, so that neighbours share
+    /// the units, line tables and functions just parsed while they are
+    /// still in the CPU caches, then the answers are returned in the order
+    /// asked.
+    ///
+    /// ```
+    /// use callstack::symbolize::{Address, Symbolizer};
+    /// let mut frames = [0usize; 16];
+    /// let n = callstack::capture_fast(0, &mut frames);
+    /// let addrs: Vec<Address> = frames[..n].iter().map(|&a| Address::Return(a)).collect();
+    /// let mut s = Symbolizer::new();
+    /// let answers = s.symbolize_batch(&addrs);
+    /// assert_eq!(answers.len(), n);
+    /// ```
+    pub fn symbolize_batch(&mut self, addrs: &[Address]) -> Vec<&Symbolized> {
+        let mut todo: Vec<Address> = addrs
+            .iter()
+            .copied()
+            .filter(|a| !self.cache.contains_key(&a.key()))
+            .collect();
+        todo.sort_unstable_by_key(|a| (a.probe(), a.key()));
+        todo.dedup();
+        for a in todo {
+            let s = self.resolve(a);
+            self.cache.insert(a.key(), s);
+        }
+        addrs.iter().map(|a| &self.cache[&a.key()]).collect()
     }
 
     /// [`Symbolizer::symbolize`] of a return address.
@@ -469,17 +509,11 @@ impl Symbolizer {
             (Err(_), None) => info.start,
         };
         let offset = probe.wrapping_sub(bias) as u64;
-        let mut frames = match opened {
+        let frames = match opened {
             Ok(m) => frames_at(m, offset),
             Err(_) => Vec::new(),
         };
-        if self.discriminators {
-            if let (Ok(m), Some(f)) = (opened, frames.first_mut()) {
-                if f.line.is_some() {
-                    f.discriminator = Some(m.discriminator(offset)).filter(|&d| d != 0);
-                }
-            }
-        }
+
         Symbolized {
             address: addr,
             module: Some(info),
@@ -562,32 +596,24 @@ fn frames_at(m: &ElfModule, offset: u64) -> Vec<Frame> {
     if !m.in_allocated_section(offset) {
         return frames;
     }
-    if let Some(ctx) = &m.ctx {
-        if let Ok(mut it) = ctx.find_frames(offset).skip_all_loads() {
-            while let Ok(Some(f)) = it.next() {
-                let (function, mangled) = match &f.function {
-                    Some(name) => m.function_name(name.name.slice(), name.language),
-                    None => (None, None),
-                };
-                let (file, line, column) = match &f.location {
-                    Some(l) => (
-                        l.file.map(|p| m.file_name(p)),
-                        l.line,
-                        l.column.filter(|&c| c != 0),
-                    ),
-                    None => (None, None, None),
-                };
-                frames.push(Frame {
-                    function,
-                    mangled,
-                    file,
-                    line,
-                    column,
-                    discriminator: None,
-                    inlined: true,
-                    source: NameSource::Dwarf,
-                });
-            }
+    if let Some(d) = &m.dwarf {
+        let mut raw = Vec::new();
+        d.frames(offset, &mut raw);
+        for f in raw {
+            let (function, mangled) = match f.name {
+                Some(n) => m.function_name(n, f.lang),
+                None => (None, None),
+            };
+            frames.push(Frame {
+                function,
+                mangled,
+                file: f.file,
+                line: (f.line != 0).then_some(f.line),
+                column: (f.line != 0 && f.column != 0).then_some(f.column),
+                discriminator: (f.discriminator != 0).then_some(f.discriminator),
+                inlined: true,
+                source: NameSource::Dwarf,
+            });
         }
     }
     if let Some(last) = frames.last_mut() {

@@ -174,10 +174,19 @@ pub fn physical_frames(exe: &Path, core_path: &Path, pcs: &[u64]) -> Vec<u64> {
 pub fn our_core_chain(exe: &Path, core_path: &Path) -> Vec<(u64, Method)> {
     let mut core = Core::open(core_path);
     let mut code = FileCode::new(&core, exe);
-    let regs = callstack::unwind::insn::core_regs::x86_64::unwind_regs(&core.prstatus[0]).unwrap();
+    let desc = core.prstatus[0].clone();
+    let regs = callstack::unwind::insn::core_regs::x86_64::unwind_regs(&desc).unwrap();
     let (_, stack_end) = core.segment_of(regs.sp).expect("stack in core");
     let mut out = [(0u64, Method::Context); 128];
-    let (n, _) = unwinder::walk(regs, &mut core, &mut code, stack_end, &mut out);
+    let n = callstack::unwind::insn::unwind_prstatus(
+        callstack::unwind::insn::TargetArch::X86_64,
+        &desc,
+        &mut core,
+        &mut code.code,
+        stack_end,
+        &mut out,
+    )
+    .unwrap();
     out[..n].to_vec()
 }
 

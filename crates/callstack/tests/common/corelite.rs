@@ -8,7 +8,7 @@
 //! it is not part of the library and is to be replaced by that reader.
 #![allow(dead_code)]
 
-use callstack::unwind::insn::{lookup_function, CodeMemory};
+use callstack::unwind::insn::{CodeMemory, ModuleCode};
 use callstack::unwind::{Memory, ReadError};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::{elf, Endianness};
@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 
 pub struct Core {
     pub segments: Vec<(u64, Vec<u8>)>,
+    /// Executable PT_LOAD segments with data (anonymous code: qemu's signal
+    /// trampolines, the vDSO).
+    pub exec_segments: Vec<(u64, Vec<u8>)>,
     pub prstatus: Vec<Vec<u8>>,
     pub files: Vec<(u64, u64, u64, PathBuf)>,
     pub machine: u32,
@@ -27,6 +30,7 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Core {
     let e = h.endian().unwrap();
     let mut core = Core {
         segments: vec![],
+        exec_segments: vec![],
         prstatus: vec![],
         files: vec![],
         machine: h.e_machine(e).0 as u32,
@@ -36,6 +40,9 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Core {
         if ph.p_type(e) == elf::PT_LOAD {
             let d = ph.data(e, data).unwrap_or(&[]);
             core.segments.push((ph.p_vaddr(e).into(), d.to_vec()));
+            if ph.p_flags(e).0 & elf::PF_X.0 != 0 && !d.is_empty() {
+                core.exec_segments.push((ph.p_vaddr(e).into(), d.to_vec()));
+            }
         }
         if let Ok(Some(mut notes)) = ph.notes(e, data) {
             while let Ok(Some(n)) = notes.next() {
@@ -128,24 +135,19 @@ impl Memory for Core {
     }
 }
 
-/// Code of the mapped files: executable segments, placed where the core
-/// says (NT_FILE) or, for an executable without NT_FILE entries, at its own
-/// addresses (static, non-PIE).
+/// Code of the mapped files, through the library's `ModuleCode`: each file
+/// placed where the core says (NT_FILE) or, for an executable without
+/// NT_FILE entries, at its own addresses (static, non-PIE).
 pub struct FileCode {
-    /// (start, bytes) of each executable region.
-    pub regions: Vec<(u64, Vec<u8>)>,
-    pub functions: Vec<(u64, u64)>,
-    pub cold: Vec<(u64, u64, u64)>,
-    /// Files and their load bias, for symbolization in tests.
+    pub code: ModuleCode,
+    /// Files and their load bias and range, for symbolization in tests.
     pub modules: Vec<(PathBuf, u64, u64, u64)>,
 }
 
 impl FileCode {
     pub fn new(core: &Core, exe: &Path) -> FileCode {
         let mut fc = FileCode {
-            regions: vec![],
-            functions: vec![],
-            cold: vec![],
+            code: ModuleCode::new(),
             modules: vec![],
         };
         let mut paths: Vec<PathBuf> = core.files.iter().map(|f| f.3.clone()).collect();
@@ -174,29 +176,24 @@ impl FileCode {
                 .find(|f| f.3.canonicalize().ok() == path.canonicalize().ok() && f.2 == 0)
                 .map(|f| f.0 - min_vaddr)
                 .unwrap_or(0);
-            let mut lo = u64::MAX;
-            let mut hi = 0;
-            for (vaddr, exec, bytes) in segs {
-                if !exec {
-                    continue;
-                }
-                let start = vaddr + bias;
-                lo = lo.min(start);
-                hi = hi.max(start + bytes.len() as u64);
-                fc.regions.push((start, bytes));
-            }
-            callstack::unwind::insn::inprocess::function_symbols_split(
-                &data,
-                bias,
-                &mut fc.functions,
-                &mut fc.cold,
-            );
+            let lo = segs
+                .iter()
+                .filter(|s| s.1)
+                .map(|s| s.0 + bias)
+                .min()
+                .unwrap_or(0);
+            let hi = segs
+                .iter()
+                .filter(|s| s.1)
+                .map(|s| s.0 + bias + s.2.len() as u64)
+                .max()
+                .unwrap_or(0);
+            fc.code.add_elf(&data, bias).unwrap();
             fc.modules.push((path.clone(), bias, lo, hi));
         }
-        fc.regions.sort_by_key(|r| r.0);
-        fc.functions.sort_unstable();
-        fc.functions.dedup_by_key(|f| f.0);
-        fc.cold.sort_unstable();
+        for (start, bytes) in &core.exec_segments {
+            fc.code.add_region(*start, bytes.clone());
+        }
         fc
     }
 
@@ -211,23 +208,15 @@ impl FileCode {
 
 impl CodeMemory for FileCode {
     fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
-        for (s, d) in &self.regions {
-            if *s <= addr && addr < s + d.len() as u64 {
-                let o = (addr - s) as usize;
-                let n = buf.len().min(d.len() - o);
-                buf[..n].copy_from_slice(&d[o..o + n]);
-                return n;
-            }
-        }
-        0
+        self.code.read_code(addr, buf)
     }
 
     fn function_bounds(&mut self, addr: u64) -> Option<(u64, u64)> {
-        lookup_function(&self.functions, addr)
+        self.code.function_bounds(addr)
     }
 
     fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
-        callstack::unwind::insn::inprocess::function_entry_in(&self.functions, &self.cold, addr)
+        self.code.function_entry(addr)
     }
 }
 

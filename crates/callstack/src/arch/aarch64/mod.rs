@@ -14,6 +14,7 @@ pub mod core_regs;
 pub mod instruction_analysis;
 #[cfg(feature = "remote")]
 pub mod regs;
+pub mod signal;
 
 use super::FrameRecordLayout;
 

@@ -43,3 +43,6 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
         lr: r[LR] as u64,
     })
 }
+
+/// Offset of `pr_pid` in the 32-bit `elf_prstatus`.
+pub const PR_PID_OFFSET: usize = 24;

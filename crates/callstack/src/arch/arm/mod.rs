@@ -11,4 +11,6 @@
 pub mod core_regs;
 pub mod ehabi;
 pub mod instruction_analysis;
+pub mod regs;
+pub mod signal;
 pub mod unwinder;

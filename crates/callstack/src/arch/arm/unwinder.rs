@@ -16,8 +16,26 @@ pub trait ArmTables {
     fn read_word(&mut self, addr: u64) -> Option<u32>;
 }
 
-/// No tables: prologue analysis only.
-impl ArmTables for () {
+/// Code without tables: prologue analysis only.
+#[derive(Debug, Clone)]
+pub struct NoTables<C>(pub C);
+
+impl<C: CodeMemory> CodeMemory for NoTables<C> {
+    fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        self.0.read_code(addr, buf)
+    }
+    fn is_executable(&mut self, addr: u64) -> bool {
+        self.0.is_executable(addr)
+    }
+    fn function_bounds(&mut self, addr: u64) -> Option<(u64, u64)> {
+        self.0.function_bounds(addr)
+    }
+    fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
+        self.0.function_entry(addr)
+    }
+}
+
+impl<C> ArmTables for NoTables<C> {
     fn exidx_for(&mut self, _pc: u64) -> Option<ExidxTable<'_>> {
         None
     }
@@ -30,7 +48,9 @@ impl ArmTables for () {
 pub type ArmRegs = [u32; 16];
 
 fn after_call<C: CodeMemory + ?Sized>(code: &mut C, ra: u32) -> bool {
-    ra > 4096 && call_before(code, ra as u64).is_some()
+    ra > 4096
+        && (call_before(code, ra as u64).is_some()
+            || super::signal::is_trampoline(code, ra as u64).is_some())
 }
 
 fn read<M: Memory + ?Sized>(mem: &mut M, a: i64) -> Option<u32> {
@@ -40,21 +60,27 @@ fn read<M: Memory + ?Sized>(mem: &mut M, a: i64) -> Option<u32> {
     mem.read_u32(a as u64).ok()
 }
 
-/// Unwinds one frame. `first`: `regs[15]` is an exact pc.
-pub fn step<M, C, T>(
+/// Unwinds one frame. `first`: `regs[15]` is an exact pc. `code` reads the
+/// code and gives the EHABI tables (wrap a plain reader in [`NoTables`]).
+pub fn step<M, C>(
     regs: &ArmRegs,
     mem: &mut M,
     code: &mut C,
-    tables: &mut T,
     first: bool,
     stack_end: u64,
 ) -> Option<(ArmRegs, Method)>
 where
     M: Memory + ?Sized,
-    C: CodeMemory + ?Sized,
-    T: ArmTables + ?Sized,
+    C: CodeMemory + ArmTables + ?Sized,
 {
     let pc = regs[15] as u64;
+    // A signal frame: the handler returned to the trampoline; below is the
+    // interrupted code at its exact pc.
+    if let Some(rt) = super::signal::is_trampoline(code, pc) {
+        if let Some(r) = super::signal::restore(regs[13], mem, rt) {
+            return Some((r, Method::SignalFrame));
+        }
+    }
     let addr = pc & !1;
     let lookup = if first { addr } else { addr.wrapping_sub(1) };
     let sp = regs[13] as u64;
@@ -64,9 +90,9 @@ where
 
     // 1. EHABI.
     let mut ops = [0u8; MAX_OPCODES];
-    let entry = tables.exidx_for(lookup).and_then(|t| t.lookup(lookup).ok());
+    let entry = code.exidx_for(lookup).and_then(|t| t.lookup(lookup).ok());
     if let Some((_, e)) = entry {
-        if let Ok(n) = ehabi::opcodes(e, |a| tables.read_word(a), &mut ops) {
+        if let Ok(n) = ehabi::opcodes(e, |a| code.read_word(a), &mut ops) {
             let mut r = *regs;
             if ehabi::execute(&ops[..n], &mut r, mem).is_ok()
                 && ok(&r, code)
@@ -166,18 +192,16 @@ fn call_before_t<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> Option<CallBe
 
 /// Walks from `regs` (the innermost frame), writing `(pc, method)` per
 /// frame (pcs with the Thumb bit as found). Returns how many.
-pub fn walk<M, C, T>(
+pub fn walk<M, C>(
     regs: ArmRegs,
     mem: &mut M,
     code: &mut C,
-    tables: &mut T,
     stack_end: u64,
     out: &mut [(u64, Method)],
 ) -> usize
 where
     M: Memory + ?Sized,
-    C: CodeMemory + ?Sized,
-    T: ArmTables + ?Sized,
+    C: CodeMemory + ArmTables + ?Sized,
 {
     if out.is_empty() {
         return 0;
@@ -187,7 +211,7 @@ where
     let mut cur = regs;
     let mut first = true;
     while n < out.len() {
-        let Some((next, m)) = step(&cur, mem, code, tables, first, stack_end) else {
+        let Some((next, m)) = step(&cur, mem, code, first, stack_end) else {
             break;
         };
         if next[15] == 0 || (next[13] == cur[13] && next[15] == cur[15]) {
@@ -196,7 +220,7 @@ where
         out[n] = (next[15] as u64, m);
         n += 1;
         cur = next;
-        first = false;
+        first = m == Method::SignalFrame;
     }
     n
 }

@@ -28,3 +28,6 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
         lr: r(RA)?,
     })
 }
+
+/// Offset of `pr_pid` in the 32-bit `elf_prstatus`.
+pub const PR_PID_OFFSET: usize = 24;

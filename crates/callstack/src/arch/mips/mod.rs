@@ -6,3 +6,5 @@
 
 pub mod core_regs;
 pub mod instruction_analysis;
+pub mod regs;
+pub mod signal;

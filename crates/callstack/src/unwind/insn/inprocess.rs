@@ -240,10 +240,12 @@ unsafe extern "C" fn walk_entry(
     out[0] = (pc, Method::Context);
     let mut n = 1;
     let mut cur = UnwindRegs { pc, sp, fp, lr: 0 };
+    // `pc` is a return address (looked up at pc - 1), except below a signal
+    // frame, where it is the exact interrupted pc.
+    let mut exact = false;
     while n < out.len() {
-        // `pc` is a return address: look it up at pc - 1 (first = false).
         let Some(s) =
-            super::x86_64::unwinder::step(&cur, &mut mem, &mut code, false, bounds.hi as u64)
+            super::x86_64::unwinder::step(&cur, &mut mem, &mut code, exact, bounds.hi as u64)
         else {
             break;
         };
@@ -253,6 +255,7 @@ unsafe extern "C" fn walk_entry(
         out[n] = (s.regs.pc, s.method);
         n += 1;
         cur = s.regs;
+        exact = s.method == Method::SignalFrame;
     }
     n
 }

@@ -26,11 +26,18 @@
 
 pub mod fallback;
 pub mod inprocess;
+pub mod modcode;
 pub mod risc;
 pub mod scan;
+pub mod target;
+
+#[cfg(test)]
+mod robustness;
 
 pub use fallback::InsnFallback;
 pub use inprocess::InProcess;
+pub use modcode::{ModuleCode, ModuleCodeError};
+pub use target::{unwind_prstatus, TargetArch};
 
 pub use crate::arch::aarch64::instruction_analysis as aarch64;
 pub use crate::arch::mips::instruction_analysis as mips;

@@ -42,6 +42,24 @@ pub trait RiscArch {
     /// architecture has one (`None` otherwise or if unreadable).
     fn frame_record<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<UnwindRegs>;
 
+    /// The interrupted registers, when `regs.pc` is the kernel's (or
+    /// qemu-user's) signal-return trampoline and `regs.sp` its frame.
+    fn signal_frame<C: CodeMemory + ?Sized, M: Memory + ?Sized>(
+        code: &mut C,
+        regs: &UnwindRegs,
+        mem: &mut M,
+    ) -> Option<UnwindRegs> {
+        let _ = (code, regs, mem);
+        None
+    }
+
+    /// Whether `ra` is a signal-return trampoline (a handler's return
+    /// address: no call precedes it).
+    fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> bool {
+        let _ = (code, ra);
+        false
+    }
+
     /// The address to look the function up at (clears mode bits).
     fn code_addr(pc: u64) -> u64 {
         pc
@@ -58,7 +76,7 @@ pub struct RiscStep {
 }
 
 fn after_call<A: RiscArch, C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> bool {
-    ra > 4096 && A::call_before(code, ra).is_some()
+    ra > 4096 && (A::call_before(code, ra).is_some() || A::is_trampoline(code, ra))
 }
 
 /// Unwinds one frame of architecture `A`.
@@ -70,6 +88,14 @@ pub fn step<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
     stack_end: u64,
 ) -> Option<RiscStep> {
     let pc = A::code_addr(regs.pc);
+    // A signal frame: the handler returned to the trampoline; the frame
+    // below is the interrupted code, at its exact pc.
+    if let Some(n) = A::signal_frame(code, regs, mem) {
+        return Some(RiscStep {
+            regs: n,
+            method: Method::SignalFrame,
+        });
+    }
     let lookup = if first { pc } else { pc.wrapping_sub(1) };
     let entry = code.function_entry(lookup).map(|e| e.0);
     let ok_sp = |n: &UnwindRegs| n.sp >= regs.sp && n.sp <= stack_end;
@@ -185,7 +211,8 @@ pub fn walk<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
         out[n] = (s.regs.pc, s.method);
         n += 1;
         cur = s.regs;
-        first = false;
+        // After a signal frame the pc is exact and lr live.
+        first = s.method == Method::SignalFrame;
     }
     n
 }

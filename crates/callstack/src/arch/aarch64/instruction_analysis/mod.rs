@@ -64,6 +64,21 @@ impl RiscArch for Arch {
         call_before(code, ra)
     }
 
+    fn signal_frame<C: CodeMemory + ?Sized, M: Memory + ?Sized>(
+        code: &mut C,
+        regs: &UnwindRegs,
+        mem: &mut M,
+    ) -> Option<UnwindRegs> {
+        if !super::signal::is_trampoline(code, regs.pc) {
+            return None;
+        }
+        super::signal::restore(regs, mem)
+    }
+
+    fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> bool {
+        super::signal::is_trampoline(code, ra)
+    }
+
     fn frame_record<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<UnwindRegs> {
         if regs.fp & 15 != 0 || regs.fp <= regs.sp {
             return None;

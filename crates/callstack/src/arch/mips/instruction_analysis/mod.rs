@@ -69,6 +69,19 @@ impl RiscArch for Arch {
         call_before(code, ra)
     }
 
+    fn signal_frame<C: CodeMemory + ?Sized, M: Memory + ?Sized>(
+        code: &mut C,
+        regs: &UnwindRegs,
+        mem: &mut M,
+    ) -> Option<UnwindRegs> {
+        let rt = super::signal::is_trampoline(code, regs.pc)?;
+        super::signal::restore(regs, mem, rt)
+    }
+
+    fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> bool {
+        super::signal::is_trampoline(code, ra).is_some()
+    }
+
     fn frame_record<M: Memory + ?Sized>(_regs: &UnwindRegs, _mem: &mut M) -> Option<UnwindRegs> {
         // o32 has no frame record at a fixed place from s8.
         None

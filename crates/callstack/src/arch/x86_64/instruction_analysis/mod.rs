@@ -112,7 +112,15 @@ impl State {
             }
         }
         if self.nstores as usize == MAX_STORES {
-            self.stores.copy_within(1.., 0);
+            // Full: forget the oldest slot holding an unknown value (a
+            // spill of some computed value); slots that hold a register's
+            // entry value (the pushed rbp) or a stack address are what the
+            // analysis needs, kept as long as possible.
+            let victim = self.stores[..MAX_STORES]
+                .iter()
+                .position(|s| matches!(s.2, Val::Unknown | Val::Load(..)))
+                .unwrap_or(0);
+            self.stores.copy_within(victim + 1.., victim);
             self.nstores -= 1;
         }
         self.stores[self.nstores as usize] = (b, off, v);

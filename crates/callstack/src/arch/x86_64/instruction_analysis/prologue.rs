@@ -170,6 +170,26 @@ mod tests {
     }
 
     #[test]
+    fn saved_rbp_survives_many_spills() {
+        // A debug build's prologue: the pushed rbp must still be found after
+        // more spills than there are store slots.
+        // 1000: 55                push rbp
+        // 1001: 48 89 e5          mov rbp, rsp
+        // 1004: 48 81 ec 00 01 00 00  sub rsp, 0x100
+        //       48 89 7d f0 ...   mov [rbp-0x10-8k], rdi   (x 16)
+        let mut b = vec![
+            0x55, 0x48, 0x89, 0xe5, 0x48, 0x81, 0xec, 0x00, 0x01, 0x00, 0x00,
+        ];
+        for k in 0..16u8 {
+            b.extend_from_slice(&[0x48, 0x89, 0x7d, 0xf0u8.wrapping_sub(8 * k)]);
+        }
+        b.push(0x90);
+        let pc = 0x1000 + b.len() as u64 - 1;
+        let r = analyze(&mut code(&b), 0x1000, pc, None).unwrap();
+        assert_eq!(r, rule(Sp, 0x110, FpRule::At(Sp, 0x100)));
+    }
+
+    #[test]
     fn unreachable_pc() {
         // 1000: c3 ret ; pc 0x1001 not reached
         assert_eq!(

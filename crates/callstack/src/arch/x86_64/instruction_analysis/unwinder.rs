@@ -108,6 +108,13 @@ fn check_ra<C: CodeMemory + ?Sized>(
     if ra < 4096 || !code.is_executable(ra) {
         return Check::Bad;
     }
+    // A handler returns to the sigreturn trampoline, which no call precedes.
+    let mut tramp = [0u8; 9];
+    if code.read_code(ra, &mut tramp) == 9
+        && crate::arch::x86_64::exact::is_sigreturn_trampoline(&tramp)
+    {
+        return Check::Strict;
+    }
     match call_before(code, ra) {
         None => Check::Bad,
         Some(CallBefore::Indirect) => Check::Strict,
@@ -140,6 +147,21 @@ where
     C: CodeMemory + ?Sized,
 {
     let pc = regs.pc;
+    // A signal frame: the handler returned to `__restore_rt` (`mov rax, 15;
+    // syscall`) with sp at the ucontext; below is the interrupted code.
+    let mut tramp = [0u8; 9];
+    if code.read_code(pc, &mut tramp) == 9
+        && crate::arch::x86_64::exact::is_sigreturn_trampoline(&tramp)
+    {
+        if let Ok(r) =
+            <crate::arch::x86_64::X86_64 as crate::arch::Arch>::signal_frame(regs.sp, mem)
+        {
+            return Some(StepResult {
+                regs: r,
+                method: Method::SignalFrame,
+            });
+        }
+    }
     let lookup = if first { pc } else { pc.wrapping_sub(1) };
     let func = code.function_bounds(lookup);
     let above = |n: &UnwindRegs| n.sp > regs.sp && n.sp <= stack_end;
@@ -309,6 +331,6 @@ where
         out[n] = (s.regs.pc, s.method);
         n += 1;
         cur = s.regs;
-        first = false;
+        first = s.method == Method::SignalFrame;
     }
 }

@@ -1,0 +1,34 @@
+//! AArch64 signal frames (as the kernel and qemu-user lay them out).
+//!
+//! A handler returns to `mov x8, #139; svc #0` (`rt_sigreturn`). At the
+//! trampoline, sp is the frame:
+//!
+//! ```text
+//! rt_sigframe: siginfo (128); ucontext: flags, link, stack (24), sigmask +
+//!              padding to 128, then sigcontext (16-aligned, at uc + 176):
+//!              fault_address, x0..x30, sp, pc, pstate, then the extension
+//!              records (FP/SIMD, SVE, ...), which are not needed here.
+//! ```
+
+use super::instruction_analysis::insn_at;
+use crate::unwind::insn::CodeMemory;
+use crate::unwind::{Memory, UnwindRegs};
+
+/// Offset of saved x0 from sp at the trampoline.
+pub const X0_OFFSET: u64 = 128 + 176 + 8;
+
+/// Whether `pc` is the `rt_sigreturn` trampoline.
+pub fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> bool {
+    insn_at(code, pc) == Some(0xd280_1168) && insn_at(code, pc + 4) == Some(0xd400_0001)
+}
+
+/// The interrupted registers saved by the signal frame at `regs.sp`.
+pub fn restore<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<UnwindRegs> {
+    let x = |mem: &mut M, i: u64| mem.read_u64(regs.sp + X0_OFFSET + 8 * i).ok();
+    Some(UnwindRegs {
+        fp: x(mem, 29)?,
+        lr: x(mem, 30)?,
+        sp: x(mem, 31)?,
+        pc: x(mem, 32)?,
+    })
+}

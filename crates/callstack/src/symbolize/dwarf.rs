@@ -1,0 +1,944 @@
+//! Our DWARF lookup: address -> (function, inlined chain, file, line,
+//! column, discriminator), built on gimli, parsing only what is asked.
+//!
+//! Why not the `addr2line` crate (which we measured, see BENCHMARKS.md):
+//! - opening: it parses every unit (abbreviations, DIE ranges) before the
+//!   first answer; we read the flat `.debug_aranges` table (falling back
+//!   to unit DIEs only for units it does not list) and parse a unit's
+//!   abbreviations when an address first falls in it;
+//! - lines: it renders every file path of a unit when the unit is first
+//!   used; we render a path when a frame needs it, and keep the
+//!   discriminator that binutils prints;
+//! - inlines: it resolves the name of every inlined call in a function
+//!   when the function is first hit; we record DIE offsets and resolve the
+//!   names of the frames on the chain asked for, once each.
+//!
+//! Semantics follow the addr2line crate and binutils (checked by the
+//! oracle tests): later rows at one address replace earlier ones, a name
+//! is the linkage name, else `DW_AT_name`, else that of the
+//! `DW_AT_abstract_origin`/`DW_AT_specification` (16 levels at most),
+//! paths are `comp_dir/dir/file` with absolute parts restarting the path.
+//!
+//! Everything returns `Option`: malformed DWARF gives no answer (and the
+//! caller falls back to the symbol tables), never a panic.
+
+use super::elf::Slice;
+use super::IntMap;
+use gimli::{AttributeValue, UnitOffset};
+use std::cell::{OnceCell, RefCell};
+use std::sync::Arc;
+
+const NAME_DEPTH: usize = 16;
+
+/// A name as stored in the file (bytes of `.debug_str` and friends).
+pub(crate) type RawName = &'static [u8];
+
+/// One frame as found in DWARF, before demangling and interning.
+pub(crate) struct RawFrame {
+    pub name: Option<RawName>,
+    pub lang: Option<gimli::DwLang>,
+    pub file: Option<Arc<str>>,
+    pub line: u32,
+    pub column: u32,
+    pub discriminator: u32,
+}
+
+struct Slot {
+    /// Offset of the unit header in `.debug_info`.
+    offset: usize,
+    header: gimli::UnitHeader<Slice>,
+    data: OnceCell<Option<Box<UnitData>>>,
+}
+
+struct Row {
+    addr: u64,
+    file: u32,
+    line: u32,
+    column: u32,
+    discriminator: u32,
+}
+
+struct Sequence {
+    start: u64,
+    end: u64,
+    rows: Box<[Row]>,
+}
+
+struct Lines {
+    header: gimli::LineProgramHeader<Slice>,
+    sequences: Box<[Sequence]>,
+    files: RefCell<IntMap<u64, Option<Arc<str>>>>,
+}
+
+struct Inlined {
+    begin: u64,
+    end: u64,
+    depth: u32,
+    die: UnitOffset,
+    /// `.debug_info` offset of the DIE its name comes from (its abstract
+    /// origin), or 0 to read the name from `die` itself: the names of
+    /// every inlined copy of a function then share one cache entry.
+    origin: usize,
+    call_file: Option<u64>,
+    call_line: u32,
+    call_column: u32,
+}
+
+struct Function {
+    /// Sorted by (depth, begin), as the addr2line crate does: a binary
+    /// search per depth finds the chain.
+    inlined: Box<[Inlined]>,
+}
+
+struct UnitData {
+    unit: gimli::Unit<Slice>,
+    lang: Option<gimli::DwLang>,
+    lines: OnceCell<Option<Lines>>,
+    /// (begin, end, subprogram DIE), sorted by begin.
+    functions: OnceCell<Box<[(u64, u64, UnitOffset)]>>,
+    details: RefCell<IntMap<usize, Arc<Function>>>,
+}
+
+/// Sorted unit ranges.
+struct RangeIndex {
+    ranges: Box<[(u64, u64, u32)]>,
+    max_end: Box<[u64]>,
+    /// Per slot: listed in `.debug_aranges` (only for the aranges index).
+    covered: Vec<bool>,
+}
+
+impl RangeIndex {
+    fn new(mut ranges: Vec<(u64, u64, u32)>, covered: Vec<bool>) -> RangeIndex {
+        ranges.sort_unstable_by_key(|r| (r.0, r.2));
+        let mut m = 0;
+        let max_end = ranges
+            .iter()
+            .map(|r| {
+                m = m.max(r.1);
+                m
+            })
+            .collect();
+        RangeIndex {
+            ranges: ranges.into_boxed_slice(),
+            max_end,
+            covered,
+        }
+    }
+}
+
+/// The DWARF of one object, indexed lazily.
+pub(crate) struct DwarfIndex {
+    dwarf: gimli::Dwarf<Slice>,
+    slots: OnceCell<Box<[Slot]>>,
+    /// (begin, end, slot), sorted by begin, with the running maximum of
+    /// `end` to walk back over overlapping ranges: from `.debug_aranges`
+    /// alone (cheap), then, built only when an address is not found there,
+    /// from every unit.
+    aranges: OnceCell<RangeIndex>,
+    all_ranges: OnceCell<RangeIndex>,
+    names: RefCell<IntMap<u64, Option<RawName>>>,
+}
+
+impl DwarfIndex {
+    pub(crate) fn new(dwarf: gimli::Dwarf<Slice>) -> DwarfIndex {
+        DwarfIndex {
+            dwarf,
+            slots: OnceCell::new(),
+            aranges: OnceCell::new(),
+            all_ranges: OnceCell::new(),
+            names: RefCell::new(IntMap::default()),
+        }
+    }
+
+    fn slots(&self) -> &[Slot] {
+        self.slots.get_or_init(|| {
+            let mut v = Vec::new();
+            let mut it = self.dwarf.units();
+            while let Ok(Some(header)) = it.next() {
+                v.push(Slot {
+                    offset: header.offset().0,
+                    header,
+                    data: OnceCell::new(),
+                });
+            }
+            v.into_boxed_slice()
+        })
+    }
+
+    fn slot_at(&self, info_offset: usize) -> Option<usize> {
+        let slots = self.slots();
+        let i = slots.partition_point(|s| s.offset <= info_offset);
+        i.checked_sub(1)
+    }
+
+    fn unit(&self, slot: usize) -> Option<&UnitData> {
+        let s = self.slots().get(slot)?;
+        s.data
+            .get_or_init(|| {
+                let unit = self.dwarf.unit(s.header).ok()?;
+                let lang = unit
+                    .entries_raw(None)
+                    .ok()
+                    .and_then(|mut e| {
+                        let abbrev = e.read_abbreviation().ok()??;
+                        let mut lang = None;
+                        for spec in abbrev.attributes() {
+                            let attr = e.read_attribute(*spec).ok()?;
+                            if attr.name() == gimli::DW_AT_language {
+                                if let AttributeValue::Language(l) = attr.value() {
+                                    lang = Some(l);
+                                }
+                            }
+                        }
+                        Some(lang)
+                    })
+                    .flatten();
+                Some(Box::new(UnitData {
+                    unit,
+                    lang,
+                    lines: OnceCell::new(),
+                    functions: OnceCell::new(),
+                    details: RefCell::new(IntMap::default()),
+                }))
+            })
+            .as_deref()
+    }
+
+    /// Ranges listed in `.debug_aranges`, and which slots it covers.
+    fn aranges(&self) -> &RangeIndex {
+        self.aranges.get_or_init(|| {
+            let slots = self.slots();
+            let mut covered = vec![false; slots.len()];
+            let mut out: Vec<(u64, u64, u32)> = Vec::new();
+            let mut headers = self.dwarf.debug_aranges.headers();
+            while let Ok(Some(h)) = headers.next() {
+                let Some(slot) = self.slot_at(h.debug_info_offset().0) else {
+                    continue;
+                };
+                if slots[slot].offset != h.debug_info_offset().0 {
+                    continue;
+                }
+                let mut entries = h.entries();
+                while let Ok(Some(e)) = entries.next() {
+                    let r = e.range();
+                    if r.begin < r.end && r.begin != 0 {
+                        out.push((r.begin, r.end, slot as u32));
+                        covered[slot] = true;
+                    }
+                }
+            }
+            RangeIndex::new(out, covered)
+        })
+    }
+
+    /// Every unit's ranges: the aranges, plus the DIE ranges of the units
+    /// `.debug_aranges` does not list (parsing those units' headers and
+    /// abbreviations, hence built only when needed).
+    fn all_ranges(&self) -> &RangeIndex {
+        self.all_ranges.get_or_init(|| {
+            let a = self.aranges();
+            let mut out = a.ranges.to_vec();
+            for (i, c) in a.covered.iter().enumerate() {
+                if *c {
+                    continue;
+                }
+                if self.quick_unit_ranges(i, &mut out).is_some() {
+                    continue;
+                }
+                let Some(u) = self.unit(i) else { continue };
+                let ur = gimli::UnitRef::new(&self.dwarf, &u.unit);
+                if let Ok(mut it) = ur.unit_ranges() {
+                    while let Ok(Some(r)) = it.next() {
+                        // Ranges at 0 are code the linker discarded.
+                        if r.begin < r.end && r.begin != 0 {
+                            out.push((r.begin, r.end, i as u32));
+                        }
+                    }
+                }
+            }
+            RangeIndex::new(out, Vec::new())
+        })
+    }
+
+    /// The address ranges of a unit's root DIE, decoding only the one
+    /// abbreviation it uses instead of the unit's whole abbreviation table
+    /// (which is what `gimli::Dwarf::unit` parses, and most of the cost of
+    /// indexing units `.debug_aranges` does not list). `None`: use the
+    /// full path.
+    fn quick_unit_ranges(&self, slot: usize, out: &mut Vec<(u64, u64, u32)>) -> Option<()> {
+        use gimli::{Reader, Section};
+        let h = self.slots().get(slot)?.header;
+        let start = UnitOffset(h.header_size());
+        let mut die = h.range_from(start..).ok()?;
+        let before = die.len();
+        let code = die.read_uleb128().ok()?;
+        let attrs_at = UnitOffset(start.0 + (before - die.len()));
+        // Find `code` in the unit's abbreviation table, reading only up to it.
+        let mut ab = *self.dwarf.debug_abbrev.reader();
+        ab.skip(h.debug_abbrev_offset().0).ok()?;
+        let mut specs = Vec::new();
+        loop {
+            let c = ab.read_uleb128().ok()?;
+            if c == 0 {
+                return None;
+            }
+            let _tag = ab.read_uleb128().ok()?;
+            let _children = ab.read_u8().ok()?;
+            specs.clear();
+            loop {
+                let name = ab.read_uleb128_u16().ok()?;
+                let form = ab.read_uleb128_u16().ok()?;
+                if name == 0 && form == 0 {
+                    break;
+                }
+                let implicit = if form == gimli::DW_FORM_implicit_const.0 {
+                    Some(ab.read_sleb128().ok()?)
+                } else {
+                    None
+                };
+                specs.push(gimli::AttributeSpecification::new(
+                    gimli::DwAt(name),
+                    gimli::DwForm(form),
+                    implicit,
+                ));
+            }
+            if c == code {
+                break;
+            }
+        }
+        let empty = gimli::Abbreviations::default();
+        let mut e = h.entries_raw(&empty, Some(attrs_at)).ok()?;
+        let mut unit = gimli::Unit {
+            header: h,
+            abbreviations: Arc::new(gimli::Abbreviations::default()),
+            name: None,
+            comp_dir: None,
+            low_pc: 0,
+            str_offsets_base: gimli::DebugStrOffsetsBase::default_for_encoding_and_file(
+                h.encoding(),
+                gimli::DwarfFileType::Main,
+            ),
+            addr_base: gimli::DebugAddrBase(0),
+            loclists_base: gimli::DebugLocListsBase::default_for_encoding_and_file(
+                h.encoding(),
+                gimli::DwarfFileType::Main,
+            ),
+            rnglists_base: gimli::DebugRngListsBase::default_for_encoding_and_file(
+                h.encoding(),
+                gimli::DwarfFileType::Main,
+            ),
+            line_program: None,
+            dwo_id: None,
+        };
+        let mut attrs = Vec::with_capacity(specs.len());
+        for spec in &specs {
+            let a = e.read_attribute(*spec).ok()?;
+            match (a.name(), a.value()) {
+                (
+                    gimli::DW_AT_addr_base | gimli::DW_AT_GNU_addr_base,
+                    AttributeValue::DebugAddrBase(b),
+                ) => unit.addr_base = b,
+                (gimli::DW_AT_rnglists_base, AttributeValue::DebugRngListsBase(b)) => {
+                    unit.rnglists_base = b
+                }
+                (gimli::DW_AT_GNU_ranges_base, _)
+                | (gimli::DW_AT_GNU_dwo_id, _)
+                | (gimli::DW_AT_dwo_name, _) => {
+                    // Split units: leave them to gimli's full path.
+                    return None;
+                }
+                _ => attrs.push(a),
+            }
+        }
+        let mut pc = Pc::default();
+        for a in &attrs {
+            pc.take(&self.dwarf, &unit, a);
+        }
+        unit.low_pc = pc.low.unwrap_or(0);
+        pc.each(&self.dwarf, &unit, |b, end| {
+            // Ranges at 0 are code the linker discarded.
+            if b != 0 {
+                out.push((b, end, slot as u32));
+            }
+        });
+        Some(())
+    }
+
+    /// The frames at `probe`, innermost first; empty when no unit has a
+    /// function or a line row there.
+    pub(crate) fn frames(&self, probe: u64, out: &mut Vec<RawFrame>) {
+        let mut tried = Vec::new();
+        if self.frames_in(self.aranges(), probe, out, &mut tried) {
+            return;
+        }
+        if self.aranges().covered.iter().all(|c| *c) {
+            return;
+        }
+        self.frames_in(self.all_ranges(), probe, out, &mut tried);
+    }
+
+    fn frames_in(
+        &self,
+        index: &RangeIndex,
+        probe: u64,
+        out: &mut Vec<RawFrame>,
+        tried: &mut Vec<u32>,
+    ) -> bool {
+        let mut i = index.ranges.partition_point(|r| r.0 <= probe);
+        while i > 0 {
+            i -= 1;
+            if index.max_end[i] <= probe {
+                break;
+            }
+            let (b, e, slot) = index.ranges[i];
+            if !(b <= probe && probe < e) || tried.contains(&slot) {
+                continue;
+            }
+            tried.push(slot);
+            if self.frames_in_unit(slot as usize, probe, out) {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn frames_in_unit(&self, slot: usize, probe: u64, out: &mut Vec<RawFrame>) -> bool {
+        let Some(u) = self.unit(slot) else {
+            return false;
+        };
+        let lines = u
+            .lines
+            .get_or_init(|| parse_lines(&self.dwarf, &u.unit))
+            .as_ref();
+        let row = lines.and_then(|l| l.find(probe));
+        let function = u
+            .functions
+            .get_or_init(|| parse_functions(&self.dwarf, &u.unit))
+            .as_ref();
+        let func = find_range(function, probe);
+        if func.is_none() && row.is_none() {
+            return false;
+        }
+        let file = |idx: u64| lines.and_then(|l| l.file(&self.dwarf, &u.unit, idx));
+        let (mut file0, mut line0, mut col0, mut disc0) = (None, 0, 0, 0);
+        if let Some(r) = row {
+            file0 = file(r.file as u64);
+            line0 = r.line;
+            col0 = r.column;
+            disc0 = r.discriminator;
+        }
+        let Some(fdie) = func else {
+            out.push(RawFrame {
+                name: None,
+                lang: u.lang,
+                file: file0,
+                line: line0,
+                column: col0,
+                discriminator: disc0,
+            });
+            return true;
+        };
+        let detail = {
+            let cached = u.details.borrow().get(&fdie.0).cloned();
+            match cached {
+                Some(d) => d,
+                None => {
+                    let d = Arc::new(parse_function(&self.dwarf, &u.unit, fdie));
+                    u.details.borrow_mut().insert(fdie.0, d.clone());
+                    d
+                }
+            }
+        };
+        // The chain of inlined calls at `probe`, outermost first.
+        let mut chain: smallchain::Chain = smallchain::Chain::new();
+        let mut rest = &detail.inlined[..];
+        loop {
+            let depth = chain.len() as u32;
+            let found = rest.binary_search_by(|x| {
+                x.depth.cmp(&depth).then_with(|| {
+                    if x.end <= probe {
+                        std::cmp::Ordering::Less
+                    } else if x.begin > probe {
+                        std::cmp::Ordering::Greater
+                    } else {
+                        std::cmp::Ordering::Equal
+                    }
+                })
+            });
+            match found {
+                Ok(i) => {
+                    chain.push(&rest[i]);
+                    rest = &rest[i + 1..];
+                }
+                Err(_) => break,
+            }
+        }
+        // Innermost first: each frame's location is the line row for the
+        // innermost, then the call site recorded in the inlined DIE below.
+        let (mut f, mut l, mut c, mut d) = (file0, line0, col0, disc0);
+        for inl in chain.iter().rev() {
+            out.push(RawFrame {
+                name: if inl.origin != 0 {
+                    self.slot_at(inl.origin).and_then(|t| {
+                        let off = inl.origin - self.slots()[t].offset;
+                        self.die_name(t, UnitOffset(off), NAME_DEPTH - 1)
+                    })
+                } else {
+                    self.die_name(slot, inl.die, NAME_DEPTH)
+                },
+                lang: u.lang,
+                file: f,
+                line: l,
+                column: c,
+                discriminator: d,
+            });
+            f = inl.call_file.and_then(file);
+            l = inl.call_line;
+            c = inl.call_column;
+            d = 0;
+        }
+        out.push(RawFrame {
+            name: self.die_name(slot, fdie, NAME_DEPTH),
+            lang: u.lang,
+            file: f,
+            line: l,
+            column: c,
+            discriminator: d,
+        });
+        true
+    }
+
+    /// The name of a DIE: linkage name, else name, else its origin's.
+    fn die_name(&self, slot: usize, die: UnitOffset, depth: usize) -> Option<RawName> {
+        let s = self.slots().get(slot)?;
+        let key = (s.offset + die.0) as u64;
+        if let Some(n) = self.names.borrow().get(&key) {
+            return *n;
+        }
+        let n = self.die_name_uncached(slot, die, depth);
+        self.names.borrow_mut().insert(key, n);
+        n
+    }
+
+    fn die_name_uncached(&self, slot: usize, die: UnitOffset, depth: usize) -> Option<RawName> {
+        if depth == 0 {
+            return None;
+        }
+        let u = self.unit(slot)?;
+        let mut e = u.unit.entries_raw(Some(die)).ok()?;
+        let abbrev = e.read_abbreviation().ok()??;
+        let mut name = None;
+        let mut next = None;
+        for spec in abbrev.attributes() {
+            let attr = e.read_attribute(*spec).ok()?;
+            match attr.name() {
+                gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
+                    if let Ok(s) = self.dwarf.attr_string(&u.unit, attr.value()) {
+                        return Some(s.slice());
+                    }
+                }
+                gimli::DW_AT_name => {
+                    if let Ok(s) = self.dwarf.attr_string(&u.unit, attr.value()) {
+                        name = Some(s.slice());
+                    }
+                }
+                gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
+                    next = Some(attr.value());
+                }
+                _ => {}
+            }
+        }
+        if name.is_some() {
+            return name;
+        }
+        match next? {
+            AttributeValue::UnitRef(o) => self.die_name(slot, o, depth - 1),
+            AttributeValue::DebugInfoRef(o) => {
+                let target = self.slot_at(o.0)?;
+                let off = o.0 - self.slots()[target].offset;
+                self.die_name(target, UnitOffset(off), depth - 1)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Lines {
+    fn find(&self, probe: u64) -> Option<&Row> {
+        let i = self.sequences.partition_point(|s| s.start <= probe);
+        let seq = &self.sequences[i.checked_sub(1)?];
+        if probe >= seq.end {
+            return None;
+        }
+        let j = seq.rows.partition_point(|r| r.addr <= probe);
+        seq.rows.get(j.checked_sub(1)?)
+    }
+
+    fn file(
+        &self,
+        dwarf: &gimli::Dwarf<Slice>,
+        unit: &gimli::Unit<Slice>,
+        index: u64,
+    ) -> Option<Arc<str>> {
+        if let Some(f) = self.files.borrow().get(&index) {
+            return f.clone();
+        }
+        let f = render_file(dwarf, unit, &self.header, index).map(Arc::from);
+        self.files.borrow_mut().insert(index, f.clone());
+        f
+    }
+}
+
+fn path_push(path: &mut String, p: &str) {
+    let rooted = |s: &str| {
+        s.starts_with('/')
+            || s.starts_with('\\')
+            || (s.len() > 2 && s.as_bytes()[1] == b':' && matches!(s.as_bytes()[2], b'/' | b'\\'))
+    };
+    if rooted(p) {
+        path.clear();
+        path.push_str(p);
+    } else {
+        let win = path.len() > 2 && path.as_bytes()[1] == b':' || path.starts_with('\\');
+        let sep = if win { '\\' } else { '/' };
+        if !path.is_empty() && !path.ends_with(sep) {
+            path.push(sep);
+        }
+        path.push_str(p);
+    }
+}
+
+fn render_file(
+    dwarf: &gimli::Dwarf<Slice>,
+    unit: &gimli::Unit<Slice>,
+    header: &gimli::LineProgramHeader<Slice>,
+    index: u64,
+) -> Option<String> {
+    let file = header.file(index)?;
+    let mut path = match &unit.comp_dir {
+        Some(d) => d.to_string_lossy().into_owned(),
+        None => String::new(),
+    };
+    if file.directory_index() != 0 {
+        if let Some(dir) = file.directory(header) {
+            let d = dwarf.attr_string(unit, dir).ok()?;
+            path_push(&mut path, &d.to_string_lossy());
+        }
+    }
+    let name = dwarf.attr_string(unit, file.path_name()).ok()?;
+    path_push(&mut path, &name.to_string_lossy());
+    Some(path)
+}
+
+#[inline(never)]
+fn parse_lines(dwarf: &gimli::Dwarf<Slice>, unit: &gimli::Unit<Slice>) -> Option<Lines> {
+    let _ = dwarf;
+    let program = unit.line_program.clone()?;
+    let mut rows = program.rows();
+    let mut sequences = Vec::new();
+    let mut cur: Vec<Row> = Vec::new();
+    loop {
+        let row = match rows.next_row() {
+            Ok(Some((_, row))) => row,
+            Ok(None) => break,
+            Err(_) => return None,
+        };
+        let addr = row.address();
+        if row.end_sequence() {
+            if let Some(start) = cur.first().map(|r| r.addr) {
+                if start < addr {
+                    sequences.push(Sequence {
+                        start,
+                        end: addr,
+                        rows: std::mem::take(&mut cur).into_boxed_slice(),
+                    });
+                } else {
+                    cur.clear();
+                }
+            }
+            continue;
+        }
+        let r = Row {
+            addr,
+            file: row.file_index().min(u32::MAX as u64) as u32,
+            line: row
+                .line()
+                .map(|l| l.get().min(u32::MAX as u64) as u32)
+                .unwrap_or(0),
+            column: match row.column() {
+                gimli::ColumnType::LeftEdge => 0,
+                gimli::ColumnType::Column(c) => c.get().min(u32::MAX as u64) as u32,
+            },
+            discriminator: row.discriminator().min(u32::MAX as u64) as u32,
+        };
+        match cur.last_mut() {
+            Some(last) if last.addr == addr => *last = r,
+            _ => cur.push(r),
+        }
+    }
+    sequences.sort_unstable_by_key(|s| s.start);
+    Some(Lines {
+        header: rows.header().clone(),
+        sequences: sequences.into_boxed_slice(),
+        files: RefCell::new(IntMap::default()),
+    })
+}
+
+/// Low/high pc and ranges attributes of one DIE.
+#[derive(Default)]
+struct Pc {
+    low: Option<u64>,
+    high: Option<u64>,
+    size: Option<u64>,
+    ranges: Option<gimli::RangeListsOffset<usize>>,
+}
+
+impl Pc {
+    fn take(
+        &mut self,
+        dwarf: &gimli::Dwarf<Slice>,
+        unit: &gimli::Unit<Slice>,
+        attr: &gimli::Attribute<Slice>,
+    ) -> bool {
+        match attr.name() {
+            gimli::DW_AT_low_pc => {
+                self.low = match attr.value() {
+                    AttributeValue::Addr(a) => Some(a),
+                    AttributeValue::DebugAddrIndex(i) => dwarf.address(unit, i).ok(),
+                    _ => None,
+                }
+            }
+            gimli::DW_AT_high_pc => match attr.value() {
+                AttributeValue::Addr(a) => self.high = Some(a),
+                AttributeValue::DebugAddrIndex(i) => self.high = dwarf.address(unit, i).ok(),
+                AttributeValue::Udata(n) => self.size = Some(n),
+                _ => {}
+            },
+            gimli::DW_AT_ranges => {
+                self.ranges = dwarf.attr_ranges_offset(unit, attr.value()).ok().flatten();
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    fn each(
+        &self,
+        dwarf: &gimli::Dwarf<Slice>,
+        unit: &gimli::Unit<Slice>,
+        mut f: impl FnMut(u64, u64),
+    ) {
+        if let Some(off) = self.ranges {
+            if let Ok(mut it) = dwarf.ranges(unit, off) {
+                while let Ok(Some(r)) = it.next() {
+                    if r.begin < r.end {
+                        f(r.begin, r.end);
+                    }
+                }
+            }
+        } else if let Some(low) = self.low {
+            let end = match (self.high, self.size) {
+                (Some(h), _) => h,
+                (None, Some(s)) => low.wrapping_add(s),
+                _ => return,
+            };
+            if low < end {
+                f(low, end);
+            }
+        }
+    }
+}
+
+#[inline(never)]
+fn parse_functions(
+    dwarf: &gimli::Dwarf<Slice>,
+    unit: &gimli::Unit<Slice>,
+) -> Box<[(u64, u64, UnitOffset)]> {
+    let mut out = Vec::new();
+    let Ok(mut e) = unit.entries_raw(None) else {
+        return out.into_boxed_slice();
+    };
+    while !e.is_empty() {
+        let off = e.next_offset();
+        let abbrev = match e.read_abbreviation() {
+            Ok(Some(a)) => a,
+            Ok(None) => continue,
+            Err(_) => break,
+        };
+        if abbrev.tag() != gimli::DW_TAG_subprogram {
+            if e.skip_attributes(abbrev.attributes()).is_err() {
+                break;
+            }
+            continue;
+        }
+        let mut pc = Pc::default();
+        for spec in abbrev.attributes() {
+            match e.read_attribute(*spec) {
+                Ok(attr) => {
+                    pc.take(dwarf, unit, &attr);
+                }
+                Err(_) => return finish(out),
+            }
+        }
+        pc.each(dwarf, unit, |b, end| out.push((b, end, off)));
+    }
+    finish(out)
+}
+
+fn finish(mut v: Vec<(u64, u64, UnitOffset)>) -> Box<[(u64, u64, UnitOffset)]> {
+    v.sort_unstable_by_key(|r| r.0);
+    v.into_boxed_slice()
+}
+
+fn find_range(v: &[(u64, u64, UnitOffset)], probe: u64) -> Option<UnitOffset> {
+    let i = v.partition_point(|r| r.0 <= probe);
+    // Walk back over a few ranges in case of nesting or overlap.
+    v[..i]
+        .iter()
+        .rev()
+        .take(8)
+        .find(|r| probe < r.1)
+        .map(|r| r.2)
+}
+
+#[inline(never)]
+fn parse_function(
+    dwarf: &gimli::Dwarf<Slice>,
+    unit: &gimli::Unit<Slice>,
+    die: UnitOffset,
+) -> Function {
+    let mut inlined = Vec::new();
+    let version5 = unit.header.version() >= 5;
+    (|| -> Option<()> {
+        let mut e = unit.entries_raw(Some(die)).ok()?;
+        let base = e.next_depth();
+        let abbrev = e.read_abbreviation().ok()??;
+        e.skip_attributes(abbrev.attributes()).ok()?;
+        // Stack of (tree depth, inline depth) of the enclosing inlined DIEs.
+        let mut stack: Vec<(isize, u32)> = Vec::new();
+        loop {
+            let depth = e.next_depth();
+            if depth <= base || e.is_empty() {
+                break;
+            }
+            while stack.last().is_some_and(|&(d, _)| d >= depth) {
+                stack.pop();
+            }
+            let off = e.next_offset();
+            let abbrev = match e.read_abbreviation().ok()? {
+                Some(a) => a,
+                None => continue,
+            };
+            match abbrev.tag() {
+                gimli::DW_TAG_inlined_subroutine => {
+                    let mut pc = Pc::default();
+                    let (mut file, mut line, mut col) = (None, 0, 0);
+                    let (mut origin, mut named) = (0usize, false);
+                    for spec in abbrev.attributes() {
+                        let attr = e.read_attribute(*spec).ok()?;
+                        if pc.take(dwarf, unit, &attr) {
+                            continue;
+                        }
+                        match attr.name() {
+                            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
+                                origin = match attr.value() {
+                                    AttributeValue::UnitRef(o) => unit.header.offset().0 + o.0,
+                                    AttributeValue::DebugInfoRef(o) => o.0,
+                                    _ => 0,
+                                }
+                            }
+                            gimli::DW_AT_name
+                            | gimli::DW_AT_linkage_name
+                            | gimli::DW_AT_MIPS_linkage_name => named = true,
+                            gimli::DW_AT_call_file => {
+                                if let AttributeValue::FileIndex(fi) = attr.value() {
+                                    if fi > 0 || version5 {
+                                        file = Some(fi);
+                                    }
+                                }
+                            }
+                            gimli::DW_AT_call_line => {
+                                line = attr.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
+                            }
+                            gimli::DW_AT_call_column => {
+                                col = attr.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
+                            }
+                            _ => {}
+                        }
+                    }
+                    let idepth = stack.last().map(|&(_, i)| i + 1).unwrap_or(0);
+                    pc.each(dwarf, unit, |b, end| {
+                        inlined.push(Inlined {
+                            begin: b,
+                            end,
+                            depth: idepth,
+                            die: off,
+                            origin: if named { 0 } else { origin },
+                            call_file: file,
+                            call_line: line,
+                            call_column: col,
+                        })
+                    });
+                    if abbrev.has_children() {
+                        stack.push((depth, idepth));
+                    }
+                }
+                gimli::DW_TAG_subprogram => {
+                    // A nested function is its own function: skip its subtree.
+                    e.skip_attributes(abbrev.attributes()).ok()?;
+                    if abbrev.has_children() {
+                        while e.next_depth() > depth && !e.is_empty() {
+                            if let Some(a) = e.read_abbreviation().ok()? {
+                                e.skip_attributes(a.attributes()).ok()?;
+                            }
+                        }
+                    }
+                }
+                _ => e.skip_attributes(abbrev.attributes()).ok()?,
+            }
+        }
+        Some(())
+    })();
+    inlined.sort_unstable_by_key(|x| (x.depth, x.begin));
+    Function {
+        inlined: inlined.into_boxed_slice(),
+    }
+}
+
+/// A small stack-allocated chain of inlined calls (deeper chains spill).
+mod smallchain {
+    use super::Inlined;
+
+    pub(super) struct Chain<'a> {
+        small: [Option<&'a Inlined>; 16],
+        len: usize,
+        spill: Vec<&'a Inlined>,
+    }
+
+    impl<'a> Chain<'a> {
+        pub(super) fn new() -> Self {
+            Chain {
+                small: [None; 16],
+                len: 0,
+                spill: Vec::new(),
+            }
+        }
+        pub(super) fn len(&self) -> usize {
+            self.len
+        }
+        pub(super) fn push(&mut self, x: &'a Inlined) {
+            if self.len < 16 {
+                self.small[self.len] = Some(x);
+            } else {
+                self.spill.push(x);
+            }
+            self.len += 1;
+        }
+        pub(super) fn iter(&self) -> impl DoubleEndedIterator<Item = &'a Inlined> + '_ {
+            self.small[..self.len.min(16)]
+                .iter()
+                .map(|x| x.expect("filled"))
+                .chain(self.spill.iter().copied())
+        }
+    }
+}
