@@ -11,6 +11,7 @@
 pub mod core_regs;
 pub mod ehabi;
 pub mod instruction_analysis;
+#[cfg(feature = "remote")]
 pub mod regs;
 pub mod signal;
 pub mod unwinder;

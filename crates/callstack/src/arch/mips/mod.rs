@@ -6,5 +6,6 @@
 
 pub mod core_regs;
 pub mod instruction_analysis;
+#[cfg(feature = "remote")]
 pub mod regs;
 pub mod signal;

@@ -7,6 +7,7 @@
 
 pub mod core_regs;
 pub mod instruction_analysis;
+#[cfg(feature = "remote")]
 pub mod regs;
 
 use super::FrameRecordLayout;
