@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
 # The C tests link target/release/libcallstack.a and run target/release/callstack.
 cargo build --release -q -p callstack-capi -p callstack-cli
+# Capture must build without the symbolizer and the remote unwinder.
+cargo check -q -p callstack --no-default-features --all-targets
 cargo test --workspace "$@"

@@ -134,8 +134,9 @@ fn stdin_is_regular_file() -> bool {
 /// Resolves a batch: the distinct addresses, sorted (neighbours share
 /// units and functions, which are then hot in the caches); with
 /// `--threads 2` and a large batch, split in two halves answered by two
-/// threads with a symbolizer each.
-fn resolve_batch(sym: Symbolizer, args: &Args, addrs: &[u64]) -> Vec<Symbolized> {
+/// threads with a symbolizer each. Returns the distinct addresses, sorted,
+/// and their answers (looked up by the caller: no copy per address).
+fn resolve_batch(sym: Symbolizer, args: &Args, addrs: &[u64]) -> (Vec<u64>, Vec<Symbolized>) {
     let mut uniq: Vec<u64> = addrs.to_vec();
     uniq.sort_unstable();
     uniq.dedup();
@@ -173,10 +174,7 @@ fn resolve_batch(sym: Symbolizer, args: &Args, addrs: &[u64]) -> Vec<Symbolized>
             }
         });
     }
-    addrs
-        .iter()
-        .map(|a| answers[uniq.binary_search(a).expect("present")].clone())
-        .collect()
+    (uniq, answers)
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -197,8 +195,9 @@ pub fn run(args: Args) -> Result<(), String> {
         None
     };
     if let Some(addrs) = batch {
-        let answers = resolve_batch(sym, &args, &addrs);
-        for (addr, s) in addrs.iter().zip(&answers) {
+        let (uniq, answers) = resolve_batch(sym, &args, &addrs);
+        for addr in &addrs {
+            let s = &answers[uniq.binary_search(addr).expect("present")];
             write_answer(&mut out, &args, *addr, s).map_err(io)?;
         }
         // The process ends here: let the OS reclaim the tables at once.

@@ -257,3 +257,88 @@ fn batch_from_a_file_matches_binutils() {
         assert_lines_equal(&theirs, &ours, &exe, "batch -a -f -i -C");
     }
 }
+
+/// glibc with libc6-dbg: a separate debug file found by build-id whose
+/// `.debug_*` sections are zlib-compressed, so `.debug_info` is inflated
+/// lazily, front to back, as units are hit. Function names and line
+/// numbers equal binutils' on addresses spread over all of libc. (File
+/// paths are compared by line number only: on this DWARF 5 binutils 2.40
+/// prints some paths with the directory twice, `./locale/./locale/x.c`,
+/// and names a few files differently, `ctype-info.c` for `ctype.h`.)
+#[test]
+fn compressed_glibc_debug_file_matches_binutils_names_and_lines() {
+    let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    let notes = Command::new("readelf").arg("-n").arg(libc).output();
+    let id = notes.ok().and_then(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_owned))
+    });
+    let Some(id) = id.filter(|id| id.len() > 2) else {
+        eprintln!("skipped: no libc.so.6 with a build-id");
+        return;
+    };
+    let debug = PathBuf::from(format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &id[..2],
+        &id[2..]
+    ));
+    let sections = Command::new("readelf").arg("-SW").arg(&debug).output();
+    let compressed = sections.is_ok_and(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .any(|l| l.contains(".debug_info") && l.split_whitespace().any(|f| f.contains('C')))
+    });
+    if !compressed {
+        eprintln!(
+            "skipped: no compressed libc6-dbg debug file at {}",
+            debug.display()
+        );
+        return;
+    }
+    let o = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(libc)
+        .output()
+        .unwrap();
+    let mut addrs: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && (f[1] == "T" || f[1] == "t")).then(|| format!("0x{}", f[0]))
+        })
+        .collect();
+    addrs.sort();
+    addrs.dedup();
+    let addrs: Vec<String> = addrs.into_iter().step_by(20).collect();
+    assert!(addrs.len() > 40, "too few libc functions: {}", addrs.len());
+    let flags = ["-s", "-f", "-i", "-a", "-C", "-e"];
+    let theirs = run(
+        Command::new("addr2line").args(flags).arg(libc).args(&addrs),
+        None,
+    );
+    let ours = run(
+        Command::new(&release_artifacts().cli)
+            .arg("addr2line")
+            .args(flags)
+            .arg(libc)
+            .args(&addrs),
+        None,
+    );
+    let (t, o): (Vec<_>, Vec<_>) = (theirs.lines().collect(), ours.lines().collect());
+    assert_eq!(t.len(), o.len(), "line counts:\n{theirs}\n---\n{ours}");
+    let mut lines = 0;
+    for (i, (a, b)) in t.iter().zip(&o).enumerate() {
+        match (a.rsplit_once(':'), b.rsplit_once(':')) {
+            (Some((_, la)), Some((_, lb))) => {
+                assert_eq!(la, lb, "line {i}: {a} / {b}");
+                lines += (la != "?" && la != "0") as usize;
+            }
+            _ => assert_eq!(a, b, "line {i}"),
+        }
+    }
+    assert!(
+        lines > addrs.len() / 2,
+        "too few answers with a line: {lines}"
+    );
+}

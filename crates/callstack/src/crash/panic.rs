@@ -4,6 +4,7 @@
 
 use super::fmt::Buf;
 use super::handler::{write_frames, write_thread, BEGIN_RAW, END_RAW};
+#[cfg(feature = "symbolize")]
 use super::report::{symbolize_report_with, Style};
 use std::io::Write;
 use std::path::PathBuf;
@@ -53,14 +54,21 @@ pub(crate) fn install(report_path: Option<PathBuf>) {
     let prev = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let raw = raw_report(info);
-        let sym = symbolize_report_with(
-            &raw,
-            Style {
-                elapsed: false,
-                trim_panic_frames: true,
-            },
-        );
-        let text = format!("{raw}{sym}");
+        // Without the symbolizer the raw part (addresses, modules, offsets)
+        // is the whole report: `callstack crash-report` can finish it.
+        #[cfg(feature = "symbolize")]
+        let text = {
+            let sym = symbolize_report_with(
+                &raw,
+                Style {
+                    elapsed: false,
+                    trim_panic_frames: true,
+                },
+            );
+            format!("{raw}{sym}")
+        };
+        #[cfg(not(feature = "symbolize"))]
+        let text = raw;
         let _ = std::io::stderr().write_all(text.as_bytes());
         if let Some(p) = &report_path {
             if let Ok(mut f) = std::fs::OpenOptions::new()

@@ -23,9 +23,10 @@
 //! caller falls back to the symbol tables), never a panic.
 
 use super::elf::Slice;
+use super::lazy::{Frozen, Inflating};
 use super::IntMap;
 use gimli::{AttributeValue, UnitOffset};
-use std::cell::{OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::Arc;
 
 const NAME_DEPTH: usize = 16;
@@ -50,6 +51,7 @@ struct Slot {
     data: OnceCell<Option<Box<UnitData>>>,
 }
 
+#[derive(Clone, Copy)]
 struct Row {
     addr: u64,
     file: u32,
@@ -99,16 +101,17 @@ struct UnitData {
     details: RefCell<IntMap<usize, Arc<Function>>>,
 }
 
-/// Sorted unit ranges.
+/// Sorted unit ranges: (begin, end, `.debug_info` offset of the unit).
 struct RangeIndex {
-    ranges: Box<[(u64, u64, u32)]>,
+    ranges: Box<[(u64, u64, usize)]>,
     max_end: Box<[u64]>,
-    /// Per slot: listed in `.debug_aranges` (only for the aranges index).
-    covered: Vec<bool>,
+    /// Sorted offsets of the units listed in `.debug_aranges` (only for the
+    /// aranges index).
+    covered: Vec<usize>,
 }
 
 impl RangeIndex {
-    fn new(mut ranges: Vec<(u64, u64, u32)>, covered: Vec<bool>) -> RangeIndex {
+    fn new(mut ranges: Vec<(u64, u64, usize)>, covered: Vec<usize>) -> RangeIndex {
         ranges.sort_unstable_by_key(|r| (r.0, r.2));
         let mut m = 0;
         let max_end = ranges
@@ -129,7 +132,12 @@ impl RangeIndex {
 /// The DWARF of one object, indexed lazily.
 pub(crate) struct DwarfIndex {
     dwarf: gimli::Dwarf<Slice>,
-    slots: OnceCell<Box<[Slot]>>,
+    /// The units found so far, in `.debug_info` order: the list grows as
+    /// far as an offset asked for (so a compressed `.debug_info` is
+    /// inflated only up to the units used).
+    slots: Frozen<Slot>,
+    /// Offset of the next unit header to read, `None` once all are read.
+    scan: Cell<Option<usize>>,
     /// (begin, end, slot), sorted by begin, with the running maximum of
     /// `end` to walk back over overlapping ranges: from `.debug_aranges`
     /// alone (cheap), then, built only when an address is not found there,
@@ -137,42 +145,100 @@ pub(crate) struct DwarfIndex {
     aranges: OnceCell<RangeIndex>,
     all_ranges: OnceCell<RangeIndex>,
     names: RefCell<IntMap<u64, Option<RawName>>>,
+    /// `.debug_info` (last field: everything above may borrow from it).
+    info: Info,
+}
+
+/// `.debug_info`: as mapped, or inflated on demand.
+pub(crate) enum Info {
+    Plain(Slice),
+    Inflating(Inflating, gimli::RunTimeEndian),
+}
+
+impl Info {
+    /// A reader over at least the first `end` bytes (fewer if the section
+    /// is shorter or corrupt).
+    fn prefix(&self, end: usize) -> Slice {
+        match self {
+            Info::Plain(s) => *s,
+            Info::Inflating(z, e) => gimli::EndianSlice::new(z.prefix(end), *e),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Info::Plain(s) => s.len(),
+            Info::Inflating(z, _) => z.len(),
+        }
+    }
 }
 
 impl DwarfIndex {
-    pub(crate) fn new(dwarf: gimli::Dwarf<Slice>) -> DwarfIndex {
+    /// `dwarf.debug_info` is not used: `info` is.
+    pub(crate) fn new(dwarf: gimli::Dwarf<Slice>, info: Info) -> DwarfIndex {
         DwarfIndex {
             dwarf,
-            slots: OnceCell::new(),
+            slots: Frozen::new(),
+            scan: Cell::new(Some(0)),
+            info,
             aranges: OnceCell::new(),
             all_ranges: OnceCell::new(),
             names: RefCell::new(IntMap::default()),
         }
     }
 
-    fn slots(&self) -> &[Slot] {
-        self.slots.get_or_init(|| {
-            let mut v = Vec::new();
-            let mut it = self.dwarf.units();
-            while let Ok(Some(header)) = it.next() {
-                v.push(Slot {
-                    offset: header.offset().0,
-                    header,
-                    data: OnceCell::new(),
-                });
+    /// Reads unit headers until one starts past `info_offset` (or all).
+    fn scan_to(&self, info_offset: usize) {
+        while let Some(at) = self.scan.get() {
+            if at > info_offset {
+                return;
             }
-            v.into_boxed_slice()
-        })
+            self.scan.set(None);
+            // The initial length (4 bytes, or 0xffffffff and 8 bytes).
+            let head = self.info.prefix(at.saturating_add(12));
+            let Some(h) = head.slice().get(at..) else {
+                return;
+            };
+            let mut r = gimli::EndianSlice::new(h, gimli::Reader::endian(&head));
+            let Ok((len, format)) = gimli::Reader::read_initial_length(&mut r) else {
+                return;
+            };
+            let end = at
+                .saturating_add(format.initial_length_size() as usize)
+                .saturating_add(len);
+            let info = gimli::DebugInfo::from(self.info.prefix(end));
+            let Ok(header) = info.header_from_offset(gimli::DebugInfoOffset(at)) else {
+                return;
+            };
+            self.slots.push(Slot {
+                offset: at,
+                header,
+                data: OnceCell::new(),
+            });
+            if end < self.info.len() {
+                self.scan.set(Some(end));
+            }
+        }
+    }
+
+    fn slot(&self, i: usize) -> Option<&Slot> {
+        self.slots.get(i)
+    }
+
+    /// Every unit's slot.
+    fn all_slots(&self) -> usize {
+        self.scan_to(usize::MAX);
+        self.slots.len()
     }
 
     fn slot_at(&self, info_offset: usize) -> Option<usize> {
-        let slots = self.slots();
-        let i = slots.partition_point(|s| s.offset <= info_offset);
+        self.scan_to(info_offset);
+        let i = self.slots.partition_point(|s| s.offset <= info_offset);
         i.checked_sub(1)
     }
 
     fn unit(&self, slot: usize) -> Option<&UnitData> {
-        let s = self.slots().get(slot)?;
+        let s = self.slot(slot)?;
         s.data
             .get_or_init(|| {
                 let unit = self.dwarf.unit(s.header).ok()?;
@@ -207,26 +273,25 @@ impl DwarfIndex {
     /// Ranges listed in `.debug_aranges`, and which slots it covers.
     fn aranges(&self) -> &RangeIndex {
         self.aranges.get_or_init(|| {
-            let slots = self.slots();
-            let mut covered = vec![false; slots.len()];
-            let mut out: Vec<(u64, u64, u32)> = Vec::new();
+            // Keyed by unit offset: which offsets really start units is
+            // checked when an address falls in one (reading the unit list
+            // only that far).
+            let mut covered = Vec::new();
+            let mut out: Vec<(u64, u64, usize)> = Vec::new();
             let mut headers = self.dwarf.debug_aranges.headers();
             while let Ok(Some(h)) = headers.next() {
-                let Some(slot) = self.slot_at(h.debug_info_offset().0) else {
-                    continue;
-                };
-                if slots[slot].offset != h.debug_info_offset().0 {
-                    continue;
-                }
+                let unit = h.debug_info_offset().0;
                 let mut entries = h.entries();
                 while let Ok(Some(e)) = entries.next() {
                     let r = e.range();
                     if r.begin < r.end && r.begin != 0 {
-                        out.push((r.begin, r.end, slot as u32));
-                        covered[slot] = true;
+                        out.push((r.begin, r.end, unit));
+                        covered.push(unit);
                     }
                 }
             }
+            covered.sort_unstable();
+            covered.dedup();
             RangeIndex::new(out, covered)
         })
     }
@@ -238,8 +303,9 @@ impl DwarfIndex {
         self.all_ranges.get_or_init(|| {
             let a = self.aranges();
             let mut out = a.ranges.to_vec();
-            for (i, c) in a.covered.iter().enumerate() {
-                if *c {
+            for i in 0..self.all_slots() {
+                let Some(s) = self.slot(i) else { continue };
+                if a.covered.binary_search(&s.offset).is_ok() {
                     continue;
                 }
                 if self.quick_unit_ranges(i, &mut out).is_some() {
@@ -251,7 +317,7 @@ impl DwarfIndex {
                     while let Ok(Some(r)) = it.next() {
                         // Ranges at 0 are code the linker discarded.
                         if r.begin < r.end && r.begin != 0 {
-                            out.push((r.begin, r.end, i as u32));
+                            out.push((r.begin, r.end, s.offset));
                         }
                     }
                 }
@@ -265,9 +331,10 @@ impl DwarfIndex {
     /// (which is what `gimli::Dwarf::unit` parses, and most of the cost of
     /// indexing units `.debug_aranges` does not list). `None`: use the
     /// full path.
-    fn quick_unit_ranges(&self, slot: usize, out: &mut Vec<(u64, u64, u32)>) -> Option<()> {
+    fn quick_unit_ranges(&self, slot: usize, out: &mut Vec<(u64, u64, usize)>) -> Option<()> {
         use gimli::{Reader, Section};
-        let h = self.slots().get(slot)?.header;
+        let s = self.slot(slot)?;
+        let (h, offset) = (s.header, s.offset);
         let start = UnitOffset(h.header_size());
         let mut die = h.range_from(start..).ok()?;
         let before = die.len();
@@ -358,7 +425,7 @@ impl DwarfIndex {
         pc.each(&self.dwarf, &unit, |b, end| {
             // Ranges at 0 are code the linker discarded.
             if b != 0 {
-                out.push((b, end, slot as u32));
+                out.push((b, end, offset));
             }
         });
         Some(())
@@ -371,7 +438,12 @@ impl DwarfIndex {
         if self.frames_in(self.aranges(), probe, out, &mut tried) {
             return;
         }
-        if self.aranges().covered.iter().all(|c| *c) {
+        let covered = &self.aranges().covered;
+        let all = (0..self.all_slots()).all(|i| {
+            self.slot(i)
+                .is_some_and(|s| covered.binary_search(&s.offset).is_ok())
+        });
+        if all {
             return;
         }
         self.frames_in(self.all_ranges(), probe, out, &mut tried);
@@ -382,7 +454,7 @@ impl DwarfIndex {
         index: &RangeIndex,
         probe: u64,
         out: &mut Vec<RawFrame>,
-        tried: &mut Vec<u32>,
+        tried: &mut Vec<usize>,
     ) -> bool {
         let mut i = index.ranges.partition_point(|r| r.0 <= probe);
         while i > 0 {
@@ -390,12 +462,19 @@ impl DwarfIndex {
             if index.max_end[i] <= probe {
                 break;
             }
-            let (b, e, slot) = index.ranges[i];
-            if !(b <= probe && probe < e) || tried.contains(&slot) {
+            let (b, e, unit) = index.ranges[i];
+            if !(b <= probe && probe < e) || tried.contains(&unit) {
                 continue;
             }
-            tried.push(slot);
-            if self.frames_in_unit(slot as usize, probe, out) {
+            tried.push(unit);
+            // An offset that starts no unit (corrupt aranges) is skipped.
+            let Some(slot) = self
+                .slot_at(unit)
+                .filter(|&s| self.slot(s).is_some_and(|s| s.offset == unit))
+            else {
+                continue;
+            };
+            if self.frames_in_unit(slot, probe, out) {
                 return true;
             }
         }
@@ -480,7 +559,7 @@ impl DwarfIndex {
             out.push(RawFrame {
                 name: if inl.origin != 0 {
                     self.slot_at(inl.origin).and_then(|t| {
-                        let off = inl.origin - self.slots()[t].offset;
+                        let off = inl.origin - self.slot(t)?.offset;
                         self.die_name(t, UnitOffset(off), NAME_DEPTH - 1)
                     })
                 } else {
@@ -510,7 +589,7 @@ impl DwarfIndex {
 
     /// The name of a DIE: linkage name, else name, else its origin's.
     fn die_name(&self, slot: usize, die: UnitOffset, depth: usize) -> Option<RawName> {
-        let s = self.slots().get(slot)?;
+        let s = self.slot(slot)?;
         let key = (s.offset + die.0) as u64;
         if let Some(n) = self.names.borrow().get(&key) {
             return *n;
@@ -555,7 +634,7 @@ impl DwarfIndex {
             AttributeValue::UnitRef(o) => self.die_name(slot, o, depth - 1),
             AttributeValue::DebugInfoRef(o) => {
                 let target = self.slot_at(o.0)?;
-                let off = o.0 - self.slots()[target].offset;
+                let off = o.0 - self.slot(target)?.offset;
                 self.die_name(target, UnitOffset(off), depth - 1)
             }
             _ => None,
@@ -650,11 +729,12 @@ fn parse_lines(dwarf: &gimli::Dwarf<Slice>, unit: &gimli::Unit<Slice>) -> Option
                     sequences.push(Sequence {
                         start,
                         end: addr,
-                        rows: std::mem::take(&mut cur).into_boxed_slice(),
+                        // Copied out at its exact size: `cur` is reused, so
+                        // rows are not regrown from empty per sequence.
+                        rows: cur.as_slice().into(),
                     });
-                } else {
-                    cur.clear();
                 }
+                cur.clear();
             }
             continue;
         }

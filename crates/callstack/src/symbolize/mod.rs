@@ -51,6 +51,7 @@ mod called_from;
 mod demangle;
 mod dwarf;
 mod elf;
+mod lazy;
 mod mapped;
 
 pub use called_from::{called_from, called_from_any};

@@ -13,6 +13,7 @@ use gimli::{
 };
 
 use crate::arch::{Applied, Arch};
+use crate::unwind::cfi_fast::Fast;
 use crate::unwind::{Memory, UnwindError, UnwindRegs};
 
 /// The gimli reader of every section the unwinder reads.
@@ -94,6 +95,27 @@ impl<'a> RowView<'a> {
         v
     }
 
+    /// Builds a view of `n` (at most 12) rules given by `rule(i)`, without
+    /// an intermediate array (the cold capture's `cfi_fast` rows).
+    #[inline]
+    pub(crate) fn from_fn(
+        cfa: CfaView<'a>,
+        ra_register: u16,
+        n: usize,
+        rule: impl Fn(usize) -> (u16, RuleView<'a>),
+    ) -> Self {
+        let mut v = RowView {
+            cfa,
+            regs: [(0, RuleView::Other); MAX_VIEW_REGS],
+            n: n.min(MAX_VIEW_REGS),
+            ra: ra_register,
+        };
+        for i in 0..v.n {
+            v.regs[i] = rule(i);
+        }
+        v
+    }
+
     /// The rule of register `reg`: a register the row does not mention is
     /// unchanged in the caller, except the return-address column, which is
     /// then undefined.
@@ -110,7 +132,7 @@ impl<'a> RowView<'a> {
         }
     }
 
-    fn from_gimli<S: UnwindSection<Slice<'a>>>(
+    pub(crate) fn from_gimli<S: UnwindSection<Slice<'a>>>(
         row: &UnwindTableRow<usize, StackStorage>,
         section: &S,
         ra: u16,
@@ -446,7 +468,69 @@ pub enum FdeAt {
 /// it to `regs`. Allocates nothing; the unwind context lives on this stack.
 ///
 /// Returns [`Applied::NoCfi`] when no FDE covers `addr`.
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub fn evaluate<A: Arch, M: Memory + ?Sized>(
+    secs: &CfiSections<'_>,
+    at: FdeAt,
+    addr: u64,
+    regs: &UnwindRegs,
+    mem: &mut M,
+) -> Result<Applied, UnwindError> {
+    match evaluate_fast::<A, M>(secs, at, addr, regs, mem) {
+        Ok(r) => r,
+        Err(at) => evaluate_gimli::<A, M>(secs, at, addr, regs, mem),
+    }
+}
+
+/// [`evaluate`] for `.eh_frame` FDEs of the forms `cfi_fast` reads: the
+/// cold capture's path, kept shallow (each new stack page a capture
+/// touches is a page fault). `Err` hands gimli where the FDE is.
+#[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn evaluate_fast<A: Arch, M: Memory + ?Sized>(
+    secs: &CfiSections<'_>,
+    at: FdeAt,
+    addr: u64,
+    regs: &UnwindRegs,
+    mem: &mut M,
+) -> Result<Result<Applied, UnwindError>, FdeAt> {
+    let Some((bytes, eh_addr)) = secs.eh_frame else {
+        return Err(at);
+    };
+    let off = match (at, secs.eh_frame_hdr) {
+        (FdeAt::EhFrame(off), _) => off,
+        (FdeAt::Search, Some((hdr, hdr_addr))) => match hdr_search(hdr, hdr_addr, eh_addr, addr) {
+            HdrSearch::Found(off) => off,
+            HdrSearch::NotCovered => return Ok(Ok(Applied::NoCfi)),
+            HdrSearch::OtherEncoding => return Err(at),
+        },
+        _ => return Err(at),
+    };
+    match crate::unwind::cfi_fast::row_for(bytes, eh_addr, off, addr) {
+        Fast::Row(row) => Ok(finish_fast::<A, M>(&row, regs, mem)),
+        Fast::Signal => {
+            Ok(A::signal_frame(regs.sp, mem).map(|regs| Applied::Caller { regs, signal: true }))
+        }
+        Fast::NotCovered => Ok(Ok(Applied::NoCfi)),
+        Fast::Unsupported => Err(FdeAt::EhFrame(off)),
+    }
+}
+
+/// Applies a row of `cfi_fast`: its own frame, so that the row view and
+/// the reading of the FDE never sit on the stack together.
+#[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn finish_fast<A: Arch, M: Memory + ?Sized>(
+    row: &crate::unwind::cfi_fast::FastRow,
+    regs: &UnwindRegs,
+    mem: &mut M,
+) -> Result<Applied, UnwindError> {
+    finish::<A, M>(&row.view(), false, regs, mem)
+}
+
+/// [`evaluate`] through gimli: the forms `cfi_fast` declines.
+#[inline(never)]
+fn evaluate_gimli<A: Arch, M: Memory + ?Sized>(
     secs: &CfiSections<'_>,
     at: FdeAt,
     addr: u64,
@@ -493,7 +577,7 @@ pub fn evaluate<A: Arch, M: Memory + ?Sized>(
                 let eh_addr = secs.eh_frame.map(|e| e.1).unwrap_or(0);
                 match hdr_search(hdr, hdr_addr, eh_addr, addr) {
                     HdrSearch::Found(off) => {
-                        return evaluate::<A, M>(secs, FdeAt::EhFrame(off), addr, regs, mem)
+                        return evaluate_gimli::<A, M>(secs, FdeAt::EhFrame(off), addr, regs, mem)
                     }
                     HdrSearch::NotCovered => return Ok(Applied::NoCfi),
                     HdrSearch::OtherEncoding => {}
@@ -564,6 +648,7 @@ pub fn hdr_eh_frame_ptr(hdr: &[u8], hdr_addr: u64) -> Option<u64> {
 /// cold capture's inner loop and gimli's generic pointer decoding costs
 /// about ten times more; other encodings give
 /// [`HdrSearch::OtherEncoding`].
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub fn hdr_search(hdr: &[u8], hdr_addr: u64, eh_frame_addr: u64, addr: u64) -> HdrSearch {
     if hdr.len() < 12 || hdr[0] != 1 || hdr[1] != 0x1b || hdr[2] != 0x03 || hdr[3] != 0x3b {
         return HdrSearch::OtherEncoding;
@@ -593,6 +678,7 @@ pub fn hdr_search(hdr: &[u8], hdr_addr: u64, eh_frame_addr: u64, addr: u64) -> H
     }
 }
 
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn finish<A: Arch, M: Memory + ?Sized>(
     view: &RowView<'_>,
     signal: bool,

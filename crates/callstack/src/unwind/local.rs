@@ -45,7 +45,11 @@ use crate::unwind::{
 type A = NativeArch;
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use crate::arch::native::exact::{decode_fast, decode_unchecked};
+use crate::arch::native::exact::{decode_fast, decode_unchecked, PACKED_END};
+
+/// Other targets: no packed rules.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const PACKED_END: u16 = 0;
 
 /// Other targets: no packed rules, every frame takes the generic unwinder.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -268,7 +272,7 @@ fn dl_find(pc: u64) -> Option<DlModule> {
 /// The CFI sections of a loaded module, at runtime addresses, from its
 /// `.eh_frame_hdr`. The slices run to the end of the module's mapping;
 /// gimli reads only what the headers and FDEs say.
-fn sections_from_hdr(hdr: u64, end: u64) -> Option<CfiSections<'static>> {
+pub(crate) fn sections_from_hdr(hdr: u64, end: u64) -> Option<CfiSections<'static>> {
     if hdr == 0 || hdr >= end {
         return None;
     }
@@ -689,6 +693,7 @@ impl RuleSource<A> for LocalSource {
 impl LocalSource {
     #[cold]
     #[inline(never)]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn rule_slow(&self, addr: u64) -> Found<<A as Arch>::Rule> {
         if let Some(m) = self.snap.and_then(|s| s.find(addr)) {
             let rule = m.table.lookup(addr.wrapping_sub(m.bias));
@@ -776,6 +781,7 @@ enum HotEnd {
 /// how many, and why it stopped. Kept out of line so that its state lives in
 /// registers. Requires `hot.sp` inside the stack whose top is `hi`.
 #[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn hot_run(hot: &mut Hot, hi: u64, out: &mut [usize]) -> (usize, HotEnd) {
     let (mut pc, mut sp, mut fp) = (hot.pc, hot.sp, hot.fp);
     let mut prev = hot.prev;
@@ -785,6 +791,9 @@ fn hot_run(hot: &mut Hot, hi: u64, out: &mut [usize]) -> (usize, HotEnd) {
     }
     let len = out.len();
     let mut slots = out.iter_mut();
+    // The decoded rule, redone only when the rule changes (the first frame
+    // always decodes: `prev` is 0 or a fast rule, never 0 for a cached one).
+    let (mut from_fp, mut cfa_off, mut bp_off) = decode_unchecked(prev);
     let end = loop {
         if slots.len() == 0 {
             break HotEnd::Full;
@@ -800,12 +809,16 @@ fn hot_run(hot: &mut Hot, hi: u64, out: &mut [usize]) -> (usize, HotEnd) {
         }
         if p != prev {
             if decode_fast(p).is_none() {
+                // `_start`, a thread's start: CFI says there is no caller.
+                if p == PACKED_END && PACKED_END != 0 {
+                    break HotEnd::Outermost;
+                }
                 break HotEnd::Slow;
             }
             prev = opaque(p);
+            // Decoded from the register copy: ALU work off the load chain.
+            (from_fp, cfa_off, bp_off) = decode_unchecked(prev);
         }
-        // Decoded from the register copy: cheap ALU work off the load chain.
-        let (from_fp, cfa_off, bp_off) = decode_unchecked(prev);
         let cfa = if from_fp {
             fp.wrapping_add(cfa_off)
         } else {
@@ -884,7 +897,8 @@ pub(crate) fn walk_pcs(
         prev: 0,
     };
     let mut exact = exact;
-    let mut scratch = [0usize; 32];
+    // Small: the cold capture's stack depth is page faults.
+    let mut scratch = [0usize; 8];
     loop {
         if n == out.len() {
             return (n, StopReason::BufferFull);
@@ -989,6 +1003,10 @@ pub(crate) fn walk_frames(
 /// # Safety
 /// `out` must be valid for `max` writes (or null, or `max == 0`).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+// The functions of the first (cold) capture share the section
+// `.text.callstack_unwind`, so that they sit together in the binary and the
+// first capture faults in fewer pages of code (each one costs microseconds).
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub(crate) unsafe extern "C" fn exact_from_entry(
     skip: u32,
     max: u32,

@@ -45,6 +45,7 @@
 //! ```
 
 pub mod cfi;
+mod cfi_fast;
 pub mod insn;
 pub(crate) mod local;
 pub mod memory;

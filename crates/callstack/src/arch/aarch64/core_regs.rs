@@ -7,6 +7,7 @@
 //! ([`unwind_regs`] for the instruction-analysis unwinder, [`from_user_regs`]
 //! for [`crate::remote`]).
 
+#[cfg(feature = "remote")]
 use crate::remote::{Machine, Registers};
 use crate::unwind::insn::{PrstatusError, UnwindRegs};
 
@@ -45,6 +46,7 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
     })
 }
 
+#[cfg(feature = "remote")]
 /// Reads the general registers from a little-endian `user_pt_regs`
 /// (`pr_reg` itself, not the whole note). Returns `None` when `bytes` is too
 /// short.

@@ -47,6 +47,9 @@ pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {
     }
 }
 
+/// No packed rules on AArch64 yet: nothing is the packed `End` rule.
+pub(crate) const PACKED_END: u16 = 0;
+
 /// The hot path of in-process exact capture; rules are not packed on
 /// AArch64 yet, so every frame takes the generic unwinder.
 #[inline(always)]

@@ -7,6 +7,7 @@
 //! ([`all_regs`] and [`unwind_regs`] for the instruction-analysis unwinder,
 //! [`from_user_regs`] for [`crate::remote`]).
 
+#[cfg(feature = "remote")]
 use crate::remote::{Machine, Registers};
 use crate::unwind::insn::{PrstatusError, UnwindRegs};
 
@@ -53,6 +54,7 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
     })
 }
 
+#[cfg(feature = "remote")]
 /// Reads r0-r15 from a little-endian `pr_reg` (not the whole note); the pc
 /// gets bit 0 set in Thumb state (the interworking convention the ARM
 /// unwinder expects). Returns `None` when `bytes` is too short.

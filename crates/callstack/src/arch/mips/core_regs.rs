@@ -8,6 +8,7 @@
 //! for the instruction-analysis unwinder, [`from_user_regs`] for
 //! [`crate::remote`]).
 
+#[cfg(feature = "remote")]
 use crate::remote::{Machine, Registers};
 use crate::unwind::insn::{PrstatusError, UnwindRegs};
 
@@ -46,6 +47,7 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
     })
 }
 
+#[cfg(feature = "remote")]
 /// Reads r0-r31 and the pc from a little-endian `pr_reg` (not the whole
 /// note). Returns `None` when `bytes` is too short.
 pub fn from_user_regs(bytes: &[u8]) -> Option<Registers> {

@@ -7,6 +7,7 @@
 //! ([`unwind_regs`] for the instruction-analysis unwinder, [`from_user_regs`]
 //! for [`crate::remote`]).
 
+#[cfg(feature = "remote")]
 use crate::remote::{Machine, Registers};
 use crate::unwind::insn::{PrstatusError, UnwindRegs};
 
@@ -30,6 +31,7 @@ pub const DWARF_RSP: u16 = 7;
 /// DWARF number of the return-address column (rip).
 pub const DWARF_RIP: u16 = 16;
 
+#[cfg(feature = "remote")]
 /// `user_regs_struct` field order up to rip, mapped to DWARF numbers
 /// (`None`: no DWARF number).
 const USER_REGS_TO_DWARF: [Option<u16>; RIP + 1] = [
@@ -63,6 +65,7 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
     })
 }
 
+#[cfg(feature = "remote")]
 /// Reads the general registers from a little-endian `user_regs_struct`
 /// (`pr_reg` itself, not the whole note). Returns `None` when `bytes` is too
 /// short.

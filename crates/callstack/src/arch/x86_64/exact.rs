@@ -85,6 +85,11 @@ pub(crate) fn decode_fast(p: u16) -> Option<(bool, u64, i64)> {
     Some((from_fp, cfa, bp))
 }
 
+/// The packed `End` rule (`X86_64::pack(UnwindRuleX86_64::End)`): the
+/// outermost frame, which the hot loop ends on without the generic
+/// unwinder.
+pub(crate) const PACKED_END: u16 = 3 << 14 | 1;
+
 /// [`decode_fast`] of a rule it accepted, without the checks.
 #[inline(always)]
 pub(crate) fn decode_unchecked(p: u16) -> (bool, u64, i64) {
@@ -92,4 +97,16 @@ pub(crate) fn decode_unchecked(p: u16) -> (bool, u64, i64) {
     let cfa = ((p >> 6) & 0xff) as u64 * 8;
     let bp = ((((p & 0x3f) as i16) << 10) >> 10) as i64 * 8;
     (from_fp, cfa, bp)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::arch::x86_64::{UnwindRuleX86_64, X86_64};
+    use crate::arch::Arch;
+
+    #[test]
+    fn packed_end_is_the_packed_end_rule() {
+        assert_eq!(super::PACKED_END, X86_64::pack(UnwindRuleX86_64::End));
+        assert!(super::decode_fast(super::PACKED_END).is_none());
+    }
 }
