@@ -2,38 +2,15 @@
 //! allocator), a SIGPROF storm on busy threads, and a capture that goes
 //! through the signal frame into the interrupted code.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use callstack::{Frame, Method};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: testsupport::alloc::Counting = testsupport::alloc::Counting;
 
 fn allocs() -> u64 {
-    ALLOCS.with(|c| c.get())
+    testsupport::alloc::thread_allocs()
 }
 
 const EMPTY: Frame = Frame {

@@ -3,38 +3,15 @@
 //! `capture_from_context_with_info`: no deadlock, no crash, no allocation,
 //! and every sample ends at the thread's first frame (`clone3`).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use callstack::{Frame, Method, StopReason};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: testsupport::alloc::Counting = testsupport::alloc::Counting;
 
 fn allocs() -> u64 {
-    ALLOCS.with(|c| c.get())
+    testsupport::alloc::thread_allocs()
 }
 
 const EMPTY: Frame = Frame {

@@ -5,6 +5,7 @@
 //! - [`Gcc`]: compiles C fixtures from `tests/fixtures/` into a scratch dir.
 //! - [`gdb_backtrace`] and [`addr2line_functions`]: the oracles.
 
+pub mod alloc;
 pub mod crash;
 
 use std::path::{Path, PathBuf};
