@@ -6,19 +6,10 @@
 #![no_main]
 
 use callstack::unwind::insn::{aarch64, arm, mips, risc, x86_64, Method, SliceCode, UnwindRegs};
-use callstack::unwind::{Memory, ReadError};
 use libfuzzer_sys::fuzz_target;
 
-struct Stack<'a>(&'a [u8]);
-impl Memory for Stack<'_> {
-    fn read_u64(&mut self, a: u64) -> Result<u64, ReadError> {
-        let o = a.checked_sub(0x7000_0000).ok_or(ReadError::OutOfBounds(a))? as usize;
-        self.0
-            .get(o..o + 8)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
-            .ok_or(ReadError::OutOfBounds(a))
-    }
-}
+mod common;
+use common::Stack;
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 8 {
