@@ -133,13 +133,19 @@ fn rust_malloc_crash() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     // SAFETY: not safe at all: heap corruption is the crash under test.
     unsafe {
-        let a = libc::malloc(0x500) as *mut usize;
-        let guard = libc::malloc(0x20);
+        // No fastbins (mallopt consolidates the existing ones first), and
+        // an odd large size: `a` and `guard` are carved one after the other
+        // (from the top chunk or one free chunk), so the freed `a` lands in
+        // the unsorted bin, not merged with a neighbour, whatever the heap
+        // held before.
+        libc::mallopt(libc::M_MXFAST, 0);
+        let a = libc::malloc(0x1d30) as *mut usize;
+        let guard = libc::malloc(0x1d30);
         black_box(guard);
         libc::free(a.cast());
         // The freed chunk's `bk` link: point it at unmapped memory.
         core::ptr::write_volatile(a.add(1), 0x10);
-        let b = rust_malloc_victim(0x500);
+        let b = rust_malloc_victim(0x1d30);
         black_box(b);
     }
 }
