@@ -25,16 +25,21 @@ fn captures_make_no_system_calls() {
         .unwrap();
     assert!(st.success());
     let text = std::fs::read_to_string(&log).unwrap();
-    // Split the log at the markers (per process id, in order).
+    // Split the log at the markers, in order. A section holds only the calls
+    // of the thread that made its opening marker: the other threads' calls
+    // (the main thread waiting in pthread_join while the new thread makes its
+    // first capture) interleave in the log but are not the captures'.
     let mut sections: Vec<Vec<String>> = vec![vec![]];
+    let mut owner: Option<&str> = None;
     for line in text.lines() {
-        let call = line
+        let (pid, call) = line
             .split_once(' ')
-            .map(|x| x.1.trim_start())
-            .unwrap_or(line);
+            .map(|(p, c)| (p, c.trim_start()))
+            .unwrap_or(("", line));
         if call.starts_with("getppid(") {
             sections.push(vec![]);
-        } else {
+            owner = Some(pid);
+        } else if owner.is_none_or(|o| o == pid) {
             sections.last_mut().unwrap().push(call.to_string());
         }
     }
