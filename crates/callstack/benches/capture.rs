@@ -79,70 +79,9 @@ const ROWS: &[Row] = &[
     },
 ];
 
-/// Where the capture is made.
-struct Scenario {
-    name: &'static str,
-    /// Runs the closure `depth` frames deep.
-    at_depth: fn(&mut dyn FnMut()),
-}
-
-const SCENARIOS: &[Scenario] = &[
-    Scenario {
-        name: "depth8",
-        at_depth: |f| recurse(8, f),
-    },
-    Scenario {
-        name: "depth32",
-        at_depth: |f| recurse(32, f),
-    },
-    Scenario {
-        name: "depth64",
-        at_depth: |f| recurse(64, f),
-    },
-    Scenario {
-        name: "distinct64",
-        at_depth: |f| f00(f),
-    },
-];
-
-/// `n` frames of itself, then `f`. Not a tail call, so every level keeps
-/// its frame.
-#[inline(never)]
-fn recurse(n: usize, f: &mut dyn FnMut()) {
-    if n <= 1 {
-        f();
-    } else {
-        recurse(black_box(n - 1), f);
-    }
-    black_box(n);
-}
-
-/// Defines a chain of distinct functions, each calling the next (not a tail
-/// call); the last one calls `f`.
-macro_rules! chain {
-    ($k:expr; $last:ident) => {
-        #[inline(never)]
-        fn $last(f: &mut dyn FnMut()) {
-            f();
-            black_box($k);
-        }
-    };
-    ($k:expr; $this:ident $next:ident $($rest:ident)*) => {
-        #[inline(never)]
-        fn $this(f: &mut dyn FnMut()) {
-            $next(f);
-            black_box($k);
-        }
-        chain!($k + 1; $next $($rest)*);
-    };
-}
-
-chain!(0usize;
-    f00 f01 f02 f03 f04 f05 f06 f07 f08 f09 f10 f11 f12 f13 f14 f15
-    f16 f17 f18 f19 f20 f21 f22 f23 f24 f25 f26 f27 f28 f29 f30 f31
-    f32 f33 f34 f35 f36 f37 f38 f39 f40 f41 f42 f43 f44 f45 f46 f47
-    f48 f49 f50 f51 f52 f53 f54 f55 f56 f57 f58 f59 f60 f61 f62 f63
-);
+#[path = "scenarios.rs"]
+mod scenarios;
+use scenarios::SCENARIOS;
 
 /// Frames each (scenario, row) returned, recorded outside the timing.
 static FRAMES: Mutex<BTreeMap<(&'static str, &'static str), usize>> = Mutex::new(BTreeMap::new());
@@ -181,7 +120,7 @@ fn main() {
         let mut group = c.benchmark_group(s.name);
         for row in ROWS {
             group.bench_function(row.name, |b| {
-                (s.at_depth)(&mut || b.iter_custom(|iters| measure(s.name, row, iters)));
+                (s.at)(&mut || b.iter_custom(|iters| measure(s.name, row, iters)));
             });
         }
         group.finish();
@@ -190,7 +129,7 @@ fn main() {
     let mut interleaved = Vec::new();
     for s in SCENARIOS {
         let mut medians = Vec::new();
-        (s.at_depth)(&mut || medians = interleaved_medians(s.name));
+        (s.at)(&mut || medians = interleaved_medians(s.name));
         interleaved.push(medians);
     }
     summary(&dir, started, &interleaved);

@@ -28,64 +28,9 @@ use criterion::Criterion;
 
 // ------------------------------------------------------------ scenarios
 
-#[inline(never)]
-fn recurse(n: usize, f: &mut dyn FnMut()) {
-    if n <= 1 {
-        f();
-    } else {
-        recurse(black_box(n - 1), f);
-    }
-    black_box(n);
-}
-
-macro_rules! chain {
-    ($k:expr; $last:ident) => {
-        #[inline(never)]
-        fn $last(f: &mut dyn FnMut()) {
-            f();
-            black_box($k);
-        }
-    };
-    ($k:expr; $this:ident $next:ident $($rest:ident)*) => {
-        #[inline(never)]
-        fn $this(f: &mut dyn FnMut()) {
-            $next(f);
-            black_box($k);
-        }
-        chain!($k + 1; $next $($rest)*);
-    };
-}
-
-chain!(0usize;
-    f00 f01 f02 f03 f04 f05 f06 f07 f08 f09 f10 f11 f12 f13 f14 f15
-    f16 f17 f18 f19 f20 f21 f22 f23 f24 f25 f26 f27 f28 f29 f30 f31
-    f32 f33 f34 f35 f36 f37 f38 f39 f40 f41 f42 f43 f44 f45 f46 f47
-    f48 f49 f50 f51 f52 f53 f54 f55 f56 f57 f58 f59 f60 f61 f62 f63
-);
-
-struct Scenario {
-    name: &'static str,
-    at: fn(&mut dyn FnMut()),
-}
-
-const SCENARIOS: &[Scenario] = &[
-    Scenario {
-        name: "depth8",
-        at: |f| recurse(8, f),
-    },
-    Scenario {
-        name: "depth32",
-        at: |f| recurse(32, f),
-    },
-    Scenario {
-        name: "depth64",
-        at: |f| recurse(64, f),
-    },
-    Scenario {
-        name: "distinct64",
-        at: |f| f00(f),
-    },
-];
+#[path = "scenarios.rs"]
+mod scenarios;
+use scenarios::{recurse, Scenario, SCENARIOS};
 
 // ------------------------------------------------------------ rows
 
@@ -99,79 +44,15 @@ fn yes() -> bool {
     true
 }
 
-#[inline(never)]
-fn row_exact(out: &mut [usize]) -> usize {
-    callstack::capture_exact(0, out)
-}
-
-#[inline(never)]
-fn row_fast(out: &mut [usize]) -> usize {
-    callstack::capture_fast(0, out)
-}
-
-#[inline(never)]
-fn row_glibc(out: &mut [usize]) -> usize {
-    unsafe extern "C" {
-        fn backtrace(buf: *mut *mut libc::c_void, size: libc::c_int) -> libc::c_int;
-    }
-    // SAFETY: `out` has room for `out.len()` pointers.
-    unsafe {
-        backtrace(
-            out.as_mut_ptr().cast(),
-            out.len().min(i32::MAX as usize) as i32,
-        ) as usize
-    }
-}
-
-#[inline(never)]
-fn row_backtrace_rs(out: &mut [usize]) -> usize {
-    let mut n = 0;
-    // SAFETY: no other thread uses backtrace-rs during the bench.
-    unsafe {
-        backtrace::trace_unsynchronized(|f| {
-            out[n] = f.ip() as usize;
-            n += 1;
-            n < out.len()
-        })
-    };
-    n
-}
-
-mod libgcc {
-    #[repr(C)]
-    pub struct Ctx {
-        _p: [u8; 0],
-    }
-    unsafe extern "C" {
-        fn _Unwind_Backtrace(
-            f: extern "C" fn(*mut Ctx, *mut libc::c_void) -> libc::c_int,
-            arg: *mut libc::c_void,
-        ) -> libc::c_int;
-        fn _Unwind_GetIP(ctx: *mut Ctx) -> usize;
-    }
-    struct St<'a> {
-        out: &'a mut [usize],
-        n: usize,
-    }
-    extern "C" fn cb(ctx: *mut Ctx, arg: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: `arg` is the `St` below, for the duration of the walk.
-        let st = unsafe { &mut *(arg as *mut St) };
-        if st.n == st.out.len() {
-            return 5; // _URC_END_OF_STACK
-        }
-        // SAFETY: a context handed by the unwinder.
-        st.out[st.n] = unsafe { _Unwind_GetIP(ctx) };
-        st.n += 1;
-        0
-    }
-    #[inline(never)]
-    pub fn capture(out: &mut [usize]) -> usize {
-        let mut st = St { out, n: 0 };
-        // SAFETY: `cb` only touches `st`.
-        unsafe { _Unwind_Backtrace(cb, (&mut st as *mut St).cast()) };
-        st.n
-    }
-}
+#[path = "peers/backtrace_rs.rs"]
+mod backtrace_rs;
+#[path = "peers/glibc.rs"]
+mod glibc;
+#[path = "peers/libgcc.rs"]
+mod libgcc;
+#[path = "peers/ours.rs"]
+#[allow(dead_code)] // the bare loop is capture.rs's row only
+mod ours;
 
 mod libunwind {
     use std::sync::OnceLock;
@@ -342,12 +223,12 @@ mod fh {
 const ROWS: &[Row] = &[
     Row {
         name: "capture_exact",
-        capture: row_exact,
+        capture: ours::capture_exact,
         available: yes,
     },
     Row {
         name: "capture_fast",
-        capture: row_fast,
+        capture: ours::capture_fast,
         available: yes,
     },
     Row {
@@ -362,17 +243,17 @@ const ROWS: &[Row] = &[
     },
     Row {
         name: "unwind_backtrace",
-        capture: libgcc::capture,
+        capture: libgcc::unwind_backtrace,
         available: yes,
     },
     Row {
         name: "glibc_backtrace",
-        capture: row_glibc,
+        capture: glibc::backtrace_glibc,
         available: yes,
     },
     Row {
         name: "backtrace_rs",
-        capture: row_backtrace_rs,
+        capture: backtrace_rs::trace_unsynchronized,
         available: yes,
     },
 ];
@@ -423,7 +304,7 @@ fn cold_child(row: &str) {
         let t = Instant::now();
         n = match row {
             "capture_exact" => callstack::capture_exact(0, &mut buf),
-            "unwind_backtrace" => libgcc::capture(&mut buf),
+            "unwind_backtrace" => libgcc::unwind_backtrace(&mut buf),
             "libunwind_unw_backtrace" => libunwind::capture(&mut buf),
             "framehop" => {
                 let mut st = fh::setup();
