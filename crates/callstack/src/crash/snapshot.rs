@@ -8,7 +8,7 @@
 //! half-written list and never takes a lock, calls `dl_iterate_phdr` or
 //! allocates.
 
-use super::sys::{self, SyncCell};
+use super::sys::SyncCell;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -160,7 +160,7 @@ fn lookup_maps(addr: usize, s: &mut MapsScratch) -> Option<Found<'_>> {
     let mut hit: Option<(usize, usize)> = None; // (start, file offset)
     let mut base_path = [0u8; 512];
     let mut base_len = 0usize;
-    sys::for_each_maps_line(|line| {
+    crate::sys::maps::for_each_line(|line| {
         let Some(f) = parse_maps_line(line) else {
             return true;
         };

@@ -17,10 +17,23 @@ pub fn mapping_containing(addr: usize) -> Option<(usize, usize)> {
     found
 }
 
-/// Calls `f(start, end)` for each line of `/proc/self/maps` until it returns
-/// `false`. Lines are parsed as they stream in, so any number of mappings
-/// costs no more memory than the fixed buffer.
+/// Calls `f(start, end)` for each mapping of `/proc/self/maps` until it
+/// returns `false`.
 pub fn for_each_mapping(mut f: impl FnMut(usize, usize) -> bool) {
+    for_each_line(|line| match parse_range(line) {
+        Some((lo, hi)) => f(lo, hi),
+        None => true,
+    });
+}
+
+/// Calls `f(line)` for each line of `/proc/self/maps` (without its newline)
+/// until it returns `false`.
+///
+/// Async-signal-safe: `open`, `read` and `close` only, a 4 KiB buffer on the
+/// stack, no allocation. Lines are handed over as they stream in, so any
+/// number of mappings costs no more memory than the buffer; a line longer
+/// than the buffer (a huge path) is skipped whole.
+pub fn for_each_line(mut f: impl FnMut(&[u8]) -> bool) {
     const PATH: &[u8] = b"/proc/self/maps\0";
     // SAFETY: PATH is NUL-terminated; open is async-signal-safe.
     let fd = unsafe { libc::open(PATH.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
@@ -29,6 +42,8 @@ pub fn for_each_mapping(mut f: impl FnMut(usize, usize) -> bool) {
     }
     let mut buf = [0u8; 4096];
     let mut filled = 0usize;
+    // Inside the tail of a line that did not fit in the buffer.
+    let mut skipping = false;
     'outer: loop {
         // SAFETY: the destination is the unused tail of `buf`.
         let n = unsafe { libc::read(fd, buf.as_mut_ptr().add(filled).cast(), buf.len() - filled) };
@@ -38,17 +53,14 @@ pub fn for_each_mapping(mut f: impl FnMut(usize, usize) -> bool) {
             }
             break;
         }
-        let n = n as usize;
         let eof = n == 0;
-        filled += n;
+        filled += n as usize;
         let mut start = 0;
         while let Some(nl) = buf[start..filled].iter().position(|&b| b == b'\n') {
-            let line = &buf[start..start + nl];
-            if let Some((lo, hi)) = parse_range(line) {
-                if !f(lo, hi) {
-                    break 'outer;
-                }
+            if !skipping && !f(&buf[start..start + nl]) {
+                break 'outer;
             }
+            skipping = false;
             start += nl + 1;
         }
         if eof {
@@ -58,8 +70,8 @@ pub fn for_each_mapping(mut f: impl FnMut(usize, usize) -> bool) {
         buf.copy_within(start..filled, 0);
         filled -= start;
         if filled == buf.len() {
-            // A line longer than the buffer (a huge path): drop it.
             filled = 0;
+            skipping = true;
         }
     }
     // SAFETY: fd was opened above and is closed once.
