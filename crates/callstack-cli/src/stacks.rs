@@ -198,7 +198,7 @@ fn name_thread(
                 line: None,
                 inlined: false,
                 module: module_name.clone(),
-                method: f.method.as_str(),
+                method: json_method(f.method),
                 show_pc: true,
             });
         }
@@ -210,7 +210,7 @@ fn name_thread(
                 line: s.line,
                 inlined: s.inlined,
                 module: module_name.clone(),
-                method: f.method.as_str(),
+                method: json_method(f.method),
                 show_pc: k == 0,
             });
         }
@@ -412,4 +412,14 @@ pub fn print_methods(threads: &[ThreadOut], as_json: bool, methods: bool) -> Res
     };
     r.and_then(|_| w.flush())
         .map_err(|e| format!("writing the output: {e}"))
+}
+
+/// The `method` value of the JSON contract (`context|cfi|fp|insn|scan`): a
+/// frame found through a kernel signal frame comes from saved registers, so
+/// it is `context`.
+fn json_method(m: callstack::remote::Method) -> &'static str {
+    match m {
+        callstack::remote::Method::SignalFrame => "context",
+        m => m.as_str(),
+    }
 }

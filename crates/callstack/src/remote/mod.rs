@@ -294,33 +294,10 @@ impl Snapshot {
     }
 }
 
-/// How a frame was found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Method {
-    /// From the thread's registers (the first frame).
-    Context,
-    /// DWARF call-frame information.
-    Cfi,
-    /// The frame-pointer chain.
-    Fp,
-    /// Instruction analysis.
-    Insn,
-    /// Stack scanning.
-    Scan,
-}
-
-impl Method {
-    /// The name used in the JSON output: `context`, `cfi`, `fp`, `insn`, `scan`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Method::Context => "context",
-            Method::Cfi => "cfi",
-            Method::Fp => "fp",
-            Method::Insn => "insn",
-            Method::Scan => "scan",
-        }
-    }
-}
+/// How a frame was found: the unwinder's own [`crate::unwind::Method`]
+/// (the JSON output names a frame found through a kernel signal frame
+/// `context`, since its registers come from the saved context).
+pub use crate::unwind::Method;
 
 /// One unwound frame of another process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -418,10 +418,10 @@ fn risc_frames(max: usize, walk: impl FnOnce(&mut [(u64, unwind::Method)]) -> us
         .iter()
         .map(|&(pc, m)| {
             let pc = pc & !1;
-            let method = map_method(m);
+            let method = m;
             Frame {
                 pc,
-                lookup: if method == Method::Context {
+                lookup: if matches!(method, Method::Context | Method::SignalFrame) {
                     pc
                 } else {
                     pc.wrapping_sub(1)
@@ -433,16 +433,6 @@ fn risc_frames(max: usize, walk: impl FnOnce(&mut [(u64, unwind::Method)]) -> us
     Unwound {
         frames,
         stop: (n >= max).then(|| format!("stopped after {max} frames")),
-    }
-}
-
-fn map_method(m: unwind::Method) -> Method {
-    match m {
-        unwind::Method::Context | unwind::Method::SignalFrame => Method::Context,
-        unwind::Method::Cfi => Method::Cfi,
-        unwind::Method::FramePointer => Method::Fp,
-        unwind::Method::Insn => Method::Insn,
-        unwind::Method::Scan => Method::Scan,
     }
 }
 
@@ -477,7 +467,7 @@ fn walk<A: crate::arch::Arch, M: Memory + ?Sized, F: unwind::Fallback<A>>(
         out.frames.push(Frame {
             pc: f.pc,
             lookup: f.lookup_address(),
-            method: map_method(f.method),
+            method: f.method,
         });
     }
     out.stop = match u.stop_reason() {
