@@ -45,7 +45,9 @@ use crate::unwind::{
 type A = NativeArch;
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use crate::arch::native::exact::{decode_fast, decode_unchecked, PACKED_END};
+use crate::arch::native::exact::{decode_fast, PACKED_END};
+#[cfg(target_arch = "x86_64")]
+use crate::arch::x86_64::exact::{run_exit, run_same_rule};
 
 /// Other targets: no packed rules.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -57,10 +59,70 @@ fn decode_fast(_: u16) -> Option<(bool, u64, i64)> {
     None
 }
 
-/// Other targets: never called (nothing decodes).
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-fn decode_unchecked(_: u16) -> (bool, u64, i64) {
-    (false, 8, 0)
+/// Exit codes of [`run_same_rule`] (as on x86-64).
+#[cfg(not(target_arch = "x86_64"))]
+mod run_exit {
+    pub(crate) const FULL: u64 = 0;
+    pub(crate) const OUTERMOST: u64 = 1;
+    pub(crate) const SLOW: u64 = 2;
+    pub(crate) const CHANGED: u64 = 3;
+}
+
+/// The portable form of x86-64's `run_same_rule` (same contract): frames
+/// under one fast rule while the next frame's cached word is its key with
+/// that rule. (No target but x86-64 packs fast rules yet.)
+///
+/// # Safety
+/// As x86-64's `run_same_rule`.
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn run_same_rule(
+    regs: &mut [u64; 3],
+    o: &mut *mut usize,
+    end: *mut usize,
+    from_fp: bool,
+    tag: u64,
+    off_a: u64,
+    ra_at: u64,
+    a_max: u64,
+    cache: *const u64,
+) -> (u64, u64) {
+    let [mut pc, mut sp, mut fp] = *regs;
+    let mut out = *o;
+    let (code, word) = loop {
+        let a = if from_fp { fp } else { sp }.wrapping_add(off_a);
+        if a < sp || a > a_max {
+            break (run_exit::SLOW, 0);
+        }
+        // SAFETY: sp <= a <= hi - ra_at - 8: inside the readable stack.
+        let ra = unsafe { core::ptr::read_unaligned((a + ra_at) as *const u64) };
+        if ra_at != 0 {
+            // SAFETY: as above, below the return address.
+            fp = unsafe { core::ptr::read_unaligned(a as *const u64) };
+        }
+        if ra == 0 {
+            break (run_exit::OUTERMOST, 0);
+        }
+        // SAFETY: out < end: a slot of the caller's.
+        unsafe {
+            *out = ra as usize;
+            out = out.add(1);
+        }
+        pc = ra;
+        sp = a + ra_at + 8;
+        if out == end {
+            break (run_exit::FULL, 0);
+        }
+        // SAFETY: the index is below CACHE_SIZE.
+        let v = unsafe { core::ptr::read_volatile(cache.add(cache_set(pc))) } ^ pc;
+        if v != tag {
+            break (run_exit::CHANGED, v);
+        }
+    };
+    *regs = [pc, sp, fp];
+    *o = out;
+    (code, word)
 }
 
 // ---------------------------------------------------------------- memory
@@ -355,27 +417,32 @@ const CACHE_BITS: u32 = 13;
 const CACHE_SIZE: usize = 1 << CACHE_BITS;
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: AtomicU64 = AtomicU64::new(0);
-/// Lookup address (low 48 bits) << 16 | packed rule. 0 is empty.
+/// The key bits of a cache word.
+const KEY_MASK: u64 = (1 << 48) - 1;
+/// Cache words: `key | packed rule << 48`, where the key is the lookup
+/// address plus one (so a return address is its own key: the hot loop
+/// hashes the value it loaded, with no arithmetic first). 0 is empty.
+/// Rules are never 0, so with the rule in the high bits a hot frame checks
+/// key and rule with one `xor` and one compare (see [`hot_run`]).
 static CACHE: [AtomicU64; CACHE_SIZE] = [EMPTY; CACHE_SIZE];
 
-/// The cache is 2-way set associative: a lookup address may sit in either
-/// word of its pair.
+/// The cache is 2-way set associative: a key may sit in either word of its
+/// pair, which starts at this (even) index.
 #[inline(always)]
-fn cache_set(addr: u64) -> usize {
-    ((addr ^ (addr >> CACHE_BITS) ^ (addr >> (2 * CACHE_BITS))) as usize) & (CACHE_SIZE - 2)
+fn cache_set(key: u64) -> usize {
+    ((key ^ (key >> CACHE_BITS)) as usize) & (CACHE_SIZE - 2)
 }
 
-/// The cached word of `addr` (key in the high 48 bits), or 0.
+/// The packed rule cached for the lookup address `addr`, or 0.
 #[inline(always)]
-fn cache_get(addr: u64) -> u64 {
-    let i = cache_set(addr);
-    let v = CACHE[i].load(Ordering::Relaxed);
-    if v >> 16 == addr {
-        return v;
-    }
-    let v = CACHE[i + 1].load(Ordering::Relaxed);
-    if v >> 16 == addr {
-        return v;
+fn cache_get(addr: u64) -> u16 {
+    let key = addr.wrapping_add(1);
+    let i = cache_set(key);
+    for w in [i, i + 1] {
+        let x = CACHE[w].load(Ordering::Relaxed) ^ key;
+        if x & KEY_MASK == 0 {
+            return (x >> 48) as u16;
+        }
     }
     0
 }
@@ -383,8 +450,12 @@ fn cache_get(addr: u64) -> u64 {
 /// Caches a packed rule: in an empty way, else in the second way, so two
 /// hot addresses of one set both stay.
 fn cache_put(addr: u64, packed: u16) {
-    let i = cache_set(addr);
-    let word = addr << 16 | packed as u64;
+    let key = addr.wrapping_add(1);
+    if packed == 0 || key == 0 || key & !KEY_MASK != 0 {
+        return;
+    }
+    let i = cache_set(key);
+    let word = key | (packed as u64) << 48;
     let w = if CACHE[i].load(Ordering::Relaxed) == 0 {
         i
     } else {
@@ -633,9 +704,9 @@ impl RuleSource<A> for LocalSource {
     #[inline(always)]
     fn rule(&self, addr: u64) -> Found<<A as Arch>::Rule> {
         if self.snap.is_some() {
-            let v = cache_get(addr);
-            if v != 0 {
-                return Found::Rule(A::unpack(v as u16));
+            let p = cache_get(addr);
+            if p != 0 {
+                return Found::Rule(A::unpack(p));
             }
         }
         self.rule_slow(addr)
@@ -697,10 +768,7 @@ impl LocalSource {
     fn rule_slow(&self, addr: u64) -> Found<<A as Arch>::Rule> {
         if let Some(m) = self.snap.and_then(|s| s.find(addr)) {
             let rule = m.table.lookup(addr.wrapping_sub(m.bias));
-            let p = A::pack(rule);
-            if p != 0 && addr >> 48 == 0 {
-                cache_put(addr, p);
-            }
+            cache_put(addr, A::pack(rule));
             return Found::Rule(rule);
         }
         if self.dl_module(addr).is_some() {
@@ -757,107 +825,167 @@ fn insn_fallback(mem: &StackMemory) -> crate::unwind::insn::InsnFallback<LocalCo
 
 // ---------------------------------------------------------------- entries
 
-/// The state of the hot loop between runs: the registers and the packed
-/// rule of the last fast frame.
+/// The registers of the frame a walk is at; `pc` is a return address (its
+/// lookup address is `pc - 1`) unless the walk says it is exact.
+#[derive(Clone, Copy)]
 struct Hot {
     pc: u64,
     sp: u64,
     fp: u64,
-    prev: u16,
 }
 
 /// How a run of the hot loop ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum HotEnd {
-    /// `out` is full.
+    /// The output is full.
     Full,
-    /// A zero return address: the outermost frame.
+    /// A zero return address or a cached `End` rule: the outermost frame.
     Outermost,
     /// The frame at `hot.pc` needs the generic unwinder.
     Slow,
 }
 
-/// The hot loop: frames whose lookup address is in the rule cache, applied
-/// with reads in `[sp, hi)`. Writes return addresses to `out` and returns
-/// how many, and why it stopped. Kept out of line so that its state lives in
-/// registers. Requires `hot.sp` inside the stack whose top is `hi`.
-#[inline(never)]
-#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-fn hot_run(hot: &mut Hot, hi: u64, out: &mut [usize]) -> (usize, HotEnd) {
-    let (mut pc, mut sp, mut fp) = (hot.pc, hot.sp, hot.fp);
-    let mut prev = hot.prev;
-    if decode_fast(prev).is_none() {
-        // Not a fast rule (the first run): force a decode of the first frame.
-        prev = 0;
+/// A fast rule (`decode_fast`) as the hot loop applies it, relative to `a`,
+/// the lowest stack word the frame reads: `a = (fp if from_fp else sp) +
+/// off_a`; the return address is at `a + ra_at`, the caller's stack pointer
+/// (the CFA) is `a + ra_at + 8`, and when `ra_at != 0` the caller's frame
+/// pointer was saved at `a` (when `ra_at == 0` it is unchanged). So one
+/// check, `sp <= a <= a_max`, keeps every read of the frame in `[sp, hi)`.
+#[derive(Clone, Copy)]
+struct FastRule {
+    /// The packed rule in place in a cache word (`p << 48`).
+    tag: u64,
+    from_fp: bool,
+    off_a: u64,
+    ra_at: u64,
+    /// `hi - ra_at - 8`.
+    a_max: u64,
+}
+
+impl FastRule {
+    #[inline(always)]
+    fn new(p: u16, hi: u64) -> Option<FastRule> {
+        // `cfa >= 8`, `bp <= 0`.
+        let (from_fp, cfa, bp) = decode_fast(p)?;
+        let (off_a, ra_at) = match bp {
+            0 => (cfa - 8, 0),
+            // The caller's rbp below the return address.
+            b if b <= -16 => ((cfa as i64 + b) as u64, (-b - 8) as u64),
+            // Saved at the return address's own slot: not a real rule.
+            _ => return None,
+        };
+        Some(FastRule {
+            tag: (p as u64) << 48,
+            from_fp,
+            off_a,
+            ra_at,
+            a_max: hi.checked_sub(ra_at + 8)?,
+        })
     }
-    let len = out.len();
-    let mut slots = out.iter_mut();
-    // The decoded rule, redone only when the rule changes (the first frame
-    // always decodes: `prev` is 0 or a fast rule, never 0 for a cached one).
-    let (mut from_fp, mut cfa_off, mut bp_off) = decode_unchecked(prev);
-    let end = loop {
-        if slots.len() == 0 {
-            break HotEnd::Full;
+}
+
+/// The hot loop: frames whose key (their return address) is in the rule
+/// cache with a fast rule, applied with reads in `[sp, hi)`. Writes up to
+/// `len` return addresses at `out`; returns how many, and why it stopped,
+/// with `hot` at the last frame written (or at the start). Requires
+/// `hot.sp` inside the stack whose top is `hi`, and `hot.pc` a return
+/// address.
+///
+/// A frame costs a cache load, one `xor` and compare of the loaded word
+/// against the current rule (key and rule at once: consecutive frames
+/// usually share a rule, and then nothing is decoded and the stack loads
+/// need not wait for the cache load), one range check and the rule's one or
+/// two stack loads. A non-canonical return address could alias a cached
+/// key in the compare; its frame is then unwound with a wrong rule, which
+/// stays inside the checked stack range like any corrupt frame.
+///
+/// # Safety
+/// `out` must be valid for `len` writes.
+#[inline(always)]
+unsafe fn hot_loop(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize, HotEnd) {
+    let (mut pc, mut sp, mut fp) = (hot.pc, hot.sp, hot.fp);
+    let mut o = out;
+    // SAFETY: one past the end of the caller's `len` slots.
+    let end = unsafe { out.add(len) };
+    let why = 'walk: {
+        if o == end {
+            break 'walk HotEnd::Full;
         }
-        let v = cache_get(pc.wrapping_sub(1));
-        let p = v as u16;
-        // Value prediction: a frame whose rule is the previous frame's (a
-        // well-predicted branch) reuses the decoded rule held in registers,
-        // so its stack loads need not wait for the cache load, and nothing
-        // is decoded.
-        if v == 0 {
-            break HotEnd::Slow;
-        }
-        if p != prev {
-            if decode_fast(p).is_none() {
+        let mut x = CACHE[cache_set(pc)].load(Ordering::Relaxed) ^ pc;
+        loop {
+            // A new rule: find the key in either way, decode.
+            if x & KEY_MASK != 0 {
+                x = CACHE[cache_set(pc) + 1].load(Ordering::Relaxed) ^ pc;
+                if x & KEY_MASK != 0 {
+                    break 'walk HotEnd::Slow;
+                }
+            }
+            let p = (x >> 48) as u16;
+            let Some(r) = FastRule::new(p, hi) else {
                 // `_start`, a thread's start: CFI says there is no caller.
                 if p == PACKED_END && PACKED_END != 0 {
-                    break HotEnd::Outermost;
+                    break 'walk HotEnd::Outermost;
                 }
-                break HotEnd::Slow;
+                break 'walk HotEnd::Slow;
+            };
+            // Frames under this rule.
+            let mut regs = [pc, sp, fp];
+            // SAFETY: `o..end` are the caller's slots; `[sp, hi)` is
+            // readable stack and `r.a_max` comes from `hi`; `CACHE` is the
+            // rule cache.
+            let (exit, word) = unsafe {
+                run_same_rule(
+                    &mut regs,
+                    &mut o,
+                    end,
+                    r.from_fp,
+                    r.tag,
+                    r.off_a,
+                    r.ra_at,
+                    r.a_max,
+                    CACHE.as_ptr().cast(),
+                )
+            };
+            [pc, sp, fp] = regs;
+            match exit {
+                run_exit::CHANGED => x = word,
+                run_exit::FULL => break 'walk HotEnd::Full,
+                run_exit::OUTERMOST => break 'walk HotEnd::Outermost,
+                run_exit::SLOW => break 'walk HotEnd::Slow,
+                _ => break 'walk HotEnd::Slow,
             }
-            prev = opaque(p);
-            // Decoded from the register copy: ALU work off the load chain.
-            (from_fp, cfa_off, bp_off) = decode_unchecked(prev);
-        }
-        let cfa = if from_fp {
-            fp.wrapping_add(cfa_off)
-        } else {
-            sp.wrapping_add(cfa_off)
-        };
-        let bp_at = cfa.wrapping_add(bp_off as u64);
-        // [cfa - 8, cfa) and the saved rbp (below the CFA, at or above the
-        // frame's sp) lie in [sp, hi): readable stack.
-        if cfa < sp.wrapping_add(8) || cfa > hi || bp_at < sp {
-            break HotEnd::Slow;
-        }
-        // SAFETY: lo <= sp <= cfa - 8 < cfa <= hi: inside this thread's
-        // mapped, readable stack.
-        let ra = unsafe { core::ptr::read_unaligned((cfa - 8) as *const u64) };
-        if bp_off != 0 {
-            // SAFETY: sp <= bp_at <= cfa - 8 (bp_off <= -8): as above.
-            fp = unsafe { core::ptr::read_unaligned(bp_at as *const u64) };
-        }
-        if ra == 0 {
-            break HotEnd::Outermost;
-        }
-        pc = ra;
-        sp = cfa;
-        if let Some(slot) = slots.next() {
-            *slot = ra as usize;
         }
     };
-    let n = len - slots.len();
-    *hot = Hot { pc, sp, fp, prev };
-    (n, end)
+    *hot = Hot { pc, sp, fp };
+    // SAFETY: both in (or one past) the caller's slots.
+    (unsafe { o.offset_from(out) } as usize, why)
+}
+
+/// [`hot_loop`] out of line, for the generic walk.
+///
+/// # Safety
+/// As [`hot_loop`].
+#[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+unsafe fn hot_run(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize, HotEnd) {
+    // SAFETY: the caller's promise.
+    unsafe { hot_loop(hot, hi, out, len) }
+}
+
+/// The stack memory and the rule source of a walk from `sp`, or why there
+/// is no walk (the stack holding `sp` is unknown).
+#[inline(always)]
+fn walk_setup(sp: u64) -> Result<(StackMemory, LocalSource), StopReason> {
+    match StackMemory::for_sp(sp) {
+        Some(m) => Ok((m, LocalSource::new())),
+        None => Err(StopReason::Error(UnwindError::Read(
+            ReadError::OutOfBounds(sp),
+        ))),
+    }
 }
 
 /// Walks from `regs`, writing pcs after dropping `skip`. Returns the count
 /// and why the walk ended.
-///
-/// Frames whose rule is in the rule cache go through [`hot_run`]: a cache
-/// load, the rule's two or three stack loads and the checks. Any other
-/// frame takes one step of the generic [`Unwinder`].
-#[inline(always)]
 pub(crate) fn walk_pcs(
     regs: UnwindRegs,
     exact: bool,
@@ -867,13 +995,10 @@ pub(crate) fn walk_pcs(
     if out.is_empty() {
         return (0, StopReason::BufferFull);
     }
-    let Some(mut mem) = StackMemory::for_sp(regs.sp) else {
-        return (
-            0,
-            StopReason::Error(UnwindError::Read(ReadError::OutOfBounds(regs.sp))),
-        );
+    let (mut mem, source) = match walk_setup(regs.sp) {
+        Ok(s) => s,
+        Err(e) => return (0, e),
     };
-    let source = LocalSource::new();
     if regs.pc == 0 {
         return (0, StopReason::Outermost);
     }
@@ -884,21 +1009,38 @@ pub(crate) fn walk_pcs(
         out[0] = regs.pc as usize;
         n = 1;
     }
+    let hot = Hot {
+        pc: regs.pc,
+        sp: regs.sp,
+        fp: regs.fp,
+    };
+    walk_rest(hot, exact, skip, n, out, &mut mem, &source)
+}
+
+/// The rest of a walk whose `n` first pcs are in `out` and whose frame
+/// `hot` (already written or skipped) is next to unwind.
+///
+/// Frames whose rule is in the rule cache go through [`hot_run`]. Any other
+/// frame takes one step of the generic [`Unwinder`].
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn walk_rest(
+    mut hot: Hot,
+    mut exact: bool,
+    mut skip: usize,
+    mut n: usize,
+    out: &mut [usize],
+    mem: &mut StackMemory,
+    source: &LocalSource,
+) -> (usize, StopReason) {
     // The stack the walk starts on; frames on another stack (after a signal
     // frame on an alternate stack) take the generic path. The cache is
     // filled from published tables only: before any, it is empty, and not
     // even touched (its pages stay unfaulted).
     let (lo, hi) = (mem.bounds[0].lo as u64, mem.bounds[0].hi as u64);
     let has_tables = source.snap.is_some();
-    let mut hot = Hot {
-        pc: regs.pc,
-        sp: regs.sp,
-        fp: regs.fp,
-        prev: 0,
-    };
-    let mut exact = exact;
-    // Small: the cold capture's stack depth is page faults.
-    let mut scratch = [0usize; 8];
+    // Skipped frames go here (small: the cold capture's stack depth is page
+    // faults).
+    let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 8];
     loop {
         if n == out.len() {
             return (n, StopReason::BufferFull);
@@ -906,17 +1048,19 @@ pub(crate) fn walk_pcs(
         // Exact pcs (a signal context's first frame, a frame below a signal
         // frame) are rare: the generic step takes them.
         if !exact && has_tables && hot.sp >= lo && hot.sp < hi {
-            let (k, end) = if skip > 0 {
+            let end = if skip > 0 {
                 let m = skip.min(scratch.len());
-                let (k, e) = hot_run(&mut hot, hi, &mut scratch[..m]);
+                // SAFETY: `m` slots of `scratch`.
+                let (k, e) = unsafe { hot_run(&mut hot, hi, scratch.as_mut_ptr().cast(), m) };
                 skip -= k;
-                (0, e)
+                e
             } else {
-                let (k, e) = hot_run(&mut hot, hi, &mut out[n..]);
+                // SAFETY: the `out.len() - n` slots after the first `n`.
+                let (k, e) =
+                    unsafe { hot_run(&mut hot, hi, out.as_mut_ptr().add(n), out.len() - n) };
                 n += k;
-                (k, e)
+                e
             };
-            let _ = k;
             match end {
                 HotEnd::Full => continue,
                 HotEnd::Outermost => return (n, StopReason::Outermost),
@@ -930,10 +1074,10 @@ pub(crate) fn walk_pcs(
             fp: hot.fp,
             lr: 0,
         };
-        let fallback = insn_fallback(&mem);
-        let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
-        let _ = u.next(&mut mem);
-        match u.next(&mut mem) {
+        let fallback = insn_fallback(mem);
+        let mut u = Unwinder::<A, _, _>::with_fallback(source, regs, exact, fallback);
+        let _ = u.next(mem);
+        match u.next(mem) {
             Some(f) => {
                 exact = f.method == crate::unwind::Method::SignalFrame;
                 let r = *u.regs();
@@ -952,15 +1096,14 @@ pub(crate) fn walk_pcs(
     }
 }
 
-/// `x`, with the compiler forbidden to know that it equals anything else.
+/// The end of the stack holding `sp` when it is known without a lookup:
+/// the thread's cached bounds, or the main thread's stack end.
 #[inline(always)]
-fn opaque(mut x: u16) -> u16 {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    // SAFETY: an empty asm block that only claims to modify `x`.
-    unsafe {
-        core::arch::asm!("/* {0:e} */", inout(reg) x, options(pure, nomem, nostack, preserves_flags));
+fn known_stack_end(sp: u64) -> Option<u64> {
+    match stack::cached_stack_end(sp as usize) {
+        Some(hi) => Some(hi as u64),
+        None => main_stack_bounds(sp).map(|b| b.hi as u64),
     }
-    x
 }
 
 /// Like [`walk_pcs`], keeping the whole frames.
@@ -1018,15 +1161,75 @@ pub(crate) unsafe extern "C" fn exact_from_entry(
     if out.is_null() || max == 0 {
         return 0;
     }
-    // SAFETY: the caller promises `max` writable slots at `out`.
-    let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
-    let regs = UnwindRegs {
+    let mut hot = Hot {
         pc: pc as u64,
         sp: sp as u64,
         fp: fp as u64,
+    };
+    // The warm path: tables published (the rule cache is filled from them
+    // only, so before them it is not even touched), the stack's end known
+    // without a lookup. `pc` is a return address, so never 0.
+    if !SNAPSHOT.load(Ordering::Relaxed).is_null() {
+        if let Some(hi) = known_stack_end(hot.sp) {
+            let max = max as usize;
+            let mut skip = skip as usize;
+            let mut n = 0;
+            if skip == 0 {
+                // SAFETY: `max >= 1` slots at `out`.
+                unsafe { *out = pc };
+                n = 1;
+            } else {
+                skip -= 1;
+            }
+            let mut why = HotEnd::Full;
+            // Skipped frames: through a small scratch buffer.
+            let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 16];
+            while skip > 0 && why == HotEnd::Full {
+                let m = skip.min(scratch.len());
+                // SAFETY: `m` slots of `scratch`.
+                let (k, e) = unsafe { hot_loop(&mut hot, hi, scratch.as_mut_ptr().cast(), m) };
+                skip -= k;
+                why = e;
+            }
+            if why == HotEnd::Full && n < max {
+                // SAFETY: the `max - n` slots after the first `n` of `out`.
+                let (k, e) = unsafe { hot_loop(&mut hot, hi, out.add(n), max - n) };
+                n += k;
+                why = e;
+            }
+            return match why {
+                HotEnd::Full | HotEnd::Outermost => n as u32,
+                // SAFETY: as for this function.
+                HotEnd::Slow => unsafe { exact_slow_rest(hot, skip, n, out, max) },
+            };
+        }
+    }
+    // SAFETY: the caller promises `max` writable slots at `out`.
+    let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
+    let regs = UnwindRegs {
+        pc: hot.pc,
+        sp: hot.sp,
+        fp: hot.fp,
         lr: 0,
     };
     walk_pcs(regs, false, skip as usize, out).0 as u32
+}
+
+/// The warm path's way out when a frame is not in the rule cache: the rest
+/// of the walk with the generic unwinder, from `hot` (written or skipped).
+///
+/// # Safety
+/// `out` must be valid for `max` writes.
+#[cold]
+#[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+unsafe fn exact_slow_rest(hot: Hot, skip: usize, n: usize, out: *mut usize, max: usize) -> u32 {
+    // SAFETY: the caller promises `max` writable slots at `out`.
+    let out = unsafe { core::slice::from_raw_parts_mut(out, max) };
+    match walk_setup(hot.sp) {
+        Ok((mut mem, source)) => walk_rest(hot, false, skip, n, out, &mut mem, &source).0 as u32,
+        Err(_) => n as u32,
+    }
 }
 
 /// The arguments of [`info_from_entry`], passed by pointer so that the
