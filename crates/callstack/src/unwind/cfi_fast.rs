@@ -175,6 +175,7 @@ impl<'a> Rd<'a> {
         }
     }
     #[inline]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn sleb(&mut self) -> Option<i64> {
         let mut v = 0i64;
         let mut shift = 0u32;
@@ -201,6 +202,8 @@ impl<'a> Rd<'a> {
     /// A pointer encoded `enc` (`absptr` or `pcrel`, fixed sizes only);
     /// `field` is the address of the byte at `pos`. `value_only` skips the
     /// application (for `pc_range`).
+    #[inline]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn ptr(&mut self, enc: u8, field: u64, value_only: bool) -> Option<u64> {
         let v = match enc & 0x0f {
             0x00 | 0x04 => self.u64()?,
@@ -233,6 +236,7 @@ struct Cie<'a> {
     insns: &'a [u8],
 }
 
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn parse_cie(eh: &[u8], off: usize) -> Option<Cie<'_>> {
     let mut r = Rd { b: eh, pos: off };
@@ -303,6 +307,7 @@ fn parse_cie(eh: &[u8], off: usize) -> Option<Cie<'_>> {
 
 /// The row for `addr` from the FDE at offset `off` of `eh` (an `.eh_frame`
 /// mapped at `eh_addr`).
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub(crate) fn row_for(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Fast {
     match row_inner(eh, eh_addr, off, addr) {
@@ -311,6 +316,7 @@ pub(crate) fn row_for(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Fast {
     }
 }
 
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn row_inner(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Option<Fast> {
     let mut r = Rd { b: eh, pos: off };
@@ -370,6 +376,8 @@ pub(crate) struct FastRow {
 
 impl FastRow {
     /// The row as the unwinder's view.
+    #[inline]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     pub(crate) fn view(&self) -> RowView<'static> {
         let row = &self.row;
         RowView::from_fn(
@@ -383,6 +391,7 @@ impl FastRow {
 
 /// Runs `insns` from location `loc` until the row that covers `addr`.
 /// `initial` is the CIE's row (None while running the CIE itself).
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn run(
     cie: &Cie<'_>,

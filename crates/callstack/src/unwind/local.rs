@@ -447,8 +447,8 @@ fn cache_get(addr: u64) -> u16 {
     0
 }
 
-/// Caches a packed rule: in an empty way, else in the second way, so two
-/// hot addresses of one set both stay.
+/// Caches a packed rule: in the first way if it is empty or holds the same
+/// key, else in the second way, so two hot addresses of one set both stay.
 fn cache_put(addr: u64, packed: u16) {
     let key = addr.wrapping_add(1);
     if packed == 0 || key == 0 || key & !KEY_MASK != 0 {
@@ -456,7 +456,8 @@ fn cache_put(addr: u64, packed: u16) {
     }
     let i = cache_set(key);
     let word = key | (packed as u64) << 48;
-    let w = if CACHE[i].load(Ordering::Relaxed) == 0 {
+    let w0 = CACHE[i].load(Ordering::Relaxed);
+    let w = if w0 == 0 || w0 & KEY_MASK == key {
         i
     } else {
         i + 1
@@ -986,6 +987,7 @@ fn walk_setup(sp: u64) -> Result<(StackMemory, LocalSource), StopReason> {
 
 /// Walks from `regs`, writing pcs after dropping `skip`. Returns the count
 /// and why the walk ended.
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub(crate) fn walk_pcs(
     regs: UnwindRegs,
     exact: bool,
@@ -1140,6 +1142,9 @@ pub(crate) fn walk_frames(
     (n, u.stop_reason())
 }
 
+#[cfg(target_arch = "x86_64")]
+crate::arch::x86_64::exact::define_exact_entry!();
+
 /// Called by the architecture's naked `exact_entry` with the registers of
 /// the caller of the capture: `pc` is the return address into it.
 ///
@@ -1267,4 +1272,181 @@ pub(crate) unsafe extern "C" fn info_from_entry(
     let (n, s) = walk_frames(regs, false, req.skip, out);
     req.stop = s;
     n
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+#[allow(non_snake_case)]
+mod tests {
+    use super::*;
+    use crate::arch::x86_64::UnwindRuleX86_64 as R;
+
+    /// Fake code addresses: never mapped, so their rule-cache keys are
+    /// this test's own (the hot loop never reads code).
+    const CODE: u64 = 0x0000_7e5a_0000_0000;
+
+    fn put(ra: u64, rule: R) {
+        let p = A::pack(rule);
+        assert_ne!(p, 0, "{rule:?} packs");
+        cache_put(ra - 1, p);
+        assert_eq!(cache_get(ra - 1), p);
+    }
+
+    /// A fake stack of 256 words, its top `hi` one past the last.
+    struct Fake {
+        words: Vec<u64>,
+    }
+
+    impl Fake {
+        fn new() -> Self {
+            Fake {
+                words: vec![0; 256],
+            }
+        }
+        fn at(&self, i: usize) -> u64 {
+            self.words.as_ptr() as u64 + 8 * i as u64
+        }
+        fn hi(&self) -> u64 {
+            self.at(self.words.len())
+        }
+        fn run(&self, hot: &mut Hot, len: usize) -> (Vec<u64>, HotEnd) {
+            let mut out = vec![0usize; len];
+            // SAFETY: `len` slots; `[hot.sp, hi)` is the fake stack.
+            let (n, why) = unsafe { hot_loop(hot, self.hi(), out.as_mut_ptr(), len) };
+            (out[..n].iter().map(|&x| x as u64).collect(), why)
+        }
+    }
+
+    /// Return addresses of test `t` (tests run at once and share the cache).
+    fn ras(t: u64) -> [u64; 5] {
+        let b = CODE + t * 0x10_0000;
+        [b + 0x10, b + 0x1110, b + 0x2210, b + 0x3310, b + 0x4410]
+    }
+
+    /// Frames under a frame-record rule, two `rsp`-based rules (one saving
+    /// `rbp`), the frame-record rule again, and an outermost frame.
+    fn chain(t: u64) -> (Fake, Hot, [u64; 5]) {
+        let RA = ras(t);
+        put(RA[0], R::Bp { cfa: 16, bp: -16 });
+        put(RA[1], R::Sp { cfa: 24, bp: 0 });
+        put(RA[2], R::Sp { cfa: 32, bp: -24 });
+        put(RA[3], R::Bp { cfa: 16, bp: -16 });
+        put(RA[4], R::End);
+        let mut f = Fake::new();
+        let at = |f: &Fake, i| f.at(i);
+        // Frame 0 at fp = word 12: saved fp (not used again), return address.
+        f.words[12] = 0xdead_beef;
+        f.words[13] = RA[1];
+        // Frame 1: CFA = word 14 + 24 = word 17.
+        f.words[16] = RA[2];
+        // Frame 2: CFA = word 17 + 32 = word 21, rbp saved at CFA - 24.
+        f.words[18] = at(&f, 30);
+        f.words[20] = RA[3];
+        // Frame 3: record at word 30.
+        f.words[30] = 0;
+        f.words[31] = RA[4];
+        let hot = Hot {
+            pc: RA[0],
+            sp: at(&f, 10),
+            fp: at(&f, 12),
+        };
+        (f, hot, RA)
+    }
+
+    #[test]
+    fn hot_loop_walks_mixed_rules_to_the_outermost_frame() {
+        let (f, mut hot, RA) = chain(1);
+        let (pcs, why) = f.run(&mut hot, 16);
+        assert_eq!(pcs, &RA[1..]);
+        assert!(why == HotEnd::Outermost);
+    }
+
+    #[test]
+    fn hot_loop_stops_when_full_and_resumes() {
+        let (f, mut hot, RA) = chain(2);
+        let (pcs, why) = f.run(&mut hot, 2);
+        assert_eq!(pcs, &RA[1..3]);
+        assert!(why == HotEnd::Full);
+        assert_eq!((hot.pc, hot.sp, hot.fp), (RA[2], f.at(17), 0xdead_beef));
+        let (pcs, why) = f.run(&mut hot, 16);
+        assert_eq!(pcs, &RA[3..]);
+        assert!(why == HotEnd::Outermost);
+        let (pcs, why) = f.run(&mut Hot { pc: RA[0], ..hot }, 0);
+        assert!(pcs.is_empty() && why == HotEnd::Full);
+    }
+
+    /// A corrupt saved frame pointer in frame 2: the walk stops at frame 3
+    /// (for the generic unwinder) without reading outside the stack.
+    #[test]
+    fn hot_loop_never_reads_outside_the_stack() {
+        let (mut f, hot0, RA) = chain(3);
+        let hi = f.hi();
+        let lo = f.at(0);
+        for bad in [
+            u64::MAX - 15,
+            u64::MAX - 7,
+            0x10,
+            lo,
+            f.at(20), // below the frame's sp (word 21)
+            hi - 8,
+            hi,
+            hi + 4096,
+        ] {
+            f.words[18] = bad;
+            let mut hot = hot0;
+            let (pcs, why) = f.run(&mut hot, 16);
+            assert_eq!(pcs, &RA[1..4], "fp {bad:#x}");
+            assert!(why == HotEnd::Slow, "fp {bad:#x}");
+            assert_eq!((hot.pc, hot.fp), (RA[3], bad));
+        }
+        // The highest record that fits: read, and its zero return address
+        // ends the walk.
+        f.words[18] = hi - 16;
+        let mut hot = hot0;
+        let (pcs, why) = f.run(&mut hot, 16);
+        assert_eq!(pcs, &RA[1..4]);
+        assert!(why == HotEnd::Outermost);
+    }
+
+    #[test]
+    fn hot_loop_declines_rules_that_leave_the_stack() {
+        let (mut f, hot0, RA) = chain(4);
+        // CFA past the top of the stack.
+        put(RA[1], R::Sp { cfa: 2040, bp: 0 });
+        let mut hot = hot0;
+        let (pcs, why) = f.run(&mut hot, 16);
+        assert_eq!(pcs, &RA[1..2]);
+        assert!(why == HotEnd::Slow && hot.pc == RA[1]);
+        // rbp saved below the frame's stack pointer.
+        put(RA[1], R::Sp { cfa: 16, bp: -248 });
+        let mut hot = hot0;
+        let (_, why) = f.run(&mut hot, 16);
+        assert!(why == HotEnd::Slow && hot.pc == RA[1]);
+        // A CFA from rbp that wraps around: fp + 16 overflows.
+        put(RA[1], R::Sp { cfa: 24, bp: 0 });
+        put(RA[3], R::Bp { cfa: 32, bp: -16 });
+        f.words[18] = u64::MAX - 7;
+        let mut hot = hot0;
+        let (pcs, why) = f.run(&mut hot, 16);
+        assert_eq!(pcs, &RA[1..4]);
+        assert!(why == HotEnd::Slow && hot.pc == RA[3]);
+        // Rules the hot loop does not apply, and a key not in the cache.
+        for rule in [
+            R::Evaluate,
+            R::NoCfi,
+            R::SignalFrame,
+            R::Plt { threshold: 11 },
+        ] {
+            put(RA[1], rule);
+            let mut hot = hot0;
+            let (pcs, why) = f.run(&mut hot, 16);
+            assert_eq!(pcs, &RA[1..2]);
+            assert!(why == HotEnd::Slow && hot.pc == RA[1], "{rule:?}");
+        }
+        let mut hot = Hot {
+            pc: CODE + 0x5550,
+            ..hot0
+        };
+        let (pcs, why) = f.run(&mut hot, 16);
+        assert!(pcs.is_empty() && why == HotEnd::Slow);
+    }
 }

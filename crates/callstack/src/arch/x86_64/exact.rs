@@ -3,30 +3,44 @@
 
 use crate::unwind::UnwindRegs;
 
-/// The naked entry of `capture_exact` (and of the C `callstack_capture_exact`).
+/// Defines the naked entry of `capture_exact` (and of the C
+/// `callstack_capture_exact`), `exact_entry`, in the module that invokes it:
+/// `unwind::local`, so that it is compiled with (and sits in the same
+/// section as) the code of the first capture, which then faults in one
+/// window of code fewer. Re-exported here as [`exact_entry`].
 ///
 /// At entry `[rsp]` is the return address into the caller, `rsp + 8` the
 /// caller's stack pointer after the return and `rbp` the caller's `rbp`
 /// (callee-saved, so untouched by the call). It passes them as the 4th to
 /// 6th arguments and tail-jumps into the unwinder, which returns straight to
 /// the caller.
-///
-/// # Safety
-/// `out` must be valid for `max` writes of `usize` (or `max` must be 0).
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-pub unsafe extern "C" fn exact_entry(skip: u32, max: u32, out: *mut usize) -> u32 {
-    // SAFETY: reads the return address at [rsp], computes the caller's rsp
-    // and copies rbp; the stack is left as it was at entry, so the tail jump
-    // behaves as if the caller had called the target directly.
-    core::arch::naked_asm!(
-        "mov rcx, [rsp]",
-        "lea r8, [rsp + 8]",
-        "mov r9, rbp",
-        "jmp {imp}",
-        imp = sym crate::unwind::local::exact_from_entry,
-    )
+macro_rules! define_exact_entry {
+    () => {
+        /// The naked entry of `capture_exact` (and of the C
+        /// `callstack_capture_exact`): see `arch::x86_64::exact`.
+        ///
+        /// # Safety
+        /// `out` must be valid for `max` writes of `usize` (or `max` must be 0).
+        #[unsafe(naked)]
+        #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+        pub unsafe extern "C" fn exact_entry(skip: u32, max: u32, out: *mut usize) -> u32 {
+            // SAFETY: reads the return address at [rsp], computes the
+            // caller's rsp and copies rbp; the stack is left as it was at
+            // entry, so the tail jump behaves as if the caller had called the
+            // target directly.
+            core::arch::naked_asm!(
+                "mov rcx, [rsp]",
+                "lea r8, [rsp + 8]",
+                "mov r9, rbp",
+                "jmp {imp}",
+                imp = sym exact_from_entry,
+            )
+        }
+    };
 }
+pub(crate) use define_exact_entry;
+
+pub use crate::unwind::local::exact_entry;
 
 /// The interrupted registers of a signal handler's `ucontext_t`.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
