@@ -18,14 +18,28 @@
 //!   the next [`prepare`] (or the background refresher of
 //!   [`prepare_in_background`]) sees. So the very first capture needs no
 //!   set-up at all, allocates nothing and takes no lock.
-//! - **Rule cache**: a global direct-mapped cache of 4096 words maps a lookup
-//!   address to its packed rule (one relaxed atomic load per frame). Filled
-//!   from compiled tables only, cleared when a snapshot is replaced.
+//! - **Rule cache**: a global 2-way set-associative cache of 8192 words maps
+//!   a return address to its packed rule (one relaxed atomic load per
+//!   frame). Filled from compiled tables only; cleared when a snapshot
+//!   without some module of the old one is published, or when a capture
+//!   finds a snapshot module unloaded (below).
 //! - **dlopen/dlclose**: a new library is found by the cold path at once.
-//!   After a `dlclose`, call [`prepare`] (or run the background refresher),
-//!   so that the snapshot forgets the library before its address range is
-//!   reused; until then its rules stay in the snapshot (reads stay bounded:
-//!   the tables own their bytes, the stack reads are checked).
+//!   After a `dlclose`, with glibc's `_dl_find_object` (2.35+): a capture
+//!   that misses the rule cache in a snapshot module, or reads its code,
+//!   first checks with `_dl_find_object` (lock-free) that the module is
+//!   still the object loaded there; if not, it unwinds that frame from the
+//!   CFI of whatever is loaded there now, clears the rule cache (once) and
+//!   flags the snapshot for the next [`prepare`]. So no stale rule is taken
+//!   from the snapshot and no unloaded code is read. What remains until
+//!   [`prepare`] runs (or the first such miss): a frame whose return
+//!   address equals one cached from the unloaded library may be unwound
+//!   with its old rule (stack reads stay checked: wrong frames at worst,
+//!   never a fault). Calling [`prepare`] after `dlclose` closes that too.
+//!   Without `_dl_find_object`, [`prepare`] after `dlclose` is required
+//!   before the unloaded range can be reused: until then the snapshot still
+//!   lists the library and its code may be read. Either way, a library must
+//!   not be unloaded while a capture may be walking through it (its code is
+//!   then on that thread's stack: a bug in itself).
 //! - Without `_dl_find_object` (glibc older than 2.35, or a libc without
 //!   it), only snapshot modules are known: call [`prepare`] once before
 //!   capturing, or captures stop at the first unknown module.
@@ -376,6 +390,70 @@ struct LocalModule {
     bias: u64,
     path: std::path::PathBuf,
     table: Arc<UnwindTable<A>>,
+    /// Who the module was when the snapshot was taken (None without
+    /// `_dl_find_object`): a capture compares it with what is loaded at its
+    /// addresses now, so that a module unloaded by `dlclose` since (and
+    /// whatever is loaded at its addresses now) is never taken for this one.
+    live: Option<Identity>,
+}
+
+/// A loaded object as `_dl_find_object` sees it, and its GNU build-id where
+/// it sits in the object's first page (always mapped while the object is
+/// loaded): the same mapping with another build-id is another build (a
+/// rebuilt plugin reloaded at the same address, say).
+struct Identity {
+    dl: DlModule,
+    /// Offset of the build-id bytes from `dl.start`, and the bytes.
+    build_id: Option<(u64, Box<[u8]>)>,
+}
+
+impl Identity {
+    /// Called by [`prepare`] for a module with an executable segment at
+    /// `text`.
+    fn of(text: u64, build_id: Option<&[u8]>) -> Option<Identity> {
+        let dl = dl_find(text)?;
+        let page = 4096u64.min(dl.end.saturating_sub(dl.start)) as usize;
+        let build_id = build_id.filter(|id| !id.is_empty()).and_then(|id| {
+            // SAFETY: the first page of a loaded object (the start of its
+            // first PT_LOAD mapping, which holds at least the ELF header)
+            // is mapped and readable while it is loaded.
+            let first = unsafe { core::slice::from_raw_parts(dl.start as *const u8, page) };
+            let at = first.windows(id.len()).position(|w| w == id)?;
+            Some((at as u64, Box::from(id)))
+        });
+        Some(Identity { dl, build_id })
+    }
+}
+
+impl LocalModule {
+    /// Whether the module is still the object loaded at `addr` (one of its
+    /// addresses), by `_dl_find_object` (lock-free) and the build-id.
+    /// Always true without `_dl_find_object`. Async-signal-safe.
+    fn still_loaded(&self, addr: u64, now: impl FnOnce(u64) -> Option<DlModule>) -> bool {
+        let Some(then) = &self.live else {
+            return true;
+        };
+        let Some(d) = now(addr) else {
+            return false;
+        };
+        if d.start != then.dl.start
+            || d.end != then.dl.end
+            || d.eh_frame_hdr != then.dl.eh_frame_hdr
+        {
+            return false;
+        }
+        match &then.build_id {
+            None => true,
+            Some((at, id)) => {
+                // SAFETY: `[start + at, start + at + len)` lies in the first
+                // page of the object loaded at `start` now (checked at
+                // `prepare`: `at + len <= 4096` and within the mapping).
+                let now_id =
+                    unsafe { core::slice::from_raw_parts((d.start + at) as *const u8, id.len()) };
+                now_id == &id[..]
+            }
+        }
+    }
 }
 
 struct Snapshot {
@@ -384,6 +462,9 @@ struct Snapshot {
     modules: Box<[LocalModule]>,
     adds: u64,
     subs: u64,
+    /// Set by the first capture that finds one of `modules` unloaded: it
+    /// clears the rule cache once (see [`LocalSource::module`]).
+    unloaded_seen: AtomicBool,
 }
 
 impl Snapshot {
@@ -573,7 +654,11 @@ pub struct PrepareStats {
 ///
 /// Optional with glibc 2.35+ (captures find modules without it, more
 /// slowly); needed once before capturing with an older glibc. Call it again
-/// after `dlclose`. Cheap when nothing changed (one `dl_iterate_phdr`).
+/// after `dlclose`: with glibc 2.35+ captures detect an unloaded module by
+/// themselves (see the module docs of `unwind::local`), but until `prepare`
+/// runs, a frame whose return address equals one cached from the unloaded
+/// library may still be unwound with its old rule; with an older glibc it
+/// is required. Cheap when nothing changed (one `dl_iterate_phdr`).
 ///
 /// Not async-signal-safe: allocates, takes the loader's lock. Never call it
 /// from a signal handler.
@@ -632,10 +717,16 @@ pub fn prepare() -> PrepareStats {
         for s in m.segments.iter().filter(|s| s.executable) {
             segments.push((s.start as u64, (s.start + s.size) as u64, idx));
         }
+        let live = m
+            .segments
+            .iter()
+            .find(|s| s.executable)
+            .and_then(|s| Identity::of(s.start as u64, m.build_id.as_deref()));
         modules.push(LocalModule {
             bias: m.bias as u64,
             path: m.path.clone(),
             table,
+            live,
         });
     }
     segments.sort_by_key(|s| s.0);
@@ -645,6 +736,7 @@ pub fn prepare() -> PrepareStats {
         modules: modules.into_boxed_slice(),
         adds,
         subs,
+        unloaded_seen: AtomicBool::new(false),
     });
     // The old snapshot is leaked on purpose: a capture may still read it.
     SNAPSHOT.store(Box::into_raw(snap), Ordering::Release);
@@ -699,6 +791,32 @@ impl LocalSource {
         self.last.set(Some(m));
         Some(m)
     }
+
+    /// The snapshot's module holding `addr`, if it is still the object
+    /// loaded there (see [`LocalModule::live`]).
+    #[inline]
+    fn module(&self, addr: u64) -> Option<&'static LocalModule> {
+        let s = self.snap?;
+        let m = s.find(addr)?;
+        if m.still_loaded(addr, |a| self.dl_module(a)) {
+            return Some(m);
+        }
+        unloaded(s);
+        None
+    }
+}
+
+/// A module of `s` is no longer loaded (`dlclose` without [`prepare`]
+/// since): the next [`prepare`] must rebuild the snapshot, and the rule
+/// cache, which may hold the module's rules, is cleared (once per
+/// snapshot; lock-free, a few microseconds). Async-signal-safe.
+#[cold]
+#[inline(never)]
+fn unloaded(s: &Snapshot) {
+    STALE.store(true, Ordering::Relaxed);
+    if !s.unloaded_seen.swap(true, Ordering::Relaxed) {
+        clear_cache();
+    }
 }
 
 impl RuleSource<A> for LocalSource {
@@ -719,7 +837,7 @@ impl RuleSource<A> for LocalSource {
         regs: &UnwindRegs,
         mem: &mut M,
     ) -> Result<Applied, UnwindError> {
-        if let Some(m) = self.snap.and_then(|s| s.find(addr)) {
+        if let Some(m) = self.module(addr) {
             let svma = addr.wrapping_sub(m.bias);
             let t = &m.table;
             return cfi::evaluate::<A, M>(
@@ -743,14 +861,15 @@ impl RuleSource<A> for LocalSource {
         #[cfg(target_arch = "x86_64")]
         {
             let known = match self.snap {
-                Some(s) => s.in_code(pc),
+                Some(s) => s.in_code(pc) && self.module(pc).is_some(),
                 None => false,
             };
             if !known {
                 return false;
             }
             // SAFETY: `pc` is at least 16 bytes below the end of an
-            // executable segment of a loaded module: mapped and readable.
+            // executable segment of a module still loaded (checked with
+            // `_dl_find_object` when glibc has it): mapped and readable.
             let code = unsafe { core::slice::from_raw_parts(pc as *const u8, 9) };
             crate::arch::x86_64::exact::is_sigreturn_trampoline(code)
         }
@@ -767,7 +886,7 @@ impl LocalSource {
     #[inline(never)]
     #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn rule_slow(&self, addr: u64) -> Found<<A as Arch>::Rule> {
-        if let Some(m) = self.snap.and_then(|s| s.find(addr)) {
+        if let Some(m) = self.module(addr) {
             let rule = m.table.lookup(addr.wrapping_sub(m.bias));
             cache_put(addr, A::pack(rule));
             return Found::Rule(rule);
@@ -810,11 +929,15 @@ impl crate::unwind::insn::CodeMemory for LocalCode {
         if addr >= g.1 {
             return 0;
         }
+        if !s.modules[g.2].still_loaded(addr, dl_find) {
+            unloaded(s);
+            return 0;
+        }
         let n = ((g.1 - addr) as usize).min(buf.len());
         // SAFETY: `[addr, addr + n)` lies inside an executable segment of a
-        // module loaded when the snapshot was taken; modules are only
-        // unloaded by `dlclose`, after which `prepare` must run again (the
-        // same rule as for the CFI tables).
+        // module loaded when the snapshot was taken and, by
+        // `_dl_find_object`, still loaded now (without it, modules are only
+        // unloaded by `dlclose`, after which `prepare` must run again).
         unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), n) };
         n
     }
@@ -1118,13 +1241,10 @@ pub(crate) fn walk_frames(
     if out.is_empty() {
         return (0, StopReason::BufferFull);
     }
-    let Some(mut mem) = StackMemory::for_sp(regs.sp) else {
-        return (
-            0,
-            StopReason::Error(UnwindError::Read(ReadError::OutOfBounds(regs.sp))),
-        );
+    let (mut mem, source) = match walk_setup(regs.sp) {
+        Ok(s) => s,
+        Err(e) => return (0, e),
     };
-    let source = LocalSource::new();
     let fallback = insn_fallback(&mem);
     let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
     let mut n = 0;
