@@ -159,6 +159,7 @@ unsafe extern "C" {
 /// `__libc_stack_end`, it is on the main thread's stack, which is one
 /// mapping from `sp` to its top (the kernel keeps other mappings a guard gap
 /// away from it), so `[sp, __libc_stack_end + 8)` is readable.
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn main_stack_bounds(sp: u64) -> Option<StackBounds> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -186,6 +187,7 @@ impl StackMemory {
         self.bounds[0].hi as u64
     }
 
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     pub(crate) fn for_sp(sp: u64) -> Option<Self> {
         // The thread's cached bounds when it has them; on the main thread,
         // the loader's stack end (no system call); else the one-time lookup.
@@ -202,6 +204,7 @@ impl StackMemory {
     }
 
     #[cold]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn read_other(&self, addr: u64) -> Result<u64, ReadError> {
         let a = addr as usize;
         let b = &self.bounds[1];
@@ -322,6 +325,7 @@ struct DlModule {
     eh_frame_hdr: u64,
 }
 
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn dl_find(pc: u64) -> Option<DlModule> {
     let f = dl_find_object_fn()?;
     let mut r = DlFindObject {
@@ -429,6 +433,7 @@ impl LocalModule {
     /// Whether the module is still the object loaded at `addr` (one of its
     /// addresses), by `_dl_find_object` (lock-free) and the build-id.
     /// Always true without `_dl_find_object`. Async-signal-safe.
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn still_loaded(&self, addr: u64, now: impl FnOnce(u64) -> Option<DlModule>) -> bool {
         let Some(then) = &self.live else {
             return true;
@@ -781,6 +786,7 @@ impl LocalSource {
         }
     }
 
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn dl_module(&self, addr: u64) -> Option<DlModule> {
         if let Some(m) = self.last.get() {
             if m.start <= addr && addr < m.end {
@@ -795,6 +801,7 @@ impl LocalSource {
     /// The snapshot's module holding `addr`, if it is still the object
     /// loaded there (see [`LocalModule::live`]).
     #[inline]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn module(&self, addr: u64) -> Option<&'static LocalModule> {
         let s = self.snap?;
         let m = s.find(addr)?;
@@ -812,6 +819,7 @@ impl LocalSource {
 /// snapshot; lock-free, a few microseconds). Async-signal-safe.
 #[cold]
 #[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn unloaded(s: &Snapshot) {
     STALE.store(true, Ordering::Relaxed);
     if !s.unloaded_seen.swap(true, Ordering::Relaxed) {
@@ -831,6 +839,7 @@ impl RuleSource<A> for LocalSource {
         self.rule_slow(addr)
     }
 
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn evaluate<M: Memory + ?Sized>(
         &self,
         addr: u64,
@@ -857,6 +866,7 @@ impl RuleSource<A> for LocalSource {
         }
     }
 
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn is_signal_trampoline(&self, pc: u64) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
@@ -943,6 +953,7 @@ impl crate::unwind::insn::CodeMemory for LocalCode {
     }
 }
 
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn insn_fallback(mem: &StackMemory) -> crate::unwind::insn::InsnFallback<LocalCode> {
     crate::unwind::insn::InsnFallback::new(LocalCode::new(), mem.hi())
 }
