@@ -271,6 +271,41 @@ fn crash_c_previous_handler_that_returns_is_reported_once() {
     assert_eq!(c.signal, Some(libc::SIGSEGV), "{}", c.stderr);
 }
 
+#[test]
+fn crash_c_report_survives_a_sigchld_handler_that_reaps_all_children() {
+    // The program reaps every child in its SIGCHLD handler (waitpid(-1)),
+    // and a child of its own ends while the report is being symbolized:
+    // the report still waits for its helper and gets its exit status, and
+    // the program's handler still reaps its own child (once the helper is
+    // done).
+    let dir = scratch_dir("crash-c-sigchld");
+    let helper = dir.join("slow-failing-helper.sh");
+    let script = "#!/bin/sh\ncat >/dev/null\nsleep 0.5\necho 'helper: done' >&2\nexit 3\n";
+    std::fs::write(&helper, script).unwrap();
+    let _ = Command::new("chmod").arg("+x").arg(&helper).status();
+    let c = S.run(
+        "sigchld",
+        &[("CALLSTACK_CRASH_HELPER", helper.to_str().unwrap())],
+    );
+    assert!(c.raw().contains(NULL_LINE), "{}", c.stderr);
+    let reaped = "fixture: SIGCHLD handler reaped a child";
+    assert!(c.stderr.contains(reaped), "{}", c.stderr);
+    let done = c
+        .stderr
+        .find("helper: done")
+        .expect("the helper ran to its end");
+    let status = c.stderr.find("failed with exit status 3");
+    assert!(status.is_some_and(|s| s > done), "{}", c.stderr);
+    assert_eq!(c.signal, Some(libc::SIGSEGV), "{}", c.stderr);
+}
+
+#[test]
+fn crash_c_symbolized_report_with_a_sigchld_handler_that_reaps_all_children() {
+    let c = S.run("sigchld", &[]);
+    S.check(&c, libc::SIGSEGV, NULL_LINE, &["c_null_deref"]);
+    assert!(c.stderr.contains(") finished after "), "{}", c.stderr);
+}
+
 /// gdb's `bt` where the fixture crashes (gdb stops at the signal before our
 /// handler runs), function names, innermost first.
 fn gdb_crash_bt(exe: &PathBuf, scenario: &str) -> Vec<String> {
