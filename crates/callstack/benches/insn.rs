@@ -19,14 +19,13 @@
 //! capture (the walk to the test harness's frames and the thread's start).
 use std::hint::black_box;
 use std::sync::OnceLock;
-use std::time::Instant;
 
 use callstack::unwind::insn::InProcess;
 use criterion::Criterion;
 
 #[path = "scenarios.rs"]
 mod scenarios;
-use scenarios::{Scenario, SCENARIOS};
+use scenarios::SCENARIOS;
 
 struct Row {
     name: &'static str,
@@ -68,36 +67,6 @@ const ROWS: &[Row] = &[
     },
 ];
 
-/// Per row: interleaved median in ns and frames returned.
-fn interleaved(sc: &Scenario) -> Vec<(f64, usize)> {
-    const ROUNDS: usize = 200;
-    const K: u32 = 4;
-    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(ROUNDS); ROWS.len()];
-    let mut frames = vec![0usize; ROWS.len()];
-    for _ in 0..ROUNDS {
-        for (i, r) in ROWS.iter().enumerate() {
-            let mut ns = 0.0;
-            (sc.at)(&mut || {
-                let mut buf = [0usize; 256];
-                let t = Instant::now();
-                for _ in 0..K {
-                    frames[i] = (r.capture)(black_box(&mut buf));
-                }
-                ns = t.elapsed().as_nanos() as f64 / K as f64;
-            });
-            samples[i].push(ns);
-        }
-    }
-    samples
-        .into_iter()
-        .zip(frames)
-        .map(|(mut s, f)| {
-            s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            (s[s.len() / 2], f)
-        })
-        .collect()
-}
-
 fn main() {
     callstack::prepare();
     snapshot();
@@ -123,7 +92,8 @@ fn main() {
     );
     let mut by_depth = Vec::new();
     for sc in SCENARIOS {
-        let res = interleaved(sc);
+        let captures: Vec<_> = ROWS.iter().map(|r| r.capture).collect();
+        let res = scenarios::interleaved(sc, &captures, 200, 4);
         let base = res[0].0;
         for (r, (ns, n)) in ROWS.iter().zip(&res) {
             println!(
