@@ -58,14 +58,19 @@ impl Rule {
     }
 }
 
+/// 128 bytes: copied inline rather than through `memcpy` (the cold
+/// capture copies rows a few times a frame). CFA offsets beyond `i32` are
+/// declined, like rule offsets.
 #[derive(Clone, Copy, Debug)]
 struct Row {
     cfa_reg: u16,
     n: u16,
-    cfa_off: i64,
+    cfa_off: i32,
     regs: [u16; MAX_RULES],
     rules: [Rule; MAX_RULES],
 }
+
+const _: () = assert!(core::mem::size_of::<Row>() <= 128);
 
 impl Row {
     const EMPTY: Row = Row {
@@ -381,7 +386,7 @@ impl FastRow {
     pub(crate) fn view(&self) -> RowView<'static> {
         let row = &self.row;
         RowView::from_fn(
-            CfaView::RegOffset(row.cfa_reg, row.cfa_off),
+            CfaView::RegOffset(row.cfa_reg, row.cfa_off as i64),
             self.ra,
             row.n as usize,
             |i| (row.regs[i], row.rules[i].view()),
@@ -493,10 +498,10 @@ fn run(
             }
             0x0c => {
                 row.cfa_reg = r.reg()?;
-                row.cfa_off = r.uleb()? as i64;
+                row.cfa_off = i32::try_from(r.uleb()?).ok()?;
             }
             0x0d => row.cfa_reg = r.reg()?,
-            0x0e => row.cfa_off = r.uleb()? as i64,
+            0x0e => row.cfa_off = i32::try_from(r.uleb()?).ok()?,
             0x11 => {
                 let reg = r.reg()?;
                 let off = r.sleb()?.checked_mul(daf)?;
@@ -504,9 +509,9 @@ fn run(
             }
             0x12 => {
                 row.cfa_reg = r.reg()?;
-                row.cfa_off = r.sleb()?.checked_mul(daf)?;
+                row.cfa_off = i32::try_from(r.sleb()?.checked_mul(daf)?).ok()?;
             }
-            0x13 => row.cfa_off = r.sleb()?.checked_mul(daf)?,
+            0x13 => row.cfa_off = i32::try_from(r.sleb()?.checked_mul(daf)?).ok()?,
             0x14 => {
                 let reg = r.reg()?;
                 let off = (r.uleb()? as i64).checked_mul(daf)?;
