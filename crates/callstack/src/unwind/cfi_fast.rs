@@ -163,7 +163,11 @@ impl<'a> Rd<'a> {
             _ => self.uleb_long(),
         }
     }
-    #[inline(never)]
+    // Cold, so never inlined; `#[inline]` so that it is compiled next to
+    // its callers (in the cold capture's section), not in another unit.
+    #[inline]
+    #[cold]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn uleb_long(&mut self) -> Option<u64> {
         let mut v = 0u64;
         let mut shift = 0u32;
