@@ -409,23 +409,55 @@ struct Identity {
     dl: DlModule,
     /// Offset of the build-id bytes from `dl.start`, and the bytes.
     build_id: Option<(u64, Box<[u8]>)>,
+    /// False when what `_dl_find_object` found at the module's text at
+    /// `prepare` time is not the listed module (it was unloaded, and maybe
+    /// replaced, while `prepare` ran): the module then never matches.
+    confirmed: bool,
 }
 
 impl Identity {
-    /// Called by [`prepare`] for a module with an executable segment at
-    /// `text`.
-    fn of(text: u64, build_id: Option<&[u8]>) -> Option<Identity> {
-        let dl = dl_find(text)?;
+    /// Called by [`prepare`] for a listed module, with `_dl_find_object`.
+    fn of(m: &crate::modules::Module) -> Identity {
+        let unconfirmed = Identity {
+            dl: DlModule {
+                start: 0,
+                end: 0,
+                eh_frame_hdr: 0,
+            },
+            build_id: None,
+            confirmed: false,
+        };
+        let Some(text) = m.segments.iter().find(|s| s.executable) else {
+            return unconfirmed;
+        };
+        let Some(dl) = dl_find(text.start as u64) else {
+            return unconfirmed;
+        };
+        let mut confirmed = m.eh_frame_hdr.map_or(0, |h| h as u64) == dl.eh_frame_hdr;
         let page = 4096u64.min(dl.end.saturating_sub(dl.start)) as usize;
-        let build_id = build_id.filter(|id| !id.is_empty()).and_then(|id| {
-            // SAFETY: the first page of a loaded object (the start of its
-            // first PT_LOAD mapping, which holds at least the ELF header)
-            // is mapped and readable while it is loaded.
-            let first = unsafe { core::slice::from_raw_parts(dl.start as *const u8, page) };
-            let at = first.windows(id.len()).position(|w| w == id)?;
-            Some((at as u64, Box::from(id)))
-        });
-        Some(Identity { dl, build_id })
+        let build_id = match m.build_id.as_deref() {
+            Some(id) if !id.is_empty() => {
+                // SAFETY: the first page of a loaded object (the start of
+                // its first PT_LOAD mapping, which holds at least the ELF
+                // header) is mapped and readable while it is loaded.
+                let first = unsafe { core::slice::from_raw_parts(dl.start as *const u8, page) };
+                match first.windows(id.len()).position(|w| w == id) {
+                    Some(at) => Some((at as u64, Box::from(id))),
+                    // GNU ld, gold and lld put the note in the first page:
+                    // another object is loaded there now.
+                    None => {
+                        confirmed = false;
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        Identity {
+            dl,
+            build_id,
+            confirmed,
+        }
     }
 }
 
@@ -438,6 +470,9 @@ impl LocalModule {
         let Some(then) = &self.live else {
             return true;
         };
+        if !then.confirmed {
+            return false;
+        }
         let Some(d) = now(addr) else {
             return false;
         };
@@ -722,11 +757,7 @@ pub fn prepare() -> PrepareStats {
         for s in m.segments.iter().filter(|s| s.executable) {
             segments.push((s.start as u64, (s.start + s.size) as u64, idx));
         }
-        let live = m
-            .segments
-            .iter()
-            .find(|s| s.executable)
-            .and_then(|s| Identity::of(s.start as u64, m.build_id.as_deref()));
+        let live = has_dl_find_object().then(|| Identity::of(m));
         modules.push(LocalModule {
             bias: m.bias as u64,
             path: m.path.clone(),
