@@ -1150,6 +1150,16 @@ fn walk_setup(sp: u64) -> Result<(StackMemory, LocalSource), StopReason> {
     }
 }
 
+/// The start of [`walk_pcs`] and [`walk_frames`]: nothing to do for an
+/// empty `out`, else [`walk_setup`]; `Err` is what the walk returns.
+#[inline(always)]
+fn walk_start<T>(sp: u64, out: &[T]) -> Result<(StackMemory, LocalSource), (usize, StopReason)> {
+    if out.is_empty() {
+        return Err((0, StopReason::BufferFull));
+    }
+    walk_setup(sp).map_err(|e| (0, e))
+}
+
 /// Walks from `regs`, writing pcs after dropping `skip`. Returns the count
 /// and why the walk ended.
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
@@ -1159,12 +1169,9 @@ pub(crate) fn walk_pcs(
     mut skip: usize,
     out: &mut [usize],
 ) -> (usize, StopReason) {
-    if out.is_empty() {
-        return (0, StopReason::BufferFull);
-    }
-    let (mut mem, source) = match walk_setup(regs.sp) {
+    let (mut mem, source) = match walk_start(regs.sp, out) {
         Ok(s) => s,
-        Err(e) => return (0, e),
+        Err(end) => return end,
     };
     if regs.pc == 0 {
         return (0, StopReason::Outermost);
@@ -1280,12 +1287,9 @@ pub(crate) fn walk_frames(
     mut skip: usize,
     out: &mut [Frame],
 ) -> (usize, StopReason) {
-    if out.is_empty() {
-        return (0, StopReason::BufferFull);
-    }
-    let (mut mem, source) = match walk_setup(regs.sp) {
+    let (mut mem, source) = match walk_start(regs.sp, out) {
         Ok(s) => s,
-        Err(e) => return (0, e),
+        Err(end) => return end,
     };
     let fallback = insn_fallback(&mem);
     let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
