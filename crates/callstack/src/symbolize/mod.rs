@@ -56,6 +56,7 @@ mod mapped;
 
 pub use called_from::{called_from, called_from_any};
 pub use demangle::demangle;
+pub use elf::DebugInfoReport;
 
 use elf::{ElfModule, SearchPaths};
 use std::collections::HashMap;
@@ -245,6 +246,12 @@ pub enum ErrorKind {
     BadObject,
     /// The file's build-id is not the module's.
     BuildIdMismatch,
+    /// A debug file found through `.gnu_debuglink` has the right name but
+    /// not the CRC32 the link records: it is from another build.
+    DebugLinkCrcMismatch,
+    /// The DWARF was processed by dwz and refers into a supplementary file
+    /// (`.gnu_debugaltlink`) that was not found or does not match.
+    MissingSupplementary,
 }
 
 /// A module that could not be used, and why.
@@ -426,6 +433,16 @@ impl Symbolizer {
     pub fn module_errors(&self) -> impl Iterator<Item = &Error> {
         self.entries.iter().filter_map(|e| match &e.opened {
             Some(Err(err)) => Some(err),
+            _ => None,
+        })
+    }
+
+    /// How the debug info of each module opened so far was found: which
+    /// file, which candidates were skipped and why (a stale debug file of
+    /// another build), what is missing (a dwz supplementary file).
+    pub fn debug_info(&self) -> impl Iterator<Item = (&ModuleInfo, &DebugInfoReport)> {
+        self.entries.iter().filter_map(|e| match &e.opened {
+            Some(Ok(m)) => Some((&*e.info, &m.report)),
             _ => None,
         })
     }
