@@ -52,6 +52,7 @@ mod demangle;
 mod dwarf;
 mod elf;
 mod lazy;
+mod loader;
 mod mapped;
 
 pub use called_from::{called_from, called_from_any};
@@ -323,6 +324,9 @@ pub struct Symbolizer {
     whole_file: bool,
     search: SearchPaths,
     cache: IntMap<u64, Symbolized>,
+    /// The loader's (added, removed) counters when the module list was
+    /// last read (in-process only; see `loader.rs`).
+    loader_generation: Option<(u64, u64)>,
 }
 
 impl Default for Symbolizer {
@@ -333,10 +337,14 @@ impl Default for Symbolizer {
 
 impl Symbolizer {
     /// A symbolizer for addresses of this process. Modules loaded later
-    /// (`dlopen`) are picked up when an address falls outside the known ones.
+    /// (`dlopen`) are picked up, and modules unloaded (`dlclose`) dropped
+    /// with their cached answers, when a lookup misses the cache (see
+    /// [`Symbolizer::refresh_modules`]).
     pub fn new() -> Symbolizer {
+        let generation = loader::generation();
         let mut s = Self::from_modules(ModuleInfo::loaded());
         s.in_process = true;
+        s.loader_generation = generation;
         s
     }
 
@@ -359,6 +367,7 @@ impl Symbolizer {
             whole_file: false,
             search: SearchPaths::default(),
             cache: IntMap::default(),
+            loader_generation: None,
         }
     }
 
@@ -399,6 +408,7 @@ impl Symbolizer {
             whole_file: true,
             search,
             cache: IntMap::default(),
+            loader_generation: None,
         }
     }
 
@@ -502,12 +512,10 @@ impl Symbolizer {
     /// does).
     pub fn resolve(&mut self, addr: Address) -> Symbolized {
         let probe = addr.probe();
-        let mut idx = self.find_entry(probe);
-        if idx.is_none() && self.in_process {
-            self.refresh_in_process();
-            idx = self.find_entry(probe);
+        if self.in_process {
+            self.sync_with_loader(probe);
         }
-        let Some(i) = idx else {
+        let Some(i) = self.find_entry(probe) else {
             return Symbolized {
                 address: addr,
                 module: None,
@@ -557,22 +565,6 @@ impl Symbolizer {
         let i = self.entries.partition_point(|e| e.info.start <= a);
         let i = i.checked_sub(1)?;
         self.entries[i].info.contains(a).then_some(i)
-    }
-
-    fn refresh_in_process(&mut self) {
-        for m in ModuleInfo::loaded() {
-            let known = self
-                .entries
-                .iter()
-                .any(|e| e.info.start == m.start && e.info.path == m.path);
-            if !known {
-                self.entries.push(Entry {
-                    info: Arc::new(m),
-                    opened: None,
-                });
-            }
-        }
-        self.entries.sort_by_key(|e| e.info.start);
     }
 }
 
