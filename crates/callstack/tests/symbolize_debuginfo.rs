@@ -156,3 +156,214 @@ fn stale_debuglink_without_build_id_fails_the_crc_check() {
 fn stale_debuglink_with_build_id_fails_the_build_id_check() {
     stale_debuglink_is_skipped("bid", "-Wl,--build-id", ErrorKind::BuildIdMismatch);
 }
+
+const SHARED_H: &str = "struct pair { int a; long b; double c; };
+static inline int shared_twice(int x) { return 2 * x + 1; }
+static inline int shared_mix(struct pair *p, int k)
+{
+    return shared_twice(p->a + k) + (int)p->b;
+}
+";
+
+fn program(v: &str) -> String {
+    format!(
+        "#include <stdio.h>
+#include <stdlib.h>
+#include \"shared.h\"
+__attribute__((noinline)) int {v}_work(struct pair *p, int n)
+{{
+    int t = 0;
+    for (int i = 0; i < n; i++)
+        t += shared_mix(p, i);
+    return t;
+}}
+int main(int argc, char **argv)
+{{
+    struct pair p = {{ argc, 2, 3.0 }};
+    printf(\"%d\\n\", {v}_work(&p, atoi(argv[0])));
+    return 0;
+}}
+"
+    )
+}
+
+/// Every instruction address of the functions named `prefixes` (objdump).
+fn instruction_addrs(exe: &Path, prefixes: &[&str]) -> Vec<u64> {
+    let o = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    let mut inside = false;
+    let mut out = Vec::new();
+    for l in String::from_utf8_lossy(&o.stdout).lines() {
+        if let Some(name) = l.split('<').nth(1).and_then(|x| x.strip_suffix(">:")) {
+            inside = prefixes.iter().any(|p| name.starts_with(p));
+            continue;
+        }
+        if inside {
+            if let Some(a) = l.trim().split(':').next() {
+                if let Ok(a) = u64::from_str_radix(a, 16) {
+                    out.push(a);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool).arg("--version").output().is_ok()
+}
+
+/// Two programs sharing a header, their debug files put through
+/// `dwz -m` (common DIEs and strings moved to `sup.debug`, referenced by
+/// `DW_FORM_GNU_ref_alt` / `DW_FORM_GNU_strp_alt`), then stripped of
+/// DWARF with a `.gnu_debuglink`. Returns (stripped one, reference one
+/// with its original DWARF, sup path).
+fn dwz_builds(tag: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = scratch_dir(&format!("symbolize-dwz-{tag}"));
+    std::fs::write(dir.join("shared.h"), SHARED_H).unwrap();
+    let mut debugs = Vec::new();
+    for v in ["one", "two"] {
+        let src = dir.join(format!("{v}.c"));
+        std::fs::write(&src, program(v)).unwrap();
+        let exe = dir.join(v);
+        Gcc::new(&[s(&src)]).flags("-O2").build(&exe);
+        std::fs::copy(&exe, dir.join(format!("{v}.ref"))).unwrap();
+        let dbg = dir.join(format!("{v}.debug"));
+        run(&["objcopy", "--only-keep-debug", s(&exe), s(&dbg)]);
+        debugs.push(dbg);
+    }
+    let sup = dir.join("sup.debug");
+    // `-M`: the name recorded in .gnu_debugaltlink, relative to the debug
+    // files' directory here.
+    run(&[
+        "dwz",
+        "-m",
+        s(&sup),
+        "-M",
+        "sup.debug",
+        s(&debugs[0]),
+        s(&debugs[1]),
+    ]);
+    let exe = dir.join("one");
+    run(&["strip", "--strip-debug", s(&exe)]);
+    run(&[
+        "objcopy",
+        &format!("--add-gnu-debuglink={}", s(&debugs[0])),
+        s(&exe),
+    ]);
+    (exe, dir.join("one.ref"), sup)
+}
+
+/// Our answers on the dwz-processed file against those on the original
+/// DWARF: same frames, files, lines and columns; a function name is the
+/// same, or unknown for an inlined frame whose name is only in the
+/// supplementary file (never another name). Returns how many frames were
+/// left unnamed.
+fn compare_dwz(got: &[Symbolized], expected: &[Symbolized], addrs: &[u64]) -> usize {
+    let mut unnamed = 0;
+    for i in 0..addrs.len() {
+        let (g, w) = (&got[i].frames, &expected[i].frames);
+        assert_eq!(
+            g.len(),
+            w.len(),
+            "{:#x}:\n{}\n{}",
+            addrs[i],
+            got[i],
+            expected[i]
+        );
+        for (gf, wf) in g.iter().zip(w) {
+            let ctx = || format!("{:#x}:\n{}\n{}", addrs[i], got[i], expected[i]);
+            assert_eq!(
+                (&gf.file, gf.line, gf.column, gf.inlined),
+                (&wf.file, wf.line, wf.column, wf.inlined),
+                "{}",
+                ctx()
+            );
+            if gf.function != wf.function {
+                assert!(gf.function.is_none() && gf.inlined, "{}", ctx());
+                unnamed += 1;
+            }
+        }
+        assert!(got[i].function().is_some(), "{:#x}: {}", addrs[i], got[i]);
+    }
+    unnamed
+}
+
+#[test]
+fn dwz_debug_file_with_and_without_its_supplementary_file() {
+    if !have("dwz") {
+        eprintln!("skipped: dwz is not installed (scripts/install-test-deps.sh installs it)");
+        return;
+    }
+    let (exe, reference, sup) = dwz_builds("sup");
+    let dir = exe.parent().unwrap().to_path_buf();
+    let addrs = instruction_addrs(&reference, &["one_work", "main"]);
+    assert!(addrs.len() > 20, "{addrs:?}");
+    let mut want = Symbolizer::for_file(&reference).unwrap();
+    let expected = answers(&mut want, &addrs);
+    let inlined = expected
+        .iter()
+        .flat_map(|r| &r.frames)
+        .filter(|f| f.inlined)
+        .count();
+    assert!(inlined > 5, "the fixture should inline shared_mix");
+
+    // The supplementary file found beside the debug file (relative
+    // .gnu_debugaltlink, as dwz -M wrote it): names of DIEs kept in the
+    // debug file resolve through DW_FORM_GNU_strp_alt.
+    let mut sym = Symbolizer::for_file(&exe).unwrap();
+    let got = answers(&mut sym, &addrs);
+    let report = sym.debug_info().next().unwrap().1.clone();
+    assert_eq!(report.debug_file, Some(dir.join("one.debug")), "{report:?}");
+    assert_eq!(report.supplementary, Some(sup.clone()), "{report:?}");
+    assert!(
+        report
+            .degraded
+            .iter()
+            .all(|e| e.kind != ErrorKind::MissingSupplementary),
+        "{report:?}"
+    );
+    let unnamed = compare_dwz(&got, &expected, &addrs);
+    // The outermost functions' names come from the DWARF (their strings are
+    // in the supplementary file).
+    for r in &got {
+        assert_eq!(r.frames.last().unwrap().source, NameSource::Dwarf, "{r}");
+    }
+    // Inlined frames whose abstract origin is a DIE of the supplementary
+    // file (DW_FORM_GNU_ref_alt) stay unnamed until the DWARF reader
+    // follows those references; then `unnamed` must become 0.
+    eprintln!("with the supplementary file: {unnamed} of {inlined} inlined frames unnamed");
+
+    // A file of the right name but another build-id is not used.
+    std::fs::rename(&sup, dir.join("sup.keep")).unwrap();
+    std::fs::copy(dir.join("two.debug"), &sup).unwrap();
+    let mut sym = Symbolizer::for_file(&exe).unwrap();
+    let report = sym.debug_info().next().unwrap().1.clone();
+    assert_eq!(report.supplementary, None, "{report:?}");
+    assert!(
+        report
+            .skipped
+            .iter()
+            .any(|e| e.kind == ErrorKind::BuildIdMismatch && e.path == sup),
+        "{report:?}"
+    );
+    // Missing: a clear degradation, right answers where the debug file has
+    // them, the symbol table's names for the outermost functions.
+    std::fs::remove_file(&sup).unwrap();
+    let mut sym = Symbolizer::for_file(&exe).unwrap();
+    let got = answers(&mut sym, &addrs);
+    let report = sym.debug_info().next().unwrap().1.clone();
+    assert_eq!(report.supplementary, None, "{report:?}");
+    let missing: Vec<_> = report
+        .degraded
+        .iter()
+        .filter(|e| e.kind == ErrorKind::MissingSupplementary)
+        .collect();
+    assert_eq!(missing.len(), 1, "{report:?}");
+    assert!(missing[0].message.contains("sup.debug"), "{report:?}");
+    let unnamed = compare_dwz(&got, &expected, &addrs);
+    eprintln!("without it: {unnamed} of {inlined} inlined frames unnamed");
+}

@@ -15,6 +15,20 @@
 //! 2. `.symtab` (of the object or of its debug file);
 //! 3. `.dynsym`.
 //!
+//! A split debug file is used only if it comes from the same build as the
+//! object: the same GNU build-id when both have one, otherwise the CRC32
+//! recorded in `.gnu_debuglink`. A stale file of another build under the
+//! right name is skipped and the search goes on (gdb's order: build-id
+//! path, then the debuglink places). DWARF processed by dwz refers into a
+//! supplementary file named by `.gnu_debugaltlink`, looked for at that
+//! path (relative to the debug file), under `<debug dir>/.dwz/`, and by its
+//! build-id; its strings are used. Names that live only there (strings
+//! without the file; DIEs reached through `DW_FORM_GNU_ref_alt`, which the
+//! reader does not follow yet) are left unknown, never guessed: such an
+//! inlined frame has no function name, an outermost one takes the symbol
+//! table's. [`Symbolizer::debug_info`] reports which files were used,
+//! which were skipped and why, and what is missing.
+//!
 //! Without any of them a frame is still reported as module + offset
 //! ([`Symbolized::module`], [`Symbolized::offset`]).
 //!
