@@ -341,6 +341,8 @@ fn dwz_debug_file_with_and_without_its_supplementary_file() {
     std::fs::rename(&sup, dir.join("sup.keep")).unwrap();
     std::fs::copy(dir.join("two.debug"), &sup).unwrap();
     let mut sym = Symbolizer::for_file(&exe).unwrap();
+    let got = answers(&mut sym, &addrs);
+    compare_dwz(&got, &expected, &addrs);
     let report = sym.debug_info().next().unwrap().1.clone();
     assert_eq!(report.supplementary, None, "{report:?}");
     assert!(

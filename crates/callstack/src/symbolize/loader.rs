@@ -97,7 +97,7 @@ impl Symbolizer {
         let kept = |m: &Arc<ModuleInfo>| entries.iter().any(|e| Arc::ptr_eq(&e.info, m));
         if dropped {
             self.cache
-                .retain(|_, s| s.module.as_ref().is_some_and(|m| kept(m)));
+                .retain(|_, s| s.module.as_ref().is_some_and(&kept));
         } else {
             // Only additions: addresses that were outside every module may
             // be in a new one.
