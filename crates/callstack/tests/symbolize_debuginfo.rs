@@ -369,3 +369,45 @@ fn dwz_debug_file_with_and_without_its_supplementary_file() {
     let unnamed = compare_dwz(&got, &expected, &addrs);
     eprintln!("without it: {unnamed} of {inlined} inlined frames unnamed");
 }
+
+#[test]
+fn stale_file_at_the_build_id_path_is_skipped() {
+    let (exe, reference, good, stale) = split_builds("bidpath", "-Wl,--build-id");
+    let dir = exe.parent().unwrap().to_path_buf();
+    let funcs = functions(&reference);
+    let addrs: Vec<u64> = funcs.iter().map(|f| f.0).collect();
+    let id = Symbolizer::for_file(&exe)
+        .unwrap()
+        .modules()
+        .next()
+        .unwrap()
+        .build_id
+        .clone()
+        .unwrap();
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let root = dir.join("root");
+    let at = root
+        .join(".build-id")
+        .join(&hex[..2])
+        .join(format!("{}.debug", &hex[2..]));
+    std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+    std::fs::copy(&stale, &at).unwrap();
+    // The debuglink's file is where gdb looks after the build-id path.
+    std::fs::copy(&good, dir.join("prog.debug")).unwrap();
+    let mut sym = Symbolizer::for_file_with_debug_dirs(&exe, &[root]).unwrap();
+    let report = sym.debug_info().next().unwrap().1.clone();
+    assert_eq!(
+        report.debug_file,
+        Some(dir.join("prog.debug")),
+        "{report:?}"
+    );
+    assert_eq!(report.skipped.len(), 1, "{report:?}");
+    assert_eq!(report.skipped[0].kind, ErrorKind::BuildIdMismatch);
+    assert_eq!(report.skipped[0].path, at);
+    let mut want = Symbolizer::for_file(&reference).unwrap();
+    let got = answers(&mut sym, &addrs);
+    let expected = answers(&mut want, &addrs);
+    for i in 0..addrs.len() {
+        assert_eq!(got[i].frames, expected[i].frames, "{:#x}", addrs[i]);
+    }
+}
