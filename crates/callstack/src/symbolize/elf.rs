@@ -331,7 +331,7 @@ fn load_dwarf(
 }
 
 /// The sections of a dwz supplementary file that references into it need.
-fn load_sup_dwarf(
+pub(crate) fn load_sup_dwarf(
     obj: &object::File<'static>,
     map: &Mapped,
     endian: gimli::RunTimeEndian,

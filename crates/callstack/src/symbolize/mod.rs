@@ -68,6 +68,7 @@ mod elf;
 mod lazy;
 mod loader;
 mod mapped;
+mod sup;
 
 pub use called_from::{called_from, called_from_any};
 pub use demangle::demangle;
