@@ -30,7 +30,8 @@ pub(crate) struct Sym {
 pub(crate) type NamePair = (Option<Arc<str>>, Option<Arc<str>>);
 
 /// An opened object. Field order matters: `dwarf`, the name maps and
-/// `syms` borrow from `_debug_map` and `_map` and must be dropped first.
+/// `syms` borrow from `_sup_map`, `_debug_map` and `_map` and must be
+/// dropped first.
 pub(crate) struct ElfModule {
     pub dwarf: Option<DwarfIndex>,
     /// Interned names, keyed by the address of the raw name in the mapped
