@@ -58,6 +58,16 @@
 //! addresses from the files on disk; [`Symbolizer::for_file`] does the same
 //! for one file at its link-time addresses (what `addr2line -e` does).
 //!
+//! ## Libraries loaded and unloaded
+//! An in-process symbolizer ([`Symbolizer::new`]) follows `dlopen` and
+//! `dlclose`: on every cache miss it compares the loader's counters of
+//! objects added and removed (about 30 ns), and when they moved it lists
+//! the modules again, dropping those unloaded, their opened files and the
+//! answers cached for them, so that a library loaded later at the same
+//! address gets its own names. Cache hits are not checked:
+//! [`Symbolizer::refresh_modules`] makes them right at once after a
+//! `dlclose`.
+//!
 //! The symbolizer allocates and does file I/O: it is never for a signal
 //! handler. Capture there, symbolize later.
 
