@@ -22,6 +22,7 @@
 //! Everything returns `Option`: malformed DWARF gives no answer (and the
 //! caller falls back to the symbol tables), never a panic.
 
+use super::die::{Abbrevs, Cursor};
 use super::elf::Slice;
 use super::lazy::{Frozen, Inflating};
 use super::IntMap;
@@ -94,6 +95,8 @@ struct Function {
 
 struct UnitData {
     unit: gimli::Unit<Slice>,
+    /// The unit's abbreviations with their skip plans (`die.rs`).
+    abbrevs: Abbrevs,
     lang: Option<gimli::DwLang>,
     lines: OnceCell<Option<Lines>>,
     /// (begin, end, subprogram DIE), sorted by begin.
@@ -241,7 +244,26 @@ impl DwarfIndex {
         let s = self.slot(slot)?;
         s.data
             .get_or_init(|| {
-                let unit = self.dwarf.unit(s.header).ok()?;
+                // Our table (with skip plans) is the one walks use; gimli
+                // gets only the root DIE's entry, which is all it reads.
+                let section = gimli::Section::reader(&self.dwarf.debug_abbrev).slice();
+                let abbrevs = Abbrevs::parse(
+                    section,
+                    s.header.debug_abbrev_offset().0,
+                    s.header.encoding(),
+                )?;
+                let root = s
+                    .header
+                    .range_from(s.header.root_offset()..)
+                    .ok()
+                    .and_then(|mut r| gimli::Reader::read_uleb128(&mut r).ok());
+                let unit = match root.and_then(|c| abbrevs.gimli_one(section, c)) {
+                    Some(one) => {
+                        gimli::Unit::new_with_abbreviations(&self.dwarf, s.header, Arc::new(one))
+                            .ok()?
+                    }
+                    None => self.dwarf.unit(s.header).ok()?,
+                };
                 let lang = unit
                     .entries_raw(None)
                     .ok()
@@ -261,6 +283,7 @@ impl DwarfIndex {
                     .flatten();
                 Some(Box::new(UnitData {
                     unit,
+                    abbrevs,
                     lang,
                     lines: OnceCell::new(),
                     functions: OnceCell::new(),
@@ -419,7 +442,7 @@ impl DwarfIndex {
         }
         let mut pc = Pc::default();
         for a in &attrs {
-            pc.take(&self.dwarf, &unit, a);
+            pc.take(&self.dwarf, &unit, a.name(), a.value());
         }
         unit.low_pc = pc.low.unwrap_or(0);
         pc.each(&self.dwarf, &unit, |b, end| {
@@ -492,7 +515,7 @@ impl DwarfIndex {
         let row = lines.and_then(|l| l.find(probe));
         let function = u
             .functions
-            .get_or_init(|| parse_functions(&self.dwarf, &u.unit))
+            .get_or_init(|| parse_functions(&self.dwarf, u))
             .as_ref();
         let func = find_range(function, probe);
         if func.is_none() && row.is_none() {
@@ -522,7 +545,7 @@ impl DwarfIndex {
             match cached {
                 Some(d) => d,
                 None => {
-                    let d = Arc::new(parse_function(&self.dwarf, &u.unit, fdie));
+                    let d = Arc::new(parse_function(&self.dwarf, u, fdie));
                     u.details.borrow_mut().insert(fdie.0, d.clone());
                     d
                 }
@@ -604,28 +627,29 @@ impl DwarfIndex {
             return None;
         }
         let u = self.unit(slot)?;
-        let mut e = u.unit.entries_raw(Some(die)).ok()?;
-        let abbrev = e.read_abbreviation().ok()??;
-        let mut name = None;
-        let mut next = None;
-        for spec in abbrev.attributes() {
-            let attr = e.read_attribute(*spec).ok()?;
-            match attr.name() {
-                gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
-                    if let Ok(s) = self.dwarf.attr_string(&u.unit, attr.value()) {
-                        return Some(s.slice());
+        let mut c = Cursor::new(&u.unit.header, &u.abbrevs, die)?;
+        let abbrev = c.read_abbrev()??;
+        let (mut linkage, mut name, mut next) = (None, None, None);
+        c.attributes(abbrev, |at, value| match at {
+            gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
+                if linkage.is_none() {
+                    if let Ok(s) = self.dwarf.attr_string(&u.unit, value) {
+                        linkage = Some(s.slice());
                     }
                 }
-                gimli::DW_AT_name => {
-                    if let Ok(s) = self.dwarf.attr_string(&u.unit, attr.value()) {
-                        name = Some(s.slice());
-                    }
-                }
-                gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
-                    next = Some(attr.value());
-                }
-                _ => {}
             }
+            gimli::DW_AT_name => {
+                if let Ok(s) = self.dwarf.attr_string(&u.unit, value) {
+                    name = Some(s.slice());
+                }
+            }
+            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
+                next = Some(value);
+            }
+            _ => {}
+        })?;
+        if linkage.is_some() {
+            return linkage;
         }
         if name.is_some() {
             return name;
@@ -778,24 +802,25 @@ impl Pc {
         &mut self,
         dwarf: &gimli::Dwarf<Slice>,
         unit: &gimli::Unit<Slice>,
-        attr: &gimli::Attribute<Slice>,
+        name: gimli::DwAt,
+        value: AttributeValue<Slice>,
     ) -> bool {
-        match attr.name() {
+        match name {
             gimli::DW_AT_low_pc => {
-                self.low = match attr.value() {
+                self.low = match value {
                     AttributeValue::Addr(a) => Some(a),
                     AttributeValue::DebugAddrIndex(i) => dwarf.address(unit, i).ok(),
                     _ => None,
                 }
             }
-            gimli::DW_AT_high_pc => match attr.value() {
+            gimli::DW_AT_high_pc => match value {
                 AttributeValue::Addr(a) => self.high = Some(a),
                 AttributeValue::DebugAddrIndex(i) => self.high = dwarf.address(unit, i).ok(),
                 AttributeValue::Udata(n) => self.size = Some(n),
                 _ => {}
             },
             gimli::DW_AT_ranges => {
-                self.ranges = dwarf.attr_ranges_offset(unit, attr.value()).ok().flatten();
+                self.ranges = dwarf.attr_ranges_offset(unit, value).ok().flatten();
             }
             _ => return false,
         }
@@ -830,35 +855,33 @@ impl Pc {
 }
 
 #[inline(never)]
-fn parse_functions(
-    dwarf: &gimli::Dwarf<Slice>,
-    unit: &gimli::Unit<Slice>,
-) -> Box<[(u64, u64, UnitOffset)]> {
+fn parse_functions(dwarf: &gimli::Dwarf<Slice>, u: &UnitData) -> Box<[(u64, u64, UnitOffset)]> {
+    let unit = &u.unit;
     let mut out = Vec::new();
-    let Ok(mut e) = unit.entries_raw(None) else {
+    let Some(mut c) = Cursor::new(&unit.header, &u.abbrevs, unit.header.root_offset()) else {
         return out.into_boxed_slice();
     };
-    while !e.is_empty() {
-        let off = e.next_offset();
-        let abbrev = match e.read_abbreviation() {
-            Ok(Some(a)) => a,
-            Ok(None) => continue,
-            Err(_) => break,
+    while !c.is_empty() {
+        let off = c.offset();
+        let abbrev = match c.read_abbrev() {
+            Some(Some(a)) => a,
+            Some(None) => continue,
+            None => break,
         };
-        if abbrev.tag() != gimli::DW_TAG_subprogram {
-            if e.skip_attributes(abbrev.attributes()).is_err() {
+        // Only a subprogram with code addresses is a function here.
+        if abbrev.tag != gimli::DW_TAG_subprogram || !abbrev.has_pc {
+            if c.skip_attributes(abbrev).is_none() {
                 break;
             }
             continue;
         }
         let mut pc = Pc::default();
-        for spec in abbrev.attributes() {
-            match e.read_attribute(*spec) {
-                Ok(attr) => {
-                    pc.take(dwarf, unit, &attr);
-                }
-                Err(_) => return finish(out),
-            }
+        if c.attributes(abbrev, |name, value| {
+            pc.take(dwarf, unit, name, value);
+        })
+        .is_none()
+        {
+            break;
         }
         pc.each(dwarf, unit, |b, end| out.push((b, end, off)));
     }
@@ -882,46 +905,42 @@ fn find_range(v: &[(u64, u64, UnitOffset)], probe: u64) -> Option<UnitOffset> {
 }
 
 #[inline(never)]
-fn parse_function(
-    dwarf: &gimli::Dwarf<Slice>,
-    unit: &gimli::Unit<Slice>,
-    die: UnitOffset,
-) -> Function {
+fn parse_function(dwarf: &gimli::Dwarf<Slice>, u: &UnitData, die: UnitOffset) -> Function {
+    let unit = &u.unit;
     let mut inlined = Vec::new();
     let version5 = unit.header.version() >= 5;
     (|| -> Option<()> {
-        let mut e = unit.entries_raw(Some(die)).ok()?;
-        let base = e.next_depth();
-        let abbrev = e.read_abbreviation().ok()??;
-        e.skip_attributes(abbrev.attributes()).ok()?;
+        let mut c = Cursor::new(&unit.header, &u.abbrevs, die)?;
+        let base = c.depth();
+        let abbrev = c.read_abbrev()??;
+        c.skip_attributes(abbrev)?;
         // Stack of (tree depth, inline depth) of the enclosing inlined DIEs.
         let mut stack: Vec<(isize, u32)> = Vec::new();
         loop {
-            let depth = e.next_depth();
-            if depth <= base || e.is_empty() {
+            let depth = c.depth();
+            if depth <= base || c.is_empty() {
                 break;
             }
             while stack.last().is_some_and(|&(d, _)| d >= depth) {
                 stack.pop();
             }
-            let off = e.next_offset();
-            let abbrev = match e.read_abbreviation().ok()? {
+            let off = c.offset();
+            let abbrev = match c.read_abbrev()? {
                 Some(a) => a,
                 None => continue,
             };
-            match abbrev.tag() {
+            match abbrev.tag {
                 gimli::DW_TAG_inlined_subroutine => {
                     let mut pc = Pc::default();
                     let (mut file, mut line, mut col) = (None, 0, 0);
                     let (mut origin, mut named) = (0usize, false);
-                    for spec in abbrev.attributes() {
-                        let attr = e.read_attribute(*spec).ok()?;
-                        if pc.take(dwarf, unit, &attr) {
-                            continue;
+                    c.attributes(abbrev, |name, value| {
+                        if pc.take(dwarf, unit, name, value) {
+                            return;
                         }
-                        match attr.name() {
+                        match name {
                             gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
-                                origin = match attr.value() {
+                                origin = match value {
                                     AttributeValue::UnitRef(o) => unit.header.offset().0 + o.0,
                                     AttributeValue::DebugInfoRef(o) => o.0,
                                     _ => 0,
@@ -931,21 +950,21 @@ fn parse_function(
                             | gimli::DW_AT_linkage_name
                             | gimli::DW_AT_MIPS_linkage_name => named = true,
                             gimli::DW_AT_call_file => {
-                                if let AttributeValue::FileIndex(fi) = attr.value() {
+                                if let AttributeValue::FileIndex(fi) = value {
                                     if fi > 0 || version5 {
                                         file = Some(fi);
                                     }
                                 }
                             }
                             gimli::DW_AT_call_line => {
-                                line = attr.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
+                                line = value.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
                             }
                             gimli::DW_AT_call_column => {
-                                col = attr.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
+                                col = value.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
                             }
                             _ => {}
                         }
-                    }
+                    })?;
                     let idepth = stack.last().map(|&(_, i)| i + 1).unwrap_or(0);
                     pc.each(dwarf, unit, |b, end| {
                         inlined.push(Inlined {
@@ -959,22 +978,18 @@ fn parse_function(
                             call_column: col,
                         })
                     });
-                    if abbrev.has_children() {
+                    if abbrev.children {
                         stack.push((depth, idepth));
                     }
                 }
                 gimli::DW_TAG_subprogram => {
                     // A nested function is its own function: skip its subtree.
-                    e.skip_attributes(abbrev.attributes()).ok()?;
-                    if abbrev.has_children() {
-                        while e.next_depth() > depth && !e.is_empty() {
-                            if let Some(a) = e.read_abbreviation().ok()? {
-                                e.skip_attributes(a.attributes()).ok()?;
-                            }
-                        }
+                    c.skip_attributes(abbrev)?;
+                    if abbrev.children {
+                        c.skip_subtree(depth)?;
                     }
                 }
-                _ => e.skip_attributes(abbrev.attributes()).ok()?,
+                _ => c.skip_attributes(abbrev)?,
             }
         }
         Some(())

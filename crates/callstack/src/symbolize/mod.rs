@@ -49,6 +49,7 @@
 
 mod called_from;
 mod demangle;
+mod die;
 mod dwarf;
 mod elf;
 mod lazy;
