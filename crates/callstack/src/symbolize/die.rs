@@ -132,6 +132,88 @@ pub(crate) struct Abbrev {
     plan: (u32, u32),
     /// Where its entry is in `.debug_abbrev` (code to terminating pair).
     bytes: (usize, usize),
+    /// Where its code-range attributes are, when it has a fixed size and
+    /// they use the plain forms.
+    fixed_pc: Option<FixedPc>,
+}
+
+/// Byte positions (from the first attribute) of the code-range
+/// attributes of a fixed-size DIE: `DW_AT_low_pc` as `DW_FORM_addr`,
+/// `DW_AT_high_pc` as an address or a constant, `DW_AT_ranges` as
+/// `DW_FORM_sec_offset`. `ABSENT` where the DIE has none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FixedPc {
+    low: u16,
+    high: u16,
+    /// Size of the high pc value in bytes, and whether it is an address
+    /// (else a size from the low pc).
+    high_size: u8,
+    high_addr: bool,
+    ranges: u16,
+}
+
+const ABSENT: u16 = u16::MAX;
+
+impl FixedPc {
+    /// The layout of `specs`, if every attribute has a fixed size and the
+    /// code-range ones appear at most once each, in a form read directly.
+    fn of(specs: &[Spec]) -> Option<FixedPc> {
+        let mut l = FixedPc {
+            low: ABSENT,
+            high: ABSENT,
+            high_size: 0,
+            high_addr: false,
+            ranges: ABSENT,
+        };
+        let mut at: u32 = 0;
+        for s in specs {
+            let Op::Bytes(n) = s.op else { return None };
+            let here = u16::try_from(at).ok().filter(|&h| h != ABSENT)?;
+            match s.name {
+                gimli::DW_AT_low_pc => {
+                    if l.low != ABSENT || s.form != gimli::DW_FORM_addr {
+                        return None;
+                    }
+                    l.low = here;
+                }
+                gimli::DW_AT_high_pc => {
+                    if l.high != ABSENT {
+                        return None;
+                    }
+                    l.high_addr = match s.form {
+                        gimli::DW_FORM_addr => true,
+                        gimli::DW_FORM_data1
+                        | gimli::DW_FORM_data2
+                        | gimli::DW_FORM_data4
+                        | gimli::DW_FORM_data8 => false,
+                        _ => return None,
+                    };
+                    l.high = here;
+                    l.high_size = n as u8;
+                }
+                gimli::DW_AT_ranges => {
+                    if l.ranges != ABSENT || s.form != gimli::DW_FORM_sec_offset {
+                        return None;
+                    }
+                    l.ranges = here;
+                }
+                _ => {}
+            }
+            at += n;
+        }
+        Some(l)
+    }
+}
+
+/// The code-range attributes of a DIE read by [`Cursor::fixed_pc`], as
+/// gimli's `Attribute::value` would give them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RawPc {
+    pub(crate) low: Option<u64>,
+    pub(crate) high: Option<u64>,
+    pub(crate) size: Option<u64>,
+    /// A `.debug_ranges`/`.debug_rnglists` offset (`RangeListsRef`).
+    pub(crate) ranges: Option<usize>,
 }
 
 /// A unit's abbreviation table, indexed by code, with the attribute lists
@@ -214,6 +296,11 @@ impl Abbrevs {
             if fixed != NOT_FIXED {
                 out.plans.truncate(plan0 as usize);
             }
+            let fixed_pc = if fixed != NOT_FIXED {
+                FixedPc::of(&out.specs[specs0 as usize..])
+            } else {
+                None
+            };
             let a = Abbrev {
                 tag: DwTag(tag as u16),
                 children,
@@ -222,6 +309,7 @@ impl Abbrevs {
                 specs: (specs0, out.specs.len() as u32),
                 plan: (plan0, out.plans.len() as u32),
                 bytes: (at, r.pos),
+                fixed_pc,
             };
             if code == out.list.len() as u64 + 1 && out.sparse.is_empty() {
                 out.list.push(a);
@@ -293,12 +381,19 @@ impl Bytes<'_> {
         Some(b)
     }
 
-    #[inline]
+    #[inline(always)]
     fn uleb(&mut self) -> Option<u64> {
-        let b = self.u8()?;
+        let b = *self.buf.get(self.pos)?;
         if b < 0x80 {
+            self.pos += 1;
             return Some(b as u64);
         }
+        self.uleb_long()
+    }
+
+    #[inline(never)]
+    fn uleb_long(&mut self) -> Option<u64> {
+        let b = self.u8()?;
         let mut v = (b & 0x7f) as u64;
         let mut shift = 7;
         loop {
@@ -356,9 +451,19 @@ impl Bytes<'_> {
         Some(())
     }
 
+    #[inline]
     fn uint(&mut self, n: usize, big: bool) -> Option<u64> {
         let b = self.buf.get(self.pos..self.pos.checked_add(n)?)?;
         self.pos += n;
+        if !big {
+            match n {
+                1 => return Some(b[0] as u64),
+                2 => return Some(u16::from_le_bytes([b[0], b[1]]) as u64),
+                4 => return Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64),
+                8 => return Some(u64::from_le_bytes(b.try_into().ok()?)),
+                _ => {}
+            }
+        }
         let mut v = 0u64;
         if big {
             for &x in b {
@@ -485,6 +590,47 @@ impl<'a> Cursor<'a> {
             };
             return self.r.skip(n);
         }
+    }
+
+    /// For a DIE whose abbreviation has a [`FixedPc`] layout: its
+    /// code-range attributes, read at their known places, and the cursor
+    /// moved past its attributes. `Some(None)`, moving nothing, for other
+    /// DIEs (read them with [`Cursor::attributes`]); `None` on bad input.
+    #[inline]
+    pub(crate) fn fixed_pc(&mut self, a: &Abbrev) -> Option<Option<RawPc>> {
+        let Some(l) = a.fixed_pc else {
+            return Some(None);
+        };
+        let start = self.r.pos;
+        self.r.skip(a.fixed as usize)?;
+        let big = self.big_endian;
+        let block = Bytes {
+            buf: &self.r.buf[start..self.r.pos],
+            pos: 0,
+        };
+        let at = |pos: u16, n: usize| -> Option<u64> {
+            if pos == ABSENT {
+                return None;
+            }
+            Bytes {
+                buf: block.buf,
+                pos: pos as usize,
+            }
+            .uint(n, big)
+        };
+        let mut out = RawPc {
+            low: at(l.low, self.enc.address_size as usize),
+            ..RawPc::default()
+        };
+        let high = at(l.high, l.high_size as usize);
+        if l.high_addr {
+            out.high = high;
+        } else {
+            out.size = high;
+        }
+        out.ranges = at(l.ranges, self.enc.format.word_size() as usize)
+            .and_then(|o| usize::try_from(o).ok());
+        Some(Some(out))
     }
 
     /// Steps over the rest of the subtree of the DIE just read (at depth

@@ -22,7 +22,7 @@
 //! Everything returns `Option`: malformed DWARF gives no answer (and the
 //! caller falls back to the symbol tables), never a panic.
 
-use super::die::{Abbrevs, Cursor};
+use super::die::{Abbrevs, Cursor, RawPc};
 use super::elf::Slice;
 use super::lazy::{Frozen, Inflating};
 use super::IntMap;
@@ -73,18 +73,27 @@ struct Lines {
     files: RefCell<IntMap<u64, Option<Arc<str>>>>,
 }
 
+/// One range of an inlined call: only what finds the chain at an
+/// address. Its call site and origin are read from `die` when it is on a
+/// chain asked for (a few DIEs per address instead of all of a function).
+#[derive(Clone, Copy)]
 struct Inlined {
     begin: u64,
     end: u64,
     depth: u32,
     die: UnitOffset,
+}
+
+/// The attributes of an inlined call's DIE that a frame needs.
+#[derive(Default)]
+struct CallSite {
     /// `.debug_info` offset of the DIE its name comes from (its abstract
-    /// origin), or 0 to read the name from `die` itself: the names of
+    /// origin), or 0 to read the name from the DIE itself: the names of
     /// every inlined copy of a function then share one cache entry.
     origin: usize,
-    call_file: Option<u64>,
-    call_line: u32,
-    call_column: u32,
+    file: Option<u64>,
+    line: u32,
+    column: u32,
 }
 
 struct Function {
@@ -579,10 +588,11 @@ impl DwarfIndex {
         // innermost, then the call site recorded in the inlined DIE below.
         let (mut f, mut l, mut c, mut d) = (file0, line0, col0, disc0);
         for inl in chain.iter().rev() {
+            let site = call_site(u, inl.die).unwrap_or_default();
             out.push(RawFrame {
-                name: if inl.origin != 0 {
-                    self.slot_at(inl.origin).and_then(|t| {
-                        let off = inl.origin - self.slot(t)?.offset;
+                name: if site.origin != 0 {
+                    self.slot_at(site.origin).and_then(|t| {
+                        let off = site.origin - self.slot(t)?.offset;
                         self.die_name(t, UnitOffset(off), NAME_DEPTH - 1)
                     })
                 } else {
@@ -594,9 +604,9 @@ impl DwarfIndex {
                 column: c,
                 discriminator: d,
             });
-            f = inl.call_file.and_then(file);
-            l = inl.call_line;
-            c = inl.call_column;
+            f = site.file.and_then(file);
+            l = site.line;
+            c = site.column;
             d = 0;
         }
         out.push(RawFrame {
@@ -798,6 +808,18 @@ struct Pc {
 }
 
 impl Pc {
+    fn from_raw(dwarf: &gimli::Dwarf<Slice>, unit: &gimli::Unit<Slice>, r: RawPc) -> Pc {
+        Pc {
+            low: r.low,
+            high: r.high,
+            size: r.size,
+            ranges: r.ranges.and_then(|o| {
+                let v = AttributeValue::RangeListsRef(gimli::RawRangeListsOffset(o));
+                dwarf.attr_ranges_offset(unit, v).ok().flatten()
+            }),
+        }
+    }
+
     fn take(
         &mut self,
         dwarf: &gimli::Dwarf<Slice>,
@@ -875,14 +897,21 @@ fn parse_functions(dwarf: &gimli::Dwarf<Slice>, u: &UnitData) -> Box<[(u64, u64,
             }
             continue;
         }
-        let mut pc = Pc::default();
-        if c.attributes(abbrev, |name, value| {
-            pc.take(dwarf, unit, name, value);
-        })
-        .is_none()
-        {
-            break;
-        }
+        let pc = match c.fixed_pc(abbrev) {
+            Some(Some(raw)) => Pc::from_raw(dwarf, unit, raw),
+            Some(None) => {
+                let mut pc = Pc::default();
+                if c.attributes(abbrev, |name, value| {
+                    pc.take(dwarf, unit, name, value);
+                })
+                .is_none()
+                {
+                    break;
+                }
+                pc
+            }
+            None => break,
+        };
         pc.each(dwarf, unit, |b, end| out.push((b, end, off)));
     }
     finish(out)
@@ -908,7 +937,6 @@ fn find_range(v: &[(u64, u64, UnitOffset)], probe: u64) -> Option<UnitOffset> {
 fn parse_function(dwarf: &gimli::Dwarf<Slice>, u: &UnitData, die: UnitOffset) -> Function {
     let unit = &u.unit;
     let mut inlined = Vec::new();
-    let version5 = unit.header.version() >= 5;
     (|| -> Option<()> {
         let mut c = Cursor::new(&unit.header, &u.abbrevs, die)?;
         let base = c.depth();
@@ -931,40 +959,16 @@ fn parse_function(dwarf: &gimli::Dwarf<Slice>, u: &UnitData, die: UnitOffset) ->
             };
             match abbrev.tag {
                 gimli::DW_TAG_inlined_subroutine => {
-                    let mut pc = Pc::default();
-                    let (mut file, mut line, mut col) = (None, 0, 0);
-                    let (mut origin, mut named) = (0usize, false);
-                    c.attributes(abbrev, |name, value| {
-                        if pc.take(dwarf, unit, name, value) {
-                            return;
+                    let pc = match c.fixed_pc(abbrev)? {
+                        Some(raw) => Pc::from_raw(dwarf, unit, raw),
+                        None => {
+                            let mut pc = Pc::default();
+                            c.attributes(abbrev, |name, value| {
+                                pc.take(dwarf, unit, name, value);
+                            })?;
+                            pc
                         }
-                        match name {
-                            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
-                                origin = match value {
-                                    AttributeValue::UnitRef(o) => unit.header.offset().0 + o.0,
-                                    AttributeValue::DebugInfoRef(o) => o.0,
-                                    _ => 0,
-                                }
-                            }
-                            gimli::DW_AT_name
-                            | gimli::DW_AT_linkage_name
-                            | gimli::DW_AT_MIPS_linkage_name => named = true,
-                            gimli::DW_AT_call_file => {
-                                if let AttributeValue::FileIndex(fi) = value {
-                                    if fi > 0 || version5 {
-                                        file = Some(fi);
-                                    }
-                                }
-                            }
-                            gimli::DW_AT_call_line => {
-                                line = value.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
-                            }
-                            gimli::DW_AT_call_column => {
-                                col = value.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
-                            }
-                            _ => {}
-                        }
-                    })?;
+                    };
                     let idepth = stack.last().map(|&(_, i)| i + 1).unwrap_or(0);
                     pc.each(dwarf, unit, |b, end| {
                         inlined.push(Inlined {
@@ -972,10 +976,6 @@ fn parse_function(dwarf: &gimli::Dwarf<Slice>, u: &UnitData, die: UnitOffset) ->
                             end,
                             depth: idepth,
                             die: off,
-                            origin: if named { 0 } else { origin },
-                            call_file: file,
-                            call_line: line,
-                            call_column: col,
                         })
                     });
                     if abbrev.children {
@@ -994,10 +994,77 @@ fn parse_function(dwarf: &gimli::Dwarf<Slice>, u: &UnitData, die: UnitOffset) ->
         }
         Some(())
     })();
-    inlined.sort_unstable_by_key(|x| (x.depth, x.begin));
     Function {
-        inlined: inlined.into_boxed_slice(),
+        inlined: sort_by_depth_then_begin(inlined),
     }
+}
+
+/// Sorts inlined ranges by (depth, begin): a stable bucketing by depth,
+/// then a sort of each depth only if its ranges (in DIE order, usually
+/// already by address) are not in order.
+fn sort_by_depth_then_begin(v: Vec<Inlined>) -> Box<[Inlined]> {
+    let depths = v.iter().map(|x| x.depth as usize + 1).max().unwrap_or(0);
+    let mut start = vec![0usize; depths + 1];
+    for x in &v {
+        start[x.depth as usize + 1] += 1;
+    }
+    for d in 1..=depths {
+        start[d] += start[d - 1];
+    }
+    let mut next = start.clone();
+    let mut out = v.clone();
+    for x in &v {
+        let d = x.depth as usize;
+        out[next[d]] = *x;
+        next[d] += 1;
+    }
+    for d in 0..depths {
+        let part = &mut out[start[d]..start[d + 1]];
+        if !part.is_sorted_by_key(|x| x.begin) {
+            part.sort_unstable_by_key(|x| x.begin);
+        }
+    }
+    out.into_boxed_slice()
+}
+
+/// The call site and name origin of the inlined call at `die`.
+fn call_site(u: &UnitData, die: UnitOffset) -> Option<CallSite> {
+    let unit = &u.unit;
+    let version5 = unit.header.version() >= 5;
+    let mut c = Cursor::new(&unit.header, &u.abbrevs, die)?;
+    let abbrev = c.read_abbrev()??;
+    let mut site = CallSite::default();
+    let mut named = false;
+    c.attributes(abbrev, |name, value| match name {
+        gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
+            site.origin = match value {
+                AttributeValue::UnitRef(o) => unit.header.offset().0 + o.0,
+                AttributeValue::DebugInfoRef(o) => o.0,
+                _ => 0,
+            }
+        }
+        gimli::DW_AT_name | gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
+            named = true
+        }
+        gimli::DW_AT_call_file => {
+            if let AttributeValue::FileIndex(fi) = value {
+                if fi > 0 || version5 {
+                    site.file = Some(fi);
+                }
+            }
+        }
+        gimli::DW_AT_call_line => {
+            site.line = value.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
+        }
+        gimli::DW_AT_call_column => {
+            site.column = value.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
+        }
+        _ => {}
+    })?;
+    if named {
+        site.origin = 0;
+    }
+    Some(site)
 }
 
 /// A small stack-allocated chain of inlined calls (deeper chains spill).
