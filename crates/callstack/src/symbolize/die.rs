@@ -367,22 +367,23 @@ impl Abbrevs {
     }
 }
 
-/// A bounds-checked byte reader.
-struct Bytes<'a> {
-    buf: &'a [u8],
-    pos: usize,
+/// A bounds-checked byte reader (LEB128 as gimli reads it: the same
+/// values, the same overflows refused).
+pub(crate) struct Bytes<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) pos: usize,
 }
 
 impl Bytes<'_> {
     #[inline]
-    fn u8(&mut self) -> Option<u8> {
+    pub(crate) fn u8(&mut self) -> Option<u8> {
         let b = *self.buf.get(self.pos)?;
         self.pos += 1;
         Some(b)
     }
 
     #[inline(always)]
-    fn uleb(&mut self) -> Option<u64> {
+    pub(crate) fn uleb(&mut self) -> Option<u64> {
         let b = *self.buf.get(self.pos)?;
         if b < 0x80 {
             self.pos += 1;
@@ -412,14 +413,15 @@ impl Bytes<'_> {
         }
     }
 
-    fn sleb(&mut self) -> Option<i64> {
+    pub(crate) fn sleb(&mut self) -> Option<i64> {
         let mut v: i64 = 0;
         let mut shift = 0;
         loop {
             let b = self.u8()?;
-            if shift < 64 {
-                v |= ((b & 0x7f) as i64) << shift;
+            if shift == 63 && b != 0 && b != 0x7f {
+                return None;
             }
+            v |= ((b & 0x7f) as i64) << shift;
             shift += 7;
             if b < 0x80 {
                 if shift < 64 && b & 0x40 != 0 {
@@ -427,14 +429,11 @@ impl Bytes<'_> {
                 }
                 return Some(v);
             }
-            if shift > 70 {
-                return None;
-            }
         }
     }
 
     #[inline]
-    fn skip_leb(&mut self) -> Option<()> {
+    pub(crate) fn skip_leb(&mut self) -> Option<()> {
         let rest = self.buf.get(self.pos..)?;
         let n = rest.iter().position(|&b| b < 0x80)?;
         self.pos += n + 1;
@@ -442,7 +441,7 @@ impl Bytes<'_> {
     }
 
     #[inline]
-    fn skip(&mut self, n: usize) -> Option<()> {
+    pub(crate) fn skip(&mut self, n: usize) -> Option<()> {
         let end = self.pos.checked_add(n)?;
         if end > self.buf.len() {
             return None;
@@ -452,7 +451,7 @@ impl Bytes<'_> {
     }
 
     #[inline]
-    fn uint(&mut self, n: usize, big: bool) -> Option<u64> {
+    pub(crate) fn uint(&mut self, n: usize, big: bool) -> Option<u64> {
         let b = self.buf.get(self.pos..self.pos.checked_add(n)?)?;
         self.pos += n;
         if !big {

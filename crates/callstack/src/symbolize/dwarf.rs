@@ -25,6 +25,7 @@
 use super::die::{Abbrevs, Cursor, RawPc};
 use super::elf::Slice;
 use super::lazy::{Frozen, Inflating};
+use super::lines::{Program, Row, Sequence, Stop};
 use super::IntMap;
 use gimli::{AttributeValue, UnitOffset};
 use std::cell::{Cell, OnceCell, RefCell};
@@ -52,23 +53,11 @@ struct Slot {
     data: OnceCell<Option<Box<UnitData>>>,
 }
 
-#[derive(Clone, Copy)]
-struct Row {
-    addr: u64,
-    file: u32,
-    line: u32,
-    column: u32,
-    discriminator: u32,
-}
-
-struct Sequence {
-    start: u64,
-    end: u64,
-    rows: Box<[Row]>,
-}
-
 struct Lines {
     header: gimli::LineProgramHeader<Slice>,
+    /// Our interpreter of the program (`None`: every sequence was decoded
+    /// by gimli up front).
+    program: Option<Program>,
     sequences: Box<[Sequence]>,
     files: RefCell<IntMap<u64, Option<Arc<str>>>>,
 }
@@ -683,8 +672,9 @@ impl Lines {
         if probe >= seq.end {
             return None;
         }
-        let j = seq.rows.partition_point(|r| r.addr <= probe);
-        seq.rows.get(j.checked_sub(1)?)
+        let rows = seq.rows(self.program.as_ref());
+        let j = rows.partition_point(|r| r.addr <= probe);
+        rows.get(j.checked_sub(1)?)
     }
 
     fn file(
@@ -743,8 +733,31 @@ fn render_file(
     Some(path)
 }
 
+/// The unit's line table: sequences found by our interpreter, their rows
+/// decoded on first use (`lines.rs`); gimli's `LineRows` for the
+/// programs ours leaves to it.
 #[inline(never)]
 fn parse_lines(dwarf: &gimli::Dwarf<Slice>, unit: &gimli::Unit<Slice>) -> Option<Lines> {
+    let incomplete = unit.line_program.as_ref()?;
+    let header = incomplete.header();
+    if let Some(program) = Program::new(header) {
+        match program.sequences() {
+            Ok(seqs) => {
+                return Some(Lines {
+                    header: header.clone(),
+                    program: Some(program),
+                    sequences: seqs.into_boxed_slice(),
+                    files: RefCell::new(IntMap::default()),
+                })
+            }
+            Err(Stop::Bad) => return None,
+            Err(Stop::Unsupported) => {}
+        }
+    }
+    parse_lines_gimli(dwarf, unit)
+}
+
+fn parse_lines_gimli(dwarf: &gimli::Dwarf<Slice>, unit: &gimli::Unit<Slice>) -> Option<Lines> {
     let _ = dwarf;
     let program = unit.line_program.clone()?;
     let mut rows = program.rows();
@@ -760,39 +773,33 @@ fn parse_lines(dwarf: &gimli::Dwarf<Slice>, unit: &gimli::Unit<Slice>) -> Option
         if row.end_sequence() {
             if let Some(start) = cur.first().map(|r| r.addr) {
                 if start < addr {
-                    sequences.push(Sequence {
-                        start,
-                        end: addr,
-                        // Copied out at its exact size: `cur` is reused, so
-                        // rows are not regrown from empty per sequence.
-                        rows: cur.as_slice().into(),
-                    });
+                    // Copied out at its exact size: `cur` is reused, so
+                    // rows are not regrown from empty per sequence.
+                    sequences.push(Sequence::decoded(start, addr, cur.as_slice().into()));
                 }
                 cur.clear();
             }
             continue;
         }
-        let r = Row {
+        let r = Row::new(
             addr,
-            file: row.file_index().min(u32::MAX as u64) as u32,
-            line: row
-                .line()
-                .map(|l| l.get().min(u32::MAX as u64) as u32)
-                .unwrap_or(0),
-            column: match row.column() {
+            row.file_index(),
+            row.line().map(|l| l.get()).unwrap_or(0),
+            match row.column() {
                 gimli::ColumnType::LeftEdge => 0,
-                gimli::ColumnType::Column(c) => c.get().min(u32::MAX as u64) as u32,
+                gimli::ColumnType::Column(c) => c.get(),
             },
-            discriminator: row.discriminator().min(u32::MAX as u64) as u32,
-        };
+            row.discriminator(),
+        );
         match cur.last_mut() {
             Some(last) if last.addr == addr => *last = r,
             _ => cur.push(r),
         }
     }
-    sequences.sort_unstable_by_key(|s| s.start);
+    sequences.sort_by_key(|s| s.start);
     Some(Lines {
         header: rows.header().clone(),
+        program: None,
         sequences: sequences.into_boxed_slice(),
         files: RefCell::new(IntMap::default()),
     })
@@ -1102,5 +1109,166 @@ mod smallchain {
                 .map(|x| x.expect("filled"))
                 .chain(self.spill.iter().copied())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolize::elf::{ElfModule, SearchPaths};
+
+    /// Our line-program interpreter gives, for every unit of this test
+    /// binary, the sequences and rows gimli's `LineRows` gives.
+    #[test]
+    fn line_programs_match_gimli() {
+        let exe = std::env::current_exe().unwrap();
+        let m = ElfModule::open(&exe, &SearchPaths::none()).unwrap();
+        let d = m.dwarf.as_ref().expect("test binaries have DWARF");
+        let (mut units, mut rows) = (0, 0);
+        for i in 0..d.all_slots() {
+            let Some(u) = d.unit(i) else { continue };
+            let ours = parse_lines(&d.dwarf, &u.unit);
+            let theirs = parse_lines_gimli(&d.dwarf, &u.unit);
+            let (Some(ours), Some(theirs)) = (ours, theirs) else {
+                assert!(u.unit.line_program.is_none());
+                continue;
+            };
+            assert!(ours.program.is_some());
+            assert_eq!(ours.sequences.len(), theirs.sequences.len());
+            for (a, b) in ours.sequences.iter().zip(theirs.sequences.iter()) {
+                assert_eq!((a.start, a.end), (b.start, b.end));
+                assert_eq!(a.rows(ours.program.as_ref()), b.rows(None));
+                rows += b.rows(None).len();
+            }
+            units += 1;
+        }
+        assert!(units > 10 && rows > 1000, "{units} units, {rows} rows");
+    }
+
+    type Reference = (u64, u64, u32, usize, usize, Option<u64>, u32, u32);
+
+    /// The inlined calls of the function at `die`, read with gimli's
+    /// `EntriesRaw` alone (what the symbolizer did before `die.rs`).
+    fn gimli_inlined(
+        dwarf: &gimli::Dwarf<Slice>,
+        unit: &gimli::Unit<Slice>,
+        die: UnitOffset,
+    ) -> Vec<Reference> {
+        let mut out = Vec::new();
+        let version5 = unit.header.version() >= 5;
+        // The unit keeps only its root's abbreviation: gimli gets all.
+        let abbrevs = dwarf.abbreviations(&unit.header).unwrap();
+        let mut e = unit.header.entries_raw(&abbrevs, Some(die)).unwrap();
+        let base = e.next_depth();
+        let abbrev = e.read_abbreviation().unwrap().unwrap();
+        e.skip_attributes(abbrev.attributes()).unwrap();
+        let mut stack: Vec<(isize, u32)> = Vec::new();
+        loop {
+            let depth = e.next_depth();
+            if depth <= base || e.is_empty() {
+                break;
+            }
+            while stack.last().is_some_and(|&(d, _)| d >= depth) {
+                stack.pop();
+            }
+            let off = e.next_offset();
+            let Some(abbrev) = e.read_abbreviation().unwrap() else {
+                continue;
+            };
+            match abbrev.tag() {
+                gimli::DW_TAG_inlined_subroutine => {
+                    let mut pc = Pc::default();
+                    let (mut file, mut line, mut col, mut origin, mut named) =
+                        (None, 0, 0, 0, false);
+                    for spec in abbrev.attributes() {
+                        let attr = e.read_attribute(*spec).unwrap();
+                        if pc.take(dwarf, unit, attr.name(), attr.value()) {
+                            continue;
+                        }
+                        match attr.name() {
+                            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
+                                origin = match attr.value() {
+                                    AttributeValue::UnitRef(o) => unit.header.offset().0 + o.0,
+                                    AttributeValue::DebugInfoRef(o) => o.0,
+                                    _ => 0,
+                                }
+                            }
+                            gimli::DW_AT_name
+                            | gimli::DW_AT_linkage_name
+                            | gimli::DW_AT_MIPS_linkage_name => named = true,
+                            gimli::DW_AT_call_file => {
+                                if let AttributeValue::FileIndex(fi) = attr.value() {
+                                    if fi > 0 || version5 {
+                                        file = Some(fi);
+                                    }
+                                }
+                            }
+                            gimli::DW_AT_call_line => line = attr.udata_value().unwrap() as u32,
+                            gimli::DW_AT_call_column => col = attr.udata_value().unwrap() as u32,
+                            _ => {}
+                        }
+                    }
+                    let idepth = stack.last().map(|&(_, i)| i + 1).unwrap_or(0);
+                    let origin = if named { 0 } else { origin };
+                    pc.each(dwarf, unit, |b, end| {
+                        out.push((b, end, idepth, off.0, origin, file, line, col))
+                    });
+                    if abbrev.has_children() {
+                        stack.push((depth, idepth));
+                    }
+                }
+                gimli::DW_TAG_subprogram => {
+                    e.skip_attributes(abbrev.attributes()).unwrap();
+                    if abbrev.has_children() {
+                        while e.next_depth() > depth && !e.is_empty() {
+                            if let Some(a) = e.read_abbreviation().unwrap() {
+                                e.skip_attributes(a.attributes()).unwrap();
+                            }
+                        }
+                    }
+                }
+                _ => e.skip_attributes(abbrev.attributes()).unwrap(),
+            }
+        }
+        out.sort_by_key(|x| (x.2, x.0));
+        out
+    }
+
+    /// Our DIE cursor finds, for every function of this test binary, the
+    /// inlined calls (ranges, depths, call sites, name origins) gimli
+    /// finds.
+    #[test]
+    fn inlined_calls_match_gimli() {
+        let exe = std::env::current_exe().unwrap();
+        let m = ElfModule::open(&exe, &SearchPaths::none()).unwrap();
+        let d = m.dwarf.as_ref().expect("test binaries have DWARF");
+        let (mut functions, mut calls) = (0, 0);
+        for i in 0..d.all_slots() {
+            let Some(u) = d.unit(i) else { continue };
+            let mut seen = std::collections::HashSet::new();
+            for &(_, _, die) in parse_functions(&d.dwarf, u).iter() {
+                if !seen.insert(die) {
+                    continue;
+                }
+                let ours: Vec<Reference> = parse_function(&d.dwarf, u, die)
+                    .inlined
+                    .iter()
+                    .map(|x| {
+                        let s = call_site(u, x.die).unwrap();
+                        (
+                            x.begin, x.end, x.depth, x.die.0, s.origin, s.file, s.line, s.column,
+                        )
+                    })
+                    .collect();
+                let theirs = gimli_inlined(&d.dwarf, &u.unit, die);
+                assert_eq!(ours, theirs, "function DIE {:#x}", die.0);
+                functions += 1;
+                calls += ours.len();
+            }
+        }
+        assert!(
+            functions > 100 && calls > 100,
+            "{functions} functions, {calls} calls"
+        );
     }
 }

@@ -53,6 +53,7 @@ mod die;
 mod dwarf;
 mod elf;
 mod lazy;
+mod lines;
 mod mapped;
 
 pub use called_from::{called_from, called_from_any};
