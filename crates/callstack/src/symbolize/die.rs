@@ -21,7 +21,7 @@ use gimli::{AttributeSpecification, AttributeValue, DwTag, UnitOffset};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
     /// So many bytes.
-    Bytes(u32),
+    Bytes(u16),
     /// A LEB128 number.
     Leb,
     /// A block with a 1, 2 or 4-byte length, or a LEB128 length.
@@ -41,9 +41,9 @@ enum Op {
 /// How an attribute of `form` is stepped over, `None` for a form we do
 /// not know (the walk stops there, as gimli's would).
 fn form_op(form: gimli::DwForm, enc: gimli::Encoding) -> Option<Op> {
-    let offset = enc.format.word_size() as u32;
+    let offset = enc.format.word_size() as u16;
     Some(match form {
-        gimli::DW_FORM_addr => Op::Bytes(enc.address_size as u32),
+        gimli::DW_FORM_addr => Op::Bytes(enc.address_size as u16),
         gimli::DW_FORM_flag_present | gimli::DW_FORM_implicit_const => Op::Bytes(0),
         gimli::DW_FORM_data1
         | gimli::DW_FORM_ref1
@@ -73,7 +73,7 @@ fn form_op(form: gimli::DwForm, enc: gimli::Encoding) -> Option<Op> {
         | gimli::DW_FORM_strp_sup => Op::Bytes(offset),
         gimli::DW_FORM_ref_addr => {
             if enc.version == 2 {
-                Op::Bytes(enc.address_size as u32)
+                Op::Bytes(enc.address_size as u16)
             } else {
                 Op::Bytes(offset)
             }
@@ -100,20 +100,14 @@ fn form_op(form: gimli::DwForm, enc: gimli::Encoding) -> Option<Op> {
 /// `fixed` when every attribute has a fixed size.
 const NOT_FIXED: u32 = u32::MAX;
 
-/// One attribute of an abbreviation.
+/// One attribute of an abbreviation (8 bytes: a unit of a large Rust
+/// crate has tens of thousands; `DW_FORM_implicit_const` values are kept
+/// aside, in [`Abbrevs::implicits`]).
 #[derive(Clone, Copy)]
 pub(crate) struct Spec {
     pub(crate) name: gimli::DwAt,
     form: gimli::DwForm,
     op: Op,
-    implicit: i64,
-}
-
-impl Spec {
-    fn gimli(&self) -> AttributeSpecification {
-        let implicit = (self.form == gimli::DW_FORM_implicit_const).then_some(self.implicit);
-        AttributeSpecification::new(self.name, self.form, implicit)
-    }
 }
 
 /// One abbreviation: the DIE's tag, whether it has children, its
@@ -168,6 +162,7 @@ impl FixedPc {
         let mut at: u32 = 0;
         for s in specs {
             let Op::Bytes(n) = s.op else { return None };
+            let n = n as u32;
             let here = u16::try_from(at).ok().filter(|&h| h != ABSENT)?;
             match s.name {
                 gimli::DW_AT_low_pc => {
@@ -227,6 +222,8 @@ pub(crate) struct Abbrevs {
     sparse: Vec<(u64, u32)>,
     specs: Vec<Spec>,
     plans: Vec<Op>,
+    /// (index in `specs`, value) of the `DW_FORM_implicit_const` ones.
+    implicits: Vec<(u32, i64)>,
 }
 
 impl Abbrevs {
@@ -268,29 +265,26 @@ impl Abbrevs {
                     return None;
                 }
                 let (name, form) = (gimli::DwAt(name as u16), gimli::DwForm(form as u16));
-                let implicit = if form == gimli::DW_FORM_implicit_const {
-                    r.sleb()?
-                } else {
-                    0
-                };
+                if form == gimli::DW_FORM_implicit_const {
+                    out.implicits.push((out.specs.len() as u32, r.sleb()?));
+                }
                 has_pc |= matches!(name, gimli::DW_AT_low_pc | gimli::DW_AT_ranges);
                 let op = form_op(form, enc).unwrap_or(Op::Unknown);
-                out.specs.push(Spec {
-                    name,
-                    form,
-                    op,
-                    implicit,
-                });
+                out.specs.push(Spec { name, form, op });
                 let own_last = out.plans.len() > plan0 as usize;
                 match (op, out.plans.last_mut()) {
                     (Op::Bytes(0), _) => {}
-                    (Op::Bytes(n), Some(Op::Bytes(m))) if own_last => *m += n,
+                    (Op::Bytes(n), Some(Op::Bytes(m)))
+                        if own_last && m.checked_add(n).is_some() =>
+                    {
+                        *m += n
+                    }
                     (op, _) => out.plans.push(op),
                 }
             }
             let fixed = match out.plans[plan0 as usize..] {
                 [] => 0,
-                [Op::Bytes(n)] => n,
+                [Op::Bytes(n)] => n as u32,
                 _ => NOT_FIXED,
             };
             if fixed != NOT_FIXED {
@@ -323,6 +317,10 @@ impl Abbrevs {
                 out.sparse.sort_unstable_by_key(|x| x.0);
             }
         }
+        // Tables are kept for the symbolizer's life: no spare capacity.
+        out.list.shrink_to_fit();
+        out.specs.shrink_to_fit();
+        out.plans.shrink_to_fit();
         Some(out)
     }
 
@@ -347,6 +345,21 @@ impl Abbrevs {
     #[inline]
     pub(crate) fn specs(&self, a: &Abbrev) -> &[Spec] {
         &self.specs[a.specs.0 as usize..a.specs.1 as usize]
+    }
+
+    /// The value of the `DW_FORM_implicit_const` attribute `specs[i]`.
+    fn implicit(&self, i: usize) -> i64 {
+        match self.implicits.binary_search_by_key(&(i as u32), |x| x.0) {
+            Ok(j) => self.implicits[j].1,
+            Err(_) => 0,
+        }
+    }
+
+    /// gimli's specification of `specs[i]`.
+    fn gimli_spec(&self, i: usize) -> AttributeSpecification {
+        let s = &self.specs[i];
+        let implicit = (s.form == gimli::DW_FORM_implicit_const).then(|| self.implicit(i));
+        AttributeSpecification::new(s.name, s.form, implicit)
     }
 
     #[inline]
@@ -654,19 +667,20 @@ impl<'a> Cursor<'a> {
         a: &Abbrev,
         mut f: impl FnMut(gimli::DwAt, AttributeValue<Slice>),
     ) -> Option<()> {
-        let specs = self.abbrevs.specs(a);
-        for spec in specs {
+        let abbrevs = self.abbrevs;
+        for (i, spec) in abbrevs.specs(a).iter().enumerate() {
             if !wanted(spec.name) {
                 self.step(spec.op)?;
                 continue;
             }
-            let v = match self.raw_value(spec)? {
+            let i = a.specs.0 as usize + i;
+            let v = match self.raw_value(spec, i)? {
                 Some(v) => v,
                 None => {
                     // A rare form: gimli reads it (and gives its meaning).
                     let empty = gimli::Abbreviations::default();
                     let mut e = self.header.entries_raw(&empty, Some(self.offset())).ok()?;
-                    let attr = e.read_attribute(spec.gimli()).ok()?;
+                    let attr = e.read_attribute(abbrevs.gimli_spec(i)).ok()?;
                     self.r.pos = e.next_offset().0.checked_sub(self.base)?;
                     f(spec.name, attr.value());
                     continue;
@@ -680,7 +694,7 @@ impl<'a> Cursor<'a> {
     /// The raw value of a common form (as gimli's attribute parser reads
     /// it); `Some(None)`, reading nothing, for a form left to gimli.
     #[inline]
-    fn raw_value(&mut self, spec: &Spec) -> Option<Option<AttributeValue<Slice>>> {
+    fn raw_value(&mut self, spec: &Spec, i: usize) -> Option<Option<AttributeValue<Slice>>> {
         use AttributeValue as V;
         let big = self.big_endian;
         let word = self.enc.format.word_size() as usize;
@@ -708,7 +722,7 @@ impl<'a> Cursor<'a> {
             gimli::DW_FORM_data8 if spec.name != gimli::DW_AT_ranges => V::Data8(r.uint(8, big)?),
             gimli::DW_FORM_udata => V::Udata(r.uleb()?),
             gimli::DW_FORM_sdata => V::Sdata(r.sleb()?),
-            gimli::DW_FORM_implicit_const => V::Sdata(spec.implicit),
+            gimli::DW_FORM_implicit_const => V::Sdata(self.abbrevs.implicit(i)),
             gimli::DW_FORM_ref1 => V::UnitRef(UnitOffset(r.uint(1, big)? as usize)),
             gimli::DW_FORM_ref2 => V::UnitRef(UnitOffset(r.uint(2, big)? as usize)),
             gimli::DW_FORM_ref4 => V::UnitRef(UnitOffset(r.uint(4, big)? as usize)),
@@ -835,7 +849,7 @@ mod tests {
         assert_eq!(v.fixed, NOT_FIXED);
         assert_eq!(a.plan(v), &[Op::CStr, Op::BlockLeb]);
         let b = a.get(7).unwrap();
-        assert_eq!((b.fixed, a.specs(b)[0].implicit), (0, -1));
+        assert_eq!((b.fixed, a.implicit(b.specs.0 as usize)), (0, -1));
         assert!(a.get(3).is_none() && a.get(0).is_none());
     }
 

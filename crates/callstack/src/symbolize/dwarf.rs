@@ -70,7 +70,14 @@ struct Inlined {
     begin: u64,
     end: u64,
     depth: u32,
-    die: UnitOffset,
+    /// Unit offset of the DIE (a unit of 4 GiB or more is not indexed).
+    die: u32,
+}
+
+impl Inlined {
+    fn die(&self) -> UnitOffset {
+        UnitOffset(self.die as usize)
+    }
 }
 
 /// The attributes of an inlined call's DIE that a frame needs.
@@ -146,6 +153,8 @@ pub(crate) struct DwarfIndex {
     aranges: OnceCell<RangeIndex>,
     all_ranges: OnceCell<RangeIndex>,
     names: RefCell<IntMap<u64, Option<RawName>>>,
+    /// Reused while parsing a function (no regrowing per function).
+    scratch: RefCell<Vec<Inlined>>,
     /// `.debug_info` (last field: everything above may borrow from it).
     info: Info,
 }
@@ -185,6 +194,7 @@ impl DwarfIndex {
             aranges: OnceCell::new(),
             all_ranges: OnceCell::new(),
             names: RefCell::new(IntMap::default()),
+            scratch: RefCell::new(Vec::new()),
         }
     }
 
@@ -543,7 +553,8 @@ impl DwarfIndex {
             match cached {
                 Some(d) => d,
                 None => {
-                    let d = Arc::new(parse_function(&self.dwarf, u, fdie));
+                    let mut scratch = self.scratch.borrow_mut();
+                    let d = Arc::new(parse_function(&self.dwarf, u, fdie, &mut scratch));
                     u.details.borrow_mut().insert(fdie.0, d.clone());
                     d
                 }
@@ -577,7 +588,7 @@ impl DwarfIndex {
         // innermost, then the call site recorded in the inlined DIE below.
         let (mut f, mut l, mut c, mut d) = (file0, line0, col0, disc0);
         for inl in chain.iter().rev() {
-            let site = call_site(u, inl.die).unwrap_or_default();
+            let site = call_site(u, inl.die()).unwrap_or_default();
             out.push(RawFrame {
                 name: if site.origin != 0 {
                     self.slot_at(site.origin).and_then(|t| {
@@ -585,7 +596,7 @@ impl DwarfIndex {
                         self.die_name(t, UnitOffset(off), NAME_DEPTH - 1)
                     })
                 } else {
-                    self.die_name(slot, inl.die, NAME_DEPTH)
+                    self.die_name(slot, inl.die(), NAME_DEPTH)
                 },
                 lang: u.lang,
                 file: f,
@@ -666,15 +677,13 @@ impl DwarfIndex {
 }
 
 impl Lines {
-    fn find(&self, probe: u64) -> Option<&Row> {
+    fn find(&self, probe: u64) -> Option<Row> {
         let i = self.sequences.partition_point(|s| s.start <= probe);
         let seq = &self.sequences[i.checked_sub(1)?];
         if probe >= seq.end {
             return None;
         }
-        let rows = seq.rows(self.program.as_ref());
-        let j = rows.partition_point(|r| r.addr <= probe);
-        rows.get(j.checked_sub(1)?)
+        seq.find(self.program.as_ref(), probe)
     }
 
     fn file(
@@ -941,9 +950,14 @@ fn find_range(v: &[(u64, u64, UnitOffset)], probe: u64) -> Option<UnitOffset> {
 }
 
 #[inline(never)]
-fn parse_function(dwarf: &gimli::Dwarf<Slice>, u: &UnitData, die: UnitOffset) -> Function {
+fn parse_function(
+    dwarf: &gimli::Dwarf<Slice>,
+    u: &UnitData,
+    die: UnitOffset,
+    inlined: &mut Vec<Inlined>,
+) -> Function {
     let unit = &u.unit;
-    let mut inlined = Vec::new();
+    inlined.clear();
     (|| -> Option<()> {
         let mut c = Cursor::new(&unit.header, &u.abbrevs, die)?;
         let base = c.depth();
@@ -977,14 +991,16 @@ fn parse_function(dwarf: &gimli::Dwarf<Slice>, u: &UnitData, die: UnitOffset) ->
                         }
                     };
                     let idepth = stack.last().map(|&(_, i)| i + 1).unwrap_or(0);
-                    pc.each(dwarf, unit, |b, end| {
-                        inlined.push(Inlined {
-                            begin: b,
-                            end,
-                            depth: idepth,
-                            die: off,
-                        })
-                    });
+                    if let Ok(die) = u32::try_from(off.0) {
+                        pc.each(dwarf, unit, |b, end| {
+                            inlined.push(Inlined {
+                                begin: b,
+                                end,
+                                depth: idepth,
+                                die,
+                            })
+                        });
+                    }
                     if abbrev.children {
                         stack.push((depth, idepth));
                     }
@@ -1009,18 +1025,18 @@ fn parse_function(dwarf: &gimli::Dwarf<Slice>, u: &UnitData, die: UnitOffset) ->
 /// Sorts inlined ranges by (depth, begin): a stable bucketing by depth,
 /// then a sort of each depth only if its ranges (in DIE order, usually
 /// already by address) are not in order.
-fn sort_by_depth_then_begin(v: Vec<Inlined>) -> Box<[Inlined]> {
+fn sort_by_depth_then_begin(v: &[Inlined]) -> Box<[Inlined]> {
     let depths = v.iter().map(|x| x.depth as usize + 1).max().unwrap_or(0);
     let mut start = vec![0usize; depths + 1];
-    for x in &v {
+    for x in v {
         start[x.depth as usize + 1] += 1;
     }
     for d in 1..=depths {
         start[d] += start[d - 1];
     }
     let mut next = start.clone();
-    let mut out = v.clone();
-    for x in &v {
+    let mut out = v.to_vec();
+    for x in v {
         let d = x.depth as usize;
         out[next[d]] = *x;
         next[d] += 1;
@@ -1137,8 +1153,15 @@ mod tests {
             assert_eq!(ours.sequences.len(), theirs.sequences.len());
             for (a, b) in ours.sequences.iter().zip(theirs.sequences.iter()) {
                 assert_eq!((a.start, a.end), (b.start, b.end));
-                assert_eq!(a.rows(ours.program.as_ref()), b.rows(None));
-                rows += b.rows(None).len();
+                let want = b.rows(None);
+                assert_eq!(a.rows(ours.program.as_ref()), want);
+                // And each row is found at its address and just before the next.
+                for (k, r) in want.iter().enumerate() {
+                    assert_eq!(a.find(ours.program.as_ref(), r.addr), Some(*r));
+                    let next = want.get(k + 1).map(|n| n.addr).unwrap_or(a.end);
+                    assert_eq!(a.find(ours.program.as_ref(), next - 1), Some(*r));
+                }
+                rows += want.len();
             }
             units += 1;
         }
@@ -1250,13 +1273,20 @@ mod tests {
                 if !seen.insert(die) {
                     continue;
                 }
-                let ours: Vec<Reference> = parse_function(&d.dwarf, u, die)
+                let ours: Vec<Reference> = parse_function(&d.dwarf, u, die, &mut Vec::new())
                     .inlined
                     .iter()
                     .map(|x| {
-                        let s = call_site(u, x.die).unwrap();
+                        let s = call_site(u, x.die()).unwrap();
                         (
-                            x.begin, x.end, x.depth, x.die.0, s.origin, s.file, s.line, s.column,
+                            x.begin,
+                            x.end,
+                            x.depth,
+                            x.die as usize,
+                            s.origin,
+                            s.file,
+                            s.line,
+                            s.column,
                         )
                     })
                     .collect();

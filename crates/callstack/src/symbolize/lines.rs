@@ -20,7 +20,7 @@
 
 use super::die::Bytes;
 use super::elf::Slice;
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 
 /// One row, as the symbolizer keeps it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,14 +45,38 @@ impl Row {
     }
 }
 
-/// One sequence: its address range, and its rows once decoded (at one
-/// address only the last row is kept, as the addr2line crate does).
+/// One sequence: its address range and where its rows are. At one
+/// address only the last row counts, as in the addr2line crate.
+///
+/// The rows of a sequence whose addresses never go down (all that
+/// compilers emit) are not kept: its first lookup decodes it once and
+/// keeps the state machine's registers every [`EVERY`] rows; a lookup
+/// then decodes at most that many rows from the checkpoint before the
+/// address (a large function has thousands of rows: an eighth of the
+/// memory of keeping them all). Others (a tombstone can merge two
+/// sequences) are decoded once and kept, and searched as gimli's rows
+/// would be.
 pub(crate) struct Sequence {
     pub(crate) start: u64,
     pub(crate) end: u64,
     /// Program offset where its decoding starts (with a fresh state).
     from: usize,
+    monotone: bool,
     rows: OnceCell<Box<[Row]>>,
+    checks: OnceCell<Box<[Check]>>,
+}
+
+/// Rows between two checkpoints.
+const EVERY: usize = 16;
+
+/// The registers just after a row was emitted, and that row's
+/// discriminator (reset to 0 for the next row).
+#[derive(Clone, Copy)]
+struct Check {
+    st: State,
+    /// Program offset after the opcode that emitted the row.
+    pos: usize,
+    discriminator: u64,
 }
 
 impl Sequence {
@@ -62,16 +86,37 @@ impl Sequence {
             start,
             end,
             from: usize::MAX,
+            monotone: false,
             rows: OnceCell::from(rows),
+            checks: OnceCell::new(),
         }
     }
 
-    /// Its rows, decoding them from `program` on first use.
-    pub(crate) fn rows(&self, program: Option<&Program>) -> &[Row] {
-        self.rows.get_or_init(|| match program {
+    /// All its rows (decoded now if they were not kept).
+    #[cfg(test)]
+    pub(crate) fn rows(&self, program: Option<&Program>) -> Box<[Row]> {
+        match (self.rows.get(), program) {
+            (Some(r), _) => r.clone(),
+            (None, Some(p)) => p.rows(self.from),
+            (None, None) => Box::new([]),
+        }
+    }
+
+    /// The row at `probe` (the last one at or before it).
+    pub(crate) fn find(&self, program: Option<&Program>, probe: u64) -> Option<Row> {
+        if self.monotone && self.rows.get().is_none() {
+            let p = program?;
+            let checks = self.checks.get_or_init(|| p.checkpoints(self.from));
+            let i = checks.partition_point(|c| c.st.address <= probe);
+            let c = checks.get(i.checked_sub(1)?)?;
+            return Some(p.find_from(c, probe));
+        }
+        let rows = self.rows.get_or_init(|| match program {
             Some(p) => p.rows(self.from),
             None => Box::new([]),
-        })
+        });
+        let j = rows.partition_point(|r| r.addr <= probe);
+        rows.get(j.checked_sub(1)?).copied()
     }
 }
 
@@ -97,9 +142,12 @@ pub(crate) struct Program {
     std_lengths: &'static [u8],
     mask: u64,
     min_tombstone: u64,
+    /// Reused while decoding a sequence (rows then copied at their size).
+    scratch: RefCell<Vec<Row>>,
 }
 
 /// The state machine's registers that rows are made of.
+#[derive(Clone, Copy)]
 struct State {
     address: u64,
     file: u64,
@@ -150,6 +198,7 @@ impl Program {
             std_lengths: header.standard_opcode_lengths().slice(),
             mask,
             min_tombstone: (-2i64 as u64) & mask,
+            scratch: RefCell::new(Vec::new()),
         })
     }
 
@@ -159,6 +208,7 @@ impl Program {
         let mut out = Vec::new();
         let mut from = 0;
         let mut first: Option<u64> = None;
+        let (mut last, mut monotone) = (0, true);
         self.run(0, |st, after| {
             if st.end_sequence {
                 if let Some(start) = first.take() {
@@ -167,13 +217,19 @@ impl Program {
                             start,
                             end: st.address,
                             from,
+                            monotone,
                             rows: OnceCell::new(),
+                            checks: OnceCell::new(),
                         });
                     }
                 }
                 from = after;
             } else if first.is_none() {
                 first = Some(st.address);
+                (last, monotone) = (st.address, true);
+            } else {
+                monotone &= st.address >= last;
+                last = st.address;
             }
             true
         })?;
@@ -181,9 +237,51 @@ impl Program {
         Ok(out)
     }
 
+    /// The checkpoints of the sequence decoded from `from`: every
+    /// [`EVERY`]th row's state.
+    fn checkpoints(&self, from: usize) -> Box<[Check]> {
+        let mut out = Vec::new();
+        let mut n = 0usize;
+        // The whole program was run once without error: none here either.
+        let _ = self.run(from, |st, pos| {
+            if st.end_sequence {
+                return false;
+            }
+            if n % EVERY == 0 {
+                let mut st = *st;
+                let discriminator = std::mem::take(&mut st.discriminator);
+                out.push(Check {
+                    st,
+                    pos,
+                    discriminator,
+                });
+            }
+            n += 1;
+            true
+        });
+        out.into_boxed_slice()
+    }
+
+    /// The row at `probe` (at or after the checkpoint's address) of a
+    /// sequence whose addresses never go down: the last row at or before
+    /// `probe`, decoding from the checkpoint.
+    fn find_from(&self, c: &Check, probe: u64) -> Row {
+        let s = &c.st;
+        let mut best = Row::new(s.address, s.file, s.line, s.column, c.discriminator);
+        let _ = self.run_from(c.pos, c.st, |st, _| {
+            if st.end_sequence || st.address > probe {
+                return false;
+            }
+            best = Row::new(st.address, st.file, st.line, st.column, st.discriminator);
+            true
+        });
+        best
+    }
+
     /// The rows of the sequence decoded from `from`, up to its end.
     fn rows(&self, from: usize) -> Box<[Row]> {
-        let mut rows: Vec<Row> = Vec::new();
+        let mut rows = self.scratch.borrow_mut();
+        rows.clear();
         // The whole program was run once without error: none here either.
         let _ = self.run(from, |st, _| {
             if st.end_sequence {
@@ -196,7 +294,7 @@ impl Program {
             }
             true
         });
-        rows.into_boxed_slice()
+        rows.as_slice().into()
     }
 
     #[inline]
@@ -229,12 +327,21 @@ impl Program {
     /// Runs the program from `from` with a fresh state, calling `emit`
     /// with each row (not the tombstoned ones) and the offset after its
     /// opcode, until the program ends or `emit` returns false.
-    fn run(&self, from: usize, mut emit: impl FnMut(&State, usize) -> bool) -> Result<(), Stop> {
+    fn run(&self, from: usize, emit: impl FnMut(&State, usize) -> bool) -> Result<(), Stop> {
+        self.run_from(from, State::new(), emit)
+    }
+
+    /// [`Program::run`] from a given state (a checkpoint's).
+    fn run_from(
+        &self,
+        from: usize,
+        mut st: State,
+        mut emit: impl FnMut(&State, usize) -> bool,
+    ) -> Result<(), Stop> {
         let mut r = Bytes {
             buf: self.bytes,
             pos: from,
         };
-        let mut st = State::new();
         while r.pos < r.buf.len() {
             let op = r.u8().ok_or(Stop::Bad)?;
             let row = if op >= self.opcode_base {
