@@ -229,6 +229,7 @@ pub(crate) struct Abbrevs {
 impl Abbrevs {
     /// Parses the table at `offset` of `.debug_abbrev`. `None` if it is
     /// malformed (truncated, tag 0, bad children flag, duplicate code).
+    #[inline(never)]
     pub(crate) fn parse(section: &[u8], offset: usize, enc: gimli::Encoding) -> Option<Abbrevs> {
         let mut r = Bytes {
             buf: section,

@@ -250,55 +250,55 @@ impl DwarfIndex {
 
     fn unit(&self, slot: usize) -> Option<&UnitData> {
         let s = self.slot(slot)?;
-        s.data
-            .get_or_init(|| {
-                // Our table (with skip plans) is the one walks use; gimli
-                // gets only the root DIE's entry, which is all it reads.
-                let section = gimli::Section::reader(&self.dwarf.debug_abbrev).slice();
-                let abbrevs = Abbrevs::parse(
-                    section,
-                    s.header.debug_abbrev_offset().0,
-                    s.header.encoding(),
-                )?;
-                let root = s
-                    .header
-                    .range_from(s.header.root_offset()..)
-                    .ok()
-                    .and_then(|mut r| gimli::Reader::read_uleb128(&mut r).ok());
-                let unit = match root.and_then(|c| abbrevs.gimli_one(section, c)) {
-                    Some(one) => {
-                        gimli::Unit::new_with_abbreviations(&self.dwarf, s.header, Arc::new(one))
-                            .ok()?
-                    }
-                    None => self.dwarf.unit(s.header).ok()?,
-                };
-                let lang = unit
-                    .entries_raw(None)
-                    .ok()
-                    .and_then(|mut e| {
-                        let abbrev = e.read_abbreviation().ok()??;
-                        let mut lang = None;
-                        for spec in abbrev.attributes() {
-                            let attr = e.read_attribute(*spec).ok()?;
-                            if attr.name() == gimli::DW_AT_language {
-                                if let AttributeValue::Language(l) = attr.value() {
-                                    lang = Some(l);
-                                }
-                            }
+        s.data.get_or_init(|| self.load_unit(s)).as_deref()
+    }
+
+    #[inline(never)]
+    fn load_unit(&self, s: &Slot) -> Option<Box<UnitData>> {
+        // Our table (with skip plans) is the one walks use; gimli
+        // gets only the root DIE's entry, which is all it reads.
+        let section = gimli::Section::reader(&self.dwarf.debug_abbrev).slice();
+        let abbrevs = Abbrevs::parse(
+            section,
+            s.header.debug_abbrev_offset().0,
+            s.header.encoding(),
+        )?;
+        let root = s
+            .header
+            .range_from(s.header.root_offset()..)
+            .ok()
+            .and_then(|mut r| gimli::Reader::read_uleb128(&mut r).ok());
+        let unit = match root.and_then(|c| abbrevs.gimli_one(section, c)) {
+            Some(one) => {
+                gimli::Unit::new_with_abbreviations(&self.dwarf, s.header, Arc::new(one)).ok()?
+            }
+            None => self.dwarf.unit(s.header).ok()?,
+        };
+        let lang = unit
+            .entries_raw(None)
+            .ok()
+            .and_then(|mut e| {
+                let abbrev = e.read_abbreviation().ok()??;
+                let mut lang = None;
+                for spec in abbrev.attributes() {
+                    let attr = e.read_attribute(*spec).ok()?;
+                    if attr.name() == gimli::DW_AT_language {
+                        if let AttributeValue::Language(l) = attr.value() {
+                            lang = Some(l);
                         }
-                        Some(lang)
-                    })
-                    .flatten();
-                Some(Box::new(UnitData {
-                    unit,
-                    abbrevs,
-                    lang,
-                    lines: OnceCell::new(),
-                    functions: OnceCell::new(),
-                    details: RefCell::new(IntMap::default()),
-                }))
+                    }
+                }
+                Some(lang)
             })
-            .as_deref()
+            .flatten();
+        Some(Box::new(UnitData {
+            unit,
+            abbrevs,
+            lang,
+            lines: OnceCell::new(),
+            functions: OnceCell::new(),
+            details: RefCell::new(IntMap::default()),
+        }))
     }
 
     /// Ranges listed in `.debug_aranges`, and which slots it covers.
