@@ -229,6 +229,8 @@ pub(crate) struct Abbrevs {
 impl Abbrevs {
     /// Parses the table at `offset` of `.debug_abbrev`. `None` if it is
     /// malformed (truncated, tag 0, bad children flag, duplicate code).
+    /// Parses the table at `offset` of `.debug_abbrev`. `None` if it is
+    /// malformed (truncated, tag 0, bad children flag, duplicate code).
     #[inline(never)]
     pub(crate) fn parse(section: &[u8], offset: usize, enc: gimli::Encoding) -> Option<Abbrevs> {
         let mut r = Bytes {
@@ -239,90 +241,107 @@ impl Abbrevs {
             return None;
         }
         let mut out = Abbrevs::default();
-        loop {
-            let at = r.pos;
-            let code = r.uleb()?;
-            if code == 0 {
-                break;
-            }
-            let tag = r.uleb()?;
-            if tag == 0 || tag > u16::MAX as u64 {
-                return None;
-            }
-            let children = match r.u8()? {
-                0 => false,
-                1 => true,
-                _ => return None,
-            };
-            let (specs0, plan0) = (out.specs.len() as u32, out.plans.len() as u32);
-            let mut has_pc = false;
-            loop {
-                let name = r.uleb()?;
-                let form = r.uleb()?;
-                if name == 0 && form == 0 {
-                    break;
-                }
-                if name > u16::MAX as u64 || form > u16::MAX as u64 || form == 0 {
-                    return None;
-                }
-                let (name, form) = (gimli::DwAt(name as u16), gimli::DwForm(form as u16));
-                if form == gimli::DW_FORM_implicit_const {
-                    out.implicits.push((out.specs.len() as u32, r.sleb()?));
-                }
-                has_pc |= matches!(name, gimli::DW_AT_low_pc | gimli::DW_AT_ranges);
-                let op = form_op(form, enc).unwrap_or(Op::Unknown);
-                out.specs.push(Spec { name, form, op });
-                let own_last = out.plans.len() > plan0 as usize;
-                match (op, out.plans.last_mut()) {
-                    (Op::Bytes(0), _) => {}
-                    (Op::Bytes(n), Some(Op::Bytes(m)))
-                        if own_last && m.checked_add(n).is_some() =>
-                    {
-                        *m += n
-                    }
-                    (op, _) => out.plans.push(op),
-                }
-            }
-            let fixed = match out.plans[plan0 as usize..] {
-                [] => 0,
-                [Op::Bytes(n)] => n as u32,
-                _ => NOT_FIXED,
-            };
-            if fixed != NOT_FIXED {
-                out.plans.truncate(plan0 as usize);
-            }
-            let fixed_pc = if fixed != NOT_FIXED {
-                FixedPc::of(&out.specs[specs0 as usize..])
-            } else {
-                None
-            };
-            let a = Abbrev {
-                tag: DwTag(tag as u16),
-                children,
-                has_pc,
-                fixed,
-                specs: (specs0, out.specs.len() as u32),
-                plan: (plan0, out.plans.len() as u32),
-                bytes: (at, r.pos),
-                fixed_pc,
-            };
-            if code == out.list.len() as u64 + 1 && out.sparse.is_empty() {
-                out.list.push(a);
-                out.dense = out.list.len();
-            } else {
-                if out.index(code).is_some() {
-                    return None;
-                }
-                out.sparse.push((code, out.list.len() as u32));
-                out.list.push(a);
-                out.sparse.sort_unstable_by_key(|x| x.0);
-            }
-        }
+        while out.push_entry(&mut r, enc)?.is_some() {}
         // Tables are kept for the symbolizer's life: no spare capacity.
         out.list.shrink_to_fit();
         out.specs.shrink_to_fit();
         out.plans.shrink_to_fit();
         Some(out)
+    }
+
+    /// A table of the one entry at `entry` of `.debug_abbrev` (an offset
+    /// from [`AbbrevIndex`]): enough to read a DIE of a unit that is not
+    /// walked (a name through an abstract origin in another unit).
+    pub(crate) fn parse_one(section: &[u8], entry: usize, enc: gimli::Encoding) -> Option<Abbrevs> {
+        let mut r = Bytes {
+            buf: section,
+            pos: entry,
+        };
+        let mut out = Abbrevs::default();
+        out.push_entry(&mut r, enc)??;
+        Some(out)
+    }
+
+    /// Parses the entry at `r` and adds it: `Some(None)` at the table's
+    /// end, `None` if malformed.
+    fn push_entry(&mut self, r: &mut Bytes, enc: gimli::Encoding) -> Option<Option<()>> {
+        let out = self;
+        let at = r.pos;
+        let code = r.uleb()?;
+        if code == 0 {
+            return Some(None);
+        }
+        let tag = r.uleb()?;
+        if tag == 0 || tag > u16::MAX as u64 {
+            return None;
+        }
+        let children = match r.u8()? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let (specs0, plan0) = (out.specs.len() as u32, out.plans.len() as u32);
+        let mut has_pc = false;
+        loop {
+            let name = r.uleb()?;
+            let form = r.uleb()?;
+            if name == 0 && form == 0 {
+                break;
+            }
+            if name > u16::MAX as u64 || form > u16::MAX as u64 || form == 0 {
+                return None;
+            }
+            let (name, form) = (gimli::DwAt(name as u16), gimli::DwForm(form as u16));
+            if form == gimli::DW_FORM_implicit_const {
+                out.implicits.push((out.specs.len() as u32, r.sleb()?));
+            }
+            has_pc |= matches!(name, gimli::DW_AT_low_pc | gimli::DW_AT_ranges);
+            let op = form_op(form, enc).unwrap_or(Op::Unknown);
+            out.specs.push(Spec { name, form, op });
+            let own_last = out.plans.len() > plan0 as usize;
+            match (op, out.plans.last_mut()) {
+                (Op::Bytes(0), _) => {}
+                (Op::Bytes(n), Some(Op::Bytes(m))) if own_last && m.checked_add(n).is_some() => {
+                    *m += n
+                }
+                (op, _) => out.plans.push(op),
+            }
+        }
+        let fixed = match out.plans[plan0 as usize..] {
+            [] => 0,
+            [Op::Bytes(n)] => n as u32,
+            _ => NOT_FIXED,
+        };
+        if fixed != NOT_FIXED {
+            out.plans.truncate(plan0 as usize);
+        }
+        let fixed_pc = if fixed != NOT_FIXED {
+            FixedPc::of(&out.specs[specs0 as usize..])
+        } else {
+            None
+        };
+        let a = Abbrev {
+            tag: DwTag(tag as u16),
+            children,
+            has_pc,
+            fixed,
+            specs: (specs0, out.specs.len() as u32),
+            plan: (plan0, out.plans.len() as u32),
+            bytes: (at, r.pos),
+            fixed_pc,
+        };
+        if code == out.list.len() as u64 + 1 && out.sparse.is_empty() {
+            out.list.push(a);
+            out.dense = out.list.len();
+        } else {
+            if out.index(code).is_some() {
+                return None;
+            }
+            out.sparse.push((code, out.list.len() as u32));
+            out.list.push(a);
+            out.sparse.sort_unstable_by_key(|x| x.0);
+        }
+        Some(Some(()))
     }
 
     #[inline]
@@ -378,6 +397,78 @@ impl Abbrevs {
         gimli::DebugAbbrev::new(&one, gimli::LittleEndian)
             .abbreviations(gimli::DebugAbbrevOffset(0))
             .ok()
+    }
+}
+
+/// Where each entry of a unit's abbreviation table starts, by code: a
+/// scan that builds nothing per attribute, for the units only read for a
+/// name or two (their full [`Abbrevs`] is built when a unit is walked).
+/// It refuses what [`Abbrevs::parse`] refuses.
+#[derive(Default)]
+pub(crate) struct AbbrevIndex {
+    /// `dense[code - 1]` while codes run 1, 2, 3...; then `sparse`.
+    dense: Vec<usize>,
+    sparse: Vec<(u64, usize)>,
+}
+
+impl AbbrevIndex {
+    #[inline(never)]
+    pub(crate) fn scan(section: &[u8], offset: usize) -> Option<AbbrevIndex> {
+        let mut r = Bytes {
+            buf: section,
+            pos: offset,
+        };
+        if offset > section.len() {
+            return None;
+        }
+        let mut out = AbbrevIndex::default();
+        loop {
+            let at = r.pos;
+            let code = r.uleb()?;
+            if code == 0 {
+                break;
+            }
+            let tag = r.uleb()?;
+            if tag == 0 || tag > u16::MAX as u64 || r.u8()? > 1 {
+                return None;
+            }
+            loop {
+                let name = r.uleb()?;
+                let form = r.uleb()?;
+                if name == 0 && form == 0 {
+                    break;
+                }
+                if name > u16::MAX as u64 || form > u16::MAX as u64 || form == 0 {
+                    return None;
+                }
+                if form == gimli::DW_FORM_implicit_const.0 as u64 {
+                    r.sleb()?;
+                }
+            }
+            if code == out.dense.len() as u64 + 1 && out.sparse.is_empty() {
+                out.dense.push(at);
+            } else {
+                if out.get(code).is_some() {
+                    return None;
+                }
+                out.sparse.push((code, at));
+                out.sparse.sort_unstable_by_key(|x| x.0);
+            }
+        }
+        out.dense.shrink_to_fit();
+        Some(out)
+    }
+
+    /// Offset in `.debug_abbrev` of the entry of `code`.
+    pub(crate) fn get(&self, code: u64) -> Option<usize> {
+        match self.dense.get((code as usize).wrapping_sub(1)) {
+            Some(&at) => Some(at),
+            None => self
+                .sparse
+                .binary_search_by_key(&code, |x| x.0)
+                .ok()
+                .map(|i| self.sparse[i].1),
+        }
     }
 }
 
@@ -852,6 +943,17 @@ mod tests {
         let b = a.get(7).unwrap();
         assert_eq!((b.fixed, a.implicit(b.specs.0 as usize)), (0, -1));
         assert!(a.get(3).is_none() && a.get(0).is_none());
+        // The index finds each entry where the full parse did, and one
+        // entry parsed alone is the same entry.
+        let index = AbbrevIndex::scan(&t, 0).unwrap();
+        for code in [1, 2, 7] {
+            let at = index.get(code).unwrap();
+            assert_eq!(at, a.get(code).unwrap().bytes.0);
+            let one = Abbrevs::parse_one(&t, at, enc()).unwrap();
+            let (x, y) = (one.get(code).unwrap(), a.get(code).unwrap());
+            assert_eq!((x.tag, x.fixed, x.bytes), (y.tag, y.fixed, y.bytes));
+        }
+        assert!(index.get(3).is_none() && index.get(0).is_none());
     }
 
     #[test]
@@ -867,6 +969,7 @@ mod tests {
             &[2, 0x2e, 0, 0, 0, 2, 0x2e, 0, 0, 0, 0],
         ] {
             assert!(Abbrevs::parse(t, 0, enc()).is_none(), "{t:?}");
+            assert!(AbbrevIndex::scan(t, 0).is_none(), "{t:?}");
         }
         assert!(Abbrevs::parse(&[0], 5, enc()).is_none());
     }

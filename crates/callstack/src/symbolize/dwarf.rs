@@ -22,7 +22,7 @@
 //! Everything returns `Option`: malformed DWARF gives no answer (and the
 //! caller falls back to the symbol tables), never a panic.
 
-use super::die::{Abbrevs, Cursor, RawPc};
+use super::die::{AbbrevIndex, Abbrevs, Cursor, RawPc};
 use super::elf::Slice;
 use super::lazy::{Frozen, Inflating};
 use super::lines::{Program, Row, Sequence, Stop};
@@ -100,13 +100,31 @@ struct Function {
 
 struct UnitData {
     unit: gimli::Unit<Slice>,
-    /// The unit's abbreviations with their skip plans (`die.rs`).
-    abbrevs: Abbrevs,
+    /// Where each abbreviation starts (a cheap scan, always made).
+    index: AbbrevIndex,
+    /// The unit's abbreviations with their skip plans (`die.rs`), built
+    /// when the unit is walked; a unit only read for names through
+    /// abstract origins never needs them.
+    abbrevs: OnceCell<Option<Abbrevs>>,
+    /// `.debug_abbrev`.
+    abbrev_section: &'static [u8],
     lang: Option<gimli::DwLang>,
     lines: OnceCell<Option<Lines>>,
     /// (begin, end, subprogram DIE), sorted by begin.
     functions: OnceCell<Box<[(u64, u64, UnitOffset)]>>,
     details: RefCell<IntMap<usize, Arc<Function>>>,
+}
+
+impl UnitData {
+    /// The unit's full abbreviation table, parsed on first use.
+    fn abbrevs(&self) -> Option<&Abbrevs> {
+        self.abbrevs
+            .get_or_init(|| {
+                let h = &self.unit.header;
+                Abbrevs::parse(self.abbrev_section, h.debug_abbrev_offset().0, h.encoding())
+            })
+            .as_ref()
+    }
 }
 
 /// Sorted unit ranges: (begin, end, `.debug_info` offset of the unit).
@@ -258,17 +276,18 @@ impl DwarfIndex {
         // Our table (with skip plans) is the one walks use; gimli
         // gets only the root DIE's entry, which is all it reads.
         let section = gimli::Section::reader(&self.dwarf.debug_abbrev).slice();
-        let abbrevs = Abbrevs::parse(
-            section,
-            s.header.debug_abbrev_offset().0,
-            s.header.encoding(),
-        )?;
+        let enc = s.header.encoding();
+        let index = AbbrevIndex::scan(section, s.header.debug_abbrev_offset().0)?;
         let root = s
             .header
             .range_from(s.header.root_offset()..)
             .ok()
             .and_then(|mut r| gimli::Reader::read_uleb128(&mut r).ok());
-        let unit = match root.and_then(|c| abbrevs.gimli_one(section, c)) {
+        let one = root.and_then(|c| {
+            let t = Abbrevs::parse_one(section, index.get(c)?, enc)?;
+            t.gimli_one(section, c)
+        });
+        let unit = match one {
             Some(one) => {
                 gimli::Unit::new_with_abbreviations(&self.dwarf, s.header, Arc::new(one)).ok()?
             }
@@ -293,7 +312,9 @@ impl DwarfIndex {
             .flatten();
         Some(Box::new(UnitData {
             unit,
-            abbrevs,
+            index,
+            abbrevs: OnceCell::new(),
+            abbrev_section: section,
             lang,
             lines: OnceCell::new(),
             functions: OnceCell::new(),
@@ -637,7 +658,23 @@ impl DwarfIndex {
             return None;
         }
         let u = self.unit(slot)?;
-        let mut c = Cursor::new(&u.unit.header, &u.abbrevs, die)?;
+        // The unit's table if it was walked, else just the DIE's entry.
+        let one;
+        let abbrevs = match u.abbrevs.get() {
+            Some(Some(a)) => a,
+            _ => {
+                let code = u
+                    .unit
+                    .header
+                    .range_from(die..)
+                    .ok()
+                    .and_then(|mut r| gimli::Reader::read_uleb128(&mut r).ok())?;
+                let entry = u.index.get(code)?;
+                one = Abbrevs::parse_one(u.abbrev_section, entry, u.unit.header.encoding())?;
+                &one
+            }
+        };
+        let mut c = Cursor::new(&u.unit.header, abbrevs, die)?;
         let abbrev = c.read_abbrev()??;
         let (mut linkage, mut name, mut next) = (None, None, None);
         c.attributes(abbrev, |at, value| match at {
@@ -896,7 +933,10 @@ impl Pc {
 fn parse_functions(dwarf: &gimli::Dwarf<Slice>, u: &UnitData) -> Box<[(u64, u64, UnitOffset)]> {
     let unit = &u.unit;
     let mut out = Vec::new();
-    let Some(mut c) = Cursor::new(&unit.header, &u.abbrevs, unit.header.root_offset()) else {
+    let Some(abbrevs) = u.abbrevs() else {
+        return out.into_boxed_slice();
+    };
+    let Some(mut c) = Cursor::new(&unit.header, abbrevs, unit.header.root_offset()) else {
         return out.into_boxed_slice();
     };
     while !c.is_empty() {
@@ -959,7 +999,7 @@ fn parse_function(
     let unit = &u.unit;
     inlined.clear();
     (|| -> Option<()> {
-        let mut c = Cursor::new(&unit.header, &u.abbrevs, die)?;
+        let mut c = Cursor::new(&unit.header, u.abbrevs()?, die)?;
         let base = c.depth();
         let abbrev = c.read_abbrev()??;
         c.skip_attributes(abbrev)?;
@@ -1054,7 +1094,7 @@ fn sort_by_depth_then_begin(v: &[Inlined]) -> Box<[Inlined]> {
 fn call_site(u: &UnitData, die: UnitOffset) -> Option<CallSite> {
     let unit = &u.unit;
     let version5 = unit.header.version() >= 5;
-    let mut c = Cursor::new(&unit.header, &u.abbrevs, die)?;
+    let mut c = Cursor::new(&unit.header, u.abbrevs()?, die)?;
     let abbrev = c.read_abbrev()??;
     let mut site = CallSite::default();
     let mut named = false;
