@@ -665,11 +665,21 @@ impl<'a> Cursor<'a> {
             return self.r.skip(a.fixed as usize);
         }
         for &op in self.abbrevs.plan(a) {
-            self.step(op)?;
+            // The common steps here, the rare ones out of line.
+            match op {
+                Op::Bytes(n) => self.r.skip(n as usize)?,
+                Op::BlockLeb => {
+                    let n = usize::try_from(self.r.uleb()?).ok()?;
+                    self.r.skip(n)?
+                }
+                Op::Leb => self.r.skip_leb()?,
+                _ => self.step(op)?,
+            }
         }
         Some(())
     }
 
+    #[inline(never)]
     fn step(&mut self, mut op: Op) -> Option<()> {
         loop {
             let big = self.big_endian;
