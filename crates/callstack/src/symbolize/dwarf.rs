@@ -1190,6 +1190,13 @@ mod tests {
                 continue;
             };
             assert!(ours.program.is_some());
+            // Lookups in decreasing order (each sequence decoded at once).
+            let again = parse_lines(&d.dwarf, &u.unit).unwrap();
+            for b in theirs.sequences.iter().rev() {
+                for r in b.rows(None).iter().rev() {
+                    assert_eq!(again.find(r.addr), theirs.find(r.addr));
+                }
+            }
             assert_eq!(ours.sequences.len(), theirs.sequences.len());
             for (a, b) in ours.sequences.iter().zip(theirs.sequences.iter()) {
                 assert_eq!((a.start, a.end), (b.start, b.end));
