@@ -49,3 +49,20 @@ pub fn restore<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M, rt: bool) -> 
         lr: rd(mem, 16 + 8 * 31)?,
     })
 }
+
+/// Whether `pc` is either sigreturn trampoline.
+pub fn at_trampoline<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> bool {
+    is_trampoline(code, pc).is_some()
+}
+
+/// The interrupted registers when `regs.pc` is a trampoline (a handler
+/// returned there and `regs.sp` is its frame, of the kind the trampoline
+/// says).
+pub fn frame<C: CodeMemory + ?Sized, M: Memory + ?Sized>(
+    code: &mut C,
+    regs: &UnwindRegs,
+    mem: &mut M,
+) -> Option<UnwindRegs> {
+    let rt = is_trampoline(code, regs.pc)?;
+    restore(regs, mem, rt)
+}
