@@ -909,6 +909,9 @@ impl Pc {
         mut f: impl FnMut(u64, u64),
     ) {
         if let Some(off) = self.ranges {
+            if unit.header.version() <= 4 && bare_ranges(dwarf, unit, off.0, &mut f) {
+                return;
+            }
             if let Ok(mut it) = dwarf.ranges(unit, off) {
                 while let Ok(Some(r)) = it.next() {
                     if r.begin < r.end {
@@ -927,6 +930,59 @@ impl Pc {
             }
         }
     }
+}
+
+/// A `.debug_ranges` list (DWARF 2 to 4) read by our own loop, with the
+/// semantics of gimli's `RngListIter` (base address from the unit's low
+/// pc or a selection entry, tombstones and empty or reversed ranges
+/// skipped, the list ended by a (0, 0) pair, a truncated list cut short):
+/// gimli's iterator costs some 190 instructions per entry, and inlined
+/// calls in Rust have many lists. `false`, having reported nothing, for an
+/// address size it does not handle.
+fn bare_ranges(
+    dwarf: &gimli::Dwarf<Slice>,
+    unit: &gimli::Unit<Slice>,
+    offset: usize,
+    f: &mut impl FnMut(u64, u64),
+) -> bool {
+    let size = unit.header.address_size();
+    if !matches!(size, 1 | 2 | 4 | 8) {
+        return false;
+    }
+    let section = gimli::Section::reader(dwarf.ranges.debug_ranges());
+    let big = gimli::Endianity::is_big_endian(gimli::Reader::endian(section));
+    let Some(buf) = section.slice().get(offset..) else {
+        return true;
+    };
+    let mask = !0u64 >> (64 - size as u32 * 8);
+    let tombstone = (-2i64 as u64) & mask;
+    let mut r = super::die::Bytes { buf, pos: 0 };
+    let mut base = unit.low_pc;
+    while r.pos < buf.len() {
+        let (Some(begin), Some(end)) = (r.uint(size as usize, big), r.uint(size as usize, big))
+        else {
+            break;
+        };
+        if begin == 0 && end == 0 {
+            break;
+        }
+        if begin == mask {
+            base = end;
+            continue;
+        }
+        if base >= tombstone {
+            continue;
+        }
+        let (b, e) = (
+            base.wrapping_add(begin) & mask,
+            base.wrapping_add(end) & mask,
+        );
+        if b >= tombstone || b >= e {
+            continue;
+        }
+        f(b, e);
+    }
+    true
 }
 
 #[inline(never)]
@@ -1280,9 +1336,18 @@ mod tests {
                     }
                     let idepth = stack.last().map(|&(_, i)| i + 1).unwrap_or(0);
                     let origin = if named { 0 } else { origin };
-                    pc.each(dwarf, unit, |b, end| {
-                        out.push((b, end, idepth, off.0, origin, file, line, col))
-                    });
+                    let mut push =
+                        |b, end| out.push((b, end, idepth, off.0, origin, file, line, col));
+                    // Range lists through gimli's iterator (ours is `bare_ranges`).
+                    if let Some(r) = pc.ranges {
+                        let mut it = dwarf.ranges(unit, r).unwrap();
+                        while let Some(r) = it.next().unwrap() {
+                            assert!(r.begin < r.end);
+                            push(r.begin, r.end);
+                        }
+                    } else {
+                        pc.each(dwarf, unit, push);
+                    }
                     if abbrev.has_children() {
                         stack.push((depth, idepth));
                     }
@@ -1347,5 +1412,7 @@ mod tests {
             functions > 100 && calls > 100,
             "{functions} functions, {calls} calls"
         );
+        let ranges = gimli::Section::reader(d.dwarf.ranges.debug_ranges());
+        assert!(ranges.len() > 0, "DWARF 4 range lists tested");
     }
 }
