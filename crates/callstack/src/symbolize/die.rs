@@ -1002,7 +1002,8 @@ mod tests {
     #[test]
     fn cursor_reads_what_gimli_reads() {
         use gimli::constants::*;
-        let abbrevs: Vec<(u64, DwTag, bool, Vec<(DwAt, DwForm, i64)>)> = vec![
+        type Entry = (u64, DwTag, bool, Vec<(DwAt, DwForm, i64)>);
+        let abbrevs: Vec<Entry> = vec![
             (
                 1,
                 DW_TAG_compile_unit,

@@ -685,11 +685,9 @@ impl DwarfIndex {
         let abbrev = c.read_abbrev()??;
         let (mut linkage, mut name, mut next) = (None, None, None);
         c.attributes(abbrev, |at, value| match at {
-            gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
-                if linkage.is_none() {
-                    if let Ok(s) = self.dwarf.attr_string(&u.unit, value) {
-                        linkage = Some(s.slice());
-                    }
+            gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name if linkage.is_none() => {
+                if let Ok(s) = self.dwarf.attr_string(&u.unit, value) {
+                    linkage = Some(s.slice());
                 }
             }
             gimli::DW_AT_name => {
@@ -1420,6 +1418,6 @@ mod tests {
             "{functions} functions, {calls} calls"
         );
         let ranges = gimli::Section::reader(d.dwarf.ranges.debug_ranges());
-        assert!(ranges.len() > 0, "DWARF 4 range lists tested");
+        assert!(!ranges.is_empty(), "DWARF 4 range lists tested");
     }
 }
