@@ -180,6 +180,8 @@ pub(crate) struct DwarfIndex {
     names: RefCell<IntMap<u64, Option<RawName>>>,
     /// Reused while parsing a function (no regrowing per function).
     scratch: RefCell<Vec<Inlined>>,
+    /// Names of DIEs in a dwz supplementary file (`DW_FORM_GNU_ref_alt`).
+    sup_names: super::sup::SupNames,
     /// `.debug_info` (last field: everything above may borrow from it).
     info: Info,
 }
@@ -220,6 +222,7 @@ impl DwarfIndex {
             all_ranges: OnceCell::new(),
             names: RefCell::new(IntMap::default()),
             scratch: RefCell::new(Vec::new()),
+            sup_names: super::sup::SupNames::new(),
         }
     }
 
@@ -712,6 +715,10 @@ impl DwarfIndex {
                 let target = self.slot_at(o.0)?;
                 let off = o.0 - self.slot(target)?.offset;
                 self.die_name(target, UnitOffset(off), depth - 1)
+            }
+            // An abstract origin that dwz moved into the supplementary file.
+            AttributeValue::DebugInfoRefSup(o) => {
+                self.sup_names.die_name(self.dwarf.sup()?, o, depth - 1)
             }
             _ => None,
         }
