@@ -15,6 +15,11 @@ const EMPTY: Frame = Frame {
 
 static mut FRAMES: [Frame; 128] = [EMPTY; 128];
 static N: AtomicUsize = AtomicUsize::new(0);
+/// The tests run one at a time: they share `FRAMES`, and each loads and
+/// unloads libraries without `prepare()` in between on purpose, which is
+/// only defined for captures that do not race another thread's
+/// `dlclose` (see `callstack::prepare`).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 static mut STOP: StopReason = StopReason::Running;
 
 extern "C" fn cb() {
@@ -57,6 +62,7 @@ fn call_through(lib: *mut libc::c_void) -> Vec<Frame> {
 
 #[test]
 fn dlopen_capture_dlclose_capture() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("exact-dl");
     let so = Gcc::new(&["exact_dl.c"])
         .flags("-O2 -fomit-frame-pointer -shared -fPIC")
@@ -115,6 +121,7 @@ fn lib_base(lib: *mut libc::c_void) -> usize {
 /// likely at A's addresses: captures through B must not use A's rules.
 #[test]
 fn dlclose_then_another_library_without_prepare() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !callstack::has_dl_find_object() {
         eprintln!("no _dl_find_object: prepare() after dlclose is required");
         return;
