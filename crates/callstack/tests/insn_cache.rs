@@ -355,8 +355,8 @@ fn captures_make_no_system_calls() {
     }
     assert!(sections.len() >= 8, "{text}");
     assert!(sections[1].is_empty(), "cold capture: {:?}", sections[1]);
-    for i in 2..5 {
-        assert!(sections[i].is_empty(), "warm capture: {:?}", sections[i]);
+    for s in &sections[2..5] {
+        assert!(s.is_empty(), "warm capture: {s:?}");
     }
     for (i, what) in [(5, "cold"), (6, "warm")] {
         // The signal's own calls only.
