@@ -6,7 +6,8 @@
 //! from the pc to each `ret` (epilogue analysis), the function's start, and
 //! whether the pc is the signal trampoline; what a return address looks
 //! like (the call instruction right before it) depends on the code alone
-//! too. [`InsnCache`] keeps those per pc, so that a warm frame costs a cache
+//! too, and so does the rule stack scanning checks a candidate with (the
+//! prologue analysis from the candidate call's target to the pc). [`InsnCache`] keeps those per pc, so that a warm frame costs a cache
 //! lookup and the rules' stack loads instead of decoding the function again.
 //! Which rule is taken is still decided against the stack on every capture
 //! (its return address must follow a call, the frame record must be
@@ -67,6 +68,9 @@ const INFO_CALL_SHIFT: u32 = 62; // 2 bits: 0 none, 1 indirect, 2 direct
 
 const TAG_VALID: u64 = 1 << 63;
 const TAG_FIRST: u64 = 1 << 56;
+/// A scan check's entry: keyed by the pc and a call target (in the target
+/// word), it holds the prologue rule from that target to the pc.
+const TAG_VERIFY: u64 = 1 << 57;
 
 /// What the code says about one frame's pc: everything the x86-64 unwind
 /// step needs that does not depend on the stack.
@@ -216,7 +220,7 @@ impl InsnCache {
         for set in &self.lines {
             for line in set {
                 if let Some(r) = read_line(line, g) {
-                    if r.info & INFO_ANALYZED != 0 {
+                    if r.info & INFO_ANALYZED != 0 && r.tag & TAG_VERIFY == 0 {
                         n += 1;
                     }
                 }
@@ -230,16 +234,18 @@ impl InsnCache {
         self.len() == 0
     }
 
-    fn set(&self, tag: u64) -> &[Line; WAYS] {
-        let h = tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SETS.trailing_zeros());
+    /// The set of a key: the tag, and for scan-check entries the target.
+    fn set(&self, tag: u64, target: u64) -> &[Line; WAYS] {
+        let k = tag ^ target.rotate_left(29);
+        let h = k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SETS.trailing_zeros());
         &self.lines[h as usize & (SETS - 1)]
     }
 
-    fn lookup(&self, tag: u64) -> Option<Read> {
+    fn lookup(&self, tag: u64, target: u64) -> Option<Read> {
         let g = self.generation();
-        self.set(tag)
+        self.set(tag, target)
             .iter()
-            .find_map(|l| read_line(l, g).filter(|r| r.tag == tag))
+            .find_map(|l| read_line(l, g).filter(|r| same_key(r, tag, target)))
     }
 
     /// The analysis of the frame at `pc` (`first`: `pc` is an exact pc
@@ -247,7 +253,7 @@ impl InsnCache {
     #[inline]
     pub fn get_frame(&self, pc: u64, first: bool) -> Option<FrameAnalysis> {
         let tag = tag(pc, first)?;
-        let r = self.lookup(tag)?;
+        let r = self.lookup(tag, 0)?;
         if r.info & INFO_ANALYZED == 0 {
             return None;
         }
@@ -271,7 +277,7 @@ impl InsnCache {
     /// What is known of `ra` as a return address, if cached.
     #[inline]
     pub fn get_ra(&self, ra: u64) -> Option<RaInfo> {
-        let r = self.lookup(tag(ra, false)?)?;
+        let r = self.lookup(tag(ra, false)?, 0)?;
         if r.info & INFO_RA_KNOWN == 0 {
             return None;
         }
@@ -326,7 +332,7 @@ impl InsnCache {
         if a.trampoline {
             info |= INFO_TRAMP;
         }
-        self.write(tag, generation, |old| {
+        self.write(tag, 0, generation, |old| {
             // Keep what is known of the pc as a return address.
             let (mut info, mut target) = (info, 0);
             if let Some(o) = old {
@@ -354,7 +360,7 @@ impl InsnCache {
         if info.trampoline {
             bits |= INFO_TRAMP;
         }
-        self.write(tag, generation, |old| match old {
+        self.write(tag, 0, generation, |old| match old {
             // Keep the frame analysis already there.
             Some(o) => {
                 let keep = o.info & !(INFO_RA_KNOWN | (3 << INFO_CALL_SHIFT));
@@ -372,23 +378,64 @@ impl InsnCache {
         })
     }
 
-    /// Writes `tag`'s line: the line that holds it, else a stale one, else
-    /// a victim. `make` gets the line's current content when it holds `tag`
-    /// in `generation`. Never waits: a busy line skips the write.
+    /// The prologue rule from the call target `target` to `pc`, as stack
+    /// scanning checks a candidate return address with it (`Some(None)`:
+    /// known to give none), if cached.
+    #[inline]
+    pub fn get_scan_check(&self, pc: u64, target: u64) -> Option<Option<InsnRule>> {
+        let r = self.lookup(scan_tag(pc)?, target)?;
+        if r.info & INFO_ANALYZED == 0 {
+            return None;
+        }
+        if r.info & INFO_PROLOGUE == 0 {
+            return Some(None);
+        }
+        Some(Some(unpack_rule(r.prologue)?))
+    }
+
+    /// Stores the prologue rule from `target` to `pc` (computed as for
+    /// [`put_frame`](Self::put_frame)).
+    pub fn put_scan_check(
+        &self,
+        pc: u64,
+        target: u64,
+        generation: u32,
+        rule: Option<&InsnRule>,
+    ) -> bool {
+        let Some(tag) = scan_tag(pc) else {
+            return false;
+        };
+        let (info, packed) = match rule {
+            Some(r) => match pack_rule(r) {
+                Some(p) => (INFO_ANALYZED | INFO_PROLOGUE, p),
+                None => return false,
+            },
+            None => (INFO_ANALYZED, 0),
+        };
+        self.write(tag, target, generation, |_| {
+            [tag, info, target, packed, 0, 0, 0]
+        })
+    }
+
+    /// Writes the line of key (`tag`, `target`): the line that holds it,
+    /// else a stale one, else a victim. `make` gets the line's current
+    /// content when it holds the key in `generation`. Never waits: a busy
+    /// line skips the write.
     fn write(
         &self,
         tag: u64,
+        target: u64,
         generation: u32,
         make: impl FnOnce(Option<&Read>) -> [u64; 7],
     ) -> bool {
         if generation != self.generation() {
             return false;
         }
-        let set = self.set(tag);
+        let set = self.set(tag, target);
         let mut pick = None;
         for (i, l) in set.iter().enumerate() {
             match read_line(l, generation) {
-                Some(r) if r.tag == tag => {
+                Some(r) if same_key(&r, tag, target) => {
                     pick = Some(i);
                     break;
                 }
@@ -411,7 +458,7 @@ impl InsnCache {
         // visible before the odd sequence number.
         fence(Ordering::Release);
         let old = (s >> 32) as u32 == generation && s != 0;
-        let old = old.then(|| raw(line)).filter(|r| r.tag == tag);
+        let old = old.then(|| raw(line)).filter(|r| same_key(r, tag, target));
         let words = make(old.as_ref());
         for (d, w) in line.data.iter().zip(words) {
             d.store(w, Ordering::Relaxed);
@@ -424,6 +471,14 @@ impl InsnCache {
         self.fills.fetch_add(1, Ordering::Relaxed);
         true
     }
+}
+
+fn same_key(r: &Read, tag: u64, target: u64) -> bool {
+    r.tag == tag && (tag & TAG_VERIFY == 0 || r.target == target)
+}
+
+fn scan_tag(pc: u64) -> Option<u64> {
+    Some(tag(pc, false)? | TAG_VERIFY)
 }
 
 fn tag(pc: u64, first: bool) -> Option<u64> {
@@ -636,6 +691,22 @@ mod tests {
     }
 
     #[test]
+    fn scan_checks_are_keyed_by_pc_and_target() {
+        let c = Box::new(InsnCache::new());
+        let g = c.generation();
+        let r = rule(Base::Sp, 0x28, 0, FpRule::Unchanged);
+        assert!(c.put_scan_check(0x40_1234, 0x40_1000, g, Some(&r)));
+        assert!(c.put_scan_check(0x40_1234, 0x40_1100, g, None));
+        assert_eq!(c.get_scan_check(0x40_1234, 0x40_1000), Some(Some(r)));
+        assert_eq!(c.get_scan_check(0x40_1234, 0x40_1100), Some(None));
+        assert_eq!(c.get_scan_check(0x40_1234, 0x40_1200), None);
+        // Apart from the frame and return-address entries of the pc.
+        assert_eq!(c.get_frame(0x40_1234, false), None);
+        assert_eq!(c.get_ra(0x40_1234), None);
+        assert!(c.is_empty());
+    }
+
+    #[test]
     fn what_does_not_fit_is_not_stored() {
         let c = Box::new(InsnCache::new());
         let g = c.generation();
@@ -666,11 +737,11 @@ mod tests {
         let g = c.generation();
         // Find WAYS + 1 pcs of one set.
         let want = tag(0x1000, false).unwrap();
-        let target = c.set(want) as *const _;
+        let target = c.set(want, 0) as *const _;
         let mut pcs = vec![];
         let mut pc = 0x1000u64;
         while pcs.len() < WAYS + 1 {
-            if core::ptr::eq(c.set(tag(pc, false).unwrap()), target) {
+            if core::ptr::eq(c.set(tag(pc, false).unwrap(), 0), target) {
                 pcs.push(pc);
             }
             pc += 1;
@@ -698,7 +769,7 @@ mod tests {
         // Simulate a writer interrupted mid-fill (a signal handler running
         // on top of it): the line's version is odd.
         let line = c
-            .set(tag(0x5000, false).unwrap())
+            .set(tag(0x5000, false).unwrap(), 0)
             .iter()
             .find(|l| raw(l).tag == tag(0x5000, false).unwrap())
             .unwrap();

@@ -109,6 +109,47 @@ fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, addr: u64) -> bool {
         && crate::arch::x86_64::exact::is_sigreturn_trampoline(&tramp)
 }
 
+/// A code reader with the cache beside it, for stack scanning (which takes
+/// a plain function to decode the call before a candidate).
+struct Cached<'a, C: ?Sized> {
+    code: &'a mut C,
+    cache: CacheRef<'a>,
+}
+
+impl<C: CodeMemory + ?Sized> CodeMemory for Cached<'_, C> {
+    fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        self.code.read_code(addr, buf)
+    }
+
+    fn is_executable(&mut self, addr: u64) -> bool {
+        self.code.is_executable(addr)
+    }
+
+    fn function_bounds(&mut self, addr: u64) -> Option<(u64, u64)> {
+        self.code.function_bounds(addr)
+    }
+
+    fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
+        self.code.function_entry(addr)
+    }
+}
+
+/// [`call_before`], through the cache's return-address entries.
+fn call_before_cached<C: CodeMemory + ?Sized>(
+    c: &mut Cached<'_, C>,
+    ra: u64,
+) -> Option<CallBefore> {
+    if c.cache.is_none() {
+        return call_before(c.code, ra);
+    }
+    match ra_info(c.code, c.cache, ra) {
+        // The trampoline's entry does not say (no call precedes it, as a
+        // return address it is taken for itself).
+        Some(i) if !i.trampoline => i.call,
+        _ => call_before(c.code, ra),
+    }
+}
+
 /// What the code says about `ra` as a return address; `None` when it is not
 /// in executable memory.
 fn ra_info<C: CodeMemory + ?Sized>(code: &mut C, cache: CacheRef<'_>, ra: u64) -> Option<RaInfo> {
@@ -361,13 +402,27 @@ where
     }
 
     // 4. Scanning, verified by prologue analysis from the call's target.
-    // Never cached: which word is taken depends on the stack.
+    // Which word is taken depends on the stack, and is decided afresh; what
+    // the code says of each candidate (the call before it, the rule from
+    // the call's target to the pc) comes from the cache when there.
     let mut found_rule: Option<InsnRule> = None;
     let sp0 = regs.sp;
     let fp0 = regs.fp;
-    let mut verify = |code: &mut C, target: u64, slot: u64| -> bool {
-        let b = code.function_bounds(target).filter(|b| b.0 == target);
-        match prologue::analyze(code, target, pc, b) {
+    let pc_cacheable = cache.is_some() && code.is_executable(pc);
+    let mut verify = |code: &mut Cached<'_, C>, target: u64, slot: u64| -> bool {
+        let cached = code.cache.and_then(|(c, _)| c.get_scan_check(pc, target));
+        let rule = match cached {
+            Some(r) => r,
+            None => {
+                let b = code.function_bounds(target).filter(|b| b.0 == target);
+                let r = prologue::analyze(code, target, pc, b);
+                if let Some((c, g)) = code.cache.filter(|_| pc_cacheable) {
+                    c.put_scan_check(pc, target, g, r.as_ref());
+                }
+                r
+            }
+        };
+        match rule {
             Some(rule) => {
                 let base = match rule.cfa_base {
                     Base::Sp => sp0,
@@ -386,14 +441,15 @@ where
             None => false,
         }
     };
+    let mut cached = Cached { code, cache };
     let hit = scan::scan(
         mem,
-        code,
+        &mut cached,
         pc,
         regs.sp,
         stack_end,
         8,
-        call_before::<C>,
+        call_before_cached::<C>,
         Some(&mut verify),
     )?;
     if let Some(rule) = found_rule.filter(|_| hit.verified) {
