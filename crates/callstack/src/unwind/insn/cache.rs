@@ -33,9 +33,11 @@
 //! when `callstack::prepare()` takes a new snapshot of the loaded modules
 //! and when [`InProcess::new`](super::InProcess::new) takes its snapshot:
 //! after `dlopen`/`dlclose`, or after JIT code is rewritten in place, call
-//! either of those (or [`invalidate`]) before capturing again. Only pcs the
-//! code reader can read are cached, so a capture racing with a new snapshot
-//! can at worst store a result for code present in both snapshots.
+//! either of those (or [`invalidate`]) before capturing again. Only answers
+//! about code the reader can read are cached (the pc, and for a scan check
+//! the call's target too), and each is stored under the generation read
+//! before its code was, so a capture racing with a new snapshot can at
+//! worst store an answer about code present in both snapshots.
 //!
 //! A cache is tied to one code reader (a different reader may know function
 //! bounds the other does not, and so find other rules): give each its own.

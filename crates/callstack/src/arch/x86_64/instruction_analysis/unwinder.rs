@@ -416,7 +416,9 @@ where
             None => {
                 let b = code.function_bounds(target).filter(|b| b.0 == target);
                 let r = prologue::analyze(code, target, pc, b);
-                if let Some((c, g)) = code.cache.filter(|_| pc_cacheable) {
+                // Both ends in code the reader has (see `step_cached`).
+                let keep = pc_cacheable && code.is_executable(target);
+                if let Some((c, g)) = code.cache.filter(|_| keep) {
                     c.put_scan_check(pc, target, g, r.as_ref());
                 }
                 r
