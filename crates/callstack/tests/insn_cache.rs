@@ -197,6 +197,56 @@ fn warm_capture_equals_cold_and_hits_the_cache() {
     assert!(c.len() >= lib_frames(&lib, cold));
 }
 
+extern "C" fn exact_cb(arg: *mut c_void) {
+    // SAFETY: `arg` is the `Capture` given to `run_exact`.
+    let cap = unsafe { &mut *(arg as *mut Capture) };
+    let mut out = [callstack::unwind::Frame {
+        pc: 0,
+        sp: 0,
+        fp: 0,
+        method: Method::Context,
+    }; 128];
+    let (n, _) = callstack::capture_exact_with_info(0, &mut out);
+    for (o, f) in cap.frames.iter_mut().zip(&out[..n]) {
+        *o = (f.pc, f.method);
+    }
+    cap.n = n;
+}
+
+/// `capture_exact` through the same chain: CFI for the Rust frames, the
+/// instruction-analysis fallback (`InsnFallback`) for the library's. Warm
+/// equals cold; when `capture_exact`'s fallback uses
+/// `cache::fallback_cache()`, the warm capture takes its rules from it.
+#[test]
+fn capture_exact_warm_equals_cold_through_no_cfi_code() {
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let (lib, snap) = setup("insn-cache-exact");
+    callstack::prepare();
+    let c = cache::fallback_cache();
+    let mut cap = new_capture(snap);
+    let mut chains = vec![];
+    let mut fills = vec![c.fills()];
+    for _ in 0..3 {
+        // SAFETY: `insn_entry` calls `exact_cb(cap)` once and returns.
+        unsafe { (lib.entry)(exact_cb, &mut *cap as *mut Capture as *mut c_void) };
+        chains.push(frames(&cap));
+        fills.push(c.fills());
+    }
+    assert_eq!(chains[0], chains[1], "warm capture_exact differs");
+    assert_eq!(chains[0], chains[2], "second warm capture_exact differs");
+    assert!(
+        lib_frames(&lib, &chains[0]) >= 4,
+        "library frames by insn: {:x?}",
+        chains[0]
+    );
+    let (cold_fills, warm_fills) = (fills[1] - fills[0], fills[2] - fills[1]);
+    println!("fallback cache lines filled: cold {cold_fills}, warm {warm_fills}");
+    assert!(
+        warm_fills * 4 <= cold_fills,
+        "warm capture_exact filled {warm_fills} lines (cold {cold_fills})"
+    );
+}
+
 static HANDLER_CAP: AtomicUsize = AtomicUsize::new(0);
 static HANDLER_LIB: AtomicUsize = AtomicUsize::new(0);
 
