@@ -10,6 +10,14 @@
 //!   pointers; the snapshot of mappings and symbols is taken first);
 //! - `capture_fast`: the frame-pointer walk, the floor.
 //!
+//! One more scenario, `nocfi_lib`, captures from inside a C library built
+//! here by gcc with `-O2 -fomit-frame-pointer` and without unwind tables
+//! (tests/fixtures/c/insn_chain.c and its assembly function): six frames
+//! that only instruction analysis can walk, under the bench's own 8-deep
+//! recursion. There `capture_exact` takes CFI for the Rust frames and its
+//! instruction-analysis fallback for the library's, and `capture_fast`
+//! stops at the first frame without a frame pointer.
+//!
 //! Criterion runs each row (short); then a summary prints, per scenario,
 //! the frames each row returned and an interleaved median (rows take turns
 //! in short batches, so a shared machine's load hits all alike), the cost
@@ -25,7 +33,67 @@ use criterion::Criterion;
 
 #[path = "scenarios.rs"]
 mod scenarios;
-use scenarios::SCENARIOS;
+use scenarios::{Scenario, SCENARIOS};
+
+type Entry = unsafe extern "C" fn(extern "C" fn(*mut c_void), *mut c_void) -> c_int;
+use std::ffi::{c_int, c_void};
+
+/// `insn_entry` of the no-CFI library, built and loaded once.
+fn nocfi_entry() -> Entry {
+    static ENTRY: OnceLock<usize> = OnceLock::new();
+    let e = *ENTRY.get_or_init(|| {
+        let fx = testsupport::c_fixtures();
+        let dir = testsupport::scratch_dir("bench-insn-nocfi");
+        let so = dir.join("libinsn-bench-nocfi.so");
+        let ok = std::process::Command::new("gcc")
+            .args(["-O2", "-fomit-frame-pointer", "-fPIC", "-shared"])
+            .args(["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"])
+            .arg(fx.join("insn_chain.c"))
+            .arg(fx.join("insn_asm_x86_64.S"))
+            .arg("-o")
+            .arg(&so)
+            .status()
+            .expect("gcc");
+        assert!(ok.success(), "gcc failed");
+        let c = std::ffi::CString::new(so.to_str().unwrap()).unwrap();
+        // SAFETY: dlopen/dlsym with valid C strings; the library stays
+        // loaded for the rest of the process.
+        unsafe {
+            let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+            assert!(!h.is_null(), "dlopen {}", so.display());
+            let sym = libc::dlsym(h, c"insn_entry".as_ptr());
+            assert!(!sym.is_null());
+            sym as usize
+        }
+    });
+    // SAFETY: `e` is `insn_entry`'s address, of type `Entry`.
+    unsafe { std::mem::transmute::<usize, Entry>(e) }
+}
+
+extern "C" fn call_closure(arg: *mut c_void) {
+    // SAFETY: `arg` is the `&mut &mut dyn FnMut()` given by `in_nocfi_lib`.
+    let f = unsafe { &mut *(arg as *mut &mut dyn FnMut()) };
+    f();
+}
+
+/// Runs `f` under the recursion of depth 8, inside the no-CFI library.
+fn in_nocfi_lib(f: &mut dyn FnMut()) {
+    let entry = nocfi_entry();
+    scenarios::recurse(8, &mut || {
+        let mut g: &mut dyn FnMut() = &mut *f;
+        // SAFETY: `insn_entry` calls `call_closure(&mut g)` once and returns.
+        unsafe { entry(call_closure, &mut g as *mut &mut dyn FnMut() as *mut c_void) };
+    });
+}
+
+const NOCFI: Scenario = Scenario {
+    name: "nocfi_lib",
+    at: in_nocfi_lib,
+};
+
+fn all_scenarios() -> Vec<&'static Scenario> {
+    SCENARIOS.iter().chain([&NOCFI]).collect()
+}
 
 struct Row {
     name: &'static str,
@@ -68,10 +136,11 @@ const ROWS: &[Row] = &[
 ];
 
 fn main() {
+    nocfi_entry();
     callstack::prepare();
     snapshot();
     let mut c = Criterion::default().configure_from_args();
-    for sc in SCENARIOS {
+    for sc in all_scenarios() {
         let mut g = c.benchmark_group(format!("insn/{}", sc.name));
         for r in ROWS {
             g.bench_function(r.name, |b| {
@@ -91,7 +160,7 @@ fn main() {
         "scenario", "row", "frames", "median ns", "ns/frame", "ratio"
     );
     let mut by_depth = Vec::new();
-    for sc in SCENARIOS {
+    for sc in all_scenarios() {
         let captures: Vec<_> = ROWS.iter().map(|r| r.capture).collect();
         let res = scenarios::interleaved(sc, &captures, 200, 4);
         let base = res[0].0;

@@ -13,6 +13,10 @@
 //! analysis itself tries the frame record too, accepting it when the return
 //! address it gives follows a call instruction.
 //!
+//! For the current process, give it the process's analysis cache
+//! ([`InsnFallback::with_cache`] and [`super::cache::fallback_cache`]): a
+//! warm frame then reuses the rules found the first time (x86-64).
+//!
 //! ```
 //! use callstack::unwind::insn::{InsnFallback, SliceCode};
 //! // Code of a core's executable at its address; the stack ends at 0x7ffe0000.
@@ -21,6 +25,7 @@
 //! # let _ = fallback;
 //! ```
 
+use super::cache::InsnCache;
 use super::{CodeMemory, Method};
 use crate::arch::aarch64::Aarch64;
 use crate::arch::x86_64::X86_64;
@@ -34,12 +39,37 @@ pub struct InsnFallback<C: CodeMemory> {
     pub code: C,
     /// One past the highest stack address.
     pub stack_end: u64,
+    /// Where the x86-64 analysis keeps its results per pc, if anywhere.
+    cache: Option<&'static InsnCache>,
 }
 
 impl<C: CodeMemory> InsnFallback<C> {
-    /// A fallback reading code through `code`.
+    /// A fallback reading code through `code`, without a cache.
     pub fn new(code: C, stack_end: u64) -> Self {
-        InsnFallback { code, stack_end }
+        InsnFallback {
+            code,
+            stack_end,
+            cache: None,
+        }
+    }
+
+    /// Keeps the x86-64 analysis results in `cache` (see
+    /// [`super::cache`]): the cache must serve this kind of code reader
+    /// over this code alone, and be cleared when the code changes. For
+    /// `capture_exact` over this process's module snapshot that is
+    /// [`super::cache::fallback_cache`], cleared by `callstack::prepare()`.
+    ///
+    /// ```
+    /// use callstack::unwind::insn::{cache::InsnCache, InsnFallback, SliceCode};
+    /// static CACHE: InsnCache = InsnCache::new();
+    /// let code = [0xc3u8]; // ret
+    /// let f = InsnFallback::new(SliceCode::new(0x401000, &code), 0x7ffe_0000)
+    ///     .with_cache(&CACHE);
+    /// # let _ = f;
+    /// ```
+    pub fn with_cache(mut self, cache: &'static InsnCache) -> Self {
+        self.cache = Some(cache);
+        self
     }
 }
 
@@ -54,8 +84,14 @@ impl<C: CodeMemory> Fallback<X86_64> for InsnFallback<C> {
         if !super::is_warm() {
             return None;
         }
-        let s =
-            super::x86_64::unwinder::step(regs, mem, &mut self.code, pc_is_exact, self.stack_end)?;
+        let s = super::x86_64::unwinder::step_cached(
+            regs,
+            mem,
+            &mut self.code,
+            pc_is_exact,
+            self.stack_end,
+            self.cache,
+        )?;
         Some((s.regs, s.method))
     }
 

@@ -7,6 +7,11 @@
 //! chain needed), allocating nothing and taking no lock: safe in a signal
 //! handler, as long as no module in the snapshot has been unloaded since
 //! (`dlclose`); take a new snapshot after loading or unloading code.
+//!
+//! The rules found at each pc are kept in
+//! [`in_process_cache`](super::cache::in_process_cache), so a warm frame is
+//! a lookup and its stack loads; [`InProcess::new`] clears the caches
+//! (code may have changed since the last snapshot).
 
 use super::{lookup_function, CodeMemory, Method, UnwindRegs};
 use crate::unwind::{Memory, ReadError};
@@ -23,7 +28,8 @@ impl InProcess {
     /// Takes the snapshot: `/proc/self/maps` for the executable mappings, and
     /// the `.symtab`/`.dynsym` function symbols (with sizes) of each loaded
     /// module, read from its file. Stripped modules contribute their
-    /// `.dynsym` only, or nothing.
+    /// `.dynsym` only, or nothing. Clears this process's analysis caches
+    /// ([`super::cache::invalidate`]).
     pub fn new() -> InProcess {
         let mut exec = Vec::new();
         if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
@@ -58,6 +64,7 @@ impl InProcess {
         functions.dedup_by_key(|f| f.0);
         cold.sort_unstable();
         super::warm_up();
+        super::cache::invalidate();
         InProcess {
             exec,
             functions,
@@ -244,9 +251,14 @@ unsafe extern "C" fn walk_entry(
     // frame, where it is the exact interrupted pc.
     let mut exact = false;
     while n < out.len() {
-        let Some(s) =
-            super::x86_64::unwinder::step(&cur, &mut mem, &mut code, exact, bounds.hi as u64)
-        else {
+        let Some(s) = super::x86_64::unwinder::step_cached(
+            &cur,
+            &mut mem,
+            &mut code,
+            exact,
+            bounds.hi as u64,
+            Some(super::cache::in_process_cache()),
+        ) else {
             break;
         };
         if s.regs.pc == 0 {

@@ -17,6 +17,11 @@
 //!   return address only if it points right after a call instruction whose
 //!   target is consistent with the frame below.
 //!
+//! What the analysis finds at a pc depends on the code alone, so the x86-64
+//! path keeps it per pc in an [`cache::InsnCache`] (lock-free, fixed-size):
+//! a warm frame costs a lookup and its stack loads, like a compiled CFI row.
+//! [`cache::invalidate`] clears the caches when code may have changed.
+//!
 //! Everything here works on fixed-size state with bounded instruction counts:
 //! no allocation, no lock, async-signal-safe when the [`CodeMemory`] and
 //! [`crate::unwind::Memory`] given to it are.
@@ -24,6 +29,7 @@
 //! Each frame found is marked with the [`Method`] that found it, so a user can
 //! judge a trace's trust.
 
+pub mod cache;
 pub mod fallback;
 pub mod inprocess;
 pub mod modcode;

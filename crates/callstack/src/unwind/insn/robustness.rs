@@ -79,6 +79,50 @@ fn x86_64_analyzers_on_random_code() {
     }
 }
 
+/// The cache changes no answer: on random code and stacks, each step taken
+/// through a cold cache and then a warm one equals the uncached step.
+#[test]
+fn cached_steps_equal_uncached_on_random_code() {
+    let cache = Box::new(cache::InsnCache::new());
+    let mut r = Rng(0x0bad_cafe_1234_5678);
+    let mut warm_hits = 0;
+    for round in 0..200 {
+        let code = r.bytes(512);
+        let funcs = [(0x1000u64, 0x1100u64), (0x1100, 0x1200)];
+        let mut c = SliceCode {
+            base: 0x1000,
+            bytes: &code,
+            functions: if round % 2 == 0 { &funcs } else { &[] },
+        };
+        let mut st = stack(&mut r, 0x1000, 512);
+        // New code at the same addresses: the old entries must go.
+        cache.clear();
+        for _ in 0..8 {
+            let regs = UnwindRegs {
+                pc: 0x1000 + r.next() % 512,
+                sp: 0x7000_0000 + (r.next() % 64) * 8,
+                fp: 0x7000_0000 + (r.next() % 256) * 8,
+                lr: 0,
+            };
+            let first = r.next() % 2 == 0;
+            let end = 0x7000_0000 + 2048;
+            let plain = x86_64::unwinder::step(&regs, &mut st, &mut c, first, end);
+            let fills = cache.fills();
+            let cold =
+                x86_64::unwinder::step_cached(&regs, &mut st, &mut c, first, end, Some(&cache));
+            let filled = cache.fills();
+            let warm =
+                x86_64::unwinder::step_cached(&regs, &mut st, &mut c, first, end, Some(&cache));
+            assert_eq!(plain, cold, "cold, round {round}, {regs:x?}");
+            assert_eq!(plain, warm, "warm, round {round}, {regs:x?}");
+            if filled > fills && cache.fills() == filled {
+                warm_hits += 1;
+            }
+        }
+    }
+    assert!(warm_hits > 100, "{warm_hits} warm steps hit");
+}
+
 #[test]
 fn risc_analyzers_on_random_code() {
     let mut r = Rng(0xfeed_face_cafe_beef);

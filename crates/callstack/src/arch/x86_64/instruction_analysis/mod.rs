@@ -104,7 +104,7 @@ impl State {
         let mut i = 0;
         while i < self.nstores as usize {
             let (sb, so, _) = self.stores[i];
-            if sb == b && (so - off).abs() < 8 {
+            if sb == b && (so as i64 - off as i64).abs() < 8 {
                 self.stores[i] = self.stores[self.nstores as usize - 1];
                 self.nstores -= 1;
             } else {

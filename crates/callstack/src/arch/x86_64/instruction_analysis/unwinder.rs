@@ -17,6 +17,7 @@
 //! to another function: tail calls) are used only when no strict one exists.
 
 use super::{epilogue, prologue};
+use crate::unwind::insn::cache::{FrameAnalysis, InsnCache, RaInfo};
 use crate::unwind::insn::scan::{self, CallBefore, MAX_FUNCTION_SIZE};
 use crate::unwind::insn::{Base, CodeMemory, InsnRule, Method, UnwindRegs};
 use crate::unwind::Memory;
@@ -99,28 +100,101 @@ enum Check {
     Strict,
 }
 
-fn check_ra<C: CodeMemory + ?Sized>(
-    code: &mut C,
+/// A cache and the generation read before any code was.
+type CacheRef<'a> = Option<(&'a InsnCache, u32)>;
+
+fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, addr: u64) -> bool {
+    let mut tramp = [0u8; 9];
+    code.read_code(addr, &mut tramp) == 9
+        && crate::arch::x86_64::exact::is_sigreturn_trampoline(&tramp)
+}
+
+/// A code reader with the cache beside it, for stack scanning (which takes
+/// a plain function to decode the call before a candidate).
+struct Cached<'a, C: ?Sized> {
+    code: &'a mut C,
+    cache: CacheRef<'a>,
+}
+
+impl<C: CodeMemory + ?Sized> CodeMemory for Cached<'_, C> {
+    fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        self.code.read_code(addr, buf)
+    }
+
+    fn is_executable(&mut self, addr: u64) -> bool {
+        self.code.is_executable(addr)
+    }
+
+    fn function_bounds(&mut self, addr: u64) -> Option<(u64, u64)> {
+        self.code.function_bounds(addr)
+    }
+
+    fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
+        self.code.function_entry(addr)
+    }
+}
+
+/// [`call_before`], through the cache's return-address entries.
+fn call_before_cached<C: CodeMemory + ?Sized>(
+    c: &mut Cached<'_, C>,
     ra: u64,
-    func: Option<(u64, u64)>,
-    pc: u64,
-) -> Check {
-    if ra < 4096 || !code.is_executable(ra) {
-        return Check::Bad;
+) -> Option<CallBefore> {
+    if c.cache.is_none() {
+        return call_before(c.code, ra);
+    }
+    match ra_info(c.code, c.cache, ra) {
+        // The trampoline's entry does not say (no call precedes it, as a
+        // return address it is taken for itself).
+        Some(i) if !i.trampoline => i.call,
+        _ => call_before(c.code, ra),
+    }
+}
+
+/// What the code says about `ra` as a return address; `None` when it is not
+/// in executable memory.
+fn ra_info<C: CodeMemory + ?Sized>(code: &mut C, cache: CacheRef<'_>, ra: u64) -> Option<RaInfo> {
+    if ra < 4096 {
+        return None;
+    }
+    if let Some(info) = cache.and_then(|(c, _)| c.get_ra(ra)) {
+        return Some(info);
+    }
+    if !code.is_executable(ra) {
+        return None;
     }
     // A handler returns to the sigreturn trampoline, which no call precedes.
-    let mut tramp = [0u8; 9];
-    if code.read_code(ra, &mut tramp) == 9
-        && crate::arch::x86_64::exact::is_sigreturn_trampoline(&tramp)
-    {
+    let trampoline = is_trampoline(code, ra);
+    let call = if trampoline {
+        None
+    } else {
+        call_before(code, ra)
+    };
+    let info = RaInfo { trampoline, call };
+    if let Some((c, g)) = cache {
+        c.put_ra(ra, g, &info);
+    }
+    Some(info)
+}
+
+fn check_ra<C: CodeMemory + ?Sized>(
+    code: &mut C,
+    cache: CacheRef<'_>,
+    ra: u64,
+    func_start: Option<u64>,
+    pc: u64,
+) -> Check {
+    let Some(info) = ra_info(code, cache, ra) else {
+        return Check::Bad;
+    };
+    if info.trampoline {
         return Check::Strict;
     }
-    match call_before(code, ra) {
+    match info.call {
         None => Check::Bad,
         Some(CallBefore::Indirect) => Check::Strict,
         Some(CallBefore::Direct(t)) => {
-            let ok = match func {
-                Some((s, _)) => t == s,
+            let ok = match func_start {
+                Some(s) => t == s,
                 None => t <= pc && pc - t < MAX_FUNCTION_SIZE,
             };
             if ok {
@@ -130,6 +204,52 @@ fn check_ra<C: CodeMemory + ?Sized>(
             }
         }
     }
+}
+
+/// The analysis of the frame at `pc` up to, not including, its epilogue
+/// candidates: the trampoline check, the function's start and the
+/// prologue rule. Also returns the function's bounds.
+fn analyze_head<C: CodeMemory + ?Sized>(
+    code: &mut C,
+    pc: u64,
+    first: bool,
+) -> (FrameAnalysis, Option<(u64, u64)>) {
+    let lookup = if first { pc } else { pc.wrapping_sub(1) };
+    let func = code.function_bounds(lookup);
+    let prologue = code
+        .function_entry(lookup)
+        .and_then(|(entry, bounds)| prologue::analyze(code, entry, pc, bounds));
+    let a = FrameAnalysis {
+        trampoline: is_trampoline(code, pc),
+        func_start: func.map(|f| f.0),
+        prologue,
+        epilogue: [None; epilogue::MAX_CANDIDATES],
+    };
+    (a, func)
+}
+
+fn fill_epilogue<C: CodeMemory + ?Sized>(
+    code: &mut C,
+    pc: u64,
+    func: Option<(u64, u64)>,
+    a: &mut FrameAnalysis,
+) {
+    for (slot, (rule, _tail)) in a
+        .epilogue
+        .iter_mut()
+        .zip(epilogue::analyze(code, pc, func).iter())
+    {
+        *slot = Some(rule);
+    }
+}
+
+/// Everything the code says about the frame at `pc` (`first`: `pc` is an
+/// exact pc, looked up as is, rather than a return address): what
+/// [`step_cached`] keeps in its cache. Depends on the code alone.
+pub fn analyze_frame<C: CodeMemory + ?Sized>(code: &mut C, pc: u64, first: bool) -> FrameAnalysis {
+    let (mut a, func) = analyze_head(code, pc, first);
+    fill_epilogue(code, pc, func, &mut a);
+    a
 }
 
 /// Unwinds one frame without CFI. `first` says whether `regs.pc` is the
@@ -146,13 +266,61 @@ where
     M: Memory + ?Sized,
     C: CodeMemory + ?Sized,
 {
+    step_cached(regs, mem, code, first, stack_end, None)
+}
+
+/// [`step`], with the code's answers (the rules found by prologue and
+/// epilogue analysis, the call before each return address) kept in `cache`
+/// and taken from it when there. The stack-dependent choices (which rule's
+/// return address follows a call, the frame record, scanning) are made
+/// afresh on every call, so the result is [`step`]'s on the same code and
+/// stack. `cache` must serve `code`'s reader alone and be cleared when the
+/// code changes (see [`crate::unwind::insn::cache`]).
+///
+/// The cache adds no allocation, lock or system call: safe in a signal
+/// handler when `code` and `mem` are.
+pub fn step_cached<M, C>(
+    regs: &UnwindRegs,
+    mem: &mut M,
+    code: &mut C,
+    first: bool,
+    stack_end: u64,
+    cache: Option<&InsnCache>,
+) -> Option<StepResult>
+where
+    M: Memory + ?Sized,
+    C: CodeMemory + ?Sized,
+{
     let pc = regs.pc;
+    // The generation before any code is read: an entry computed across a
+    // clear is then stored as stale.
+    let cache: CacheRef<'_> = cache.map(|c| (c, c.generation()));
+    let lookup = if first { pc } else { pc.wrapping_sub(1) };
+    // Without a cache, epilogue analysis runs only when the prologue rule
+    // does not give the caller; with one, all is analyzed at once and kept.
+    // `pending`: the function's bounds, while epilogue analysis is to do.
+    let (mut a, pending) = match cache {
+        Some((c, g)) => match c.get_frame(pc, first) {
+            Some(a) => (a, None),
+            None => {
+                let a = analyze_frame(code, pc, first);
+                // Only code the reader has: a pc outside it may be code of
+                // a module the next snapshot has.
+                if code.is_executable(pc) {
+                    c.put_frame(pc, first, g, &a);
+                }
+                (a, None)
+            }
+        },
+        None => {
+            let (a, func) = analyze_head(code, pc, first);
+            (a, Some(func))
+        }
+    };
+
     // A signal frame: the handler returned to `__restore_rt` (`mov rax, 15;
     // syscall`) with sp at the ucontext; below is the interrupted code.
-    let mut tramp = [0u8; 9];
-    if code.read_code(pc, &mut tramp) == 9
-        && crate::arch::x86_64::exact::is_sigreturn_trampoline(&tramp)
-    {
+    if a.trampoline {
         if let Ok(r) =
             <crate::arch::x86_64::X86_64 as crate::arch::Arch>::signal_frame(regs.sp, mem)
         {
@@ -162,40 +330,33 @@ where
             });
         }
     }
-    let lookup = if first { pc } else { pc.wrapping_sub(1) };
-    let func = code.function_bounds(lookup);
     let above = |n: &UnwindRegs| n.sp > regs.sp && n.sp <= stack_end;
     let mut lenient: Option<StepResult> = None;
 
     // 1. Prologue analysis from a known start.
-    if let Some((entry, search_bounds)) = code.function_entry(lookup) {
-        if let Some(rule) = prologue::analyze(code, entry, pc, search_bounds) {
-            if let Some(n) = read_rule(&rule, regs, mem) {
-                if above(&n) {
-                    match check_ra(code, n.pc, None, n.pc) {
-                        Check::Bad => {}
-                        _ => {
-                            return Some(StepResult {
-                                regs: n,
-                                method: Method::Insn,
-                            })
-                        }
-                    }
-                }
+    if let Some(rule) = a.prologue {
+        if let Some(n) = read_rule(&rule, regs, mem) {
+            if above(&n) && check_ra(code, cache, n.pc, None, n.pc) != Check::Bad {
+                return Some(StepResult {
+                    regs: n,
+                    method: Method::Insn,
+                });
             }
         }
     }
 
     // 2. Epilogue analysis.
-    let cands = epilogue::analyze(code, pc, func);
-    for (rule, _tail) in cands.iter() {
+    if let Some(func) = pending {
+        fill_epilogue(code, pc, func, &mut a);
+    }
+    for rule in a.epilogue_rules() {
         let Some(n) = read_rule(&rule, regs, mem) else {
             continue;
         };
         if !above(&n) {
             continue;
         }
-        match check_ra(code, n.pc, func, lookup) {
+        match check_ra(code, cache, n.pc, a.func_start, lookup) {
             Check::Strict => {
                 return Some(StepResult {
                     regs: n,
@@ -221,7 +382,7 @@ where
                 fp: next_fp,
                 lr: 0,
             };
-            let c = check_ra(code, ra, func, lookup);
+            let c = check_ra(code, cache, ra, a.func_start, lookup);
             if c == Check::Strict {
                 return Some(StepResult {
                     regs: n,
@@ -241,12 +402,29 @@ where
     }
 
     // 4. Scanning, verified by prologue analysis from the call's target.
+    // Which word is taken depends on the stack, and is decided afresh; what
+    // the code says of each candidate (the call before it, the rule from
+    // the call's target to the pc) comes from the cache when there.
     let mut found_rule: Option<InsnRule> = None;
     let sp0 = regs.sp;
     let fp0 = regs.fp;
-    let mut verify = |code: &mut C, target: u64, slot: u64| -> bool {
-        let b = code.function_bounds(target).filter(|b| b.0 == target);
-        match prologue::analyze(code, target, pc, b) {
+    let pc_cacheable = cache.is_some() && code.is_executable(pc);
+    let mut verify = |code: &mut Cached<'_, C>, target: u64, slot: u64| -> bool {
+        let cached = code.cache.and_then(|(c, _)| c.get_scan_check(pc, target));
+        let rule = match cached {
+            Some(r) => r,
+            None => {
+                let b = code.function_bounds(target).filter(|b| b.0 == target);
+                let r = prologue::analyze(code, target, pc, b);
+                // Both ends in code the reader has (see `step_cached`).
+                let keep = pc_cacheable && code.is_executable(target);
+                if let Some((c, g)) = code.cache.filter(|_| keep) {
+                    c.put_scan_check(pc, target, g, r.as_ref());
+                }
+                r
+            }
+        };
+        match rule {
             Some(rule) => {
                 let base = match rule.cfa_base {
                     Base::Sp => sp0,
@@ -265,14 +443,15 @@ where
             None => false,
         }
     };
+    let mut cached = Cached { code, cache };
     let hit = scan::scan(
         mem,
-        code,
+        &mut cached,
         pc,
         regs.sp,
         stack_end,
         8,
-        call_before::<C>,
+        call_before_cached::<C>,
         Some(&mut verify),
     )?;
     if let Some(rule) = found_rule.filter(|_| hit.verified) {
