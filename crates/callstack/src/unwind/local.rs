@@ -779,6 +779,8 @@ pub fn prepare() -> PrepareStats {
     if removed {
         clear_cache();
     }
+    // Code may have changed under cached instruction-analysis answers.
+    crate::unwind::insn::cache::invalidate();
     stats
 }
 
@@ -987,6 +989,7 @@ impl crate::unwind::insn::CodeMemory for LocalCode {
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn insn_fallback(mem: &StackMemory) -> crate::unwind::insn::InsnFallback<LocalCode> {
     crate::unwind::insn::InsnFallback::new(LocalCode::new(), mem.hi())
+        .with_cache(crate::unwind::insn::cache::fallback_cache())
 }
 
 // ---------------------------------------------------------------- entries
