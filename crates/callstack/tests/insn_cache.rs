@@ -11,39 +11,13 @@
 #![cfg(target_arch = "x86_64")]
 
 use callstack::unwind::insn::{cache, InProcess, Method};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::ffi::{c_int, c_void, CString};
+use std::ffi::{c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-// ---------------------------------------------------------------- allocator
-
-/// Counts allocations made by threads that armed it.
-struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-}
-
-// SAFETY: forwards to the system allocator, counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if ARMED.with(|a| a.get()) {
-            ALLOCS.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(p, l) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: testsupport::alloc::Counting = testsupport::alloc::Counting;
 
 // ---------------------------------------------------------------- library
 
@@ -69,34 +43,7 @@ fn build_nocfi_so(dir: &Path) -> PathBuf {
     out
 }
 
-type Entry = unsafe extern "C" fn(extern "C" fn(*mut c_void), *mut c_void) -> c_int;
-
-struct Lib {
-    entry: Entry,
-    base: usize,
-    end: usize,
-}
-
-fn load(path: &Path) -> Lib {
-    let c = CString::new(path.to_str().unwrap()).unwrap();
-    // SAFETY: dlopen/dlsym/dladdr with valid C strings; the library stays
-    // loaded for the rest of the process.
-    unsafe {
-        let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        assert!(!h.is_null(), "dlopen {}", path.display());
-        let sym = libc::dlsym(h, c"insn_entry".as_ptr());
-        assert!(!sym.is_null());
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        libc::dladdr(sym, &mut info);
-        let base = info.dli_fbase as usize;
-        let size = std::fs::metadata(path).unwrap().len() as usize + 0x10000;
-        Lib {
-            entry: std::mem::transmute::<*mut c_void, Entry>(sym),
-            base,
-            end: base + size,
-        }
-    }
-}
+use testsupport::insn_lib::{load, Lib};
 
 /// A capture's result, in fixed storage (the callback runs where nothing
 /// may allocate).
@@ -286,8 +233,7 @@ fn captures_do_not_allocate_cold_or_warm_in_a_signal_handler() {
     // fixed arrays: nothing in the armed part may allocate.
     let mut out = [[(0u64, Method::Context); 128]; 4];
     let mut n = [0usize; 4];
-    ARMED.with(|a| a.set(true));
-    let before = ALLOCS.load(Ordering::SeqCst);
+    let before = testsupport::alloc::thread_allocs();
     for i in 0..4 {
         if i < 2 {
             run(&lib, &mut cap);
@@ -297,8 +243,7 @@ fn captures_do_not_allocate_cold_or_warm_in_a_signal_handler() {
             (out[i], n[i]) = (hcap.frames, hcap.n);
         }
     }
-    let after = ALLOCS.load(Ordering::SeqCst);
-    ARMED.with(|a| a.set(false));
+    let after = testsupport::alloc::thread_allocs();
     assert_eq!(after - before, 0, "captures allocated");
     assert_eq!(out[0][..n[0]], out[1][..n[1]], "warm capture differs");
     assert_eq!(

@@ -8,7 +8,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use callstack::unwind::insn::{InProcess, Method};
-use std::ffi::{c_int, c_void, CString};
+use std::ffi::{c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -47,34 +47,7 @@ fn text(p: &Path) -> Vec<u8> {
     f.section_by_name(".text").unwrap().data().unwrap().to_vec()
 }
 
-type Entry = unsafe extern "C" fn(extern "C" fn(*mut c_void), *mut c_void) -> c_int;
-
-struct Lib {
-    entry: Entry,
-    base: usize,
-    end: usize,
-}
-
-fn load(path: &Path) -> Lib {
-    let c = CString::new(path.to_str().unwrap()).unwrap();
-    // SAFETY: dlopen/dlsym with valid C strings; the library stays loaded
-    // for the rest of the test process.
-    unsafe {
-        let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        assert!(!h.is_null(), "dlopen {}", path.display());
-        let sym = libc::dlsym(h, c"insn_entry".as_ptr());
-        assert!(!sym.is_null());
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        libc::dladdr(sym, &mut info);
-        let base = info.dli_fbase as usize;
-        let size = std::fs::metadata(path).unwrap().len() as usize + 0x10000;
-        Lib {
-            entry: std::mem::transmute::<*mut c_void, Entry>(sym),
-            base,
-            end: base + size,
-        }
-    }
-}
+use testsupport::insn_lib::{load, Lib};
 
 #[repr(C)]
 struct UnwindContext {

@@ -7,6 +7,7 @@
 
 pub mod alloc;
 pub mod crash;
+pub mod insn_lib;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
