@@ -588,6 +588,12 @@ fn evaluate_gimli<A: Arch, M: Memory + ?Sized>(
                 let Some(table) = parsed.table() else {
                     return Ok(Applied::NoCfi);
                 };
+                // A row is at least 4 bytes: a count the header cannot hold
+                // is corrupt (and gimli's search multiplies it unchecked).
+                let rows = Iterator::size_hint(&table.iter(&bases)).0;
+                if rows > hdr.len() / 4 {
+                    return Err(UnwindError::BadCfi);
+                }
                 table.fde_for_address(&sec, &bases, addr, EhFrame::cie_from_offset)
             };
             let fde = match fde {

@@ -79,11 +79,12 @@ impl RiscArch for Arch {
         if regs.fp & 15 != 0 || regs.fp <= regs.sp {
             return None;
         }
+        let sp = regs.fp.checked_add(16)?;
         let prev = mem.read_u64(regs.fp).ok()?;
         let lr = mem.read_u64(regs.fp + 8).ok()?;
         Some(UnwindRegs {
             pc: lr,
-            sp: regs.fp + 16,
+            sp,
             fp: prev,
             lr: 0,
         })
