@@ -23,6 +23,9 @@ have arm-linux-gnueabihf-gcc || need+=(gcc-arm-linux-gnueabihf)
 have mipsel-linux-gnu-gcc || need+=(gcc-mipsel-linux-gnu)
 { have qemu-aarch64 && have qemu-arm && have qemu-mipsel; } || need+=(qemu-user)
 have gdb-multiarch || need+=(gdb-multiarch)
+# dwz: the symbolizer's test of dwz-processed debug files with a
+# supplementary file (.gnu_debugaltlink).
+have dwz || need+=(dwz)
 # libunwind's figures in the accuracy report (the runtime library only).
 ls /usr/lib/*/libunwind.so.8 >/dev/null 2>&1 || need+=(libunwind8)
 

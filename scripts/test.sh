@@ -3,6 +3,12 @@
 # missing, then runs the whole workspace's tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A clean build and test run writes about 3.5 GB under target/; say so
+# up front rather than fail mid-link with "No space left on device".
+avail_kb=$(df -Pk . | awk 'NR==2 {print $4}')
+if [ -n "$avail_kb" ] && [ "$avail_kb" -lt 4500000 ]; then
+    echo "warning: only $((avail_kb / 1024)) MB free here; the build and tests need about 3.5 GB" >&2
+fi
 bash scripts/install-test-deps.sh
 # The C tests link target/release/libcallstack.a and run target/release/callstack.
 cargo build --release -q -p callstack-capi -p callstack-cli

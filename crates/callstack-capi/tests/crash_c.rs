@@ -5,11 +5,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
-use std::time::Duration;
 use testsupport::crash::*;
 use testsupport::{scratch_dir, Gcc};
-
-const DEADLINE: Duration = Duration::from_secs(20);
 
 const OURS: [&str; 17] = [
     "c_null_deref",
@@ -62,181 +59,106 @@ fn fixture() -> PathBuf {
     build("-O0 -fno-omit-frame-pointer")
 }
 
-fn run_exe(exe: &PathBuf, args: &[&str], env: &[(&str, &str)]) -> Crash {
-    let mut cmd = Command::new(exe);
-    cmd.args(args);
-    cmd.env_remove("CALLSTACK_CRASH_HELPER");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let c = run_crashing(cmd, DEADLINE);
-    eprintln!(
-        "[crash_c {}] died by {}, fault -> symbolized report: {} ms, child wall time {:?}",
-        args.join(" "),
-        signal_label(c.signal),
-        fault_to_symbolized_ms(&c.stderr).map_or("n/a".into(), |m| format!("{m:.1}")),
-        c.elapsed
-    );
-    c
-}
-
-fn run(scenario: &str, env: &[(&str, &str)]) -> Crash {
-    run_exe(&fixture(), &[scenario], env)
-}
-
-fn check(c: &Crash, signal: i32, signal_line: &str, expected: &[&str]) {
+const S: Suite = Suite {
+    label: "crash_c",
+    exe: fixture,
+    ours,
+    prefix: "",
+    main: &["c_level_two", "c_level_one", "main"],
     // crash_fixture.c, or crash_dso.c for the library's frames.
-    check_report(c, signal, signal_line, ours, expected, ".c");
-    let raw = raw_part(&c.stderr).unwrap();
-    assert!(raw.contains("(build-id "), "{}", c.stderr);
-}
+    file_suffix: ".c",
+    raw_mark: "(build-id ",
+};
 
-fn with_main(first: &[&'static str]) -> Vec<&'static str> {
-    first
-        .iter()
-        .copied()
-        .chain(["c_level_two", "c_level_one", "main"])
-        .collect()
-}
+const NULL_LINE: &str = "signal: SIGSEGV: address not mapped, fault address 0x0";
 
 #[test]
 fn crash_c_null_dereference() {
-    let c = run("null", &[]);
-    check(
-        &c,
-        libc::SIGSEGV,
-        "signal: SIGSEGV: address not mapped, fault address 0x0 (signal 11, code 1 SEGV_MAPERR)",
-        &with_main(&["c_null_deref"]),
-    );
+    let c = S.run("null", &[]);
+    let line =
+        "signal: SIGSEGV: address not mapped, fault address 0x0 (signal 11, code 1 SEGV_MAPERR)";
+    S.check(&c, libc::SIGSEGV, line, &["c_null_deref"]);
     // The innermost frame is the faulting function itself.
-    let sym = symbolized_frames(symbolized_part(&c.stderr).unwrap());
-    assert_eq!(sym[0].function, "c_null_deref", "{}", c.stderr);
+    assert_eq!(c.frames()[0].function, "c_null_deref", "{}", c.stderr);
 }
 
 #[test]
 fn crash_c_null_dereference_optimized() {
-    let exe = build("-O2 -fno-omit-frame-pointer");
-    let c = run_exe(&exe, &["null"], &[]);
-    check(
-        &c,
-        libc::SIGSEGV,
-        "signal: SIGSEGV: address not mapped, fault address 0x0",
-        &with_main(&["c_null_deref"]),
-    );
+    let c = S.run_exe(&build("-O2 -fno-omit-frame-pointer"), &["null"], &[]);
+    S.check(&c, libc::SIGSEGV, NULL_LINE, &["c_null_deref"]);
 }
 
 #[test]
 fn crash_c_abort() {
-    let c = run("abort", &[]);
-    check(
-        &c,
-        libc::SIGABRT,
-        "signal: SIGABRT: sent by tgkill() (raise, abort, pthread_kill), from pid",
-        &with_main(&["c_abort"]),
-    );
+    let c = S.run("abort", &[]);
+    let line = "signal: SIGABRT: sent by tgkill() (raise, abort, pthread_kill), from pid";
+    S.check(&c, libc::SIGABRT, line, &["c_abort"]);
 }
 
 #[test]
 fn crash_c_integer_division_by_zero() {
-    let c = run("fpe", &[]);
-    check(
-        &c,
-        libc::SIGFPE,
-        "signal: SIGFPE: integer divide by zero, at instruction 0x",
-        &with_main(&["c_divide"]),
-    );
+    let c = S.run("fpe", &[]);
+    let line = "signal: SIGFPE: integer divide by zero, at instruction 0x";
+    S.check(&c, libc::SIGFPE, line, &["c_divide"]);
 }
 
 #[test]
 fn crash_c_illegal_instruction() {
-    let c = run("ill", &[]);
-    check(
+    let c = S.run("ill", &[]);
+    S.check(
         &c,
         libc::SIGILL,
         "signal: SIGILL: illegal operand",
-        &with_main(&["c_illegal"]),
+        &["c_illegal"],
     );
 }
 
 #[test]
 fn crash_c_breakpoint_trap() {
-    let c = run("trap", &[]);
-    check(
-        &c,
-        libc::SIGTRAP,
-        "signal: SIGTRAP: breakpoint instruction (int3)",
-        &with_main(&["c_trap"]),
-    );
+    let c = S.run("trap", &[]);
+    let line = "signal: SIGTRAP: breakpoint instruction (int3)";
+    S.check(&c, libc::SIGTRAP, line, &["c_trap"]);
 }
 
+/// A C stack overflow: every symbolized frame (not only ours) is
+/// `c_recurse`, and the process dies by SIGSEGV.
 fn check_overflow(c: &Crash) {
-    let raw = raw_part(&c.stderr).unwrap_or_else(|| panic!("no raw part:\n{}", c.stderr));
-    // SEGV_MAPERR below the main stack, SEGV_ACCERR on a thread's
-    // PROT_NONE guard page.
-    assert!(raw.contains("signal: SIGSEGV: "), "{}", c.stderr);
-    assert!(
-        raw.contains("(next to the stack pointer: stack overflow)"),
-        "{}",
-        c.stderr
-    );
-    let sym =
-        symbolized_part(&c.stderr).unwrap_or_else(|| panic!("no symbolized part:\n{}", c.stderr));
-    let frames = symbolized_frames(sym);
-    assert!(frames.len() >= 100, "{}", c.stderr);
+    let frames = S.check_overflow(c, "c_recurse", libc::SIGSEGV);
     assert!(
         frames.iter().all(|f| f.function == "c_recurse"),
         "{}",
         c.stderr
     );
-    assert_eq!(c.signal, Some(libc::SIGSEGV), "{}", c.stderr);
 }
 
 #[test]
 fn crash_c_stack_overflow() {
-    check_overflow(&run("overflow", &[]));
+    check_overflow(&S.run("overflow", &[]));
 }
 
 #[test]
 fn crash_c_stack_overflow_on_a_thread_with_its_own_altstack() {
-    let c = run("thread-overflow", &[]);
+    let c = S.run("thread-overflow", &[]);
     assert!(c.stderr.contains("\"c-crasher\""), "{}", c.stderr);
     check_overflow(&c);
 }
 
 #[test]
 fn crash_c_on_a_second_thread() {
-    let c = run("thread", &[]);
-    let raw = raw_part(&c.stderr).unwrap_or_else(|| panic!("{}", c.stderr));
+    let c = S.run("thread", &[]);
     assert!(
-        raw.contains("\"c-crasher\""),
+        c.raw().contains("\"c-crasher\""),
         "thread name missing:\n{}",
         c.stderr
     );
-    check(
-        &c,
-        libc::SIGSEGV,
-        "signal: SIGSEGV: address not mapped, fault address 0x0",
-        &["c_null_deref", "c_thread_main"],
-    );
+    let chain = ["c_null_deref", "c_thread_main"].map(String::from);
+    S.check_names(&c, libc::SIGSEGV, NULL_LINE, &chain);
 }
 
 #[test]
 fn crash_c_inside_malloc_with_the_lock_held() {
-    let c = run("malloc", &[]);
-    let raw = raw_part(&c.stderr).unwrap_or_else(|| panic!("no raw part:\n{}", c.stderr));
-    let first = raw.lines().find(|l| l.starts_with("  #0 pc ")).unwrap();
-    assert!(first.contains("/libc.so"), "{}", c.stderr);
-    check(
-        &c,
-        libc::SIGSEGV,
-        "signal: SIGSEGV: address not mapped, fault address 0x20",
-        &with_main(&["c_malloc_victim", "c_malloc_crash"]),
-    );
-    // Really inside malloc: glibc's own frames (named through libc6-dbg,
-    // which scripts/install-test-deps.sh installs) come first.
-    let frames = symbolized_frames(symbolized_part(&c.stderr).unwrap());
-    assert_eq!(frames[0].function, "_int_malloc", "{}", c.stderr);
-    assert!(frames[1].function.contains("malloc"), "{}", c.stderr);
+    let c = S.run("malloc", &[]);
+    S.check_inside_malloc(&c, &["c_malloc_victim", "c_malloc_crash"]);
 }
 
 #[test]
@@ -244,13 +166,10 @@ fn crash_c_inside_malloc_raw_part_and_no_hang() {
     // What already holds without exact unwinding: the fault is inside
     // glibc's malloc with its arena lock held and another thread on that
     // lock, and the report still comes out, both parts, with no deadlock.
-    let c = run("malloc", &[]);
-    let raw = raw_part(&c.stderr).unwrap_or_else(|| panic!("no raw part:\n{}", c.stderr));
-    assert!(
-        raw.contains("signal: SIGSEGV: address not mapped, fault address 0x20"),
-        "{}",
-        c.stderr
-    );
+    let c = S.run("malloc", &[]);
+    let raw = c.raw();
+    let line = "signal: SIGSEGV: address not mapped, fault address 0x20";
+    assert!(raw.contains(line), "{}", c.stderr);
     let first = raw.lines().find(|l| l.starts_with("  #0 pc ")).unwrap();
     assert!(first.contains("/libc.so"), "{}", c.stderr);
     assert!(symbolized_part(&c.stderr).is_some(), "{}", c.stderr);
@@ -259,36 +178,18 @@ fn crash_c_inside_malloc_raw_part_and_no_hang() {
 
 #[test]
 fn crash_c_previous_handler_still_runs() {
-    let c = run("prev-handler", &[]);
-    check(
-        &c,
-        libc::SIGSEGV,
-        "signal: SIGSEGV: address not mapped, fault address 0x0",
-        &with_main(&["c_null_deref"]),
-    );
-    let report_end = c.stderr.find("*** end of symbolized report").unwrap();
-    let own = c
-        .stderr
-        .find("fixture: own SIGSEGV handler ran")
-        .expect("own handler ran");
-    assert!(own > report_end, "{}", c.stderr);
+    let c = S.run("prev-handler", &[]);
+    S.check_previous_handler(&c, "c_null_deref", "fixture: own SIGSEGV handler ran");
 }
 
 #[test]
 fn crash_c_report_file_gets_both_parts() {
     let file = scratch_dir("crash-c-file").join("report.txt");
     let _ = std::fs::remove_file(&file);
-    let c = run_exe(&fixture(), &["null", file.to_str().unwrap()], &[]);
-    assert_eq!(c.signal, Some(libc::SIGSEGV));
-    let text = std::fs::read_to_string(&file).unwrap();
-    assert!(
-        raw_part(&text).is_some_and(|r| r.contains("SIGSEGV")),
-        "{text}"
-    );
-    assert!(
-        symbolized_part(&text).is_some_and(|s| s.contains("in c_null_deref at ")),
-        "{text}"
-    );
+    let c = S.run_exe(&fixture(), &["null", file.to_str().unwrap()], &[]);
+    let text = S.check_report_file(&c, &file);
+    let sym = symbolized_part(&text).unwrap();
+    assert!(sym.contains("in c_null_deref at "), "{text}");
     // A saved report can be symbolized later by the CLI.
     let cli = &testsupport::release_artifacts().cli;
     let o = Command::new(cli)
@@ -299,90 +200,38 @@ fn crash_c_report_file_gets_both_parts() {
     assert!(o.status.success());
     let out = String::from_utf8_lossy(&o.stdout);
     let frames = symbolized_frames(symbolized_part(&out).unwrap());
-    assert_chain(
-        &frames,
-        ours,
-        &with_main(&["c_null_deref"]),
-        "crash_fixture.c",
-        &out,
-    );
+    let exp = S.from_main(&["c_null_deref"]);
+    let exp: Vec<&str> = exp.iter().map(String::as_str).collect();
+    assert_chain(&frames, ours, &exp, "crash_fixture.c", &out);
 }
 
 #[test]
 fn crash_c_with_the_callstack_binary_as_helper() {
-    let cli = &testsupport::release_artifacts().cli;
-    let c = run("null", &[("CALLSTACK_CRASH_HELPER", cli.to_str().unwrap())]);
-    check(
-        &c,
-        libc::SIGSEGV,
-        "signal: SIGSEGV: address not mapped",
-        &with_main(&["c_null_deref"]),
-    );
+    S.check_callstack_binary_as_helper("c_null_deref");
 }
 
 #[test]
 fn crash_c_raw_part_survives_a_missing_helper() {
-    let c = run("null", &[("CALLSTACK_CRASH_HELPER", "/nonexistent/helper")]);
-    let raw = raw_part(&c.stderr).unwrap_or_else(|| panic!("{}", c.stderr));
-    assert!(raw.contains("SIGSEGV: address not mapped"));
-    assert!(symbolized_part(&c.stderr).is_none());
-    assert!(
-        c.stderr.contains("failed with exit status 127"),
-        "{}",
-        c.stderr
-    );
-    assert_eq!(c.signal, Some(libc::SIGSEGV));
+    S.check_missing_helper();
 }
 
 #[test]
 fn crash_c_raw_part_survives_a_hanging_helper() {
-    let dir = scratch_dir("crash-c-hang");
-    let helper = dir.join("hang.sh");
-    std::fs::write(&helper, "#!/bin/sh\nexec sleep 60\n").unwrap();
-    let _ = Command::new("chmod").arg("+x").arg(&helper).status();
-    let c = run(
-        "null",
-        &[
-            ("CALLSTACK_CRASH_HELPER", helper.to_str().unwrap()),
-            ("CALLSTACK_CRASH_TIMEOUT_MS", "500"),
-        ],
-    );
-    assert!(
-        raw_part(&c.stderr).is_some_and(|r| r.contains("SIGSEGV")),
-        "{}",
-        c.stderr
-    );
-    assert!(
-        c.stderr.contains("timed out and was killed"),
-        "{}",
-        c.stderr
-    );
-    assert_eq!(c.signal, Some(libc::SIGSEGV));
-    assert!(c.elapsed < Duration::from_secs(10), "{:?}", c.elapsed);
+    S.check_hanging_helper();
 }
 
 #[test]
 fn crash_c_null_dereference_without_frame_pointers() {
     // Exact unwinding (CFI) through code built without frame pointers.
-    let exe = build("-O2 -fomit-frame-pointer");
-    let c = run_exe(&exe, &["null"], &[]);
-    check(
-        &c,
-        libc::SIGSEGV,
-        "signal: SIGSEGV: address not mapped, fault address 0x0",
-        &with_main(&["c_null_deref"]),
-    );
+    let c = S.run_exe(&build("-O2 -fomit-frame-pointer"), &["null"], &[]);
+    S.check(&c, libc::SIGSEGV, NULL_LINE, &["c_null_deref"]);
 }
 
 #[test]
 fn crash_c_bus_error() {
-    let c = run("bus", &[]);
-    check(
-        &c,
-        libc::SIGBUS,
-        "signal: SIGBUS: nonexistent physical address",
-        &with_main(&["c_bus_error"]),
-    );
+    let c = S.run("bus", &[]);
+    let line = "signal: SIGBUS: nonexistent physical address";
+    S.check(&c, libc::SIGBUS, line, &["c_bus_error"]);
 }
 
 #[test]
@@ -393,20 +242,15 @@ fn crash_c_in_a_library_loaded_after_install() {
     let dso = Gcc::new(&["crash_dso.c"])
         .flags("-O0 -fno-omit-frame-pointer -fPIC -shared")
         .build(&dir.join("libcrash_dso.so"));
-    let c = run("dlopen", &[("CRASH_DSO", dso.to_str().unwrap())]);
-    let raw = raw_part(&c.stderr).unwrap_or_else(|| panic!("{}", c.stderr));
-    let first = raw.lines().find(|l| l.starts_with("  #0 pc ")).unwrap();
+    let c = S.run("dlopen", &[("CRASH_DSO", dso.to_str().unwrap())]);
+    let first = c.raw().lines().find(|l| l.starts_with("  #0 pc ")).unwrap();
     assert!(
         first.contains("libcrash_dso.so +0x") && first.contains("(build-id "),
         "{}",
         c.stderr
     );
-    check(
-        &c,
-        libc::SIGSEGV,
-        "signal: SIGSEGV: address not mapped, fault address 0x0",
-        &with_main(&["dso_null_deref", "dso_crash", "c_dlopen_crash"]),
-    );
+    let own = ["dso_null_deref", "dso_crash", "c_dlopen_crash"];
+    S.check(&c, libc::SIGSEGV, NULL_LINE, &own);
 }
 
 #[test]
@@ -414,23 +258,52 @@ fn crash_c_previous_handler_that_returns_is_reported_once() {
     // The previous handler returns without fixing the fault three times:
     // the fault repeats, the report is written once, the handler runs each
     // time, and the process still dies by SIGSEGV.
-    let c = run("prev-returns", &[]);
+    let c = S.run("prev-returns", &[]);
+    let count = |s: &str| c.stderr.matches(s).count();
     assert_eq!(
-        c.stderr
-            .matches("*** callstack: crash report (raw) ***")
-            .count(),
+        count("*** callstack: crash report (raw) ***"),
         1,
         "{}",
         c.stderr
     );
-    assert_eq!(
-        c.stderr.matches("fixture: returning handler ran").count(),
-        3,
-        "{}",
-        c.stderr
-    );
+    assert_eq!(count("fixture: returning handler ran"), 3, "{}", c.stderr);
     assert!(symbolized_part(&c.stderr).is_some(), "{}", c.stderr);
     assert_eq!(c.signal, Some(libc::SIGSEGV), "{}", c.stderr);
+}
+
+#[test]
+fn crash_c_report_survives_a_sigchld_handler_that_reaps_all_children() {
+    // The program reaps every child in its SIGCHLD handler (waitpid(-1)),
+    // and a child of its own ends while the report is being symbolized:
+    // the report still waits for its helper and gets its exit status, and
+    // the program's handler still reaps its own child (once the helper is
+    // done).
+    let dir = scratch_dir("crash-c-sigchld");
+    let helper = dir.join("slow-failing-helper.sh");
+    let script = "#!/bin/sh\ncat >/dev/null\nsleep 0.5\necho 'helper: done' >&2\nexit 3\n";
+    std::fs::write(&helper, script).unwrap();
+    let _ = Command::new("chmod").arg("+x").arg(&helper).status();
+    let c = S.run(
+        "sigchld",
+        &[("CALLSTACK_CRASH_HELPER", helper.to_str().unwrap())],
+    );
+    assert!(c.raw().contains(NULL_LINE), "{}", c.stderr);
+    let reaped = "fixture: SIGCHLD handler reaped a child";
+    assert!(c.stderr.contains(reaped), "{}", c.stderr);
+    let done = c
+        .stderr
+        .find("helper: done")
+        .expect("the helper ran to its end");
+    let status = c.stderr.find("failed with exit status 3");
+    assert!(status.is_some_and(|s| s > done), "{}", c.stderr);
+    assert_eq!(c.signal, Some(libc::SIGSEGV), "{}", c.stderr);
+}
+
+#[test]
+fn crash_c_symbolized_report_with_a_sigchld_handler_that_reaps_all_children() {
+    let c = S.run("sigchld", &[]);
+    S.check(&c, libc::SIGSEGV, NULL_LINE, &["c_null_deref"]);
+    assert!(c.stderr.contains(") finished after "), "{}", c.stderr);
 }
 
 /// gdb's `bt` where the fixture crashes (gdb stops at the signal before our
@@ -455,7 +328,7 @@ fn crash_c_chains_equal_gdb() {
     for flags in ["-O0 -fno-omit-frame-pointer", "-O2 -fomit-frame-pointer"] {
         let exe = build(flags);
         for scenario in ["null", "fpe", "ill", "trap", "bus"] {
-            let c = run_exe(&exe, &[scenario], &[]);
+            let c = S.run_exe(&exe, &[scenario], &[]);
             let sym = symbolized_part(&c.stderr)
                 .unwrap_or_else(|| panic!("{flags} {scenario}: no symbolized part:\n{}", c.stderr));
             let ours: Vec<String> = symbolized_frames(sym)

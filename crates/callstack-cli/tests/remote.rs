@@ -321,11 +321,26 @@ fn pstack_matches_gdb_and_target_survives() {
         }
         assert!(names.contains(&"waker".to_string()));
         assert!(names.contains(&"sig".to_string()));
+        // Every thread, the main one included, is named as in
+        // /proc/PID/task/TID/comm.
+        let comm = |tid: u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .unwrap()
+                .trim_end_matches('\n')
+                .to_string()
+        };
+        for (tid, t) in &ours.threads {
+            assert_eq!(t.0.as_deref(), Some(comm(*tid).as_str()), "thread {tid}");
+        }
         // Text output too, and a second look does not disturb the target.
         let (o, text, _) = callstack(&["pstack", &pid]);
         assert!(o.status.success());
         assert!(text.contains("in block_here ()"), "{text}");
         assert!(text.contains("\"worker-0\""), "{text}");
+        for tid in ours.threads.keys() {
+            let head = format!("(LWP {tid} \"{}\"):", comm(*tid));
+            assert!(text.contains(&head), "{head} missing:\n{text}");
+        }
         fx.finish();
     }
 }

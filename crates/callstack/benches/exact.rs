@@ -260,33 +260,10 @@ const ROWS: &[Row] = &[
 
 // ------------------------------------------------------------ warm
 
+/// 300 rounds of 8 captures per row.
 fn interleaved(sc: &Scenario, rows: &[&Row]) -> Vec<(f64, usize)> {
-    const ROUNDS: usize = 300;
-    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(ROUNDS); rows.len()];
-    let mut frames = vec![0usize; rows.len()];
-    for _ in 0..ROUNDS {
-        for (i, r) in rows.iter().enumerate() {
-            let mut ns = 0.0;
-            (sc.at)(&mut || {
-                let mut buf = [0usize; 256];
-                let t = Instant::now();
-                const K: u32 = 8;
-                for _ in 0..K {
-                    frames[i] = (r.capture)(black_box(&mut buf));
-                }
-                ns = t.elapsed().as_nanos() as f64 / K as f64;
-            });
-            samples[i].push(ns);
-        }
-    }
-    samples
-        .into_iter()
-        .zip(frames)
-        .map(|(mut s, f)| {
-            s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            (s[s.len() / 2], f)
-        })
-        .collect()
+    let captures: Vec<_> = rows.iter().map(|r| r.capture).collect();
+    scenarios::interleaved(sc, &captures, 300, 8)
 }
 
 // ------------------------------------------------------------ cold

@@ -10,7 +10,7 @@
 
 mod common;
 use callstack::unwind::insn::{unwind_prstatus, Method, TargetArch};
-use common::corelite::{Core, FileCode};
+use common::cores;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -170,43 +170,22 @@ fn by_symbol(exe: &Path, pcs: &[u64]) -> Vec<(String, u64)> {
 }
 
 fn our_chain(a: Arch, exe: &Path, core_path: &Path) -> Vec<(u64, Method)> {
-    let mut core = Core::open(core_path);
-    let mut code = FileCode::new(&core, exe);
-    let desc = core.prstatus[0].clone();
-    let target = TargetArch::from_elf_machine(core.machine as u16).expect("supported core");
-    assert_eq!(
-        target,
-        match a {
-            Arch::Aarch64 => TargetArch::Aarch64,
-            Arch::Arm => TargetArch::Arm,
-            Arch::Mips => TargetArch::Mips,
-        }
-    );
-    // The stack pointer is the same word in every layout's `unwind_regs`.
-    let sp = match a {
-        Arch::Aarch64 => {
-            callstack::unwind::insn::core_regs::aarch64::unwind_regs(&desc)
-                .unwrap()
-                .sp
-        }
-        Arch::Arm => {
-            callstack::unwind::insn::core_regs::arm::unwind_regs(&desc)
-                .unwrap()
-                .sp
-        }
-        Arch::Mips => {
-            callstack::unwind::insn::core_regs::mips::unwind_regs(&desc)
-                .unwrap()
-                .sp
-        }
+    let core = cores::open(core_path, exe);
+    let mut code = cores::code(&core);
+    let (desc, stack_end) = cores::first_thread(&core);
+    use callstack::remote::Machine;
+    let (target, machine) = match a {
+        Arch::Aarch64 => (TargetArch::Aarch64, Machine::Aarch64),
+        Arch::Arm => (TargetArch::Arm, Machine::Arm),
+        Arch::Mips => (TargetArch::Mips, Machine::Mips),
     };
-    let (_, stack_end) = core.segment_of(sp).expect("stack in core");
+    assert_eq!(core.snapshot().arch, machine, "the core's machine");
     let mut out = [(0u64, Method::Context); 64];
     let n = unwind_prstatus(
         target,
         &desc,
-        &mut core,
-        &mut code.code,
+        &mut core.memory(),
+        &mut code,
         stack_end,
         &mut out,
     )

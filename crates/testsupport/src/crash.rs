@@ -230,3 +230,238 @@ pub fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
 }
+
+/// How long a crash fixture may take before it counts as hung.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// One crash fixture and the conventions of its reports, so that each test
+/// case is the scenario and what it must show.
+pub struct Suite {
+    /// Tag of the log line each run prints (`crash_rust`).
+    pub label: &'static str,
+    /// The fixture executable (built on first use).
+    pub exe: fn() -> std::path::PathBuf,
+    /// Whether a symbolized function name is one of the fixture's own.
+    pub ours: fn(&str) -> bool,
+    /// What the fixture's own function names start with (`crash_fixture::`
+    /// for Rust, empty for C).
+    pub prefix: &'static str,
+    /// The outer frames of every scenario that starts from `main`,
+    /// outermost last, without `prefix`.
+    pub main: &'static [&'static str],
+    /// How each frame's `file:line` file name ends.
+    pub file_suffix: &'static str,
+    /// A text every raw part carries besides the signal line.
+    pub raw_mark: &'static str,
+}
+
+impl Suite {
+    /// Runs the fixture with `args` and `env` (and no helper named unless
+    /// `env` names one), with the [`DEADLINE`]; logs the timing.
+    pub fn run_exe(&self, exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Crash {
+        let mut cmd = Command::new(exe);
+        cmd.args(args);
+        // No `callstack` binary sits next to the fixture: it symbolizes
+        // itself (re-executed) unless a test names a helper.
+        cmd.env_remove("CALLSTACK_CRASH_HELPER");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let c = run_crashing(cmd, DEADLINE);
+        eprintln!(
+            "[{} {}] died by {}, fault -> symbolized report: {} ms, child wall time {:?}",
+            self.label,
+            args.join(" "),
+            signal_label(c.signal),
+            fault_to_symbolized_ms(&c.stderr).map_or("n/a".into(), |m| format!("{m:.1}")),
+            c.elapsed
+        );
+        c
+    }
+
+    /// Runs the fixture's `scenario` with `env`.
+    pub fn run(&self, scenario: &str, env: &[(&str, &str)]) -> Crash {
+        self.run_exe(&(self.exe)(), &[scenario], env)
+    }
+
+    /// `own` followed by [`Suite::main`], each with [`Suite::prefix`].
+    pub fn from_main(&self, own: &[&str]) -> Vec<String> {
+        own.iter()
+            .chain(self.main)
+            .map(|n| format!("{}{n}", self.prefix))
+            .collect()
+    }
+
+    /// [`check_report`] with the chain `own` + [`Suite::main`], and the
+    /// raw part carries [`Suite::raw_mark`].
+    pub fn check(&self, c: &Crash, signal: i32, signal_line: &str, own: &[&str]) {
+        let names = self.from_main(own);
+        self.check_names(c, signal, signal_line, &names);
+    }
+
+    /// [`check_report`] with exactly the chain `names` (prefixed already),
+    /// and the raw part carries [`Suite::raw_mark`].
+    pub fn check_names(&self, c: &Crash, signal: i32, signal_line: &str, names: &[String]) {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        check_report(c, signal, signal_line, self.ours, &names, self.file_suffix);
+        let raw = c.raw();
+        assert!(raw.contains(self.raw_mark), "{}", c.stderr);
+    }
+
+    /// The symbolized frames of our own functions.
+    pub fn own_frames(&self, c: &Crash) -> Vec<SymLine> {
+        c.frames()
+            .into_iter()
+            .filter(|f| (self.ours)(&f.function))
+            .collect()
+    }
+
+    /// A stack overflow: reported as such on SIGSEGV, at least 100 frames
+    /// of ours all in `recurse` (unprefixed), and the child then died by
+    /// `died_by`. Returns all the symbolized frames.
+    pub fn check_overflow(&self, c: &Crash, recurse: &str, died_by: i32) -> Vec<SymLine> {
+        let raw = c.raw();
+        // SEGV_MAPERR below the main stack, SEGV_ACCERR on a thread's
+        // PROT_NONE guard page.
+        assert!(raw.contains("signal: SIGSEGV: "), "{}", c.stderr);
+        assert!(
+            raw.contains("(next to the stack pointer: stack overflow)"),
+            "{}",
+            c.stderr
+        );
+        let own = self.own_frames(c);
+        assert!(own.len() >= 100, "{}", c.stderr);
+        let recurse = format!("{}{recurse}", self.prefix);
+        assert!(own.iter().all(|f| f.function == recurse), "{}", c.stderr);
+        assert_eq!(c.signal, Some(died_by), "{}", c.stderr);
+        c.frames()
+    }
+
+    /// The `prev-handler` scenario: the null dereference is reported (its
+    /// chain from `null_deref`, unprefixed), then the fixture's own
+    /// handler prints `marker` after the report.
+    pub fn check_previous_handler(&self, c: &Crash, null_deref: &str, marker: &str) {
+        self.check(
+            c,
+            libc::SIGSEGV,
+            "signal: SIGSEGV: address not mapped, fault address 0x0",
+            &[null_deref],
+        );
+        let report_end = c.stderr.find("*** end of symbolized report").unwrap();
+        let own = c.stderr.find(marker).expect("own handler ran");
+        assert!(own > report_end, "{}", c.stderr);
+    }
+
+    /// A crash inside glibc's `malloc` with its lock held (`own` are our
+    /// frames above `main`'s): the fault is in libc, the chain is right,
+    /// and glibc's own frames (named through libc6-dbg, which
+    /// scripts/install-test-deps.sh installs) come first.
+    pub fn check_inside_malloc(&self, c: &Crash, own: &[&str]) {
+        let first = c.raw().lines().find(|l| l.starts_with("  #0 pc ")).unwrap();
+        assert!(first.contains("/libc.so"), "{}", c.stderr);
+        self.check(
+            c,
+            libc::SIGSEGV,
+            "signal: SIGSEGV: address not mapped, fault address 0x20",
+            own,
+        );
+        let frames = c.frames();
+        assert_eq!(frames[0].function, "_int_malloc", "{}", c.stderr);
+        assert!(frames[1].function.contains("malloc"), "{}", c.stderr);
+    }
+
+    /// The `null` scenario with a helper that cannot be started: the raw
+    /// part is out, no symbolized part, the failure is said, and the child
+    /// still dies by SIGSEGV. Returns the crash for more checks.
+    pub fn check_missing_helper(&self) -> Crash {
+        let c = self.run("null", &[("CALLSTACK_CRASH_HELPER", "/nonexistent/helper")]);
+        assert!(c.raw().contains("SIGSEGV: address not mapped"));
+        assert!(symbolized_part(&c.stderr).is_none());
+        assert!(
+            c.stderr.contains("failed with exit status 127"),
+            "{}",
+            c.stderr
+        );
+        assert_eq!(c.signal, Some(libc::SIGSEGV));
+        c
+    }
+
+    /// The `null` scenario with a helper that hangs and a 500 ms timeout:
+    /// the raw part is out, the helper is killed, and the child dies by
+    /// SIGSEGV within 10 s.
+    pub fn check_hanging_helper(&self) {
+        let dir = crate::scratch_dir(&format!("{}-hang", self.label));
+        let helper = dir.join("hang.sh");
+        std::fs::write(&helper, "#!/bin/sh\nexec sleep 60\n").unwrap();
+        let _ = Command::new("chmod").arg("+x").arg(&helper).status();
+        let c = self.run(
+            "null",
+            &[
+                ("CALLSTACK_CRASH_HELPER", helper.to_str().unwrap()),
+                ("CALLSTACK_CRASH_TIMEOUT_MS", "500"),
+            ],
+        );
+        assert!(
+            raw_part(&c.stderr).is_some_and(|r| r.contains("SIGSEGV")),
+            "{}",
+            c.stderr
+        );
+        assert!(
+            c.stderr.contains("timed out and was killed"),
+            "{}",
+            c.stderr
+        );
+        assert_eq!(c.signal, Some(libc::SIGSEGV));
+        assert!(c.elapsed < Duration::from_secs(10), "{:?}", c.elapsed);
+    }
+
+    /// The `null` scenario with the `callstack` binary as the helper.
+    pub fn check_callstack_binary_as_helper(&self, null_deref: &str) {
+        let cli = &crate::release_artifacts().cli;
+        let c = self.run("null", &[("CALLSTACK_CRASH_HELPER", cli.to_str().unwrap())]);
+        self.check(
+            &c,
+            libc::SIGSEGV,
+            "signal: SIGSEGV: address not mapped, fault address 0x0",
+            &[null_deref],
+        );
+        assert!(
+            c.stderr.contains("symbolizing helper (user helper"),
+            "{}",
+            c.stderr
+        );
+    }
+
+    /// Checks a report file written by a `null` crash: both parts, the raw
+    /// one naming SIGSEGV. Returns the file's text.
+    pub fn check_report_file(&self, c: &Crash, file: &Path) -> String {
+        assert_eq!(c.signal, Some(libc::SIGSEGV));
+        let text = std::fs::read_to_string(file).unwrap();
+        assert!(
+            raw_part(&text).is_some_and(|r| r.contains("SIGSEGV")),
+            "{text}"
+        );
+        assert!(symbolized_part(&text).is_some(), "{text}");
+        text
+    }
+}
+
+impl Crash {
+    /// The raw part of the report on stderr; panics (showing stderr) if
+    /// there is none.
+    pub fn raw(&self) -> &str {
+        raw_part(&self.stderr).unwrap_or_else(|| panic!("no raw part:\n{}", self.stderr))
+    }
+
+    /// The symbolized part of the report on stderr; panics (showing
+    /// stderr) if there is none.
+    pub fn symbolized(&self) -> &str {
+        symbolized_part(&self.stderr)
+            .unwrap_or_else(|| panic!("no symbolized part:\n{}", self.stderr))
+    }
+
+    /// The frames of the symbolized part ([`Crash::symbolized`]).
+    pub fn frames(&self) -> Vec<SymLine> {
+        symbolized_frames(self.symbolized())
+    }
+}

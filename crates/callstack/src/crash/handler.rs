@@ -509,6 +509,11 @@ fn symbolize(raw: &[u8], plan: &Plan) {
                 w.str("could not start, errno ").dec(e as u64);
                 false
             }
+            Outcome::ReapedElsewhere => {
+                // Its output is out; only its exit status is lost.
+                w.str("ended, exit status unknown (the program reaped it)");
+                true
+            }
         };
         w.str(" after ")
             .dec((sys::monotonic_ns() - start) / 1_000_000)

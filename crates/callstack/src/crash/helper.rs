@@ -9,6 +9,16 @@
 //! process and runs nothing; the child then calls only `dup2`, `open`,
 //! `sigprocmask` and `execve` (all plain system calls) before the new
 //! program replaces it.
+//!
+//! While a helper runs, `SIGCHLD` is set to its default action (no handler,
+//! no automatic reaping) and put back after: a program whose `SIGCHLD`
+//! handler reaps every child (`waitpid(-1, ...)`), or that ignores
+//! `SIGCHLD` (the kernel then reaps children itself), would otherwise reap
+//! the helper before we do and take its exit status away. A program's
+//! handler gets one `SIGCHLD` after, for its own children that ended
+//! meanwhile. A thread of the
+//! program that sits in `waitpid(-1, ...)` can still reap it: the report
+//! then says the status is unknown.
 
 use super::sys;
 use std::ffi::{CString, OsString};
@@ -158,6 +168,46 @@ pub(crate) enum Outcome {
     TimedOut,
     /// Could not be started.
     SpawnFailed(i32),
+    /// Ended, but something else in the program reaped it: status unknown.
+    ReapedElsewhere,
+}
+
+/// `SIGCHLD` at its default action for as long as this lives (see the
+/// module docs); the previous action is restored on drop.
+struct DefaultSigchld {
+    old: libc::sigaction,
+}
+
+impl DefaultSigchld {
+    fn set() -> DefaultSigchld {
+        // SAFETY: sigaction with valid structures (zeroed is a valid
+        // `sigaction`); SIG_DFL with no flags and an empty mask.
+        unsafe {
+            let mut dfl: libc::sigaction = core::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigemptyset(&mut dfl.sa_mask);
+            let mut old: libc::sigaction = core::mem::zeroed();
+            libc::sigaction(libc::SIGCHLD, &dfl, &mut old);
+            DefaultSigchld { old }
+        }
+    }
+}
+
+impl Drop for DefaultSigchld {
+    fn drop(&mut self) {
+        // SAFETY: restores the action read in `set`; then, if it is a
+        // handler, sends one SIGCHLD to the process: a SIGCHLD for the
+        // program's own children that ended meanwhile was discarded (the
+        // default action ignores it), and handlers reap in a loop, so one
+        // late signal stands for all of them.
+        unsafe {
+            libc::sigaction(libc::SIGCHLD, &self.old, core::ptr::null_mut());
+            let h = self.old.sa_sigaction;
+            if h != libc::SIG_DFL && h != libc::SIG_IGN {
+                libc::kill(libc::getpid(), libc::SIGCHLD);
+            }
+        }
+    }
 }
 
 /// Runs one helper: clone, exec, feed `input`, wait until `deadline_ns`
@@ -169,6 +219,7 @@ pub(crate) fn run(c: &Candidate, input: &[u8], deadline_ns: u64) -> Outcome {
         return Outcome::SpawnFailed(sys::errno());
     }
     let (rd, wr) = (fds[0], fds[1]);
+    let _sigchld = DefaultSigchld::set();
     // SAFETY: a raw clone with only SIGCHLD behaves like fork() without
     // running atfork handlers; the child below makes only raw system calls.
     let pid = unsafe {
@@ -304,8 +355,8 @@ fn wait(pid: i32, deadline_ns: u64) -> Outcome {
                 return Outcome::Signaled(libc::WTERMSIG(status));
             }
         } else if r < 0 && sys::errno() != libc::EINTR {
-            // ECHILD: someone else reaped it (SIGCHLD ignored): it ended.
-            return Outcome::Exited(0);
+            // ECHILD: another thread of the program reaped it: it ended.
+            return Outcome::ReapedElsewhere;
         }
         if sys::monotonic_ns() >= deadline_ns {
             // SAFETY: killing and reaping our own child.

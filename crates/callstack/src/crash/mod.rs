@@ -17,7 +17,9 @@
 //!    again (the heap may be corrupt). The handler starts a helper with a
 //!    raw `clone` system call (not glibc's `fork()`, whose atfork handlers
 //!    take malloc's locks) and `execve`, writes the raw report to its
-//!    standard input, and waits for it with a timeout (default 5 s). The
+//!    standard input, and waits for it with a timeout (default 5 s), with
+//!    `SIGCHLD` at its default action meanwhile so that a program's handler
+//!    that reaps every child cannot take the helper's exit status. The
 //!    raw report holds everything the helper needs (module paths, offsets,
 //!    build-ids); the helper resolves it offline with
 //!    [`crate::symbolize::Symbolizer::from_modules`] (DWARF, split debug

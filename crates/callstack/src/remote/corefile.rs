@@ -48,6 +48,8 @@ struct Segment {
     offset: u64,
     /// Bytes present in the core (clipped to the file's end).
     filesz: u64,
+    /// `PF_X`: the segment held code.
+    executable: bool,
 }
 
 /// A file-backed mapping whose file was found: reads that the core cannot
@@ -82,6 +84,8 @@ pub struct ParsedCore {
     pub auxv: Vec<(u64, u64)>,
     /// Problems, one sentence each.
     pub warnings: Vec<String>,
+    /// The descriptor of every `NT_PRSTATUS` note, in note order.
+    pub prstatus_notes: Vec<Vec<u8>>,
     segments: Vec<Segment>,
 }
 
@@ -151,6 +155,7 @@ fn parse_of<Elf: FileHeader<Endian = Endianness>>(
                 memsz: ph.p_memsz(endian).into(),
                 offset,
                 filesz: avail,
+                executable: ph.p_flags(endian).0 & elf::PF_X.0 != 0,
             });
         } else if p_type == elf::PT_NOTE {
             notes_seen = true;
@@ -226,6 +231,7 @@ fn read_notes<Elf: FileHeader<Endian = Endianness>>(
         }
         let t = note.n_type(endian);
         if t == elf::NT_PRSTATUS {
+            out.prstatus_notes.push(desc.to_vec());
             read_prstatus(desc, endian, out);
         } else if t == elf::NT_PRPSINFO {
             read_prpsinfo(desc, endian, out);
@@ -350,6 +356,7 @@ pub struct CoreFile {
     file_backed: Vec<FileBacked>,
     snapshot: Snapshot,
     auxv: Vec<(u64, u64)>,
+    prstatus_notes: Vec<Vec<u8>>,
     size: u64,
 }
 
@@ -388,6 +395,7 @@ impl CoreFile {
             segments: parsed.segments,
             file_backed: Vec::new(),
             auxv: parsed.auxv,
+            prstatus_notes: parsed.prstatus_notes,
             snapshot: Snapshot {
                 arch,
                 pid: parsed.pid,
@@ -585,6 +593,51 @@ impl CoreFile {
     /// The auxiliary vector (`NT_AUXV`), as (type, value) pairs.
     pub fn auxv(&self) -> &[(u64, u64)] {
         &self.auxv
+    }
+
+    /// The raw descriptor of every `NT_PRSTATUS` note (`struct
+    /// elf_prstatus`: signal, ids, times, then `pr_reg`, laid out per
+    /// architecture), in note order: the kernel writes the thread that
+    /// dumped first. Unlike [`Snapshot::threads`] this includes notes whose
+    /// registers could not be decoded here, and keeps every field.
+    ///
+    /// For callers that decode the register block themselves, such as
+    /// [`crate::unwind::insn::unwind_prstatus`]:
+    ///
+    /// ```no_run
+    /// use callstack::remote::{corefile::CoreFile, Lookup};
+    /// use callstack::unwind::insn::{unwind_prstatus, Method, ModuleCode, TargetArch};
+    /// let core = CoreFile::open("core".as_ref(), Some("./app".as_ref()), &Lookup::default())?;
+    /// let desc = &core.prstatus_notes()[0];
+    /// let stack_end = core.snapshot().threads[0].stack_end.unwrap_or(u64::MAX);
+    /// let mut out = [(0u64, Method::Context); 64];
+    /// let n = unwind_prstatus(
+    ///     TargetArch::X86_64,
+    ///     desc,
+    ///     &mut core.memory(),
+    ///     &mut ModuleCode::new(),
+    ///     stack_end,
+    ///     &mut out,
+    /// );
+    /// # let _ = n;
+    /// # Ok::<(), callstack::remote::RemoteError>(())
+    /// ```
+    pub fn prstatus_notes(&self) -> &[Vec<u8>] {
+        &self.prstatus_notes
+    }
+
+    /// The executable (`PF_X`) `PT_LOAD` segments whose bytes the core
+    /// holds, as (address, bytes), by address: code that is in no file on
+    /// disk (the vDSO, JIT code, qemu-user's signal trampolines).
+    pub fn executable_segments(&self) -> Vec<(u64, &[u8])> {
+        self.segments
+            .iter()
+            .filter(|s| s.executable && s.filesz > 0)
+            .map(|s| {
+                let off = s.offset as usize;
+                (s.vaddr, &self.data[off..off + s.filesz as usize])
+            })
+            .collect()
     }
 
     /// Size of the core file in bytes.

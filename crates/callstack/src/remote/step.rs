@@ -8,15 +8,14 @@
 //! out of the target), and maps the target's architecture to the
 //! unwinder's.
 
-use std::cell::OnceCell;
-
 use super::{Frame, Machine, Method, Module, Registers, Snapshot, Thread};
 use crate::arch::aarch64::Aarch64;
 use crate::arch::x86_64::X86_64;
 use crate::arch::Applied;
 use crate::unwind::insn::{CodeMemory, InsnFallback};
 use crate::unwind::{
-    self, Found, Memory, RuleSource, StopReason, UnwindError, UnwindRegs, UnwindTable, Unwinder,
+    self, Found, Memory, ModuleSet, RuleSource, StopReason, UnwindError, UnwindRegs, UnwindTable,
+    Unwinder,
 };
 use std::sync::Arc;
 
@@ -29,47 +28,38 @@ pub struct Unwound {
     pub stop: Option<String>,
 }
 
-/// One module's place and, once needed, its compiled CFI.
-struct LazyModule<A: crate::arch::Arch> {
-    start: u64,
-    end: u64,
-    bias: u64,
-    source: TableSource,
-    table: OnceCell<UnwindTable<A>>,
-}
-
-enum TableSource {
-    File(std::path::PathBuf),
-    Image(std::sync::Arc<Vec<u8>>),
-    /// No usable file: frames here are unwound by frame pointer.
-    None,
-}
-
-/// The modules of a snapshot as a [`RuleSource`], compiling tables lazily.
+/// The modules of a snapshot as a [`RuleSource`]: a [`ModuleSet`] whose
+/// tables are compiled the first time a frame lands in their module (from
+/// the file on disk, or the vDSO image read out of the target), plus the
+/// x86-64 signal-return trampoline check.
 struct LazySet<A: crate::arch::Arch> {
-    modules: Vec<LazyModule<A>>,
+    set: ModuleSet<A>,
     /// The modules' code, to recognize the signal-return trampoline.
     code: RemoteCode,
 }
 
 impl<A: crate::arch::Arch> LazySet<A> {
     fn new(mods: &[Module], code: RemoteCode) -> Self {
-        let mut modules: Vec<LazyModule<A>> = mods
-            .iter()
-            .map(|m| LazyModule {
-                start: m.start,
-                end: m.end,
-                bias: m.bias,
-                source: match (&m.image, &m.file) {
-                    (Some(img), _) => TableSource::Image(img.clone()),
-                    (None, Some(f)) => TableSource::File(f.clone()),
-                    (None, None) => TableSource::None,
-                },
-                table: OnceCell::new(),
-            })
-            .collect();
-        modules.sort_by_key(|m| m.start);
-        LazySet { modules, code }
+        let mut set = ModuleSet::new();
+        for m in mods {
+            let image = m.image.clone();
+            let file = m.file.clone();
+            set.add_lazy(m.start, m.end, m.bias, move || {
+                let t = match (&image, &file) {
+                    (Some(img), _) => UnwindTable::from_elf_bytes(img),
+                    (None, Some(p)) => match super::files::map_file(p) {
+                        Ok(map) => UnwindTable::from_elf_bytes(&map),
+                        Err(e) => Err(unwind::TableError::Io(e)),
+                    },
+                    // No usable file: frames here are unwound by frame pointer.
+                    (None, None) => UnwindTable::empty(),
+                };
+                // A file whose CFI cannot be read is unwound by frame pointer.
+                t.or_else(|_| UnwindTable::empty())
+                    .expect("an empty unwind table always builds")
+            });
+        }
+        LazySet { set, code }
     }
 
     /// Whether `pc` is the x86-64 `rt_sigreturn` trampoline (glibc's
@@ -83,36 +73,11 @@ impl<A: crate::arch::Arch> LazySet<A> {
         reader.read_code(pc, &mut code) == code.len()
             && crate::arch::x86_64::exact::is_sigreturn_trampoline(&code)
     }
-
-    fn find(&self, addr: u64) -> Option<(u64, &UnwindTable<A>)> {
-        let i = self.modules.partition_point(|m| m.start <= addr);
-        let m = self.modules.get(i.checked_sub(1)?)?;
-        if addr >= m.end {
-            return None;
-        }
-        let table = m.table.get_or_init(|| {
-            let t = match &m.source {
-                TableSource::File(p) => match super::files::map_file(p) {
-                    Ok(map) => UnwindTable::from_elf_bytes(&map),
-                    Err(e) => Err(unwind::TableError::Io(e)),
-                },
-                TableSource::Image(img) => UnwindTable::from_elf_bytes(img),
-                TableSource::None => UnwindTable::empty(),
-            };
-            // A file whose CFI cannot be read is unwound by frame pointer.
-            t.or_else(|_| UnwindTable::empty())
-                .expect("an empty unwind table always builds")
-        });
-        Some((m.bias, table))
-    }
 }
 
 impl<A: crate::arch::Arch> RuleSource<A> for LazySet<A> {
     fn rule(&self, addr: u64) -> Found<A::Rule> {
-        match self.find(addr) {
-            Some((bias, t)) => Found::Rule(t.lookup(addr.wrapping_sub(bias))),
-            None => Found::Unknown,
-        }
+        self.set.rule(addr)
     }
 
     fn evaluate<M: Memory + ?Sized>(
@@ -127,11 +92,7 @@ impl<A: crate::arch::Arch> RuleSource<A> for LazySet<A> {
         if self.sigreturn_at(regs.pc) {
             return Ok(Applied::NoCfi);
         }
-        let Some((bias, t)) = self.find(addr) else {
-            return Ok(Applied::NoCfi);
-        };
-        let svma = addr.wrapping_sub(bias);
-        unwind::cfi::evaluate::<A, M>(&t.sections(), t.fde_for_evaluation(svma), svma, regs, mem)
+        self.set.evaluate(addr, regs, mem)
     }
 
     fn is_signal_trampoline(&self, pc: u64) -> bool {

@@ -30,7 +30,8 @@ pub(crate) struct Sym {
 pub(crate) type NamePair = (Option<Arc<str>>, Option<Arc<str>>);
 
 /// An opened object. Field order matters: `dwarf`, the name maps and
-/// `syms` borrow from `_debug_map` and `_map` and must be dropped first.
+/// `syms` borrow from `_sup_map`, `_debug_map` and `_map` and must be
+/// dropped first.
 pub(crate) struct ElfModule {
     pub dwarf: Option<DwarfIndex>,
     /// Interned names, keyed by the address of the raw name in the mapped
@@ -51,6 +52,10 @@ pub(crate) struct ElfModule {
     /// address outside them belongs to nothing, whatever the DWARF of
     /// discarded functions (relocated to 0 by the linker) claims.
     alloc: Vec<(u64, u64)>,
+    /// How the debug info was found, what was skipped and why.
+    pub report: DebugInfoReport,
+    /// The dwz supplementary file (`.gnu_debugaltlink`), if found.
+    _sup_map: Option<Mapped>,
     _debug_map: Option<Mapped>,
     _map: Mapped,
 }
@@ -110,16 +115,20 @@ impl ElfModule {
             .is_some_and(|s| s.size() > 0);
         let mut debug_map = None;
         let mut debug_path = None;
+        let mut report = DebugInfoReport::default();
+        let mut sup = None;
         let loaded;
         if has_dwarf {
-            loaded = load_dwarf(&obj, &map).ok();
+            sup = find_supplementary(path, &obj, search, &mut report);
+            loaded = load_dwarf(&obj, &map, sup.as_ref()).ok();
             debug_path = Some(path.to_path_buf());
-        } else if let Some(dpath) = find_debug_file(path, &obj, build_id.as_deref(), search) {
-            let dmap = Mapped::open(&dpath)
-                .map_err(|e| Error::new(ErrorKind::Io, &dpath, e.to_string()))?;
+        } else if let Some((dpath, dmap)) =
+            find_debug_file(path, &obj, build_id.as_deref(), search, &mut report.skipped)
+        {
             let dobj = object::File::parse(dmap.bytes())
                 .map_err(|e| Error::new(ErrorKind::BadObject, &dpath, e.to_string()))?;
-            loaded = load_dwarf(&dobj, &dmap).ok();
+            sup = find_supplementary(&dpath, &dobj, search, &mut report);
+            loaded = load_dwarf(&dobj, &dmap, sup.as_ref()).ok();
             if syms.iter().all(|s| s.source != NameSource::Symtab) {
                 collect_syms(&dobj, true, &mut syms);
             }
@@ -129,6 +138,7 @@ impl ElfModule {
             loaded = None;
         }
         let dwarf = loaded;
+        report.debug_file = dwarf.as_ref().and(debug_path.clone());
         syms.sort_by(|a, b| a.addr.cmp(&b.addr).then(a.source.cmp(&b.source)));
         // Keep one symbol per address: the best source (symtab over dynsym),
         // then the sized, global-looking one.
@@ -143,6 +153,8 @@ impl ElfModule {
             build_id,
             first_load_vaddr,
             alloc,
+            report,
+            _sup_map: sup.map(|(_, m)| m),
             _debug_map: debug_map,
             _map: map,
         })
@@ -254,7 +266,11 @@ fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Ve
     }
 }
 
-fn load_dwarf(obj: &object::File<'static>, map: &Mapped) -> Result<DwarfIndex, gimli::Error> {
+fn load_dwarf(
+    obj: &object::File<'static>,
+    map: &Mapped,
+    sup: Option<&(PathBuf, Mapped)>,
+) -> Result<DwarfIndex, gimli::Error> {
     let endian = if obj.is_little_endian() {
         gimli::RunTimeEndian::Little
     } else {
@@ -292,7 +308,18 @@ fn load_dwarf(obj: &object::File<'static>, map: &Mapped) -> Result<DwarfIndex, g
         };
         Ok(gimli::EndianSlice::new(bytes, endian))
     };
-    let dwarf = gimli::Dwarf::load(load)?;
+    let mut dwarf = gimli::Dwarf::load(load)?;
+    // dwz: strings (`DW_FORM_GNU_strp_alt`, `DW_FORM_strp_sup`) and DIEs
+    // (`DW_FORM_GNU_ref_alt`, `DW_FORM_ref_sup*`) of the supplementary file.
+    // gimli resolves the strings through `Dwarf::sup`.
+    if let Some((_, smap)) = sup {
+        if let Some(sd) = object::File::parse(smap.bytes())
+            .ok()
+            .and_then(|sobj| load_sup_dwarf(&sobj, smap, endian).ok())
+        {
+            dwarf.set_sup(sd);
+        }
+    }
     // `.debug_info` is read through `Info`: a zlib-compressed one is
     // inflated only as far as the units used (the units of a few frames of
     // glibc sit well before the end of its 6 MB).
@@ -312,41 +339,155 @@ fn load_dwarf(obj: &object::File<'static>, map: &Mapped) -> Result<DwarfIndex, g
     Ok(DwarfIndex::new(dwarf, info))
 }
 
-/// Finds the separate debug file of `path`: by build-id under
-/// `<dir>/.build-id/xx/yyyy.debug`, then by `.gnu_debuglink` beside the
-/// file, in its `.debug/` subdirectory and under `<dir>/<its dir>/`, for
-/// each debug dir (the configured ones, then `/usr/lib/debug`).
-pub(crate) fn find_debug_file(
+/// The sections of a dwz supplementary file that references into it need.
+pub(crate) fn load_sup_dwarf(
+    obj: &object::File<'static>,
+    map: &Mapped,
+    endian: gimli::RunTimeEndian,
+) -> Result<gimli::Dwarf<Slice>, gimli::Error> {
+    gimli::Dwarf::load(|id: gimli::SectionId| -> Result<Slice, gimli::Error> {
+        let bytes: &'static [u8] = match id {
+            gimli::SectionId::DebugInfo
+            | gimli::SectionId::DebugAbbrev
+            | gimli::SectionId::DebugStr
+            | gimli::SectionId::DebugLineStr
+            | gimli::SectionId::DebugLine
+            | gimli::SectionId::DebugStrOffsets => match obj.section_by_name(id.name()) {
+                Some(s) => match s.uncompressed_data() {
+                    Ok(Cow::Borrowed(b)) => b,
+                    Ok(Cow::Owned(v)) => map.stash(v),
+                    Err(_) => &[],
+                },
+                None => &[],
+            },
+            _ => &[],
+        };
+        Ok(gimli::EndianSlice::new(bytes, endian))
+    })
+}
+
+/// How a module's debug info was found, and what was passed over.
+///
+/// A debug file is used only when it belongs to the same build as the
+/// object: same GNU build-id when both have one, otherwise the CRC32 that
+/// `.gnu_debuglink` records (a stale file of another build, left under
+/// the right name, would give wrong names and lines). Skipped candidates
+/// are listed in [`DebugInfoReport::skipped`] and the search goes on; when
+/// none fits, names come from `.symtab` / `.dynsym`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DebugInfoReport {
+    /// The file the DWARF is read from (the object itself or its separate
+    /// debug file); `None` when there is no usable DWARF.
+    pub debug_file: Option<PathBuf>,
+    /// The dwz supplementary file (named by `.gnu_debugaltlink`) that the
+    /// DWARF refers into, when it was found and matched.
+    pub supplementary: Option<PathBuf>,
+    /// Debug-file candidates that exist but were not used, each with why
+    /// ([`ErrorKind::DebugLinkCrcMismatch`],
+    /// [`ErrorKind::BuildIdMismatch`], unreadable or not an object).
+    pub skipped: Vec<Error>,
+    /// What is missing and makes answers less complete than the DWARF
+    /// would allow, such as [`ErrorKind::MissingSupplementary`].
+    pub degraded: Vec<Error>,
+}
+
+fn hex(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The debug roots: the configured ones, then `/usr/lib/debug`.
+fn roots(search: &SearchPaths) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = search.debug_dirs.clone();
+    roots.push(PathBuf::from("/usr/lib/debug"));
+    roots
+}
+
+/// `<root>/.build-id/xx/yyyy.debug` for each root.
+fn build_id_paths(id: &[u8], search: &SearchPaths) -> Vec<PathBuf> {
+    if id.len() < 2 {
+        return Vec::new();
+    }
+    let hex = hex(id);
+    roots(search)
+        .into_iter()
+        .map(|r| {
+            r.join(".build-id")
+                .join(&hex[..2])
+                .join(format!("{}.debug", &hex[2..]))
+        })
+        .collect()
+}
+
+/// Opens `candidate` and checks that it is an object; `None` (with the
+/// reason in `skipped`) when it cannot be read or parsed.
+fn open_candidate(candidate: &Path, skipped: &mut Vec<Error>) -> Option<(Mapped, Option<Vec<u8>>)> {
+    let map = match Mapped::open(candidate) {
+        Ok(m) => m,
+        Err(e) => {
+            skipped.push(Error::new(ErrorKind::Io, candidate, e.to_string()));
+            return None;
+        }
+    };
+    match object::File::parse(map.bytes()) {
+        Ok(o) => {
+            let id = o.build_id().ok().flatten().map(|b| b.to_vec());
+            Some((map, id))
+        }
+        Err(e) => {
+            skipped.push(Error::new(ErrorKind::BadObject, candidate, e.to_string()));
+            None
+        }
+    }
+}
+
+/// Finds the separate debug file of `path`, the way gdb does: by build-id
+/// under `<root>/.build-id/xx/yyyy.debug`, then by `.gnu_debuglink`
+/// beside the file, in its `.debug/` subdirectory and under
+/// `<root>/<its dir>/`, for each root (the configured debug dirs, then
+/// `/usr/lib/debug`), then `<debug dir>/<name>`.
+///
+/// A candidate is used only if it belongs to the same build: equal
+/// build-ids when both files have one (cheap, and stronger than the CRC:
+/// a debug file rewritten after linking, e.g. by dwz, keeps its build-id
+/// but not its CRC), otherwise the CRC32 of the whole candidate must be
+/// the one `.gnu_debuglink` records. Others go to `skipped`, with why.
+fn find_debug_file(
     path: &Path,
     obj: &object::File<'static>,
     build_id: Option<&[u8]>,
     search: &SearchPaths,
-) -> Option<PathBuf> {
+    skipped: &mut Vec<Error>,
+) -> Option<(PathBuf, Mapped)> {
     if search.disabled {
         return None;
     }
-    let mut roots: Vec<PathBuf> = search.debug_dirs.clone();
-    roots.push(PathBuf::from("/usr/lib/debug"));
-    if let Some(id) = build_id.filter(|b| b.len() >= 2) {
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-        for r in &roots {
-            let p = r
-                .join(".build-id")
-                .join(&hex[..2])
-                .join(format!("{}.debug", &hex[2..]));
-            if p.is_file() {
-                return Some(p);
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let is_self = |c: &Path| c == path || c == real.as_path();
+    if let Some(id) = build_id {
+        for p in build_id_paths(id, search) {
+            if !p.is_file() || is_self(&p) {
+                continue;
+            }
+            let Some((map, have)) = open_candidate(&p, skipped) else {
+                continue;
+            };
+            match have {
+                Some(h) if h != id => skipped.push(Error::new(
+                    ErrorKind::BuildIdMismatch,
+                    &p,
+                    format!("build-id {} is not the object's {}", hex(&h), hex(id)),
+                )),
+                _ => return Some((p, map)),
             }
         }
     }
-    let (name, _crc) = obj.gnu_debuglink().ok().flatten()?;
+    let (name, crc) = obj.gnu_debuglink().ok().flatten()?;
     let name = std::str::from_utf8(name).ok()?;
-    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut candidates = Vec::new();
+    let mut candidates: Vec<PathBuf> = Vec::new();
     for dir in [path.parent(), real.parent()].into_iter().flatten() {
         candidates.push(dir.join(name));
         candidates.push(dir.join(".debug").join(name));
-        for r in &roots {
+        for r in roots(search) {
             let rel = dir.strip_prefix("/").unwrap_or(dir);
             candidates.push(r.join(rel).join(name));
         }
@@ -354,7 +495,107 @@ pub(crate) fn find_debug_file(
     for r in &search.debug_dirs {
         candidates.push(r.join(name));
     }
-    candidates
-        .into_iter()
-        .find(|c| c.is_file() && c.as_path() != path && c.as_path() != real.as_path())
+    let mut seen = Vec::new();
+    for c in candidates {
+        if seen.contains(&c) || !c.is_file() || is_self(&c) {
+            continue;
+        }
+        seen.push(c.clone());
+        let Some((map, have)) = open_candidate(&c, skipped) else {
+            continue;
+        };
+        match (build_id, have) {
+            (Some(want), Some(h)) => {
+                if h == want {
+                    return Some((c, map));
+                }
+                skipped.push(Error::new(
+                    ErrorKind::BuildIdMismatch,
+                    &c,
+                    format!("build-id {} is not the object's {}", hex(&h), hex(want)),
+                ));
+            }
+            _ => {
+                let got = crc32fast::hash(map.bytes());
+                if got == crc {
+                    return Some((c, map));
+                }
+                skipped.push(Error::new(
+                    ErrorKind::DebugLinkCrcMismatch,
+                    &c,
+                    format!(
+                        "CRC32 {got:#010x} is not the {crc:#010x} that .gnu_debuglink records: \
+                         a debug file of another build"
+                    ),
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// Finds the dwz supplementary file that `debug` (a file with DWARF)
+/// names in `.gnu_debugaltlink`: at the path it gives (absolute, or
+/// relative to the debug file's directory, as dwz writes it), under each
+/// root's `.dwz/` by file name, then by the supplementary build-id under
+/// each root's `.build-id/`. Its build-id must be the one the section
+/// records. When it is not found, the reason goes to `report.degraded`.
+fn find_supplementary(
+    debug: &Path,
+    obj: &object::File<'static>,
+    search: &SearchPaths,
+    report: &mut DebugInfoReport,
+) -> Option<(PathBuf, Mapped)> {
+    let (name, want) = obj.gnu_debugaltlink().ok().flatten()?;
+    let name = Path::new(std::str::from_utf8(name).ok()?);
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if !search.disabled {
+        let real = std::fs::canonicalize(debug).unwrap_or_else(|_| debug.to_path_buf());
+        for dir in [debug.parent(), real.parent()].into_iter().flatten() {
+            candidates.push(dir.join(name));
+        }
+        if let Some(file) = name.file_name() {
+            for r in roots(search) {
+                candidates.push(r.join(".dwz").join(file));
+                // Debian: /usr/lib/debug/.dwz/<triplet>/<package>.debug
+                if let Some(parent) = name.parent().and_then(|p| p.file_name()) {
+                    candidates.push(r.join(".dwz").join(parent).join(file));
+                }
+            }
+        }
+        candidates.extend(build_id_paths(want, search));
+    }
+    let mut seen = Vec::new();
+    for c in candidates {
+        if seen.contains(&c) || !c.is_file() {
+            continue;
+        }
+        seen.push(c.clone());
+        let Some((map, have)) = open_candidate(&c, &mut report.skipped) else {
+            continue;
+        };
+        if have.as_deref() == Some(want) {
+            report.supplementary = Some(c.clone());
+            return Some((c, map));
+        }
+        report.skipped.push(Error::new(
+            ErrorKind::BuildIdMismatch,
+            &c,
+            format!(
+                "build-id {} is not the {} that .gnu_debugaltlink records",
+                have.as_deref().map(hex).unwrap_or_else(|| "(none)".into()),
+                hex(want)
+            ),
+        ));
+    }
+    report.degraded.push(Error::new(
+        ErrorKind::MissingSupplementary,
+        debug,
+        format!(
+            "needs the dwz supplementary file {} (build-id {}): names stored there are unknown",
+            name.display(),
+            hex(want)
+        ),
+    ));
+    None
 }

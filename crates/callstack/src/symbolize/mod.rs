@@ -15,6 +15,20 @@
 //! 2. `.symtab` (of the object or of its debug file);
 //! 3. `.dynsym`.
 //!
+//! A split debug file is used only if it comes from the same build as the
+//! object: the same GNU build-id when both have one, otherwise the CRC32
+//! recorded in `.gnu_debuglink`. A stale file of another build under the
+//! right name is skipped and the search goes on (gdb's order: build-id
+//! path, then the debuglink places). DWARF processed by dwz refers into a
+//! supplementary file named by `.gnu_debugaltlink`, looked for at that
+//! path (relative to the debug file), under `<debug dir>/.dwz/`, and by its
+//! build-id; its strings are used. Names that live only there (strings
+//! without the file; DIEs reached through `DW_FORM_GNU_ref_alt`, which the
+//! reader does not follow yet) are left unknown, never guessed: such an
+//! inlined frame has no function name, an outermost one takes the symbol
+//! table's. [`Symbolizer::debug_info`] reports which files were used,
+//! which were skipped and why, and what is missing.
+//!
 //! Without any of them a frame is still reported as module + offset
 //! ([`Symbolized::module`], [`Symbolized::offset`]).
 //!
@@ -44,6 +58,16 @@
 //! addresses from the files on disk; [`Symbolizer::for_file`] does the same
 //! for one file at its link-time addresses (what `addr2line -e` does).
 //!
+//! ## Libraries loaded and unloaded
+//! An in-process symbolizer ([`Symbolizer::new`]) follows `dlopen` and
+//! `dlclose`: on every cache miss it compares the loader's counters of
+//! objects added and removed (about 30 ns), and when they moved it lists
+//! the modules again, dropping those unloaded, their opened files and the
+//! answers cached for them, so that a library loaded later at the same
+//! address gets its own names. Cache hits are not checked:
+//! [`Symbolizer::refresh_modules`] makes them right at once after a
+//! `dlclose`.
+//!
 //! The symbolizer allocates and does file I/O: it is never for a signal
 //! handler. Capture there, symbolize later.
 
@@ -52,10 +76,13 @@ mod demangle;
 mod dwarf;
 mod elf;
 mod lazy;
+mod loader;
 mod mapped;
+mod sup;
 
 pub use called_from::{called_from, called_from_any};
 pub use demangle::demangle;
+pub use elf::DebugInfoReport;
 
 use elf::{ElfModule, SearchPaths};
 use std::collections::HashMap;
@@ -245,6 +272,12 @@ pub enum ErrorKind {
     BadObject,
     /// The file's build-id is not the module's.
     BuildIdMismatch,
+    /// A debug file found through `.gnu_debuglink` has the right name but
+    /// not the CRC32 the link records: it is from another build.
+    DebugLinkCrcMismatch,
+    /// The DWARF was processed by dwz and refers into a supplementary file
+    /// (`.gnu_debugaltlink`) that was not found or does not match.
+    MissingSupplementary,
 }
 
 /// A module that could not be used, and why.
@@ -316,6 +349,9 @@ pub struct Symbolizer {
     whole_file: bool,
     search: SearchPaths,
     cache: IntMap<u64, Symbolized>,
+    /// The loader's (added, removed) counters when the module list was
+    /// last read (in-process only; see `loader.rs`).
+    loader_generation: Option<(u64, u64)>,
 }
 
 impl Default for Symbolizer {
@@ -326,10 +362,14 @@ impl Default for Symbolizer {
 
 impl Symbolizer {
     /// A symbolizer for addresses of this process. Modules loaded later
-    /// (`dlopen`) are picked up when an address falls outside the known ones.
+    /// (`dlopen`) are picked up, and modules unloaded (`dlclose`) dropped
+    /// with their cached answers, when a lookup misses the cache (see
+    /// [`Symbolizer::refresh_modules`]).
     pub fn new() -> Symbolizer {
+        let generation = loader::generation();
         let mut s = Self::from_modules(ModuleInfo::loaded());
         s.in_process = true;
+        s.loader_generation = generation;
         s
     }
 
@@ -352,6 +392,7 @@ impl Symbolizer {
             whole_file: false,
             search: SearchPaths::default(),
             cache: IntMap::default(),
+            loader_generation: None,
         }
     }
 
@@ -392,6 +433,7 @@ impl Symbolizer {
             whole_file: true,
             search,
             cache: IntMap::default(),
+            loader_generation: None,
         }
     }
 
@@ -426,6 +468,16 @@ impl Symbolizer {
     pub fn module_errors(&self) -> impl Iterator<Item = &Error> {
         self.entries.iter().filter_map(|e| match &e.opened {
             Some(Err(err)) => Some(err),
+            _ => None,
+        })
+    }
+
+    /// How the debug info of each module opened so far was found: which
+    /// file, which candidates were skipped and why (a stale debug file of
+    /// another build), what is missing (a dwz supplementary file).
+    pub fn debug_info(&self) -> impl Iterator<Item = (&ModuleInfo, &DebugInfoReport)> {
+        self.entries.iter().filter_map(|e| match &e.opened {
+            Some(Ok(m)) => Some((&*e.info, &m.report)),
             _ => None,
         })
     }
@@ -485,12 +537,10 @@ impl Symbolizer {
     /// does).
     pub fn resolve(&mut self, addr: Address) -> Symbolized {
         let probe = addr.probe();
-        let mut idx = self.find_entry(probe);
-        if idx.is_none() && self.in_process {
-            self.refresh_in_process();
-            idx = self.find_entry(probe);
+        if self.in_process {
+            self.sync_with_loader(probe);
         }
-        let Some(i) = idx else {
+        let Some(i) = self.find_entry(probe) else {
             return Symbolized {
                 address: addr,
                 module: None,
@@ -540,22 +590,6 @@ impl Symbolizer {
         let i = self.entries.partition_point(|e| e.info.start <= a);
         let i = i.checked_sub(1)?;
         self.entries[i].info.contains(a).then_some(i)
-    }
-
-    fn refresh_in_process(&mut self) {
-        for m in ModuleInfo::loaded() {
-            let known = self
-                .entries
-                .iter()
-                .any(|e| e.info.start == m.start && e.info.path == m.path);
-            if !known {
-                self.entries.push(Entry {
-                    info: Arc::new(m),
-                    opened: None,
-                });
-            }
-        }
-        self.entries.sort_by_key(|e| e.info.start);
     }
 }
 

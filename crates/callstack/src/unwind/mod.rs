@@ -107,8 +107,24 @@ impl std::error::Error for UnwindError {}
 
 /// Compiled tables of modules at their load addresses: the [`RuleSource`]
 /// for unwinding a core file or another process.
+///
+/// A table is either given compiled ([`ModuleSet::add`]) or compiled the
+/// first time an address of its module is looked up
+/// ([`ModuleSet::add_lazy`]: a process maps hundreds of libraries, a stack
+/// touches a few).
 pub struct ModuleSet<A: Arch = NativeArch> {
-    modules: Vec<(u64, u64, u64, UnwindTable<A>)>,
+    modules: Vec<SetEntry<A>>,
+}
+
+/// Makes a module's table on first use.
+type Compile<A> = Box<dyn Fn() -> UnwindTable<A> + Send + Sync>;
+
+struct SetEntry<A: Arch> {
+    start: u64,
+    end: u64,
+    bias: u64,
+    table: std::sync::OnceLock<UnwindTable<A>>,
+    compile: Option<Compile<A>>,
 }
 
 impl<A: Arch> Default for ModuleSet<A> {
@@ -128,15 +144,53 @@ impl<A: Arch> ModuleSet<A> {
     /// Adds a module whose code occupies `[start, end)` at runtime, loaded
     /// with `bias` (runtime address minus file address).
     pub fn add(&mut self, start: u64, end: u64, bias: u64, table: UnwindTable<A>) {
-        self.modules.push((start, end, bias, table));
-        self.modules.sort_by_key(|m| m.0);
+        self.insert(SetEntry {
+            start,
+            end,
+            bias,
+            table: std::sync::OnceLock::from(table),
+            compile: None,
+        });
     }
 
-    /// The module containing runtime address `addr`: its bias and table.
+    /// Adds a module as [`ModuleSet::add`] does, its table made by
+    /// `compile` the first time an address in `[start, end)` is looked up
+    /// (at most once).
+    pub fn add_lazy(
+        &mut self,
+        start: u64,
+        end: u64,
+        bias: u64,
+        compile: impl Fn() -> UnwindTable<A> + Send + Sync + 'static,
+    ) {
+        self.insert(SetEntry {
+            start,
+            end,
+            bias,
+            table: std::sync::OnceLock::new(),
+            compile: Some(Box::new(compile)),
+        });
+    }
+
+    fn insert(&mut self, e: SetEntry<A>) {
+        let i = self.modules.partition_point(|m| m.start <= e.start);
+        self.modules.insert(i, e);
+    }
+
+    /// The module containing runtime address `addr`: its bias and table
+    /// (compiled now if it was added lazily and not yet needed).
     pub fn find(&self, addr: u64) -> Option<(u64, &UnwindTable<A>)> {
-        let i = self.modules.partition_point(|m| m.0 <= addr);
+        let i = self.modules.partition_point(|m| m.start <= addr);
         let m = self.modules.get(i.checked_sub(1)?)?;
-        (addr < m.1).then_some((m.2, &m.3))
+        if addr >= m.end {
+            return None;
+        }
+        let table = m.table.get_or_init(|| match &m.compile {
+            Some(compile) => compile(),
+            // Unreachable: an eager entry's table is set at `add`.
+            None => UnwindTable::empty().expect("an empty unwind table always builds"),
+        });
+        Some((m.bias, table))
     }
 }
 

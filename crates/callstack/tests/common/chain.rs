@@ -3,7 +3,7 @@
 //! report.
 #![allow(dead_code)]
 
-use super::corelite::{Core, FileCode};
+use super::cores;
 use callstack::unwind::insn::{x86_64::unwinder, Method};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -119,8 +119,8 @@ pub fn libunwind_pcs(stdout: &str) -> Option<Vec<u64>> {
 /// information in libc's debug info: their pc follows a `jmp`, not a call,
 /// and no return address of theirs is on the stack).
 pub fn physical_frames(exe: &Path, core_path: &Path, pcs: &[u64]) -> Vec<u64> {
-    let core = Core::open(core_path);
-    let mut code = FileCode::new(&core, exe);
+    let core = cores::open(core_path, exe);
+    let mut code = cores::code(&core);
     pcs.iter()
         .enumerate()
         .filter(|(i, &pc)| *i == 0 || unwinder::call_before(&mut code, pc).is_some())
@@ -130,17 +130,15 @@ pub fn physical_frames(exe: &Path, core_path: &Path, pcs: &[u64]) -> Vec<u64> {
 
 /// Our chain on the core's (first) thread, by machine code alone.
 pub fn our_core_chain(exe: &Path, core_path: &Path) -> Vec<(u64, Method)> {
-    let mut core = Core::open(core_path);
-    let mut code = FileCode::new(&core, exe);
-    let desc = core.prstatus[0].clone();
-    let regs = callstack::unwind::insn::core_regs::x86_64::unwind_regs(&desc).unwrap();
-    let (_, stack_end) = core.segment_of(regs.sp).expect("stack in core");
+    let core = cores::open(core_path, exe);
+    let mut code = cores::code(&core);
+    let (desc, stack_end) = cores::first_thread(&core);
     let mut out = [(0u64, Method::Context); 128];
     let n = callstack::unwind::insn::unwind_prstatus(
         callstack::unwind::insn::TargetArch::X86_64,
         &desc,
-        &mut core,
-        &mut code.code,
+        &mut core.memory(),
+        &mut code,
         stack_end,
         &mut out,
     )

@@ -1,3 +1,3 @@
 //! Helpers of the machine-code unwinding tests.
 pub mod chain;
-pub mod corelite;
+pub mod cores;

@@ -32,3 +32,16 @@ pub fn restore<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<Unw
         pc: x(mem, 32)?,
     })
 }
+
+/// The interrupted registers when `regs.pc` is the trampoline (a handler
+/// returned there and `regs.sp` is its frame).
+pub fn frame<C: CodeMemory + ?Sized, M: Memory + ?Sized>(
+    code: &mut C,
+    regs: &UnwindRegs,
+    mem: &mut M,
+) -> Option<UnwindRegs> {
+    if !is_trampoline(code, regs.pc) {
+        return None;
+    }
+    restore(regs, mem)
+}

@@ -30,7 +30,7 @@ pub fn sigcontext_offset(rt: bool) -> u64 {
 /// `Some(rt)` when `pc` is a sigreturn trampoline.
 pub fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> Option<bool> {
     let w0 = super::instruction_analysis::insn_at(code, pc)?;
-    let w1 = super::instruction_analysis::insn_at(code, pc + 4)?;
+    let w1 = super::instruction_analysis::insn_at(code, pc.wrapping_add(4))?;
     match [w0, w1] {
         SIGRETURN => Some(false),
         RT_SIGRETURN => Some(true),
@@ -48,4 +48,21 @@ pub fn restore<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M, rt: bool) -> 
         fp: rd(mem, 16 + 8 * 30)?,
         lr: rd(mem, 16 + 8 * 31)?,
     })
+}
+
+/// Whether `pc` is either sigreturn trampoline.
+pub fn at_trampoline<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> bool {
+    is_trampoline(code, pc).is_some()
+}
+
+/// The interrupted registers when `regs.pc` is a trampoline (a handler
+/// returned there and `regs.sp` is its frame, of the kind the trampoline
+/// says).
+pub fn frame<C: CodeMemory + ?Sized, M: Memory + ?Sized>(
+    code: &mut C,
+    regs: &UnwindRegs,
+    mem: &mut M,
+) -> Option<UnwindRegs> {
+    let rt = is_trampoline(code, regs.pc)?;
+    restore(regs, mem, rt)
 }

@@ -64,7 +64,10 @@ pub trait RiscArch {
 
     /// The caller's registers from the frame record at `regs.fp`, if the
     /// architecture has one (`None` otherwise or if unreadable).
-    fn frame_record<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<UnwindRegs>;
+    fn frame_record<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<UnwindRegs> {
+        let _ = (regs, mem);
+        None
+    }
 
     /// The interrupted registers, when `regs.pc` is the kernel's (or
     /// qemu-user's) signal-return trampoline and `regs.sp` its frame.
@@ -89,6 +92,95 @@ pub trait RiscArch {
         pc
     }
 }
+
+/// Declares an architecture's marker type and implements [`RiscArch`] for
+/// it from the pieces under its `src/arch/<arch>/`: the prologue analyzer,
+/// the decoder of the call before a return address, the signal trampoline
+/// (recognizer and frame restorer) and, where the ABI has one, the frame
+/// record. Only the glue is shared; every piece stays in its architecture's
+/// module.
+///
+/// ```ignore
+/// risc_arch! {
+///     /// The glue of some architecture.
+///     Arch {
+///         word: 4,
+///         call_to_ra: 8,
+///         analyze: prologue::analyze,
+///         call_before: call_before,
+///         is_trampoline: super::signal::is_trampoline, // (code, pc) -> bool
+///         signal_frame: super::signal::frame,          // (code, regs, mem) -> Option<UnwindRegs>
+///         frame_record: frame_record,                  // optional
+///     }
+/// }
+/// ```
+macro_rules! risc_arch {
+    (
+        $(#[$doc:meta])*
+        $name:ident {
+            word: $word:expr,
+            call_to_ra: $call_to_ra:expr,
+            analyze: $analyze:path,
+            call_before: $call_before:path,
+            is_trampoline: $is_trampoline:path,
+            signal_frame: $signal_frame:path,
+            $(frame_record: $frame_record:path,)?
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name;
+
+        impl $crate::unwind::insn::risc::RiscArch for $name {
+            const WORD: u8 = $word;
+            const CALL_TO_RA: u64 = $call_to_ra;
+
+            fn analyze<C: $crate::unwind::insn::CodeMemory + ?Sized>(
+                code: &mut C,
+                pc: u64,
+                entry: Option<u64>,
+                first: bool,
+            ) -> Option<$crate::unwind::insn::InsnRule> {
+                $analyze(code, pc, entry, first)
+            }
+
+            fn call_before<C: $crate::unwind::insn::CodeMemory + ?Sized>(
+                code: &mut C,
+                ra: u64,
+            ) -> Option<$crate::unwind::insn::scan::CallBefore> {
+                $call_before(code, ra)
+            }
+
+            fn signal_frame<
+                C: $crate::unwind::insn::CodeMemory + ?Sized,
+                M: $crate::unwind::Memory + ?Sized,
+            >(
+                code: &mut C,
+                regs: &$crate::unwind::UnwindRegs,
+                mem: &mut M,
+            ) -> Option<$crate::unwind::UnwindRegs> {
+                $signal_frame(code, regs, mem)
+            }
+
+            fn is_trampoline<C: $crate::unwind::insn::CodeMemory + ?Sized>(
+                code: &mut C,
+                ra: u64,
+            ) -> bool {
+                $is_trampoline(code, ra)
+            }
+
+            $(
+                fn frame_record<M: $crate::unwind::Memory + ?Sized>(
+                    regs: &$crate::unwind::UnwindRegs,
+                    mem: &mut M,
+                ) -> Option<$crate::unwind::UnwindRegs> {
+                    $frame_record(regs, mem)
+                }
+            )?
+        }
+    };
+}
+pub(crate) use risc_arch;
 
 /// Where the step found the caller, and how.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,9 +12,8 @@
 
 pub mod prologue;
 
-use crate::unwind::insn::risc::RiscArch;
 use crate::unwind::insn::scan::CallBefore;
-use crate::unwind::insn::{CodeMemory, InsnRule, UnwindRegs};
+use crate::unwind::insn::{CodeMemory, UnwindRegs};
 use crate::unwind::Memory;
 
 pub(crate) use crate::unwind::insn::risc::insn_at;
@@ -39,54 +38,33 @@ pub fn call_before<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> Option<Call
     None
 }
 
-/// The AArch64 glue for the RISC unwinder.
-#[derive(Debug, Clone, Copy)]
-pub struct Arch;
-
-impl RiscArch for Arch {
-    const WORD: u8 = 8;
-    const CALL_TO_RA: u64 = 4;
-
-    fn analyze<C: CodeMemory + ?Sized>(
-        code: &mut C,
-        pc: u64,
-        entry: Option<u64>,
-        first: bool,
-    ) -> Option<InsnRule> {
-        prologue::analyze(code, pc, entry, first)
+crate::unwind::insn::risc::risc_arch! {
+    /// The AArch64 glue for the RISC unwinder.
+    Arch {
+        word: 8,
+        call_to_ra: 4,
+        analyze: prologue::analyze,
+        call_before: call_before,
+        is_trampoline: super::signal::is_trampoline,
+        signal_frame: super::signal::frame,
+        frame_record: frame_record,
     }
+}
 
-    fn call_before<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> Option<CallBefore> {
-        call_before(code, ra)
+/// The caller's registers from the AAPCS64 frame record at x29 (the saved
+/// x29, then x30), when x29 is 16-aligned and above sp.
+pub fn frame_record<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<UnwindRegs> {
+    if regs.fp & 15 != 0 || regs.fp <= regs.sp {
+        return None;
     }
-
-    fn signal_frame<C: CodeMemory + ?Sized, M: Memory + ?Sized>(
-        code: &mut C,
-        regs: &UnwindRegs,
-        mem: &mut M,
-    ) -> Option<UnwindRegs> {
-        if !super::signal::is_trampoline(code, regs.pc) {
-            return None;
-        }
-        super::signal::restore(regs, mem)
-    }
-
-    fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> bool {
-        super::signal::is_trampoline(code, ra)
-    }
-
-    fn frame_record<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<UnwindRegs> {
-        if regs.fp & 15 != 0 || regs.fp <= regs.sp {
-            return None;
-        }
-        let sp = regs.fp.checked_add(16)?;
-        let prev = mem.read_u64(regs.fp).ok()?;
-        let lr = mem.read_u64(regs.fp + 8).ok()?;
-        Some(UnwindRegs {
-            pc: lr,
-            sp,
-            fp: prev,
-            lr: 0,
-        })
-    }
+    // A record at the very top of the address space is not one.
+    let sp = regs.fp.checked_add(16)?;
+    let prev = mem.read_u64(regs.fp).ok()?;
+    let lr = mem.read_u64(regs.fp + 8).ok()?;
+    Some(UnwindRegs {
+        pc: lr,
+        sp,
+        fp: prev,
+        lr: 0,
+    })
 }

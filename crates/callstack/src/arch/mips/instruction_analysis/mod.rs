@@ -12,10 +12,8 @@
 
 pub mod prologue;
 
-use crate::unwind::insn::risc::RiscArch;
 use crate::unwind::insn::scan::CallBefore;
-use crate::unwind::insn::{CodeMemory, InsnRule, UnwindRegs};
-use crate::unwind::Memory;
+use crate::unwind::insn::CodeMemory;
 
 pub(crate) use crate::unwind::insn::risc::insn_at;
 
@@ -44,42 +42,15 @@ pub fn call_before<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> Option<Call
     None
 }
 
-/// The MIPS glue for the RISC unwinder.
-#[derive(Debug, Clone, Copy)]
-pub struct Arch;
-
-impl RiscArch for Arch {
-    const WORD: u8 = 4;
-    const CALL_TO_RA: u64 = 8;
-
-    fn analyze<C: CodeMemory + ?Sized>(
-        code: &mut C,
-        pc: u64,
-        entry: Option<u64>,
-        first: bool,
-    ) -> Option<InsnRule> {
-        prologue::analyze(code, pc, entry, first)
-    }
-
-    fn call_before<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> Option<CallBefore> {
-        call_before(code, ra)
-    }
-
-    fn signal_frame<C: CodeMemory + ?Sized, M: Memory + ?Sized>(
-        code: &mut C,
-        regs: &UnwindRegs,
-        mem: &mut M,
-    ) -> Option<UnwindRegs> {
-        let rt = super::signal::is_trampoline(code, regs.pc)?;
-        super::signal::restore(regs, mem, rt)
-    }
-
-    fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> bool {
-        super::signal::is_trampoline(code, ra).is_some()
-    }
-
-    fn frame_record<M: Memory + ?Sized>(_regs: &UnwindRegs, _mem: &mut M) -> Option<UnwindRegs> {
-        // o32 has no frame record at a fixed place from s8.
-        None
+crate::unwind::insn::risc::risc_arch! {
+    /// The MIPS glue for the RISC unwinder (o32 has no frame record at a
+    /// fixed place from s8).
+    Arch {
+        word: 4,
+        call_to_ra: 8,
+        analyze: prologue::analyze,
+        call_before: call_before,
+        is_trampoline: super::signal::at_trampoline,
+        signal_frame: super::signal::frame,
     }
 }
