@@ -1,7 +1,8 @@
 //! The capture path's direct CFI evaluation on arbitrary sections:
 //! `.eh_frame_hdr` search, the fast `.eh_frame` interpreter, gimli for the
 //! rest, expressions and rule application, for x86-64 and AArch64. Any
-//! bytes give registers or an error, never a panic or a loop.
+//! bytes give registers or an error, never a panic or a loop; and the fast
+//! interpreter's row is gimli's whenever it gives one.
 //! `make_cfi_seed.py` turns an ELF file into a seed.
 //!
 //! cd fuzz && cargo +nightly fuzz run cfi_eval corpus/cfi_eval

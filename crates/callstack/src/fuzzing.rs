@@ -30,3 +30,13 @@ pub mod notes {
 pub mod remote {
     pub use crate::remote::fuzzing::{build_id, exec_segments, load_bias, load_segments};
 }
+
+/// CFI interpretation.
+pub mod cfi {
+    /// The fast `.eh_frame` interpreter of the capture path checked against
+    /// gimli on the FDE at `off` of `eh` (mapped at `eh_addr`) for `addr`:
+    /// `Err` describes a row where the two disagree.
+    pub fn fast_vs_gimli(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Result<(), String> {
+        crate::unwind::check_against_gimli(eh, eh_addr, off, addr)
+    }
+}

@@ -335,6 +335,12 @@ pub fn cfi_eval(data: &[u8]) {
         lr: 0x1234,
     };
     for (at, pc) in wheres {
+        // The fast interpreter gives gimli's row or declines.
+        if let FdeAt::EhFrame(off) = at {
+            if let Err(e) = callstack::fuzzing::cfi::fast_vs_gimli(eh, eh_addr, off, pc) {
+                panic!("cfi_fast disagrees with gimli at .eh_frame+{off:#x}: {e}");
+            }
+        }
         let regs = UnwindRegs { pc, ..regs };
         let _ = evaluate::<X86_64, _>(&secs, at, pc, &regs, &mut Wild);
         let _ = evaluate::<Aarch64, _>(&secs, at, pc, &regs, &mut Wild);

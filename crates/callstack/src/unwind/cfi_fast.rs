@@ -534,33 +534,52 @@ fn restore(row: &mut Row, initial: &Row, reg: u16) -> Option<()> {
     }
 }
 
+/// gimli's row for `addr` from the FDE at `off` of `eh`: the reference the
+/// fast interpreter must agree with (its test and the `cfi_eval` fuzz target).
+fn gimli_row(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Option<RowView<'_>> {
+    use crate::unwind::cfi::StackStorage;
+    use gimli::{EhFrame, LittleEndian, UnwindContext, UnwindSection};
+    let bases = gimli::BaseAddresses::default().set_eh_frame(eh_addr);
+    let sec = EhFrame::new(eh, LittleEndian);
+    let fde = sec
+        .fde_from_offset(&bases, off.into(), EhFrame::cie_from_offset)
+        .ok()?;
+    let mut ctx: Box<UnwindContext<usize, StackStorage>> = Box::new(UnwindContext::new_in());
+    let row = fde
+        .unwind_info_for_address(&sec, &bases, &mut ctx, addr)
+        .ok()?;
+    RowView::from_gimli(row, &sec, fde.cie().return_address_register().0).ok()
+}
+
+fn same(a: &RowView<'_>, b: &RowView<'_>) -> bool {
+    a.cfa == b.cfa && (0..40u16).all(|r| a.reg(r) == b.reg(r))
+}
+
+/// Checks [`row_for`] against gimli on one FDE and address: the same row,
+/// or a decline. Not on any capture path: for the `cfi_eval` fuzz target
+/// (through `crate::fuzzing`).
+pub(crate) fn check_against_gimli(
+    eh: &[u8],
+    eh_addr: u64,
+    off: usize,
+    addr: u64,
+) -> Result<(), String> {
+    match (
+        row_for(eh, eh_addr, off, addr),
+        gimli_row(eh, eh_addr, off, addr),
+    ) {
+        (Fast::Row(f), Some(g)) if !same(&f.view(), &g) => {
+            Err(format!("at {addr:#x}: fast {:?}, gimli {g:?}", f.view()))
+        }
+        (Fast::Row(f), None) => Err(format!("at {addr:#x}: fast {:?}, gimli fails", f.view())),
+        (Fast::NotCovered, Some(g)) => Err(format!("at {addr:#x}: fast not covered, gimli {g:?}")),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unwind::cfi::{RowView, StackStorage};
-    use gimli::{EhFrame, LittleEndian, UnwindContext, UnwindSection};
-
-    fn gimli_row(
-        eh: &'static [u8],
-        eh_addr: u64,
-        off: usize,
-        addr: u64,
-    ) -> Option<RowView<'static>> {
-        let bases = gimli::BaseAddresses::default().set_eh_frame(eh_addr);
-        let sec = EhFrame::new(eh, LittleEndian);
-        let fde = sec
-            .fde_from_offset(&bases, off.into(), EhFrame::cie_from_offset)
-            .ok()?;
-        let mut ctx: Box<UnwindContext<usize, StackStorage>> = Box::new(UnwindContext::new_in());
-        let row = fde
-            .unwind_info_for_address(&sec, &bases, &mut ctx, addr)
-            .ok()?;
-        RowView::from_gimli(row, &sec, fde.cie().return_address_register().0).ok()
-    }
-
-    fn same(a: &RowView<'_>, b: &RowView<'_>) -> bool {
-        a.cfa == b.cfa && (0..40u16).all(|r| a.reg(r) == b.reg(r))
-    }
 
     /// Every FDE of every loaded module (this test binary, libc, libgcc,
     /// the vDSO...), at each of its first 64 bytes and then every 7th: the
