@@ -331,6 +331,9 @@ fn row_inner(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Option<Fast> {
     let field = eh_addr.wrapping_add(r.pos as u64);
     let begin = r.ptr(cie.fde_enc, field, false)?;
     let range = r.ptr(cie.fde_enc, 0, true)?;
+    // A range wrapping past the top of the address space is corrupt (gimli
+    // rejects the FDE): decline, as gimli would.
+    begin.checked_add(range)?;
     if addr < begin || addr - begin >= range {
         return Some(Fast::NotCovered);
     }
