@@ -547,6 +547,10 @@ fn gimli_row(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Option<RowView<'
     let fde = sec
         .fde_from_offset(&bases, off.into(), EhFrame::cie_from_offset)
         .ok()?;
+    // As `cfi::evaluate_gimli`: gimli's rows can run past the FDE's range.
+    if !fde.contains(addr) {
+        return None;
+    }
     let mut ctx: Box<UnwindContext<usize, StackStorage>> = Box::new(UnwindContext::new_in());
     let row = fde
         .unwind_info_for_address(&sec, &bases, &mut ctx, addr)
