@@ -514,12 +514,9 @@ fn run(
             0x2e => {
                 r.uleb()?;
             }
-            0x2f => {
-                let reg = r.reg()?;
-                let off = (r.uleb()? as i64).checked_mul(daf)?.checked_neg()?;
-                row.set(reg, Rule::Offset(i32::try_from(off).ok()?))?;
-            }
-            // set_loc, expressions, vendor extensions: gimli's job.
+            // set_loc, expressions, vendor extensions: gimli's job. (That
+            // includes 0x2f, DW_CFA_GNU_negative_offset_extended, which gimli
+            // rejects: declining keeps the two in agreement.)
             _ => return None,
         }
     }
