@@ -28,12 +28,15 @@ struct Frame {
     module: String,
 }
 
-fn build(opt: &str) -> PathBuf {
+/// Builds the fixture at `opt` into a file of its own per `test`: tests run
+/// in parallel, and one must not read (run, gdb, addr2line) an executable
+/// another is rewriting.
+fn build(test: &str, opt: &str) -> PathBuf {
     let dir = scratch_dir("c_chain");
     Gcc::new(&["chain.c"])
         .flags(&format!("{opt} -fno-omit-frame-pointer"))
         .link_callstack()
-        .build(&dir.join(format!("chain{opt}")))
+        .build(&dir.join(format!("chain{opt}-{test}")))
 }
 
 fn parse_frames(text: &str) -> Vec<Frame> {
@@ -104,7 +107,7 @@ fn run(exe: &Path, args: &[&str]) -> Vec<Frame> {
 }
 
 fn check_chain(opt: &str) {
-    let exe = build(opt);
+    let exe = build("gdb", opt);
     let (bt, in_gdb) = gdb_truth(&exe, &[]);
     let names: Vec<&str> = bt.iter().map(|f| f.function.as_str()).collect();
     // The chain the fixture promises, as gdb sees it.
@@ -143,7 +146,7 @@ fn capture_equals_gdb_bt_at_o2() {
 
 #[test]
 fn skip_and_max_follow_the_contract_in_c() {
-    let exe = build("-O2");
+    let exe = build("skip", "-O2");
     let all = symbolize(&exe, &run(&exe, &[]));
     assert_eq!(all.len(), 26, "{all:?}");
     // skip=3 drops d, c and the innermost b.

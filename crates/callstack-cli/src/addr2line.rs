@@ -86,6 +86,7 @@ fn write_answer(
         return out.write_all(b"??:0\n");
     }
     let n = if args.inlines { s.frames.len() } else { 1 };
+    let mut buf = [0u8; 10];
     // binutils keeps printing the first row's discriminator on the
     // inlined-by lines (one variable, set once per address).
     let disc = s.frames[0].discriminator;
@@ -113,14 +114,34 @@ fn write_answer(
         });
         out.write_all(file.unwrap_or("??").as_bytes())?;
         match f.line {
-            Some(l) if l != 0 => match f.discriminator.or(disc) {
-                Some(d) => writeln!(out, ":{l} (discriminator {d})")?,
-                None => writeln!(out, ":{l}")?,
-            },
+            Some(l) if l != 0 => {
+                out.write_all(b":")?;
+                out.write_all(decimal(&mut buf, l))?;
+                if let Some(d) = f.discriminator.or(disc) {
+                    out.write_all(b" (discriminator ")?;
+                    out.write_all(decimal(&mut buf, d))?;
+                    out.write_all(b")")?;
+                }
+                out.write_all(b"\n")?;
+            }
             _ => out.write_all(b":?\n")?,
         }
     }
     Ok(())
+}
+
+/// `v` in decimal, in `buf` (without going through `fmt`: one call per
+/// output line adds up over a large batch).
+fn decimal(buf: &mut [u8; 10], mut v: u32) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            return &buf[i..];
+        }
+    }
 }
 
 fn stdin_is_regular_file() -> bool {

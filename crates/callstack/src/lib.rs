@@ -48,10 +48,15 @@
 //!   loader's lock), or let [`prepare_in_background`] call it whenever
 //!   a capture met a module without a table or the loaded objects changed.
 //! - After `dlclose`, call [`prepare`] again (or run the background
-//!   refresher): until then the snapshot keeps the closed library's rules,
-//!   which would be wrong for another library mapped at the same addresses.
-//!   Reads stay bounded either way: tables own their bytes, stack reads are
-//!   checked against the thread's stack.
+//!   refresher). With glibc 2.35+ a capture also notices by itself: before
+//!   it takes a rule from the snapshot on a cache miss, or reads code, it
+//!   checks with `_dl_find_object` that the module is still loaded there,
+//!   and otherwise unwinds from the CFI of what is loaded now and clears
+//!   the rule cache. Until [`prepare`] (or that first miss), a frame whose
+//!   return address equals one cached from the closed library may still get
+//!   its old rule: wrong frames at worst, never a fault (stack reads are
+//!   checked against the thread's stack). With an older glibc, [`prepare`]
+//!   after `dlclose` is required before the addresses can be reused.
 //! - With a glibc older than 2.35 (no `_dl_find_object`), call [`prepare`]
 //!   once before capturing: captures stop cleanly at an address in a module
 //!   they do not know.

@@ -99,3 +99,85 @@ fn dlopen_capture_dlclose_capture() {
             .all(|&pc| !module_of(pc as u64 - 1).ends_with("libexact_dl.so")));
     }
 }
+
+fn lib_base(lib: *mut libc::c_void) -> usize {
+    // SAFETY: `dl_outer` is a symbol of the library; dladdr fills `info`.
+    unsafe {
+        let f = libc::dlsym(lib, c"dl_outer".as_ptr());
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        assert_ne!(libc::dladdr(f, &mut info), 0);
+        info.dli_fbase as usize
+    }
+}
+
+/// Tables published with library A, A unloaded without `prepare()`, then B
+/// (the same code with another frame size, so other rules) loaded, most
+/// likely at A's addresses: captures through B must not use A's rules.
+#[test]
+fn dlclose_then_another_library_without_prepare() {
+    if !callstack::has_dl_find_object() {
+        eprintln!("no _dl_find_object: prepare() after dlclose is required");
+        return;
+    }
+    let dir = scratch_dir("exact-dl-reuse");
+    let build = |pad: u32, name: &str| {
+        let so = Gcc::new(&["exact_dl.c"])
+            .flags(&format!(
+                "-O2 -fomit-frame-pointer -shared -fPIC -DPAD={pad}"
+            ))
+            .build(&dir.join(name));
+        CString::new(so.to_str().unwrap()).unwrap()
+    };
+    let a = build(24, "libexact_dl_a.so");
+    let b = build(4000, "libexact_dl_b.so");
+    let check = |frames: &[Frame], name: &str, what: &str| {
+        let in_lib: Vec<usize> = frames
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| module_of(f.pc - 1).ends_with(name))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(in_lib.len(), 2, "{what}: {frames:#x?}");
+        assert_eq!(in_lib[1], in_lib[0] + 1, "{what}: {frames:#x?}");
+        assert!(
+            frames.len() > in_lib[1] + 3,
+            "{what}: the walk stopped in the library"
+        );
+        // The frames after the library's are this test's own.
+        assert!(
+            module_of(frames[in_lib[1] + 1].pc - 1).contains("exact_dlopen"),
+            "{what}: {frames:#x?}"
+        );
+    };
+    // SAFETY: loading libraries we just built; no code of A runs after its
+    // dlclose.
+    unsafe {
+        let la = libc::dlopen(a.as_ptr(), libc::RTLD_NOW);
+        assert!(!la.is_null());
+        callstack::prepare();
+        let base_a = lib_base(la);
+        for _ in 0..2 {
+            check(&call_through(la), "libexact_dl_a.so", "A");
+        }
+        assert_eq!(libc::dlclose(la), 0);
+        let lb = libc::dlopen(b.as_ptr(), libc::RTLD_NOW);
+        assert!(!lb.is_null());
+        eprintln!(
+            "B loaded {} A's address",
+            if lib_base(lb) == base_a {
+                "at"
+            } else {
+                "away from"
+            }
+        );
+        for round in 0..3 {
+            check(
+                &call_through(lb),
+                "libexact_dl_b.so",
+                &format!("B, round {round}"),
+            );
+        }
+        assert_eq!(libc::dlclose(lb), 0);
+    }
+    callstack::prepare();
+}

@@ -333,9 +333,11 @@ fn dwz_debug_file_with_and_without_its_supplementary_file() {
         assert_eq!(r.frames.last().unwrap().source, NameSource::Dwarf, "{r}");
     }
     // Inlined frames whose abstract origin is a DIE of the supplementary
-    // file (DW_FORM_GNU_ref_alt) stay unnamed until the DWARF reader
-    // follows those references; then `unnamed` must become 0.
-    eprintln!("with the supplementary file: {unnamed} of {inlined} inlined frames unnamed");
+    // file (DW_FORM_GNU_ref_alt) are named through it.
+    assert_eq!(
+        unnamed, 0,
+        "with the supplementary file: {unnamed} of {inlined} inlined frames unnamed"
+    );
 
     // A file of the right name but another build-id is not used.
     std::fs::rename(&sup, dir.join("sup.keep")).unwrap();

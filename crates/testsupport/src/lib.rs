@@ -119,9 +119,21 @@ impl Gcc {
     }
 
     /// Compiles into `out` and returns its path. Panics with gcc's stderr on failure.
+    ///
+    /// gcc writes a file beside `out` that is then renamed over it, so tests
+    /// running in parallel that build the same `out` never see (run, debug,
+    /// symbolize) a half-written executable.
     pub fn build(&self, out: &Path) -> PathBuf {
+        static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut tmp = out.as_os_str().to_owned();
+        tmp.push(format!(".tmp{}-{seq}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
         let mut cmd = Command::new("gcc");
-        cmd.args(&self.flags).args(&self.sources).arg("-o").arg(out);
+        cmd.args(&self.flags)
+            .args(&self.sources)
+            .arg("-o")
+            .arg(&tmp);
         if self.link_callstack {
             let a = release_artifacts();
             cmd.arg("-I").arg(&a.include_dir).arg(&a.static_lib);
@@ -134,6 +146,7 @@ impl Gcc {
             cmd,
             String::from_utf8_lossy(&o.stderr)
         );
+        std::fs::rename(&tmp, out).expect("rename the built executable into place");
         out.to_path_buf()
     }
 }

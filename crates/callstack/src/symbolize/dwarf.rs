@@ -10,8 +10,15 @@
 //!   used; we render a path when a frame needs it, and keep the
 //!   discriminator that binutils prints;
 //! - inlines: it resolves the name of every inlined call in a function
-//!   when the function is first hit; we record DIE offsets and resolve the
-//!   names of the frames on the chain asked for, once each.
+//!   when the function is first hit; we record each call's range and DIE
+//!   offset, and read the call site and name of the frames on the chain
+//!   asked for, once each.
+//!
+//! gimli parses headers, strings and the rare forms; the hot loops are our
+//! own, each checked against gimli by a test on the test binary's DWARF:
+//! DIE walks with per-abbreviation skip plans (`die.rs`), line programs
+//! decoded per sequence with a checkpoint every 16 rows (`lines.rs`), and
+//! DWARF 4 range lists ([`bare_ranges`]).
 //!
 //! Semantics follow the addr2line crate and binutils (checked by the
 //! oracle tests): later rows at one address replace earlier ones, a name
@@ -22,8 +29,10 @@
 //! Everything returns `Option`: malformed DWARF gives no answer (and the
 //! caller falls back to the symbol tables), never a panic.
 
+use super::die::{AbbrevIndex, Abbrevs, Cursor, RawPc};
 use super::elf::Slice;
 use super::lazy::{Frozen, Inflating};
+use super::lines::{Program, Row, Sequence, Stop};
 use super::IntMap;
 use gimli::{AttributeValue, UnitOffset};
 use std::cell::{Cell, OnceCell, RefCell};
@@ -51,39 +60,43 @@ struct Slot {
     data: OnceCell<Option<Box<UnitData>>>,
 }
 
-#[derive(Clone, Copy)]
-struct Row {
-    addr: u64,
-    file: u32,
-    line: u32,
-    column: u32,
-    discriminator: u32,
-}
-
-struct Sequence {
-    start: u64,
-    end: u64,
-    rows: Box<[Row]>,
-}
-
 struct Lines {
     header: gimli::LineProgramHeader<Slice>,
+    /// Our interpreter of the program (`None`: every sequence was decoded
+    /// by gimli up front).
+    program: Option<Program>,
     sequences: Box<[Sequence]>,
     files: RefCell<IntMap<u64, Option<Arc<str>>>>,
 }
 
+/// One range of an inlined call: only what finds the chain at an
+/// address. Its call site and origin are read from `die` when it is on a
+/// chain asked for (a few DIEs per address instead of all of a function).
+#[derive(Clone, Copy)]
 struct Inlined {
     begin: u64,
     end: u64,
     depth: u32,
-    die: UnitOffset,
+    /// Unit offset of the DIE (a unit of 4 GiB or more is not indexed).
+    die: u32,
+}
+
+impl Inlined {
+    fn die(&self) -> UnitOffset {
+        UnitOffset(self.die as usize)
+    }
+}
+
+/// The attributes of an inlined call's DIE that a frame needs.
+#[derive(Default)]
+struct CallSite {
     /// `.debug_info` offset of the DIE its name comes from (its abstract
-    /// origin), or 0 to read the name from `die` itself: the names of
+    /// origin), or 0 to read the name from the DIE itself: the names of
     /// every inlined copy of a function then share one cache entry.
     origin: usize,
-    call_file: Option<u64>,
-    call_line: u32,
-    call_column: u32,
+    file: Option<u64>,
+    line: u32,
+    column: u32,
 }
 
 struct Function {
@@ -94,11 +107,31 @@ struct Function {
 
 struct UnitData {
     unit: gimli::Unit<Slice>,
+    /// Where each abbreviation starts (a cheap scan, always made).
+    index: AbbrevIndex,
+    /// The unit's abbreviations with their skip plans (`die.rs`), built
+    /// when the unit is walked; a unit only read for names through
+    /// abstract origins never needs them.
+    abbrevs: OnceCell<Option<Abbrevs>>,
+    /// `.debug_abbrev`.
+    abbrev_section: &'static [u8],
     lang: Option<gimli::DwLang>,
     lines: OnceCell<Option<Lines>>,
     /// (begin, end, subprogram DIE), sorted by begin.
     functions: OnceCell<Box<[(u64, u64, UnitOffset)]>>,
     details: RefCell<IntMap<usize, Arc<Function>>>,
+}
+
+impl UnitData {
+    /// The unit's full abbreviation table, parsed on first use.
+    fn abbrevs(&self) -> Option<&Abbrevs> {
+        self.abbrevs
+            .get_or_init(|| {
+                let h = &self.unit.header;
+                Abbrevs::parse(self.abbrev_section, h.debug_abbrev_offset().0, h.encoding())
+            })
+            .as_ref()
+    }
 }
 
 /// Sorted unit ranges: (begin, end, `.debug_info` offset of the unit).
@@ -145,6 +178,10 @@ pub(crate) struct DwarfIndex {
     aranges: OnceCell<RangeIndex>,
     all_ranges: OnceCell<RangeIndex>,
     names: RefCell<IntMap<u64, Option<RawName>>>,
+    /// Reused while parsing a function (no regrowing per function).
+    scratch: RefCell<Vec<Inlined>>,
+    /// Names of DIEs in a dwz supplementary file (`DW_FORM_GNU_ref_alt`).
+    sup_names: super::sup::SupNames,
     /// `.debug_info` (last field: everything above may borrow from it).
     info: Info,
 }
@@ -184,6 +221,8 @@ impl DwarfIndex {
             aranges: OnceCell::new(),
             all_ranges: OnceCell::new(),
             names: RefCell::new(IntMap::default()),
+            scratch: RefCell::new(Vec::new()),
+            sup_names: super::sup::SupNames::new(),
         }
     }
 
@@ -239,35 +278,58 @@ impl DwarfIndex {
 
     fn unit(&self, slot: usize) -> Option<&UnitData> {
         let s = self.slot(slot)?;
-        s.data
-            .get_or_init(|| {
-                let unit = self.dwarf.unit(s.header).ok()?;
-                let lang = unit
-                    .entries_raw(None)
-                    .ok()
-                    .and_then(|mut e| {
-                        let abbrev = e.read_abbreviation().ok()??;
-                        let mut lang = None;
-                        for spec in abbrev.attributes() {
-                            let attr = e.read_attribute(*spec).ok()?;
-                            if attr.name() == gimli::DW_AT_language {
-                                if let AttributeValue::Language(l) = attr.value() {
-                                    lang = Some(l);
-                                }
-                            }
+        s.data.get_or_init(|| self.load_unit(s)).as_deref()
+    }
+
+    #[inline(never)]
+    fn load_unit(&self, s: &Slot) -> Option<Box<UnitData>> {
+        // Our table (with skip plans) is the one walks use; gimli
+        // gets only the root DIE's entry, which is all it reads.
+        let section = gimli::Section::reader(&self.dwarf.debug_abbrev).slice();
+        let enc = s.header.encoding();
+        let index = AbbrevIndex::scan(section, s.header.debug_abbrev_offset().0)?;
+        let root = s
+            .header
+            .range_from(s.header.root_offset()..)
+            .ok()
+            .and_then(|mut r| gimli::Reader::read_uleb128(&mut r).ok());
+        let one = root.and_then(|c| {
+            let t = Abbrevs::parse_one(section, index.get(c)?, enc)?;
+            t.gimli_one(section, c)
+        });
+        let unit = match one {
+            Some(one) => {
+                gimli::Unit::new_with_abbreviations(&self.dwarf, s.header, Arc::new(one)).ok()?
+            }
+            None => self.dwarf.unit(s.header).ok()?,
+        };
+        let lang = unit
+            .entries_raw(None)
+            .ok()
+            .and_then(|mut e| {
+                let abbrev = e.read_abbreviation().ok()??;
+                let mut lang = None;
+                for spec in abbrev.attributes() {
+                    let attr = e.read_attribute(*spec).ok()?;
+                    if attr.name() == gimli::DW_AT_language {
+                        if let AttributeValue::Language(l) = attr.value() {
+                            lang = Some(l);
                         }
-                        Some(lang)
-                    })
-                    .flatten();
-                Some(Box::new(UnitData {
-                    unit,
-                    lang,
-                    lines: OnceCell::new(),
-                    functions: OnceCell::new(),
-                    details: RefCell::new(IntMap::default()),
-                }))
+                    }
+                }
+                Some(lang)
             })
-            .as_deref()
+            .flatten();
+        Some(Box::new(UnitData {
+            unit,
+            index,
+            abbrevs: OnceCell::new(),
+            abbrev_section: section,
+            lang,
+            lines: OnceCell::new(),
+            functions: OnceCell::new(),
+            details: RefCell::new(IntMap::default()),
+        }))
     }
 
     /// Ranges listed in `.debug_aranges`, and which slots it covers.
@@ -419,7 +481,7 @@ impl DwarfIndex {
         }
         let mut pc = Pc::default();
         for a in &attrs {
-            pc.take(&self.dwarf, &unit, a);
+            pc.take(&self.dwarf, &unit, a.name(), a.value());
         }
         unit.low_pc = pc.low.unwrap_or(0);
         pc.each(&self.dwarf, &unit, |b, end| {
@@ -492,7 +554,7 @@ impl DwarfIndex {
         let row = lines.and_then(|l| l.find(probe));
         let function = u
             .functions
-            .get_or_init(|| parse_functions(&self.dwarf, &u.unit))
+            .get_or_init(|| parse_functions(&self.dwarf, u))
             .as_ref();
         let func = find_range(function, probe);
         if func.is_none() && row.is_none() {
@@ -522,7 +584,8 @@ impl DwarfIndex {
             match cached {
                 Some(d) => d,
                 None => {
-                    let d = Arc::new(parse_function(&self.dwarf, &u.unit, fdie));
+                    let mut scratch = self.scratch.borrow_mut();
+                    let d = Arc::new(parse_function(&self.dwarf, u, fdie, &mut scratch));
                     u.details.borrow_mut().insert(fdie.0, d.clone());
                     d
                 }
@@ -556,14 +619,15 @@ impl DwarfIndex {
         // innermost, then the call site recorded in the inlined DIE below.
         let (mut f, mut l, mut c, mut d) = (file0, line0, col0, disc0);
         for inl in chain.iter().rev() {
+            let site = call_site(u, inl.die()).unwrap_or_default();
             out.push(RawFrame {
-                name: if inl.origin != 0 {
-                    self.slot_at(inl.origin).and_then(|t| {
-                        let off = inl.origin - self.slot(t)?.offset;
+                name: if site.origin != 0 {
+                    self.slot_at(site.origin).and_then(|t| {
+                        let off = site.origin - self.slot(t)?.offset;
                         self.die_name(t, UnitOffset(off), NAME_DEPTH - 1)
                     })
                 } else {
-                    self.die_name(slot, inl.die, NAME_DEPTH)
+                    self.die_name(slot, inl.die(), NAME_DEPTH)
                 },
                 lang: u.lang,
                 file: f,
@@ -571,9 +635,9 @@ impl DwarfIndex {
                 column: c,
                 discriminator: d,
             });
-            f = inl.call_file.and_then(file);
-            l = inl.call_line;
-            c = inl.call_column;
+            f = site.file.and_then(file);
+            l = site.line;
+            c = site.column;
             d = 0;
         }
         out.push(RawFrame {
@@ -604,28 +668,43 @@ impl DwarfIndex {
             return None;
         }
         let u = self.unit(slot)?;
-        let mut e = u.unit.entries_raw(Some(die)).ok()?;
-        let abbrev = e.read_abbreviation().ok()??;
-        let mut name = None;
-        let mut next = None;
-        for spec in abbrev.attributes() {
-            let attr = e.read_attribute(*spec).ok()?;
-            match attr.name() {
-                gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
-                    if let Ok(s) = self.dwarf.attr_string(&u.unit, attr.value()) {
-                        return Some(s.slice());
-                    }
-                }
-                gimli::DW_AT_name => {
-                    if let Ok(s) = self.dwarf.attr_string(&u.unit, attr.value()) {
-                        name = Some(s.slice());
-                    }
-                }
-                gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
-                    next = Some(attr.value());
-                }
-                _ => {}
+        // The unit's table if it was walked, else just the DIE's entry.
+        let one;
+        let abbrevs = match u.abbrevs.get() {
+            Some(Some(a)) => a,
+            _ => {
+                let code = u
+                    .unit
+                    .header
+                    .range_from(die..)
+                    .ok()
+                    .and_then(|mut r| gimli::Reader::read_uleb128(&mut r).ok())?;
+                let entry = u.index.get(code)?;
+                one = Abbrevs::parse_one(u.abbrev_section, entry, u.unit.header.encoding())?;
+                &one
             }
+        };
+        let mut c = Cursor::new(&u.unit.header, abbrevs, die)?;
+        let abbrev = c.read_abbrev()??;
+        let (mut linkage, mut name, mut next) = (None, None, None);
+        c.attributes(abbrev, |at, value| match at {
+            gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name if linkage.is_none() => {
+                if let Ok(s) = self.dwarf.attr_string(&u.unit, value) {
+                    linkage = Some(s.slice());
+                }
+            }
+            gimli::DW_AT_name => {
+                if let Ok(s) = self.dwarf.attr_string(&u.unit, value) {
+                    name = Some(s.slice());
+                }
+            }
+            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
+                next = Some(value);
+            }
+            _ => {}
+        })?;
+        if linkage.is_some() {
+            return linkage;
         }
         if name.is_some() {
             return name;
@@ -637,20 +716,23 @@ impl DwarfIndex {
                 let off = o.0 - self.slot(target)?.offset;
                 self.die_name(target, UnitOffset(off), depth - 1)
             }
+            // An abstract origin that dwz moved into the supplementary file.
+            AttributeValue::DebugInfoRefSup(o) => {
+                self.sup_names.die_name(self.dwarf.sup()?, o, depth - 1)
+            }
             _ => None,
         }
     }
 }
 
 impl Lines {
-    fn find(&self, probe: u64) -> Option<&Row> {
+    fn find(&self, probe: u64) -> Option<Row> {
         let i = self.sequences.partition_point(|s| s.start <= probe);
         let seq = &self.sequences[i.checked_sub(1)?];
         if probe >= seq.end {
             return None;
         }
-        let j = seq.rows.partition_point(|r| r.addr <= probe);
-        seq.rows.get(j.checked_sub(1)?)
+        seq.find(self.program.as_ref(), probe)
     }
 
     fn file(
@@ -709,8 +791,31 @@ fn render_file(
     Some(path)
 }
 
+/// The unit's line table: sequences found by our interpreter, their rows
+/// decoded on first use (`lines.rs`); gimli's `LineRows` for the
+/// programs ours leaves to it.
 #[inline(never)]
 fn parse_lines(dwarf: &gimli::Dwarf<Slice>, unit: &gimli::Unit<Slice>) -> Option<Lines> {
+    let incomplete = unit.line_program.as_ref()?;
+    let header = incomplete.header();
+    if let Some(program) = Program::new(header) {
+        match program.sequences() {
+            Ok(seqs) => {
+                return Some(Lines {
+                    header: header.clone(),
+                    program: Some(program),
+                    sequences: seqs.into_boxed_slice(),
+                    files: RefCell::new(IntMap::default()),
+                })
+            }
+            Err(Stop::Bad) => return None,
+            Err(Stop::Unsupported) => {}
+        }
+    }
+    parse_lines_gimli(dwarf, unit)
+}
+
+fn parse_lines_gimli(dwarf: &gimli::Dwarf<Slice>, unit: &gimli::Unit<Slice>) -> Option<Lines> {
     let _ = dwarf;
     let program = unit.line_program.clone()?;
     let mut rows = program.rows();
@@ -726,39 +831,33 @@ fn parse_lines(dwarf: &gimli::Dwarf<Slice>, unit: &gimli::Unit<Slice>) -> Option
         if row.end_sequence() {
             if let Some(start) = cur.first().map(|r| r.addr) {
                 if start < addr {
-                    sequences.push(Sequence {
-                        start,
-                        end: addr,
-                        // Copied out at its exact size: `cur` is reused, so
-                        // rows are not regrown from empty per sequence.
-                        rows: cur.as_slice().into(),
-                    });
+                    // Copied out at its exact size: `cur` is reused, so
+                    // rows are not regrown from empty per sequence.
+                    sequences.push(Sequence::decoded(start, addr, cur.as_slice().into()));
                 }
                 cur.clear();
             }
             continue;
         }
-        let r = Row {
+        let r = Row::new(
             addr,
-            file: row.file_index().min(u32::MAX as u64) as u32,
-            line: row
-                .line()
-                .map(|l| l.get().min(u32::MAX as u64) as u32)
-                .unwrap_or(0),
-            column: match row.column() {
+            row.file_index(),
+            row.line().map(|l| l.get()).unwrap_or(0),
+            match row.column() {
                 gimli::ColumnType::LeftEdge => 0,
-                gimli::ColumnType::Column(c) => c.get().min(u32::MAX as u64) as u32,
+                gimli::ColumnType::Column(c) => c.get(),
             },
-            discriminator: row.discriminator().min(u32::MAX as u64) as u32,
-        };
+            row.discriminator(),
+        );
         match cur.last_mut() {
             Some(last) if last.addr == addr => *last = r,
             _ => cur.push(r),
         }
     }
-    sequences.sort_unstable_by_key(|s| s.start);
+    sequences.sort_by_key(|s| s.start);
     Some(Lines {
         header: rows.header().clone(),
+        program: None,
         sequences: sequences.into_boxed_slice(),
         files: RefCell::new(IntMap::default()),
     })
@@ -774,28 +873,41 @@ struct Pc {
 }
 
 impl Pc {
+    fn from_raw(dwarf: &gimli::Dwarf<Slice>, unit: &gimli::Unit<Slice>, r: RawPc) -> Pc {
+        Pc {
+            low: r.low,
+            high: r.high,
+            size: r.size,
+            ranges: r.ranges.and_then(|o| {
+                let v = AttributeValue::RangeListsRef(gimli::RawRangeListsOffset(o));
+                dwarf.attr_ranges_offset(unit, v).ok().flatten()
+            }),
+        }
+    }
+
     fn take(
         &mut self,
         dwarf: &gimli::Dwarf<Slice>,
         unit: &gimli::Unit<Slice>,
-        attr: &gimli::Attribute<Slice>,
+        name: gimli::DwAt,
+        value: AttributeValue<Slice>,
     ) -> bool {
-        match attr.name() {
+        match name {
             gimli::DW_AT_low_pc => {
-                self.low = match attr.value() {
+                self.low = match value {
                     AttributeValue::Addr(a) => Some(a),
                     AttributeValue::DebugAddrIndex(i) => dwarf.address(unit, i).ok(),
                     _ => None,
                 }
             }
-            gimli::DW_AT_high_pc => match attr.value() {
+            gimli::DW_AT_high_pc => match value {
                 AttributeValue::Addr(a) => self.high = Some(a),
                 AttributeValue::DebugAddrIndex(i) => self.high = dwarf.address(unit, i).ok(),
                 AttributeValue::Udata(n) => self.size = Some(n),
                 _ => {}
             },
             gimli::DW_AT_ranges => {
-                self.ranges = dwarf.attr_ranges_offset(unit, attr.value()).ok().flatten();
+                self.ranges = dwarf.attr_ranges_offset(unit, value).ok().flatten();
             }
             _ => return false,
         }
@@ -809,6 +921,9 @@ impl Pc {
         mut f: impl FnMut(u64, u64),
     ) {
         if let Some(off) = self.ranges {
+            if unit.header.version() <= 4 && bare_ranges(dwarf, unit, off.0, &mut f) {
+                return;
+            }
             if let Ok(mut it) = dwarf.ranges(unit, off) {
                 while let Ok(Some(r)) = it.next() {
                     if r.begin < r.end {
@@ -829,37 +944,98 @@ impl Pc {
     }
 }
 
-#[inline(never)]
-fn parse_functions(
+/// A `.debug_ranges` list (DWARF 2 to 4) read by our own loop, with the
+/// semantics of gimli's `RngListIter` (base address from the unit's low
+/// pc or a selection entry, tombstones and empty or reversed ranges
+/// skipped, the list ended by a (0, 0) pair, a truncated list cut short):
+/// gimli's iterator costs some 190 instructions per entry, and inlined
+/// calls in Rust have many lists. `false`, having reported nothing, for an
+/// address size it does not handle.
+fn bare_ranges(
     dwarf: &gimli::Dwarf<Slice>,
     unit: &gimli::Unit<Slice>,
-) -> Box<[(u64, u64, UnitOffset)]> {
+    offset: usize,
+    f: &mut impl FnMut(u64, u64),
+) -> bool {
+    let size = unit.header.address_size();
+    if !matches!(size, 1 | 2 | 4 | 8) {
+        return false;
+    }
+    let section = gimli::Section::reader(dwarf.ranges.debug_ranges());
+    let big = gimli::Endianity::is_big_endian(gimli::Reader::endian(section));
+    let Some(buf) = section.slice().get(offset..) else {
+        return true;
+    };
+    let mask = !0u64 >> (64 - size as u32 * 8);
+    let tombstone = (-2i64 as u64) & mask;
+    let mut r = super::die::Bytes { buf, pos: 0 };
+    let mut base = unit.low_pc;
+    while r.pos < buf.len() {
+        let (Some(begin), Some(end)) = (r.uint(size as usize, big), r.uint(size as usize, big))
+        else {
+            break;
+        };
+        if begin == 0 && end == 0 {
+            break;
+        }
+        if begin == mask {
+            base = end;
+            continue;
+        }
+        if base >= tombstone {
+            continue;
+        }
+        let (b, e) = (
+            base.wrapping_add(begin) & mask,
+            base.wrapping_add(end) & mask,
+        );
+        if b >= tombstone || b >= e {
+            continue;
+        }
+        f(b, e);
+    }
+    true
+}
+
+#[inline(never)]
+fn parse_functions(dwarf: &gimli::Dwarf<Slice>, u: &UnitData) -> Box<[(u64, u64, UnitOffset)]> {
+    let unit = &u.unit;
     let mut out = Vec::new();
-    let Ok(mut e) = unit.entries_raw(None) else {
+    let Some(abbrevs) = u.abbrevs() else {
         return out.into_boxed_slice();
     };
-    while !e.is_empty() {
-        let off = e.next_offset();
-        let abbrev = match e.read_abbreviation() {
-            Ok(Some(a)) => a,
-            Ok(None) => continue,
-            Err(_) => break,
+    let Some(mut c) = Cursor::new(&unit.header, abbrevs, unit.header.root_offset()) else {
+        return out.into_boxed_slice();
+    };
+    while !c.is_empty() {
+        let off = c.offset();
+        let abbrev = match c.read_abbrev() {
+            Some(Some(a)) => a,
+            Some(None) => continue,
+            None => break,
         };
-        if abbrev.tag() != gimli::DW_TAG_subprogram {
-            if e.skip_attributes(abbrev.attributes()).is_err() {
+        // Only a subprogram with code addresses is a function here.
+        if abbrev.tag != gimli::DW_TAG_subprogram || !abbrev.has_pc {
+            if c.skip_attributes(abbrev).is_none() {
                 break;
             }
             continue;
         }
-        let mut pc = Pc::default();
-        for spec in abbrev.attributes() {
-            match e.read_attribute(*spec) {
-                Ok(attr) => {
-                    pc.take(dwarf, unit, &attr);
+        let pc = match c.fixed_pc(abbrev) {
+            Some(Some(raw)) => Pc::from_raw(dwarf, unit, raw),
+            Some(None) => {
+                let mut pc = Pc::default();
+                if c.attributes(abbrev, |name, value| {
+                    pc.take(dwarf, unit, name, value);
+                })
+                .is_none()
+                {
+                    break;
                 }
-                Err(_) => return finish(out),
+                pc
             }
-        }
+            None => break,
+        };
         pc.each(dwarf, unit, |b, end| out.push((b, end, off)));
     }
     finish(out)
@@ -884,105 +1060,142 @@ fn find_range(v: &[(u64, u64, UnitOffset)], probe: u64) -> Option<UnitOffset> {
 #[inline(never)]
 fn parse_function(
     dwarf: &gimli::Dwarf<Slice>,
-    unit: &gimli::Unit<Slice>,
+    u: &UnitData,
     die: UnitOffset,
+    inlined: &mut Vec<Inlined>,
 ) -> Function {
-    let mut inlined = Vec::new();
-    let version5 = unit.header.version() >= 5;
+    let unit = &u.unit;
+    inlined.clear();
     (|| -> Option<()> {
-        let mut e = unit.entries_raw(Some(die)).ok()?;
-        let base = e.next_depth();
-        let abbrev = e.read_abbreviation().ok()??;
-        e.skip_attributes(abbrev.attributes()).ok()?;
+        let mut c = Cursor::new(&unit.header, u.abbrevs()?, die)?;
+        let base = c.depth();
+        let abbrev = c.read_abbrev()??;
+        c.skip_attributes(abbrev)?;
         // Stack of (tree depth, inline depth) of the enclosing inlined DIEs.
         let mut stack: Vec<(isize, u32)> = Vec::new();
         loop {
-            let depth = e.next_depth();
-            if depth <= base || e.is_empty() {
+            let depth = c.depth();
+            if depth <= base || c.is_empty() {
                 break;
             }
             while stack.last().is_some_and(|&(d, _)| d >= depth) {
                 stack.pop();
             }
-            let off = e.next_offset();
-            let abbrev = match e.read_abbreviation().ok()? {
+            let off = c.offset();
+            let abbrev = match c.read_abbrev()? {
                 Some(a) => a,
                 None => continue,
             };
-            match abbrev.tag() {
+            match abbrev.tag {
                 gimli::DW_TAG_inlined_subroutine => {
-                    let mut pc = Pc::default();
-                    let (mut file, mut line, mut col) = (None, 0, 0);
-                    let (mut origin, mut named) = (0usize, false);
-                    for spec in abbrev.attributes() {
-                        let attr = e.read_attribute(*spec).ok()?;
-                        if pc.take(dwarf, unit, &attr) {
-                            continue;
+                    let pc = match c.fixed_pc(abbrev)? {
+                        Some(raw) => Pc::from_raw(dwarf, unit, raw),
+                        None => {
+                            let mut pc = Pc::default();
+                            c.attributes(abbrev, |name, value| {
+                                pc.take(dwarf, unit, name, value);
+                            })?;
+                            pc
                         }
-                        match attr.name() {
-                            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
-                                origin = match attr.value() {
-                                    AttributeValue::UnitRef(o) => unit.header.offset().0 + o.0,
-                                    AttributeValue::DebugInfoRef(o) => o.0,
-                                    _ => 0,
-                                }
-                            }
-                            gimli::DW_AT_name
-                            | gimli::DW_AT_linkage_name
-                            | gimli::DW_AT_MIPS_linkage_name => named = true,
-                            gimli::DW_AT_call_file => {
-                                if let AttributeValue::FileIndex(fi) = attr.value() {
-                                    if fi > 0 || version5 {
-                                        file = Some(fi);
-                                    }
-                                }
-                            }
-                            gimli::DW_AT_call_line => {
-                                line = attr.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
-                            }
-                            gimli::DW_AT_call_column => {
-                                col = attr.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
-                            }
-                            _ => {}
-                        }
-                    }
+                    };
                     let idepth = stack.last().map(|&(_, i)| i + 1).unwrap_or(0);
-                    pc.each(dwarf, unit, |b, end| {
-                        inlined.push(Inlined {
-                            begin: b,
-                            end,
-                            depth: idepth,
-                            die: off,
-                            origin: if named { 0 } else { origin },
-                            call_file: file,
-                            call_line: line,
-                            call_column: col,
-                        })
-                    });
-                    if abbrev.has_children() {
+                    if let Ok(die) = u32::try_from(off.0) {
+                        pc.each(dwarf, unit, |b, end| {
+                            inlined.push(Inlined {
+                                begin: b,
+                                end,
+                                depth: idepth,
+                                die,
+                            })
+                        });
+                    }
+                    if abbrev.children {
                         stack.push((depth, idepth));
                     }
                 }
                 gimli::DW_TAG_subprogram => {
                     // A nested function is its own function: skip its subtree.
-                    e.skip_attributes(abbrev.attributes()).ok()?;
-                    if abbrev.has_children() {
-                        while e.next_depth() > depth && !e.is_empty() {
-                            if let Some(a) = e.read_abbreviation().ok()? {
-                                e.skip_attributes(a.attributes()).ok()?;
-                            }
-                        }
+                    c.skip_attributes(abbrev)?;
+                    if abbrev.children {
+                        c.skip_subtree(depth)?;
                     }
                 }
-                _ => e.skip_attributes(abbrev.attributes()).ok()?,
+                _ => c.skip_attributes(abbrev)?,
             }
         }
         Some(())
     })();
-    inlined.sort_unstable_by_key(|x| (x.depth, x.begin));
     Function {
-        inlined: inlined.into_boxed_slice(),
+        inlined: sort_by_depth_then_begin(inlined),
     }
+}
+
+/// Sorts inlined ranges by (depth, begin): a stable bucketing by depth,
+/// then a sort of each depth only if its ranges (in DIE order, usually
+/// already by address) are not in order.
+fn sort_by_depth_then_begin(v: &[Inlined]) -> Box<[Inlined]> {
+    let depths = v.iter().map(|x| x.depth as usize + 1).max().unwrap_or(0);
+    let mut start = vec![0usize; depths + 1];
+    for x in v {
+        start[x.depth as usize + 1] += 1;
+    }
+    for d in 1..=depths {
+        start[d] += start[d - 1];
+    }
+    let mut next = start.clone();
+    let mut out = v.to_vec();
+    for x in v {
+        let d = x.depth as usize;
+        out[next[d]] = *x;
+        next[d] += 1;
+    }
+    for d in 0..depths {
+        let part = &mut out[start[d]..start[d + 1]];
+        if !part.is_sorted_by_key(|x| x.begin) {
+            part.sort_unstable_by_key(|x| x.begin);
+        }
+    }
+    out.into_boxed_slice()
+}
+
+/// The call site and name origin of the inlined call at `die`.
+fn call_site(u: &UnitData, die: UnitOffset) -> Option<CallSite> {
+    let unit = &u.unit;
+    let version5 = unit.header.version() >= 5;
+    let mut c = Cursor::new(&unit.header, u.abbrevs()?, die)?;
+    let abbrev = c.read_abbrev()??;
+    let mut site = CallSite::default();
+    let mut named = false;
+    c.attributes(abbrev, |name, value| match name {
+        gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
+            site.origin = match value {
+                AttributeValue::UnitRef(o) => unit.header.offset().0 + o.0,
+                AttributeValue::DebugInfoRef(o) => o.0,
+                _ => 0,
+            }
+        }
+        gimli::DW_AT_name | gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
+            named = true
+        }
+        gimli::DW_AT_call_file => {
+            if let AttributeValue::FileIndex(fi) = value {
+                if fi > 0 || version5 {
+                    site.file = Some(fi);
+                }
+            }
+        }
+        gimli::DW_AT_call_line => {
+            site.line = value.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
+        }
+        gimli::DW_AT_call_column => {
+            site.column = value.udata_value().unwrap_or(0).min(u32::MAX as u64) as u32
+        }
+        _ => {}
+    })?;
+    if named {
+        site.origin = 0;
+    }
+    Some(site)
 }
 
 /// A small stack-allocated chain of inlined calls (deeper chains spill).
@@ -1020,5 +1233,198 @@ mod smallchain {
                 .map(|x| x.expect("filled"))
                 .chain(self.spill.iter().copied())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbolize::elf::{ElfModule, SearchPaths};
+
+    /// Our line-program interpreter gives, for every unit of this test
+    /// binary, the sequences and rows gimli's `LineRows` gives.
+    #[test]
+    fn line_programs_match_gimli() {
+        let exe = std::env::current_exe().unwrap();
+        let m = ElfModule::open(&exe, &SearchPaths::none()).unwrap();
+        let d = m.dwarf.as_ref().expect("test binaries have DWARF");
+        let (mut units, mut rows) = (0, 0);
+        for i in 0..d.all_slots() {
+            let Some(u) = d.unit(i) else { continue };
+            let ours = parse_lines(&d.dwarf, &u.unit);
+            let theirs = parse_lines_gimli(&d.dwarf, &u.unit);
+            let (Some(ours), Some(theirs)) = (ours, theirs) else {
+                assert!(u.unit.line_program.is_none());
+                continue;
+            };
+            assert!(ours.program.is_some());
+            // Lookups in decreasing order (each sequence decoded at once).
+            let again = parse_lines(&d.dwarf, &u.unit).unwrap();
+            for b in theirs.sequences.iter().rev() {
+                for r in b.rows(None).iter().rev() {
+                    assert_eq!(again.find(r.addr), theirs.find(r.addr));
+                }
+            }
+            assert_eq!(ours.sequences.len(), theirs.sequences.len());
+            for (a, b) in ours.sequences.iter().zip(theirs.sequences.iter()) {
+                assert_eq!((a.start, a.end), (b.start, b.end));
+                let want = b.rows(None);
+                assert_eq!(a.rows(ours.program.as_ref()), want);
+                // And each row is found at its address and just before the next.
+                for (k, r) in want.iter().enumerate() {
+                    assert_eq!(a.find(ours.program.as_ref(), r.addr), Some(*r));
+                    let next = want.get(k + 1).map(|n| n.addr).unwrap_or(a.end);
+                    assert_eq!(a.find(ours.program.as_ref(), next - 1), Some(*r));
+                }
+                rows += want.len();
+            }
+            units += 1;
+        }
+        assert!(units > 10 && rows > 1000, "{units} units, {rows} rows");
+    }
+
+    type Reference = (u64, u64, u32, usize, usize, Option<u64>, u32, u32);
+
+    /// The inlined calls of the function at `die`, read with gimli's
+    /// `EntriesRaw` alone (what the symbolizer did before `die.rs`).
+    fn gimli_inlined(
+        dwarf: &gimli::Dwarf<Slice>,
+        unit: &gimli::Unit<Slice>,
+        die: UnitOffset,
+    ) -> Vec<Reference> {
+        let mut out = Vec::new();
+        let version5 = unit.header.version() >= 5;
+        // The unit keeps only its root's abbreviation: gimli gets all.
+        let abbrevs = dwarf.abbreviations(&unit.header).unwrap();
+        let mut e = unit.header.entries_raw(&abbrevs, Some(die)).unwrap();
+        let base = e.next_depth();
+        let abbrev = e.read_abbreviation().unwrap().unwrap();
+        e.skip_attributes(abbrev.attributes()).unwrap();
+        let mut stack: Vec<(isize, u32)> = Vec::new();
+        loop {
+            let depth = e.next_depth();
+            if depth <= base || e.is_empty() {
+                break;
+            }
+            while stack.last().is_some_and(|&(d, _)| d >= depth) {
+                stack.pop();
+            }
+            let off = e.next_offset();
+            let Some(abbrev) = e.read_abbreviation().unwrap() else {
+                continue;
+            };
+            match abbrev.tag() {
+                gimli::DW_TAG_inlined_subroutine => {
+                    let mut pc = Pc::default();
+                    let (mut file, mut line, mut col, mut origin, mut named) =
+                        (None, 0, 0, 0, false);
+                    for spec in abbrev.attributes() {
+                        let attr = e.read_attribute(*spec).unwrap();
+                        if pc.take(dwarf, unit, attr.name(), attr.value()) {
+                            continue;
+                        }
+                        match attr.name() {
+                            gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
+                                origin = match attr.value() {
+                                    AttributeValue::UnitRef(o) => unit.header.offset().0 + o.0,
+                                    AttributeValue::DebugInfoRef(o) => o.0,
+                                    _ => 0,
+                                }
+                            }
+                            gimli::DW_AT_name
+                            | gimli::DW_AT_linkage_name
+                            | gimli::DW_AT_MIPS_linkage_name => named = true,
+                            gimli::DW_AT_call_file => {
+                                if let AttributeValue::FileIndex(fi) = attr.value() {
+                                    if fi > 0 || version5 {
+                                        file = Some(fi);
+                                    }
+                                }
+                            }
+                            gimli::DW_AT_call_line => line = attr.udata_value().unwrap() as u32,
+                            gimli::DW_AT_call_column => col = attr.udata_value().unwrap() as u32,
+                            _ => {}
+                        }
+                    }
+                    let idepth = stack.last().map(|&(_, i)| i + 1).unwrap_or(0);
+                    let origin = if named { 0 } else { origin };
+                    let mut push =
+                        |b, end| out.push((b, end, idepth, off.0, origin, file, line, col));
+                    // Range lists through gimli's iterator (ours is `bare_ranges`).
+                    if let Some(r) = pc.ranges {
+                        let mut it = dwarf.ranges(unit, r).unwrap();
+                        while let Some(r) = it.next().unwrap() {
+                            assert!(r.begin < r.end);
+                            push(r.begin, r.end);
+                        }
+                    } else {
+                        pc.each(dwarf, unit, push);
+                    }
+                    if abbrev.has_children() {
+                        stack.push((depth, idepth));
+                    }
+                }
+                gimli::DW_TAG_subprogram => {
+                    e.skip_attributes(abbrev.attributes()).unwrap();
+                    if abbrev.has_children() {
+                        while e.next_depth() > depth && !e.is_empty() {
+                            if let Some(a) = e.read_abbreviation().unwrap() {
+                                e.skip_attributes(a.attributes()).unwrap();
+                            }
+                        }
+                    }
+                }
+                _ => e.skip_attributes(abbrev.attributes()).unwrap(),
+            }
+        }
+        out.sort_by_key(|x| (x.2, x.0));
+        out
+    }
+
+    /// Our DIE cursor finds, for every function of this test binary, the
+    /// inlined calls (ranges, depths, call sites, name origins) gimli
+    /// finds.
+    #[test]
+    fn inlined_calls_match_gimli() {
+        let exe = std::env::current_exe().unwrap();
+        let m = ElfModule::open(&exe, &SearchPaths::none()).unwrap();
+        let d = m.dwarf.as_ref().expect("test binaries have DWARF");
+        let (mut functions, mut calls) = (0, 0);
+        for i in 0..d.all_slots() {
+            let Some(u) = d.unit(i) else { continue };
+            let mut seen = std::collections::HashSet::new();
+            for &(_, _, die) in parse_functions(&d.dwarf, u).iter() {
+                if !seen.insert(die) {
+                    continue;
+                }
+                let ours: Vec<Reference> = parse_function(&d.dwarf, u, die, &mut Vec::new())
+                    .inlined
+                    .iter()
+                    .map(|x| {
+                        let s = call_site(u, x.die()).unwrap();
+                        (
+                            x.begin,
+                            x.end,
+                            x.depth,
+                            x.die as usize,
+                            s.origin,
+                            s.file,
+                            s.line,
+                            s.column,
+                        )
+                    })
+                    .collect();
+                let theirs = gimli_inlined(&d.dwarf, &u.unit, die);
+                assert_eq!(ours, theirs, "function DIE {:#x}", die.0);
+                functions += 1;
+                calls += ours.len();
+            }
+        }
+        assert!(
+            functions > 100 && calls > 100,
+            "{functions} functions, {calls} calls"
+        );
+        let ranges = gimli::Section::reader(d.dwarf.ranges.debug_ranges());
+        assert!(!ranges.is_empty(), "DWARF 4 range lists tested");
     }
 }

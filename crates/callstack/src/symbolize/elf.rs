@@ -187,7 +187,10 @@ impl ElfModule {
         if let Some(v) = self.names.borrow().get(&key) {
             return v.clone();
         }
-        let raw = String::from_utf8_lossy(raw);
+        let raw = match std::str::from_utf8(raw) {
+            Ok(s) => std::borrow::Cow::Borrowed(s),
+            Err(_) => String::from_utf8_lossy(raw),
+        };
         let d = super::demangle::demangle_lang(&raw, lang);
         let v = if d == raw {
             (Some(Arc::from(&*raw)), None)

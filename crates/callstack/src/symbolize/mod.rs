@@ -73,9 +73,11 @@
 
 mod called_from;
 mod demangle;
+mod die;
 mod dwarf;
 mod elf;
 mod lazy;
+mod lines;
 mod loader;
 mod mapped;
 mod sup;
@@ -627,13 +629,14 @@ fn open_entry(info: &ModuleInfo, search: &SearchPaths) -> Result<ElfModule, Erro
 
 /// The frames at file address `offset` of module `m`.
 fn frames_at(m: &ElfModule, offset: u64) -> Vec<Frame> {
-    let mut frames = Vec::new();
     if !m.in_allocated_section(offset) {
-        return frames;
+        return Vec::new();
     }
+    let mut frames = Vec::new();
     if let Some(d) = &m.dwarf {
-        let mut raw = Vec::new();
+        let mut raw = Vec::with_capacity(8);
         d.frames(offset, &mut raw);
+        frames.reserve_exact(raw.len().max(1));
         for f in raw {
             let (function, mangled) = match f.name {
                 Some(n) => m.function_name(n, f.lang),

@@ -11,10 +11,8 @@
 //! linkage name, else the name, else that of the DIE's abstract origin or
 //! specification, within the supplementary file.
 //!
-//! Not wired in yet: the DWARF reader (`dwarf.rs`) has to call
-//! [`SupNames::die_name`] where it meets a `DebugInfoRefSup` origin (see
-//! the integration notes of the symbolizer's dwz work).
-#![allow(dead_code)] // until dwarf.rs calls it
+//! The DWARF reader (`dwarf.rs`) calls [`SupNames::die_name`] where a
+//! name leads to a `DebugInfoRefSup` origin.
 
 use super::elf::Slice;
 use super::IntMap;

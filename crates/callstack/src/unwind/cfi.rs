@@ -468,6 +468,7 @@ pub enum FdeAt {
 /// it to `regs`. Allocates nothing; the unwind context lives on this stack.
 ///
 /// Returns [`Applied::NoCfi`] when no FDE covers `addr`.
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub fn evaluate<A: Arch, M: Memory + ?Sized>(
     secs: &CfiSections<'_>,
@@ -485,7 +486,7 @@ pub fn evaluate<A: Arch, M: Memory + ?Sized>(
 /// [`evaluate`] for `.eh_frame` FDEs of the forms `cfi_fast` reads: the
 /// cold capture's path, kept shallow (each new stack page a capture
 /// touches is a page fault). `Err` hands gimli where the FDE is.
-#[inline(never)]
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn evaluate_fast<A: Arch, M: Memory + ?Sized>(
     secs: &CfiSections<'_>,
@@ -518,7 +519,7 @@ fn evaluate_fast<A: Arch, M: Memory + ?Sized>(
 
 /// Applies a row of `cfi_fast`: its own frame, so that the row view and
 /// the reading of the FDE never sit on the stack together.
-#[inline(never)]
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn finish_fast<A: Arch, M: Memory + ?Sized>(
     row: &crate::unwind::cfi_fast::FastRow,
@@ -670,6 +671,7 @@ pub fn hdr_eh_frame_ptr(hdr: &[u8], hdr_addr: u64) -> Option<u64> {
 /// cold capture's inner loop and gimli's generic pointer decoding costs
 /// about ten times more; other encodings give
 /// [`HdrSearch::OtherEncoding`].
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub fn hdr_search(hdr: &[u8], hdr_addr: u64, eh_frame_addr: u64, addr: u64) -> HdrSearch {
     if hdr.len() < 12 || hdr[0] != 1 || hdr[1] != 0x1b || hdr[2] != 0x03 || hdr[3] != 0x3b {
@@ -700,6 +702,7 @@ pub fn hdr_search(hdr: &[u8], hdr_addr: u64, eh_frame_addr: u64, addr: u64) -> H
     }
 }
 
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn finish<A: Arch, M: Memory + ?Sized>(
     view: &RowView<'_>,

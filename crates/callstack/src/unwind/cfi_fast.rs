@@ -58,14 +58,19 @@ impl Rule {
     }
 }
 
+/// 128 bytes: copied inline rather than through `memcpy` (the cold
+/// capture copies rows a few times a frame). CFA offsets beyond `i32` are
+/// declined, like rule offsets.
 #[derive(Clone, Copy, Debug)]
 struct Row {
     cfa_reg: u16,
     n: u16,
-    cfa_off: i64,
+    cfa_off: i32,
     regs: [u16; MAX_RULES],
     rules: [Rule; MAX_RULES],
 }
+
+const _: () = assert!(core::mem::size_of::<Row>() <= 128);
 
 impl Row {
     const EMPTY: Row = Row {
@@ -158,7 +163,11 @@ impl<'a> Rd<'a> {
             _ => self.uleb_long(),
         }
     }
-    #[inline(never)]
+    // Cold, so never inlined; `#[inline]` so that it is compiled next to
+    // its callers (in the cold capture's section), not in another unit.
+    #[inline]
+    #[cold]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn uleb_long(&mut self) -> Option<u64> {
         let mut v = 0u64;
         let mut shift = 0u32;
@@ -175,6 +184,7 @@ impl<'a> Rd<'a> {
         }
     }
     #[inline]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn sleb(&mut self) -> Option<i64> {
         let mut v = 0i64;
         let mut shift = 0u32;
@@ -201,6 +211,8 @@ impl<'a> Rd<'a> {
     /// A pointer encoded `enc` (`absptr` or `pcrel`, fixed sizes only);
     /// `field` is the address of the byte at `pos`. `value_only` skips the
     /// application (for `pc_range`).
+    #[inline]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn ptr(&mut self, enc: u8, field: u64, value_only: bool) -> Option<u64> {
         let v = match enc & 0x0f {
             0x00 | 0x04 => self.u64()?,
@@ -233,6 +245,7 @@ struct Cie<'a> {
     insns: &'a [u8],
 }
 
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn parse_cie(eh: &[u8], off: usize) -> Option<Cie<'_>> {
     let mut r = Rd { b: eh, pos: off };
@@ -303,6 +316,7 @@ fn parse_cie(eh: &[u8], off: usize) -> Option<Cie<'_>> {
 
 /// The row for `addr` from the FDE at offset `off` of `eh` (an `.eh_frame`
 /// mapped at `eh_addr`).
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub(crate) fn row_for(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Fast {
     match row_inner(eh, eh_addr, off, addr) {
@@ -311,6 +325,7 @@ pub(crate) fn row_for(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Fast {
     }
 }
 
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn row_inner(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Option<Fast> {
     let mut r = Rd { b: eh, pos: off };
@@ -373,10 +388,12 @@ pub(crate) struct FastRow {
 
 impl FastRow {
     /// The row as the unwinder's view.
+    #[inline]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     pub(crate) fn view(&self) -> RowView<'static> {
         let row = &self.row;
         RowView::from_fn(
-            CfaView::RegOffset(row.cfa_reg, row.cfa_off),
+            CfaView::RegOffset(row.cfa_reg, row.cfa_off as i64),
             self.ra,
             row.n as usize,
             |i| (row.regs[i], row.rules[i].view()),
@@ -386,6 +403,7 @@ impl FastRow {
 
 /// Runs `insns` from location `loc` until the row that covers `addr`.
 /// `initial` is the CIE's row (None while running the CIE itself).
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn run(
     cie: &Cie<'_>,
@@ -487,10 +505,10 @@ fn run(
             }
             0x0c => {
                 row.cfa_reg = r.reg()?;
-                row.cfa_off = r.uleb()? as i64;
+                row.cfa_off = i32::try_from(r.uleb()?).ok()?;
             }
             0x0d => row.cfa_reg = r.reg()?,
-            0x0e => row.cfa_off = r.uleb()? as i64,
+            0x0e => row.cfa_off = i32::try_from(r.uleb()?).ok()?,
             0x11 => {
                 let reg = r.reg()?;
                 let off = r.sleb()?.checked_mul(daf)?;
@@ -498,9 +516,9 @@ fn run(
             }
             0x12 => {
                 row.cfa_reg = r.reg()?;
-                row.cfa_off = r.sleb()?.checked_mul(daf)?;
+                row.cfa_off = i32::try_from(r.sleb()?.checked_mul(daf)?).ok()?;
             }
-            0x13 => row.cfa_off = r.sleb()?.checked_mul(daf)?,
+            0x13 => row.cfa_off = i32::try_from(r.sleb()?.checked_mul(daf)?).ok()?,
             0x14 => {
                 let reg = r.reg()?;
                 let off = (r.uleb()? as i64).checked_mul(daf)?;

@@ -18,14 +18,28 @@
 //!   the next [`prepare`] (or the background refresher of
 //!   [`prepare_in_background`]) sees. So the very first capture needs no
 //!   set-up at all, allocates nothing and takes no lock.
-//! - **Rule cache**: a global direct-mapped cache of 4096 words maps a lookup
-//!   address to its packed rule (one relaxed atomic load per frame). Filled
-//!   from compiled tables only, cleared when a snapshot is replaced.
+//! - **Rule cache**: a global 2-way set-associative cache of 8192 words maps
+//!   a return address to its packed rule (one relaxed atomic load per
+//!   frame). Filled from compiled tables only; cleared when a snapshot
+//!   without some module of the old one is published, or when a capture
+//!   finds a snapshot module unloaded (below).
 //! - **dlopen/dlclose**: a new library is found by the cold path at once.
-//!   After a `dlclose`, call [`prepare`] (or run the background refresher),
-//!   so that the snapshot forgets the library before its address range is
-//!   reused; until then its rules stay in the snapshot (reads stay bounded:
-//!   the tables own their bytes, the stack reads are checked).
+//!   After a `dlclose`, with glibc's `_dl_find_object` (2.35+): a capture
+//!   that misses the rule cache in a snapshot module, or reads its code,
+//!   first checks with `_dl_find_object` (lock-free) that the module is
+//!   still the object loaded there; if not, it unwinds that frame from the
+//!   CFI of whatever is loaded there now, clears the rule cache (once) and
+//!   flags the snapshot for the next [`prepare`]. So no stale rule is taken
+//!   from the snapshot and no unloaded code is read. What remains until
+//!   [`prepare`] runs (or the first such miss): a frame whose return
+//!   address equals one cached from the unloaded library may be unwound
+//!   with its old rule (stack reads stay checked: wrong frames at worst,
+//!   never a fault). Calling [`prepare`] after `dlclose` closes that too.
+//!   Without `_dl_find_object`, [`prepare`] after `dlclose` is required
+//!   before the unloaded range can be reused: until then the snapshot still
+//!   lists the library and its code may be read. Either way, a library must
+//!   not be unloaded while a capture may be walking through it (its code is
+//!   then on that thread's stack: a bug in itself).
 //! - Without `_dl_find_object` (glibc older than 2.35, or a libc without
 //!   it), only snapshot modules are known: call [`prepare`] once before
 //!   capturing, or captures stop at the first unknown module.
@@ -45,7 +59,9 @@ use crate::unwind::{
 type A = NativeArch;
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use crate::arch::native::exact::{decode_fast, decode_unchecked, PACKED_END};
+use crate::arch::native::exact::{decode_fast, PACKED_END};
+#[cfg(target_arch = "x86_64")]
+use crate::arch::x86_64::exact::{run_exit, run_same_rule};
 
 /// Other targets: no packed rules.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -57,10 +73,70 @@ fn decode_fast(_: u16) -> Option<(bool, u64, i64)> {
     None
 }
 
-/// Other targets: never called (nothing decodes).
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-fn decode_unchecked(_: u16) -> (bool, u64, i64) {
-    (false, 8, 0)
+/// Exit codes of [`run_same_rule`] (as on x86-64).
+#[cfg(not(target_arch = "x86_64"))]
+mod run_exit {
+    pub(crate) const FULL: u64 = 0;
+    pub(crate) const OUTERMOST: u64 = 1;
+    pub(crate) const SLOW: u64 = 2;
+    pub(crate) const CHANGED: u64 = 3;
+}
+
+/// The portable form of x86-64's `run_same_rule` (same contract): frames
+/// under one fast rule while the next frame's cached word is its key with
+/// that rule. (No target but x86-64 packs fast rules yet.)
+///
+/// # Safety
+/// As x86-64's `run_same_rule`.
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn run_same_rule(
+    regs: &mut [u64; 3],
+    o: &mut *mut usize,
+    end: *mut usize,
+    from_fp: bool,
+    tag: u64,
+    off_a: u64,
+    ra_at: u64,
+    a_max: u64,
+    cache: *const u64,
+) -> (u64, u64) {
+    let [mut pc, mut sp, mut fp] = *regs;
+    let mut out = *o;
+    let (code, word) = loop {
+        let a = if from_fp { fp } else { sp }.wrapping_add(off_a);
+        if a < sp || a > a_max {
+            break (run_exit::SLOW, 0);
+        }
+        // SAFETY: sp <= a <= hi - ra_at - 8: inside the readable stack.
+        let ra = unsafe { core::ptr::read_unaligned((a + ra_at) as *const u64) };
+        if ra_at != 0 {
+            // SAFETY: as above, below the return address.
+            fp = unsafe { core::ptr::read_unaligned(a as *const u64) };
+        }
+        if ra == 0 {
+            break (run_exit::OUTERMOST, 0);
+        }
+        // SAFETY: out < end: a slot of the caller's.
+        unsafe {
+            *out = ra as usize;
+            out = out.add(1);
+        }
+        pc = ra;
+        sp = a + ra_at + 8;
+        if out == end {
+            break (run_exit::FULL, 0);
+        }
+        // SAFETY: the index is below CACHE_SIZE.
+        let v = unsafe { core::ptr::read_volatile(cache.add(cache_set(pc))) } ^ pc;
+        if v != tag {
+            break (run_exit::CHANGED, v);
+        }
+    };
+    *regs = [pc, sp, fp];
+    *o = out;
+    (code, word)
 }
 
 // ---------------------------------------------------------------- memory
@@ -83,6 +159,7 @@ unsafe extern "C" {
 /// `__libc_stack_end`, it is on the main thread's stack, which is one
 /// mapping from `sp` to its top (the kernel keeps other mappings a guard gap
 /// away from it), so `[sp, __libc_stack_end + 8)` is readable.
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn main_stack_bounds(sp: u64) -> Option<StackBounds> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -110,6 +187,7 @@ impl StackMemory {
         self.bounds[0].hi as u64
     }
 
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     pub(crate) fn for_sp(sp: u64) -> Option<Self> {
         // The thread's cached bounds when it has them; on the main thread,
         // the loader's stack end (no system call); else the one-time lookup.
@@ -126,6 +204,7 @@ impl StackMemory {
     }
 
     #[cold]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn read_other(&self, addr: u64) -> Result<u64, ReadError> {
         let a = addr as usize;
         let b = &self.bounds[1];
@@ -246,6 +325,7 @@ struct DlModule {
     eh_frame_hdr: u64,
 }
 
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn dl_find(pc: u64) -> Option<DlModule> {
     let f = dl_find_object_fn()?;
     let mut r = DlFindObject {
@@ -314,6 +394,106 @@ struct LocalModule {
     bias: u64,
     path: std::path::PathBuf,
     table: Arc<UnwindTable<A>>,
+    /// Who the module was when the snapshot was taken (None without
+    /// `_dl_find_object`): a capture compares it with what is loaded at its
+    /// addresses now, so that a module unloaded by `dlclose` since (and
+    /// whatever is loaded at its addresses now) is never taken for this one.
+    live: Option<Identity>,
+}
+
+/// A loaded object as `_dl_find_object` sees it, and its GNU build-id where
+/// it sits in the object's first page (always mapped while the object is
+/// loaded): the same mapping with another build-id is another build (a
+/// rebuilt plugin reloaded at the same address, say).
+struct Identity {
+    dl: DlModule,
+    /// Offset of the build-id bytes from `dl.start`, and the bytes.
+    build_id: Option<(u64, Box<[u8]>)>,
+    /// False when what `_dl_find_object` found at the module's text at
+    /// `prepare` time is not the listed module (it was unloaded, and maybe
+    /// replaced, while `prepare` ran): the module then never matches.
+    confirmed: bool,
+}
+
+impl Identity {
+    /// Called by [`prepare`] for a listed module, with `_dl_find_object`.
+    fn of(m: &crate::modules::Module) -> Identity {
+        let unconfirmed = Identity {
+            dl: DlModule {
+                start: 0,
+                end: 0,
+                eh_frame_hdr: 0,
+            },
+            build_id: None,
+            confirmed: false,
+        };
+        let Some(text) = m.segments.iter().find(|s| s.executable) else {
+            return unconfirmed;
+        };
+        let Some(dl) = dl_find(text.start as u64) else {
+            return unconfirmed;
+        };
+        let mut confirmed = m.eh_frame_hdr.map_or(0, |h| h as u64) == dl.eh_frame_hdr;
+        let page = 4096u64.min(dl.end.saturating_sub(dl.start)) as usize;
+        let build_id = match m.build_id.as_deref() {
+            Some(id) if !id.is_empty() => {
+                // SAFETY: the first page of a loaded object (the start of
+                // its first PT_LOAD mapping, which holds at least the ELF
+                // header) is mapped and readable while it is loaded.
+                let first = unsafe { core::slice::from_raw_parts(dl.start as *const u8, page) };
+                match first.windows(id.len()).position(|w| w == id) {
+                    Some(at) => Some((at as u64, Box::from(id))),
+                    // GNU ld, gold and lld put the note in the first page:
+                    // another object is loaded there now.
+                    None => {
+                        confirmed = false;
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        Identity {
+            dl,
+            build_id,
+            confirmed,
+        }
+    }
+}
+
+impl LocalModule {
+    /// Whether the module is still the object loaded at `addr` (one of its
+    /// addresses), by `_dl_find_object` (lock-free) and the build-id.
+    /// Always true without `_dl_find_object`. Async-signal-safe.
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+    fn still_loaded(&self, addr: u64, now: impl FnOnce(u64) -> Option<DlModule>) -> bool {
+        let Some(then) = &self.live else {
+            return true;
+        };
+        if !then.confirmed {
+            return false;
+        }
+        let Some(d) = now(addr) else {
+            return false;
+        };
+        if d.start != then.dl.start
+            || d.end != then.dl.end
+            || d.eh_frame_hdr != then.dl.eh_frame_hdr
+        {
+            return false;
+        }
+        match &then.build_id {
+            None => true,
+            Some((at, id)) => {
+                // SAFETY: `[start + at, start + at + len)` lies in the first
+                // page of the object loaded at `start` now (checked at
+                // `prepare`: `at + len <= 4096` and within the mapping).
+                let now_id =
+                    unsafe { core::slice::from_raw_parts((d.start + at) as *const u8, id.len()) };
+                now_id == &id[..]
+            }
+        }
+    }
 }
 
 struct Snapshot {
@@ -322,6 +502,9 @@ struct Snapshot {
     modules: Box<[LocalModule]>,
     adds: u64,
     subs: u64,
+    /// Set by the first capture that finds one of `modules` unloaded: it
+    /// clears the rule cache once (see [`LocalSource::module`]).
+    unloaded_seen: AtomicBool,
 }
 
 impl Snapshot {
@@ -355,37 +538,47 @@ const CACHE_BITS: u32 = 13;
 const CACHE_SIZE: usize = 1 << CACHE_BITS;
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: AtomicU64 = AtomicU64::new(0);
-/// Lookup address (low 48 bits) << 16 | packed rule. 0 is empty.
+/// The key bits of a cache word.
+const KEY_MASK: u64 = (1 << 48) - 1;
+/// Cache words: `key | packed rule << 48`, where the key is the lookup
+/// address plus one (so a return address is its own key: the hot loop
+/// hashes the value it loaded, with no arithmetic first). 0 is empty.
+/// Rules are never 0, so with the rule in the high bits a hot frame checks
+/// key and rule with one `xor` and one compare (see [`hot_run`]).
 static CACHE: [AtomicU64; CACHE_SIZE] = [EMPTY; CACHE_SIZE];
 
-/// The cache is 2-way set associative: a lookup address may sit in either
-/// word of its pair.
+/// The cache is 2-way set associative: a key may sit in either word of its
+/// pair, which starts at this (even) index.
 #[inline(always)]
-fn cache_set(addr: u64) -> usize {
-    ((addr ^ (addr >> CACHE_BITS) ^ (addr >> (2 * CACHE_BITS))) as usize) & (CACHE_SIZE - 2)
+fn cache_set(key: u64) -> usize {
+    ((key ^ (key >> CACHE_BITS)) as usize) & (CACHE_SIZE - 2)
 }
 
-/// The cached word of `addr` (key in the high 48 bits), or 0.
+/// The packed rule cached for the lookup address `addr`, or 0.
 #[inline(always)]
-fn cache_get(addr: u64) -> u64 {
-    let i = cache_set(addr);
-    let v = CACHE[i].load(Ordering::Relaxed);
-    if v >> 16 == addr {
-        return v;
-    }
-    let v = CACHE[i + 1].load(Ordering::Relaxed);
-    if v >> 16 == addr {
-        return v;
+fn cache_get(addr: u64) -> u16 {
+    let key = addr.wrapping_add(1);
+    let i = cache_set(key);
+    for w in [i, i + 1] {
+        let x = CACHE[w].load(Ordering::Relaxed) ^ key;
+        if x & KEY_MASK == 0 {
+            return (x >> 48) as u16;
+        }
     }
     0
 }
 
-/// Caches a packed rule: in an empty way, else in the second way, so two
-/// hot addresses of one set both stay.
+/// Caches a packed rule: in the first way if it is empty or holds the same
+/// key, else in the second way, so two hot addresses of one set both stay.
 fn cache_put(addr: u64, packed: u16) {
-    let i = cache_set(addr);
-    let word = addr << 16 | packed as u64;
-    let w = if CACHE[i].load(Ordering::Relaxed) == 0 {
+    let key = addr.wrapping_add(1);
+    if packed == 0 || key == 0 || key & !KEY_MASK != 0 {
+        return;
+    }
+    let i = cache_set(key);
+    let word = key | (packed as u64) << 48;
+    let w0 = CACHE[i].load(Ordering::Relaxed);
+    let w = if w0 == 0 || w0 & KEY_MASK == key {
         i
     } else {
         i + 1
@@ -501,7 +694,11 @@ pub struct PrepareStats {
 ///
 /// Optional with glibc 2.35+ (captures find modules without it, more
 /// slowly); needed once before capturing with an older glibc. Call it again
-/// after `dlclose`. Cheap when nothing changed (one `dl_iterate_phdr`).
+/// after `dlclose`: with glibc 2.35+ captures detect an unloaded module by
+/// themselves (see the module docs of `unwind::local`), but until `prepare`
+/// runs, a frame whose return address equals one cached from the unloaded
+/// library may still be unwound with its old rule; with an older glibc it
+/// is required. Cheap when nothing changed (one `dl_iterate_phdr`).
 ///
 /// Not async-signal-safe: allocates, takes the loader's lock. Never call it
 /// from a signal handler.
@@ -560,10 +757,12 @@ pub fn prepare() -> PrepareStats {
         for s in m.segments.iter().filter(|s| s.executable) {
             segments.push((s.start as u64, (s.start + s.size) as u64, idx));
         }
+        let live = has_dl_find_object().then(|| Identity::of(m));
         modules.push(LocalModule {
             bias: m.bias as u64,
             path: m.path.clone(),
             table,
+            live,
         });
     }
     segments.sort_by_key(|s| s.0);
@@ -573,6 +772,7 @@ pub fn prepare() -> PrepareStats {
         modules: modules.into_boxed_slice(),
         adds,
         subs,
+        unloaded_seen: AtomicBool::new(false),
     });
     // The old snapshot is leaked on purpose: a capture may still read it.
     SNAPSHOT.store(Box::into_raw(snap), Ordering::Release);
@@ -617,6 +817,7 @@ impl LocalSource {
         }
     }
 
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn dl_module(&self, addr: u64) -> Option<DlModule> {
         if let Some(m) = self.last.get() {
             if m.start <= addr && addr < m.end {
@@ -627,27 +828,56 @@ impl LocalSource {
         self.last.set(Some(m));
         Some(m)
     }
+
+    /// The snapshot's module holding `addr`, if it is still the object
+    /// loaded there (see [`LocalModule::live`]).
+    #[inline]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+    fn module(&self, addr: u64) -> Option<&'static LocalModule> {
+        let s = self.snap?;
+        let m = s.find(addr)?;
+        if m.still_loaded(addr, |a| self.dl_module(a)) {
+            return Some(m);
+        }
+        unloaded(s);
+        None
+    }
+}
+
+/// A module of `s` is no longer loaded (`dlclose` without [`prepare`]
+/// since): the next [`prepare`] must rebuild the snapshot, and the rule
+/// cache, which may hold the module's rules, is cleared (once per
+/// snapshot; lock-free, a few microseconds). Async-signal-safe.
+#[cold]
+#[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn unloaded(s: &Snapshot) {
+    STALE.store(true, Ordering::Relaxed);
+    if !s.unloaded_seen.swap(true, Ordering::Relaxed) {
+        clear_cache();
+    }
 }
 
 impl RuleSource<A> for LocalSource {
     #[inline(always)]
     fn rule(&self, addr: u64) -> Found<<A as Arch>::Rule> {
         if self.snap.is_some() {
-            let v = cache_get(addr);
-            if v != 0 {
-                return Found::Rule(A::unpack(v as u16));
+            let p = cache_get(addr);
+            if p != 0 {
+                return Found::Rule(A::unpack(p));
             }
         }
         self.rule_slow(addr)
     }
 
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn evaluate<M: Memory + ?Sized>(
         &self,
         addr: u64,
         regs: &UnwindRegs,
         mem: &mut M,
     ) -> Result<Applied, UnwindError> {
-        if let Some(m) = self.snap.and_then(|s| s.find(addr)) {
+        if let Some(m) = self.module(addr) {
             let svma = addr.wrapping_sub(m.bias);
             let t = &m.table;
             return cfi::evaluate::<A, M>(
@@ -667,18 +897,20 @@ impl RuleSource<A> for LocalSource {
         }
     }
 
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn is_signal_trampoline(&self, pc: u64) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             let known = match self.snap {
-                Some(s) => s.in_code(pc),
+                Some(s) => s.in_code(pc) && self.module(pc).is_some(),
                 None => false,
             };
             if !known {
                 return false;
             }
             // SAFETY: `pc` is at least 16 bytes below the end of an
-            // executable segment of a loaded module: mapped and readable.
+            // executable segment of a module still loaded (checked with
+            // `_dl_find_object` when glibc has it): mapped and readable.
             let code = unsafe { core::slice::from_raw_parts(pc as *const u8, 9) };
             crate::arch::x86_64::exact::is_sigreturn_trampoline(code)
         }
@@ -695,12 +927,9 @@ impl LocalSource {
     #[inline(never)]
     #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn rule_slow(&self, addr: u64) -> Found<<A as Arch>::Rule> {
-        if let Some(m) = self.snap.and_then(|s| s.find(addr)) {
+        if let Some(m) = self.module(addr) {
             let rule = m.table.lookup(addr.wrapping_sub(m.bias));
-            let p = A::pack(rule);
-            if p != 0 && addr >> 48 == 0 {
-                cache_put(addr, p);
-            }
+            cache_put(addr, A::pack(rule));
             return Found::Rule(rule);
         }
         if self.dl_module(addr).is_some() {
@@ -741,139 +970,209 @@ impl crate::unwind::insn::CodeMemory for LocalCode {
         if addr >= g.1 {
             return 0;
         }
+        if !s.modules[g.2].still_loaded(addr, dl_find) {
+            unloaded(s);
+            return 0;
+        }
         let n = ((g.1 - addr) as usize).min(buf.len());
         // SAFETY: `[addr, addr + n)` lies inside an executable segment of a
-        // module loaded when the snapshot was taken; modules are only
-        // unloaded by `dlclose`, after which `prepare` must run again (the
-        // same rule as for the CFI tables).
+        // module loaded when the snapshot was taken and, by
+        // `_dl_find_object`, still loaded now (without it, modules are only
+        // unloaded by `dlclose`, after which `prepare` must run again).
         unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), n) };
         n
     }
 }
 
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn insn_fallback(mem: &StackMemory) -> crate::unwind::insn::InsnFallback<LocalCode> {
     crate::unwind::insn::InsnFallback::new(LocalCode::new(), mem.hi())
 }
 
 // ---------------------------------------------------------------- entries
 
-/// The state of the hot loop between runs: the registers and the packed
-/// rule of the last fast frame.
+/// The registers of the frame a walk is at; `pc` is a return address (its
+/// lookup address is `pc - 1`) unless the walk says it is exact.
+#[derive(Clone, Copy)]
 struct Hot {
     pc: u64,
     sp: u64,
     fp: u64,
-    prev: u16,
 }
 
 /// How a run of the hot loop ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum HotEnd {
-    /// `out` is full.
+    /// The output is full.
     Full,
-    /// A zero return address: the outermost frame.
+    /// A zero return address or a cached `End` rule: the outermost frame.
     Outermost,
     /// The frame at `hot.pc` needs the generic unwinder.
     Slow,
 }
 
-/// The hot loop: frames whose lookup address is in the rule cache, applied
-/// with reads in `[sp, hi)`. Writes return addresses to `out` and returns
-/// how many, and why it stopped. Kept out of line so that its state lives in
-/// registers. Requires `hot.sp` inside the stack whose top is `hi`.
-#[inline(never)]
-#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-fn hot_run(hot: &mut Hot, hi: u64, out: &mut [usize]) -> (usize, HotEnd) {
-    let (mut pc, mut sp, mut fp) = (hot.pc, hot.sp, hot.fp);
-    let mut prev = hot.prev;
-    if decode_fast(prev).is_none() {
-        // Not a fast rule (the first run): force a decode of the first frame.
-        prev = 0;
+/// A fast rule (`decode_fast`) as the hot loop applies it, relative to `a`,
+/// the lowest stack word the frame reads: `a = (fp if from_fp else sp) +
+/// off_a`; the return address is at `a + ra_at`, the caller's stack pointer
+/// (the CFA) is `a + ra_at + 8`, and when `ra_at != 0` the caller's frame
+/// pointer was saved at `a` (when `ra_at == 0` it is unchanged). So one
+/// check, `sp <= a <= a_max`, keeps every read of the frame in `[sp, hi)`.
+#[derive(Clone, Copy)]
+struct FastRule {
+    /// The packed rule in place in a cache word (`p << 48`).
+    tag: u64,
+    from_fp: bool,
+    off_a: u64,
+    ra_at: u64,
+    /// `hi - ra_at - 8`.
+    a_max: u64,
+}
+
+impl FastRule {
+    #[inline(always)]
+    fn new(p: u16, hi: u64) -> Option<FastRule> {
+        // `cfa >= 8`, `bp <= 0`.
+        let (from_fp, cfa, bp) = decode_fast(p)?;
+        let (off_a, ra_at) = match bp {
+            0 => (cfa - 8, 0),
+            // The caller's rbp below the return address.
+            b if b <= -16 => ((cfa as i64 + b) as u64, (-b - 8) as u64),
+            // Saved at the return address's own slot: not a real rule.
+            _ => return None,
+        };
+        Some(FastRule {
+            tag: (p as u64) << 48,
+            from_fp,
+            off_a,
+            ra_at,
+            a_max: hi.checked_sub(ra_at + 8)?,
+        })
     }
-    let len = out.len();
-    let mut slots = out.iter_mut();
-    // The decoded rule, redone only when the rule changes (the first frame
-    // always decodes: `prev` is 0 or a fast rule, never 0 for a cached one).
-    let (mut from_fp, mut cfa_off, mut bp_off) = decode_unchecked(prev);
-    let end = loop {
-        if slots.len() == 0 {
-            break HotEnd::Full;
+}
+
+/// The hot loop: frames whose key (their return address) is in the rule
+/// cache with a fast rule, applied with reads in `[sp, hi)`. Writes up to
+/// `len` return addresses at `out`; returns how many, and why it stopped,
+/// with `hot` at the last frame written (or at the start). Requires
+/// `hot.sp` inside the stack whose top is `hi`, and `hot.pc` a return
+/// address.
+///
+/// A frame costs a cache load, one `xor` and compare of the loaded word
+/// against the current rule (key and rule at once: consecutive frames
+/// usually share a rule, and then nothing is decoded and the stack loads
+/// need not wait for the cache load), one range check and the rule's one or
+/// two stack loads. A non-canonical return address could alias a cached
+/// key in the compare; its frame is then unwound with a wrong rule, which
+/// stays inside the checked stack range like any corrupt frame.
+///
+/// # Safety
+/// `out` must be valid for `len` writes.
+#[inline(always)]
+unsafe fn hot_loop(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize, HotEnd) {
+    let (mut pc, mut sp, mut fp) = (hot.pc, hot.sp, hot.fp);
+    let mut o = out;
+    // SAFETY: one past the end of the caller's `len` slots.
+    let end = unsafe { out.add(len) };
+    let why = 'walk: {
+        if o == end {
+            break 'walk HotEnd::Full;
         }
-        let v = cache_get(pc.wrapping_sub(1));
-        let p = v as u16;
-        // Value prediction: a frame whose rule is the previous frame's (a
-        // well-predicted branch) reuses the decoded rule held in registers,
-        // so its stack loads need not wait for the cache load, and nothing
-        // is decoded.
-        if v == 0 {
-            break HotEnd::Slow;
-        }
-        if p != prev {
-            if decode_fast(p).is_none() {
+        let mut x = CACHE[cache_set(pc)].load(Ordering::Relaxed) ^ pc;
+        loop {
+            // A new rule: find the key in either way, decode.
+            if x & KEY_MASK != 0 {
+                x = CACHE[cache_set(pc) + 1].load(Ordering::Relaxed) ^ pc;
+                if x & KEY_MASK != 0 {
+                    break 'walk HotEnd::Slow;
+                }
+            }
+            let p = (x >> 48) as u16;
+            let Some(r) = FastRule::new(p, hi) else {
                 // `_start`, a thread's start: CFI says there is no caller.
                 if p == PACKED_END && PACKED_END != 0 {
-                    break HotEnd::Outermost;
+                    break 'walk HotEnd::Outermost;
                 }
-                break HotEnd::Slow;
+                break 'walk HotEnd::Slow;
+            };
+            // Frames under this rule.
+            let mut regs = [pc, sp, fp];
+            // SAFETY: `o..end` are the caller's slots; `[sp, hi)` is
+            // readable stack and `r.a_max` comes from `hi`; `CACHE` is the
+            // rule cache.
+            let (exit, word) = unsafe {
+                run_same_rule(
+                    &mut regs,
+                    &mut o,
+                    end,
+                    r.from_fp,
+                    r.tag,
+                    r.off_a,
+                    r.ra_at,
+                    r.a_max,
+                    CACHE.as_ptr().cast(),
+                )
+            };
+            [pc, sp, fp] = regs;
+            match exit {
+                run_exit::CHANGED => x = word,
+                run_exit::FULL => break 'walk HotEnd::Full,
+                run_exit::OUTERMOST => break 'walk HotEnd::Outermost,
+                run_exit::SLOW => break 'walk HotEnd::Slow,
+                _ => break 'walk HotEnd::Slow,
             }
-            prev = opaque(p);
-            // Decoded from the register copy: ALU work off the load chain.
-            (from_fp, cfa_off, bp_off) = decode_unchecked(prev);
-        }
-        let cfa = if from_fp {
-            fp.wrapping_add(cfa_off)
-        } else {
-            sp.wrapping_add(cfa_off)
-        };
-        let bp_at = cfa.wrapping_add(bp_off as u64);
-        // [cfa - 8, cfa) and the saved rbp (below the CFA, at or above the
-        // frame's sp) lie in [sp, hi): readable stack.
-        if cfa < sp.wrapping_add(8) || cfa > hi || bp_at < sp {
-            break HotEnd::Slow;
-        }
-        // SAFETY: lo <= sp <= cfa - 8 < cfa <= hi: inside this thread's
-        // mapped, readable stack.
-        let ra = unsafe { core::ptr::read_unaligned((cfa - 8) as *const u64) };
-        if bp_off != 0 {
-            // SAFETY: sp <= bp_at <= cfa - 8 (bp_off <= -8): as above.
-            fp = unsafe { core::ptr::read_unaligned(bp_at as *const u64) };
-        }
-        if ra == 0 {
-            break HotEnd::Outermost;
-        }
-        pc = ra;
-        sp = cfa;
-        if let Some(slot) = slots.next() {
-            *slot = ra as usize;
         }
     };
-    let n = len - slots.len();
-    *hot = Hot { pc, sp, fp, prev };
-    (n, end)
+    *hot = Hot { pc, sp, fp };
+    // SAFETY: both in (or one past) the caller's slots.
+    (unsafe { o.offset_from(out) } as usize, why)
+}
+
+/// [`hot_loop`] out of line, for the generic walk.
+///
+/// # Safety
+/// As [`hot_loop`].
+#[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+unsafe fn hot_run(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize, HotEnd) {
+    // SAFETY: the caller's promise.
+    unsafe { hot_loop(hot, hi, out, len) }
+}
+
+/// The stack memory and the rule source of a walk from `sp`, or why there
+/// is no walk (the stack holding `sp` is unknown).
+#[inline(always)]
+fn walk_setup(sp: u64) -> Result<(StackMemory, LocalSource), StopReason> {
+    match StackMemory::for_sp(sp) {
+        Some(m) => Ok((m, LocalSource::new())),
+        None => Err(StopReason::Error(UnwindError::Read(
+            ReadError::OutOfBounds(sp),
+        ))),
+    }
+}
+
+/// The start of [`walk_pcs`] and [`walk_frames`]: nothing to do for an
+/// empty `out`, else [`walk_setup`]; `Err` is what the walk returns.
+#[inline(always)]
+fn walk_start<T>(sp: u64, out: &[T]) -> Result<(StackMemory, LocalSource), (usize, StopReason)> {
+    if out.is_empty() {
+        return Err((0, StopReason::BufferFull));
+    }
+    walk_setup(sp).map_err(|e| (0, e))
 }
 
 /// Walks from `regs`, writing pcs after dropping `skip`. Returns the count
 /// and why the walk ended.
-///
-/// Frames whose rule is in the rule cache go through [`hot_run`]: a cache
-/// load, the rule's two or three stack loads and the checks. Any other
-/// frame takes one step of the generic [`Unwinder`].
-#[inline(always)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub(crate) fn walk_pcs(
     regs: UnwindRegs,
     exact: bool,
     mut skip: usize,
     out: &mut [usize],
 ) -> (usize, StopReason) {
-    if out.is_empty() {
-        return (0, StopReason::BufferFull);
-    }
-    let Some(mut mem) = StackMemory::for_sp(regs.sp) else {
-        return (
-            0,
-            StopReason::Error(UnwindError::Read(ReadError::OutOfBounds(regs.sp))),
-        );
+    let (mut mem, source) = match walk_start(regs.sp, out) {
+        Ok(s) => s,
+        Err(end) => return end,
     };
-    let source = LocalSource::new();
     if regs.pc == 0 {
         return (0, StopReason::Outermost);
     }
@@ -884,21 +1183,38 @@ pub(crate) fn walk_pcs(
         out[0] = regs.pc as usize;
         n = 1;
     }
+    let hot = Hot {
+        pc: regs.pc,
+        sp: regs.sp,
+        fp: regs.fp,
+    };
+    walk_rest(hot, exact, skip, n, out, &mut mem, &source)
+}
+
+/// The rest of a walk whose `n` first pcs are in `out` and whose frame
+/// `hot` (already written or skipped) is next to unwind.
+///
+/// Frames whose rule is in the rule cache go through [`hot_run`]. Any other
+/// frame takes one step of the generic [`Unwinder`].
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn walk_rest(
+    mut hot: Hot,
+    mut exact: bool,
+    mut skip: usize,
+    mut n: usize,
+    out: &mut [usize],
+    mem: &mut StackMemory,
+    source: &LocalSource,
+) -> (usize, StopReason) {
     // The stack the walk starts on; frames on another stack (after a signal
     // frame on an alternate stack) take the generic path. The cache is
     // filled from published tables only: before any, it is empty, and not
     // even touched (its pages stay unfaulted).
     let (lo, hi) = (mem.bounds[0].lo as u64, mem.bounds[0].hi as u64);
     let has_tables = source.snap.is_some();
-    let mut hot = Hot {
-        pc: regs.pc,
-        sp: regs.sp,
-        fp: regs.fp,
-        prev: 0,
-    };
-    let mut exact = exact;
-    // Small: the cold capture's stack depth is page faults.
-    let mut scratch = [0usize; 8];
+    // Skipped frames go here (small: the cold capture's stack depth is page
+    // faults).
+    let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 8];
     loop {
         if n == out.len() {
             return (n, StopReason::BufferFull);
@@ -906,17 +1222,19 @@ pub(crate) fn walk_pcs(
         // Exact pcs (a signal context's first frame, a frame below a signal
         // frame) are rare: the generic step takes them.
         if !exact && has_tables && hot.sp >= lo && hot.sp < hi {
-            let (k, end) = if skip > 0 {
+            let end = if skip > 0 {
                 let m = skip.min(scratch.len());
-                let (k, e) = hot_run(&mut hot, hi, &mut scratch[..m]);
+                // SAFETY: `m` slots of `scratch`.
+                let (k, e) = unsafe { hot_run(&mut hot, hi, scratch.as_mut_ptr().cast(), m) };
                 skip -= k;
-                (0, e)
+                e
             } else {
-                let (k, e) = hot_run(&mut hot, hi, &mut out[n..]);
+                // SAFETY: the `out.len() - n` slots after the first `n`.
+                let (k, e) =
+                    unsafe { hot_run(&mut hot, hi, out.as_mut_ptr().add(n), out.len() - n) };
                 n += k;
-                (k, e)
+                e
             };
-            let _ = k;
             match end {
                 HotEnd::Full => continue,
                 HotEnd::Outermost => return (n, StopReason::Outermost),
@@ -930,10 +1248,10 @@ pub(crate) fn walk_pcs(
             fp: hot.fp,
             lr: 0,
         };
-        let fallback = insn_fallback(&mem);
-        let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
-        let _ = u.next(&mut mem);
-        match u.next(&mut mem) {
+        let fallback = insn_fallback(mem);
+        let mut u = Unwinder::<A, _, _>::with_fallback(source, regs, exact, fallback);
+        let _ = u.next(mem);
+        match u.next(mem) {
             Some(f) => {
                 exact = f.method == crate::unwind::Method::SignalFrame;
                 let r = *u.regs();
@@ -952,15 +1270,14 @@ pub(crate) fn walk_pcs(
     }
 }
 
-/// `x`, with the compiler forbidden to know that it equals anything else.
+/// The end of the stack holding `sp` when it is known without a lookup:
+/// the thread's cached bounds, or the main thread's stack end.
 #[inline(always)]
-fn opaque(mut x: u16) -> u16 {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    // SAFETY: an empty asm block that only claims to modify `x`.
-    unsafe {
-        core::arch::asm!("/* {0:e} */", inout(reg) x, options(pure, nomem, nostack, preserves_flags));
+fn known_stack_end(sp: u64) -> Option<u64> {
+    match stack::cached_stack_end(sp as usize) {
+        Some(hi) => Some(hi as u64),
+        None => main_stack_bounds(sp).map(|b| b.hi as u64),
     }
-    x
 }
 
 /// Like [`walk_pcs`], keeping the whole frames.
@@ -970,16 +1287,10 @@ pub(crate) fn walk_frames(
     mut skip: usize,
     out: &mut [Frame],
 ) -> (usize, StopReason) {
-    if out.is_empty() {
-        return (0, StopReason::BufferFull);
-    }
-    let Some(mut mem) = StackMemory::for_sp(regs.sp) else {
-        return (
-            0,
-            StopReason::Error(UnwindError::Read(ReadError::OutOfBounds(regs.sp))),
-        );
+    let (mut mem, source) = match walk_start(regs.sp, out) {
+        Ok(s) => s,
+        Err(end) => return end,
     };
-    let source = LocalSource::new();
     let fallback = insn_fallback(&mem);
     let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
     let mut n = 0;
@@ -996,6 +1307,9 @@ pub(crate) fn walk_frames(
     }
     (n, u.stop_reason())
 }
+
+#[cfg(target_arch = "x86_64")]
+crate::arch::x86_64::exact::define_exact_entry!();
 
 /// Called by the architecture's naked `exact_entry` with the registers of
 /// the caller of the capture: `pc` is the return address into it.
@@ -1018,15 +1332,75 @@ pub(crate) unsafe extern "C" fn exact_from_entry(
     if out.is_null() || max == 0 {
         return 0;
     }
-    // SAFETY: the caller promises `max` writable slots at `out`.
-    let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
-    let regs = UnwindRegs {
+    let mut hot = Hot {
         pc: pc as u64,
         sp: sp as u64,
         fp: fp as u64,
+    };
+    // The warm path: tables published (the rule cache is filled from them
+    // only, so before them it is not even touched), the stack's end known
+    // without a lookup. `pc` is a return address, so never 0.
+    if !SNAPSHOT.load(Ordering::Relaxed).is_null() {
+        if let Some(hi) = known_stack_end(hot.sp) {
+            let max = max as usize;
+            let mut skip = skip as usize;
+            let mut n = 0;
+            if skip == 0 {
+                // SAFETY: `max >= 1` slots at `out`.
+                unsafe { *out = pc };
+                n = 1;
+            } else {
+                skip -= 1;
+            }
+            let mut why = HotEnd::Full;
+            // Skipped frames: through a small scratch buffer.
+            let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 16];
+            while skip > 0 && why == HotEnd::Full {
+                let m = skip.min(scratch.len());
+                // SAFETY: `m` slots of `scratch`.
+                let (k, e) = unsafe { hot_loop(&mut hot, hi, scratch.as_mut_ptr().cast(), m) };
+                skip -= k;
+                why = e;
+            }
+            if why == HotEnd::Full && n < max {
+                // SAFETY: the `max - n` slots after the first `n` of `out`.
+                let (k, e) = unsafe { hot_loop(&mut hot, hi, out.add(n), max - n) };
+                n += k;
+                why = e;
+            }
+            return match why {
+                HotEnd::Full | HotEnd::Outermost => n as u32,
+                // SAFETY: as for this function.
+                HotEnd::Slow => unsafe { exact_slow_rest(hot, skip, n, out, max) },
+            };
+        }
+    }
+    // SAFETY: the caller promises `max` writable slots at `out`.
+    let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
+    let regs = UnwindRegs {
+        pc: hot.pc,
+        sp: hot.sp,
+        fp: hot.fp,
         lr: 0,
     };
     walk_pcs(regs, false, skip as usize, out).0 as u32
+}
+
+/// The warm path's way out when a frame is not in the rule cache: the rest
+/// of the walk with the generic unwinder, from `hot` (written or skipped).
+///
+/// # Safety
+/// `out` must be valid for `max` writes.
+#[cold]
+#[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+unsafe fn exact_slow_rest(hot: Hot, skip: usize, n: usize, out: *mut usize, max: usize) -> u32 {
+    // SAFETY: the caller promises `max` writable slots at `out`.
+    let out = unsafe { core::slice::from_raw_parts_mut(out, max) };
+    match walk_setup(hot.sp) {
+        Ok((mut mem, source)) => walk_rest(hot, false, skip, n, out, &mut mem, &source).0 as u32,
+        Err(_) => n as u32,
+    }
 }
 
 /// The arguments of [`info_from_entry`], passed by pointer so that the
@@ -1064,4 +1438,181 @@ pub(crate) unsafe extern "C" fn info_from_entry(
     let (n, s) = walk_frames(regs, false, req.skip, out);
     req.stop = s;
     n
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+#[allow(non_snake_case)]
+mod tests {
+    use super::*;
+    use crate::arch::x86_64::UnwindRuleX86_64 as R;
+
+    /// Fake code addresses: never mapped, so their rule-cache keys are
+    /// this test's own (the hot loop never reads code).
+    const CODE: u64 = 0x0000_7e5a_0000_0000;
+
+    fn put(ra: u64, rule: R) {
+        let p = A::pack(rule);
+        assert_ne!(p, 0, "{rule:?} packs");
+        cache_put(ra - 1, p);
+        assert_eq!(cache_get(ra - 1), p);
+    }
+
+    /// A fake stack of 256 words, its top `hi` one past the last.
+    struct Fake {
+        words: Vec<u64>,
+    }
+
+    impl Fake {
+        fn new() -> Self {
+            Fake {
+                words: vec![0; 256],
+            }
+        }
+        fn at(&self, i: usize) -> u64 {
+            self.words.as_ptr() as u64 + 8 * i as u64
+        }
+        fn hi(&self) -> u64 {
+            self.at(self.words.len())
+        }
+        fn run(&self, hot: &mut Hot, len: usize) -> (Vec<u64>, HotEnd) {
+            let mut out = vec![0usize; len];
+            // SAFETY: `len` slots; `[hot.sp, hi)` is the fake stack.
+            let (n, why) = unsafe { hot_loop(hot, self.hi(), out.as_mut_ptr(), len) };
+            (out[..n].iter().map(|&x| x as u64).collect(), why)
+        }
+    }
+
+    /// Return addresses of test `t` (tests run at once and share the cache).
+    fn ras(t: u64) -> [u64; 5] {
+        let b = CODE + t * 0x10_0000;
+        [b + 0x10, b + 0x1110, b + 0x2210, b + 0x3310, b + 0x4410]
+    }
+
+    /// Frames under a frame-record rule, two `rsp`-based rules (one saving
+    /// `rbp`), the frame-record rule again, and an outermost frame.
+    fn chain(t: u64) -> (Fake, Hot, [u64; 5]) {
+        let RA = ras(t);
+        put(RA[0], R::Bp { cfa: 16, bp: -16 });
+        put(RA[1], R::Sp { cfa: 24, bp: 0 });
+        put(RA[2], R::Sp { cfa: 32, bp: -24 });
+        put(RA[3], R::Bp { cfa: 16, bp: -16 });
+        put(RA[4], R::End);
+        let mut f = Fake::new();
+        let at = |f: &Fake, i| f.at(i);
+        // Frame 0 at fp = word 12: saved fp (not used again), return address.
+        f.words[12] = 0xdead_beef;
+        f.words[13] = RA[1];
+        // Frame 1: CFA = word 14 + 24 = word 17.
+        f.words[16] = RA[2];
+        // Frame 2: CFA = word 17 + 32 = word 21, rbp saved at CFA - 24.
+        f.words[18] = at(&f, 30);
+        f.words[20] = RA[3];
+        // Frame 3: record at word 30.
+        f.words[30] = 0;
+        f.words[31] = RA[4];
+        let hot = Hot {
+            pc: RA[0],
+            sp: at(&f, 10),
+            fp: at(&f, 12),
+        };
+        (f, hot, RA)
+    }
+
+    #[test]
+    fn hot_loop_walks_mixed_rules_to_the_outermost_frame() {
+        let (f, mut hot, RA) = chain(1);
+        let (pcs, why) = f.run(&mut hot, 16);
+        assert_eq!(pcs, &RA[1..]);
+        assert!(why == HotEnd::Outermost);
+    }
+
+    #[test]
+    fn hot_loop_stops_when_full_and_resumes() {
+        let (f, mut hot, RA) = chain(2);
+        let (pcs, why) = f.run(&mut hot, 2);
+        assert_eq!(pcs, &RA[1..3]);
+        assert!(why == HotEnd::Full);
+        assert_eq!((hot.pc, hot.sp, hot.fp), (RA[2], f.at(17), 0xdead_beef));
+        let (pcs, why) = f.run(&mut hot, 16);
+        assert_eq!(pcs, &RA[3..]);
+        assert!(why == HotEnd::Outermost);
+        let (pcs, why) = f.run(&mut Hot { pc: RA[0], ..hot }, 0);
+        assert!(pcs.is_empty() && why == HotEnd::Full);
+    }
+
+    /// A corrupt saved frame pointer in frame 2: the walk stops at frame 3
+    /// (for the generic unwinder) without reading outside the stack.
+    #[test]
+    fn hot_loop_never_reads_outside_the_stack() {
+        let (mut f, hot0, RA) = chain(3);
+        let hi = f.hi();
+        let lo = f.at(0);
+        for bad in [
+            u64::MAX - 15,
+            u64::MAX - 7,
+            0x10,
+            lo,
+            f.at(20), // below the frame's sp (word 21)
+            hi - 8,
+            hi,
+            hi + 4096,
+        ] {
+            f.words[18] = bad;
+            let mut hot = hot0;
+            let (pcs, why) = f.run(&mut hot, 16);
+            assert_eq!(pcs, &RA[1..4], "fp {bad:#x}");
+            assert!(why == HotEnd::Slow, "fp {bad:#x}");
+            assert_eq!((hot.pc, hot.fp), (RA[3], bad));
+        }
+        // The highest record that fits: read, and its zero return address
+        // ends the walk.
+        f.words[18] = hi - 16;
+        let mut hot = hot0;
+        let (pcs, why) = f.run(&mut hot, 16);
+        assert_eq!(pcs, &RA[1..4]);
+        assert!(why == HotEnd::Outermost);
+    }
+
+    #[test]
+    fn hot_loop_declines_rules_that_leave_the_stack() {
+        let (mut f, hot0, RA) = chain(4);
+        // CFA past the top of the stack.
+        put(RA[1], R::Sp { cfa: 2040, bp: 0 });
+        let mut hot = hot0;
+        let (pcs, why) = f.run(&mut hot, 16);
+        assert_eq!(pcs, &RA[1..2]);
+        assert!(why == HotEnd::Slow && hot.pc == RA[1]);
+        // rbp saved below the frame's stack pointer.
+        put(RA[1], R::Sp { cfa: 16, bp: -248 });
+        let mut hot = hot0;
+        let (_, why) = f.run(&mut hot, 16);
+        assert!(why == HotEnd::Slow && hot.pc == RA[1]);
+        // A CFA from rbp that wraps around: fp + 16 overflows.
+        put(RA[1], R::Sp { cfa: 24, bp: 0 });
+        put(RA[3], R::Bp { cfa: 32, bp: -16 });
+        f.words[18] = u64::MAX - 7;
+        let mut hot = hot0;
+        let (pcs, why) = f.run(&mut hot, 16);
+        assert_eq!(pcs, &RA[1..4]);
+        assert!(why == HotEnd::Slow && hot.pc == RA[3]);
+        // Rules the hot loop does not apply, and a key not in the cache.
+        for rule in [
+            R::Evaluate,
+            R::NoCfi,
+            R::SignalFrame,
+            R::Plt { threshold: 11 },
+        ] {
+            put(RA[1], rule);
+            let mut hot = hot0;
+            let (pcs, why) = f.run(&mut hot, 16);
+            assert_eq!(pcs, &RA[1..2]);
+            assert!(why == HotEnd::Slow && hot.pc == RA[1], "{rule:?}");
+        }
+        let mut hot = Hot {
+            pc: CODE + 0x5550,
+            ..hot0
+        };
+        let (pcs, why) = f.run(&mut hot, 16);
+        assert!(pcs.is_empty() && why == HotEnd::Slow);
+    }
 }

@@ -359,6 +359,7 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
 /// The frame-pointer rule: the frame record at `fp` holds the caller's
 /// frame pointer and return address. `None` when `fp` is not a plausible
 /// record (below `sp`, misaligned, unreadable).
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub fn frame_pointer_step<A: Arch, M: Memory + ?Sized>(
     regs: &UnwindRegs,

@@ -56,9 +56,3 @@ pub(crate) const PACKED_END: u16 = 0;
 pub(crate) fn decode_fast(_p: u16) -> Option<(bool, u64, i64)> {
     None
 }
-
-/// [`decode_fast`] of a rule it accepted (none on AArch64).
-#[inline(always)]
-pub(crate) fn decode_unchecked(_p: u16) -> (bool, u64, i64) {
-    (false, 8, 0)
-}

@@ -114,6 +114,9 @@ impl Arch for X86_64 {
         }
     }
 
+    // Local copies in the cold capture's code (see `unwind::local`).
+    #[inline]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn compile_row(row: &RowView<'_>, signal: bool) -> UnwindRuleX86_64 {
         use UnwindRuleX86_64 as R;
         if signal {
