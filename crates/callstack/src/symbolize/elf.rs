@@ -356,7 +356,8 @@ pub(crate) fn load_sup_dwarf(
             | gimli::SectionId::DebugLineStr
             | gimli::SectionId::DebugLine
             | gimli::SectionId::DebugStrOffsets => match obj.section_by_name(id.name()) {
-                Some(s) => match s.uncompressed_data() {
+                // A declared size its stream cannot hold counts as absent.
+                Some(s) => match crate::elf_section::data(&s) {
                     Ok(Cow::Borrowed(b)) => b,
                     Ok(Cow::Owned(v)) => map.stash(v),
                     Err(_) => &[],
