@@ -306,6 +306,11 @@ fn parse_cie(eh: &[u8], off: usize) -> Option<Cie<'_>> {
                 _ => return None,
             }
         }
+        // The fields must lie inside the augmentation data (gimli rejects
+        // a CIE whose 'R' byte, say, lies past it).
+        if r.pos > data_end {
+            return None;
+        }
         r.pos = data_end;
     } else if !aug.is_empty() {
         return None;
