@@ -66,7 +66,10 @@
 pub mod arch;
 #[cfg(target_os = "linux")]
 pub mod crash;
+mod elf_section;
 mod fast;
+#[doc(hidden)]
+pub mod fuzzing;
 mod hash;
 pub mod modules;
 #[cfg(feature = "remote")]

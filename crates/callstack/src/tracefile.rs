@@ -335,8 +335,12 @@ impl<R: Read> TraceReader<R> {
         if len > 1 << 30 {
             return Err(TraceError::Corrupt("record longer than 1 GiB", self.offset));
         }
-        self.payload.resize(len as usize, 0);
-        if read_full(&mut self.src, &mut self.payload)? < len as usize {
+        // Grow the buffer with the bytes that actually arrive, not with the
+        // declared length: a 10-byte file claiming a 1 GiB record must not
+        // allocate 1 GiB before it turns out truncated.
+        self.payload.clear();
+        let got = read_up_to(&mut self.src, &mut self.payload, len)?;
+        if got < len {
             return Ok(Step::Truncated);
         }
         let at = self.offset;
@@ -430,6 +434,23 @@ fn read_full(src: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Appends up to `len` bytes of `src` to `buf`, growing it in steps as the
+/// bytes come (never by `len` at once); returns how many were read.
+fn read_up_to(src: &mut impl Read, buf: &mut Vec<u8>, len: u64) -> io::Result<u64> {
+    let mut got = 0u64;
+    let mut chunk = [0u8; 8192];
+    while got < len {
+        let want = (len - got).min(chunk.len() as u64) as usize;
+        let n = read_full(src, &mut chunk[..want])?;
+        buf.extend_from_slice(&chunk[..n]);
+        got += n as u64;
+        if n < want {
+            break;
         }
     }
     Ok(got)

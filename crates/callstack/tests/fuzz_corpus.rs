@@ -1,48 +1,48 @@
-//! Runs the fuzz targets' calls over the regression corpus in fuzz/corpus
-//! on every `cargo test`: truncated ELF files, scrambled DWARF sections
-//! (DWARF 4 and 5, compressed and not), malformed trace files. Any answer
-//! or error is fine; a panic is not.
-#![cfg(feature = "symbolize")]
+//! Replays the regression corpus of every fuzz target (fuzz/corpus/<target>)
+//! on every `cargo test`, through the very functions the targets run
+//! (fuzz/fuzz_targets/common/mod.rs): truncated and scrambled ELF files and
+//! DWARF, core files, trace files, crash reports, EHABI tables, machine
+//! code, CFI sections, maps lines, mangled names, and the inputs the fuzzers
+//! found crashing (named `crash_*`). Any answer or error is fine; a panic,
+//! an overflow or an abort is not.
+#![cfg(all(feature = "symbolize", feature = "remote", target_os = "linux"))]
 
-use callstack::symbolize::{Address, Symbolizer};
+#[path = "../../../fuzz/fuzz_targets/common/mod.rs"]
+mod targets;
+
 use testsupport::workspace_root;
 
 fn corpus(name: &str) -> Vec<(String, Vec<u8>)> {
     let dir = workspace_root().join("fuzz/corpus").join(name);
     let mut v: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
         .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
         .collect();
     v.sort();
+    assert!(!v.is_empty(), "empty corpus {name}");
     v
+}
+
+/// Runs `f` on each corpus file of `target`, naming the file if it panics.
+fn replay<T>(target: &str, f: impl Fn(&[u8]) -> T) -> Vec<(String, T)> {
+    corpus(target)
+        .into_iter()
+        .map(|(name, data)| {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&data)))
+                .unwrap_or_else(|_| panic!("{target}: {name} panicked"));
+            (name, r)
+        })
+        .collect()
 }
 
 #[test]
 fn symbolize_elf_corpus() {
-    let files = corpus("symbolize_elf");
-    assert!(files.len() >= 20);
-    let mut opened = 0;
-    let mut named = 0;
-    for (name, data) in files {
-        let Ok(mut s) = Symbolizer::for_bytes(data.clone()) else {
-            continue;
-        };
-        opened += 1;
-        for a in (0x1000..0x1400usize)
-            .step_by(5)
-            .chain((0x400000..0x400400).step_by(3))
-        {
-            if s.symbolize(Address::Exact(a)).function().is_some() {
-                named += 1;
-            }
-        }
-        for w in data.chunks_exact(8).take(64) {
-            let a = u64::from_le_bytes(w.try_into().unwrap()) as usize;
-            let _ = s.symbolize(Address::Return(a));
-        }
-        let _ = name;
-    }
+    let runs = replay("symbolize_elf", targets::symbolize_elf);
+    assert!(runs.len() >= 20);
+    let opened = runs.iter().filter(|r| r.1.is_some()).count();
+    let named: usize = runs.iter().filter_map(|r| r.1).sum();
     // The intact files and most scrambled ones open and name something.
     assert!(opened >= 10, "{opened}");
     assert!(named > 0);
@@ -50,10 +50,10 @@ fn symbolize_elf_corpus() {
 
 #[test]
 fn tracefile_corpus() {
-    let files = corpus("tracefile");
+    let runs = replay("tracefile", targets::tracefile);
     let mut ok = 0;
-    for (name, data) in files {
-        if let Ok(t) = callstack::tracefile::read_all(&data[..]) {
+    for (name, t) in runs {
+        if let Some(t) = t {
             ok += 1;
             if name.ends_with("/valid") {
                 assert_eq!(t.modules.len(), 1);
@@ -64,4 +64,60 @@ fn tracefile_corpus() {
         }
     }
     assert!(ok >= 3);
+}
+
+#[test]
+fn core_file_corpus() {
+    let runs = replay("core_file", targets::core_file);
+    // The real (shrunk) cores open and have their threads.
+    for (name, threads) in &runs {
+        if name.ends_with("/gcore_5threads") {
+            assert_eq!(*threads, Some(5), "{name}");
+        }
+    }
+}
+
+#[test]
+fn crash_report_corpus() {
+    let runs = replay("crash_report", targets::crash_report);
+    assert!(runs.iter().any(|r| r.1 > 0));
+}
+
+#[test]
+fn ehabi_corpus() {
+    replay("ehabi", targets::ehabi);
+}
+
+#[test]
+fn insn_code_corpus() {
+    replay("insn_code", targets::insn_code);
+}
+
+#[test]
+fn unwind_table_corpus() {
+    replay("unwind_table", targets::unwind_table);
+}
+
+#[test]
+fn cfi_eval_corpus() {
+    replay("cfi_eval", targets::cfi_eval);
+}
+
+#[test]
+fn demangle_corpus() {
+    replay("demangle", targets::demangle);
+}
+
+#[test]
+fn proc_maps_corpus() {
+    let runs = replay("proc_maps", targets::proc_maps);
+    assert!(runs.iter().all(|r| r.1 > 0));
+}
+
+#[test]
+fn remote_image_corpus() {
+    let runs = replay("remote_image", targets::remote_image);
+    // The intact library names its functions.
+    let tiny = runs.iter().find(|r| r.0.ends_with("/tiny_dso")).unwrap();
+    assert!(tiny.1 > 0, "{tiny:?}");
 }

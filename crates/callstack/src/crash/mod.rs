@@ -133,6 +133,10 @@ mod report;
 mod resolve;
 mod signals;
 mod snapshot;
+/// The parsers [`crate::fuzzing`] hands to the fuzz targets.
+pub(crate) mod fuzzing {
+    pub(crate) use super::snapshot::{build_id_in_notes, maps_line_fields};
+}
 mod sys;
 
 pub use helper::{HELPER_ENV, HELPER_SUBCOMMAND, REPORT_ENV, SYMBOLIZE_ENV, TIMEOUT_ENV};

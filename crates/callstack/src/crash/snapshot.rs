@@ -212,6 +212,12 @@ struct MapsLine<'a> {
     path: &'a [u8],
 }
 
+/// [`parse_maps_line`]'s fields `(start, end, offset, path)`, for the fuzz
+/// targets (through `crate::fuzzing`).
+pub(crate) fn maps_line_fields(line: &[u8]) -> Option<(usize, usize, usize, &[u8])> {
+    parse_maps_line(line).map(|l| (l.start, l.end, l.offset, l.path))
+}
+
 /// Parses `start-end perms offset dev inode   path`.
 fn parse_maps_line(line: &[u8]) -> Option<MapsLine<'_>> {
     let mut fields = line.splitn(6, |&b| b == b' ');

@@ -149,7 +149,7 @@ fn parse_of<Elf: FileHeader<Endian = Endianness>>(
             let offset: u64 = ph.p_offset(endian).into();
             let filesz: u64 = ph.p_filesz(endian).into();
             let avail = (data.len() as u64).saturating_sub(offset).min(filesz);
-            missing += filesz - avail;
+            missing = missing.saturating_add(filesz - avail);
             out.segments.push(Segment {
                 vaddr: ph.p_vaddr(endian).into(),
                 memsz: ph.p_memsz(endian).into(),
@@ -191,7 +191,7 @@ fn parse_of<Elf: FileHeader<Endian = Endianness>>(
             .segments
             .iter()
             .find(|s| sp >= s.vaddr && sp < s.vaddr.saturating_add(s.memsz))
-            .map(|s| s.vaddr + s.memsz);
+            .map(|s| s.vaddr.saturating_add(s.memsz));
     }
     if let Some(name) = &out.process_name {
         let pid = out.pid;
@@ -450,12 +450,17 @@ impl CoreFile {
         }
         // The vDSO, from the core's own memory.
         if let Some(vdso) = self.auxv_value(AT_SYSINFO_EHDR) {
-            if let Some(seg) = self.segment_at(vdso) {
-                let end = seg.vaddr + seg.filesz;
+            // The image is what the core holds of the segment from `vdso`
+            // on (nothing when `vdso` lies past the dumped bytes).
+            let seg_end = |seg: &Segment| seg.vaddr.saturating_add(seg.filesz);
+            if let Some(seg) = self.segment_at(vdso).filter(|s| vdso < seg_end(s)) {
+                let end = seg_end(seg);
                 let mut image = vec![0u8; (end - vdso) as usize];
                 if self.read_bytes(vdso, &mut image) {
                     let bias = files::load_segments(&image)
-                        .and_then(|(_, s)| s.first().map(|s| vdso.wrapping_sub(s.0 - s.1)))
+                        .and_then(|(_, s)| {
+                            s.first().map(|s| vdso.wrapping_sub(s.0.wrapping_sub(s.1)))
+                        })
                         .unwrap_or(vdso);
                     mods.push(Module {
                         name: "[vdso]".into(),
@@ -559,16 +564,19 @@ impl CoreFile {
         let len = buf.len() as u64;
         if let Some(s) = self.segment_at(addr) {
             let rel = addr - s.vaddr;
+            // `filesz` is clipped to the file, but a segment can start past
+            // its end (then `filesz` is 0): every index is checked.
             if rel.saturating_add(len) <= s.filesz {
-                let off = (s.offset + rel) as usize;
-                buf.copy_from_slice(&self.data[off..off + buf.len()]);
-                return true;
+                if let Some(src) = slice_at(&self.data, s.offset.saturating_add(rel), buf.len()) {
+                    buf.copy_from_slice(src);
+                    return true;
+                }
             }
         }
         for f in &self.file_backed {
             if addr >= f.start && addr.saturating_add(len) <= f.end {
-                let off = (f.file_offset + (addr - f.start)) as usize;
-                if let Some(src) = f.data.get(off..off + buf.len()) {
+                let off = f.file_offset.saturating_add(addr - f.start);
+                if let Some(src) = slice_at(&f.data, off, buf.len()) {
                     buf.copy_from_slice(src);
                     return true;
                 }
@@ -641,6 +649,12 @@ impl CoreFile {
     pub fn memory(&self) -> CoreMemory<'_> {
         CoreMemory { core: self }
     }
+}
+
+/// `len` bytes of `data` at `off`, if they all lie inside it.
+fn slice_at(data: &[u8], off: u64, len: usize) -> Option<&[u8]> {
+    let off = usize::try_from(off).ok()?;
+    data.get(off..off.checked_add(len)?)
 }
 
 /// The memory of a core, read by the unwinder.

@@ -19,6 +19,10 @@
 
 pub mod corefile;
 mod files;
+/// The parsers [`crate::fuzzing`] hands to the fuzz targets.
+pub(crate) mod fuzzing {
+    pub use super::files::{build_id, exec_segments, load_bias, load_segments};
+}
 #[cfg(target_os = "linux")]
 pub mod process;
 #[cfg(target_os = "linux")]

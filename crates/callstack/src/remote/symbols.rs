@@ -8,7 +8,7 @@
 //! open. It began as the interim symbolizer of this module.
 
 use addr2line::gimli;
-use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSymbol, SymbolKind};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -114,7 +114,7 @@ fn load(backing: Backing) -> Option<Obj> {
             }
             let bytes: &'static [u8] = match file
                 .section_by_name(id.name())
-                .and_then(|s| s.uncompressed_data().ok())
+                .and_then(|s| crate::elf_section::data(&s).ok())
             {
                 Some(std::borrow::Cow::Borrowed(b)) => b,
                 Some(std::borrow::Cow::Owned(v)) => {
@@ -205,7 +205,7 @@ impl Symbolizer {
         let from_table = || {
             let i = obj.symbols.partition_point(|s| s.0 <= probe);
             let s = obj.symbols.get(i.checked_sub(1)?)?;
-            (s.1 == 0 || probe < s.0 + s.1).then(|| demangle(&s.2))
+            (s.1 == 0 || probe < s.0.saturating_add(s.1)).then(|| demangle(&s.2))
         };
         match out.last_mut() {
             Some(last) if last.function.is_none() => last.function = from_table(),

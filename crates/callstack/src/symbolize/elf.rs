@@ -236,14 +236,17 @@ fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Ve
         // Like binutils, a symbol names every address up to the next
         // symbol of its section, padding included: ELF sizes are not
         // trusted (hand-written assembly often has none).
+        // A range that wraps past the top of the address space is corrupt:
+        // the symbol is left out.
         let end = match sym
             .section_index()
             .and_then(|i| obj.section_by_index(i).ok())
         {
-            Some(sec) => sec.address() + sec.size(),
-            None if sym.size() > 0 => sym.address() + sym.size(),
+            Some(sec) => sec.address().checked_add(sec.size()),
+            None if sym.size() > 0 => sym.address().checked_add(sym.size()),
             None => return,
         };
+        let Some(end) = end else { return };
         // A debug file's .symtab describes NOBITS sections: still right.
         let _ = from_debug_file;
         if let Ok(name) = sym.name() {
@@ -297,10 +300,11 @@ fn load_dwarf(
             return Ok(gimli::EndianSlice::new(&[], endian));
         }
         let bytes: &'static [u8] = match obj.section_by_name(id.name()) {
-            Some(s) => match s.uncompressed_data() {
+            Some(s) => match crate::elf_section::data(&s) {
                 Ok(Cow::Borrowed(b)) => b,
                 Ok(Cow::Owned(v)) => map.stash(v),
-                // A section we cannot decompress is treated as absent.
+                // A section we cannot decompress (or whose header declares
+                // a size its stream cannot hold) is treated as absent.
                 Err(_) => &[],
             },
             None => &[],
@@ -326,7 +330,11 @@ fn load_dwarf(
         .section_by_name(".debug_info")
         .map(|s| s.compressed_data())
     {
-        Some(Ok(c)) if c.format == object::CompressionFormat::Zlib => {
+        // A declared size the stream cannot hold (a corrupt header) leaves
+        // `.debug_info` absent rather than allocating that size.
+        Some(Ok(c))
+            if c.format == object::CompressionFormat::Zlib && crate::elf_section::plausible(&c) =>
+        {
             Info::Inflating(Inflating::new(c.data, c.uncompressed_size as usize), endian)
         }
         _ => Info::Plain(*gimli::Section::reader(&dwarf.debug_info)),
@@ -348,7 +356,8 @@ pub(crate) fn load_sup_dwarf(
             | gimli::SectionId::DebugLineStr
             | gimli::SectionId::DebugLine
             | gimli::SectionId::DebugStrOffsets => match obj.section_by_name(id.name()) {
-                Some(s) => match s.uncompressed_data() {
+                // A declared size its stream cannot hold counts as absent.
+                Some(s) => match crate::elf_section::data(&s) {
                     Ok(Cow::Borrowed(b)) => b,
                     Ok(Cow::Owned(v)) => map.stash(v),
                     Err(_) => &[],

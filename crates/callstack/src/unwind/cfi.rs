@@ -589,7 +589,29 @@ fn evaluate_gimli<A: Arch, M: Memory + ?Sized>(
                 let Some(table) = parsed.table() else {
                     return Ok(Applied::NoCfi);
                 };
-                table.fde_for_address(&sec, &bases, addr, EhFrame::cie_from_offset)
+                // A row is at least 4 bytes: a count the header cannot hold
+                // is corrupt (and gimli's search multiplies it unchecked).
+                let rows = Iterator::size_hint(&table.iter(&bases)).0;
+                if rows > hdr.len() / 4 {
+                    return Err(UnwindError::BadCfi);
+                }
+                // gimli's `fde_for_address` subtracts the FDE pointer from
+                // `eh_frame_ptr` unchecked: a table entry below `.eh_frame`
+                // would overflow; here it is BadCfi.
+                let fde_ptr = table.lookup(addr, &bases).and_then(|p| p.direct());
+                let eh_ptr = parsed.eh_frame_ptr().direct();
+                match (fde_ptr, eh_ptr) {
+                    (Ok(p), Ok(e)) => {
+                        let off = p.checked_sub(e).ok_or(UnwindError::BadCfi)?;
+                        let off = usize::try_from(off).map_err(|_| UnwindError::BadCfi)?;
+                        sec.fde_from_offset(
+                            &bases,
+                            gimli::EhFrameOffset(off),
+                            EhFrame::cie_from_offset,
+                        )
+                    }
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                }
             };
             let fde = match fde {
                 Ok(f) => f,

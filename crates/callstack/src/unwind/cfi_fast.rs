@@ -306,6 +306,11 @@ fn parse_cie(eh: &[u8], off: usize) -> Option<Cie<'_>> {
                 _ => return None,
             }
         }
+        // The fields must lie inside the augmentation data (gimli rejects
+        // a CIE whose 'R' byte, say, lies past it).
+        if r.pos > data_end {
+            return None;
+        }
         r.pos = data_end;
     } else if !aug.is_empty() {
         return None;
@@ -346,6 +351,9 @@ fn row_inner(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Option<Fast> {
     let field = eh_addr.wrapping_add(r.pos as u64);
     let begin = r.ptr(cie.fde_enc, field, false)?;
     let range = r.ptr(cie.fde_enc, 0, true)?;
+    // A range wrapping past the top of the address space is corrupt (gimli
+    // rejects the FDE): decline, as gimli would.
+    begin.checked_add(range)?;
     if addr < begin || addr - begin >= range {
         return Some(Fast::NotCovered);
     }
@@ -529,12 +537,9 @@ fn run(
             0x2e => {
                 r.uleb()?;
             }
-            0x2f => {
-                let reg = r.reg()?;
-                let off = (r.uleb()? as i64).checked_mul(daf)?.checked_neg()?;
-                row.set(reg, Rule::Offset(i32::try_from(off).ok()?))?;
-            }
-            // set_loc, expressions, vendor extensions: gimli's job.
+            // set_loc, expressions, vendor extensions: gimli's job. (That
+            // includes 0x2f, DW_CFA_GNU_negative_offset_extended, which gimli
+            // rejects: declining keeps the two in agreement.)
             _ => return None,
         }
     }
@@ -552,33 +557,56 @@ fn restore(row: &mut Row, initial: &Row, reg: u16) -> Option<()> {
     }
 }
 
+/// gimli's row for `addr` from the FDE at `off` of `eh`: the reference the
+/// fast interpreter must agree with (its test and the `cfi_eval` fuzz target).
+fn gimli_row(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Option<RowView<'_>> {
+    use crate::unwind::cfi::StackStorage;
+    use gimli::{EhFrame, LittleEndian, UnwindContext, UnwindSection};
+    let bases = gimli::BaseAddresses::default().set_eh_frame(eh_addr);
+    let sec = EhFrame::new(eh, LittleEndian);
+    let fde = sec
+        .fde_from_offset(&bases, off.into(), EhFrame::cie_from_offset)
+        .ok()?;
+    // As `cfi::evaluate_gimli`: gimli's rows can run past the FDE's range.
+    if !fde.contains(addr) {
+        return None;
+    }
+    let mut ctx: Box<UnwindContext<usize, StackStorage>> = Box::new(UnwindContext::new_in());
+    let row = fde
+        .unwind_info_for_address(&sec, &bases, &mut ctx, addr)
+        .ok()?;
+    RowView::from_gimli(row, &sec, fde.cie().return_address_register().0).ok()
+}
+
+fn same(a: &RowView<'_>, b: &RowView<'_>) -> bool {
+    a.cfa == b.cfa && (0..40u16).all(|r| a.reg(r) == b.reg(r))
+}
+
+/// Checks [`row_for`] against gimli on one FDE and address: the same row,
+/// or a decline. Not on any capture path: for the `cfi_eval` fuzz target
+/// (through `crate::fuzzing`).
+pub(crate) fn check_against_gimli(
+    eh: &[u8],
+    eh_addr: u64,
+    off: usize,
+    addr: u64,
+) -> Result<(), String> {
+    match (
+        row_for(eh, eh_addr, off, addr),
+        gimli_row(eh, eh_addr, off, addr),
+    ) {
+        (Fast::Row(f), Some(g)) if !same(&f.view(), &g) => {
+            Err(format!("at {addr:#x}: fast {:?}, gimli {g:?}", f.view()))
+        }
+        (Fast::Row(f), None) => Err(format!("at {addr:#x}: fast {:?}, gimli fails", f.view())),
+        (Fast::NotCovered, Some(g)) => Err(format!("at {addr:#x}: fast not covered, gimli {g:?}")),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unwind::cfi::{RowView, StackStorage};
-    use gimli::{EhFrame, LittleEndian, UnwindContext, UnwindSection};
-
-    fn gimli_row(
-        eh: &'static [u8],
-        eh_addr: u64,
-        off: usize,
-        addr: u64,
-    ) -> Option<RowView<'static>> {
-        let bases = gimli::BaseAddresses::default().set_eh_frame(eh_addr);
-        let sec = EhFrame::new(eh, LittleEndian);
-        let fde = sec
-            .fde_from_offset(&bases, off.into(), EhFrame::cie_from_offset)
-            .ok()?;
-        let mut ctx: Box<UnwindContext<usize, StackStorage>> = Box::new(UnwindContext::new_in());
-        let row = fde
-            .unwind_info_for_address(&sec, &bases, &mut ctx, addr)
-            .ok()?;
-        RowView::from_gimli(row, &sec, fde.cie().return_address_register().0).ok()
-    }
-
-    fn same(a: &RowView<'_>, b: &RowView<'_>) -> bool {
-        a.cfa == b.cfa && (0..40u16).all(|r| a.reg(r) == b.reg(r))
-    }
 
     /// Every FDE of every loaded module (this test binary, libc, libgcc,
     /// the vDSO...), at each of its first 64 bytes and then every 7th: the

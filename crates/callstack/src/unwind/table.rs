@@ -173,8 +173,7 @@ impl<A: Arch> UnwindTable<A> {
         let sec = |name: &str| -> Result<Option<(Vec<u8>, u64)>, TableError> {
             match file.section_by_name(name) {
                 Some(s) if s.kind() != object::SectionKind::UninitializedData => {
-                    let d = s
-                        .uncompressed_data()
+                    let d = crate::elf_section::data(&s)
                         .map_err(|e| TableError::Elf(format!("{name}: {e}")))?;
                     Ok(Some((d.into_owned(), s.address())))
                 }

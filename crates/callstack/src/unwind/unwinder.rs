@@ -370,11 +370,13 @@ pub fn frame_pointer_step<A: Arch, M: Memory + ?Sized>(
     if fp < regs.sp || fp & (rec.align as u64 - 1) != 0 {
         return None;
     }
+    // A record at the very top of the address space is not one.
+    let sp = fp.checked_add(16)?;
     let next_fp = mem.read_u64(fp + rec.fp_offset as u64).ok()?;
     let ra = mem.read_u64(fp + rec.ra_offset as u64).ok()?;
     Some(UnwindRegs {
         pc: ra,
-        sp: fp + 16,
+        sp,
         fp: next_fp,
         lr: 0,
     })

@@ -19,12 +19,12 @@ pub const X0_OFFSET: u64 = 128 + 176 + 8;
 
 /// Whether `pc` is the `rt_sigreturn` trampoline.
 pub fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> bool {
-    insn_at(code, pc) == Some(0xd280_1168) && insn_at(code, pc + 4) == Some(0xd400_0001)
+    insn_at(code, pc) == Some(0xd280_1168) && insn_at(code, pc.wrapping_add(4)) == Some(0xd400_0001)
 }
 
 /// The interrupted registers saved by the signal frame at `regs.sp`.
 pub fn restore<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<UnwindRegs> {
-    let x = |mem: &mut M, i: u64| mem.read_u64(regs.sp + X0_OFFSET + 8 * i).ok();
+    let x = |mem: &mut M, i: u64| mem.read_u64(regs.sp.wrapping_add(X0_OFFSET + 8 * i)).ok();
     Some(UnwindRegs {
         fp: x(mem, 29)?,
         lr: x(mem, 30)?,

@@ -292,7 +292,7 @@ pub fn execute<M: Memory + ?Sized>(
                         break;
                     }
                 }
-                vsp = vsp.wrapping_add(0x204 + (v << 2));
+                vsp = vsp.wrapping_add((v << 2).wrapping_add(0x204));
             }
             0xb3 => {
                 let b = next(&mut i);

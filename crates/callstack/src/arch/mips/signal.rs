@@ -30,7 +30,7 @@ pub fn sigcontext_offset(rt: bool) -> u64 {
 /// `Some(rt)` when `pc` is a sigreturn trampoline.
 pub fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> Option<bool> {
     let w0 = super::instruction_analysis::insn_at(code, pc)?;
-    let w1 = super::instruction_analysis::insn_at(code, pc + 4)?;
+    let w1 = super::instruction_analysis::insn_at(code, pc.wrapping_add(4))?;
     match [w0, w1] {
         SIGRETURN => Some(false),
         RT_SIGRETURN => Some(true),
@@ -40,8 +40,8 @@ pub fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> Option<bo
 
 /// The interrupted registers saved by the signal frame at `regs.sp`.
 pub fn restore<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M, rt: bool) -> Option<UnwindRegs> {
-    let sc = regs.sp + sigcontext_offset(rt);
-    let rd = |mem: &mut M, off: u64| mem.read_u32(sc + off).ok().map(u64::from);
+    let sc = regs.sp.wrapping_add(sigcontext_offset(rt));
+    let rd = |mem: &mut M, off: u64| mem.read_u32(sc.wrapping_add(off)).ok().map(u64::from);
     Some(UnwindRegs {
         pc: rd(mem, 8)?,
         sp: rd(mem, 16 + 8 * 29)?,

@@ -57,11 +57,13 @@ pub fn frame_record<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Optio
     if regs.fp & 15 != 0 || regs.fp <= regs.sp {
         return None;
     }
+    // A record at the very top of the address space is not one.
+    let sp = regs.fp.checked_add(16)?;
     let prev = mem.read_u64(regs.fp).ok()?;
     let lr = mem.read_u64(regs.fp + 8).ok()?;
     Some(UnwindRegs {
         pc: lr,
-        sp: regs.fp + 16,
+        sp,
         fp: prev,
         lr: 0,
     })

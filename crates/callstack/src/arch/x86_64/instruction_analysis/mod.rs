@@ -104,7 +104,7 @@ impl State {
         let mut i = 0;
         while i < self.nstores as usize {
             let (sb, so, _) = self.stores[i];
-            if sb == b && (so as i64 - off as i64).abs() < 8 {
+            if sb == b && so.abs_diff(off) < 8 {
                 self.stores[i] = self.stores[self.nstores as usize - 1];
                 self.nstores -= 1;
             } else {
@@ -169,9 +169,9 @@ impl State {
 
 fn add(v: Val, k: i64) -> Val {
     match v {
-        Val::Rel(b, o) => match i32::try_from(o as i64 + k) {
-            Ok(n) => Val::Rel(b, n),
-            Err(_) => Val::Unknown,
+        Val::Rel(b, o) => match (o as i64).checked_add(k).map(i32::try_from) {
+            Some(Ok(n)) => Val::Rel(b, n),
+            _ => Val::Unknown,
         },
         _ => Val::Unknown,
     }

@@ -374,7 +374,10 @@ where
     }
 
     // 3. The frame pointer, when it points at a believable record.
-    if regs.fp > regs.sp && regs.fp & 7 == 0 && regs.fp + 16 <= stack_end {
+    if regs.fp > regs.sp
+        && regs.fp & 7 == 0
+        && regs.fp.checked_add(16).is_some_and(|e| e <= stack_end)
+    {
         if let (Ok(next_fp), Ok(ra)) = (mem.read_u64(regs.fp), mem.read_u64(regs.fp + 8)) {
             let n = UnwindRegs {
                 pc: ra,
