@@ -13,6 +13,8 @@
 //! then the program's); "own frames" counts the program's frames from `d` to
 //! `main`, which all three tools can be scored on. A frame counts if it and
 //! every frame before it are right. Run with `--nocapture` to see the table.
+// The cores are read through `callstack::remote`.
+#![cfg(feature = "remote")]
 #![cfg(target_arch = "x86_64")]
 
 mod common;

@@ -7,6 +7,8 @@
 //!
 //! Skipped (with a message) when the cross compiler, qemu-user or
 //! gdb-multiarch is missing: `scripts/install-test-deps.sh` installs them.
+// The cores are read through `callstack::remote`.
+#![cfg(feature = "remote")]
 
 mod common;
 use callstack::unwind::insn::{unwind_prstatus, Method, TargetArch};

@@ -2,6 +2,8 @@
 //! without frame pointers: the chain must equal the one of the same code
 //! built with CFI (gdb's `bt` on that build's core is the truth; `.text` is
 //! checked identical and ASLR is off, so the addresses are the same).
+// The cores are read through `callstack::remote`.
+#![cfg(feature = "remote")]
 #![cfg(target_arch = "x86_64")]
 
 mod common;
