@@ -495,7 +495,11 @@ fn run(
                 row.set(reg, Rule::Register(from))?;
             }
             0x0a => {
-                if depth == MAX_STACK {
+                // In a CIE's initial instructions (never emitted by
+                // compilers) gimli keeps the remembered row under the
+                // initial rules, a stack shape this interpreter does not
+                // model: decline.
+                if depth == MAX_STACK || initial.is_none() {
                     return None;
                 }
                 stack[depth] = *row;
