@@ -113,9 +113,11 @@ fn outer_capture(out: &mut [usize]) -> usize {
 type Cb = extern "C" fn(i32) -> i32;
 
 static mut QUERY: Option<&'static str> = None;
+/// The tests that call through a library share `QUERY`: one at a time.
+static LIBRARY_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 extern "C" fn callback(x: i32) -> i32 {
-    // SAFETY: set before the call, single-threaded within this test.
+    // SAFETY: set before the call; the tests that set it run one at a time.
     let q = unsafe { QUERY.unwrap() };
     if called_from(q) {
         x
@@ -126,6 +128,7 @@ extern "C" fn callback(x: i32) -> i32 {
 
 #[test]
 fn through_a_shared_library() {
+    let _one_at_a_time = LIBRARY_TESTS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("called-from");
     let so = Gcc::new(&["sym_lib.c"])
         .flags("-O2 -fPIC -shared -fno-omit-frame-pointer")
@@ -149,4 +152,56 @@ fn through_a_shared_library() {
     assert!(run("sym_lib_twice"));
     assert!(run("called_from::through_a_shared_library"));
     assert!(!run("sym_lib_exported"));
+}
+
+/// A library unloaded and another loaded at the same place, with the same
+/// code under other names: the verdicts cached for the first must not
+/// answer for the second.
+#[test]
+fn after_dlclose_a_library_at_the_same_place_gets_its_own_verdicts() {
+    let _one_at_a_time = LIBRARY_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir("called-from-dlclose");
+    let build = |name: &str, defs: &str| {
+        let so = Gcc::new(&["sym_lib.c"])
+            .flags(&format!("-O2 -fPIC -shared -fno-omit-frame-pointer {defs}"))
+            .build(&dir.join(name));
+        std::ffi::CString::new(so.to_str().unwrap()).unwrap()
+    };
+    let a = build("libcf_dl_a.so", "");
+    let b = build(
+        "libcf_dl_b.so",
+        "-Dsym_lib_apply=other_apply -Dsym_lib_twice=other_twice",
+    );
+    // SAFETY: dlopen/dlsym/dladdr/dlclose of libraries we just built; the
+    // entry is called with the signature it defines, only while loaded.
+    let load = |path: &std::ffi::CStr, entry: &std::ffi::CStr| unsafe {
+        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        assert!(!h.is_null());
+        let f = libc::dlsym(h, entry.as_ptr());
+        assert!(!f.is_null());
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        assert_ne!(libc::dladdr(f, &mut info), 0);
+        let twice: extern "C" fn(Cb, i32) -> i32 = std::mem::transmute(f);
+        (h, twice, info.dli_fbase as usize)
+    };
+    let run = |twice: extern "C" fn(Cb, i32) -> i32, q: &'static str| {
+        // SAFETY: see `callback`.
+        unsafe { QUERY = Some(q) };
+        twice(callback, 1) != (-1000 + 1) * 2
+    };
+    let (ha, twice_a, base_a) = load(&a, c"sym_lib_twice");
+    assert!(run(twice_a, "sym_lib_apply"));
+    assert!(!run(twice_a, "other_apply"));
+    // SAFETY: nothing of the library is used after this.
+    unsafe { libc::dlclose(ha) };
+    let (_hb, twice_b, base_b) = load(&b, c"other_twice");
+    if base_a != base_b {
+        eprintln!("skipped: the second library was loaded elsewhere ({base_a:#x} / {base_b:#x})");
+        return;
+    }
+    assert!(
+        !run(twice_b, "sym_lib_apply"),
+        "a verdict of the unloaded library"
+    );
+    assert!(run(twice_b, "other_apply"));
 }

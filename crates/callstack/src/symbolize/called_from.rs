@@ -12,6 +12,10 @@ const VERDICT_CAP: usize = 1 << 16;
 thread_local! {
     /// (query hash, address) -> does a frame at the address match.
     static VERDICTS: RefCell<IntMap<u64, bool>> = RefCell::new(IntMap::default());
+    /// The loader's (added, removed) counters when `VERDICTS` was last
+    /// known to be right: after a `dlclose`, another library may sit at the
+    /// same addresses, so the verdicts are dropped when they move.
+    static LOADER: std::cell::Cell<Option<(u64, u64)>> = const { std::cell::Cell::new(None) };
 }
 
 /// Whether `name` is `query` or lies under it: `query` followed by `::`
@@ -46,7 +50,11 @@ fn query_hash(queries: &[&str]) -> u64 {
 /// Cost: the first call from a site symbolizes its frames (file I/O, DWARF
 /// parsing); afterwards each frame costs one lookup in a per-thread cache
 /// of verdicts, so a repeat call costs one capture plus a hash probe per
-/// frame. Not for signal handlers (it may allocate and lock).
+/// frame, plus one read of the dynamic loader's load/unload counters
+/// (`dl_iterate_phdr`): when a library was loaded or unloaded since, the
+/// thread's verdicts are dropped, so a library loaded where a closed one
+/// was is never judged by the old one's names. Not for signal handlers (it
+/// may allocate and lock).
 ///
 /// ```
 /// #[inline(never)]
@@ -77,8 +85,14 @@ fn check(frames: &[usize], names: &[&str]) -> bool {
         return false;
     }
     let qh = query_hash(names);
+    // One early-stopped `dl_iterate_phdr` callback (a few tens of ns): the
+    // price of never answering for a library that was unloaded.
+    let loader = super::loader::generation();
     VERDICTS.with(|v| {
         let mut v = v.borrow_mut();
+        if LOADER.replace(loader) != loader {
+            v.clear();
+        }
         for &ra in frames {
             let key = qh ^ (ra as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
             let verdict = match v.get(&key) {
@@ -104,6 +118,9 @@ fn check(frames: &[usize], names: &[&str]) -> bool {
 fn slow_verdict(ra: usize, names: &[&str]) -> bool {
     let mut guard = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     let s = guard.get_or_insert_with(Symbolizer::new);
+    // Also for an address it has answered before: a library may have been
+    // unloaded and another loaded in its place since.
+    s.sync_with_loader(ra);
     let sym = s.symbolize(Address::Return(ra));
     sym.frames.iter().any(|f| {
         f.function
