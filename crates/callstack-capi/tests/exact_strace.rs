@@ -29,20 +29,7 @@ fn captures_make_no_system_calls() {
     // of the thread that made its opening marker: the other threads' calls
     // (the main thread waiting in pthread_join while the new thread makes its
     // first capture) interleave in the log but are not the captures'.
-    let mut sections: Vec<Vec<String>> = vec![vec![]];
-    let mut owner: Option<&str> = None;
-    for line in text.lines() {
-        let (pid, call) = line
-            .split_once(' ')
-            .map(|(p, c)| (p, c.trim_start()))
-            .unwrap_or(("", line));
-        if call.starts_with("getppid(") {
-            sections.push(vec![]);
-            owner = Some(pid);
-        } else if owner.is_none_or(|o| o == pid) {
-            sections.last_mut().unwrap().push(call.to_string());
-        }
-    }
+    let sections = testsupport::strace_sections(&text);
     // Markers: 0 start | 1 cold main | 2 prepare | 3 warm main | 4 pthread_create... |
     // 5 thread first | 6 thread warm | 7 join, raise | 8 handler | 9 exit.
     assert!(sections.len() >= 10, "{text}");

@@ -172,19 +172,24 @@ fn split_and_stripped_match_binutils() {
     compare(&dbg, &addrs);
 }
 
-#[test]
-fn rust_matches_binutils() {
-    let dir = scratch_dir("cli-addr2line");
-    let exe = dir.join("sym_rust_o2");
+/// Builds the Rust fixture `sym_rust.rs` at -O2 with debug info into `exe`.
+fn build_sym_rust(exe: &std::path::Path) {
     let src = workspace_root().join("tests/fixtures/rust/sym_rust.rs");
     let o = Command::new("rustc")
         .args(["-g", "-C", "opt-level=2"])
         .arg(&src)
         .arg("-o")
-        .arg(&exe)
+        .arg(exe)
         .output()
         .unwrap();
-    assert!(o.status.success());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn rust_matches_binutils() {
+    let dir = scratch_dir("cli-addr2line");
+    let exe = dir.join("sym_rust_o2");
+    build_sym_rust(&exe);
     let addrs = instruction_addrs(&exe, &["_ZN8sym_rust"]);
     assert!(addrs.len() > 100);
     compare(&exe, &addrs);
@@ -207,15 +212,7 @@ fn missing_file_is_an_error() {
 fn batch_from_a_file_matches_binutils() {
     let dir = scratch_dir("cli-addr2line");
     let exe = dir.join("sym_rust_batch");
-    let src = workspace_root().join("tests/fixtures/rust/sym_rust.rs");
-    let o = Command::new("rustc")
-        .args(["-g", "-C", "opt-level=2"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    build_sym_rust(&exe);
     // Every instruction of every function (std included), in reverse order,
     // with duplicates: exercises sorting and putting answers back in order.
     let mut addrs = instruction_addrs(&exe, &[""]);

@@ -83,27 +83,7 @@ fn measure(opt: &'static str, strip: bool, fp: bool) -> Row {
     let ours: Vec<u64> = our_core_chain(&exe, &core).iter().map(|f| f.0).collect();
     let gdb = physical_frames(&exe, &core, &gdb_core_pcs(&exe, &core));
     // The integrated tool: `callstack core --json --methods`.
-    let cli = testsupport::release_artifacts().cli.clone();
-    let o = std::process::Command::new(&cli)
-        .args(["core", "--json", "--methods"])
-        .arg(&exe)
-        .arg(&core)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "callstack core: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let cli_pcs: Vec<u64> = report["threads"][0]["frames"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            u64::from_str_radix(f["pc"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
-        })
-        .collect();
+    let (report, cli_pcs) = common::cores::cli_core_json(&["--methods"], &exe, &core);
     let cli_methods = report["methods"]
         .as_object()
         .unwrap()

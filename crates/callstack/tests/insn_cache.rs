@@ -334,20 +334,7 @@ fn captures_make_no_system_calls() {
     let text = std::fs::read_to_string(&log).unwrap();
     // Split at the markers; a section keeps only the calls of the thread
     // that made the markers.
-    let mut sections: Vec<Vec<String>> = vec![vec![]];
-    let mut owner: Option<&str> = None;
-    for line in text.lines() {
-        let (pid, call) = line
-            .split_once(' ')
-            .map(|(p, c)| (p, c.trim_start()))
-            .unwrap_or(("", line));
-        if call.starts_with("getppid(") {
-            sections.push(vec![]);
-            owner = Some(pid);
-        } else if owner.is_none_or(|o| o == pid) {
-            sections.last_mut().unwrap().push(call.to_string());
-        }
-    }
+    let sections = testsupport::strace_sections(&text);
     assert!(sections.len() >= 8, "{text}");
     assert!(sections[1].is_empty(), "cold capture: {:?}", sections[1]);
     for s in &sections[2..5] {

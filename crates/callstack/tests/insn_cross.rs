@@ -244,27 +244,7 @@ fn check(a: Arch, opt: &str, strip: bool) {
     }
     // The integrated tool gives the same chain: `callstack core --json`
     // (past main, to compare whole chains).
-    let cli = testsupport::release_artifacts().cli.clone();
-    let o = Command::new(&cli)
-        .args(["core", "--json", "--past-main", "--methods"])
-        .arg(&test_exe)
-        .arg(&core)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "callstack core: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let cli_pcs: Vec<u64> = report["threads"][0]["frames"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            u64::from_str_radix(f["pc"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
-        })
-        .collect();
+    let (_, cli_pcs) = cores::cli_core_json(&["--past-main", "--methods"], &test_exe, &core);
     let cli_chain = by_symbol(&exe, &cli_pcs);
     assert!(
         cli_chain.len() >= truth.len() && cli_chain[..truth.len()] == truth[..],

@@ -376,3 +376,26 @@ mod tests {
         assert_eq!(super::fold_repeats(pcs), vec![0x401136, 0x7ffff7dcd24a]);
     }
 }
+
+/// Splits an `strace -f` log at its `getppid()` markers (calls a test
+/// program makes between the parts it wants to check): section 0 is what
+/// came before the first marker, section `i` what followed marker `i`.
+/// A section keeps only the calls of the thread that made its opening
+/// marker; other threads' calls interleave in the log but are not counted.
+pub fn strace_sections(log: &str) -> Vec<Vec<String>> {
+    let mut sections: Vec<Vec<String>> = vec![vec![]];
+    let mut owner: Option<&str> = None;
+    for line in log.lines() {
+        let (pid, call) = line
+            .split_once(' ')
+            .map(|(p, c)| (p, c.trim_start()))
+            .unwrap_or(("", line));
+        if call.starts_with("getppid(") {
+            sections.push(vec![]);
+            owner = Some(pid);
+        } else if owner.is_none_or(|o| o == pid) {
+            sections.last_mut().unwrap().push(call.to_string());
+        }
+    }
+    sections
+}

@@ -37,3 +37,32 @@ pub fn first_thread(core: &CoreFile) -> (Vec<u8>, u64) {
     let stack_end = core.snapshot().threads[0].stack_end.expect("stack in core");
     (desc, stack_end)
 }
+
+/// Runs the release `callstack core --json ARGS EXE CORE` and returns its
+/// report and the pcs of its first thread, innermost first.
+pub fn cli_core_json(args: &[&str], exe: &Path, core: &Path) -> (serde_json::Value, Vec<u64>) {
+    let cli = testsupport::release_artifacts().cli.clone();
+    let o = std::process::Command::new(&cli)
+        .arg("core")
+        .arg("--json")
+        .args(args)
+        .arg(exe)
+        .arg(core)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "callstack core: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let pcs = report["threads"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            u64::from_str_radix(f["pc"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+        })
+        .collect();
+    (report, pcs)
+}
