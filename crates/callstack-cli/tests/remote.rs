@@ -129,15 +129,7 @@ impl Drop for Fixture {
 
 /// gdb's `thread apply all bt`: tid -> function names.
 fn gdb_threads(args: &[&str]) -> BTreeMap<u32, Vec<String>> {
-    let o = Command::new("gdb")
-        .args([
-            "-nx",
-            "-batch",
-            "-ex",
-            "set pagination off",
-            "-ex",
-            "set debuginfod enabled off",
-        ])
+    let o = testsupport::gdb_batch("gdb")
         .args(["-ex", "thread apply all bt"])
         .args(args)
         .output()
@@ -633,15 +625,7 @@ fn separate_debug_file_from_debug_dir() {
 /// gdb's `thread apply all bt` with whole names (Rust names hold spaces
 /// inside their generic arguments): tid -> names.
 fn gdb_threads_full(args: &[&str]) -> BTreeMap<u32, Vec<String>> {
-    let o = Command::new("gdb")
-        .args([
-            "-nx",
-            "-batch",
-            "-ex",
-            "set pagination off",
-            "-ex",
-            "set debuginfod enabled off",
-        ])
+    let o = testsupport::gdb_batch("gdb")
         .args(["-ex", "thread apply all bt"])
         .args(args)
         .output()

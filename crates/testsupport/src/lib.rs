@@ -152,18 +152,28 @@ impl Gcc {
     }
 }
 
+/// gdb's arguments for a batch run: no init files, no pager, no
+/// debuginfod lookups.
+pub const GDB_BATCH_ARGS: [&str; 6] = [
+    "-nx",
+    "-batch",
+    "-ex",
+    "set pagination off",
+    "-ex",
+    "set debuginfod enabled off",
+];
+
+/// `program` (gdb or gdb-multiarch) with [`GDB_BATCH_ARGS`].
+pub fn gdb_batch(program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(GDB_BATCH_ARGS);
+    cmd
+}
+
 /// Function names of gdb's `bt` at a breakpoint on `break_at` (a function
 /// name or `file:line`), innermost first, running `exe` with `args`.
 pub fn gdb_backtrace(exe: &Path, break_at: &str, args: &[&str]) -> Vec<String> {
-    let o = Command::new("gdb")
-        .args([
-            "-nx",
-            "-batch",
-            "-ex",
-            "set pagination off",
-            "-ex",
-            "set debuginfod enabled off",
-        ])
+    let o = gdb_batch("gdb")
         .args(["-ex", &format!("break {break_at}"), "-ex"])
         .arg(format!("run {}", args.join(" ")))
         .args(["-ex", "bt"])
@@ -183,14 +193,7 @@ pub fn gdb_backtrace(exe: &Path, break_at: &str, args: &[&str]) -> Vec<String> {
 pub fn gdb_core_pcs(debugger: &[&str], exe: &Path, core: &Path) -> Vec<u64> {
     let o = Command::new(debugger[0])
         .args(&debugger[1..])
-        .args([
-            "-nx",
-            "-batch",
-            "-ex",
-            "set pagination off",
-            "-ex",
-            "set debuginfod enabled off",
-        ])
+        .args(GDB_BATCH_ARGS)
         .args([
             "-ex",
             "set backtrace limit 100",
@@ -250,15 +253,7 @@ pub fn parse_gdb_bt(text: &str) -> Vec<String> {
 /// and returns everything gdb and the program printed on stdout. gdb disables
 /// ASLR, so addresses the program prints match the ones gdb shows.
 pub fn gdb_run(exe: &Path, args: &[&str], commands: &[&str]) -> String {
-    let mut cmd = Command::new("gdb");
-    cmd.args([
-        "-nx",
-        "-batch",
-        "-ex",
-        "set pagination off",
-        "-ex",
-        "set debuginfod enabled off",
-    ]);
+    let mut cmd = gdb_batch("gdb");
     for c in commands {
         let c = if *c == "run" {
             format!("run {}", args.join(" "))
