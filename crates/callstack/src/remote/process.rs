@@ -274,6 +274,7 @@ impl LiveProcess {
                 threads,
                 modules: Vec::new(),
                 warnings: Vec::new(),
+                anon_code: Vec::new(),
             },
             stacks,
             stopped_for,
