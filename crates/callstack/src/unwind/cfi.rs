@@ -132,6 +132,14 @@ impl<'a> RowView<'a> {
         }
     }
 
+    /// Whether the row gives `reg` a rule of its own (an unmentioned
+    /// return-address column means "undefined" to [`RowView::reg`]; on an
+    /// architecture whose return address is a real register, aarch64's
+    /// `x30`, it rather means the value is still in that register).
+    pub fn mentions(&self, reg: u16) -> bool {
+        self.regs[..self.n].iter().any(|r| r.0 == reg)
+    }
+
     pub(crate) fn from_gimli<S: UnwindSection<Slice<'a>>>(
         row: &UnwindTableRow<usize, StackStorage>,
         section: &S,

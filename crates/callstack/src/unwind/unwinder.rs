@@ -348,8 +348,11 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
             return Ok(None);
         }
         // The stack must move up, except across a signal frame (the handler
-        // may run on an alternate stack above or below the thread's).
-        if method != Method::SignalFrame && new.sp <= old.sp {
+        // may run on an alternate stack above or below the thread's), and
+        // out of a frame at an exact pc whose return address is still in a
+        // register (a leaf on aarch64: same sp, another pc).
+        let leaf = self.exact && new.sp == old.sp && new.pc != old.pc;
+        if method != Method::SignalFrame && new.sp <= old.sp && !leaf {
             return Err(UnwindError::StackNotAdvancing(new.sp));
         }
         Ok(Some((new, method)))
