@@ -61,11 +61,14 @@ fn find_start<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> Option<u64> {
             for _ in 0..SPLIT_ALLOCATION {
                 let Some(prev) = b.checked_sub(4) else { break };
                 let Some(j) = insn_at(code, prev) else { break };
-                if j == JR_RA {
+                // Any `jr` (a return or a tail call) ends the previous function.
+                if j & 0xfc1f_ffff == 0x0000_0008 {
                     break;
                 }
                 b = prev;
-                if j >> 16 == ADDIU_SP_SP && imm(j) < 0 {
+                // The first step of a split allocation is near addiu's
+                // limit (gcc: -32752); a small one is another function's.
+                if j >> 16 == ADDIU_SP_SP && imm(j) < -16384 {
                     return Some(b);
                 }
             }
