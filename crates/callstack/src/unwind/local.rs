@@ -610,22 +610,70 @@ fn cache_get(addr: u64) -> u16 {
     0
 }
 
+/// Set once the cache's pages are written to: before that, rules to cache
+/// wait in [`PENDING`].
+static CACHE_LIVE: AtomicBool = AtomicBool::new(false);
+const PENDING_SIZE: usize = 256;
+/// Cache words of the first capture of the process, written into the cache
+/// by the next capture ([`flush_pending`]): the first capture then writes
+/// one small array instead of faulting in most of the cache's 17 pages
+/// (each fault costs microseconds, more than the walk itself).
+static PENDING: [AtomicU64; PENDING_SIZE] = [EMPTY; PENDING_SIZE];
+static PENDING_N: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// Moves [`PENDING`] into the cache when it waits there; called at the
+/// start of a walk. One relaxed load once the cache is live.
+#[inline(always)]
+fn cache_go_live() {
+    if !CACHE_LIVE.load(Ordering::Relaxed) && PENDING_N.load(Ordering::Relaxed) != 0 {
+        flush_pending();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn flush_pending() {
+    CACHE_LIVE.store(true, Ordering::Relaxed);
+    let n = PENDING_N.swap(0, Ordering::Relaxed).min(PENDING_SIZE);
+    for slot in &PENDING[..n] {
+        let w = slot.swap(0, Ordering::Relaxed);
+        if w != 0 {
+            cache_put_word(w);
+        }
+    }
+}
+
 /// Caches a packed rule: in the first way if it is empty or holds the same
 /// key, else in the second way, so two hot addresses of one set both stay.
+/// Before the cache is live (the first capture), into [`PENDING`].
 fn cache_put(addr: u64, packed: u16) {
     let key = addr.wrapping_add(1);
     if packed == 0 || key == 0 || key & !KEY_MASK != 0 {
         return;
     }
-    let i = cache_set(key);
     let word = key | (packed as u64) << 48;
-    let w0 = CACHE.words[i].load(Ordering::Relaxed);
-    let w = if w0 == 0 || w0 & KEY_MASK == key {
-        i
-    } else {
-        i + 1
-    };
-    CACHE.words[w].store(word, Ordering::Relaxed);
+    if !CACHE_LIVE.load(Ordering::Relaxed) {
+        let i = PENDING_N.fetch_add(1, Ordering::Relaxed);
+        if i < PENDING_SIZE {
+            PENDING[i].store(word, Ordering::Relaxed);
+        }
+        return;
+    }
+    cache_put_word(word);
+}
+
+/// [`cache_put`] of a whole cache word, into the live cache.
+fn cache_put_word(word: u64) {
+    let key = word & KEY_MASK;
+    let i = cache_set(key);
+    // An empty first way is taken with one write access (on a page of the
+    // cache not touched yet, a read first would fault twice).
+    if let Err(w0) =
+        CACHE.words[i].compare_exchange(0, word, Ordering::Relaxed, Ordering::Relaxed)
+    {
+        let w = if w0 & KEY_MASK == key { i } else { i + 1 };
+        CACHE.words[w].store(word, Ordering::Relaxed);
+    }
     if !CACHE_USED.load(Ordering::Relaxed) {
         CACHE_USED.store(true, Ordering::Relaxed);
     }
@@ -674,6 +722,9 @@ fn unpack_cached(p: u16) -> <A as Arch>::Rule {
 }
 
 fn clear_cache() {
+    for c in PENDING.iter() {
+        c.store(0, Ordering::Relaxed);
+    }
     for c in CACHE.words.iter() {
         c.store(0, Ordering::Relaxed);
     }
@@ -893,6 +944,11 @@ pub fn prepare_in_background(period: std::time::Duration) {
 pub(crate) struct LocalSource {
     snap: Option<&'static Snapshot>,
     last: Cell<Option<DlModule>>,
+    /// Whether the rule cache held anything when the walk began: if not
+    /// (the first capture of the process), the walk only writes it, so each
+    /// of its pages is faulted in once (a read first would map the zero
+    /// page, and the write then fault again).
+    read_cache: bool,
 }
 
 impl LocalSource {
@@ -903,6 +959,7 @@ impl LocalSource {
             // SAFETY: published snapshots are never freed.
             snap: unsafe { p.as_ref() },
             last: Cell::new(None),
+            read_cache: CACHE_USED.load(Ordering::Relaxed),
         }
     }
 
@@ -950,7 +1007,7 @@ fn unloaded(s: &Snapshot) {
 impl RuleSource<A> for LocalSource {
     #[inline(always)]
     fn rule(&self, addr: u64) -> Found<<A as Arch>::Rule> {
-        if CACHE_USED.load(Ordering::Relaxed) {
+        if self.read_cache {
             let p = cache_get(addr);
             if p != 0 {
                 return Found::Rule(unpack_cached(p));
@@ -1371,6 +1428,7 @@ unsafe fn hot_run(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize
 /// is no walk (the stack holding `sp` is unknown).
 #[inline(always)]
 fn walk_setup(sp: u64) -> Result<(StackMemory, LocalSource), StopReason> {
+    cache_go_live();
     match StackMemory::for_sp(sp) {
         Some(m) => Ok((m, LocalSource::new())),
         None => Err(StopReason::Error(UnwindError::Read(
@@ -1440,7 +1498,7 @@ fn walk_rest(
     // rule is cached (this walk may cache the first ones) the cache is not
     // even read: its pages are then faulted in by writes only.
     let (lo, hi) = (mem.bounds[0].lo as u64, mem.bounds[0].hi as u64);
-    let has_tables = CACHE_USED.load(Ordering::Relaxed);
+    let has_tables = source.read_cache;
     // Skipped frames go here (small: the cold capture's stack depth is page
     // faults).
     let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 8];
@@ -1561,6 +1619,7 @@ pub(crate) unsafe extern "C" fn exact_from_entry(
     if out.is_null() || max == 0 {
         return 0;
     }
+    cache_go_live();
     let mut hot = Hot {
         pc: pc as u64,
         sp: sp as u64,
@@ -1682,6 +1741,7 @@ mod tests {
     fn put(ra: u64, rule: R) {
         let p = cache_rule(rule);
         assert_ne!(p, 0, "{rule:?} packs");
+        flush_pending();
         cache_put(ra - 1, p);
         assert_eq!(cache_get(ra - 1), p);
     }
