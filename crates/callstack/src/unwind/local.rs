@@ -20,10 +20,22 @@
 //!   set-up at all, allocates nothing and takes no lock.
 //! - **Rule cache**: a global 2-way set-associative cache of 8192 words maps
 //!   a return address to its packed rule (one relaxed atomic load per
-//!   frame). Filled from compiled tables only; cleared when a snapshot
-//!   without some module of the old one is published, or when a capture
-//!   finds a snapshot module unloaded (below).
-//! - **dlopen/dlclose**: a new library is found by the cold path at once.
+//!   frame), with a table of wide rules (frames too big for 16 bits, up to
+//!   4 GiB) beside it. Filled on a miss whether or not [`prepare`] ran: from
+//!   a compiled table, or from the CFI directly (`cfi::rule_at`) for a
+//!   module only `_dl_find_object` knows, which is then noted in `SEEN`.
+//!   The first capture of the process keeps its rules in a small pending
+//!   array that the next capture moves into the cache (so the first one
+//!   does not fault in the cache's pages). Cleared when a snapshot without
+//!   some module of the old one is published, or when a capture finds a
+//!   snapshot module unloaded or a `SEEN` module replaced (below).
+//! - **dlopen/dlclose**: a new library is found by the cold path at once;
+//!   its rules are cached once it is noted in `SEEN` (64 modules; past
+//!   that, a new module's rules are not cached). A cache miss whose module
+//!   overlaps a noted one with another mapping or `.eh_frame_hdr` clears
+//!   the cache (the noted one was unloaded); a library rebuilt and reloaded
+//!   at the same place with the same layout is not told apart there (the
+//!   snapshot's build-id check does, after [`prepare`]).
 //!   After a `dlclose`, with glibc's `_dl_find_object` (2.35+): a capture
 //!   that misses the rule cache in a snapshot module, or reads its code,
 //!   first checks with `_dl_find_object` (lock-free) that the module is
@@ -1941,16 +1953,17 @@ mod tests {
         let sp0 = f.at(8);
         // Frame 1 at sp0: CFA = sp0 + 40 KiB + 8.
         let cfa1 = sp0 + 40 * 1024 + 8;
-        let rbp_for_3 = cfa1 + 4104 + 20 * 1024 + 16 - (20 * 1024 + 16);
+        // The caller's rbp, which frame 3 is based on: frame 2's CFA.
+        let rbp_for_3 = cfa1 + 4104;
         let i = w(&f, cfa1 - 16);
-        f.words[i] = rbp_for_3 + 0; // caller's rbp
+        f.words[i] = rbp_for_3;
         let i = w(&f, cfa1 - 8);
         f.words[i] = RA[2];
         // Frame 2 at cfa1: CFA = cfa1 + 4104.
         let cfa2 = cfa1 + 4104;
         let i = w(&f, cfa2 - 8);
         f.words[i] = RA[3];
-        // Frame 3: CFA = rbp + 20 KiB + 16 = cfa2 + 20 KiB + 16 when rbp = cfa2.
+        // Frame 3: CFA = rbp + 20 KiB + 16, rbp = cfa2.
         assert_eq!(rbp_for_3, cfa2);
         let cfa3 = rbp_for_3 + 20 * 1024 + 16;
         let i = w(&f, cfa3 - 32);
