@@ -351,8 +351,10 @@ struct DlModule {
     eh_frame_hdr: u64,
 }
 
+/// `_dl_find_object`'s answer for `pc`, or `None` (no such function, or no
+/// object holds `pc`). Lock-free and async-signal-safe.
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-fn dl_find(pc: u64) -> Option<DlModule> {
+fn dl_find_raw(pc: u64) -> Option<DlFindObject> {
     let f = dl_find_object_fn()?;
     let mut r = DlFindObject {
         flags: 0,
@@ -368,11 +370,64 @@ fn dl_find(pc: u64) -> Option<DlModule> {
     if unsafe { f(pc as *mut libc::c_void, &mut r) } != 0 {
         return None;
     }
+    Some(r)
+}
+
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn dl_find(pc: u64) -> Option<DlModule> {
+    let r = dl_find_raw(pc)?;
     Some(DlModule {
         start: r.map_start as u64,
         end: r.map_end as u64,
         eh_frame_hdr: r.eh_frame as u64,
     })
+}
+
+/// The executable `PT_LOAD` segment `[start, end)` of the loaded object
+/// holding `addr`, at runtime addresses, when `addr` lies in one: found
+/// lock-free by `_dl_find_object` (the object's mapping and link map) and the
+/// object's program headers, read in its first page. Async-signal-safe; no
+/// snapshot needed, so code loaded after `prepare()` (or without it) is
+/// found too.
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn dl_exec_segment(addr: u64) -> Option<(u64, u64)> {
+    const EHDR: u64 = 64;
+    const PHDR: u64 = 56;
+    const PT_LOAD: u32 = 1;
+    const PF_X: u32 = 1;
+    let r = dl_find_raw(addr)?;
+    let (start, end) = (r.map_start as u64, r.map_end as u64);
+    if r.link_map.is_null() || start >= end || end - start < EHDR {
+        return None;
+    }
+    // The first page of the object holds its ELF header (the first PT_LOAD
+    // maps file offset 0) and, for every linker's output, its program headers.
+    let page = (end - start).min(4096);
+    // SAFETY: `[start, start + page)` is the beginning of the object's first
+    // mapping, readable while the object is loaded (`_dl_find_object` just
+    // found it loaded).
+    let first = unsafe { core::slice::from_raw_parts(start as *const u8, page as usize) };
+    if first[..4] != b"\x7fELF"[..] || first[4] != 2 {
+        return None;
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([first[o], first[o + 1]]) as u64;
+    let u32_at = |o: usize| u32::from_le_bytes(first[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(first[o..o + 8].try_into().unwrap());
+    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
+    if phentsize != PHDR || phoff.checked_add(phnum * PHDR)? > page {
+        return None;
+    }
+    // SAFETY: `l_addr`, the load bias, is the first word of the public
+    // `struct link_map`, which lives as long as the object.
+    let bias = unsafe { core::ptr::read(r.link_map as *const u64) };
+    (0..phnum)
+        .map(|i| (phoff + i * PHDR) as usize)
+        .filter(|&o| u32_at(o) == PT_LOAD && u32_at(o + 4) & PF_X != 0)
+        .map(|o| {
+            let lo = bias.wrapping_add(u64_at(o + 0x10));
+            (lo, lo.wrapping_add(u64_at(o + 0x20)))
+        })
+        .find(|&(lo, hi)| lo <= addr && addr < hi && lo >= start && hi <= end)
 }
 
 /// The CFI sections of a loaded module, at runtime addresses, from its
@@ -1187,8 +1242,11 @@ fn seen_module(d: DlModule) -> bool {
 // ---------------------------------------------------------------- code
 
 /// This process's code for the instruction-analysis fallback: only the
-/// executable segments of the published snapshot (so nothing unmapped or
-/// unreadable is ever touched; no snapshot, no analysis). Lock-free.
+/// executable segments of loaded objects (so nothing unmapped or unreadable
+/// is ever touched): those of the published snapshot, and for an address
+/// outside them (no `prepare()` yet, or a library loaded since) the
+/// executable segment `_dl_find_object` and the object's program headers
+/// give. Lock-free.
 #[derive(Clone, Copy)]
 pub(crate) struct LocalCode {
     snap: Option<&'static Snapshot>,
@@ -1206,14 +1264,23 @@ impl LocalCode {
 
 impl crate::unwind::insn::CodeMemory for LocalCode {
     fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
-        let Some(s) = self.snap else { return 0 };
-        let i = s.segments.partition_point(|g| g.0 <= addr);
-        let Some(g) = i.checked_sub(1).and_then(|i| s.segments.get(i)) else {
-            return 0;
+        let g = self.snap.and_then(|s| {
+            let i = s.segments.partition_point(|g| g.0 <= addr);
+            let g = *i.checked_sub(1).and_then(|i| s.segments.get(i))?;
+            (addr < g.1).then_some((s, g))
+        });
+        let Some((s, g)) = g else {
+            let Some((_, end)) = dl_exec_segment(addr) else {
+                return 0;
+            };
+            let n = ((end - addr) as usize).min(buf.len());
+            // SAFETY: `[addr, addr + n)` lies inside an executable segment
+            // of an object `_dl_find_object` just found loaded (as with the
+            // snapshot, an object unloaded by another thread in between is
+            // the caller's race to avoid: see `prepare`).
+            unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), n) };
+            return n;
         };
-        if addr >= g.1 {
-            return 0;
-        }
         if !s.modules[g.2].still_loaded(addr, dl_find) {
             unloaded(s);
             return 0;
