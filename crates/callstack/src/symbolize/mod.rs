@@ -699,3 +699,16 @@ fn frames_at(m: &ElfModule, offset: u64, extent: SymbolExtent) -> Vec<Frame> {
     }
     frames
 }
+
+/// The address of section `name` of the object file at `path` (what
+/// binutils' `addr2line -j NAME` adds to each offset it is given);
+/// `Ok(None)` when the object has no such section.
+pub fn section_address(path: impl AsRef<Path>, name: &str) -> Result<Option<u64>, Error> {
+    use object::{Object, ObjectSection};
+    let path = path.as_ref();
+    let map =
+        mapped::Mapped::open(path).map_err(|e| Error::new(ErrorKind::Io, path, e.to_string()))?;
+    let obj = object::File::parse(map.bytes())
+        .map_err(|e| Error::new(ErrorKind::BadObject, path, e.to_string()))?;
+    Ok(obj.section_by_name(name).map(|s| s.address()))
+}
