@@ -55,6 +55,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A closed pipe (`callstack ... | head`) ends the process quietly, as
+    // it does `cat` or `grep`, instead of failing a write with EPIPE and
+    // reporting it. Every subcommand writes its output after it is done
+    // with the target (a live process is already resumed), so nothing is
+    // left half-done.
+    // SAFETY: setting a signal's disposition to the default, before any
+    // thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
