@@ -9,7 +9,7 @@
 
 use callstack::remote::symbols::Symbolizer as ImageSymbolizer;
 use callstack::remote::{Lookup, RemoteUnwinder, Snapshot, Unwound};
-use callstack::symbolize::{Address, ModuleInfo, Symbolizer};
+use callstack::symbolize::{Address, ModuleInfo, SymbolExtent, Symbolizer};
 use callstack::unwind::Memory;
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Write};
@@ -259,6 +259,8 @@ impl Names {
             })
             .collect();
         let mut files = Symbolizer::from_modules(infos);
+        // gdb's names: an address past a symbol's size is `??`.
+        files.set_symbol_extent(SymbolExtent::Sized);
         for d in debug_dirs {
             files.add_debug_dir(d);
         }
