@@ -104,6 +104,10 @@ pub struct RaInfo {
     pub trampoline: bool,
     /// The call right before it, if any.
     pub call: Option<CallBefore>,
+    /// The call before it is direct and alignment padding follows it: a
+    /// call that never returns (`abort`, a `.cold` part's last call), whose
+    /// frame the code after it says nothing of.
+    pub noreturn: bool,
 }
 
 /// One 64-byte line: `seq`, then the tag, the info word, the direct call
@@ -285,12 +289,13 @@ impl InsnCache {
         }
         let call = match r.info >> INFO_CALL_SHIFT {
             1 => Some(CallBefore::Indirect),
-            2 => Some(CallBefore::Direct(r.target)),
+            2 | 3 => Some(CallBefore::Direct(r.target)),
             _ => None,
         };
         Some(RaInfo {
             trampoline: r.info & INFO_TRAMP != 0,
             call,
+            noreturn: r.info >> INFO_CALL_SHIFT == 3,
         })
     }
 
@@ -356,7 +361,8 @@ impl InsnCache {
         let (call, target) = match info.call {
             None => (0u64, 0),
             Some(CallBefore::Indirect) => (1, 0),
-            Some(CallBefore::Direct(t)) => (2, t),
+            // 3: a direct call that does not return here.
+            Some(CallBefore::Direct(t)) => (if info.noreturn { 3 } else { 2 }, t),
         };
         let mut bits = INFO_RA_KNOWN | (call << INFO_CALL_SHIFT);
         if info.trampoline {
@@ -680,6 +686,7 @@ mod tests {
         let ra = RaInfo {
             trampoline: false,
             call: Some(CallBefore::Direct(0x40_2000)),
+            noreturn: false,
         };
         assert!(c.put_ra(0x40_1234, g, &ra));
         assert_eq!(c.get_ra(0x40_1234), Some(ra));

@@ -175,7 +175,12 @@ fn ra_info<C: CodeMemory + ?Sized>(code: &mut C, cache: CacheRef<'_>, ra: u64) -
     } else {
         call_before(code, ra)
     };
-    let info = RaInfo { trampoline, call };
+    let noreturn = matches!(call, Some(CallBefore::Direct(_))) && padding_at(code, ra);
+    let info = RaInfo {
+        trampoline,
+        call,
+        noreturn,
+    };
     if let Some((c, g)) = cache {
         c.put_ra(ra, g, &info);
     }
@@ -338,9 +343,10 @@ where
     }
     let above = |n: &UnwindRegs| n.sp > regs.sp && n.sp <= stack_end;
     let mut lenient: Option<StepResult> = None;
-    // A call that never returns (`abort`, `__stack_chk_fail`, a `.cold`
-    // part's last call): what follows it is padding or another function,
-    // so neither the path forward nor `rbp` says anything of this frame.
+    // A call that may never return (`abort`, `__stack_chk_fail`, a `.cold`
+    // part's last call): padding follows it, then maybe another function,
+    // and `rbp` may be an outer frame's record: scanning goes first. (Padding
+    // also aligns loops after calls, so the path forward is still tried.)
     let noreturn = !first && after_noreturn_call(code, cache, pc);
 
     // 1. Prologue analysis from a known start.
@@ -356,11 +362,10 @@ where
     }
 
     // 2. Epilogue analysis.
-    if let Some(func) = pending.filter(|_| !noreturn) {
+    if let Some(func) = pending {
         fill_epilogue(code, pc, func, &mut a);
     }
-    let epilogue = if noreturn { None } else { Some(a.epilogue_rules()) };
-    for rule in epilogue.into_iter().flatten() {
+    for rule in a.epilogue_rules() {
         let Some(n) = read_rule(&rule, regs, mem) else {
             continue;
         };
@@ -393,33 +398,52 @@ where
         if let Some(r) = frame_pointer(&mut lenient, mem, code) {
             return Some(r);
         }
-    }
-    if let Some(l) = lenient {
-        return Some(l);
+        if let Some(l) = lenient {
+            return Some(l);
+        }
     }
 
     // 4. Scanning, verified by prologue analysis from the call's target.
     let scanned = scan_step(regs, mem, code, cache, pc, stack_end);
-    if scanned.is_none() && noreturn {
-        let mut lenient = None;
-        return frame_pointer(&mut lenient, mem, code).or(lenient);
+    if !noreturn {
+        return scanned.map(|s| s.0);
     }
-    scanned
+    // After a call that may not return: a verified scan, else what the
+    // epilogue found, else scanning's guess, else the frame pointer.
+    match scanned {
+        Some((s, true)) => Some(s),
+        s => lenient
+            .or(s.map(|s| s.0))
+            .or_else(|| {
+                let mut fp_lenient = None;
+                frame_pointer(&mut fp_lenient, mem, code).or(fp_lenient)
+            }),
+    }
 }
 
-/// Whether the return address `pc` follows a call that does not return
-/// here: the bytes at `pc` are alignment padding (`nop` forms, `int3`).
+/// Whether the return address `pc` follows a direct call that does not
+/// return here (see [`RaInfo::noreturn`]); cached with the rest of what the
+/// code says of `pc`.
 fn after_noreturn_call<C: CodeMemory + ?Sized>(code: &mut C, cache: CacheRef<'_>, pc: u64) -> bool {
+    ra_info(code, cache, pc).is_some_and(|i| i.noreturn)
+}
+
+/// Whether the bytes at `addr` are alignment padding: `int3`, a multi-byte
+/// `nop`, or a one-byte `nop` followed by more padding (gcc -O0 puts a lone
+/// `nop` after a function's last call, before its epilogue).
+fn padding_at<C: CodeMemory + ?Sized>(code: &mut C, addr: u64) -> bool {
     let mut b = [0u8; 4];
-    if code.read_code(pc, &mut b) < 2 {
-        return false;
-    }
-    let padding = matches!(
-        b,
-        [0x90, ..] | [0xcc, ..] | [0x0f, 0x1f, ..] | [0x66, 0x0f, 0x1f, _] | [0x66, 0x2e, 0x0f, 0x1f]
-            | [0x66, 0x66, 0x2e, 0x0f] | [0x66, 0x90, ..]
-    );
-    padding && ra_info(code, cache, pc).is_some_and(|i| i.call.is_some())
+    code.read_code(addr, &mut b) == 4
+        && matches!(
+            b,
+            [0x90, 0x90 | 0x66 | 0x0f | 0xcc, ..]
+                | [0xcc, ..]
+                | [0x0f, 0x1f, ..]
+                | [0x66, 0x0f, 0x1f, _]
+                | [0x66, 0x2e, 0x0f, 0x1f]
+                | [0x66, 0x66, 0x2e, 0x0f]
+                | [0x66, 0x90, ..]
+        )
 }
 
 /// Step 3 of [`step_cached`]: the frame record at `rbp`, when believable.
@@ -469,7 +493,8 @@ where
 }
 
 /// Step 4 of [`step_cached`]: stack scanning, each candidate verified by
-/// prologue analysis from the call's target where it can be.
+/// prologue analysis from the call's target where it can be. Also says
+/// whether the hit was verified.
 fn scan_step<M, C>(
     regs: &UnwindRegs,
     mem: &mut M,
@@ -477,7 +502,7 @@ fn scan_step<M, C>(
     cache: CacheRef<'_>,
     pc: u64,
     stack_end: u64,
-) -> Option<StepResult>
+) -> Option<(StepResult, bool)>
 where
     M: Memory + ?Sized,
     C: CodeMemory + ?Sized,
@@ -538,14 +563,15 @@ where
     if let Some(rule) = found_rule.filter(|_| hit.verified) {
         if let Some(n) = read_rule(&rule, regs, mem) {
             if above(&n) && n.pc == hit.ra {
-                return Some(StepResult {
+                let s = StepResult {
                     regs: n,
                     method: Method::Scan,
-                });
+                };
+                return Some((s, true));
             }
         }
     }
-    Some(StepResult {
+    let s = StepResult {
         regs: UnwindRegs {
             pc: hit.ra,
             sp: hit.slot + 8,
@@ -553,7 +579,8 @@ where
             lr: 0,
         },
         method: Method::Scan,
-    })
+    };
+    Some((s, hit.verified))
 }
 
 /// Walks from `regs` (the innermost frame, its exact pc) using only the
