@@ -58,6 +58,8 @@
 
 use core::cell::Cell;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+#[cfg(target_arch = "x86_64")]
+use core::sync::atomic::AtomicU16;
 use std::sync::{Arc, Mutex};
 
 use crate::arch::{Applied, Arch};
@@ -590,11 +592,23 @@ struct RuleCache {
     /// tied to any address, so a slot once set never changes and is never
     /// cleared (a cleared cache word cannot leave it stale).
     wide: [AtomicU64; WIDE_SIZE],
+    /// Per word, the index of the word its caller's return address was
+    /// found at by the last walk through it (`exact::run_hot` on x86-64,
+    /// which alone reads and writes it): a prediction, checked against the
+    /// key before use, so any value is safe.
+    #[cfg(target_arch = "x86_64")]
+    pred: [AtomicU16; crate::arch::x86_64::exact::PRED_SLOTS],
 }
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::declare_interior_mutable_const)]
+const PRED_EMPTY: AtomicU16 = AtomicU16::new(0);
 
 static CACHE: RuleCache = RuleCache {
     words: [EMPTY; CACHE_SIZE],
     wide: [EMPTY; WIDE_SIZE],
+    #[cfg(target_arch = "x86_64")]
+    pred: [PRED_EMPTY; crate::arch::x86_64::exact::PRED_SLOTS],
 };
 
 /// Set by the first [`cache_put`]: before it the cache is all empty and a
@@ -1285,7 +1299,7 @@ unsafe fn hot_loop(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usiz
     let mut o = out;
     // SAFETY: `out..out + len` are the caller's slots (len >= 1); `[sp, hi)`
     // is readable stack; `CACHE` is the rule cache, its wide table right
-    // after its words (`repr(C)`).
+    // after its words and its predictions after that (`repr(C)`).
     let exit = unsafe {
         run_hot(
             &mut regs,
@@ -1296,6 +1310,14 @@ unsafe fn hot_loop(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usiz
         )
     };
     [hot.pc, hot.sp, hot.fp] = regs;
+    if hot.pc == 0 && o != out {
+        // A zero return address: the outermost frame, which `run_hot`
+        // writes and then stops at (no key is 0); not a frame.
+        // SAFETY: one back, still in the caller's slots (`o != out`).
+        o = unsafe { o.sub(1) };
+        // SAFETY: both in the caller's slots.
+        return (unsafe { o.offset_from(out) } as usize, HotEnd::Outermost);
+    }
     let why = match exit {
         run_exit::FULL => HotEnd::Full,
         run_exit::OUTERMOST => HotEnd::Outermost,
