@@ -246,14 +246,18 @@ pub(crate) unsafe fn run_hot(
             "mov [{end} + {cnt} * 8], {v}",
             "add {cnt}, 1",
             "jz 7f",
-            // The predicted caller's word.
+            // The predicted caller's word: its rule is taken from the word
+            // itself, not from the word xor the return address, so the
+            // next frame's stack reads wait on the prediction only, not on
+            // this frame's stack read (which only checks the key).
             "mov {v}, [{cache} + {nidx} * 8]",
-            "xor {v}, {pc}",
-            "rol {v}, 16",
+            "mov {ra}, {v}",
+            "shr {v}, 48",
+            "xor {ra}, {pc}",
+            "shl {ra}, 16",
             "mov {off:e}, {idx:e}",
             "mov {idx:e}, {nidx:e}",
-            "cmp {v}, 0xffff",
-            "jbe 40b",
+            "jz 40b",
             "jmp 45f",
             // 33: rbp-based frames; the frame record has a loop of its own.
             "33:",
