@@ -57,9 +57,9 @@
 //!   capturing, or captures stop at the first unknown module.
 
 use core::cell::Cell;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 #[cfg(target_arch = "x86_64")]
 use core::sync::atomic::AtomicU16;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::arch::{Applied, Arch};
@@ -1862,6 +1862,60 @@ mod tests {
         assert!(why == HotEnd::Outermost);
         let (pcs, why) = f.run(&mut Hot { pc: RA[0], ..hot }, 0);
         assert!(pcs.is_empty() && why == HotEnd::Full);
+    }
+
+    /// Each cache word predicts its caller's word; a prediction is used
+    /// only when its key is the return address read, and the rule is the
+    /// word's as it is now.
+    #[test]
+    fn hot_loop_checks_its_predictions() {
+        let (mut f, hot0, RA) = chain(5);
+        let walk = |f: &Fake| {
+            let mut hot = hot0;
+            f.run(&mut hot, 16)
+        };
+        for _ in 0..3 {
+            let (pcs, why) = walk(&f);
+            assert_eq!(pcs, &RA[1..]);
+            assert!(why == HotEnd::Outermost);
+        }
+        // Frame 1 now returns elsewhere (same rule as RA[2]): the
+        // prediction made for it misses and is replaced, twice over.
+        let other = ras(6)[2];
+        put(other, R::Sp { cfa: 32, bp: -24 });
+        f.words[16] = other;
+        for _ in 0..2 {
+            let (pcs, why) = walk(&f);
+            assert_eq!(pcs, [RA[1], other, RA[3], RA[4]]);
+            assert!(why == HotEnd::Outermost);
+        }
+        f.words[16] = RA[2];
+        for _ in 0..2 {
+            let (pcs, why) = walk(&f);
+            assert_eq!(pcs, &RA[1..]);
+            assert!(why == HotEnd::Outermost);
+        }
+        // The rule of a predicted word changes: the new one applies.
+        put(RA[2], R::End);
+        let (pcs, why) = walk(&f);
+        assert_eq!(pcs, &RA[1..3]);
+        assert!(why == HotEnd::Outermost);
+        // Its key is gone (another key in its place): the generic
+        // unwinder takes the frame.
+        put(RA[2], R::Sp { cfa: 32, bp: -24 });
+        let (pcs, _) = walk(&f);
+        assert_eq!(pcs, &RA[1..]);
+        let i = cache_set(RA[2]);
+        let w = if CACHE.words[i].load(Ordering::Relaxed) & KEY_MASK == RA[2] {
+            i
+        } else {
+            i + 1
+        };
+        let old = CACHE.words[w].swap(RA[2] ^ 0x40 | 1 << 62, Ordering::Relaxed);
+        let (pcs, why) = walk(&f);
+        assert_eq!(pcs, &RA[1..3]);
+        assert!(why == HotEnd::Slow);
+        CACHE.words[w].store(old, Ordering::Relaxed);
     }
 
     /// A corrupt saved frame pointer in frame 2: the walk stops at frame 3
