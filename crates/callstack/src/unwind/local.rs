@@ -584,8 +584,8 @@ struct RuleCache {
     /// Cache words: `key | packed rule << 48`, where the key is the lookup
     /// address plus one (so a return address is its own key: the hot loop
     /// hashes the value it loaded, with no arithmetic first). 0 is empty.
-    /// Rules are never 0, so with the rule in the high bits a hot frame
-    /// checks key and rule with one `xor` and one compare (see
+    /// Rules are never 0, so with the rule in the high bits a frame-record
+    /// run checks key and rule with one `xor` and one compare (see
     /// [`hot_loop`]).
     words: [AtomicU64; CACHE_SIZE],
     /// Interned wide rules (`exact::wide_word` on x86-64): values only, not
@@ -1278,14 +1278,17 @@ enum HotEnd {
 /// is `hi`, and `hot.pc` a return address.
 ///
 /// On x86-64 the whole loop, rule changes included, is `exact::run_hot`
-/// (assembly). A frame costs a cache load, one `xor` and compare of the
-/// loaded word against the previous frame's rule (key and rule at once:
-/// consecutive frames of code with frame pointers share a rule, and then
-/// nothing is decoded), one range check and the rule's one or two stack
-/// loads; a new rule is decoded in a few instructions (a wide one with one
-/// more load). A non-canonical return address could alias a cached key in
-/// the compare; its frame is then unwound with a wrong rule, which stays
-/// inside the checked stack range like any corrupt frame.
+/// (assembly). Each cache word predicts the word of its caller (the one
+/// found after it last time, `RuleCache::pred`): a frame loads the
+/// predicted word, decodes its rule (a few instructions; a wide one with one
+/// more load) and checks its key against the return address read from the
+/// stack, so the next frame's stack reads wait on the prediction, not on
+/// this frame's stack read; a miss looks the address up by hash. Runs of
+/// frame records (code with frame pointers) have a loop of their own, one
+/// load a frame, with the hash lookup off the critical path. A
+/// non-canonical return address could alias a cached key in the compare;
+/// its frame is then unwound with a wrong rule, which stays inside the
+/// checked stack range like any corrupt frame.
 ///
 /// # Safety
 /// `out` must be valid for `len` writes.
