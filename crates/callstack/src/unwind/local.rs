@@ -57,6 +57,8 @@
 //!   capturing, or captures stop at the first unknown module.
 
 use core::cell::Cell;
+#[cfg(target_arch = "x86_64")]
+use core::sync::atomic::AtomicU16;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -637,19 +639,31 @@ struct RuleCache {
     /// Cache words: `key | packed rule << 48`, where the key is the lookup
     /// address plus one (so a return address is its own key: the hot loop
     /// hashes the value it loaded, with no arithmetic first). 0 is empty.
-    /// Rules are never 0, so with the rule in the high bits a hot frame
-    /// checks key and rule with one `xor` and one compare (see
+    /// Rules are never 0, so with the rule in the high bits a frame-record
+    /// run checks key and rule with one `xor` and one compare (see
     /// [`hot_loop`]).
     words: [AtomicU64; CACHE_SIZE],
     /// Interned wide rules (`exact::wide_word` on x86-64): values only, not
     /// tied to any address, so a slot once set never changes and is never
     /// cleared (a cleared cache word cannot leave it stale).
     wide: [AtomicU64; WIDE_SIZE],
+    /// Per word, the index of the word its caller's return address was
+    /// found at by the last walk through it (`exact::run_hot` on x86-64,
+    /// which alone reads and writes it): a prediction, checked against the
+    /// key before use, so any value is safe.
+    #[cfg(target_arch = "x86_64")]
+    pred: [AtomicU16; crate::arch::x86_64::exact::PRED_SLOTS],
 }
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::declare_interior_mutable_const)]
+const PRED_EMPTY: AtomicU16 = AtomicU16::new(0);
 
 static CACHE: RuleCache = RuleCache {
     words: [EMPTY; CACHE_SIZE],
     wide: [EMPTY; WIDE_SIZE],
+    #[cfg(target_arch = "x86_64")]
+    pred: [PRED_EMPTY; crate::arch::x86_64::exact::PRED_SLOTS],
 };
 
 /// Set by the first [`cache_put`]: before it the cache is all empty and a
@@ -1331,14 +1345,17 @@ enum HotEnd {
 /// is `hi`, and `hot.pc` a return address.
 ///
 /// On x86-64 the whole loop, rule changes included, is `exact::run_hot`
-/// (assembly). A frame costs a cache load, one `xor` and compare of the
-/// loaded word against the previous frame's rule (key and rule at once:
-/// consecutive frames of code with frame pointers share a rule, and then
-/// nothing is decoded), one range check and the rule's one or two stack
-/// loads; a new rule is decoded in a few instructions (a wide one with one
-/// more load). A non-canonical return address could alias a cached key in
-/// the compare; its frame is then unwound with a wrong rule, which stays
-/// inside the checked stack range like any corrupt frame.
+/// (assembly). Each cache word predicts the word of its caller (the one
+/// found after it last time, `RuleCache::pred`): a frame loads the
+/// predicted word, decodes its rule (a few instructions; a wide one with one
+/// more load) and checks its key against the return address read from the
+/// stack, so the next frame's stack reads wait on the prediction, not on
+/// this frame's stack read; a miss looks the address up by hash. Runs of
+/// frame records (code with frame pointers) have a loop of their own, one
+/// load a frame, with the hash lookup off the critical path. A
+/// non-canonical return address could alias a cached key in the compare;
+/// its frame is then unwound with a wrong rule, which stays inside the
+/// checked stack range like any corrupt frame.
 ///
 /// # Safety
 /// `out` must be valid for `len` writes.
@@ -1352,7 +1369,7 @@ unsafe fn hot_loop(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usiz
     let mut o = out;
     // SAFETY: `out..out + len` are the caller's slots (len >= 1); `[sp, hi)`
     // is readable stack; `CACHE` is the rule cache, its wide table right
-    // after its words (`repr(C)`).
+    // after its words and its predictions after that (`repr(C)`).
     let exit = unsafe {
         run_hot(
             &mut regs,
@@ -1363,6 +1380,14 @@ unsafe fn hot_loop(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usiz
         )
     };
     [hot.pc, hot.sp, hot.fp] = regs;
+    if hot.pc == 0 && o != out {
+        // A zero return address: the outermost frame, which `run_hot`
+        // writes and then stops at (no key is 0); not a frame.
+        // SAFETY: one back, still in the caller's slots (`o != out`).
+        o = unsafe { o.sub(1) };
+        // SAFETY: both in the caller's slots.
+        return (unsafe { o.offset_from(out) } as usize, HotEnd::Outermost);
+    }
     let why = match exit {
         run_exit::FULL => HotEnd::Full,
         run_exit::OUTERMOST => HotEnd::Outermost,
@@ -1907,6 +1932,60 @@ mod tests {
         assert!(why == HotEnd::Outermost);
         let (pcs, why) = f.run(&mut Hot { pc: RA[0], ..hot }, 0);
         assert!(pcs.is_empty() && why == HotEnd::Full);
+    }
+
+    /// Each cache word predicts its caller's word; a prediction is used
+    /// only when its key is the return address read, and the rule is the
+    /// word's as it is now.
+    #[test]
+    fn hot_loop_checks_its_predictions() {
+        let (mut f, hot0, RA) = chain(5);
+        let walk = |f: &Fake| {
+            let mut hot = hot0;
+            f.run(&mut hot, 16)
+        };
+        for _ in 0..3 {
+            let (pcs, why) = walk(&f);
+            assert_eq!(pcs, &RA[1..]);
+            assert!(why == HotEnd::Outermost);
+        }
+        // Frame 1 now returns elsewhere (same rule as RA[2]): the
+        // prediction made for it misses and is replaced, twice over.
+        let other = ras(6)[2];
+        put(other, R::Sp { cfa: 32, bp: -24 });
+        f.words[16] = other;
+        for _ in 0..2 {
+            let (pcs, why) = walk(&f);
+            assert_eq!(pcs, [RA[1], other, RA[3], RA[4]]);
+            assert!(why == HotEnd::Outermost);
+        }
+        f.words[16] = RA[2];
+        for _ in 0..2 {
+            let (pcs, why) = walk(&f);
+            assert_eq!(pcs, &RA[1..]);
+            assert!(why == HotEnd::Outermost);
+        }
+        // The rule of a predicted word changes: the new one applies.
+        put(RA[2], R::End);
+        let (pcs, why) = walk(&f);
+        assert_eq!(pcs, &RA[1..3]);
+        assert!(why == HotEnd::Outermost);
+        // Its key is gone (another key in its place): the generic
+        // unwinder takes the frame.
+        put(RA[2], R::Sp { cfa: 32, bp: -24 });
+        let (pcs, _) = walk(&f);
+        assert_eq!(pcs, &RA[1..]);
+        let i = cache_set(RA[2]);
+        let w = if CACHE.words[i].load(Ordering::Relaxed) & KEY_MASK == RA[2] {
+            i
+        } else {
+            i + 1
+        };
+        let old = CACHE.words[w].swap(RA[2] ^ 0x40 | 1 << 62, Ordering::Relaxed);
+        let (pcs, why) = walk(&f);
+        assert_eq!(pcs, &RA[1..3]);
+        assert!(why == HotEnd::Slow);
+        CACHE.words[w].store(old, Ordering::Relaxed);
     }
 
     /// A corrupt saved frame pointer in frame 2: the walk stops at frame 3

@@ -90,6 +90,10 @@ pub(crate) const WIDE_SLOTS: usize = 512;
 /// unwinder.
 pub(crate) const PACKED_END: u16 = 3 << 14 | 1;
 
+/// The packed frame-record rule (`Bp { cfa: 16, bp: -16 }`: `push rbp;
+/// mov rbp, rsp`), which [`run_hot`] chains with one load a frame.
+pub(crate) const PACKED_FRAME_RECORD: u16 = 2 << 14 | 1;
+
 /// The wide form of an `Sp`/`Bp` rule whose offsets do not fit the 16-bit
 /// packing (frames over about 4 KiB, up to 4 GiB): bits 0-31 `off_a`, bits
 /// 32-39 `ra_at / 8`, bit 40 set when the base is `rbp`, bit 62 always set
@@ -120,11 +124,17 @@ pub(crate) fn from_wide_word(w: u64) -> UnwindRuleX86_64 {
     }
 }
 
+/// Slots of the caller-prediction table after the wide table: one `u16`
+/// per cache word plus a spare one (index [`CACHE_WORDS`]) that the first
+/// frame of a walk writes, having no frame before it.
+pub(crate) const PRED_SLOTS: usize = CACHE_WORDS + 8;
+
 /// How [`run_hot`] stopped.
 pub(crate) mod run_exit {
     /// The output is full.
     pub(crate) const FULL: u64 = 0;
-    /// A zero return address or the packed `End` rule: the outermost frame.
+    /// The packed `End` rule: the outermost frame (a zero return address
+    /// exits with `SLOW` or `FULL`, see [`run_hot`](super::run_hot)).
     pub(crate) const OUTERMOST: u64 = 1;
     /// A frame missed the cache, has a rule the loop does not apply, or
     /// failed the range check: the generic unwinder takes it.
@@ -138,31 +148,40 @@ pub(crate) mod run_exit {
 /// decoded in the loop (no return to Rust per frame).
 ///
 /// The cache at `cache`: [`CACHE_WORDS`] words `key | p << 48` in 2-way sets
-/// at index `(key ^ key >> 13) & 0x1ffe`, then [`WIDE_SLOTS`] wide words.
-/// A packed rule `p` (`X86_64::pack`) with bits 15-14 = 1 or 2 is applied
-/// from its fields; bits 15-14 = 0 make `p` the index of a [`wide_word`];
-/// the packed `End` ends the walk; anything else is left to the caller.
+/// at index `(key ^ key >> 13) & 0x1ffe`, then [`WIDE_SLOTS`] wide words,
+/// then [`PRED_SLOTS`] `u16` predictions. A packed rule `p`
+/// (`X86_64::pack`) with bits 15-14 = 1 or 2 is applied from its fields;
+/// bits 15-14 = 0 make `p` the index of a [`wide_word`]; the packed `End`
+/// ends the walk; anything else is left to the caller.
 ///
 /// A rule is applied relative to `a = (fp if rbp-based else sp) + off_a`,
 /// the lowest stack word the frame reads: the return address is at
 /// `a + ra_at`, the caller's stack pointer is `a + ra_at + 8`, and the
 /// caller's frame pointer is at `a` if `ra_at != 0` (unchanged otherwise).
-/// A frame is applied only if `sp <= a <= hi - ra_at - 8`: every read lies
-/// in `[sp, hi)`.
+/// A frame is applied only if `sp <= a` and `a + ra_at + 8 <= hi`: every
+/// read lies in `[sp, hi)`.
 ///
-/// Consecutive frames with the same cached rule (code with frame pointers:
-/// every frame) are checked with one `xor` and compare of the cache word
-/// against the previous frame's, so nothing is decoded and the stack loads
-/// need not wait for the cache load; the frame-record rule (`rbp`-based,
-/// `off_a == 0`) chains with the single load `fp = [fp]`.
+/// The caller is predicted: the prediction slot of a cache word holds the
+/// index of the word its caller's return address was found at last time.
+/// That word is loaded while the frame is being unwound (its index depends
+/// only on the previous index, not on the stack), and it is only used when
+/// its key equals the return address actually read from the stack; else
+/// the return address is looked up by hash and the prediction rewritten
+/// (one `u16` store, atomic). So on a stack seen before, a frame waits on
+/// one load (the prediction), not on the return address and then its cache
+/// word; a wrong or stale prediction (another thread, a replaced word)
+/// costs a lookup, never a wrong rule.
 ///
 /// Returns a [`run_exit`] code, with `regs` at the last frame written (or
-/// the start) and `*o` past the last slot written. Written in assembly:
+/// the start) and `*o` past the last slot written. A zero return address
+/// (the outermost frame) is written like any other and then stops the walk
+/// (`SLOW`, or `FULL` when it took the last slot) with `regs[0] == 0`: the
+/// caller drops it (checking it in the loop would cost every frame). Written in assembly:
 /// thirteen live values, which the compiler spilled.
 ///
 /// # Safety
-/// `*o < end` and `*o..end` writable; `[regs[1], hi)` readable stack;
-/// `cache` the rule cache as above.
+/// `*o < end` and `*o..end` writable; `[regs[1], hi)` readable stack,
+/// `hi` below `2^63`; `cache` the rule cache as above.
 #[inline(always)]
 pub(crate) unsafe fn run_hot(
     regs: &mut [u64; 3],
@@ -172,106 +191,140 @@ pub(crate) unsafe fn run_hot(
     cache: *const u64,
 ) -> u64 {
     let [mut pc, mut sp, mut fp] = *regs;
-    let mut out = *o;
+    // Slots are written at `end + cnt * 8`, `cnt` counting up to 0.
+    // SAFETY (of the arithmetic): `*o` and `end` bound the caller's slots.
+    let mut cnt: i64 = unsafe { (*o).offset_from(end) } as i64;
     let code: u64;
-    // The tail of every applied frame: store the return address (in `v`),
-    // stop when full, look up the next frame's first way and go on under
-    // the same rule when its word matches, else resolve it at 23.
-    macro_rules! tail {
-        ($again:literal) => {
-            concat!(
-                "mov [{out}], {v}\n",
-                "add {out}, 8\n",
-                "mov {pc}, {v}\n",
-                "cmp {out}, {end}\n",
-                "je 7f\n",
-                "mov {a:e}, {pc:e}\n",
-                "shr {a:e}, 13\n",
-                "xor {a:e}, {pc:e}\n",
-                "and {a:e}, 0x1ffe\n",
-                "mov {v}, [{cache} + {a} * 8]\n",
-                "xor {v}, {pc}\n",
-                "cmp {v}, {tag}\n",
-                "je ",
-                $again,
-                "\n",
-                "jmp 23b\n",
-            )
-        };
-    }
-    // A frame from a base register: `a`, range check, loads, new `sp`.
-    macro_rules! general {
-        ($base:literal) => {
-            concat!(
-                "lea {a}, [{",
-                $base,
-                "} + {off}]\n",
-                "cmp {a}, {sp}\n",
-                "jb 8f\n",
-                "cmp {a}, {amax}\n",
-                "ja 8f\n",
-                "mov {v}, [{a} + {ra}]\n",
-                "test {ra}, {ra}\n",
-                "jz 3f\n",
-                "mov {fp}, [{a}]\n",
-                "3:\n",
-                "test {v}, {v}\n",
-                "jz 9f\n",
-                "lea {sp}, [{a} + {ra} + 8]\n",
-            )
-        };
-    }
-    // SAFETY: reads only `[a, a + ra + 8)` after checking
-    // `sp <= a <= hi - ra - 8`, inside the readable stack the caller vouches
-    // for; writes only `out` below `end`; reads the cache at indices below
-    // CACHE_WORDS + WIDE_SLOTS. No stack use, flags clobbered.
+    // SAFETY: reads only `[a, a + ra * 8 + 8)` after checking `sp <= a`
+    // and `a + ra * 8 + 8 <= hi` (no wrap: `a <= hi < 2^63`, `ra < 256`),
+    // inside the readable stack the caller vouches for; writes only slots
+    // `end + cnt * 8` with `cnt < 0` and prediction slots below
+    // PRED_SLOTS; reads the cache at indices below CACHE_WORDS + WIDE_SLOTS
+    // (a prediction read back is masked by being a `u16` below 8192 only
+    // if written so: every store writes an index below CACHE_WORDS, and
+    // the table starts all zero). No stack use, flags clobbered.
     unsafe {
         core::arch::asm!(
-            // The first frame's lookup.
+            // The first frame has no frame before it: its prediction goes
+            // to the spare slot.
+            "mov {off:e}, {cache_words}",
+            "jmp 45f",
+            // 40: the frame at `pc` is the key of word `idx`; `v` = its
+            // packed rule, zero-extended.
+            "40:",
+            "movzx {nidx:e}, word ptr [{cache} + {idx} * 2 + {pred_at}]",
+            // `p + 0x4000` has bit 15 set just for `p` in
+            // `0x4000..0xc000` (bits 15-14 = 1 or 2), and then bit 14 set
+            // for an rbp base; bits 13-0 are `p`'s.
+            "add {v:e}, 0x4000",
+            "test {v:e}, 0x8000",
+            "jz 29f",
+            "mov {ra:e}, {v:e}",
+            "and {ra:e}, 31",
+            "mov {off:e}, {v:e}",
+            "shr {off:e}, 2",
+            "and {off:e}, 0xff8",
+            // 26: `off` (bytes), `ra` (words) set, bit 14 of `v` set for
+            // an rbp base.
+            "26:",
+            "test {v:e}, 0x4000",
+            "jnz 33f",
+            "lea {a}, [{sp} + {off}]",
+            // 35: `a` set and `a >= sp`.
+            "35:",
+            "lea {off}, [{a} + {ra} * 8 + 8]",
+            "cmp {off}, {hi}",
+            "ja 8f",
+            // A zero return address (the outermost frame) is written and
+            // then fails the lookup: the caller takes it back.
+            "mov {v}, [{a} + {ra} * 8]",
+            "mov {a}, [{a}]",
+            "test {ra:e}, {ra:e}",
+            "cmovnz {fp}, {a}",
+            "mov {sp}, {off}",
+            "mov {pc}, {v}",
+            "mov [{end} + {cnt} * 8], {v}",
+            "add {cnt}, 1",
+            "jz 7f",
+            // The predicted caller's word: its rule is taken from the word
+            // itself, not from the word xor the return address, so the
+            // next frame's stack reads wait on the prediction only, not on
+            // this frame's stack read (which only checks the key).
+            "mov {v}, [{cache} + {nidx} * 8]",
+            "mov {ra}, {v}",
+            "shr {v}, 48",
+            "xor {ra}, {pc}",
+            "shl {ra}, 16",
+            "mov {off:e}, {idx:e}",
+            "mov {idx:e}, {nidx:e}",
+            "jz 40b",
+            "jmp 45f",
+            // 33: rbp-based frames; the frame record has a loop of its own.
+            "33:",
+            "cmp {v:e}, {frame_record} + 0x4000",
+            "je 34f",
+            "mov {a}, {fp}",
+            "add {a}, {off}",
+            "jc 8f",
+            "cmp {a}, {sp}",
+            "jb 8f",
+            "cmp {a}, {hi}",
+            "ja 8f",
+            "jmp 35b",
+            // 34: the frame record (`push rbp; mov rbp, rsp`): `a` is `fp`
+            // itself, the next `fp` is loaded from it, nothing to decode;
+            // the next frame is looked up by hash (its return address is
+            // loaded no later than `fp`, so this adds no wait) and stays
+            // here while it has this rule too.
+            "34:",
+            "cmp {fp}, {sp}",
+            "jb 8f",
+            "mov {off}, {fp}",
+            "add {off}, 16",
+            "jc 8f",
+            "cmp {off}, {hi}",
+            "ja 8f",
+            "mov {v}, [{fp} + 8]",
+            "mov {sp}, {off}",
+            "mov {fp}, [{fp}]",
+            "mov {pc}, {v}",
+            "mov [{end} + {cnt} * 8], {v}",
+            "add {cnt}, 1",
+            "jz 7f",
             "mov {a:e}, {pc:e}",
             "shr {a:e}, 13",
             "xor {a:e}, {pc:e}",
             "and {a:e}, 0x1ffe",
             "mov {v}, [{cache} + {a} * 8]",
             "xor {v}, {pc}",
-            // 23: `v` is the first way's word xor the key, `a` the set.
-            "23:",
-            "mov {tag}, {v}",
-            "shl {tag}, 16",
-            "jz 25f",
-            "mov {v}, [{cache} + {a} * 8 + 8]",
+            "rol {v}, 16",
+            "mov {off:e}, {idx:e}",
+            "mov {idx:e}, {a:e}",
+            "cmp {v}, {frame_record}",
+            "je 34b",
+            "jmp 45f",
+            // 45: look `pc` up in both ways of its set; found, the index
+            // becomes word `off`'s prediction (the previous frame's).
+            "45:",
+            "mov {a:e}, {pc:e}",
+            "shr {a:e}, 13",
+            "xor {a:e}, {pc:e}",
+            "and {a:e}, 0x1ffe",
+            "mov {v}, [{cache} + {a} * 8]",
             "xor {v}, {pc}",
-            "mov {tag}, {v}",
-            "shl {tag}, 16",
-            "jnz 8f",
-            // 25: decode `v = p << 48`.
-            "25:",
-            "mov {tag}, {v}",
-            "shr {v}, 48",
-            "cmp {v:e}, 0x4000",
-            "jb 27f",
-            "cmp {v:e}, 0xc000",
-            "jae 28f",
-            "mov {ra:e}, {v:e}",
-            "and {ra:e}, 31",
-            "shl {ra:e}, 3",
-            "mov {off:e}, {v:e}",
-            "shr {off:e}, 5",
-            "and {off:e}, 0x1ff",
-            "shl {off:e}, 3",
-            // 26: `off`, `ra` set, bit 15 of `v` set for an rbp base.
-            "26:",
-            "lea {a}, [{ra} + 8]",
-            "mov {amax}, {hi}",
-            "sub {amax}, {a}",
-            "jb 8f",
-            "test {v:e}, 0x8000",
-            "jz 32f",
-            "test {off}, {off}",
-            "jnz 33f",
-            "test {ra}, {ra}",
-            "jz 33f",
-            "jmp 34f",
+            "rol {v}, 16",
+            "cmp {v}, 0xffff",
+            "jbe 46f",
+            "add {a:e}, 1",
+            "mov {v}, [{cache} + {a} * 8]",
+            "xor {v}, {pc}",
+            "rol {v}, 16",
+            "cmp {v}, 0xffff",
+            "ja 8f",
+            "46:",
+            "mov word ptr [{cache} + {off} * 2 + {pred_at}], {a:x}",
+            "mov {idx:e}, {a:e}",
+            "jmp 40b",
             // 27: a wide rule, `v` its slot.
             "27:",
             "test {v:e}, {v:e}",
@@ -283,38 +336,22 @@ pub(crate) unsafe fn run_hot(
             "jz 8f",
             "mov {off:e}, {a:e}",
             "mov {ra}, {a}",
-            "shr {ra}, 29",
-            "and {ra:e}, 0x7f8",
-            "shr {a}, 25",
-            "and {a:e}, 0x8000",
+            "shr {ra}, 32",
+            "and {ra:e}, 0xff",
+            "shr {a}, 26",
+            "and {a:e}, 0x4000",
             "mov {v:e}, {a:e}",
             "jmp 26b",
+            // 29: `v` is `p + 0x4000`, `p` a wide rule's slot or another
+            // rule.
+            "29:",
+            "sub {v:e}, 0x4000",
+            "cmp {v:e}, 0x4000",
+            "jb 27b",
             // 28: other rules: `End` is the outermost frame.
-            "28:",
             "cmp {v:e}, {end_rule}",
             "je 9f",
             "jmp 8f",
-            // 32: rsp-based frames.
-            "32:",
-            general!("sp"),
-            tail!("32b"),
-            // 33: rbp-based frames.
-            "33:",
-            general!("fp"),
-            tail!("33b"),
-            // 34: the frame record (`push rbp; mov rbp, rsp` and any rule
-            // with the saved rbp where rbp points): `a` is `fp` itself.
-            "34:",
-            "cmp {fp}, {sp}",
-            "jb 8f",
-            "cmp {fp}, {amax}",
-            "ja 8f",
-            "mov {v}, [{fp} + {ra}]",
-            "test {v}, {v}",
-            "jz 9f",
-            "lea {sp}, [{fp} + {ra} + 8]",
-            "mov {fp}, [{fp}]",
-            tail!("34b"),
             "7:",
             "xor {a:e}, {a:e}",
             "jmp 6f",
@@ -327,24 +364,28 @@ pub(crate) unsafe fn run_hot(
             pc = inout(reg) pc,
             sp = inout(reg) sp,
             fp = inout(reg) fp,
-            out = inout(reg) out,
+            cnt = inout(reg) cnt,
             a = out(reg) code,
             v = out(reg) _,
-            tag = out(reg) _,
+            idx = out(reg) _,
+            nidx = out(reg) _,
             off = out(reg) _,
             ra = out(reg) _,
-            amax = out(reg) _,
             end = in(reg) end,
             hi = in(reg) hi,
             cache = in(reg) cache,
+            cache_words = const CACHE_WORDS,
             wide_slots = const WIDE_SLOTS,
             wide_at = const CACHE_WORDS * 8,
+            pred_at = const (CACHE_WORDS + WIDE_SLOTS) * 8,
             end_rule = const PACKED_END as u32,
+            frame_record = const PACKED_FRAME_RECORD as u32,
             options(nostack),
         )
     }
     *regs = [pc, sp, fp];
-    *o = out;
+    // SAFETY: `cnt <= 0` slots before `end`, inside the caller's slots.
+    *o = unsafe { end.offset(cnt as isize) };
     code
 }
 
@@ -356,6 +397,10 @@ mod tests {
     #[test]
     fn packed_end_is_the_packed_end_rule() {
         assert_eq!(super::PACKED_END, X86_64::pack(UnwindRuleX86_64::End));
+        assert_eq!(
+            super::PACKED_FRAME_RECORD,
+            X86_64::pack(UnwindRuleX86_64::Bp { cfa: 16, bp: -16 })
+        );
     }
 
     #[test]
