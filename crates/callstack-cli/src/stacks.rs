@@ -48,16 +48,30 @@ impl ReportArgs {
 
     /// Unwinds and symbolizes every thread of `snap` ([`collect`]) and prints
     /// them as asked. `size` is the bytes the progress line counts (0: none).
+    ///
+    /// `header` comes first: its text lines before the threads, its JSON
+    /// keys at the top level.
     pub fn print<M: Memory + Send>(
         &self,
         snap: &Snapshot,
         mem: &mut M,
         size: u64,
+        header: &Header,
     ) -> Result<(), String> {
         let progress = Progress::new(snap.threads.len(), size);
         let threads = collect(snap, mem, &progress, self.past_main, &self.debug_dir);
-        print_methods(&threads, self.json, self.methods)
+        print_methods(&threads, self.json, self.methods, header)
     }
+}
+
+/// What is printed before the threads: lines of text (followed by an empty
+/// line), and top-level JSON keys.
+#[derive(Default)]
+pub struct Header {
+    /// Text lines, printed before the first thread.
+    pub text: Vec<String>,
+    /// Top-level keys of the JSON output.
+    pub json: serde_json::Map<String, Value>,
 }
 
 /// Frames deeper than this are not unwound (a runaway chain ends here).
@@ -420,11 +434,19 @@ pub fn to_json(threads: &[ThreadOut]) -> Value {
 /// frames end with `[method]` plus a summary line, JSON gains a top-level
 /// `"methods": {"cfi": N, "insn": N, ...}` (each frame's `"method"` is
 /// always there).
-pub fn print_methods(threads: &[ThreadOut], as_json: bool, methods: bool) -> Result<(), String> {
+pub fn print_methods(
+    threads: &[ThreadOut],
+    as_json: bool,
+    methods: bool,
+    header: &Header,
+) -> Result<(), String> {
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
     let r = if as_json {
         let mut v = to_json(threads);
+        for (k, x) in &header.json {
+            v[k] = x.clone();
+        }
         if methods {
             let m: serde_json::Map<String, Value> = method_counts(threads)
                 .into_iter()
@@ -436,7 +458,14 @@ pub fn print_methods(threads: &[ThreadOut], as_json: bool, methods: bool) -> Res
             .map_err(std::io::Error::other)
             .and_then(|_| writeln!(w))
     } else {
-        print_text_methods(threads, &mut w, methods)
+        let mut r = Ok(());
+        for line in &header.text {
+            r = r.and_then(|_| writeln!(w, "{line}"));
+        }
+        if !header.text.is_empty() {
+            r = r.and_then(|_| writeln!(w));
+        }
+        r.and_then(|_| print_text_methods(threads, &mut w, methods))
     };
     r.and_then(|_| w.flush())
         .map_err(|e| format!("writing the output: {e}"))

@@ -359,7 +359,11 @@ where
     if let Some(func) = pending.filter(|_| !noreturn) {
         fill_epilogue(code, pc, func, &mut a);
     }
-    let epilogue = if noreturn { None } else { Some(a.epilogue_rules()) };
+    let epilogue = if noreturn {
+        None
+    } else {
+        Some(a.epilogue_rules())
+    };
     for rule in epilogue.into_iter().flatten() {
         let Some(n) = read_rule(&rule, regs, mem) else {
             continue;
@@ -387,7 +391,16 @@ where
     // 3. The frame pointer, when it points at a believable record (after a
     // call that never returns, only once scanning found nothing).
     let frame_pointer = |lenient: &mut Option<StepResult>, mem: &mut M, code: &mut C| {
-        frame_pointer_candidate(regs, mem, code, cache, a.func_start, lookup, stack_end, lenient)
+        frame_pointer_candidate(
+            regs,
+            mem,
+            code,
+            cache,
+            a.func_start,
+            lookup,
+            stack_end,
+            lenient,
+        )
     };
     if !noreturn {
         if let Some(r) = frame_pointer(&mut lenient, mem, code) {
@@ -416,8 +429,13 @@ fn after_noreturn_call<C: CodeMemory + ?Sized>(code: &mut C, cache: CacheRef<'_>
     }
     let padding = matches!(
         b,
-        [0x90, ..] | [0xcc, ..] | [0x0f, 0x1f, ..] | [0x66, 0x0f, 0x1f, _] | [0x66, 0x2e, 0x0f, 0x1f]
-            | [0x66, 0x66, 0x2e, 0x0f] | [0x66, 0x90, ..]
+        [0x90, ..]
+            | [0xcc, ..]
+            | [0x0f, 0x1f, ..]
+            | [0x66, 0x0f, 0x1f, _]
+            | [0x66, 0x2e, 0x0f, 0x1f]
+            | [0x66, 0x66, 0x2e, 0x0f]
+            | [0x66, 0x90, ..]
     );
     padding && ra_info(code, cache, pc).is_some_and(|i| i.call.is_some())
 }
