@@ -1,6 +1,6 @@
 //! What `callstack core` and `callstack pstack` print: every thread's
 //! frames, as text in the style of gdb's `thread apply all bt`, or as JSON
-//! (the contract documented in README.md):
+//! (the contract documented in README.md and docs/schema/core.schema.json):
 //!
 //! ```text
 //! {"threads":[{"tid":N,"name":"..","frames":[{"pc":"0x..","function":"..",
@@ -427,8 +427,13 @@ pub fn to_json(threads: &[ThreadOut]) -> Value {
             json!({"tid": t.tid, "name": t.name, "frames": frames})
         })
         .collect();
-    json!({ "threads": threads })
+    json!({ "schema_version": SCHEMA_VERSION, "threads": threads })
 }
+
+/// The `schema_version` of the JSON of `core` and `pstack`
+/// (docs/schema/core.schema.json, docs/schema/pstack.schema.json): raised
+/// when a key is removed or changes meaning; new keys keep it.
+pub const SCHEMA_VERSION: u32 = 1;
 
 /// Prints in the chosen format; with `methods`, the accuracy report: text
 /// frames end with `[method]` plus a summary line, JSON gains a top-level
