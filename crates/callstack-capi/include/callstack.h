@@ -6,6 +6,7 @@
 #ifndef CALLSTACK_H
 #define CALLSTACK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -84,6 +85,41 @@ int callstack_install_crash_handler(const char* report_path_or_null);
  * one already). Without it, other crashes of that thread are still
  * reported. Idempotent. Returns 0 on success, -1 on failure. */
 int callstack_crash_thread_init(void);
+
+/* Symbolizing. Both functions below share one symbolizer per process,
+ * built on first use from the loaded objects (their DWARF, else symbol
+ * tables) and kept, with its caches, until exit; objects loaded later by
+ * dlopen are picked up. They are thread-safe (one lock) and NOT
+ * async-signal-safe (they allocate and lock): in a signal handler, capture
+ * only, and symbolize later or elsewhere (see the crash handler above). */
+
+/* Flag: the address is an exact pc (a fault's pc, out[0] of
+ * callstack_capture_from_context), not a return address. A return address
+ * (every entry of callstack_capture_fast/exact) is looked up at addr - 1,
+ * the call instruction. */
+#define CALLSTACK_SYMBOLIZE_EXACT 1u
+
+#define CALLSTACK_EINVAL (-1)    /* invalid arguments */
+#define CALLSTACK_ENOMODULE (-2) /* no loaded object contains the address */
+#define CALLSTACK_EIO (-3)       /* write failed, errno set */
+
+/* Names `addr` into `buf`, the caller's buffer of `len` bytes: the text is
+ * NUL-terminated and truncated to len - 1 bytes. One line per level,
+ * innermost inlined function first, the real function last:
+ *   "function at file:line", "(inlined) function at file:line",
+ *   or "?? (module+0xoffset)" when nothing names the address.
+ * Returns the length of the whole text without the NUL (as snprintf: a
+ * value >= len means it was truncated; call again with a larger buffer),
+ * CALLSTACK_ENOMODULE (buf gets "") or CALLSTACK_EINVAL (buf NULL with
+ * len > 0). Nothing returned points into the library's memory. */
+int callstack_symbolize(uintptr_t addr, uint32_t flags, char* buf, size_t len);
+
+/* Writes `count` frames to the file descriptor `fd`, one line per level:
+ *   "#N   0x00005555deadbeef in function at file:line"
+ * frames[0] is a return address unless `flags` has
+ * CALLSTACK_SYMBOLIZE_EXACT; the others always are. Returns 0,
+ * CALLSTACK_EINVAL (frames NULL with count > 0) or CALLSTACK_EIO. */
+int callstack_print_trace(const uintptr_t* frames, uint32_t count, uint32_t flags, int fd);
 
 #ifdef __cplusplus
 }

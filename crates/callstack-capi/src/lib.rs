@@ -225,3 +225,156 @@ pub extern "C" fn callstack_crash_thread_init() -> core::ffi::c_int {
         Err(_) => -1,
     }
 }
+
+/// The symbolizer behind [`callstack_symbolize`] and
+/// [`callstack_print_trace`]: one per process, built on first use, behind a
+/// lock (it caches parsed debug info and answers).
+static SYMBOLIZER: std::sync::Mutex<Option<callstack::symbolize::Symbolizer>> =
+    std::sync::Mutex::new(None);
+
+/// `CALLSTACK_SYMBOLIZE_EXACT`: the address is an exact pc (a fault's pc,
+/// `out[0]` of `callstack_capture_from_context`), not a return address.
+pub const CALLSTACK_SYMBOLIZE_EXACT: u32 = 1;
+/// Invalid arguments (a null buffer with a nonzero length, null frames).
+pub const CALLSTACK_EINVAL: i32 = -1;
+/// No loaded module contains the address.
+pub const CALLSTACK_ENOMODULE: i32 = -2;
+/// Writing to the file descriptor failed (`errno` is set).
+pub const CALLSTACK_EIO: i32 = -3;
+
+/// Runs `f` on the process's symbolizer, catching panics (none cross the
+/// C boundary).
+fn with_symbolizer<R>(f: impl FnOnce(&mut callstack::symbolize::Symbolizer) -> R) -> Option<R> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut guard = SYMBOLIZER.lock().unwrap_or_else(|p| p.into_inner());
+        let s = guard.get_or_insert_with(callstack::symbolize::Symbolizer::new);
+        f(s)
+    }))
+    .ok()
+}
+
+/// The text of one address: its levels, innermost (inlined) first, one per
+/// line, as `function at file:line` (`(inlined) ` before inlined levels;
+/// `?? (module+0xoffset)` when nothing names it). `None` when no module
+/// contains it.
+fn describe(addr: usize, flags: u32) -> Option<Option<String>> {
+    use callstack::symbolize::Address;
+    let a = if flags & CALLSTACK_SYMBOLIZE_EXACT != 0 {
+        Address::Exact(addr)
+    } else {
+        Address::Return(addr)
+    };
+    with_symbolizer(|s| {
+        let r = s.symbolize(a);
+        r.module.as_ref()?;
+        Some(r.to_string())
+    })
+}
+
+/// `int callstack_symbolize(uintptr_t addr, uint32_t flags, char* buf, size_t len);`
+///
+/// Writes into `buf` (NUL-terminated, truncated to `len - 1` bytes) the
+/// levels of `addr`, innermost inlined first, one per line: `function at
+/// file:line`, `(inlined) ` before an inlined level, `?? (module+0xoff)`
+/// when nothing names it. `addr` is a return address (looked up at
+/// `addr - 1`) unless `flags` has `CALLSTACK_SYMBOLIZE_EXACT`. Returns the
+/// length of the whole text (excluding the NUL; `>= len` means it was
+/// truncated, as `snprintf`), `CALLSTACK_ENOMODULE` (-2) when no loaded
+/// module contains `addr` (`buf` gets an empty string), or
+/// `CALLSTACK_EINVAL` (-1). Thread-safe (one lock); not async-signal-safe.
+///
+/// # Safety
+/// `buf` must be valid for `len` writes, or null with `len == 0`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_symbolize(
+    addr: usize,
+    flags: u32,
+    buf: *mut core::ffi::c_char,
+    len: usize,
+) -> i32 {
+    if buf.is_null() && len != 0 {
+        return CALLSTACK_EINVAL;
+    }
+    let out: &mut [u8] = if len == 0 {
+        &mut []
+    } else {
+        // SAFETY: the caller promises `len` writable bytes at `buf`.
+        unsafe { core::slice::from_raw_parts_mut(buf as *mut u8, len) }
+    };
+    let text = match describe(addr, flags) {
+        None => return CALLSTACK_EINVAL,
+        Some(None) => {
+            if let Some(b) = out.first_mut() {
+                *b = 0;
+            }
+            return CALLSTACK_ENOMODULE;
+        }
+        Some(Some(t)) => t,
+    };
+    if !out.is_empty() {
+        let n = text.len().min(out.len() - 1);
+        out[..n].copy_from_slice(&text.as_bytes()[..n]);
+        out[n] = 0;
+    }
+    i32::try_from(text.len()).unwrap_or(i32::MAX)
+}
+
+/// `int callstack_print_trace(const uintptr_t* frames, uint32_t count, uint32_t flags, int fd);`
+///
+/// Writes the frames to `fd`, one line per level:
+/// `#N  0x... in function at file:line` (inlined levels share their `#N`
+/// and are marked `(inlined)`; `?? (module+0xoff)` when nothing names a
+/// frame, `?? (no module)` outside every module). `frames[0]` is a return
+/// address unless `flags` has `CALLSTACK_SYMBOLIZE_EXACT` (a capture from
+/// a signal context); the others are return addresses. Returns 0,
+/// `CALLSTACK_EINVAL` (-1) or `CALLSTACK_EIO` (-3, `errno` set).
+/// Thread-safe; not async-signal-safe (allocates, takes a lock).
+///
+/// # Safety
+/// `frames` must be valid for `count` reads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_print_trace(
+    frames: *const usize,
+    count: u32,
+    flags: u32,
+    fd: core::ffi::c_int,
+) -> i32 {
+    if frames.is_null() && count != 0 {
+        return CALLSTACK_EINVAL;
+    }
+    let frames: &[usize] = if count == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller promises `count` readable entries.
+        unsafe { core::slice::from_raw_parts(frames, count as usize) }
+    };
+    let mut text = String::new();
+    for (i, &a) in frames.iter().enumerate() {
+        let f = if i == 0 {
+            flags
+        } else {
+            flags & !CALLSTACK_SYMBOLIZE_EXACT
+        };
+        let levels = match describe(a, f) {
+            None => return CALLSTACK_EINVAL,
+            Some(None) => "?? (no module)".to_string(),
+            Some(Some(t)) => t,
+        };
+        for line in levels.lines() {
+            text.push_str(&format!("#{i:<3} {a:#018x} in {line}\n"));
+        }
+    }
+    let mut rest = text.as_bytes();
+    while !rest.is_empty() {
+        // SAFETY: writing initialized bytes from a live slice.
+        let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return CALLSTACK_EIO;
+        }
+        rest = &rest[n as usize..];
+    }
+    0
+}

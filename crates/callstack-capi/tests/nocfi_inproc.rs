@@ -19,8 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use testsupport::{addr2line_functions, release_artifacts, scratch_dir, Gcc};
 
-const NO_CFI: &str =
-    "-g0 -fomit-frame-pointer -fno-asynchronous-unwind-tables -fno-unwind-tables";
+const NO_CFI: &str = "-g0 -fomit-frame-pointer -fno-asynchronous-unwind-tables -fno-unwind-tables";
 
 #[derive(Clone, Copy, PartialEq)]
 enum Shape {
@@ -150,7 +149,8 @@ fn own_names(b: &Built, frames: &[Frame], first_exact: bool) -> (Vec<String>, bo
         let file = Path::new(&f.module).file_name().unwrap().to_string_lossy();
         let twin = b.twins.iter().find(|t| {
             let t = t.file_name().unwrap().to_string_lossy();
-            file == t || (file == "libnocfi.so" && t.starts_with("libnocfi"))
+            file == t
+                || (file == "libnocfi.so" && t.starts_with("libnocfi"))
                 || (file.ends_with(".s") && file.trim_end_matches(".s") == t)
         });
         let Some(twin) = twin else { continue };
@@ -187,7 +187,10 @@ fn check(opt: &str, shape: Shape) {
                 "{opt} {} mode {mode}, prepare() {prepare}: {frames:#x?}",
                 b.exe.display()
             );
-            assert!(!lost, "{opt} mode {mode}: a frame in no module: {frames:#x?}");
+            assert!(
+                !lost,
+                "{opt} mode {mode}: a frame in no module: {frames:#x?}"
+            );
         }
     }
 }

@@ -126,7 +126,9 @@ fn is_rust_legacy(name: &str) -> bool {
         && name.starts_with("_ZN")
         && name.ends_with('E')
         && &b[b.len() - 20..b.len() - 17] == b"17h"
-        && b[b.len() - 17..b.len() - 1].iter().all(u8::is_ascii_hexdigit)
+        && b[b.len() - 17..b.len() - 1]
+            .iter()
+            .all(u8::is_ascii_hexdigit)
 }
 
 /// Checks the compatibility flags, and returns what `-j` adds to each

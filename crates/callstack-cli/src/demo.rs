@@ -20,8 +20,24 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut frames = [0usize; 64];
     let n = demo_outer(&mut frames);
     println!("capture_fast from demo_outer -> demo_middle -> demo_inner: {n} frames");
-    for (i, addr) in frames[..n].iter().enumerate() {
-        println!("  #{i:<2} {addr:#018x}  {}", describe(*addr));
+    // Names, files and lines from our own debug info (symbol tables when
+    // there is none); inlined functions first, marked.
+    let mut sym = callstack::symbolize::Symbolizer::new();
+    for (i, &addr) in frames[..n].iter().enumerate() {
+        let r = sym.symbolize(callstack::symbolize::Address::Return(addr));
+        if r.frames.is_empty() {
+            println!("  #{i:<2} {addr:#018x}  ?? {}", describe(addr));
+        }
+        for f in &r.frames {
+            let name = f.function.as_deref().unwrap_or("??");
+            let inl = if f.inlined { " [inlined]" } else { "" };
+            match (&f.file, f.line) {
+                (Some(file), Some(line)) => {
+                    println!("  #{i:<2} {addr:#018x}  {name} at {file}:{line}{inl}")
+                }
+                _ => println!("  #{i:<2} {addr:#018x}  {name} {}{inl}", describe(addr)),
+            }
+        }
     }
     println!(
         "  stack hash: {:#018x}",
@@ -64,7 +80,7 @@ fn demo_inner(out: &mut [usize]) -> usize {
     black_box(callstack::capture_fast(0, out))
 }
 
-/// The module an address belongs to, from `dladdr`.
+/// `(module + 0xoffset)` of an address, from `dladdr`.
 fn describe(addr: usize) -> String {
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: dladdr only reads the address and fills `info`.
@@ -79,14 +95,7 @@ fn describe(addr: usize) -> String {
             .to_string_lossy()
             .into_owned()
     };
-    let sym = if info.dli_sname.is_null() {
-        String::new()
-    } else {
-        // SAFETY: as above.
-        let s = unsafe { std::ffi::CStr::from_ptr(info.dli_sname) }.to_string_lossy();
-        format!("{s} ")
-    };
-    format!("{sym}({module} + {:#x})", addr - info.dli_fbase as usize)
+    format!("({module} + {:#x})", addr - info.dli_fbase as usize)
 }
 
 fn median_ns(runs: usize, mut f: impl FnMut()) -> f64 {

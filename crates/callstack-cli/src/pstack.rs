@@ -28,5 +28,6 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let snap = live.snapshot();
     stacks::warn(snap);
-    args.report.print(snap, &mut live.memory(), 0)
+    args.report
+        .print(snap, &mut live.memory(), 0, &stacks::Header::default())
 }

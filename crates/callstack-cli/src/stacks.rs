@@ -1,6 +1,6 @@
 //! What `callstack core` and `callstack pstack` print: every thread's
 //! frames, as text in the style of gdb's `thread apply all bt`, or as JSON
-//! (the contract documented in README.md):
+//! (the contract documented in README.md and docs/schema/core.schema.json):
 //!
 //! ```text
 //! {"threads":[{"tid":N,"name":"..","frames":[{"pc":"0x..","function":"..",
@@ -48,16 +48,30 @@ impl ReportArgs {
 
     /// Unwinds and symbolizes every thread of `snap` ([`collect`]) and prints
     /// them as asked. `size` is the bytes the progress line counts (0: none).
+    ///
+    /// `header` comes first: its text lines before the threads, its JSON
+    /// keys at the top level.
     pub fn print<M: Memory + Send>(
         &self,
         snap: &Snapshot,
         mem: &mut M,
         size: u64,
+        header: &Header,
     ) -> Result<(), String> {
         let progress = Progress::new(snap.threads.len(), size);
         let threads = collect(snap, mem, &progress, self.past_main, &self.debug_dir);
-        print_methods(&threads, self.json, self.methods)
+        print_methods(&threads, self.json, self.methods, header)
     }
+}
+
+/// What is printed before the threads: lines of text (followed by an empty
+/// line), and top-level JSON keys.
+#[derive(Default)]
+pub struct Header {
+    /// Text lines, printed before the first thread.
+    pub text: Vec<String>,
+    /// Top-level keys of the JSON output.
+    pub json: serde_json::Map<String, Value>,
 }
 
 /// Frames deeper than this are not unwound (a runaway chain ends here).
@@ -413,18 +427,31 @@ pub fn to_json(threads: &[ThreadOut]) -> Value {
             json!({"tid": t.tid, "name": t.name, "frames": frames})
         })
         .collect();
-    json!({ "threads": threads })
+    json!({ "schema_version": SCHEMA_VERSION, "threads": threads })
 }
+
+/// The `schema_version` of the JSON of `core` and `pstack`
+/// (docs/schema/core.schema.json, docs/schema/pstack.schema.json): raised
+/// when a key is removed or changes meaning; new keys keep it.
+pub const SCHEMA_VERSION: u32 = 1;
 
 /// Prints in the chosen format; with `methods`, the accuracy report: text
 /// frames end with `[method]` plus a summary line, JSON gains a top-level
 /// `"methods": {"cfi": N, "insn": N, ...}` (each frame's `"method"` is
 /// always there).
-pub fn print_methods(threads: &[ThreadOut], as_json: bool, methods: bool) -> Result<(), String> {
+pub fn print_methods(
+    threads: &[ThreadOut],
+    as_json: bool,
+    methods: bool,
+    header: &Header,
+) -> Result<(), String> {
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
     let r = if as_json {
         let mut v = to_json(threads);
+        for (k, x) in &header.json {
+            v[k] = x.clone();
+        }
         if methods {
             let m: serde_json::Map<String, Value> = method_counts(threads)
                 .into_iter()
@@ -436,7 +463,14 @@ pub fn print_methods(threads: &[ThreadOut], as_json: bool, methods: bool) -> Res
             .map_err(std::io::Error::other)
             .and_then(|_| writeln!(w))
     } else {
-        print_text_methods(threads, &mut w, methods)
+        let mut r = Ok(());
+        for line in &header.text {
+            r = r.and_then(|_| writeln!(w, "{line}"));
+        }
+        if !header.text.is_empty() {
+            r = r.and_then(|_| writeln!(w));
+        }
+        r.and_then(|_| print_text_methods(threads, &mut w, methods))
     };
     r.and_then(|_| w.flush())
         .map_err(|e| format!("writing the output: {e}"))

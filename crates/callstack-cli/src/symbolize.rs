@@ -24,7 +24,13 @@ pub struct Args {
     /// files copied here).
     #[arg(long)]
     sysroot: Option<PathBuf>,
+    /// Print JSON (schema: docs/schema/symbolize.schema.json) instead of text.
+    #[arg(long)]
+    json: bool,
 }
+
+/// The `schema_version` of the JSON output (docs/schema/symbolize.schema.json).
+pub const SCHEMA_VERSION: u32 = 1;
 
 fn locate(path: &Path, sysroot: Option<&Path>) -> PathBuf {
     if let Some(root) = sysroot {
@@ -53,6 +59,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut modules: Vec<ModuleInfo> = Vec::new();
     let mut sym: Option<Symbolizer> = None;
     let mut nstack = 0usize;
+    let mut json_stacks: Vec<serde_json::Value> = Vec::new();
     loop {
         let rec = reader
             .next_record()
@@ -77,6 +84,43 @@ pub fn run(args: Args) -> Result<(), String> {
                     }
                     s
                 });
+                if args.json {
+                    let mut frames = Vec::new();
+                    for (i, &a) in st.frames.iter().enumerate() {
+                        let addr = if i == 0 && st.first_is_exact {
+                            Address::Exact(a)
+                        } else {
+                            Address::Return(a)
+                        };
+                        let r = s.symbolize(addr);
+                        let module = r.module.as_ref().map(|m| m.path.display().to_string());
+                        let offset = r.module.as_ref().map(|_| format!("{:#x}", r.offset));
+                        let levels: Vec<Option<&callstack::symbolize::Frame>> =
+                            if r.frames.is_empty() {
+                                vec![None]
+                            } else {
+                                r.frames.iter().map(Some).collect()
+                            };
+                        for f in levels {
+                            frames.push(serde_json::json!({
+                                "index": i,
+                                "pc": format!("{a:#x}"),
+                                "function": f.and_then(|f| f.function.as_deref()),
+                                "file": f.and_then(|f| f.file.as_deref()),
+                                "line": f.and_then(|f| f.line),
+                                "inlined": f.is_some_and(|f| f.inlined),
+                                "module": module,
+                                "offset": offset,
+                            }));
+                        }
+                    }
+                    json_stacks.push(serde_json::json!({
+                        "tag": st.tag,
+                        "frames": frames,
+                    }));
+                    nstack += 1;
+                    continue;
+                }
                 match st.tag {
                     Some(t) => writeln!(out, "stack {nstack} (tag {t}):"),
                     None => writeln!(out, "stack {nstack}:"),
@@ -124,6 +168,11 @@ pub fn run(args: Args) -> Result<(), String> {
                 }
             }
         }
+    }
+    if args.json {
+        let v = serde_json::json!({"schema_version": SCHEMA_VERSION, "stacks": json_stacks});
+        serde_json::to_writer(&mut out, &v).map_err(|e| e.to_string())?;
+        writeln!(out).map_err(io)?;
     }
     out.flush().map_err(io)
 }

@@ -383,7 +383,12 @@ fn section_target_recurse_and_demangle_style_flags_match_binutils() {
             .unwrap();
         let offsets: Vec<String> = addrs
             .iter()
-            .map(|a| format!("{:#x}", u64::from_str_radix(&a[2..], 16).unwrap() - text_addr))
+            .map(|a| {
+                format!(
+                    "{:#x}",
+                    u64::from_str_radix(&a[2..], 16).unwrap() - text_addr
+                )
+            })
             .collect();
         for (flags, args) in [
             ("-f -j .text", &offsets),
@@ -398,7 +403,11 @@ fn section_target_recurse_and_demangle_style_flags_match_binutils() {
         ] {
             let f: Vec<&str> = flags.split_whitespace().collect();
             let theirs = run(
-                Command::new("addr2line").args(&f).arg("-e").arg(exe).args(args),
+                Command::new("addr2line")
+                    .args(&f)
+                    .arg("-e")
+                    .arg(exe)
+                    .args(args),
                 None,
             );
             let ours = run(

@@ -81,8 +81,9 @@ fn our_frames(args: &[&str]) -> Chains {
             .unwrap()
             .iter()
             .map(|f| {
-                let pc = u64::from_str_radix(f["pc"].as_str().unwrap().trim_start_matches("0x"), 16)
-                    .unwrap();
+                let pc =
+                    u64::from_str_radix(f["pc"].as_str().unwrap().trim_start_matches("0x"), 16)
+                        .unwrap();
                 (pc, f["function"].as_str().unwrap_or("??").to_string())
             })
             .collect();

@@ -12,7 +12,9 @@ fn closed_pipe_ends_quietly() {
     let cli = &release_artifacts().cli;
     // Far more output than a pipe holds: the writes after the reader has
     // gone fail.
-    let addrs: Vec<String> = (0..200_000u64).map(|a| format!("{:#x}", 0x1000 + a)).collect();
+    let addrs: Vec<String> = (0..200_000u64)
+        .map(|a| format!("{:#x}", 0x1000 + a))
+        .collect();
     let input = testsupport::scratch_dir("quiet-pipe").join("addrs");
     std::fs::write(&input, addrs.join("\n") + "\n").unwrap();
     let mut child = Command::new(cli)
@@ -102,6 +104,9 @@ fn no_warnings_about_mapped_locale_files() {
             "",
             "{what} warned ({data_files} locale/gconv mappings)"
         );
-        assert!(String::from_utf8_lossy(&o.stdout).contains("read"), "{what}");
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("read"),
+            "{what}"
+        );
     }
 }

@@ -956,6 +956,7 @@ fn frames_in_the_vdso() {
             o.status.success()
                 && stdout
                     .lines()
+                    .skip_while(|l| !l.starts_with("Thread "))
                     .nth(1)
                     .is_some_and(|l| l.contains("from [vdso]"))
         };
@@ -990,4 +991,162 @@ fn frames_in_the_vdso() {
         checked,
         "no core caught the thread inside the vDSO in 30 tries"
     );
+}
+
+/// The JSON document `callstack ARGS` prints.
+fn callstack_value(args: &[&str]) -> Value {
+    let (o, stdout, stderr) = callstack(args);
+    assert!(o.status.success(), "callstack {args:?} failed: {stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stdout}"))
+}
+
+#[test]
+fn core_alone_finds_the_executable() {
+    // With NT_FILE: the mapping at AT_PHDR names the executable.
+    let exe = build("noexe", "-O2 -fomit-frame-pointer");
+    let n = 2;
+    let fx = Fixture::start(&exe, n, 2);
+    let core = gcore(fx.pid, &scratch_dir("remote-noexe"));
+    fx.finish();
+    let (exe_s, core_s) = (exe.to_str().unwrap(), core.to_str().unwrap());
+    let gdb = gdb_threads(&[exe_s, core_s]);
+    let ours = callstack_json(&["core", "--json", core_s]);
+    compare("core alone", &ours, &gdb, n);
+    let v = callstack_value(&["core", "--json", core_s]);
+    assert_eq!(v["executable"]["source"], "nt_file", "{}", v["executable"]);
+    assert_eq!(v["executable"]["file"], exe_s, "{}", v["executable"]);
+    assert!(
+        v["signal"].is_null(),
+        "a gcore has no signal: {}",
+        v["signal"]
+    );
+    // Both argument forms print the same.
+    let (_, alone, _) = callstack(&["core", core_s]);
+    let (_, both, _) = callstack(&["core", exe_s, core_s]);
+    assert_eq!(alone, both);
+    assert!(alone.contains("in block_here () at"), "{alone}");
+    let _ = std::fs::remove_file(&core);
+
+    // Without NT_FILE: the path at AT_EXECFN, checked against the program
+    // headers at AT_PHDR, gives the same output as the executable given.
+    let exe = build("noexe_static", "-O2 -static");
+    let fx = Fixture::start(&exe, n, 2);
+    let core = gcore(fx.pid, &scratch_dir("remote-noexe-static"));
+    fx.finish();
+    let hidden = without_nt_file(&core);
+    let (exe_s, hidden_s) = (exe.to_str().unwrap(), hidden.to_str().unwrap());
+    let v = callstack_value(&["core", "--json", hidden_s]);
+    assert_eq!(
+        v["executable"]["source"], "at_execfn",
+        "{}",
+        v["executable"]
+    );
+    assert_eq!(v["executable"]["file"], exe_s, "{}", v["executable"]);
+    let given = callstack_value(&["core", "--json", exe_s, hidden_s]);
+    assert_eq!(v["threads"], given["threads"]);
+    let ours = callstack_json(&["core", "--json", hidden_s]);
+    assert!(
+        ours.threads.values().any(|t| t
+            .1
+            .starts_with(&["block_here".to_string(), "descend".to_string()])),
+        "{:?}",
+        ours.threads
+    );
+    // An executable that is not the one that ran is refused, not used.
+    let other = build("noexe_other", "-O0 -static");
+    let moved = hidden.with_file_name("moved_core");
+    std::fs::rename(&hidden, &moved).unwrap();
+    std::fs::copy(&other, &exe).unwrap();
+    let (o, _, stderr) = callstack(&["core", moved.to_str().unwrap()]);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("was not found or does not match the core"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_file(&moved);
+    let _ = std::fs::remove_file(&core);
+}
+
+#[test]
+fn core_of_a_crash_names_the_signal_and_the_thread() {
+    let dir = scratch_dir("remote-crash");
+    let exe = Gcc::new(&["core_crash.c"])
+        .flags("-O0 -g -pthread")
+        .build(&dir.join("core_crash"));
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -c unlimited; exec {}", exe.display()))
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!st.success());
+    let core = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n == "core" || n.starts_with("core.")
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no core dumped in {} (kernel.core_pattern is {:?})",
+                dir.display(),
+                std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default()
+            )
+        });
+    let (exe_s, core_s) = (exe.to_str().unwrap(), core.to_str().unwrap());
+    // gdb's word on the signal and the thread that got it.
+    let o = testsupport::gdb_batch("gdb")
+        .args([exe_s, core_s])
+        .output()
+        .unwrap();
+    let gdb_text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        gdb_text.contains("Program terminated with signal SIGSEGV, Segmentation fault."),
+        "{gdb_text}"
+    );
+    let current: u32 = gdb_text
+        .split_once("[Current thread is 1 ")
+        .and_then(|(_, r)| r.split_once("(LWP "))
+        .and_then(|(_, r)| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no current thread in gdb's output: {gdb_text}"));
+    let gdb = gdb_threads(&[exe_s, core_s]);
+    for args in [
+        vec!["core", "--json", core_s],
+        vec!["core", "--json", exe_s, core_s],
+    ] {
+        let v = callstack_value(&args);
+        let sig = &v["signal"];
+        assert_eq!(sig["number"], 11, "{sig}");
+        assert_eq!(sig["name"], "SIGSEGV", "{sig}");
+        assert_eq!(sig["description"], "Segmentation fault", "{sig}");
+        assert_eq!(sig["address"], "0x10", "{sig}");
+        assert_eq!(sig["code"], 1, "SEGV_MAPERR: {sig}");
+        assert_eq!(sig["tid"], current, "{sig}");
+        assert_eq!(sig["thread"], 1, "{sig}");
+        assert_eq!(v["threads"][0]["tid"], current);
+        assert_eq!(v["command_line"], exe_s);
+        let ours = callstack_json(&args);
+        let chain = &ours.threads[&current].1;
+        assert_eq!(chain, &gdb[&current]);
+        assert_eq!(chain[..3], ["crash_inner", "crash_outer", "crash_worker"]);
+    }
+    let (o, text, _) = callstack(&["core", core_s]);
+    assert!(o.status.success());
+    assert!(
+        text.contains(
+            "Program terminated with signal SIGSEGV, Segmentation fault (fault address 0x10)."
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "The signal was received by thread 1 (LWP {current})."
+        )),
+        "{text}"
+    );
+    let _ = std::fs::remove_file(&core);
 }

@@ -54,10 +54,10 @@ mod libgcc;
 #[allow(dead_code)] // the bare loop is capture.rs's row only
 mod ours;
 
-#[path = "peers/libunwind.rs"]
-mod libunwind;
 #[path = "peers/framehop.rs"]
 mod fh;
+#[path = "peers/libunwind.rs"]
+mod libunwind;
 
 const ROWS: &[Row] = &[
     Row {

@@ -82,6 +82,12 @@ mod trace;
 pub mod tracefile;
 pub mod unwind;
 
+/// The README's Rust blocks, compiled and run as doc-tests (so that what
+/// the README shows builds as written).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 pub use hash::hash_frames;
 pub use stack::{prepare_thread, StackBounds};
 #[cfg(feature = "symbolize")]

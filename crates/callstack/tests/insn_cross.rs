@@ -462,7 +462,10 @@ enum GFrame {
 /// `#N  <signal handler called>`).
 fn parse_bt(text: &str) -> Vec<GFrame> {
     let lines: Vec<&str> = text.lines().filter(|l| l.starts_with('#')).collect();
-    let from = lines.iter().rposition(|l| l.starts_with("#0 ")).unwrap_or(0);
+    let from = lines
+        .iter()
+        .rposition(|l| l.starts_with("#0 "))
+        .unwrap_or(0);
     lines[from..]
         .iter()
         .filter_map(|l| {
@@ -541,7 +544,9 @@ fn gdb_live_bt_at_signals(a: Arch, exe: &Path, mode: &str) -> (Vec<GFrame>, Vec<
         .args(testsupport::GDB_BATCH_ARGS)
         .args(GDB_FRAME_SETTINGS)
         .args(["-ex", &format!("target remote 127.0.0.1:{port}")])
-        .args(["-ex", "continue", "-ex", "bt 100", "-ex", "continue", "-ex", "bt 100"])
+        .args([
+            "-ex", "continue", "-ex", "bt 100", "-ex", "continue", "-ex", "bt 100",
+        ])
         .args(["-ex", "kill"])
         .arg(exe)
         .output()
@@ -550,7 +555,10 @@ fn gdb_live_bt_at_signals(a: Arch, exe: &Path, mode: &str) -> (Vec<GFrame>, Vec<
     let _ = qemu.wait();
     let text = String::from_utf8_lossy(&o.stdout);
     let parts: Vec<&str> = text.split("Program received signal").collect();
-    assert!(parts.len() == 3, "not two signals under the gdb stub: {text}");
+    assert!(
+        parts.len() == 3,
+        "not two signals under the gdb stub: {text}"
+    );
     (parse_bt(parts[1]), parse_bt(parts[2]))
 }
 
@@ -689,7 +697,9 @@ fn check_xarch(a: Arch, opt: &str) {
                     .position(|f| *f == GFrame::Marker)
                     .unwrap_or(live_fatal.len());
                 let live_upper = &live_fatal[..live_cut];
-                let upper = if cut > 0 && named(&oracle, &core_gdb[cut - 1], cut == 1).contains("handler+") {
+                let upper = if cut > 0
+                    && named(&oracle, &core_gdb[cut - 1], cut == 1).contains("handler+")
+                {
                     &core_gdb[..cut]
                 } else {
                     live_upper

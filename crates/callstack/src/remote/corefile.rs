@@ -24,6 +24,151 @@ pub const AT_PHDR: u64 = 3;
 pub const AT_ENTRY: u64 = 9;
 /// `AT_SYSINFO_EHDR`: address of the vDSO's ELF header.
 pub const AT_SYSINFO_EHDR: u64 = 33;
+/// `AT_EXECFN`: address of the executable's path as given to `execve`.
+pub const AT_EXECFN: u64 = 31;
+/// `NT_SIGINFO`: the `siginfo_t` of the signal that dumped the core.
+pub const NT_SIGINFO: u32 = 0x5349_4749;
+
+/// The signal that ended the process, from the core's notes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoreSignal {
+    /// The signal number (`pr_cursig` of the first `NT_PRSTATUS`), in the
+    /// target architecture's numbering.
+    pub number: u32,
+    /// `si_code` of `NT_SIGINFO`, when the core has one for this signal.
+    pub code: Option<i32>,
+    /// The faulting address (`si_addr`) of a fault signal (`SIGSEGV`,
+    /// `SIGBUS`, `SIGILL`, `SIGFPE`, `SIGTRAP`), when `NT_SIGINFO` gives it.
+    pub address: Option<u64>,
+    /// The thread that received it: the first `NT_PRSTATUS` note's.
+    pub tid: u32,
+}
+
+/// Name and description (as gdb words them) of the signals numbered alike
+/// on x86-64, AArch64 and ARM, from 1.
+const SIGNALS: [(&str, &str); 31] = [
+    ("SIGHUP", "Hangup"),
+    ("SIGINT", "Interrupt"),
+    ("SIGQUIT", "Quit"),
+    ("SIGILL", "Illegal instruction"),
+    ("SIGTRAP", "Trace/breakpoint trap"),
+    ("SIGABRT", "Aborted"),
+    ("SIGBUS", "Bus error"),
+    ("SIGFPE", "Arithmetic exception"),
+    ("SIGKILL", "Killed"),
+    ("SIGUSR1", "User defined signal 1"),
+    ("SIGSEGV", "Segmentation fault"),
+    ("SIGUSR2", "User defined signal 2"),
+    ("SIGPIPE", "Broken pipe"),
+    ("SIGALRM", "Alarm clock"),
+    ("SIGTERM", "Terminated"),
+    ("SIGSTKFLT", "Stack fault"),
+    ("SIGCHLD", "Child status changed"),
+    ("SIGCONT", "Continued"),
+    ("SIGSTOP", "Stopped (signal)"),
+    ("SIGTSTP", "Stopped (user)"),
+    ("SIGTTIN", "Stopped (tty input)"),
+    ("SIGTTOU", "Stopped (tty output)"),
+    ("SIGURG", "Urgent I/O condition"),
+    ("SIGXCPU", "CPU time limit exceeded"),
+    ("SIGXFSZ", "File size limit exceeded"),
+    ("SIGVTALRM", "Virtual timer expired"),
+    ("SIGPROF", "Profiling timer expired"),
+    ("SIGWINCH", "Window size changed"),
+    ("SIGIO", "I/O possible"),
+    ("SIGPWR", "Power fail/restart"),
+    ("SIGSYS", "Bad system call"),
+];
+
+/// MIPS numbers its signals differently from 7 on: the index into
+/// [`SIGNALS`] of each MIPS number from 1 (`None`: SIGEMT, absent there).
+const MIPS_SIGNALS: [Option<usize>; 31] = [
+    Some(0),
+    Some(1),
+    Some(2),
+    Some(3),
+    Some(4),
+    Some(5),
+    None,
+    Some(7),
+    Some(8),
+    Some(6),
+    Some(10),
+    Some(30),
+    Some(12),
+    Some(13),
+    Some(14),
+    Some(9),
+    Some(11),
+    Some(16),
+    Some(29),
+    Some(27),
+    Some(22),
+    Some(28),
+    Some(18),
+    Some(19),
+    Some(17),
+    Some(20),
+    Some(21),
+    Some(25),
+    Some(26),
+    Some(23),
+    Some(24),
+];
+
+impl CoreSignal {
+    /// The signal's name (`SIGSEGV`) and description (`Segmentation
+    /// fault`) on `arch`; `None` for a number without one (real-time
+    /// signals, or unknown).
+    pub fn name(&self, arch: Machine) -> Option<(&'static str, &'static str)> {
+        let i = (self.number as usize).checked_sub(1)?;
+        let k = match arch {
+            Machine::Mips => (*MIPS_SIGNALS.get(i)?)?,
+            _ => i,
+        };
+        if arch == Machine::Mips && i == 6 {
+            return Some(("SIGEMT", "Emulation trap"));
+        }
+        SIGNALS.get(k).copied()
+    }
+}
+
+/// Where [`CoreFile::executable`] found the executable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExeSource {
+    /// Given by the caller (the command line).
+    Given,
+    /// The `NT_FILE` mapping holding `AT_PHDR`/`AT_ENTRY` (or the first
+    /// mapping when the auxiliary vector does not say).
+    NtFile,
+    /// The path at `AT_EXECFN`, read from the core's memory.
+    AtExecfn,
+    /// The first word of `pr_psargs` (`NT_PRPSINFO`).
+    Psargs,
+}
+
+impl ExeSource {
+    /// A short name for messages and JSON (`given`, `nt_file`, `at_execfn`, `psargs`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExeSource::Given => "given",
+            ExeSource::NtFile => "nt_file",
+            ExeSource::AtExecfn => "at_execfn",
+            ExeSource::Psargs => "psargs",
+        }
+    }
+}
+
+/// The executable of a core: the path the target saw and the file used.
+#[derive(Clone, Debug)]
+pub struct CoreExecutable {
+    /// The path as the target saw it (or as given).
+    pub name: String,
+    /// The file on disk that was used, if one was found and matched.
+    pub file: Option<std::path::PathBuf>,
+    /// How it was found.
+    pub source: ExeSource,
+}
 
 enum Bytes {
     Map(memmap2::Mmap),
@@ -76,6 +221,13 @@ pub struct ParsedCore {
     pub pid: u32,
     /// `pr_fname` of `NT_PRPSINFO`.
     pub process_name: Option<String>,
+    /// `pr_psargs` of `NT_PRPSINFO`: the command line, truncated to 80 bytes.
+    pub psargs: Option<String>,
+    /// The signal that ended the process, when the core records one
+    /// (`pr_cursig` is 0 in a core written by `gcore` of a running process).
+    pub signal: Option<CoreSignal>,
+    /// `(si_signo, si_code, si_addr)` of `NT_SIGINFO`.
+    siginfo: Option<(u32, i32, Option<u64>)>,
     /// Threads, in note order.
     pub threads: Vec<Thread>,
     /// `NT_FILE` entries.
@@ -185,6 +337,14 @@ fn parse_of<Elf: FileHeader<Endian = Endianness>>(
     if out.pid == 0 {
         out.pid = out.threads.first().map(|t| t.tid).unwrap_or(0);
     }
+    if let Some(sig) = out.signal.as_mut() {
+        if let Some((signo, code, addr)) = out.siginfo {
+            if signo == sig.number {
+                sig.code = Some(code);
+                sig.address = addr;
+            }
+        }
+    }
     for t in out.threads.iter_mut() {
         let sp = t.registers.sp().unwrap_or(0);
         t.stack_end = out
@@ -235,6 +395,8 @@ fn read_notes<Elf: FileHeader<Endian = Endianness>>(
             read_prstatus(desc, endian, out);
         } else if t == elf::NT_PRPSINFO {
             read_prpsinfo(desc, endian, out);
+        } else if t.0 == NT_SIGINFO && out.siginfo.is_none() {
+            read_siginfo(desc, endian, out);
         } else if t == elf::NT_AUXV {
             let w = if out.is_64 { 8 } else { 4 };
             let words: Vec<u64> = desc.chunks_exact(w).map(|c| word(c, endian)).collect();
@@ -289,6 +451,23 @@ fn read_prstatus(desc: &[u8], endian: Endianness, out: &mut ParsedCore) {
         return;
     }
     let tid = word(&desc[layout.pid_offset..layout.pid_offset + 4], endian) as u32;
+    // `struct elf_prstatus` starts alike everywhere: `struct elf_siginfo`
+    // (three ints), then `short pr_cursig`. The first note is the thread
+    // that received the signal.
+    if out.prstatus_notes.len() == 1 && desc.len() >= 14 {
+        let cursig = match endian {
+            Endianness::Little => u16::from_le_bytes([desc[12], desc[13]]),
+            Endianness::Big => u16::from_be_bytes([desc[12], desc[13]]),
+        };
+        if cursig != 0 {
+            out.signal = Some(CoreSignal {
+                number: cursig as u32,
+                code: None,
+                address: None,
+                tid,
+            });
+        }
+    }
     match arch.registers_from_user_regs(&desc[layout.regs_offset..]) {
         Some(registers) => out.threads.push(Thread {
             tid,
@@ -311,6 +490,37 @@ fn read_prpsinfo(desc: &[u8], endian: Endianness, out: &mut ParsedCore) {
     let fname = &desc[40..56];
     let len = fname.iter().position(|&b| b == 0).unwrap_or(16);
     out.process_name = Some(String::from_utf8_lossy(&fname[..len]).into_owned());
+    // pr_psargs[80] at 56.
+    if let Some(args) = desc.get(56..136) {
+        let len = args.iter().position(|&b| b == 0).unwrap_or(args.len());
+        let text = String::from_utf8_lossy(&args[..len]).trim_end().to_string();
+        if !text.is_empty() {
+            out.psargs = Some(text);
+        }
+    }
+}
+
+/// `si_signo`, `si_code` and, for a fault signal, `si_addr` of a `siginfo_t`.
+fn read_siginfo(desc: &[u8], endian: Endianness, out: &mut ParsedCore) {
+    if desc.len() < 12 {
+        return;
+    }
+    let signo = word(&desc[0..4], endian) as u32;
+    let code = word(&desc[8..12], endian) as u32 as i32;
+    // The union follows the three ints, aligned to a pointer.
+    let (off, w) = if out.is_64 { (16, 8) } else { (12, 4) };
+    // SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV in the generic numbering
+    // (MIPS shares these five numbers except SIGBUS, 10 there).
+    let fault = match out.arch {
+        Some(Machine::Mips) => matches!(signo, 4 | 5 | 8 | 10 | 11),
+        _ => matches!(signo, 4 | 5 | 7 | 8 | 11),
+    };
+    let addr = if fault {
+        desc.get(off..off + w).map(|b| word(b, endian))
+    } else {
+        None
+    };
+    out.siginfo = Some((signo, code, addr));
 }
 
 fn read_nt_file(desc: &[u8], endian: Endianness, out: &mut ParsedCore) -> Result<(), String> {
@@ -358,6 +568,10 @@ pub struct CoreFile {
     auxv: Vec<(u64, u64)>,
     prstatus_notes: Vec<Vec<u8>>,
     size: u64,
+    psargs: Option<String>,
+    signal: Option<CoreSignal>,
+    executable: Option<CoreExecutable>,
+    e_machine: u16,
 }
 
 impl CoreFile {
@@ -396,6 +610,10 @@ impl CoreFile {
             file_backed: Vec::new(),
             auxv: parsed.auxv,
             prstatus_notes: parsed.prstatus_notes,
+            psargs: parsed.psargs,
+            signal: parsed.signal,
+            executable: None,
+            e_machine: parsed.e_machine,
             snapshot: Snapshot {
                 arch,
                 pid: parsed.pid,
@@ -433,16 +651,24 @@ impl CoreFile {
         let entry = self.auxv_value(AT_ENTRY).or(self.auxv_value(AT_PHDR));
         if mods.is_empty() {
             // No NT_FILE (qemu-user cores, some static executables): the
-            // executable from the command line is the map.
-            if let Some(exe) = exe {
-                if let Some(m) = self.exe_module(exe, &mut warnings) {
-                    mods.push(m);
-                }
-            } else {
-                warnings.push(
-                    "core has no NT_FILE note and no executable was given: frames are unnamed"
-                        .into(),
-                );
+            // executable is the map, from the command line or, failing
+            // that, from AT_EXECFN or the command line in NT_PRPSINFO.
+            let found = match exe {
+                Some(exe) => Some((
+                    exe.to_path_buf(),
+                    exe.display().to_string(),
+                    ExeSource::Given,
+                )),
+                None => self.find_executable(lookup, &mut warnings),
+            };
+            if let Some((path, name, source)) = found {
+                let m = self.exe_module(&path, &mut warnings);
+                self.executable = Some(CoreExecutable {
+                    name,
+                    file: m.as_ref().and_then(|m| m.file.clone()),
+                    source,
+                });
+                mods.extend(m);
             }
         } else {
             // Build-ids from the first page of each mapped object, when dumped.
@@ -461,6 +687,18 @@ impl CoreFile {
                 _ => None,
             };
             files::resolve_files(&mut mods, lookup, exe_arg, &mut warnings);
+            if let Some(name) = exe_name {
+                let m = mods.iter().find(|m| m.name == name);
+                self.executable = Some(CoreExecutable {
+                    file: m.and_then(|m| m.file.clone()),
+                    name,
+                    source: if exe.is_some() {
+                        ExeSource::Given
+                    } else {
+                        ExeSource::NtFile
+                    },
+                });
+            }
         }
         // The vDSO, from the core's own memory.
         if let Some(vdso) = self.auxv_value(AT_SYSINFO_EHDR) {
@@ -514,6 +752,94 @@ impl CoreFile {
         }
         self.snapshot.modules = mods;
         self.snapshot.warnings = warnings;
+    }
+
+    /// The executable of a core without `NT_FILE` and without one given:
+    /// the path at `AT_EXECFN`, else the first word of `pr_psargs`, each
+    /// accepted only when it is an ELF file of the core's machine whose
+    /// program headers equal those the core holds at `AT_PHDR` (when the
+    /// core holds them). Returns (file, the path the target saw, source).
+    fn find_executable(
+        &self,
+        lookup: &Lookup,
+        warnings: &mut Vec<String>,
+    ) -> Option<(std::path::PathBuf, String, ExeSource)> {
+        let mut tried: Vec<(String, ExeSource)> = Vec::new();
+        if let Some(s) = self
+            .auxv_value(AT_EXECFN)
+            .and_then(|a| self.read_c_string(a))
+        {
+            tried.push((s, ExeSource::AtExecfn));
+        }
+        if let Some(first) = self
+            .psargs
+            .as_deref()
+            .and_then(|a| a.split_whitespace().next())
+        {
+            if !tried.iter().any(|t| t.0 == first) {
+                tried.push((first.to_string(), ExeSource::Psargs));
+            }
+        }
+        for (name, source) in &tried {
+            for c in lookup.candidates(name) {
+                if self.is_the_executable(&c) {
+                    return Some((c, name.clone(), *source));
+                }
+            }
+        }
+        let names: Vec<&str> = tried.iter().map(|t| t.0.as_str()).collect();
+        warnings.push(if names.is_empty() {
+            "core has no NT_FILE note and names no executable: give the executable on the command line (callstack core EXE CORE); frames are unnamed".into()
+        } else {
+            format!(
+                "core has no NT_FILE note and its executable ({}) was not found or does not match the core: give it on the command line (callstack core EXE CORE); frames are unnamed",
+                names.join(", ")
+            )
+        });
+        None
+    }
+
+    /// A NUL-terminated string of the target's memory (at most 4 KiB).
+    fn read_c_string(&self, addr: u64) -> Option<String> {
+        let mut out = Vec::new();
+        let mut b = [0u8; 1];
+        while out.len() < 4096 {
+            if !self.read_bytes(addr.checked_add(out.len() as u64)?, &mut b) {
+                return None;
+            }
+            if b[0] == 0 {
+                return (!out.is_empty()).then(|| String::from_utf8_lossy(&out).into_owned());
+            }
+            out.push(b[0]);
+        }
+        None
+    }
+
+    /// Whether `path` is an ELF executable for this core: same machine and,
+    /// when the core holds the program headers at `AT_PHDR`, the same ones.
+    fn is_the_executable(&self, path: &Path) -> bool {
+        let Ok(data) = files::map_file(path) else {
+            return false;
+        };
+        let Some(h) = elf_header(&data) else {
+            return false;
+        };
+        if h.machine != self.e_machine {
+            return false;
+        }
+        let Some(at_phdr) = self.auxv_value(AT_PHDR) else {
+            return true;
+        };
+        let len = h.phentsize as usize * h.phnum as usize;
+        let Some(want) = slice_at(&data, h.phoff, len) else {
+            return false;
+        };
+        let mut have = vec![0u8; len];
+        if !self.read_bytes(at_phdr, &mut have) {
+            // The core does not hold them: nothing to check against.
+            return true;
+        }
+        have == want
     }
 
     /// The executable as the only module, placed by the auxiliary vector.
@@ -599,6 +925,24 @@ impl CoreFile {
         false
     }
 
+    /// The signal that ended the process and the thread that received it,
+    /// when the core records one (a kernel-written core of a crash does; a
+    /// `gcore` of a running process does not).
+    pub fn signal(&self) -> Option<&CoreSignal> {
+        self.signal.as_ref()
+    }
+
+    /// The executable: the one given to [`CoreFile::open`], else the one
+    /// found from the core (see [`ExeSource`]). `None` when neither.
+    pub fn executable(&self) -> Option<&CoreExecutable> {
+        self.executable.as_ref()
+    }
+
+    /// `pr_psargs` of `NT_PRPSINFO`: the command line (80 bytes at most).
+    pub fn psargs(&self) -> Option<&str> {
+        self.psargs.as_deref()
+    }
+
     /// The threads, modules and warnings.
     pub fn snapshot(&self) -> &Snapshot {
         &self.snapshot
@@ -663,6 +1007,44 @@ impl CoreFile {
     pub fn memory(&self) -> CoreMemory<'_> {
         CoreMemory { core: self }
     }
+}
+
+/// The ELF header fields [`CoreFile::is_the_executable`] checks.
+struct ElfHeader {
+    machine: u16,
+    phoff: u64,
+    phentsize: u16,
+    phnum: u16,
+}
+
+/// Reads an ELF file's header (either class, either byte order).
+fn elf_header(data: &[u8]) -> Option<ElfHeader> {
+    if data.get(0..4)? != b"\x7fELF" {
+        return None;
+    }
+    let endian = match data.get(5)? {
+        1 => Endianness::Little,
+        2 => Endianness::Big,
+        _ => return None,
+    };
+    let u16_at = |o: usize| -> Option<u16> {
+        let b = data.get(o..o + 2)?;
+        Some(match endian {
+            Endianness::Little => u16::from_le_bytes([b[0], b[1]]),
+            Endianness::Big => u16::from_be_bytes([b[0], b[1]]),
+        })
+    };
+    let (phoff, phentsize_at) = match data.get(4)? {
+        2 => (word(data.get(32..40)?, endian), 54),
+        1 => (word(data.get(28..32)?, endian), 42),
+        _ => return None,
+    };
+    Some(ElfHeader {
+        machine: u16_at(18)?,
+        phoff,
+        phentsize: u16_at(phentsize_at)?,
+        phnum: u16_at(phentsize_at + 2)?,
+    })
 }
 
 /// `len` bytes of `data` at `off`, if they all lie inside it.

@@ -22,7 +22,9 @@ fn without_llvm_suffix(name: &str) -> &str {
     match name.rfind(".llvm.") {
         Some(i)
             if i + 6 < name.len()
-                && name[i + 6..].bytes().all(|c| c.is_ascii_hexdigit() || c == b'@') =>
+                && name[i + 6..]
+                    .bytes()
+                    .all(|c| c.is_ascii_hexdigit() || c == b'@') =>
         {
             &name[..i]
         }

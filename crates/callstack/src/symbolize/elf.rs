@@ -197,7 +197,10 @@ impl ElfModule {
 
     /// The symbol-table entry covering `addr`, if any, under `extent`.
     pub(crate) fn symbol(&self, addr: u64, extent: SymbolExtent) -> Option<&Sym> {
-        let i = self.syms.partition_point(|s| s.addr <= addr).checked_sub(1)?;
+        let i = self
+            .syms
+            .partition_point(|s| s.addr <= addr)
+            .checked_sub(1)?;
         let s = self.syms.get(i)?;
         if addr >= s.end {
             return None;

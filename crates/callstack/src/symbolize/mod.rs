@@ -82,7 +82,6 @@ mod loader;
 mod mapped;
 mod sup;
 
-
 pub use called_from::{called_from, called_from_any};
 pub use demangle::demangle;
 pub use elf::{DebugInfoReport, SymbolExtent};

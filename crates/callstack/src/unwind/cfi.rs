@@ -533,8 +533,7 @@ fn evaluate_fast<A: Arch, M: Memory + ?Sized>(
 #[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub(crate) fn rule_at<A: Arch>(secs: &CfiSections<'_>, addr: u64) -> A::Rule {
-    let (Some((bytes, eh_addr)), Some((hdr, hdr_addr))) = (secs.eh_frame, secs.eh_frame_hdr)
-    else {
+    let (Some((bytes, eh_addr)), Some((hdr, hdr_addr))) = (secs.eh_frame, secs.eh_frame_hdr) else {
         return A::EVALUATE;
     };
     let off = match hdr_search(hdr, hdr_addr, eh_addr, addr) {

@@ -749,8 +749,7 @@ fn cache_put_word(word: u64) {
     let i = cache_set(key);
     // An empty first way is taken with one write access (on a page of the
     // cache not touched yet, a read first would fault twice).
-    if let Err(w0) =
-        CACHE.words[i].compare_exchange(0, word, Ordering::Relaxed, Ordering::Relaxed)
+    if let Err(w0) = CACHE.words[i].compare_exchange(0, word, Ordering::Relaxed, Ordering::Relaxed)
     {
         let w = if w0 & KEY_MASK == key { i } else { i + 1 };
         CACHE.words[w].store(word, Ordering::Relaxed);
@@ -2084,13 +2083,32 @@ mod tests {
     #[test]
     fn hot_loop_walks_big_frames() {
         let b = CODE + 9 * 0x10_0000;
-        let RA = [b + 0x10, b + 0x1110, b + 0x2210, b + 0x3310, b + 0x4410, b + 0x5510];
+        let RA = [
+            b + 0x10,
+            b + 0x1110,
+            b + 0x2210,
+            b + 0x3310,
+            b + 0x4410,
+            b + 0x5510,
+        ];
         // Frame 1: 40 KiB from rsp, rbp saved at CFA - 16.
-        put(RA[1], R::Sp { cfa: 40 * 1024 + 8, bp: -16 });
+        put(
+            RA[1],
+            R::Sp {
+                cfa: 40 * 1024 + 8,
+                bp: -16,
+            },
+        );
         // Frame 2: 4 KiB + 8 from rsp, rbp unchanged.
         put(RA[2], R::Sp { cfa: 4104, bp: 0 });
         // Frame 3: from rbp, 20 KiB above it.
-        put(RA[3], R::Bp { cfa: 20 * 1024 + 16, bp: -32 });
+        put(
+            RA[3],
+            R::Bp {
+                cfa: 20 * 1024 + 16,
+                bp: -32,
+            },
+        );
         put(RA[4], R::Sp { cfa: 16, bp: 0 });
         put(RA[5], R::End);
         assert_eq!(A::pack(R::Sp { cfa: 4104, bp: 0 }), 0, "4104 is wide");

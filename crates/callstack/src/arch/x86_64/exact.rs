@@ -416,10 +416,7 @@ mod tests {
                 cfa: 3 << 30,
                 bp: -56,
             },
-            R::Sp {
-                cfa: 70_000,
-                bp: 0,
-            },
+            R::Sp { cfa: 70_000, bp: 0 },
         ] {
             let w = super::wide_word(r).unwrap();
             assert_ne!(w, 0);

@@ -368,7 +368,13 @@ mod tests {
         }
         assert_eq!(X86_64::pack(R::Sp { cfa: 12, bp: 0 }), 0);
         assert_eq!(X86_64::pack(R::Sp { cfa: 4104, bp: 0 }), 0);
-        assert_eq!(X86_64::pack(R::Sp { cfa: 1 << 20, bp: -16 }), 0);
+        assert_eq!(
+            X86_64::pack(R::Sp {
+                cfa: 1 << 20,
+                bp: -16
+            }),
+            0
+        );
         // rbp saved above the CFA or in the return address's slot.
         assert_eq!(X86_64::pack(R::Sp { cfa: 48, bp: 8 }), 0);
         assert_eq!(X86_64::pack(R::Sp { cfa: 1024, bp: -8 }), 0);

@@ -308,7 +308,11 @@ mod tests {
         // 32752 + 0x106d8 = 100040; ra at 32748 - 32752 = -4.
         for entry in [Some(0x1000), None] {
             let r = analyze(&mut c, 0x104c, entry, false).unwrap();
-            assert_eq!((r.cfa_offset, r.ra_at_cfa), (100_040, Some(-4)), "{entry:?}");
+            assert_eq!(
+                (r.cfa_offset, r.ra_at_cfa),
+                (100_040, Some(-4)),
+                "{entry:?}"
+            );
         }
         // Found by scanning back: the first step of the allocation.
         assert_eq!(find_start(&mut c, 0x104c), Some(0x100c));

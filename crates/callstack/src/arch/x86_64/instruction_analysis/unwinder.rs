@@ -392,7 +392,16 @@ where
     // 3. The frame pointer, when it points at a believable record (after a
     // call that never returns, only once scanning found nothing).
     let frame_pointer = |lenient: &mut Option<StepResult>, mem: &mut M, code: &mut C| {
-        frame_pointer_candidate(regs, mem, code, cache, a.func_start, lookup, stack_end, lenient)
+        frame_pointer_candidate(
+            regs,
+            mem,
+            code,
+            cache,
+            a.func_start,
+            lookup,
+            stack_end,
+            lenient,
+        )
     };
     if !noreturn {
         if let Some(r) = frame_pointer(&mut lenient, mem, code) {
@@ -412,12 +421,10 @@ where
     // epilogue found, else scanning's guess, else the frame pointer.
     match scanned {
         Some((s, true)) => Some(s),
-        s => lenient
-            .or(s.map(|s| s.0))
-            .or_else(|| {
-                let mut fp_lenient = None;
-                frame_pointer(&mut fp_lenient, mem, code).or(fp_lenient)
-            }),
+        s => lenient.or(s.map(|s| s.0)).or_else(|| {
+            let mut fp_lenient = None;
+            frame_pointer(&mut fp_lenient, mem, code).or(fp_lenient)
+        }),
     }
 }
 
