@@ -66,6 +66,7 @@
 pub mod arch;
 #[cfg(target_os = "linux")]
 pub mod crash;
+mod code;
 mod elf_section;
 mod fast;
 #[doc(hidden)]

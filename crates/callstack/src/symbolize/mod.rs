@@ -341,7 +341,13 @@ struct Entry {
     opened: Option<Result<ElfModule, Error>>,
 }
 
-/// Turns addresses into frames, with a per-address cache.
+/// How many answers a [`Symbolizer`] keeps at most: past it the cache is
+/// emptied and fills again, so memory stays bounded however many distinct
+/// addresses go through (the modules' parsed tables stay).
+pub const CACHE_CAPACITY: usize = 1 << 16;
+
+/// Turns addresses into frames, with a per-address cache (of at most
+/// [`CACHE_CAPACITY`] answers).
 ///
 /// Not `Sync`: give each thread its own, or put one behind a mutex (as
 /// [`called_from`] does).
@@ -491,6 +497,9 @@ impl Symbolizer {
             return &self.cache[&key];
         }
         let s = self.resolve(addr);
+        if self.cache.len() >= CACHE_CAPACITY {
+            self.cache.clear();
+        }
         self.cache.entry(key).or_insert(s)
     }
 
@@ -510,6 +519,12 @@ impl Symbolizer {
     /// assert_eq!(answers.len(), n);
     /// ```
     pub fn symbolize_batch(&mut self, addrs: &[Address]) -> Vec<&Symbolized> {
+        // The answers returned must all be in the cache at once: a batch
+        // larger than the room left starts from an empty cache (and one
+        // larger than the capacity is kept whole until the next call).
+        if self.cache.len() + addrs.len() > CACHE_CAPACITY {
+            self.cache.clear();
+        }
         let mut todo: Vec<Address> = addrs
             .iter()
             .copied()

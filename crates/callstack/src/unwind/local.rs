@@ -154,11 +154,14 @@ unsafe extern "C" {
     static __libc_stack_end: *const libc::c_void;
 }
 
-/// The main thread's stack from `sp` up, without reading `/proc`: when `sp`
-/// lies less than 8 MiB (the default `RLIMIT_STACK`) below
-/// `__libc_stack_end`, it is on the main thread's stack, which is one
-/// mapping from `sp` to its top (the kernel keeps other mappings a guard gap
-/// away from it), so `[sp, __libc_stack_end + 8)` is readable.
+/// The main thread's stack from `sp` up, without reading `/proc`: when this
+/// function's own frame lies less than 8 MiB (the default `RLIMIT_STACK`)
+/// below `__libc_stack_end`, it runs on the main thread's stack, which is one
+/// mapping from here to its top (the kernel keeps other mappings a guard gap
+/// away from it); a `sp` between here and the top is then on that mapping,
+/// and `[sp, __libc_stack_end + 8)` is readable. (A `sp` merely near the
+/// stack's top, from a crafted or foreign context, may lie below the
+/// stack's mapping: it takes the lookup.)
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn main_stack_bounds(sp: u64) -> Option<StackBounds> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -166,7 +169,9 @@ fn main_stack_bounds(sp: u64) -> Option<StackBounds> {
         // SAFETY: a pointer-sized variable of the loader, written once before
         // any of our code runs.
         let end = unsafe { core::ptr::read_volatile(&raw const __libc_stack_end) } as u64;
-        if end > sp && end - sp < 8 << 20 {
+        let marker = 0u8;
+        let here = core::hint::black_box(&marker) as *const u8 as u64;
+        if here <= sp && end > sp && end - here < 8 << 20 {
             return Some(StackBounds {
                 lo: sp as usize,
                 hi: end as usize + 8,
@@ -318,15 +323,21 @@ pub fn has_dl_find_object() -> bool {
     dl_find_object_fn().is_some()
 }
 
+/// A loaded object as `_dl_find_object` reports it.
 #[derive(Clone, Copy, Debug)]
-struct DlModule {
-    start: u64,
-    end: u64,
-    eh_frame_hdr: u64,
+pub(crate) struct DlModule {
+    /// Start of the object's first mapping.
+    pub(crate) start: u64,
+    /// End of the object's last mapping.
+    pub(crate) end: u64,
+    /// Its `.eh_frame_hdr`, or 0.
+    pub(crate) eh_frame_hdr: u64,
 }
 
+/// The loaded object holding `pc`, by glibc's lock-free, async-signal-safe
+/// `_dl_find_object`; `None` when no object holds it or glibc lacks it.
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-fn dl_find(pc: u64) -> Option<DlModule> {
+pub(crate) fn dl_find(pc: u64) -> Option<DlModule> {
     let f = dl_find_object_fn()?;
     let mut r = DlFindObject {
         flags: 0,
@@ -1174,6 +1185,12 @@ pub(crate) fn walk_pcs(
 ) -> (usize, StopReason) {
     let (mut mem, source) = match walk_start(regs.sp, out) {
         Ok(s) => s,
+        // No readable stack at sp (a crafted or broken context): the pc
+        // alone.
+        Err((_, stop)) if !out.is_empty() && skip == 0 && regs.pc != 0 => {
+            out[0] = regs.pc as usize;
+            return (1, stop);
+        }
         Err(end) => return end,
     };
     if regs.pc == 0 {
@@ -1218,6 +1235,7 @@ fn walk_rest(
     // Skipped frames go here (small: the cold capture's stack depth is page
     // faults).
     let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 8];
+    let mut code = crate::code::CodeCheck::new();
     loop {
         if n == out.len() {
             return (n, StopReason::BufferFull);
@@ -1258,6 +1276,11 @@ fn walk_rest(
             Some(f) => {
                 exact = f.method == crate::unwind::Method::SignalFrame;
                 let r = *u.regs();
+                // A caller outside the code of the loaded modules is
+                // garbage read as a return address: the walk ends.
+                if !code.is_code(r.pc as usize) {
+                    return (n, StopReason::UnknownModule(r.pc));
+                }
                 hot.pc = r.pc;
                 hot.sp = r.sp;
                 hot.fp = r.fp;
@@ -1292,12 +1315,28 @@ pub(crate) fn walk_frames(
 ) -> (usize, StopReason) {
     let (mut mem, source) = match walk_start(regs.sp, out) {
         Ok(s) => s,
+        // No readable stack at sp: the pc alone.
+        Err((_, stop)) if !out.is_empty() && skip == 0 && regs.pc != 0 => {
+            out[0] = Frame {
+                pc: regs.pc,
+                sp: regs.sp,
+                fp: regs.fp,
+                method: crate::unwind::Method::Context,
+            };
+            return (1, stop);
+        }
         Err(end) => return end,
     };
     let fallback = insn_fallback(&mem);
     let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
     let mut n = 0;
+    let mut code = crate::code::CodeCheck::new();
     while let Some(f) = u.next(&mut mem) {
+        // Every frame after the first: a caller outside the code of the
+        // loaded modules is garbage read as a return address.
+        if f.method != crate::unwind::Method::Context && !code.is_code(f.pc as usize) {
+            return (n, StopReason::UnknownModule(f.pc));
+        }
         if skip > 0 {
             skip -= 1;
             continue;

@@ -1,0 +1,169 @@
+//! Is this a return address? A check that a value lies in executable code
+//! of a loaded module, for walks that must not report garbage (a frame
+//! record reached through a register that a function without frame
+//! pointers used for something else).
+//!
+//! Async-signal-safe and lock-free: a lookup is glibc's `_dl_find_object`
+//! plus a read of the module's ELF program headers (in its first page,
+//! mapped while it is loaded). A [`CodeCheck`] keeps the last two executable
+//! ranges it found, so a walk pays for a lookup only when it moves to
+//! another module. Without `_dl_find_object` (glibc before 2.35) nothing can
+//! be checked without a lock and every value is accepted.
+
+/// Executable ranges met during one walk (never kept longer: a `dlclose`
+/// between walks may unmap them).
+pub(crate) struct CodeCheck {
+    ranges: [(usize, usize); 2],
+}
+
+impl CodeCheck {
+    /// A check that knows no range yet.
+    #[inline(always)]
+    pub(crate) fn new() -> Self {
+        CodeCheck {
+            ranges: [(0, 0); 2],
+        }
+    }
+
+    /// Whether `addr` lies in an executable segment of a loaded module.
+    #[inline(always)]
+    pub(crate) fn is_code(&mut self, addr: usize) -> bool {
+        let [a, b] = self.ranges;
+        if addr.wrapping_sub(a.0) < a.1 - a.0 || addr.wrapping_sub(b.0) < b.1 - b.0 {
+            return true;
+        }
+        self.lookup(addr)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lookup(&mut self, addr: usize) -> bool {
+        match exec_range(addr) {
+            Some(r) => {
+                self.ranges[1] = self.ranges[0];
+                self.ranges[0] = r;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The executable segment of a loaded module that holds `addr`; everything
+/// when no check is possible (no `_dl_find_object`).
+fn exec_range(addr: usize) -> Option<(usize, usize)> {
+    #[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+    {
+        if !crate::has_dl_find_object() {
+            return Some((0, usize::MAX));
+        }
+        let m = crate::unwind::local::dl_find(addr as u64)?;
+        let (start, end) = (m.start as usize, m.end as usize);
+        if start >= end {
+            return None;
+        }
+        // SAFETY: the first page of a loaded object (its first PT_LOAD,
+        // from file offset 0) is mapped and readable while it is loaded;
+        // `elf_exec_segment` reads at most that page, and no further than
+        // `end`.
+        let header = unsafe { core::slice::from_raw_parts(start as *const u8, (end - start).min(4096)) };
+        match elf_exec_segment(header, start, addr) {
+            Some(r) => Some(r).filter(|r| r.0 <= addr && addr < r.1),
+            // Program headers not where we look: the whole module.
+            None => Some((start, end)),
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
+    {
+        let _ = addr;
+        Some((0, usize::MAX))
+    }
+}
+
+/// From the first bytes of a loaded ELF64 object mapped at `start`: the
+/// executable `PT_LOAD` segment holding `addr`, at runtime addresses.
+/// `Some((0, 0))` (no range) when `addr` is in no executable segment; `None`
+/// when the headers are not in `first` (then nothing is known).
+fn elf_exec_segment(first: &[u8], start: usize, addr: usize) -> Option<(usize, usize)> {
+    const PT_LOAD: u32 = 1;
+    const PF_X: u32 = 1;
+    let u16_at = |o: usize| Some(u16::from_le_bytes(first.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(first.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(first.get(o..o + 8)?.try_into().ok()?) as usize);
+    if first.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let phoff = u64_at(32)?;
+    let phentsize = u16_at(54)? as usize;
+    let phnum = u16_at(56)? as usize;
+    if phentsize < 56 || phnum == 0 || phoff.checked_add(phnum.checked_mul(phentsize)?)? > first.len() {
+        return None;
+    }
+    let ph = |i: usize| phoff + i * phentsize;
+    // The load bias: the first PT_LOAD, page-aligned, is mapped at `start`.
+    let first_vaddr = (0..phnum)
+        .filter(|&i| u32_at(ph(i)) == Some(PT_LOAD))
+        .filter_map(|i| u64_at(ph(i) + 16))
+        .min()?;
+    let bias = start.wrapping_sub(first_vaddr & !0xfff);
+    for i in 0..phnum {
+        let o = ph(i);
+        if u32_at(o)? != PT_LOAD || u32_at(o + 4)? & PF_X == 0 {
+            continue;
+        }
+        let lo = bias.wrapping_add(u64_at(o + 16)?);
+        let hi = lo.wrapping_add(u64_at(o + 40)?);
+        if lo <= addr && addr < hi {
+            return Some((lo, hi));
+        }
+    }
+    Some((0, 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn a_function() -> usize {
+        a_function as *const () as usize
+    }
+
+    #[test]
+    fn code_is_code_and_data_is_not() {
+        let mut c = CodeCheck::new();
+        assert!(c.is_code(a_function() + 1));
+        assert!(c.is_code(libc::strlen as *const () as usize));
+        if crate::has_dl_find_object() {
+            static DATA: [u8; 64] = [1; 64];
+            let heap = Box::new(5u64);
+            let local = 0u64;
+            assert!(!c.is_code(&DATA as *const _ as usize));
+            assert!(!c.is_code(&*heap as *const u64 as usize));
+            assert!(!c.is_code(&local as *const u64 as usize));
+            assert!(!c.is_code(0x7fd9_8000_0002));
+            assert!(!c.is_code(0));
+            assert!(!c.is_code(usize::MAX));
+            // Still knows the code it found.
+            assert!(c.is_code(a_function()));
+            // The vDSO's code is code too (a signal may land in it).
+            // SAFETY: getauxval has no preconditions.
+            let vdso = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
+            if vdso != 0 {
+                assert!(exec_range(vdso + 0x800).is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn headers_out_of_reach_give_nothing() {
+        assert_eq!(elf_exec_segment(b"\x7fELF\x02\x01", 0x1000, 0x1000), None);
+        assert_eq!(elf_exec_segment(b"garbage", 0x1000, 0x1000), None);
+        let mut h = [0u8; 64];
+        h[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        h[32] = 0xff; // phoff past the page
+        h[54] = 56;
+        h[56] = 1;
+        assert_eq!(elf_exec_segment(&h, 0x1000, 0x1000), None);
+    }
+}
