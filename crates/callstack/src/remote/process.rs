@@ -224,7 +224,12 @@ impl LiveProcess {
                 "cannot trace callstack itself; use capture_exact in-process".into(),
             ));
         }
-        let maps = read_maps(pid, mm_tid)?;
+        // From here on, a process that disappears died while we looked.
+        let vanished = |e: RemoteError| match e {
+            RemoteError::NoSuchProcess(p) => RemoteError::Vanished(p),
+            e => e,
+        };
+        let maps = read_maps(pid, mm_tid).map_err(vanished)?;
         let exe = proc_path(pid, &format!("task/{mm_tid}/exe"));
         let arch = files::map_file(Path::new(&exe))
             .ok()
@@ -239,7 +244,7 @@ impl LiveProcess {
         // Attach (no stop yet), re-listing until no new thread appears.
         let mut seized: Vec<u32> = Vec::new();
         for _round in 0..8 {
-            let now = tasks(pid)?;
+            let now = tasks(pid).map_err(vanished)?;
             // Threads that have exited (a zombie leader) cannot be seized and
             // have nothing to show.
             let new: Vec<u32> = now
@@ -280,7 +285,7 @@ impl LiveProcess {
         if seized.is_empty() {
             return Err(match live_thread(pid) {
                 Ok(_) => RemoteError::Vanished(pid),
-                Err(e) => e,
+                Err(e) => vanished(e),
             });
         }
 

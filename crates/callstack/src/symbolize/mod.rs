@@ -699,3 +699,24 @@ fn frames_at(m: &ElfModule, offset: u64) -> Vec<Frame> {
     }
     frames
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_cache_is_bounded() {
+        // Addresses in no module: cheap answers, each cached.
+        let mut s = Symbolizer::from_modules([]);
+        for i in 0..CACHE_CAPACITY + 1000 {
+            let a = 0x1000 + i * 16;
+            assert_eq!(s.symbolize_pc(a).offset, a as u64);
+            assert!(s.cached() <= CACHE_CAPACITY);
+        }
+        // A batch returns every answer, even past the room left.
+        let addrs: Vec<Address> = (0..1000).map(|i| Address::Exact(0x10 + i)).collect();
+        let got = s.symbolize_batch(&addrs);
+        assert_eq!(got.len(), 1000);
+        assert!(got.iter().zip(0..).all(|(a, i)| a.offset == 0x10 + i));
+    }
+}
