@@ -3,17 +3,41 @@
 //! record reached through a register that a function without frame
 //! pointers used for something else).
 //!
-//! Async-signal-safe and lock-free: a lookup is glibc's `_dl_find_object`
-//! plus a read of the module's ELF program headers (in its first page,
-//! mapped while it is loaded). A [`CodeCheck`] keeps the last two executable
-//! ranges it found, so a walk pays for a lookup only when it moves to
-//! another module. Without `_dl_find_object` (glibc before 2.35) nothing can
-//! be checked without a lock and every value is accepted.
+//! Async-signal-safe and lock-free. A lookup is, in order: the executable
+//! segments of the published module snapshot (after `callstack::prepare()`;
+//! a binary search), or glibc's `_dl_find_object` and the module's ELF
+//! program headers (in its first page, mapped while it is loaded), read once
+//! per module and kept in a small global table. A [`CodeCheck`] keeps the
+//! last two executable ranges it found, so a walk pays for a lookup only
+//! when it moves to another module. Without `_dl_find_object` (glibc before
+//! 2.35) and without a snapshot nothing can be checked without a lock, and
+//! every value is accepted.
+//!
+//! What is checked is a value, never the code: nothing is read at the
+//! address. The program headers are read right after `_dl_find_object`
+//! found the module; a `dlclose` of that very module on another thread in
+//! between is the one window (the same one the exact walk's build-id check
+//! has).
 
-/// Executable ranges met during one walk (never kept longer: a `dlclose`
-/// between walks may unmap them).
+use core::cell::Cell;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// Executable ranges met during one walk. Ranges from the module snapshot
+/// are kept for the thread's next walk while that snapshot stays published
+/// (see [`CodeCheck::for_walk`]); others are not (a `dlclose` between walks
+/// may unmap them).
 pub(crate) struct CodeCheck {
     ranges: [(usize, usize); 2],
+    /// Which of `ranges` came from the snapshot `snap`.
+    from_snap: [bool; 2],
+    snap: usize,
+}
+
+thread_local! {
+    // The snapshot-derived ranges of the thread's last walk, and the
+    // snapshot they came from. Const-initialized and without `Drop`: a
+    // plain thread-local slot, safe in a signal handler.
+    static LAST: Cell<(usize, [(usize, usize); 2])> = const { Cell::new((0, [(0, 0); 2])) };
 }
 
 impl CodeCheck {
@@ -22,7 +46,40 @@ impl CodeCheck {
     pub(crate) fn new() -> Self {
         CodeCheck {
             ranges: [(0, 0); 2],
+            from_snap: [false; 2],
+            snap: 0,
         }
+    }
+
+    /// A check for a walk on this thread: starts with the ranges the
+    /// thread's last walk found in the module snapshot, if it is still the
+    /// one published. Pair with [`CodeCheck::keep`].
+    #[inline(always)]
+    pub(crate) fn for_walk() -> Self {
+        let snap = crate::unwind::local::snapshot_id();
+        let (id, ranges) = LAST.get();
+        if id == snap && snap != 0 {
+            CodeCheck {
+                ranges,
+                from_snap: [true; 2],
+                snap,
+            }
+        } else {
+            CodeCheck {
+                snap,
+                ..Self::new()
+            }
+        }
+    }
+
+    /// Keeps the snapshot-derived ranges for the thread's next walk.
+    #[inline(always)]
+    pub(crate) fn keep(&self) {
+        if self.snap == 0 {
+            return;
+        }
+        let pick = |i: usize| if self.from_snap[i] { self.ranges[i] } else { (0, 0) };
+        LAST.set((self.snap, [pick(0), pick(1)]));
     }
 
     /// Whether `addr` lies in an executable segment of a loaded module.
@@ -38,10 +95,20 @@ impl CodeCheck {
     #[cold]
     #[inline(never)]
     fn lookup(&mut self, addr: usize) -> bool {
-        match exec_range(addr) {
+        let (found, snap) = match crate::unwind::local::snapshot_code_range(addr as u64) {
+            // Only from the snapshot the walk started with (it is kept with
+            // that one).
+            Some((lo, hi)) if self.snap == crate::unwind::local::snapshot_id() => {
+                (Some((lo as usize, hi as usize)), true)
+            }
+            _ => (exec_range(addr), false),
+        };
+        match found {
             Some(r) => {
                 self.ranges[1] = self.ranges[0];
+                self.from_snap[1] = self.from_snap[0];
                 self.ranges[0] = r;
+                self.from_snap[0] = snap;
                 true
             }
             None => false,
@@ -62,13 +129,21 @@ fn exec_range(addr: usize) -> Option<(usize, usize)> {
         if start >= end {
             return None;
         }
+        if let Some(r) = KNOWN.get(start, end, addr) {
+            return Some(r);
+        }
         // SAFETY: the first page of a loaded object (its first PT_LOAD,
         // from file offset 0) is mapped and readable while it is loaded;
         // `elf_exec_segment` reads at most that page, and no further than
         // `end`.
         let header = unsafe { core::slice::from_raw_parts(start as *const u8, (end - start).min(4096)) };
         match elf_exec_segment(header, start, addr) {
-            Some(r) => Some(r).filter(|r| r.0 <= addr && addr < r.1),
+            Some(r) => {
+                if r.0 <= addr && addr < r.1 && start <= r.0 && r.1 <= end {
+                    KNOWN.put(start, end, r);
+                }
+                Some(r).filter(|r| r.0 <= addr && addr < r.1)
+            }
             // Program headers not where we look: the whole module.
             None => Some((start, end)),
         }
@@ -77,6 +152,47 @@ fn exec_range(addr: usize) -> Option<(usize, usize)> {
     {
         let _ = addr;
         Some((0, usize::MAX))
+    }
+}
+
+/// Executable segments found from program headers, by module mapping
+/// `(start, end)`: so that a module's headers are read once, not on every
+/// walk. Lock-free; a slot torn by two writers at once fails the checks in
+/// [`Known::get`] and is merely looked up again.
+struct Known {
+    slots: [[AtomicUsize; 4]; 64],
+}
+
+static KNOWN: Known = Known {
+    slots: [const { [const { AtomicUsize::new(0) }; 4] }; 64],
+};
+
+impl Known {
+    fn slot(start: usize) -> usize {
+        (start >> 12).wrapping_mul(0x9e37_79b9) % 64
+    }
+
+    /// The cached executable segment of the module mapped at
+    /// `[start, end)` holding `addr`.
+    fn get(&self, start: usize, end: usize, addr: usize) -> Option<(usize, usize)> {
+        let s = &self.slots[Self::slot(start)];
+        let key = s[0].load(Ordering::Acquire);
+        let (e, lo, hi) = (
+            s[1].load(Ordering::Relaxed),
+            s[2].load(Ordering::Relaxed),
+            s[3].load(Ordering::Relaxed),
+        );
+        let ok = key == start && e == end && start <= lo && lo <= addr && addr < hi && hi <= end;
+        ok.then_some((lo, hi))
+    }
+
+    fn put(&self, start: usize, end: usize, r: (usize, usize)) {
+        let s = &self.slots[Self::slot(start)];
+        s[0].store(0, Ordering::Relaxed);
+        s[1].store(end, Ordering::Relaxed);
+        s[2].store(r.0, Ordering::Relaxed);
+        s[3].store(r.1, Ordering::Relaxed);
+        s[0].store(start, Ordering::Release);
     }
 }
 

@@ -77,8 +77,8 @@ unsafe fn walk_bounded(
 ) -> u32 {
     // SAFETY: the caller promises `out` holds `max` writable slots.
     let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
-    let mut code = crate::code::CodeCheck::new();
-    walk_frame_records_checked(
+    let mut code = crate::code::CodeCheck::for_walk();
+    let n = walk_frame_records_checked(
         crate::arch::native::FRAME_RECORD,
         fp,
         sp,
@@ -86,7 +86,9 @@ unsafe fn walk_bounded(
         skip as usize,
         out,
         |ra| code.is_code(ra),
-    ) as u32
+    ) as u32;
+    code.keep();
+    n
 }
 
 /// Walks frame records from `fp`, reading only inside `[lo, hi)`, taking any

@@ -541,6 +541,24 @@ impl Snapshot {
 }
 
 static SNAPSHOT: AtomicPtr<Snapshot> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Which module snapshot is published (0 for none): what a range from
+/// [`snapshot_code_range`] stays valid with.
+#[inline(always)]
+pub(crate) fn snapshot_id() -> usize {
+    SNAPSHOT.load(Ordering::Acquire) as usize
+}
+
+/// The executable segment of the published module snapshot (see
+/// [`prepare`]) that holds `addr`: lock-free, no system call. `None` before
+/// any snapshot, or outside its segments.
+pub(crate) fn snapshot_code_range(addr: u64) -> Option<(u64, u64)> {
+    // SAFETY: published snapshots are never freed.
+    let s = unsafe { SNAPSHOT.load(Ordering::Acquire).as_ref() }?;
+    let i = s.segments.partition_point(|seg| seg.0 <= addr);
+    let seg = s.segments.get(i.checked_sub(1)?)?;
+    (addr < seg.1).then_some((seg.0, seg.1))
+}
 /// Set by a capture that met a module the snapshot does not have.
 static STALE: AtomicBool = AtomicBool::new(false);
 static PREPARE_LOCK: Mutex<()> = Mutex::new(());
