@@ -67,14 +67,20 @@ fn finish(mut p: Child, what: &str) -> (Output, String, String) {
     let o = p.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!stderr.contains("panicked"), "pstack panicked ({what}): {stderr}");
+    assert!(
+        !stderr.contains("panicked"),
+        "pstack panicked ({what}): {stderr}"
+    );
     (o, stdout, stderr)
 }
 
 /// Threads, or a clear message saying the target is gone.
 fn check_outcome(what: &str, (o, stdout, stderr): &(Output, String, String)) -> bool {
     if o.status.success() {
-        assert!(stdout.contains("Thread "), "{what}: no thread shown:\n{stdout}\n{stderr}");
+        assert!(
+            stdout.contains("Thread "),
+            "{what}: no thread shown:\n{stdout}\n{stderr}"
+        );
         return true;
     }
     let clear = [
@@ -98,10 +104,19 @@ fn a_zombie_leader_with_a_live_thread_shows_the_live_thread() {
     let t = Instant::now();
     loop {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        if stat.rsplit_once(')').unwrap().1.trim_start().starts_with('Z') {
+        if stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .trim_start()
+            .starts_with('Z')
+        {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(10), "the leader never exited");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the leader never exited"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let out = finish(spawn_pstack(pid), "zombie leader");

@@ -78,7 +78,13 @@ impl CodeCheck {
         if self.snap == 0 {
             return;
         }
-        let pick = |i: usize| if self.from_snap[i] { self.ranges[i] } else { (0, 0) };
+        let pick = |i: usize| {
+            if self.from_snap[i] {
+                self.ranges[i]
+            } else {
+                (0, 0)
+            }
+        };
         LAST.set((self.snap, [pick(0), pick(1)]));
     }
 
@@ -136,7 +142,8 @@ fn exec_range(addr: usize) -> Option<(usize, usize)> {
         // from file offset 0) is mapped and readable while it is loaded;
         // `elf_exec_segment` reads at most that page, and no further than
         // `end`.
-        let header = unsafe { core::slice::from_raw_parts(start as *const u8, (end - start).min(4096)) };
+        let header =
+            unsafe { core::slice::from_raw_parts(start as *const u8, (end - start).min(4096)) };
         match elf_exec_segment(header, start, addr) {
             Some(r) => {
                 if r.0 <= addr && addr < r.1 && start <= r.0 && r.1 <= end {
@@ -205,14 +212,18 @@ fn elf_exec_segment(first: &[u8], start: usize, addr: usize) -> Option<(usize, u
     const PF_X: u32 = 1;
     let u16_at = |o: usize| Some(u16::from_le_bytes(first.get(o..o + 2)?.try_into().ok()?));
     let u32_at = |o: usize| Some(u32::from_le_bytes(first.get(o..o + 4)?.try_into().ok()?));
-    let u64_at = |o: usize| Some(u64::from_le_bytes(first.get(o..o + 8)?.try_into().ok()?) as usize);
+    let u64_at =
+        |o: usize| Some(u64::from_le_bytes(first.get(o..o + 8)?.try_into().ok()?) as usize);
     if first.get(..6)? != b"\x7fELF\x02\x01" {
         return None;
     }
     let phoff = u64_at(32)?;
     let phentsize = u16_at(54)? as usize;
     let phnum = u16_at(56)? as usize;
-    if phentsize < 56 || phnum == 0 || phoff.checked_add(phnum.checked_mul(phentsize)?)? > first.len() {
+    if phentsize < 56
+        || phnum == 0
+        || phoff.checked_add(phnum.checked_mul(phentsize)?)? > first.len()
+    {
         return None;
     }
     let ph = |i: usize| phoff + i * phentsize;

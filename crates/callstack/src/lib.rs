@@ -67,9 +67,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod arch;
+mod code;
 #[cfg(target_os = "linux")]
 pub mod crash;
-mod code;
 mod elf_section;
 mod fast;
 #[doc(hidden)]

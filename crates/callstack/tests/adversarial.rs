@@ -99,9 +99,8 @@ impl Rng {
 }
 
 fn mmap(addr: usize, len: usize, prot: i32, fixed: bool) -> usize {
-    let flags = libc::MAP_PRIVATE
-        | libc::MAP_ANONYMOUS
-        | if fixed { libc::MAP_FIXED_NOREPLACE } else { 0 };
+    let flags =
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if fixed { libc::MAP_FIXED_NOREPLACE } else { 0 };
     // SAFETY: an anonymous mapping; with MAP_FIXED_NOREPLACE it never
     // replaces an existing one.
     let p = unsafe { libc::mmap(addr as *mut libc::c_void, len, prot, flags, -1, 0) };
@@ -152,9 +151,9 @@ impl CodeTable {
     }
     fn contains(&self, x: usize) -> bool {
         let n = self.len.load(Ordering::Acquire);
-        self.ranges[..n].iter().any(|(a, b)| {
-            a.load(Ordering::Relaxed) <= x && x < b.load(Ordering::Relaxed)
-        })
+        self.ranges[..n]
+            .iter()
+            .any(|(a, b)| a.load(Ordering::Relaxed) <= x && x < b.load(Ordering::Relaxed))
     }
 }
 
@@ -175,7 +174,10 @@ mod x86 {
             f();
             eprintln!("ok: {name} ({:.1} s)", t.elapsed().as_secs_f64());
         };
-        step("first capture on the main thread, signal on a ret", &first_capture_on_a_ret);
+        step(
+            "first capture on the main thread, signal on a ret",
+            &first_capture_on_a_ret,
+        );
         step("crafted contexts, main thread", &crafted_contexts);
         step("crafted contexts, spawned thread", &|| {
             std::thread::spawn(crafted_contexts).join().unwrap()
@@ -186,7 +188,10 @@ mod x86 {
         });
         step("garbage frame chains", &garbage_chains);
         step("SIGPROF storm with dlopen/dlclose", &storm);
-        eprintln!("adversarial: all passed in {:.1} s", t0.elapsed().as_secs_f64());
+        eprintln!(
+            "adversarial: all passed in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
     }
 
     fn context() -> libc::ucontext_t {
@@ -258,7 +263,10 @@ mod x86 {
         // SAFETY: the kernel passes a valid ucontext_t.
         let uc = unsafe { &*(uc as *const libc::ucontext_t) };
         let g = &uc.uc_mcontext.gregs;
-        let (pc, sp) = (g[libc::REG_RIP as usize] as usize, g[libc::REG_RSP as usize] as usize);
+        let (pc, sp) = (
+            g[libc::REG_RIP as usize] as usize,
+            g[libc::REG_RSP as usize] as usize,
+        );
         // Interrupted in the loop (not in the leaf): the same moment, moved
         // onto the leaf's `ret`, is crafted first (nothing has captured on
         // this thread, and no capture caches the main stack), with the
@@ -378,7 +386,11 @@ mod x86 {
         let n = callstack::capture_from_context(&uc, &mut out);
         assert!(n <= 64);
         for &ra in &out[1.min(n)..n] {
-            assert!(in_code(ra), "non-code frame {ra:#x} from sp {sp:#x}: {:x?}", &out[..n]);
+            assert!(
+                in_code(ra),
+                "non-code frame {ra:#x} from sp {sp:#x}: {:x?}",
+                &out[..n]
+            );
         }
         let mut frames = [callstack::Frame {
             pc: 0,
@@ -515,7 +527,7 @@ mod x86 {
     thread_local! {
         static CTX: std::cell::UnsafeCell<(libc::ucontext_t, libc::ucontext_t)> =
             // SAFETY: ucontext_t is plain data; zero is a valid placeholder.
-            std::cell::UnsafeCell::new(unsafe { std::mem::zeroed() });
+            const { std::cell::UnsafeCell::new(unsafe { std::mem::zeroed() }) };
     }
 
     fn check_code(out: &[usize]) {
@@ -589,8 +601,14 @@ mod x86 {
             CO_DEPTH.store(20, Ordering::Relaxed);
             let base = mmap(0, BIG, rw, false);
             run_on(base, BIG);
-            assert!(CO_FAST.load(Ordering::Relaxed) >= 20, "fast on the big stack");
-            assert!(CO_EXACT.load(Ordering::Relaxed) >= 20, "exact on the big stack");
+            assert!(
+                CO_FAST.load(Ordering::Relaxed) >= 20,
+                "fast on the big stack"
+            );
+            assert!(
+                CO_EXACT.load(Ordering::Relaxed) >= 20,
+                "exact on the big stack"
+            );
             // Unmap it, map 64 KiB at its address; a saved frame pointer
             // into the freed part (aligned, above every sp of the small
             // stack).
@@ -605,7 +623,10 @@ mod x86 {
             CO_FP.store(freed, Ordering::Relaxed);
             CO_DEPTH.store(5, Ordering::Relaxed);
             run_on(small, SMALL);
-            assert!(CO_FAST.load(Ordering::Relaxed) >= 5, "fast on the small stack");
+            assert!(
+                CO_FAST.load(Ordering::Relaxed) >= 5,
+                "fast on the small stack"
+            );
             munmap(small, SMALL);
             // The thread's own stack is still known.
             let mut out = [0usize; 64];
@@ -647,7 +668,11 @@ mod x86 {
                 // SAFETY: `out` has 64 slots.
                 let n = unsafe { capture_with_fp(black_box(fp), 64, out.as_mut_ptr(), capture) };
                 for &a in &out[..n as usize] {
-                    assert!(in_code(a), "non-code frame {a:#x}: {:x?}", &out[..n as usize]);
+                    assert!(
+                        in_code(a),
+                        "non-code frame {a:#x}: {:x?}",
+                        &out[..n as usize]
+                    );
                 }
             }
         }
@@ -709,7 +734,10 @@ mod x86 {
                 sev.sigev_signo = libc::SIGPROF;
                 sev.sigev_notify_thread_id = libc::gettid();
                 let mut t: libc::timer_t = std::ptr::null_mut();
-                assert_eq!(libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut t), 0);
+                assert_eq!(
+                    libc::timer_create(libc::CLOCK_MONOTONIC, &mut sev, &mut t),
+                    0
+                );
                 let ts = libc::timespec {
                     tv_sec: 0,
                     tv_nsec: period.as_nanos() as libc::c_long,
@@ -777,7 +805,8 @@ mod x86 {
                     // SAFETY: loading our own plugin (no constructors),
                     // calling its function, unloading it.
                     unsafe {
-                        let h = libc::dlopen(libs[i % 2].as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+                        let h =
+                            libc::dlopen(libs[i % 2].as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
                         assert!(!h.is_null());
                         let f = libc::dlsym(h, c"adv_plugin_work".as_ptr());
                         assert!(!f.is_null());
@@ -843,7 +872,10 @@ mod x86 {
             .iter()
             .map(|a| a.load(Ordering::Relaxed))
             .filter(|&a| {
-                !late.iter().chain(lib_ranges.iter()).any(|&(lo, hi)| lo <= a && a < hi)
+                !late
+                    .iter()
+                    .chain(lib_ranges.iter())
+                    .any(|&(lo, hi)| lo <= a && a < hi)
             })
             .collect();
         eprintln!(

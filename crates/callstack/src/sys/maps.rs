@@ -154,12 +154,18 @@ mod tests {
         assert_eq!(parse_range(b"zz-1 r"), None);
         assert_eq!(parse_range(b""), None);
         assert!(perms_allow_stack(line));
-        assert!(!perms_allow_stack(b"7ffeba3f2000-7ffeba413000 ---p 00000000 00:00 0"));
+        assert!(!perms_allow_stack(
+            b"7ffeba3f2000-7ffeba413000 ---p 00000000 00:00 0"
+        ));
         assert!(!perms_allow_stack(
             b"ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]"
         ));
-        assert!(!perms_allow_stack(b"7f0000000000-7f0000001000 r--p 00000000 00:00 0 [vvar]"));
-        assert!(!perms_allow_stack(b"7f0000000000-7f0000001000 rw-s 00000000 00:05 7 /dev/zero"));
+        assert!(!perms_allow_stack(
+            b"7f0000000000-7f0000001000 r--p 00000000 00:00 0 [vvar]"
+        ));
+        assert!(!perms_allow_stack(
+            b"7f0000000000-7f0000001000 rw-s 00000000 00:05 7 /dev/zero"
+        ));
         assert!(!perms_allow_stack(b"7f0000000000-7f0000001000"));
     }
 
