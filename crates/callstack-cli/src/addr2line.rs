@@ -1,6 +1,6 @@
 //! `callstack addr2line`: binutils `addr2line`, output for output, faster.
 //!
-//! Same flags (`-e -a -f -i -C -p -s`), same output formats (`??`, `??:0`
+//! Same flags (`-e -a -f -i -C[=STYLE] -p -s -j -b -r -R`), same output formats (`??`, `??:0`
 //! for an address nothing describes, `??:?` for a function without line),
 //! addresses in hex from the arguments or, when there are none, one per
 //! line from standard input. Like binutils, every answer is flushed before
@@ -28,9 +28,35 @@ pub struct Args {
     /// Also print the functions an address was inlined into.
     #[arg(short = 'i', long = "inlines")]
     inlines: bool,
-    /// Demangle function names (Rust and C++).
-    #[arg(short = 'C', long = "demangle")]
-    demangle: bool,
+    /// Demangle function names (Rust and C++). STYLE as binutils takes it:
+    /// `auto`, `gnu-v3`, `rust`, `java`, `gnat`, `dlang` demangle (whatever
+    /// the style, names are demangled by their own scheme); `none` does not.
+    #[arg(
+        short = 'C',
+        long = "demangle",
+        value_name = "STYLE",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "auto"
+    )]
+    demangle: Option<String>,
+    /// Addresses are offsets into this section (binutils' `-j`).
+    #[arg(short = 'j', long = "section", value_name = "NAME")]
+    section: Option<String>,
+    /// The object's format, as binutils names it (`elf64-x86-64`,
+    /// `elf32-littlearm`, `elf64-little`...): accepted for compatibility,
+    /// the format is read from the file; a name that is not an ELF format
+    /// is an error.
+    #[arg(short = 'b', long = "target", value_name = "BFDNAME")]
+    target: Option<String>,
+    /// Limit recursion while demangling (binutils' default; accepted for
+    /// compatibility: the demanglers here always bound it).
+    #[arg(short = 'R', long = "recurse-limit")]
+    recurse_limit: bool,
+    /// No recursion limit while demangling (accepted for compatibility:
+    /// the demanglers here always bound it).
+    #[arg(short = 'r', long = "no-recurse-limit")]
+    no_recurse_limit: bool,
     /// One line per address (`func at file:line (inlined by) ...`).
     #[arg(short = 'p', long = "pretty-print")]
     pretty: bool,
@@ -48,6 +74,81 @@ pub struct Args {
     debug_dirs: Vec<PathBuf>,
     /// Addresses, in hex (with or without 0x). None: read standard input.
     addrs: Vec<String>,
+}
+
+/// The demangling styles binutils' `--demangle=STYLE` knows.
+const DEMANGLE_STYLES: &[&str] = &["none", "auto", "gnu-v3", "java", "gnat", "dlang", "rust"];
+
+/// Whether the name mangled as `mangled` is printed demangled: with `-C`
+/// (style `auto`), every name; with a style, only names of that scheme
+/// (`rust`: Rust legacy and v0, `gnu-v3`: the other `_Z` names; Java, Ada
+/// and D names are not demangled here, so those styles print names as
+/// stored), as binutils does.
+fn demangles(args: &Args, mangled: &str) -> bool {
+    let rust = mangled.starts_with("_R") || is_rust_legacy(mangled);
+    match args.demangle.as_deref() {
+        None | Some("none") => false,
+        Some("auto") => true,
+        Some("rust") => rust,
+        // Rust legacy names are read as C++ nested names (see
+        // `itanium_nested`).
+        Some("gnu-v3") => mangled.starts_with("_Z") && !rust,
+        Some(_) => false,
+    }
+}
+
+/// A `_ZN<len><id>...E` name read as C++ reads it (elements as stored,
+/// joined by `::`); `None` for anything else.
+fn itanium_nested(name: &str) -> Option<String> {
+    let mut rest = name.strip_prefix("_ZN")?.strip_suffix('E')?;
+    let mut out = String::new();
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let len: usize = rest[..digits].parse().ok()?;
+        let id = rest.get(digits..digits.checked_add(len)?)?;
+        if !out.is_empty() {
+            out.push_str("::");
+        }
+        out.push_str(id);
+        rest = &rest[digits + len..];
+    }
+    Some(out)
+}
+
+/// `_ZN...17h<16 hex digits>E`, possibly with an LTO `.llvm.N` suffix.
+fn is_rust_legacy(name: &str) -> bool {
+    let name = match name.rfind(".llvm.") {
+        Some(i) => &name[..i],
+        None => name,
+    };
+    let b = name.as_bytes();
+    b.len() > 23
+        && name.starts_with("_ZN")
+        && name.ends_with('E')
+        && &b[b.len() - 20..b.len() - 17] == b"17h"
+        && b[b.len() - 17..b.len() - 1].iter().all(u8::is_ascii_hexdigit)
+}
+
+/// Checks the compatibility flags, and returns what `-j` adds to each
+/// address (the section's address; 0 without `-j`).
+fn check_flags(args: &Args) -> Result<u64, String> {
+    let _ = (args.recurse_limit, args.no_recurse_limit);
+    if let Some(style) = &args.demangle {
+        if !DEMANGLE_STYLES.contains(&style.as_str()) {
+            return Err(format!("unknown demangling style `{style}'"));
+        }
+    }
+    if let Some(t) = &args.target {
+        if !(t.starts_with("elf32-") || t.starts_with("elf64-")) {
+            return Err(format!("{}: invalid bfd target", args.exe.display()));
+        }
+    }
+    match &args.section {
+        None => Ok(0),
+        Some(name) => callstack::symbolize::section_address(&args.exe, name)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("{}: cannot find section {name}", args.exe.display())),
+    }
 }
 
 /// Parses a hex address like binutils' `bfd_scan_vma(s, NULL, 16)`: an
@@ -97,10 +198,17 @@ fn write_answer(
             out.write_all(b" (inlined by) ")?;
         }
         if args.functions {
-            let name = if args.demangle {
-                f.function.as_deref()
-            } else {
-                f.mangled.as_deref().or(f.function.as_deref())
+            let itanium;
+            let name = match f.mangled.as_deref() {
+                Some(m) if !demangles(args, m) => {
+                    // The C++ demangler reads a Rust legacy name as a plain
+                    // nested name: its elements as stored, the hash kept.
+                    itanium = (args.demangle.as_deref() == Some("gnu-v3"))
+                        .then(|| itanium_nested(m))
+                        .flatten();
+                    Some(itanium.as_deref().unwrap_or(m))
+                }
+                _ => f.function.as_deref(),
             };
             out.write_all(name.unwrap_or("??").as_bytes())?;
             out.write_all(if args.pretty { b" at " } else { b"\n" })?;
@@ -210,23 +318,27 @@ fn resolve_batch(
 /// Addresses answered per batch (see [`run`]).
 const BATCH: usize = 1 << 16;
 
-/// Answers `addrs` in order (resolved as one sorted batch), and hands the
-/// symbolizer back for the next batch.
+/// Answers `addrs` in order (resolved as one sorted batch), printing each
+/// less `base` (the `-j` section's address), and hands the symbolizer back
+/// for the next batch.
 fn answer_batch(
     sym: Symbolizer,
     args: &Args,
     addrs: &[u64],
+    base: u64,
     out: &mut impl Write,
 ) -> std::io::Result<Symbolizer> {
     let (uniq, answers, sym) = resolve_batch(sym, args, addrs);
     for addr in addrs {
         let s = &answers[uniq.binary_search(addr).expect("present")];
-        write_answer(out, args, *addr, s)?;
+        write_answer(out, args, addr.wrapping_sub(base), s)?;
     }
     Ok(sym)
 }
 
 pub fn run(args: Args) -> Result<(), String> {
+    let base = check_flags(&args)?;
+    let parse = |s: &str| parse_hex(s).wrapping_add(base);
     let mut sym = Symbolizer::for_file_with_debug_dirs(&args.exe, &args.debug_dirs)
         .map_err(|e| format!("'{}': {}", args.exe.display(), e.message))?;
     let stdout = std::io::stdout();
@@ -237,9 +349,9 @@ pub fn run(args: Args) -> Result<(), String> {
     // each sorted and in parallel; memory stays bounded by one batch's
     // answers however long the input is.
     if !args.addrs.is_empty() {
-        let addrs: Vec<u64> = args.addrs.iter().map(|a| parse_hex(a)).collect();
+        let addrs: Vec<u64> = args.addrs.iter().map(|a| parse(a)).collect();
         for chunk in addrs.chunks(BATCH) {
-            sym = answer_batch(sym, &args, chunk, &mut out).map_err(io)?;
+            sym = answer_batch(sym, &args, chunk, base, &mut out).map_err(io)?;
         }
         std::mem::forget(sym);
         return out.flush().map_err(io);
@@ -252,10 +364,10 @@ pub fn run(args: Args) -> Result<(), String> {
             line.clear();
             let eof = input.read_line(&mut line).map_err(io)? == 0;
             if !eof {
-                chunk.push(parse_hex(&line));
+                chunk.push(parse(&line));
             }
             if chunk.len() == BATCH || (eof && !chunk.is_empty()) {
-                sym = answer_batch(sym, &args, &chunk, &mut out).map_err(io)?;
+                sym = answer_batch(sym, &args, &chunk, base, &mut out).map_err(io)?;
                 chunk.clear();
             }
             if eof {
@@ -276,9 +388,9 @@ pub fn run(args: Args) -> Result<(), String> {
         if input.read_line(&mut line).map_err(io)? == 0 {
             break;
         }
-        let addr = parse_hex(&line);
+        let addr = parse(&line);
         let s = sym.resolve(Address::Exact(addr as usize));
-        write_answer(&mut out, &args, addr, &s).map_err(io)?;
+        write_answer(&mut out, &args, addr.wrapping_sub(base), &s).map_err(io)?;
         if input.buffer().is_empty() {
             out.flush().map_err(io)?;
         }

@@ -31,10 +31,21 @@ enum Command {
     Demo(demo::Args),
     /// Every thread's backtrace from an ELF core file (like gdb's
     /// `thread apply all bt`).
+    ///
+    /// Names as gdb gives them: a symbol-table name covers only the
+    /// addresses inside the symbol's size (up to the next symbol for a
+    /// symbol without size); others are `??`.
     Core(core::Args),
     /// Every thread's backtrace from a live process, stopped only briefly.
     Pstack(pstack::Args),
     /// Resolve addresses of an object file like binutils addr2line.
+    ///
+    /// Where no debug info covers an address, names come from the symbol
+    /// tables as binutils gives them: the nearest preceding symbol of the
+    /// section names the address even past that symbol's size (in a
+    /// stripped object, a static function gets the name of the exported
+    /// function before it). `callstack core` and `pstack` name as gdb does
+    /// instead: an address past a symbol's size is `??`.
     Addr2line(addr2line::Args),
     /// Print the stacks of a callstack trace file (or `-` for stdin) resolved.
     Symbolize(symbolize::Args),
@@ -44,6 +55,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A closed pipe (`callstack ... | head`) ends the process quietly, as
+    // it does `cat` or `grep`, instead of failing a write with EPIPE and
+    // reporting it. Every subcommand writes its output after it is done
+    // with the target (a live process is already resumed), so nothing is
+    // left half-done.
+    // SAFETY: setting a signal's disposition to the default, before any
+    // thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),

@@ -9,7 +9,7 @@
 
 use callstack::remote::symbols::Symbolizer as ImageSymbolizer;
 use callstack::remote::{Lookup, RemoteUnwinder, Snapshot, Unwound};
-use callstack::symbolize::{Address, ModuleInfo, Symbolizer};
+use callstack::symbolize::{Address, ModuleInfo, SymbolExtent, Symbolizer};
 use callstack::unwind::Memory;
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Write};
@@ -74,6 +74,9 @@ pub struct FrameOut {
     pub method: &'static str,
     /// The first printed entry of its pc (inlined levels follow without one).
     pub show_pc: bool,
+    /// The signal-return trampoline a handler returned to: the frame below
+    /// is the interrupted code (gdb's `<signal handler called>`).
+    pub signal_trampoline: bool,
 }
 
 /// One printed thread.
@@ -182,7 +185,11 @@ fn name_thread(
 ) -> ThreadOut {
     let mut frames: Vec<FrameOut> = Vec::new();
     let mut stop = unwound.stop;
-    for f in &unwound.frames {
+    for (k, f) in unwound.frames.iter().enumerate() {
+        let signal_trampoline = unwound
+            .frames
+            .get(k + 1)
+            .is_some_and(|n| n.method == callstack::remote::Method::SignalFrame);
         if !past_main && ends_at_main(&frames) {
             stop = None;
             break;
@@ -200,9 +207,13 @@ fn name_thread(
                 module: module_name.clone(),
                 method: json_method(f.method),
                 show_pc: true,
+                signal_trampoline,
             });
         }
         for (k, s) in syms.into_iter().enumerate() {
+            if signal_trampoline && k > 0 {
+                break;
+            }
             frames.push(FrameOut {
                 pc: f.pc,
                 function: s.function,
@@ -212,6 +223,7 @@ fn name_thread(
                 module: module_name.clone(),
                 method: json_method(f.method),
                 show_pc: k == 0,
+                signal_trampoline,
             });
         }
     }
@@ -247,6 +259,8 @@ impl Names {
             })
             .collect();
         let mut files = Symbolizer::from_modules(infos);
+        // gdb's names: an address past a symbol's size is `??`.
+        files.set_symbol_extent(SymbolExtent::Sized);
         for d in debug_dirs {
             files.add_debug_dir(d);
         }
@@ -330,6 +344,15 @@ pub fn print_text_methods(
         }
         for (k, f) in t.frames.iter().enumerate() {
             write!(w, "#{k:<2} ")?;
+            if f.signal_trampoline {
+                // As gdb prints the frame of a signal trampoline.
+                write!(w, "<signal handler called>")?;
+                if methods {
+                    write!(w, " [{}]", f.method)?;
+                }
+                writeln!(w)?;
+                continue;
+            }
             if f.show_pc {
                 write!(w, "0x{:016x} in ", f.pc)?;
             }
@@ -371,7 +394,7 @@ pub fn to_json(threads: &[ThreadOut]) -> Value {
                 .frames
                 .iter()
                 .map(|f| {
-                    json!({
+                    let mut v = json!({
                         "pc": format!("{:#x}", f.pc),
                         "function": f.function,
                         "file": f.file,
@@ -379,7 +402,12 @@ pub fn to_json(threads: &[ThreadOut]) -> Value {
                         "inlined": f.inlined,
                         "module": f.module,
                         "method": f.method,
-                    })
+                    });
+                    if f.signal_trampoline {
+                        // gdb's `<signal handler called>` frame.
+                        v["signal_handler_called"] = json!(true);
+                    }
+                    v
                 })
                 .collect();
             json!({"tid": t.tid, "name": t.name, "frames": frames})

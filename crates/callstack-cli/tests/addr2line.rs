@@ -339,3 +339,104 @@ fn compressed_glibc_debug_file_matches_binutils_names_and_lines() {
         "too few answers with a line: {lines}"
     );
 }
+
+/// binutils' `-j SECTION`, `-b BFDNAME`, `-r`/`-R` and `--demangle=STYLE`:
+/// same output (C++ and Rust names, each demangled only by its own style),
+/// and the same errors for an unknown section, target or style.
+#[test]
+fn section_target_recurse_and_demangle_style_flags_match_binutils() {
+    let dir = scratch_dir("cli-addr2line-flags");
+    let cpp = dir.join("sym_cpp");
+    let o = Command::new("g++")
+        .args(["-g", "-O1"])
+        .arg(workspace_root().join("tests/fixtures/c/sym_cpp.cpp"))
+        .arg("-o")
+        .arg(&cpp)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rust = dir.join("sym_rust_flags");
+    build_sym_rust(&rust);
+    let cli = &release_artifacts().cli;
+    // C++: the functions' entry points (inside inlined code, binutils
+    // without -C names C++ frames by their linkage names, a difference
+    // outside this test); Rust: every instruction.
+    let nm = Command::new("nm").arg(&cpp).output().unwrap();
+    let cpp_entries: Vec<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter(|l| l.contains(" T _ZN6symcpp"))
+        .map(|l| format!("0x{}", l.split(' ').next().unwrap()))
+        .collect();
+    for (exe, cpp_addrs) in [(&cpp, Some(cpp_entries)), (&rust, None)] {
+        let mut addrs = cpp_addrs.unwrap_or_else(|| instruction_addrs(exe, &["_ZN8sym_rust"]));
+        addrs.truncate(300);
+        assert!(addrs.len() >= 2, "{}", addrs.len());
+        // -j: the same addresses as offsets into .text.
+        let text = Command::new("objdump").arg("-h").arg(exe).output().unwrap();
+        let text = String::from_utf8_lossy(&text.stdout);
+        let text_addr = text
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.get(1) == Some(&".text")).then(|| u64::from_str_radix(f[3], 16).unwrap())
+            })
+            .unwrap();
+        let offsets: Vec<String> = addrs
+            .iter()
+            .map(|a| format!("{:#x}", u64::from_str_radix(&a[2..], 16).unwrap() - text_addr))
+            .collect();
+        for (flags, args) in [
+            ("-f -j .text", &offsets),
+            ("-a -j .text", &offsets),
+            ("-f -b elf64-x86-64 -R", &addrs),
+            ("-f -C -r", &addrs),
+            ("-f --demangle", &addrs),
+            ("-f --demangle=auto", &addrs),
+            ("-f --demangle=gnu-v3", &addrs),
+            ("-f --demangle=rust", &addrs),
+            ("-f --demangle=none", &addrs),
+        ] {
+            let f: Vec<&str> = flags.split_whitespace().collect();
+            let theirs = run(
+                Command::new("addr2line").args(&f).arg("-e").arg(exe).args(args),
+                None,
+            );
+            let ours = run(
+                Command::new(cli)
+                    .arg("addr2line")
+                    .args(&f)
+                    .arg("-e")
+                    .arg(exe)
+                    .args(args),
+                None,
+            );
+            assert_lines_equal(&theirs, &ours, exe, flags);
+        }
+    }
+    // The errors: exit status 1 and binutils' message after the program name.
+    for flags in ["-j .nosuch", "-b nonsense", "--demangle=klingon"] {
+        let f: Vec<&str> = flags.split_whitespace().collect();
+        let theirs = Command::new("addr2line")
+            .args(&f)
+            .arg("-e")
+            .arg(&cpp)
+            .arg("0x10")
+            .output()
+            .unwrap();
+        let ours = Command::new(cli)
+            .arg("addr2line")
+            .args(&f)
+            .arg("-e")
+            .arg(&cpp)
+            .arg("0x10")
+            .output()
+            .unwrap();
+        assert_eq!(theirs.status.code(), Some(1), "{flags}");
+        assert_eq!(ours.status.code(), Some(1), "{flags}");
+        let msg = |o: &std::process::Output| {
+            let e = String::from_utf8_lossy(&o.stderr).into_owned();
+            e.split_once(": ").map(|x| x.1.to_string()).unwrap_or(e)
+        };
+        assert_eq!(msg(&ours), msg(&theirs), "{flags}");
+    }
+}

@@ -22,22 +22,28 @@
 use core::cell::Cell;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-/// Executable ranges met during one walk. Ranges from the module snapshot
-/// are kept for the thread's next walk while that snapshot stays published
-/// (see [`CodeCheck::for_walk`]); others are not (a `dlclose` between walks
-/// may unmap them).
+/// Executable ranges met during a walk, kept for the thread's next walk
+/// (see [`CodeCheck::for_walk`]): a warm walk that stays in the modules the
+/// last one met makes no lookup at all.
+///
+/// A kept range may outlive its module (a `dlclose` between walks): a value
+/// in it is then still taken for code. That is a plausibility check gone
+/// soft, never a fault: nothing is read at a checked address. A new
+/// snapshot (`callstack::prepare()`) starts the thread's ranges afresh.
 pub(crate) struct CodeCheck {
-    ranges: [(usize, usize); 2],
-    /// Which of `ranges` came from the snapshot `snap`.
-    from_snap: [bool; 2],
+    ranges: [(usize, usize); RANGES],
     snap: usize,
 }
 
+/// Ranges a walk keeps: the executable, the C library, one or two more.
+const RANGES: usize = 4;
+
 thread_local! {
-    // The snapshot-derived ranges of the thread's last walk, and the
-    // snapshot they came from. Const-initialized and without `Drop`: a
-    // plain thread-local slot, safe in a signal handler.
-    static LAST: Cell<(usize, [(usize, usize); 2])> = const { Cell::new((0, [(0, 0); 2])) };
+    // The ranges of the thread's last walk, and the snapshot published
+    // then. Const-initialized and without `Drop`: a plain thread-local
+    // slot, safe in a signal handler.
+    static LAST: Cell<(usize, [(usize, usize); RANGES])> =
+        const { Cell::new((0, [(0, 0); RANGES])) };
 }
 
 impl CodeCheck {
@@ -45,55 +51,50 @@ impl CodeCheck {
     #[inline(always)]
     pub(crate) fn new() -> Self {
         CodeCheck {
-            ranges: [(0, 0); 2],
-            from_snap: [false; 2],
+            ranges: [(0, 0); RANGES],
             snap: 0,
         }
     }
 
     /// A check for a walk on this thread: starts with the ranges the
-    /// thread's last walk found in the module snapshot, if it is still the
-    /// one published. Pair with [`CodeCheck::keep`].
+    /// thread's last walk found, unless a new module snapshot was published
+    /// since. Pair with [`CodeCheck::keep`].
     #[inline(always)]
     pub(crate) fn for_walk() -> Self {
         let snap = crate::unwind::local::snapshot_id();
         let (id, ranges) = LAST.get();
-        if id == snap && snap != 0 {
-            CodeCheck {
-                ranges,
-                from_snap: [true; 2],
-                snap,
-            }
-        } else {
-            CodeCheck {
-                snap,
-                ..Self::new()
-            }
+        CodeCheck {
+            ranges: if id == snap { ranges } else { [(0, 0); RANGES] },
+            snap,
         }
     }
 
-    /// Keeps the snapshot-derived ranges for the thread's next walk.
+    /// Keeps the ranges for the thread's next walk.
     #[inline(always)]
     pub(crate) fn keep(&self) {
-        if self.snap == 0 {
-            return;
-        }
-        let pick = |i: usize| {
-            if self.from_snap[i] {
-                self.ranges[i]
-            } else {
-                (0, 0)
-            }
-        };
-        LAST.set((self.snap, [pick(0), pick(1)]));
+        LAST.set((self.snap, self.ranges));
     }
 
     /// Whether `addr` lies in an executable segment of a loaded module.
     #[inline(always)]
     pub(crate) fn is_code(&mut self, addr: usize) -> bool {
-        let [a, b] = self.ranges;
-        if addr.wrapping_sub(a.0) < a.1 - a.0 || addr.wrapping_sub(b.0) < b.1 - b.0 {
+        // The last range found first: a walk's frames run in one module.
+        let a = self.ranges[0];
+        if addr.wrapping_sub(a.0) < a.1 - a.0 {
             return true;
+        }
+        self.other(addr)
+    }
+
+    #[inline(never)]
+    fn other(&mut self, addr: usize) -> bool {
+        for i in 1..RANGES {
+            let r = self.ranges[i];
+            if addr.wrapping_sub(r.0) < r.1 - r.0 {
+                self.ranges.copy_within(0..i, 1);
+                self.ranges[0] = r;
+                return true;
+            }
         }
         self.lookup(addr)
     }
@@ -101,20 +102,14 @@ impl CodeCheck {
     #[cold]
     #[inline(never)]
     fn lookup(&mut self, addr: usize) -> bool {
-        let (found, snap) = match crate::unwind::local::snapshot_code_range(addr as u64) {
-            // Only from the snapshot the walk started with (it is kept with
-            // that one).
-            Some((lo, hi)) if self.snap == crate::unwind::local::snapshot_id() => {
-                (Some((lo as usize, hi as usize)), true)
-            }
-            _ => (exec_range(addr), false),
+        let found = match crate::unwind::local::snapshot_code_range(addr as u64) {
+            Some((lo, hi)) => Some((lo as usize, hi as usize)),
+            None => exec_range(addr),
         };
         match found {
             Some(r) => {
-                self.ranges[1] = self.ranges[0];
-                self.from_snap[1] = self.from_snap[0];
+                self.ranges.copy_within(0..RANGES - 1, 1);
                 self.ranges[0] = r;
-                self.from_snap[0] = snap;
                 true
             }
             None => false,
@@ -207,7 +202,7 @@ impl Known {
 /// executable `PT_LOAD` segment holding `addr`, at runtime addresses.
 /// `Some((0, 0))` (no range) when `addr` is in no executable segment; `None`
 /// when the headers are not in `first` (then nothing is known).
-fn elf_exec_segment(first: &[u8], start: usize, addr: usize) -> Option<(usize, usize)> {
+pub(crate) fn elf_exec_segment(first: &[u8], start: usize, addr: usize) -> Option<(usize, usize)> {
     const PT_LOAD: u32 = 1;
     const PF_X: u32 = 1;
     let u16_at = |o: usize| Some(u16::from_le_bytes(first.get(o..o + 2)?.try_into().ok()?));

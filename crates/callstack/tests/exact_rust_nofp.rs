@@ -1,7 +1,8 @@
 //! A Rust program built WITHOUT frame pointers (its own cargo build with
 //! `-C force-frame-pointers=no`, own target dir), captured with
 //! `capture_exact` through generic functions and closures: the chain equals
-//! gdb's physical frames, down to `_start`.
+//! gdb's physical frames, down to `_start`; and `called_from` answers
+//! right in that build.
 
 #[path = "../../../tests/fixtures/gdb/gdb_chain.rs"]
 mod gdb_chain;
@@ -23,6 +24,15 @@ fn rust_without_frame_pointers_matches_gdb() {
         .expect("run cargo");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let exe = target.join("release/exact_nofp");
+    // `called_from` works in this build too (it walks with the exact
+    // unwinder; frame pointers would see nothing).
+    let o = Command::new(&exe).arg("called_from").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "called_from true false\n",
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     for arg in ["cold", "prepare"] {
         let run = gdb_chain::gdb_run(&exe, arg);
         let names: Vec<&str> = run.ours.iter().map(|o| o.1.as_str()).collect();

@@ -432,3 +432,337 @@ fn signal_frame_mips() {
 fn signal_frame_aarch64() {
     check_signal(Arch::Aarch64);
 }
+
+// ---------------------------------------------------------------------------
+// Signal handlers that abort or fault, and frames over 32 KiB
+// (`xarch_signal.c`), read with `callstack core --json`.
+//
+// The oracle is gdb-multiarch on a `-g` build of the same flags (gcc emits
+// the same code with and without `-g`; the `.debug_frame` lets gdb unwind
+// code without unwind tables), in two parts:
+// - the handler's side of the chain, up to gdb's `<signal handler called>`,
+//   from gdb-multiarch on the core of that build;
+// - the interrupted side, from gdb-multiarch attached to qemu-user's gdb
+//   stub, stopped when the first signal arrives (before the handler runs):
+//   there the interrupted code is the innermost frame, at its exact pc,
+//   and no signal frame is involved.
+// gdb-multiarch on the core alone is not usable past the signal frame:
+// under qemu-user it hangs at aarch64's trampoline, prints garbage after
+// arm's old-style (no SA_SIGINFO) frame, and on the others agrees with the
+// live chain (checked below where it gets there).
+
+/// One frame as gdb prints it: its pc, or the signal-frame marker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum GFrame {
+    Pc(u64),
+    Marker,
+}
+
+/// The frames of the last `bt` in gdb's output (lines `#N  0x... in f`,
+/// `#N  <signal handler called>`).
+fn parse_bt(text: &str) -> Vec<GFrame> {
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with('#')).collect();
+    let from = lines.iter().rposition(|l| l.starts_with("#0 ")).unwrap_or(0);
+    lines[from..]
+        .iter()
+        .filter_map(|l| {
+            let rest = l.split_once(' ')?.1.trim_start();
+            if rest.starts_with("<signal handler called>") {
+                return Some(GFrame::Marker);
+            }
+            let hex = rest.strip_prefix("0x")?.split(' ').next()?;
+            u64::from_str_radix(hex, 16).ok().map(GFrame::Pc)
+        })
+        .collect()
+}
+
+const GDB_FRAME_SETTINGS: [&str; 4] = [
+    "-ex",
+    "set print frame-arguments none",
+    "-ex",
+    "set print frame-info location-and-address",
+];
+
+/// gdb-multiarch's `bt` of a core (10 s: it hangs on aarch64's qemu-user
+/// signal frames, after printing the frames up to the handler).
+fn gdb_core_bt(exe: &Path, core: &Path) -> Vec<GFrame> {
+    let o = Command::new("timeout")
+        .args(["10", "gdb-multiarch"])
+        .args(testsupport::GDB_BATCH_ARGS)
+        .args(GDB_FRAME_SETTINGS)
+        .args(["-ex", "bt 100"])
+        .arg(exe)
+        .arg(core)
+        .output()
+        .unwrap();
+    parse_bt(&String::from_utf8_lossy(&o.stdout))
+}
+
+/// Whether something listens on TCP `port` (qemu's gdb stub is up).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().any(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() > 3 && format!("{} ", c[1]).ends_with(&want) && c[3] == "0A"
+            })
+        })
+    })
+}
+
+/// gdb-multiarch's `bt` at the two signals of `exe` (run with `mode`
+/// under qemu-user's gdb stub): when the first one arrives (the
+/// interrupted chain), and at the fatal one inside the handler (the
+/// handler's side, up to where gdb errs at the signal frame).
+fn gdb_live_bt_at_signals(a: Arch, exe: &Path, mode: &str) -> (Vec<GFrame>, Vec<GFrame>) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut qemu = Command::new(a.qemu())
+        .arg("-g")
+        .arg(port.to_string())
+        .arg(exe)
+        .arg(mode)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if listening(port) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let o = Command::new("timeout")
+        .args(["60", "gdb-multiarch"])
+        .args(testsupport::GDB_BATCH_ARGS)
+        .args(GDB_FRAME_SETTINGS)
+        .args(["-ex", &format!("target remote 127.0.0.1:{port}")])
+        .args(["-ex", "continue", "-ex", "bt 100", "-ex", "continue", "-ex", "bt 100"])
+        .args(["-ex", "kill"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    let _ = qemu.kill();
+    let _ = qemu.wait();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let parts: Vec<&str> = text.split("Program received signal").collect();
+    assert!(parts.len() == 3, "not two signals under the gdb stub: {text}");
+    (parse_bt(parts[1]), parse_bt(parts[2]))
+}
+
+/// Runs `exe mode` under qemu-user until it dies; returns qemu's core.
+fn qemu_core_args(a: Arch, exe: &Path, mode: &str) -> PathBuf {
+    let dir = exe.with_extension(format!("run-{mode}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = Command::new("sh")
+        .current_dir(&dir)
+        .arg("-c")
+        .arg(format!(
+            "ulimit -c unlimited; exec {} {} {mode}",
+            a.qemu(),
+            exe.display()
+        ))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(dir.join("core"));
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "core"))
+        .unwrap_or_else(|| panic!("no qemu core for {} {mode}: {o:?}", exe.display()))
+}
+
+/// `function+offset` of a frame (`exact`: its pc is where it stopped, not
+/// a return address, so it is looked up as is), or the marker.
+fn named(exe: &Path, f: &GFrame, exact: bool) -> String {
+    match f {
+        GFrame::Marker => "<signal handler called>".to_string(),
+        GFrame::Pc(pc) => {
+            // by_symbol looks its first pc up as is, the others at pc - 1.
+            let pcs = if exact { vec![*pc] } else { vec![0, *pc] };
+            let (f, off) = by_symbol(exe, &pcs).pop().unwrap();
+            format!("{f}+{off:#x}")
+        }
+    }
+}
+
+fn named_chain(exe: &Path, chain: &[GFrame]) -> Vec<String> {
+    chain
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let exact = i == 0 || chain[i - 1] == GFrame::Marker;
+            named(exe, f, exact)
+        })
+        .collect()
+}
+
+fn build_xarch(dir: &Path, a: Arch, opt: &str, fp: bool, g: bool) -> PathBuf {
+    let out = dir.join(format!(
+        "xarch_signal-{}-{}-{}{}",
+        a.name(),
+        opt.trim_start_matches('-'),
+        if fp { "fp" } else { "nofp" },
+        if g { "-g" } else { "" }
+    ));
+    let mut cmd = Command::new(a.gcc());
+    cmd.arg(opt)
+        .arg("-static")
+        .args(["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"])
+        .arg(if fp {
+            "-fno-omit-frame-pointer"
+        } else {
+            "-fomit-frame-pointer"
+        });
+    if g {
+        cmd.arg("-g");
+    }
+    let o = cmd
+        .arg(testsupport::c_fixtures().join("xarch_signal.c"))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// Our chain of `callstack core --json EXE CORE` (ending at main, as gdb).
+fn cli_chain(exe: &Path, core: &Path) -> Vec<GFrame> {
+    let (report, _) = cores::cli_core_json(&[], exe, core);
+    report["threads"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["inlined"] != true)
+        .map(|f| {
+            if f["signal_handler_called"] == true {
+                GFrame::Marker
+            } else {
+                let pc = f["pc"].as_str().unwrap().trim_start_matches("0x");
+                GFrame::Pc(u64::from_str_radix(pc, 16).unwrap())
+            }
+        })
+        .collect()
+}
+
+/// The modes of `xarch_signal.c` each build runs: a fault interrupted by a
+/// SA_SIGINFO handler that aborts, a raise() interrupted by a plain handler
+/// that faults, and no signal (the big frame alone).
+const XARCH_MODES: [&str; 3] = ["sai", "rfp", "n"];
+
+fn check_xarch(a: Arch, opt: &str) {
+    if !tools_present(a) {
+        return;
+    }
+    let dir = testsupport::scratch_dir(&format!(
+        "xarch-signal-{}-{}",
+        a.name(),
+        opt.trim_start_matches('-')
+    ));
+    let mut failures = Vec::new();
+    for fp in [true, false] {
+        let exe = build_xarch(&dir, a, opt, fp, false);
+        let oracle = build_xarch(&dir, a, opt, fp, true);
+        for mode in XARCH_MODES {
+            let what = format!("{} {opt} fp={fp} {mode}", a.name());
+            let core_gdb = gdb_core_bt(&oracle, &qemu_core_args(a, &oracle, mode));
+            let truth: Vec<GFrame> = if mode == "n" {
+                core_gdb.clone()
+            } else {
+                let (live, live_fatal) = gdb_live_bt_at_signals(a, &oracle, mode);
+                let cut = core_gdb
+                    .iter()
+                    .position(|f| *f == GFrame::Marker)
+                    .unwrap_or(core_gdb.len());
+                // The handler's side: gdb-multiarch on the core, or, where
+                // it hangs before the handler (aarch64), live at the fatal
+                // signal; the two agree as far as the core's goes.
+                let live_cut = live_fatal
+                    .iter()
+                    .position(|f| *f == GFrame::Marker)
+                    .unwrap_or(live_fatal.len());
+                let live_upper = &live_fatal[..live_cut];
+                let upper = if cut > 0 && named(&oracle, &core_gdb[cut - 1], cut == 1).contains("handler+") {
+                    &core_gdb[..cut]
+                } else {
+                    live_upper
+                };
+                assert!(
+                    upper.len() >= cut && upper[..cut] == core_gdb[..cut],
+                    "{what}: gdb-multiarch's core and live chains differ: {:?} vs {:?}",
+                    named_chain(&oracle, &core_gdb),
+                    named_chain(&oracle, &live_fatal)
+                );
+                let cut = upper.len();
+                // gdb-multiarch got the handler's side up to the handler.
+                let last = named(&oracle, upper.last().unwrap(), cut == 1);
+                assert!(
+                    last.starts_with("handler+") || last.starts_with("info_handler+"),
+                    "{what}: gdb-multiarch's chain in the core ends before the handler: {:?}",
+                    named_chain(&oracle, &core_gdb)
+                );
+                let mut t = upper.to_vec();
+                t.push(GFrame::Marker);
+                t.extend(live.iter().cloned());
+                // Where gdb-multiarch passed the signal frame in the core
+                // and its chain is sane, it is the live one.
+                if cut < core_gdb.len() && a == Arch::Mips {
+                    assert_eq!(
+                        named_chain(&oracle, &core_gdb),
+                        named_chain(&oracle, &t),
+                        "{what}: gdb-multiarch's core chain and its live chain differ"
+                    );
+                }
+                t
+            };
+            let truth = named_chain(&oracle, &truth);
+            assert!(
+                truth.last().is_some_and(|f| f.starts_with("main+")),
+                "{what}: the oracle's chain does not reach main: {truth:?}"
+            );
+            let ours = named_chain(&exe, &cli_chain(&exe, &qemu_core_args(a, &exe, mode)));
+            eprintln!("{what}: {ours:?}");
+            if ours != truth {
+                failures.push(format!("{what}:\n  gdb:  {truth:?}\n  ours: {ours:?}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn xarch_signal_aarch64_o0() {
+    check_xarch(Arch::Aarch64, "-O0");
+}
+
+#[test]
+fn xarch_signal_aarch64_o2() {
+    check_xarch(Arch::Aarch64, "-O2");
+}
+
+#[test]
+fn xarch_signal_arm_o0() {
+    check_xarch(Arch::Arm, "-O0");
+}
+
+#[test]
+fn xarch_signal_arm_o2() {
+    check_xarch(Arch::Arm, "-O2");
+}
+
+#[test]
+fn xarch_signal_mips_o0() {
+    check_xarch(Arch::Mips, "-O0");
+}
+
+#[test]
+fn xarch_signal_mips_o2() {
+    check_xarch(Arch::Mips, "-O2");
+}

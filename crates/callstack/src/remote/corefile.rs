@@ -403,9 +403,23 @@ impl CoreFile {
                 threads: parsed.threads,
                 modules: Vec::new(),
                 warnings: parsed.warnings,
+                anon_code: Vec::new(),
             },
         };
         core.find_modules(parsed.mappings, exe, lookup);
+        core.snapshot.anon_code = core
+            .executable_segments()
+            .into_iter()
+            .filter(|(a, b)| {
+                let end = a.saturating_add(b.len() as u64);
+                !core
+                    .snapshot
+                    .modules
+                    .iter()
+                    .any(|m| *a < m.end && end > m.start)
+            })
+            .map(|(a, b)| (a, Arc::new(b.to_vec())))
+            .collect();
         Ok(core)
     }
 

@@ -218,10 +218,13 @@ pub fn resolve_files(
         };
         let mut found = None;
         let mut mismatch = None;
+        let mut not_elf = false;
         for c in candidates {
             let Ok(data) = map_file(&c) else { continue };
             if load_segments(&data).is_none() {
-                warnings.push(format!("{}: not an ELF file, ignoring it", c.display()));
+                // A data file (locale archive, gconv cache, font...):
+                // nothing to name, nothing to warn about.
+                not_elf = true;
                 continue;
             }
             let file_id = build_id(&data);
@@ -238,7 +241,15 @@ pub fn resolve_files(
             found = Some(c);
             break;
         }
+        // Only what changes the answer is worth a warning: a file mapped
+        // without execute permission holds no frames (a core does not
+        // record permissions: there, every file counts).
+        let may_hold_code = m.mappings.iter().any(|x| x.executable != Some(false));
         match (&found, mismatch) {
+            (None, _) if !may_hold_code => {}
+            // Not ELF: nothing could name its frames, whatever the user
+            // did; and it exists, so "not found" would be wrong.
+            (None, None) if not_elf => {}
             (None, Some((p, have))) => warnings.push(format!(
                 "{}: build-id {} does not match the target's {} (another build of {}?): ignoring it, its frames are unnamed",
                 p.display(),

@@ -286,6 +286,11 @@ pub struct Snapshot {
     pub modules: Vec<Module>,
     /// Problems met on the way, each a sentence for the user.
     pub warnings: Vec<String>,
+    /// Executable memory in no module, as (address, bytes): code that is in
+    /// no file, such as the signal-return trampolines qemu-user writes on a
+    /// page of its own. The unwinder reads it to recognize those
+    /// trampolines. Empty for a live process.
+    pub anon_code: Vec<(u64, std::sync::Arc<Vec<u8>>)>,
 }
 
 impl Snapshot {

@@ -360,7 +360,8 @@ impl LiveProcess {
                 .ok()
                 .map(|s| s.trim_end_matches('\n').to_string());
         }
-        // gdb's order: the main thread first, then by creation (tid).
+        // gdb's numbering: the main thread first, then by creation (tid)
+        // (gdb's `thread apply all bt` prints them last to first).
         threads.sort_by_key(|t| (t.tid != pid, t.tid));
         stacks.sort_by_key(|s| s.0);
         let mut live = LiveProcess {
@@ -375,6 +376,7 @@ impl LiveProcess {
                 threads,
                 modules: Vec::new(),
                 warnings: Vec::new(),
+                anon_code: Vec::new(),
             },
             stacks,
             stopped_for,

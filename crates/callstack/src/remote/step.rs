@@ -62,16 +62,21 @@ impl<A: crate::arch::Arch> LazySet<A> {
         LazySet { set, code }
     }
 
-    /// Whether `pc` is the x86-64 `rt_sigreturn` trampoline (glibc's
-    /// `__restore_rt`): the frame above it is a kernel signal frame.
+    /// Whether `pc` is an `rt_sigreturn` trampoline: x86-64 glibc's
+    /// `__restore_rt`, aarch64 `mov x8, #139; svc #0` (the vDSO's
+    /// `__kernel_rt_sigreturn`, or qemu-user's trampoline page). The frame
+    /// above it is a kernel signal frame.
     fn sigreturn_at(&self, pc: u64) -> bool {
-        if A::NAME != "x86_64" {
-            return false;
-        }
-        let mut code = [0u8; 9];
         let mut reader = self.code.clone();
-        reader.read_code(pc, &mut code) == code.len()
-            && crate::arch::x86_64::exact::is_sigreturn_trampoline(&code)
+        match A::NAME {
+            "x86_64" => {
+                let mut code = [0u8; 9];
+                reader.read_code(pc, &mut code) == code.len()
+                    && crate::arch::x86_64::exact::is_sigreturn_trampoline(&code)
+            }
+            "aarch64" => crate::arch::aarch64::signal::is_trampoline(&mut reader, pc),
+            _ => false,
+        }
     }
 }
 
@@ -130,9 +135,22 @@ struct RemoteCode {
 }
 
 impl RemoteCode {
-    /// The executable segments of `mods` (code for the analyzers).
-    fn new(mods: &[Module]) -> RemoteCode {
-        Self::with_segments(mods, super::files::exec_segments)
+    /// The code of `snap`: its modules' executable segments plus the
+    /// executable memory in no module (qemu-user's signal trampolines).
+    fn of_snapshot(snap: &Snapshot) -> RemoteCode {
+        let mut segments = Self::segments_of(&snap.modules, super::files::exec_segments);
+        for (start, bytes) in &snap.anon_code {
+            segments.push(CodeSegment {
+                start: *start,
+                end: start.wrapping_add(bytes.len() as u64),
+                bytes: CodeBytes::Image(bytes.clone()),
+                offset: 0,
+            });
+        }
+        segments.sort_by_key(|s| s.start);
+        RemoteCode {
+            segments: Arc::new(segments),
+        }
     }
 
     /// Every `PT_LOAD` of `mods` (for reading `.ARM.extab` words).
@@ -148,6 +166,17 @@ impl RemoteCode {
         mods: &[Module],
         segs: fn(&[u8]) -> Vec<super::files::FileSegment>,
     ) -> RemoteCode {
+        let mut segments = Self::segments_of(mods, segs);
+        segments.sort_by_key(|s| s.start);
+        RemoteCode {
+            segments: Arc::new(segments),
+        }
+    }
+
+    fn segments_of(
+        mods: &[Module],
+        segs: fn(&[u8]) -> Vec<super::files::FileSegment>,
+    ) -> Vec<CodeSegment> {
         let mut segments = Vec::new();
         for m in mods {
             let bytes = match (&m.image, &m.file) {
@@ -171,10 +200,7 @@ impl RemoteCode {
                 });
             }
         }
-        segments.sort_by_key(|s| s.start);
-        RemoteCode {
-            segments: Arc::new(segments),
-        }
+        segments
     }
 }
 
@@ -299,7 +325,7 @@ pub struct RemoteUnwinder<'s> {
 impl<'s> RemoteUnwinder<'s> {
     /// An unwinder for the threads of `snap`. Nothing is compiled yet.
     pub fn new(snap: &'s Snapshot) -> Self {
-        let code = RemoteCode::new(&snap.modules);
+        let code = RemoteCode::of_snapshot(snap);
         let tables = match snap.arch {
             Machine::X86_64 => Tables::X86_64(LazySet::new(&snap.modules, code.clone())),
             Machine::Aarch64 => Tables::Aarch64(LazySet::new(&snap.modules, code.clone())),

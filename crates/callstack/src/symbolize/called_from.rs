@@ -45,12 +45,15 @@ fn query_hash(queries: &[&str]) -> u64 {
 /// or a path prefix (`mycrate::parser`). Inlined frames count.
 ///
 /// The caller of `called_from` itself is part of the stack. The walk is
-/// [`crate::capture_fast`] (frame pointers), up to 256 frames.
+/// [`crate::capture_exact`] (DWARF CFI, up to 256 frames), so it works in
+/// an ordinary build without frame pointers (Rust's default, C/C++ at
+/// -O2); the unwind tables are compiled ([`crate::prepare`]) on the first
+/// call and again after a library is loaded or unloaded.
 ///
 /// Cost: the first call from a site symbolizes its frames (file I/O, DWARF
 /// parsing); afterwards each frame costs one lookup in a per-thread cache
-/// of verdicts, so a repeat call costs one capture plus a hash probe per
-/// frame, plus one read of the dynamic loader's load/unload counters
+/// of verdicts, so a repeat call costs one exact capture (a table lookup
+/// per frame) plus a hash probe per frame, plus one read of the dynamic loader's load/unload counters
 /// (`dl_iterate_phdr`): when a library was loaded or unloaded since, the
 /// thread's verdicts are dropped, so a library loaded where a closed one
 /// was is never judged by the old one's names. Not for signal handlers (it
@@ -66,28 +69,45 @@ fn query_hash(queries: &[&str]) -> u64 {
 /// ```
 #[inline(never)]
 pub fn called_from(name: &str) -> bool {
+    let loader = synced_loader();
     let mut buf = [0usize; 256];
-    let n = crate::capture_fast(0, &mut buf);
-    check(&buf[1.min(n)..n], &[name])
+    let n = crate::capture_exact(0, &mut buf);
+    check(&buf[1.min(n)..n], &[name], loader)
 }
 
 /// Whether the current call stack passes through a function matching any
 /// of `names` (each as in [`called_from`]).
 #[inline(never)]
 pub fn called_from_any(names: &[&str]) -> bool {
+    let loader = synced_loader();
     let mut buf = [0usize; 256];
-    let n = crate::capture_fast(0, &mut buf);
-    check(&buf[1.min(n)..n], names)
+    let n = crate::capture_exact(0, &mut buf);
+    check(&buf[1.min(n)..n], names, loader)
 }
 
-fn check(frames: &[usize], names: &[&str]) -> bool {
+/// The loader's (added, removed) counters, with the compiled unwind tables
+/// brought up to date when they moved since the last call of any thread
+/// (cold: the first call, and after a `dlopen`/`dlclose`).
+fn synced_loader() -> Option<(u64, u64)> {
+    static PREPARED: Mutex<Option<Option<(u64, u64)>>> = Mutex::new(None);
+    // One early-stopped `dl_iterate_phdr` callback (a few tens of ns): the
+    // price of never answering for a library that was unloaded.
+    let loader = super::loader::generation();
+    if LOADER.get() != loader || loader.is_none() {
+        let mut p = PREPARED.lock().unwrap_or_else(|e| e.into_inner());
+        if *p != Some(loader) {
+            crate::prepare();
+            *p = Some(loader);
+        }
+    }
+    loader
+}
+
+fn check(frames: &[usize], names: &[&str], loader: Option<(u64, u64)>) -> bool {
     if names.is_empty() {
         return false;
     }
     let qh = query_hash(names);
-    // One early-stopped `dl_iterate_phdr` callback (a few tens of ns): the
-    // price of never answering for a library that was unloaded.
-    let loader = super::loader::generation();
     VERDICTS.with(|v| {
         let mut v = v.borrow_mut();
         if LOADER.replace(loader) != loader {

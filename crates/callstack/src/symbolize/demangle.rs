@@ -16,8 +16,24 @@ pub fn demangle(name: &str) -> Cow<'_, str> {
     demangle_lang(name, None)
 }
 
+/// `name` without an LTO suffix `.llvm.<hex digits>` (which LLVM appends
+/// to a symbol it promotes to global when splitting a module).
+fn without_llvm_suffix(name: &str) -> &str {
+    match name.rfind(".llvm.") {
+        Some(i)
+            if i + 6 < name.len()
+                && name[i + 6..].bytes().all(|c| c.is_ascii_hexdigit() || c == b'@') =>
+        {
+            &name[..i]
+        }
+        _ => name,
+    }
+}
+
 fn is_rust_legacy(name: &str) -> bool {
-    // _ZN ... 17h<16 hex>E
+    // _ZN ... 17h<16 hex>E, possibly with an LTO `.llvm.N` suffix (which
+    // binutils and rustc-demangle drop).
+    let name = without_llvm_suffix(name);
     let b = name.as_bytes();
     b.len() > 23
         && name.starts_with("_ZN")
@@ -180,6 +196,26 @@ mod tests {
         assert_eq!(demangle("_ZN2ns1fEi"), "ns::f(int)");
         assert_eq!(demangle("_Z"), "_Z");
         assert_eq!(demangle("_R!!"), "_R!!");
+    }
+
+    #[test]
+    fn rust_legacy_with_an_lto_suffix() {
+        // As `addr2line -C` (binutils 2.40) prints them.
+        assert_eq!(
+            demangle(
+                "_ZN4core3ptr43drop_in_place$LT$regex_syntax..hir..Hir$GT$17h5f1e3c2b1a0d9e8fE.llvm.12345678901234567"
+            ),
+            "core::ptr::drop_in_place<regex_syntax::hir::Hir>"
+        );
+        assert_eq!(
+            demangle("_ZN3std2rt10lang_start17h0123456789abcdefE.llvm.9"),
+            "std::rt::lang_start"
+        );
+        // Not a suffix of hex digits: left to the C++ demangler's care.
+        assert_ne!(
+            demangle("_ZN3std2rt10lang_start17h0123456789abcdefE.llvm.x"),
+            "std::rt::lang_start"
+        );
     }
 
     fn reference(name: &str) -> Option<String> {

@@ -19,11 +19,29 @@ pub(crate) struct Sym {
     /// End of the symbol's section (binutils never names an address with
     /// a symbol of another section).
     pub end: u64,
+    /// The symbol's `st_size` (0: not given).
+    pub size: u64,
     pub name: &'static str,
     /// For a local symbol, the preceding `STT_FILE` symbol's name (the
     /// source file binutils reports without line info).
     pub file: Option<&'static str>,
     pub source: NameSource,
+}
+
+/// How far a symbol of `.symtab` / `.dynsym` reaches when it names an
+/// address that no debug info covers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SymbolExtent {
+    /// binutils' `addr2line`: a symbol names every address up to the next
+    /// symbol of its section, past its `st_size` (padding, and in a
+    /// stripped object every local function after an exported one, get
+    /// the exported one's name).
+    #[default]
+    Section,
+    /// gdb's: a sized symbol names only the addresses inside its size; one
+    /// without a size names addresses up to the next symbol. An address
+    /// that no symbol covers this way has no name (gdb prints `??`).
+    Sized,
 }
 
 /// A demangled name and, when different, the name as stored.
@@ -41,6 +59,9 @@ pub(crate) struct ElfModule {
     files: RefCell<IntMap<(usize, usize), Arc<str>>>,
 
     pub syms: Vec<Sym>,
+    /// For each symbol of `syms`, the index of the nearest sized symbol at
+    /// or before it (`u32::MAX`: none), for [`SymbolExtent::Sized`] lookups.
+    prev_sized: Vec<u32>,
     #[allow(dead_code)] // kept for diagnostics
     /// Which file the DWARF came from (the object itself or its debug file).
     pub debug_path: Option<PathBuf>,
@@ -139,16 +160,30 @@ impl ElfModule {
         }
         let dwarf = loaded;
         report.debug_file = dwarf.as_ref().and(debug_path.clone());
-        syms.sort_by(|a, b| a.addr.cmp(&b.addr).then(a.source.cmp(&b.source)));
+        syms.sort_by(|a, b| {
+            a.addr
+                .cmp(&b.addr)
+                .then(a.source.cmp(&b.source))
+                .then((a.size == 0).cmp(&(b.size == 0)))
+        });
         // Keep one symbol per address: the best source (symtab over dynsym),
-        // then the sized, global-looking one.
+        // then the sized one.
         syms.dedup_by(|b, a| a.addr == b.addr);
+        let mut prev_sized = Vec::with_capacity(syms.len());
+        let mut last = u32::MAX;
+        for (i, s) in syms.iter().enumerate() {
+            if s.size != 0 {
+                last = u32::try_from(i).unwrap_or(u32::MAX);
+            }
+            prev_sized.push(last);
+        }
         Ok(ElfModule {
             dwarf,
             names: RefCell::new(IntMap::default()),
             files: RefCell::new(IntMap::default()),
 
             syms,
+            prev_sized,
             debug_path,
             build_id,
             first_load_vaddr,
@@ -160,11 +195,30 @@ impl ElfModule {
         })
     }
 
-    /// The symbol-table entry covering `addr`, if any.
-    pub(crate) fn symbol(&self, addr: u64) -> Option<&Sym> {
-        let i = self.syms.partition_point(|s| s.addr <= addr);
-        let s = self.syms.get(i.checked_sub(1)?)?;
-        (addr < s.end).then_some(s)
+    /// The symbol-table entry covering `addr`, if any, under `extent`.
+    pub(crate) fn symbol(&self, addr: u64, extent: SymbolExtent) -> Option<&Sym> {
+        let i = self.syms.partition_point(|s| s.addr <= addr).checked_sub(1)?;
+        let s = self.syms.get(i)?;
+        if addr >= s.end {
+            return None;
+        }
+        match extent {
+            SymbolExtent::Section => Some(s),
+            SymbolExtent::Sized => {
+                // gdb's minimal-symbol rule: the nearest sized symbol at or
+                // before `addr` names it if `addr` lies inside its size;
+                // otherwise the nearest unsized symbol after that one does
+                // (an unsized symbol reaches up to the next symbol, since
+                // `s` is the nearest one); otherwise nothing does.
+                let sized = self.prev_sized.get(i).copied().unwrap_or(u32::MAX);
+                if let Some(z) = self.syms.get(sized as usize) {
+                    if addr < z.addr.saturating_add(z.size) && addr < z.end {
+                        return Some(z);
+                    }
+                }
+                (s.size == 0).then_some(s)
+            }
+        }
     }
 }
 
@@ -254,6 +308,7 @@ fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Ve
                 out.push(Sym {
                     addr: sym.address(),
                     end,
+                    size: sym.size(),
                     name,
                     file: if sym.is_local() { file } else { None },
                     source,

@@ -82,9 +82,10 @@ mod loader;
 mod mapped;
 mod sup;
 
+
 pub use called_from::{called_from, called_from_any};
 pub use demangle::demangle;
-pub use elf::DebugInfoReport;
+pub use elf::{DebugInfoReport, SymbolExtent};
 
 use elf::{ElfModule, SearchPaths};
 use std::collections::HashMap;
@@ -357,6 +358,8 @@ pub struct Symbolizer {
     whole_file: bool,
     search: SearchPaths,
     cache: IntMap<u64, Symbolized>,
+    /// How far a symbol-table name reaches (see [`SymbolExtent`]).
+    extent: SymbolExtent,
     /// The loader's (added, removed) counters when the module list was
     /// last read (in-process only; see `loader.rs`).
     loader_generation: Option<(u64, u64)>,
@@ -400,6 +403,7 @@ impl Symbolizer {
             whole_file: false,
             search: SearchPaths::default(),
             cache: IntMap::default(),
+            extent: SymbolExtent::default(),
             loader_generation: None,
         }
     }
@@ -441,6 +445,7 @@ impl Symbolizer {
             whole_file: true,
             search,
             cache: IntMap::default(),
+            extent: SymbolExtent::default(),
             loader_generation: None,
         }
     }
@@ -465,6 +470,16 @@ impl Symbolizer {
     /// `dir/<debuglink>`). Affects modules not opened yet.
     pub fn add_debug_dir(&mut self, dir: impl Into<PathBuf>) {
         self.search.debug_dirs.push(dir.into());
+    }
+
+    /// How far a name from `.symtab` / `.dynsym` reaches where no debug
+    /// info covers an address: [`SymbolExtent::Section`] (binutils'
+    /// `addr2line`, the default) or [`SymbolExtent::Sized`] (gdb's, which
+    /// leaves an address past a sized symbol's end unnamed). Empties the
+    /// cache.
+    pub fn set_symbol_extent(&mut self, extent: SymbolExtent) {
+        self.extent = extent;
+        self.cache.clear();
     }
 
     /// The modules this symbolizer knows.
@@ -578,7 +593,7 @@ impl Symbolizer {
         };
         let offset = probe.wrapping_sub(bias) as u64;
         let frames = match opened {
-            Ok(m) => frames_at(m, offset),
+            Ok(m) => frames_at(m, offset, self.extent),
             Err(_) => Vec::new(),
         };
 
@@ -643,7 +658,7 @@ fn open_entry(info: &ModuleInfo, search: &SearchPaths) -> Result<ElfModule, Erro
 }
 
 /// The frames at file address `offset` of module `m`.
-fn frames_at(m: &ElfModule, offset: u64) -> Vec<Frame> {
+fn frames_at(m: &ElfModule, offset: u64, extent: SymbolExtent) -> Vec<Frame> {
     if !m.in_allocated_section(offset) {
         return Vec::new();
     }
@@ -676,7 +691,7 @@ fn frames_at(m: &ElfModule, offset: u64) -> Vec<Frame> {
     // table's (assembly, or line tables without DIEs).
     let needs_name = frames.last().is_none_or(|f| f.function.is_none());
     if needs_name {
-        if let Some(sym) = m.symbol(offset) {
+        if let Some(sym) = m.symbol(offset, extent) {
             let (function, mangled) = m.function_name(sym.name.as_bytes(), None);
             match frames.last_mut() {
                 Some(f) => {
@@ -698,6 +713,19 @@ fn frames_at(m: &ElfModule, offset: u64) -> Vec<Frame> {
         }
     }
     frames
+}
+
+/// The address of section `name` of the object file at `path` (what
+/// binutils' `addr2line -j NAME` adds to each offset it is given);
+/// `Ok(None)` when the object has no such section.
+pub fn section_address(path: impl AsRef<Path>, name: &str) -> Result<Option<u64>, Error> {
+    use object::{Object, ObjectSection};
+    let path = path.as_ref();
+    let map =
+        mapped::Mapped::open(path).map_err(|e| Error::new(ErrorKind::Io, path, e.to_string()))?;
+    let obj = object::File::parse(map.bytes())
+        .map_err(|e| Error::new(ErrorKind::BadObject, path, e.to_string()))?;
+    Ok(obj.section_by_name(name).map(|s| s.address()))
 }
 
 #[cfg(test)]

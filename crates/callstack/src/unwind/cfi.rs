@@ -132,6 +132,14 @@ impl<'a> RowView<'a> {
         }
     }
 
+    /// Whether the row gives `reg` a rule of its own (an unmentioned
+    /// return-address column means "undefined" to [`RowView::reg`]; on an
+    /// architecture whose return address is a real register, aarch64's
+    /// `x30`, it rather means the value is still in that register).
+    pub fn mentions(&self, reg: u16) -> bool {
+        self.regs[..self.n].iter().any(|r| r.0 == reg)
+    }
+
     pub(crate) fn from_gimli<S: UnwindSection<Slice<'a>>>(
         row: &UnwindTableRow<usize, StackStorage>,
         section: &S,
@@ -514,6 +522,31 @@ fn evaluate_fast<A: Arch, M: Memory + ?Sized>(
         }
         Fast::NotCovered => Ok(Ok(Applied::NoCfi)),
         Fast::Unsupported => Err(FdeAt::EhFrame(off)),
+    }
+}
+
+/// The compiled rule of `addr` from the CFI directly (`.eh_frame_hdr`
+/// search and `cfi_fast`'s row, no table): what a compiled table would
+/// give, for the forms `cfi_fast` reads; [`Arch::EVALUATE`] for the rest
+/// (the caller then evaluates them with [`evaluate`]), [`Arch::NO_CFI`]
+/// when no FDE covers `addr`. Allocates nothing; async-signal-safe.
+#[inline]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+pub(crate) fn rule_at<A: Arch>(secs: &CfiSections<'_>, addr: u64) -> A::Rule {
+    let (Some((bytes, eh_addr)), Some((hdr, hdr_addr))) = (secs.eh_frame, secs.eh_frame_hdr)
+    else {
+        return A::EVALUATE;
+    };
+    let off = match hdr_search(hdr, hdr_addr, eh_addr, addr) {
+        HdrSearch::Found(off) => off,
+        HdrSearch::NotCovered => return A::NO_CFI,
+        HdrSearch::OtherEncoding => return A::EVALUATE,
+    };
+    match crate::unwind::cfi_fast::row_for(bytes, eh_addr, off, addr) {
+        Fast::Row(row) => A::compile_row(&row.view(), false),
+        Fast::Signal => A::SIGNAL_FRAME,
+        Fast::NotCovered => A::NO_CFI,
+        Fast::Unsupported => A::EVALUATE,
     }
 }
 

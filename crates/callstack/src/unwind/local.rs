@@ -20,10 +20,22 @@
 //!   set-up at all, allocates nothing and takes no lock.
 //! - **Rule cache**: a global 2-way set-associative cache of 8192 words maps
 //!   a return address to its packed rule (one relaxed atomic load per
-//!   frame). Filled from compiled tables only; cleared when a snapshot
-//!   without some module of the old one is published, or when a capture
-//!   finds a snapshot module unloaded (below).
-//! - **dlopen/dlclose**: a new library is found by the cold path at once.
+//!   frame), with a table of wide rules (frames too big for 16 bits, up to
+//!   4 GiB) beside it. Filled on a miss whether or not [`prepare`] ran: from
+//!   a compiled table, or from the CFI directly (`cfi::rule_at`) for a
+//!   module only `_dl_find_object` knows, which is then noted in `SEEN`.
+//!   The first capture of the process keeps its rules in a small pending
+//!   array that the next capture moves into the cache (so the first one
+//!   does not fault in the cache's pages). Cleared when a snapshot without
+//!   some module of the old one is published, or when a capture finds a
+//!   snapshot module unloaded or a `SEEN` module replaced (below).
+//! - **dlopen/dlclose**: a new library is found by the cold path at once;
+//!   its rules are cached once it is noted in `SEEN` (64 modules; past
+//!   that, a new module's rules are not cached). A cache miss whose module
+//!   overlaps a noted one with another mapping or `.eh_frame_hdr` clears
+//!   the cache (the noted one was unloaded); a library rebuilt and reloaded
+//!   at the same place with the same layout is not told apart there (the
+//!   snapshot's build-id check does, after [`prepare`]).
 //!   After a `dlclose`, with glibc's `_dl_find_object` (2.35+): a capture
 //!   that misses the rule cache in a snapshot module, or reads its code,
 //!   first checks with `_dl_find_object` (lock-free) that the module is
@@ -58,10 +70,11 @@ use crate::unwind::{
 
 type A = NativeArch;
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-use crate::arch::native::exact::{decode_fast, PACKED_END};
 #[cfg(target_arch = "x86_64")]
-use crate::arch::x86_64::exact::{run_exit, run_same_rule};
+use crate::arch::x86_64::exact::{from_wide_word, run_exit, run_hot, wide_word};
+
+#[cfg(target_arch = "aarch64")]
+use crate::arch::native::exact::{decode_fast, PACKED_END};
 
 /// Other targets: no packed rules.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -73,7 +86,19 @@ fn decode_fast(_: u16) -> Option<(bool, u64, i64)> {
     None
 }
 
-/// Exit codes of [`run_same_rule`] (as on x86-64).
+/// No wide rules but on x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+fn wide_word(_: <A as Arch>::Rule) -> Option<u64> {
+    None
+}
+
+/// No wide rules but on x86-64 (never called: no wide word is stored).
+#[cfg(not(target_arch = "x86_64"))]
+fn from_wide_word(_: u64) -> <A as Arch>::Rule {
+    A::EVALUATE
+}
+
+/// Exit codes of [`run_same_rule`] (as x86-64's `run_hot`, plus CHANGED).
 #[cfg(not(target_arch = "x86_64"))]
 mod run_exit {
     pub(crate) const FULL: u64 = 0;
@@ -82,12 +107,13 @@ mod run_exit {
     pub(crate) const CHANGED: u64 = 3;
 }
 
-/// The portable form of x86-64's `run_same_rule` (same contract): frames
-/// under one fast rule while the next frame's cached word is its key with
-/// that rule. (No target but x86-64 packs fast rules yet.)
+/// The portable run of frames under one fast rule, while the next frame's
+/// cached word is its key with that rule (x86-64 decodes every rule in its
+/// assembly loop, `run_hot`). No target but x86-64 packs fast rules yet.
 ///
 /// # Safety
-/// As x86-64's `run_same_rule`.
+/// `*o..end` writable; `[regs[1], hi)` readable stack with `a_max =
+/// hi - ra_at - 8`; `cache` the rule cache.
 #[cfg(not(target_arch = "x86_64"))]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -360,6 +386,29 @@ pub(crate) fn dl_find(pc: u64) -> Option<DlModule> {
     })
 }
 
+/// The executable `PT_LOAD` segment `[start, end)` of the loaded object
+/// holding `addr`, at runtime addresses, when `addr` lies in one: found
+/// lock-free by `_dl_find_object` and the object's program headers, read in
+/// its first page (nothing cached: the answer is for the object loaded now).
+/// Async-signal-safe; no snapshot needed, so code loaded after `prepare()`
+/// (or without it) is found too.
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn dl_exec_segment(addr: u64) -> Option<(u64, u64)> {
+    let d = dl_find(addr)?;
+    if d.start >= d.end {
+        return None;
+    }
+    // SAFETY: the first page of a loaded object (its first PT_LOAD, from
+    // file offset 0) is mapped and readable while it is loaded, and no
+    // further than the object's end is read.
+    let header = unsafe {
+        core::slice::from_raw_parts(d.start as *const u8, (d.end - d.start).min(4096) as usize)
+    };
+    let (lo, hi) = crate::code::elf_exec_segment(header, d.start as usize, addr as usize)?;
+    let (lo, hi) = (lo as u64, hi as u64);
+    (lo <= addr && addr < hi && d.start <= lo && hi <= d.end).then_some((lo, hi))
+}
+
 /// The CFI sections of a loaded module, at runtime addresses, from its
 /// `.eh_frame_hdr`. The slices run to the end of the module's mapping;
 /// gimli reads only what the headers and FDEs say.
@@ -565,16 +614,44 @@ static PREPARE_LOCK: Mutex<()> = Mutex::new(());
 
 const CACHE_BITS: u32 = 13;
 const CACHE_SIZE: usize = 1 << CACHE_BITS;
+/// Slots of the wide-rule table (slot 0 unused).
+const WIDE_SIZE: usize = 512;
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(
+    CACHE_SIZE == crate::arch::x86_64::exact::CACHE_WORDS
+        && WIDE_SIZE == crate::arch::x86_64::exact::WIDE_SLOTS
+);
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: AtomicU64 = AtomicU64::new(0);
 /// The key bits of a cache word.
 const KEY_MASK: u64 = (1 << 48) - 1;
-/// Cache words: `key | packed rule << 48`, where the key is the lookup
-/// address plus one (so a return address is its own key: the hot loop
-/// hashes the value it loaded, with no arithmetic first). 0 is empty.
-/// Rules are never 0, so with the rule in the high bits a hot frame checks
-/// key and rule with one `xor` and one compare (see [`hot_run`]).
-static CACHE: [AtomicU64; CACHE_SIZE] = [EMPTY; CACHE_SIZE];
+
+/// The rule cache: `words` maps return addresses to packed rules, `wide`
+/// holds the rules too wide for 16 bits, which a packed rule with bits
+/// 15-14 clear names by slot.
+#[repr(C, align(64))]
+struct RuleCache {
+    /// Cache words: `key | packed rule << 48`, where the key is the lookup
+    /// address plus one (so a return address is its own key: the hot loop
+    /// hashes the value it loaded, with no arithmetic first). 0 is empty.
+    /// Rules are never 0, so with the rule in the high bits a hot frame
+    /// checks key and rule with one `xor` and one compare (see
+    /// [`hot_loop`]).
+    words: [AtomicU64; CACHE_SIZE],
+    /// Interned wide rules (`exact::wide_word` on x86-64): values only, not
+    /// tied to any address, so a slot once set never changes and is never
+    /// cleared (a cleared cache word cannot leave it stale).
+    wide: [AtomicU64; WIDE_SIZE],
+}
+
+static CACHE: RuleCache = RuleCache {
+    words: [EMPTY; CACHE_SIZE],
+    wide: [EMPTY; WIDE_SIZE],
+};
+
+/// Set by the first [`cache_put`]: before it the cache is all empty and a
+/// walk does not even read it (its pages stay unfaulted).
+static CACHE_USED: AtomicBool = AtomicBool::new(false);
 
 /// The cache is 2-way set associative: a key may sit in either word of its
 /// pair, which starts at this (even) index.
@@ -589,7 +666,7 @@ fn cache_get(addr: u64) -> u16 {
     let key = addr.wrapping_add(1);
     let i = cache_set(key);
     for w in [i, i + 1] {
-        let x = CACHE[w].load(Ordering::Relaxed) ^ key;
+        let x = CACHE.words[w].load(Ordering::Relaxed) ^ key;
         if x & KEY_MASK == 0 {
             return (x >> 48) as u16;
         }
@@ -597,26 +674,122 @@ fn cache_get(addr: u64) -> u16 {
     0
 }
 
+/// Set once the cache's pages are written to: before that, rules to cache
+/// wait in [`PENDING`].
+static CACHE_LIVE: AtomicBool = AtomicBool::new(false);
+const PENDING_SIZE: usize = 256;
+/// Cache words of the first capture of the process, written into the cache
+/// by the next capture ([`flush_pending`]): the first capture then writes
+/// one small array instead of faulting in most of the cache's 17 pages
+/// (each fault costs microseconds, more than the walk itself).
+static PENDING: [AtomicU64; PENDING_SIZE] = [EMPTY; PENDING_SIZE];
+static PENDING_N: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// Moves [`PENDING`] into the cache when it waits there; called at the
+/// start of a walk. One relaxed load once the cache is live.
+#[inline(always)]
+fn cache_go_live() {
+    if !CACHE_LIVE.load(Ordering::Relaxed) && PENDING_N.load(Ordering::Relaxed) != 0 {
+        flush_pending();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn flush_pending() {
+    CACHE_LIVE.store(true, Ordering::Relaxed);
+    let n = PENDING_N.swap(0, Ordering::Relaxed).min(PENDING_SIZE);
+    for slot in &PENDING[..n] {
+        let w = slot.swap(0, Ordering::Relaxed);
+        if w != 0 {
+            cache_put_word(w);
+        }
+    }
+}
+
 /// Caches a packed rule: in the first way if it is empty or holds the same
 /// key, else in the second way, so two hot addresses of one set both stay.
+/// Before the cache is live (the first capture), into [`PENDING`].
 fn cache_put(addr: u64, packed: u16) {
     let key = addr.wrapping_add(1);
     if packed == 0 || key == 0 || key & !KEY_MASK != 0 {
         return;
     }
-    let i = cache_set(key);
     let word = key | (packed as u64) << 48;
-    let w0 = CACHE[i].load(Ordering::Relaxed);
-    let w = if w0 == 0 || w0 & KEY_MASK == key {
-        i
-    } else {
-        i + 1
+    if !CACHE_LIVE.load(Ordering::Relaxed) {
+        let i = PENDING_N.fetch_add(1, Ordering::Relaxed);
+        if i < PENDING_SIZE {
+            PENDING[i].store(word, Ordering::Relaxed);
+        }
+        return;
+    }
+    cache_put_word(word);
+}
+
+/// [`cache_put`] of a whole cache word, into the live cache.
+fn cache_put_word(word: u64) {
+    let key = word & KEY_MASK;
+    let i = cache_set(key);
+    // An empty first way is taken with one write access (on a page of the
+    // cache not touched yet, a read first would fault twice).
+    if let Err(w0) =
+        CACHE.words[i].compare_exchange(0, word, Ordering::Relaxed, Ordering::Relaxed)
+    {
+        let w = if w0 & KEY_MASK == key { i } else { i + 1 };
+        CACHE.words[w].store(word, Ordering::Relaxed);
+    }
+    if !CACHE_USED.load(Ordering::Relaxed) {
+        CACHE_USED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The rule as the cache holds it: [`Arch::pack`], or for an `Sp`/`Bp` rule
+/// too wide for it, the slot of its wide word (interned lock-free; 0 when
+/// the table is full or the rule is not one the hot loop applies).
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn cache_rule(rule: <A as Arch>::Rule) -> u16 {
+    let p = A::pack(rule);
+    if p != 0 {
+        return p;
+    }
+    let Some(w) = wide_word(rule) else {
+        return 0;
     };
-    CACHE[w].store(word, Ordering::Relaxed);
+    let h = (w ^ w >> 17 ^ w >> 40).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+    for k in 0..16 {
+        let slot = 1 + ((h as usize + k) % (WIDE_SIZE - 1));
+        let cell = &CACHE.wide[slot];
+        match cell.load(Ordering::Acquire) {
+            x if x == w => return slot as u16,
+            0 => match cell.compare_exchange(0, w, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return slot as u16,
+                Err(x) if x == w => return slot as u16,
+                Err(_) => {}
+            },
+            _ => {}
+        }
+    }
+    0
+}
+
+/// The rule of a cached packed rule (see [`cache_rule`]).
+#[inline]
+fn unpack_cached(p: u16) -> <A as Arch>::Rule {
+    if p >> 14 == 0 && cfg!(target_arch = "x86_64") {
+        let w = CACHE.wide[p as usize % WIDE_SIZE].load(Ordering::Acquire);
+        if w == 0 {
+            return A::EVALUATE;
+        }
+        return from_wide_word(w);
+    }
+    A::unpack(p)
 }
 
 fn clear_cache() {
-    for c in CACHE.iter() {
+    for c in PENDING.iter() {
+        c.store(0, Ordering::Relaxed);
+    }
+    for c in CACHE.words.iter() {
         c.store(0, Ordering::Relaxed);
     }
 }
@@ -835,6 +1008,11 @@ pub fn prepare_in_background(period: std::time::Duration) {
 pub(crate) struct LocalSource {
     snap: Option<&'static Snapshot>,
     last: Cell<Option<DlModule>>,
+    /// Whether the rule cache held anything when the walk began: if not
+    /// (the first capture of the process), the walk only writes it, so each
+    /// of its pages is faulted in once (a read first would map the zero
+    /// page, and the write then fault again).
+    read_cache: bool,
 }
 
 impl LocalSource {
@@ -845,6 +1023,7 @@ impl LocalSource {
             // SAFETY: published snapshots are never freed.
             snap: unsafe { p.as_ref() },
             last: Cell::new(None),
+            read_cache: CACHE_USED.load(Ordering::Relaxed),
         }
     }
 
@@ -892,10 +1071,10 @@ fn unloaded(s: &Snapshot) {
 impl RuleSource<A> for LocalSource {
     #[inline(always)]
     fn rule(&self, addr: u64) -> Found<<A as Arch>::Rule> {
-        if self.snap.is_some() {
+        if self.read_cache {
             let p = cache_get(addr);
             if p != 0 {
-                return Found::Rule(A::unpack(p));
+                return Found::Rule(unpack_cached(p));
             }
         }
         self.rule_slow(addr)
@@ -960,22 +1139,111 @@ impl LocalSource {
     fn rule_slow(&self, addr: u64) -> Found<<A as Arch>::Rule> {
         if let Some(m) = self.module(addr) {
             let rule = m.table.lookup(addr.wrapping_sub(m.bias));
-            cache_put(addr, A::pack(rule));
+            cache_put(addr, cache_rule(rule));
             return Found::Rule(rule);
         }
-        if self.dl_module(addr).is_some() {
+        if let Some(d) = self.dl_module(addr) {
             STALE.store(true, Ordering::Relaxed);
-            return Found::Rule(A::EVALUATE);
+            // The rule from the CFI directly, cached like a table's (so the
+            // next capture through here takes the hot loop, prepared or
+            // not) once the module is noted in `SEEN`.
+            let Some(secs) = sections_from_hdr(d.eh_frame_hdr, d.end) else {
+                return Found::Rule(A::EVALUATE);
+            };
+            let rule = cfi::rule_at::<A>(&secs, addr);
+            let p = cache_rule(rule);
+            if p != 0 && rule != A::EVALUATE && seen_module(d) {
+                cache_put(addr, p);
+            }
+            return Found::Rule(rule);
         }
         Found::Unknown
     }
 }
 
+/// A module (not in the snapshot) whose rules the cache may hold, as
+/// `_dl_find_object` found it; `start == 0` is a free slot, `end == 0` or
+/// `hdr == 0` a slot being written.
+struct SeenModule {
+    start: AtomicU64,
+    end: AtomicU64,
+    hdr: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const SEEN_EMPTY: SeenModule = SeenModule {
+    start: AtomicU64::new(0),
+    end: AtomicU64::new(0),
+    hdr: AtomicU64::new(0),
+};
+
+/// Modules found by `_dl_find_object` whose rules went into the cache.
+static SEEN: [SeenModule; 64] = [SEEN_EMPTY; 64];
+
+/// Notes that the rules of `d` (found by `_dl_find_object` now) go into the
+/// rule cache; false when they must not (the table of modules is full).
+///
+/// This is how a cached rule of an unloaded library is kept from being
+/// taken for another: if a noted module overlaps `d` but is not `d` (other
+/// mapping or other `.eh_frame_hdr`), it was unloaded (`dlclose`) and `d`
+/// loaded in its place, so the cache, which may hold its rules, is cleared
+/// and its slot given to `d`. Like the snapshot's check, this runs on a
+/// cache miss (the first return address of the new library that is not a
+/// cached key of the old one). Lock-free, async-signal-safe.
+#[cold]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn seen_module(d: DlModule) -> bool {
+    if d.start == 0 || d.end <= d.start || d.eh_frame_hdr == 0 {
+        return false;
+    }
+    let mut free = None;
+    for (i, m) in SEEN.iter().enumerate() {
+        let start = m.start.load(Ordering::Acquire);
+        if start == 0 {
+            free = free.or(Some(i));
+            continue;
+        }
+        let end = m.end.load(Ordering::Acquire);
+        let hdr = m.hdr.load(Ordering::Acquire);
+        if end == 0 || hdr == 0 {
+            continue;
+        }
+        if start == d.start && end == d.end && hdr == d.eh_frame_hdr {
+            return true;
+        }
+        if start < d.end && d.start < end {
+            // Another object was loaded here: not any more.
+            clear_cache();
+            m.end.store(0, Ordering::Release);
+            m.hdr.store(0, Ordering::Release);
+            m.start.store(d.start, Ordering::Release);
+            m.end.store(d.end, Ordering::Release);
+            m.hdr.store(d.eh_frame_hdr, Ordering::Release);
+            return true;
+        }
+    }
+    // A free slot (claimed against concurrent captures).
+    for m in SEEN.iter().skip(free.unwrap_or(SEEN.len())) {
+        if m.start
+            .compare_exchange(0, d.start, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            m.end.store(d.end, Ordering::Release);
+            m.hdr.store(d.eh_frame_hdr, Ordering::Release);
+            return true;
+        }
+    }
+    false
+}
+
 // ---------------------------------------------------------------- code
 
 /// This process's code for the instruction-analysis fallback: only the
-/// executable segments of the published snapshot (so nothing unmapped or
-/// unreadable is ever touched; no snapshot, no analysis). Lock-free.
+/// executable segments of loaded objects (so nothing unmapped or unreadable
+/// is ever touched): those of the published snapshot, and for an address
+/// outside them (no `prepare()` yet, or a library loaded since) the
+/// executable segment `_dl_find_object` and the object's program headers
+/// give. Lock-free.
 #[derive(Clone, Copy)]
 pub(crate) struct LocalCode {
     snap: Option<&'static Snapshot>,
@@ -993,14 +1261,23 @@ impl LocalCode {
 
 impl crate::unwind::insn::CodeMemory for LocalCode {
     fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
-        let Some(s) = self.snap else { return 0 };
-        let i = s.segments.partition_point(|g| g.0 <= addr);
-        let Some(g) = i.checked_sub(1).and_then(|i| s.segments.get(i)) else {
-            return 0;
+        let g = self.snap.and_then(|s| {
+            let i = s.segments.partition_point(|g| g.0 <= addr);
+            let g = *i.checked_sub(1).and_then(|i| s.segments.get(i))?;
+            (addr < g.1).then_some((s, g))
+        });
+        let Some((s, g)) = g else {
+            let Some((_, end)) = dl_exec_segment(addr) else {
+                return 0;
+            };
+            let n = ((end - addr) as usize).min(buf.len());
+            // SAFETY: `[addr, addr + n)` lies inside an executable segment
+            // of an object `_dl_find_object` just found loaded (as with the
+            // snapshot, an object unloaded by another thread in between is
+            // the caller's race to avoid: see `prepare`).
+            unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), n) };
+            return n;
         };
-        if addr >= g.1 {
-            return 0;
-        }
         if !s.modules[g.2].still_loaded(addr, dl_find) {
             unloaded(s);
             return 0;
@@ -1043,12 +1320,63 @@ enum HotEnd {
     Slow,
 }
 
+/// The hot loop: frames whose key (their return address) is in the rule
+/// cache with a rule it applies (`Sp`/`Bp` shapes, narrow or wide), applied
+/// with reads in `[sp, hi)`. Writes up to `len` return addresses at `out`;
+/// returns how many, and why it stopped, with `hot` at the last frame
+/// written (or at the start). Requires `hot.sp` inside the stack whose top
+/// is `hi`, and `hot.pc` a return address.
+///
+/// On x86-64 the whole loop, rule changes included, is `exact::run_hot`
+/// (assembly). A frame costs a cache load, one `xor` and compare of the
+/// loaded word against the previous frame's rule (key and rule at once:
+/// consecutive frames of code with frame pointers share a rule, and then
+/// nothing is decoded), one range check and the rule's one or two stack
+/// loads; a new rule is decoded in a few instructions (a wide one with one
+/// more load). A non-canonical return address could alias a cached key in
+/// the compare; its frame is then unwound with a wrong rule, which stays
+/// inside the checked stack range like any corrupt frame.
+///
+/// # Safety
+/// `out` must be valid for `len` writes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn hot_loop(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize, HotEnd) {
+    if len == 0 {
+        return (0, HotEnd::Full);
+    }
+    let mut regs = [hot.pc, hot.sp, hot.fp];
+    let mut o = out;
+    // SAFETY: `out..out + len` are the caller's slots (len >= 1); `[sp, hi)`
+    // is readable stack; `CACHE` is the rule cache, its wide table right
+    // after its words (`repr(C)`).
+    let exit = unsafe {
+        run_hot(
+            &mut regs,
+            &mut o,
+            out.add(len),
+            hi,
+            (&raw const CACHE).cast(),
+        )
+    };
+    [hot.pc, hot.sp, hot.fp] = regs;
+    let why = match exit {
+        run_exit::FULL => HotEnd::Full,
+        run_exit::OUTERMOST => HotEnd::Outermost,
+        run_exit::SLOW => HotEnd::Slow,
+        _ => HotEnd::Slow,
+    };
+    // SAFETY: both in (or one past) the caller's slots.
+    (unsafe { o.offset_from(out) } as usize, why)
+}
+
 /// A fast rule (`decode_fast`) as the hot loop applies it, relative to `a`,
 /// the lowest stack word the frame reads: `a = (fp if from_fp else sp) +
 /// off_a`; the return address is at `a + ra_at`, the caller's stack pointer
 /// (the CFA) is `a + ra_at + 8`, and when `ra_at != 0` the caller's frame
 /// pointer was saved at `a` (when `ra_at == 0` it is unchanged). So one
 /// check, `sp <= a <= a_max`, keeps every read of the frame in `[sp, hi)`.
+#[cfg(not(target_arch = "x86_64"))]
 #[derive(Clone, Copy)]
 struct FastRule {
     /// The packed rule in place in a cache word (`p << 48`).
@@ -1060,6 +1388,7 @@ struct FastRule {
     a_max: u64,
 }
 
+#[cfg(not(target_arch = "x86_64"))]
 impl FastRule {
     #[inline(always)]
     fn new(p: u16, hi: u64) -> Option<FastRule> {
@@ -1099,6 +1428,7 @@ impl FastRule {
 ///
 /// # Safety
 /// `out` must be valid for `len` writes.
+#[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
 unsafe fn hot_loop(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize, HotEnd) {
     let (mut pc, mut sp, mut fp) = (hot.pc, hot.sp, hot.fp);
@@ -1109,11 +1439,11 @@ unsafe fn hot_loop(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usiz
         if o == end {
             break 'walk HotEnd::Full;
         }
-        let mut x = CACHE[cache_set(pc)].load(Ordering::Relaxed) ^ pc;
+        let mut x = CACHE.words[cache_set(pc)].load(Ordering::Relaxed) ^ pc;
         loop {
             // A new rule: find the key in either way, decode.
             if x & KEY_MASK != 0 {
-                x = CACHE[cache_set(pc) + 1].load(Ordering::Relaxed) ^ pc;
+                x = CACHE.words[cache_set(pc) + 1].load(Ordering::Relaxed) ^ pc;
                 if x & KEY_MASK != 0 {
                     break 'walk HotEnd::Slow;
                 }
@@ -1141,7 +1471,7 @@ unsafe fn hot_loop(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usiz
                     r.off_a,
                     r.ra_at,
                     r.a_max,
-                    CACHE.as_ptr().cast(),
+                    CACHE.words.as_ptr().cast(),
                 )
             };
             [pc, sp, fp] = regs;
@@ -1174,6 +1504,7 @@ unsafe fn hot_run(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize
 /// is no walk (the stack holding `sp` is unknown).
 #[inline(always)]
 fn walk_setup(sp: u64) -> Result<(StackMemory, LocalSource), StopReason> {
+    cache_go_live();
     match StackMemory::for_sp(sp) {
         Some(m) => Ok((m, LocalSource::new())),
         None => Err(StopReason::Error(UnwindError::Read(
@@ -1245,11 +1576,11 @@ fn walk_rest(
     source: &LocalSource,
 ) -> (usize, StopReason) {
     // The stack the walk starts on; frames on another stack (after a signal
-    // frame on an alternate stack) take the generic path. The cache is
-    // filled from published tables only: before any, it is empty, and not
-    // even touched (its pages stay unfaulted).
+    // frame on an alternate stack) take the generic path. Before the first
+    // rule is cached (this walk may cache the first ones) the cache is not
+    // even read: its pages are then faulted in by writes only.
     let (lo, hi) = (mem.bounds[0].lo as u64, mem.bounds[0].hi as u64);
-    let has_tables = source.snap.is_some();
+    let has_tables = source.read_cache;
     // Skipped frames go here (small: the cold capture's stack depth is page
     // faults).
     let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 8];
@@ -1392,15 +1723,16 @@ pub(crate) unsafe extern "C" fn exact_from_entry(
     if out.is_null() || max == 0 {
         return 0;
     }
+    cache_go_live();
     let mut hot = Hot {
         pc: pc as u64,
         sp: sp as u64,
         fp: fp as u64,
     };
-    // The warm path: tables published (the rule cache is filled from them
-    // only, so before them it is not even touched), the stack's end known
-    // without a lookup. `pc` is a return address, so never 0.
-    if !SNAPSHOT.load(Ordering::Relaxed).is_null() {
+    // The warm path: some rule cached (before that, the cache is not even
+    // read), the stack's end known without a lookup. `pc` is a return
+    // address, so never 0.
+    if CACHE_USED.load(Ordering::Relaxed) {
         if let Some(hi) = known_stack_end(hot.sp) {
             let max = max as usize;
             let mut skip = skip as usize;
@@ -1511,8 +1843,9 @@ mod tests {
     const CODE: u64 = 0x0000_7e5a_0000_0000;
 
     fn put(ra: u64, rule: R) {
-        let p = A::pack(rule);
+        let p = cache_rule(rule);
         assert_ne!(p, 0, "{rule:?} packs");
+        flush_pending();
         cache_put(ra - 1, p);
         assert_eq!(cache_get(ra - 1), p);
     }
@@ -1524,9 +1857,10 @@ mod tests {
 
     impl Fake {
         fn new() -> Self {
-            Fake {
-                words: vec![0; 256],
-            }
+            Self::with_words(256)
+        }
+        fn with_words(n: usize) -> Self {
+            Fake { words: vec![0; n] }
         }
         fn at(&self, i: usize) -> u64 {
             self.words.as_ptr() as u64 + 8 * i as u64
@@ -1642,11 +1976,26 @@ mod tests {
         let (pcs, why) = f.run(&mut hot, 16);
         assert_eq!(pcs, &RA[1..2]);
         assert!(why == HotEnd::Slow && hot.pc == RA[1]);
-        // rbp saved below the frame's stack pointer.
-        put(RA[1], R::Sp { cfa: 16, bp: -248 });
-        let mut hot = hot0;
-        let (_, why) = f.run(&mut hot, 16);
-        assert!(why == HotEnd::Slow && hot.pc == RA[1]);
+        // Wide rules past the top of the stack.
+        for rule in [
+            R::Sp {
+                cfa: 1 << 20,
+                bp: 0,
+            },
+            R::Sp {
+                cfa: 1 << 20,
+                bp: -16,
+            },
+            R::Bp {
+                cfa: 70_000,
+                bp: -16,
+            },
+        ] {
+            put(RA[1], rule);
+            let mut hot = hot0;
+            let (_, why) = f.run(&mut hot, 16);
+            assert!(why == HotEnd::Slow && hot.pc == RA[1], "{rule:?}");
+        }
         // A CFA from rbp that wraps around: fp + 16 overflows.
         put(RA[1], R::Sp { cfa: 24, bp: 0 });
         put(RA[3], R::Bp { cfa: 32, bp: -16 });
@@ -1674,5 +2023,57 @@ mod tests {
         };
         let (pcs, why) = f.run(&mut hot, 16);
         assert!(pcs.is_empty() && why == HotEnd::Slow);
+    }
+
+    /// Frames of every size: narrow rules, 4 KiB and 40 KiB frames (wide
+    /// rules) from `rsp` and `rbp`, in one run.
+    #[test]
+    fn hot_loop_walks_big_frames() {
+        let b = CODE + 9 * 0x10_0000;
+        let RA = [b + 0x10, b + 0x1110, b + 0x2210, b + 0x3310, b + 0x4410, b + 0x5510];
+        // Frame 1: 40 KiB from rsp, rbp saved at CFA - 16.
+        put(RA[1], R::Sp { cfa: 40 * 1024 + 8, bp: -16 });
+        // Frame 2: 4 KiB + 8 from rsp, rbp unchanged.
+        put(RA[2], R::Sp { cfa: 4104, bp: 0 });
+        // Frame 3: from rbp, 20 KiB above it.
+        put(RA[3], R::Bp { cfa: 20 * 1024 + 16, bp: -32 });
+        put(RA[4], R::Sp { cfa: 16, bp: 0 });
+        put(RA[5], R::End);
+        assert_eq!(A::pack(R::Sp { cfa: 4104, bp: 0 }), 0, "4104 is wide");
+        let mut f = Fake::with_words(10_000);
+        let w = |f: &Fake, a: u64| ((a - f.at(0)) / 8) as usize;
+        let sp0 = f.at(8);
+        // Frame 1 at sp0: CFA = sp0 + 40 KiB + 8.
+        let cfa1 = sp0 + 40 * 1024 + 8;
+        // The caller's rbp, which frame 3 is based on: frame 2's CFA.
+        let rbp_for_3 = cfa1 + 4104;
+        let i = w(&f, cfa1 - 16);
+        f.words[i] = rbp_for_3;
+        let i = w(&f, cfa1 - 8);
+        f.words[i] = RA[2];
+        // Frame 2 at cfa1: CFA = cfa1 + 4104.
+        let cfa2 = cfa1 + 4104;
+        let i = w(&f, cfa2 - 8);
+        f.words[i] = RA[3];
+        // Frame 3: CFA = rbp + 20 KiB + 16, rbp = cfa2.
+        assert_eq!(rbp_for_3, cfa2);
+        let cfa3 = rbp_for_3 + 20 * 1024 + 16;
+        let i = w(&f, cfa3 - 32);
+        f.words[i] = 0x1234_5678;
+        let i = w(&f, cfa3 - 8);
+        f.words[i] = RA[4];
+        // Frame 4: CFA = cfa3 + 16.
+        let i = w(&f, cfa3 + 8);
+        f.words[i] = RA[5];
+        assert!(cfa3 + 16 < f.hi());
+        let mut hot = Hot {
+            pc: RA[1],
+            sp: sp0,
+            fp: 7,
+        };
+        let (pcs, why) = f.run(&mut hot, 16);
+        assert_eq!(pcs, &RA[2..]);
+        assert!(why == HotEnd::Outermost);
+        assert_eq!((hot.pc, hot.sp, hot.fp), (RA[5], cfa3 + 16, 0x1234_5678));
     }
 }

@@ -310,6 +310,22 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
                     // that address, which is what a fallback checks.
                     if let Some(r) = frame_pointer_step::<A, M>(&regs, mem) {
                         if r.sp > regs.sp && self.source.is_signal_trampoline(r.pc) {
+                            // The record's sp (fp + its size) is the CFA only
+                            // when the record tops the frame (gcc -O0 puts it
+                            // at the bottom on aarch64); the signal frame is
+                            // read from that sp, so take the fallback's
+                            // (instruction analysis knows the frame's size)
+                            // when it finds the same trampoline.
+                            if let Some((f, m)) =
+                                self.fallback.unwind_frame(&regs, self.exact, true, mem)
+                            {
+                                // At an exact pc (frame 0, or below a signal
+                                // frame) a leaf's fp is still its caller's:
+                                // the record would skip the caller.
+                                if (f.pc == r.pc && f.sp >= r.sp) || self.exact {
+                                    return self.check(&regs, f, m);
+                                }
+                            }
                             return self.check(&regs, r, Method::FramePointer);
                         }
                     }
@@ -348,8 +364,11 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
             return Ok(None);
         }
         // The stack must move up, except across a signal frame (the handler
-        // may run on an alternate stack above or below the thread's).
-        if method != Method::SignalFrame && new.sp <= old.sp {
+        // may run on an alternate stack above or below the thread's), and
+        // out of a frame at an exact pc whose return address is still in a
+        // register (a leaf on aarch64: same sp, another pc).
+        let leaf = self.exact && new.sp == old.sp && new.pc != old.pc;
+        if method != Method::SignalFrame && new.sp <= old.sp && !leaf {
             return Err(UnwindError::StackNotAdvancing(new.sp));
         }
         Ok(Some((new, method)))

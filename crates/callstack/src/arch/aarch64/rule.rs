@@ -88,6 +88,10 @@ impl Arch for Aarch64 {
             return R::SignalFrame;
         }
         let ra = match row.reg(X30) {
+            // A row that says nothing of x30 leaves the return address in
+            // x30 (a leaf, or a prologue before the save), as gdb reads it;
+            // the outermost frames say DW_CFA_undefined x30.
+            RuleView::Undefined if !row.mentions(X30) => 0,
             RuleView::Undefined => return R::End,
             r => match saved(r) {
                 Some(o) => o,

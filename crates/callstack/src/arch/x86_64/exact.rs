@@ -1,6 +1,7 @@
 //! x86-64 entries of exact capture: the naked entry that hands the caller's
 //! `rip`/`rsp`/`rbp` to the unwinder, and the registers of a signal context.
 
+use super::UnwindRuleX86_64;
 use crate::unwind::UnwindRegs;
 
 /// Defines the naked entry of `capture_exact` (and of the C
@@ -78,188 +79,273 @@ pub(crate) unsafe extern "C" fn info_entry(req: *mut crate::unwind::local::InfoR
     )
 }
 
-/// The hot path of in-process exact capture: a rule packed by
-/// `X86_64::pack`, decoded for the hot loop as `(CFA from rbp?, CFA offset,
-/// offset of the saved rbp from the CFA, 0 if unchanged)`. Only the
-/// `Sp`/`Bp` shapes with the saved `rbp` below the CFA decode; any other
-/// rule gives `None` and the generic unwinder takes the frame. The return
-/// address is at `CFA - 8`.
-#[inline(always)]
-pub(crate) fn decode_fast(p: u16) -> Option<(bool, u64, i64)> {
-    let from_fp = match p >> 14 {
-        1 => false,
-        2 => true,
-        _ => return None,
-    };
-    let cfa = ((p >> 6) & 0xff) as u64 * 8;
-    let bp = ((((p & 0x3f) as i16) << 10) >> 10) as i64 * 8;
-    if bp > 0 || cfa < 8 {
-        return None;
-    }
-    Some((from_fp, cfa, bp))
-}
+/// Words of the in-process rule cache's main array (2-way sets of
+/// `key | packed rule << 48`); the wide rules follow it (see [`run_hot`]).
+pub(crate) const CACHE_WORDS: usize = 8192;
+/// Slots of the wide-rule table after the main array; slot 0 is unused.
+pub(crate) const WIDE_SLOTS: usize = 512;
 
 /// The packed `End` rule (`X86_64::pack(UnwindRuleX86_64::End)`): the
 /// outermost frame, which the hot loop ends on without the generic
 /// unwinder.
 pub(crate) const PACKED_END: u16 = 3 << 14 | 1;
 
-/// How [`run_same_rule`] stopped.
+/// The wide form of an `Sp`/`Bp` rule whose offsets do not fit the 16-bit
+/// packing (frames over about 4 KiB, up to 4 GiB): bits 0-31 `off_a`, bits
+/// 32-39 `ra_at / 8`, bit 40 set when the base is `rbp`, bit 62 always set
+/// (a wide word is never 0). `None` for other rules and for shapes the hot
+/// loop does not apply (see `rule::fast_form`).
+pub(crate) fn wide_word(rule: UnwindRuleX86_64) -> Option<u64> {
+    let (from_fp, cfa, bp) = match rule {
+        UnwindRuleX86_64::Sp { cfa, bp } => (false, cfa, bp),
+        UnwindRuleX86_64::Bp { cfa, bp } => (true, cfa, bp),
+        _ => return None,
+    };
+    let (off_a, ra_at) = super::rule::fast_form(cfa, bp)?;
+    if ra_at / 8 > 0xff {
+        return None;
+    }
+    Some(off_a as u64 | ((ra_at / 8) as u64) << 32 | (from_fp as u64) << 40 | 1 << 62)
+}
+
+/// The rule of a [`wide_word`].
+pub(crate) fn from_wide_word(w: u64) -> UnwindRuleX86_64 {
+    let off_a = w as u32;
+    let ra_at = ((w >> 32) & 0xff) as u32 * 8;
+    let (cfa, bp) = super::rule::from_fast_form(off_a, ra_at);
+    if w & 1 << 40 != 0 {
+        UnwindRuleX86_64::Bp { cfa, bp }
+    } else {
+        UnwindRuleX86_64::Sp { cfa, bp }
+    }
+}
+
+/// How [`run_hot`] stopped.
 pub(crate) mod run_exit {
     /// The output is full.
     pub(crate) const FULL: u64 = 0;
-    /// A zero return address: the outermost frame.
+    /// A zero return address or the packed `End` rule: the outermost frame.
     pub(crate) const OUTERMOST: u64 = 1;
-    /// A frame failed the range check: the generic unwinder takes it.
+    /// A frame missed the cache, has a rule the loop does not apply, or
+    /// failed the range check: the generic unwinder takes it.
     pub(crate) const SLOW: u64 = 2;
-    /// The next frame's cached word is not its key with the same rule: the
-    /// caller resolves it (the other way, another rule, a miss).
-    pub(crate) const CHANGED: u64 = 3;
 }
 
-/// The hot loop's inner run on x86-64: unwinds frames under one fast rule
-/// for as long as the next frame's cached word is its key with that same
-/// rule (see `unwind::local::hot_loop`, which decodes rules and resolves
-/// the rest). Registers in `regs` (`[pc, sp, fp]`), output at `*o`, up to
-/// `end`.
+/// The hot loop of in-process exact capture on x86-64, whole: from the
+/// frame whose return address is `regs[0]` (`[pc, sp, fp]`), frames whose
+/// key (their return address) is in the rule cache with a rule it applies,
+/// writing their return addresses at `*o` up to `end`. Rule changes are
+/// decoded in the loop (no return to Rust per frame).
 ///
-/// The rule, relative to `a = (fp if from_fp else sp) + off_a`, the lowest
-/// stack word the frame reads: the return address is at `a + ra_at`, the
-/// caller's stack pointer is `a + ra_at + 8`, the caller's frame pointer is
-/// at `a` if `ra_at != 0` (unchanged otherwise). A frame is applied only if
-/// `sp <= a <= a_max` (`a_max = hi - ra_at - 8`): every read lies in
-/// `[sp, hi)`. `tag` is the rule as it sits in a cache word (`rule << 48`);
-/// the cache is `CACHE_SIZE` words at `cache`, 2-way sets at index
-/// `(key ^ key >> 13) & 0x1ffe`, the key of a return address being itself.
+/// The cache at `cache`: [`CACHE_WORDS`] words `key | p << 48` in 2-way sets
+/// at index `(key ^ key >> 13) & 0x1ffe`, then [`WIDE_SLOTS`] wide words.
+/// A packed rule `p` (`X86_64::pack`) with bits 15-14 = 1 or 2 is applied
+/// from its fields; bits 15-14 = 0 make `p` the index of a [`wide_word`];
+/// the packed `End` ends the walk; anything else is left to the caller.
 ///
-/// Returns the exit code and, for [`run_exit::CHANGED`], the next frame's
-/// cached word (first way) xor its key. Written in assembly because it is
-/// the whole per-frame cost: twelve live values, which the compiler spilled
-/// (the frame pointer through memory on every frame).
+/// A rule is applied relative to `a = (fp if rbp-based else sp) + off_a`,
+/// the lowest stack word the frame reads: the return address is at
+/// `a + ra_at`, the caller's stack pointer is `a + ra_at + 8`, and the
+/// caller's frame pointer is at `a` if `ra_at != 0` (unchanged otherwise).
+/// A frame is applied only if `sp <= a <= hi - ra_at - 8`: every read lies
+/// in `[sp, hi)`.
+///
+/// Consecutive frames with the same cached rule (code with frame pointers:
+/// every frame) are checked with one `xor` and compare of the cache word
+/// against the previous frame's, so nothing is decoded and the stack loads
+/// need not wait for the cache load; the frame-record rule (`rbp`-based,
+/// `off_a == 0`) chains with the single load `fp = [fp]`.
+///
+/// Returns a [`run_exit`] code, with `regs` at the last frame written (or
+/// the start) and `*o` past the last slot written. Written in assembly:
+/// thirteen live values, which the compiler spilled.
 ///
 /// # Safety
-/// `*o..end` must be writable; `[regs[1], hi)` must be readable stack with
-/// `a_max` derived from that `hi` as above; `cache` must point at the rule
-/// cache (8192 words).
+/// `*o < end` and `*o..end` writable; `[regs[1], hi)` readable stack;
+/// `cache` the rule cache as above.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn run_same_rule(
+pub(crate) unsafe fn run_hot(
     regs: &mut [u64; 3],
     o: &mut *mut usize,
     end: *mut usize,
-    from_fp: bool,
-    tag: u64,
-    off_a: u64,
-    ra_at: u64,
-    a_max: u64,
+    hi: u64,
     cache: *const u64,
-) -> (u64, u64) {
+) -> u64 {
     let [mut pc, mut sp, mut fp] = *regs;
     let mut out = *o;
     let code: u64;
-    let word: u64;
-    // One frame under the rule: check, load, advance `sp` (and `fp`), with
-    // the return address in `v`; then the shared tail stores it and looks
-    // up the next frame.
-    macro_rules! run {
-        ($apply:expr) => {
-            // SAFETY: reads only `[a, a + ra_at + 8)` after checking
-            // `sp <= a <= a_max`, inside the readable stack the caller
-            // vouches for; writes only `out` below `end`; reads the cache
-            // at an index below 8192. No stack use, flags clobbered.
-            unsafe {
-                core::arch::asm!(
-                    "2:",
-                    $apply,
-                    "mov [{out}], {v}",
-                    "add {out}, 8",
-                    "mov {pc}, {v}",
-                    "cmp {out}, {end}",
-                    "je 7f",
-                    "mov {a:e}, {pc:e}",
-                    "shr {a:e}, 13",
-                    "xor {a:e}, {pc:e}",
-                    "and {a:e}, 0x1ffe",
-                    "mov {v}, [{cache} + {a} * 8]",
-                    "xor {v}, {pc}",
-                    "cmp {v}, {tag}",
-                    "je 2b",
-                    "mov {a:e}, 3",
-                    "jmp 6f",
-                    "7:",
-                    "xor {a:e}, {a:e}",
-                    "jmp 6f",
-                    "8:",
-                    "mov {a:e}, 2",
-                    "jmp 6f",
-                    "9:",
-                    "mov {a:e}, 1",
-                    "6:",
-                    pc = inout(reg) pc,
-                    sp = inout(reg) sp,
-                    fp = inout(reg) fp,
-                    out = inout(reg) out,
-                    a = out(reg) code,
-                    v = out(reg) word,
-                    end = in(reg) end,
-                    tag = in(reg) tag,
-                    off_a = in(reg) off_a,
-                    ra_at = in(reg) ra_at,
-                    a_max = in(reg) a_max,
-                    cache = in(reg) cache,
-                    options(nostack),
-                )
-            }
+    // The tail of every applied frame: store the return address (in `v`),
+    // stop when full, look up the next frame's first way and go on under
+    // the same rule when its word matches, else resolve it at 23.
+    macro_rules! tail {
+        ($again:literal) => {
+            concat!(
+                "mov [{out}], {v}\n",
+                "add {out}, 8\n",
+                "mov {pc}, {v}\n",
+                "cmp {out}, {end}\n",
+                "je 7f\n",
+                "mov {a:e}, {pc:e}\n",
+                "shr {a:e}, 13\n",
+                "xor {a:e}, {pc:e}\n",
+                "and {a:e}, 0x1ffe\n",
+                "mov {v}, [{cache} + {a} * 8]\n",
+                "xor {v}, {pc}\n",
+                "cmp {v}, {tag}\n",
+                "je ",
+                $again,
+                "\n",
+                "jmp 23b\n",
+            )
         };
     }
-    // `a` from a base register; the caller's fp at `a` when `ra_at != 0`.
+    // A frame from a base register: `a`, range check, loads, new `sp`.
     macro_rules! general {
         ($base:literal) => {
             concat!(
                 "lea {a}, [{",
                 $base,
-                "} + {off_a}]\n",
+                "} + {off}]\n",
                 "cmp {a}, {sp}\n",
                 "jb 8f\n",
-                "cmp {a}, {a_max}\n",
+                "cmp {a}, {amax}\n",
                 "ja 8f\n",
-                "mov {v}, [{a} + {ra_at}]\n",
-                "test {ra_at}, {ra_at}\n",
+                "mov {v}, [{a} + {ra}]\n",
+                "test {ra}, {ra}\n",
                 "jz 3f\n",
                 "mov {fp}, [{a}]\n",
                 "3:\n",
                 "test {v}, {v}\n",
                 "jz 9f\n",
-                "lea {sp}, [{a} + {ra_at} + 8]",
+                "lea {sp}, [{a} + {ra} + 8]\n",
             )
         };
     }
-    if from_fp && off_a == 0 && ra_at != 0 {
-        // The frame record of code with frame pointers (`push rbp; mov
-        // rbp, rsp`: CFA = rbp + 16, rbp saved at CFA - 16, and any rule
-        // with the saved rbp where rbp points): `a` is `fp` itself, so the
-        // chain from one frame to the next is the one load `fp = [fp]`, as
-        // in a frame-pointer walk.
-        run!(concat!(
-            "/* {off_a} */\n",
-            "cmp {fp}, {sp}\n",
-            "jb 8f\n",
-            "cmp {fp}, {a_max}\n",
-            "ja 8f\n",
-            "mov {v}, [{fp} + {ra_at}]\n",
-            "test {v}, {v}\n",
-            "jz 9f\n",
-            "lea {sp}, [{fp} + {ra_at} + 8]\n",
+    // SAFETY: reads only `[a, a + ra + 8)` after checking
+    // `sp <= a <= hi - ra - 8`, inside the readable stack the caller vouches
+    // for; writes only `out` below `end`; reads the cache at indices below
+    // CACHE_WORDS + WIDE_SLOTS. No stack use, flags clobbered.
+    unsafe {
+        core::arch::asm!(
+            // The first frame's lookup.
+            "mov {a:e}, {pc:e}",
+            "shr {a:e}, 13",
+            "xor {a:e}, {pc:e}",
+            "and {a:e}, 0x1ffe",
+            "mov {v}, [{cache} + {a} * 8]",
+            "xor {v}, {pc}",
+            // 23: `v` is the first way's word xor the key, `a` the set.
+            "23:",
+            "mov {tag}, {v}",
+            "shl {tag}, 16",
+            "jz 25f",
+            "mov {v}, [{cache} + {a} * 8 + 8]",
+            "xor {v}, {pc}",
+            "mov {tag}, {v}",
+            "shl {tag}, 16",
+            "jnz 8f",
+            // 25: decode `v = p << 48`.
+            "25:",
+            "mov {tag}, {v}",
+            "shr {v}, 48",
+            "cmp {v:e}, 0x4000",
+            "jb 27f",
+            "cmp {v:e}, 0xc000",
+            "jae 28f",
+            "mov {ra:e}, {v:e}",
+            "and {ra:e}, 31",
+            "shl {ra:e}, 3",
+            "mov {off:e}, {v:e}",
+            "shr {off:e}, 5",
+            "and {off:e}, 0x1ff",
+            "shl {off:e}, 3",
+            // 26: `off`, `ra` set, bit 15 of `v` set for an rbp base.
+            "26:",
+            "lea {a}, [{ra} + 8]",
+            "mov {amax}, {hi}",
+            "sub {amax}, {a}",
+            "jb 8f",
+            "test {v:e}, 0x8000",
+            "jz 32f",
+            "test {off}, {off}",
+            "jnz 33f",
+            "test {ra}, {ra}",
+            "jz 33f",
+            "jmp 34f",
+            // 27: a wide rule, `v` its slot.
+            "27:",
+            "test {v:e}, {v:e}",
+            "jz 8f",
+            "cmp {v:e}, {wide_slots}",
+            "jae 8f",
+            "mov {a}, [{cache} + {v} * 8 + {wide_at}]",
+            "test {a}, {a}",
+            "jz 8f",
+            "mov {off:e}, {a:e}",
+            "mov {ra}, {a}",
+            "shr {ra}, 29",
+            "and {ra:e}, 0x7f8",
+            "shr {a}, 25",
+            "and {a:e}, 0x8000",
+            "mov {v:e}, {a:e}",
+            "jmp 26b",
+            // 28: other rules: `End` is the outermost frame.
+            "28:",
+            "cmp {v:e}, {end_rule}",
+            "je 9f",
+            "jmp 8f",
+            // 32: rsp-based frames.
+            "32:",
+            general!("sp"),
+            tail!("32b"),
+            // 33: rbp-based frames.
+            "33:",
+            general!("fp"),
+            tail!("33b"),
+            // 34: the frame record (`push rbp; mov rbp, rsp` and any rule
+            // with the saved rbp where rbp points): `a` is `fp` itself.
+            "34:",
+            "cmp {fp}, {sp}",
+            "jb 8f",
+            "cmp {fp}, {amax}",
+            "ja 8f",
+            "mov {v}, [{fp} + {ra}]",
+            "test {v}, {v}",
+            "jz 9f",
+            "lea {sp}, [{fp} + {ra} + 8]",
             "mov {fp}, [{fp}]",
-        ));
-    } else if from_fp {
-        run!(general!("fp"));
-    } else {
-        run!(general!("sp"));
+            tail!("34b"),
+            "7:",
+            "xor {a:e}, {a:e}",
+            "jmp 6f",
+            "8:",
+            "mov {a:e}, 2",
+            "jmp 6f",
+            "9:",
+            "mov {a:e}, 1",
+            "6:",
+            pc = inout(reg) pc,
+            sp = inout(reg) sp,
+            fp = inout(reg) fp,
+            out = inout(reg) out,
+            a = out(reg) code,
+            v = out(reg) _,
+            tag = out(reg) _,
+            off = out(reg) _,
+            ra = out(reg) _,
+            amax = out(reg) _,
+            end = in(reg) end,
+            hi = in(reg) hi,
+            cache = in(reg) cache,
+            wide_slots = const WIDE_SLOTS,
+            wide_at = const CACHE_WORDS * 8,
+            end_rule = const PACKED_END as u32,
+            options(nostack),
+        )
     }
     *regs = [pc, sp, fp];
     *o = out;
-    (code, word)
+    code
 }
 
 #[cfg(test)]
@@ -270,6 +356,32 @@ mod tests {
     #[test]
     fn packed_end_is_the_packed_end_rule() {
         assert_eq!(super::PACKED_END, X86_64::pack(UnwindRuleX86_64::End));
-        assert!(super::decode_fast(super::PACKED_END).is_none());
+    }
+
+    #[test]
+    fn wide_words_round_trip() {
+        use UnwindRuleX86_64 as R;
+        for r in [
+            R::Sp { cfa: 8, bp: 0 },
+            R::Sp {
+                cfa: 1 << 20 | 8,
+                bp: -16,
+            },
+            R::Bp {
+                cfa: 3 << 30,
+                bp: -56,
+            },
+            R::Sp {
+                cfa: 70_000,
+                bp: 0,
+            },
+        ] {
+            let w = super::wide_word(r).unwrap();
+            assert_ne!(w, 0);
+            assert_eq!(super::from_wide_word(w), r, "{w:#x}");
+        }
+        assert_eq!(super::wide_word(R::Sp { cfa: 12, bp: 0 }), None);
+        assert_eq!(super::wide_word(R::Sp { cfa: 48, bp: 8 }), None);
+        assert_eq!(super::wide_word(R::End), None);
     }
 }

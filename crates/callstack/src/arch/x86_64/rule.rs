@@ -36,15 +36,15 @@ pub enum UnwindRuleX86_64 {
     End,
     /// `CFA = rsp + cfa`.
     Sp {
-        /// CFA offset from `rsp`.
-        cfa: u16,
+        /// CFA offset from `rsp` (any frame size: frames of megabytes too).
+        cfa: u32,
         /// Where the caller's `rbp` is saved, from the CFA (0: unchanged).
         bp: i16,
     },
     /// `CFA = rbp + cfa`.
     Bp {
         /// CFA offset from `rbp`.
-        cfa: u16,
+        cfa: u32,
         /// Where the caller's `rbp` is saved, from the CFA (0: unchanged).
         bp: i16,
     },
@@ -140,11 +140,11 @@ impl Arch for X86_64 {
             None => return R::Evaluate,
         };
         match row.cfa {
-            CfaView::RegOffset(RSP, off) => match u16::try_from(off) {
+            CfaView::RegOffset(RSP, off) => match u32::try_from(off) {
                 Ok(cfa) => R::Sp { cfa, bp },
                 Err(_) => R::Evaluate,
             },
-            CfaView::RegOffset(RBP, off) => match u16::try_from(off) {
+            CfaView::RegOffset(RBP, off) => match u32::try_from(off) {
                 Ok(cfa) => R::Bp { cfa, bp },
                 Err(_) => R::Evaluate,
             },
@@ -202,14 +202,39 @@ impl Arch for X86_64 {
         })
     }
 
+    /// Packed `Sp`/`Bp` rules are in the form the exact capture's hot loop
+    /// applies (see `arch::x86_64::exact::decode_packed`): bits 15-14 the
+    /// base (1: `rsp`, 2: `rbp`), bits 13-5 `off_a / 8` and bits 4-0
+    /// `ra_at / 8`, where `a = base + off_a` is the lowest stack word the
+    /// frame reads, the return address is at `a + ra_at` and the caller's
+    /// `rbp` at `a` when `ra_at != 0` (unchanged when `ra_at == 0`). So
+    /// `bp == 0` packs as `(cfa - 8, 0)` and `bp <= -16` as
+    /// `(cfa + bp, -bp - 8)`; frames up to about 4 KiB fit. Bits 15-14 = 3
+    /// are the other rules (with bit 13 set: small `Sp`/`Bp` rules the hot
+    /// loop does not apply); 0 in bits 15-14 is never produced here (the
+    /// in-process rule cache uses it for wider rules).
     #[inline(always)]
     fn pack(rule: UnwindRuleX86_64) -> u16 {
         use UnwindRuleX86_64 as R;
-        let offsets = |tag: u16, cfa: u16, bp: i16| -> u16 {
-            if cfa % 8 != 0 || cfa / 8 > 0xff || bp % 8 != 0 || !(-32..32).contains(&(bp / 8)) {
-                return 0;
+        let offsets = |tag: u16, cfa: u32, bp: i16| -> u16 {
+            match fast_form(cfa, bp) {
+                Some((off_a, ra_at)) if off_a / 8 <= 0x1ff && ra_at / 8 <= 0x1f => {
+                    tag << 14 | ((off_a / 8) as u16) << 5 | (ra_at / 8) as u16
+                }
+                Some(_) => 0,
+                // Small rules the hot loop does not apply, packed apart (bit
+                // 13 of the other rules) to keep tables small: above all
+                // `CFA = rsp + 8` with `rbp` still at CFA - 16, the row
+                // after an epilogue's `pop rbp`.
+                None if cfa % 8 == 0
+                    && cfa / 8 <= 0x7f
+                    && bp % 8 == 0
+                    && (-0xf8..=0).contains(&bp) =>
+                {
+                    3 << 14 | 1 << 13 | (tag - 1) << 12 | ((cfa / 8) as u16) << 5 | (-bp / 8) as u16
+                }
+                None => 0,
             }
-            tag << 14 | (cfa / 8) << 6 | ((bp / 8) as u16 & 0x3f)
         };
         match rule {
             R::Sp { cfa, bp } => offsets(1, cfa, bp),
@@ -225,11 +250,21 @@ impl Arch for X86_64 {
     #[inline(always)]
     fn unpack(p: u16) -> UnwindRuleX86_64 {
         use UnwindRuleX86_64 as R;
-        let cfa = ((p >> 6) & 0xff) * 8;
-        let bp = (((p & 0x3f) as i16) << 10 >> 10) * 8;
+        let off_a = ((p >> 5) & 0x1ff) as u32 * 8;
+        let ra_at = (p & 0x1f) as u32 * 8;
+        let (cfa, bp) = from_fast_form(off_a, ra_at);
         match p >> 14 {
             1 => R::Sp { cfa, bp },
             2 => R::Bp { cfa, bp },
+            _ if p & 0x2000 != 0 => {
+                let cfa = ((p >> 5) & 0x7f) as u32 * 8;
+                let bp = -((p & 0x1f) as i16) * 8;
+                if p & 0x1000 != 0 {
+                    R::Bp { cfa, bp }
+                } else {
+                    R::Sp { cfa, bp }
+                }
+            }
             _ => match p & 0x3fff {
                 1 => R::End,
                 2 => R::NoCfi,
@@ -257,6 +292,39 @@ impl Arch for X86_64 {
     }
 }
 
+/// An `Sp`/`Bp` rule as the hot loop applies it: `(off_a, ra_at)` with
+/// `a = base + off_a` the lowest stack word the frame reads, the return
+/// address at `a + ra_at`, the caller's `rbp` at `a` when `ra_at != 0`.
+/// `None` for the shapes the hot loop does not apply: offsets not multiples
+/// of 8, a CFA below 8, `rbp` saved at or above the return address.
+#[inline(always)]
+pub(crate) fn fast_form(cfa: u32, bp: i16) -> Option<(u32, u32)> {
+    if cfa % 8 != 0 || bp % 8 != 0 || cfa < 8 {
+        return None;
+    }
+    match bp {
+        0 => Some((cfa - 8, 0)),
+        b if b <= -16 => {
+            let off_a = (cfa as i64 + b as i64).try_into().ok()?;
+            Some((off_a, (-(b as i32) - 8) as u32))
+        }
+        _ => None,
+    }
+}
+
+/// The `(cfa, bp)` of a [`fast_form`].
+#[inline(always)]
+pub(crate) fn from_fast_form(off_a: u32, ra_at: u32) -> (u32, i16) {
+    if ra_at == 0 {
+        (off_a.wrapping_add(8), 0)
+    } else {
+        (
+            off_a.wrapping_add(ra_at).wrapping_add(8),
+            (-(ra_at as i32) - 8) as i16,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,6 +347,13 @@ mod tests {
                 cfa: 2040,
                 bp: -256,
             },
+            R::Sp { cfa: 4096, bp: 0 },
+            R::Sp { cfa: 8, bp: -16 },
+            R::Bp { cfa: 16, bp: -8 },
+            R::Bp {
+                cfa: 4088 + 256,
+                bp: -256,
+            },
             R::Sp { cfa: 48, bp: -16 },
             R::Bp { cfa: 16, bp: -16 },
             R::End,
@@ -292,6 +367,10 @@ mod tests {
             assert_eq!(X86_64::unpack(p), r);
         }
         assert_eq!(X86_64::pack(R::Sp { cfa: 12, bp: 0 }), 0);
-        assert_eq!(X86_64::pack(R::Sp { cfa: 4096, bp: 0 }), 0);
+        assert_eq!(X86_64::pack(R::Sp { cfa: 4104, bp: 0 }), 0);
+        assert_eq!(X86_64::pack(R::Sp { cfa: 1 << 20, bp: -16 }), 0);
+        // rbp saved above the CFA or in the return address's slot.
+        assert_eq!(X86_64::pack(R::Sp { cfa: 48, bp: 8 }), 0);
+        assert_eq!(X86_64::pack(R::Sp { cfa: 1024, bp: -8 }), 0);
     }
 }

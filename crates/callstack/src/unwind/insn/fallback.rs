@@ -82,6 +82,7 @@ impl<C: CodeMemory> Fallback<X86_64> for InsnFallback<C> {
         mem: &mut M,
     ) -> Option<(UnwindRegs, Method)> {
         if !super::is_warm() {
+            super::keep_warm_up_linked();
             return None;
         }
         let s = super::x86_64::unwinder::step_cached(

@@ -65,6 +65,30 @@ pub fn warm_up() {
 
 static WARM: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
+/// The decoder is warmed up when the program (or the library holding
+/// callstack) is loaded, so that the first `capture_exact` and the first
+/// capture in a signal handler can read machine code without `prepare()`.
+/// It costs one build of iced-x86's tables (tens of microseconds, once).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static WARM_UP_AT_LOAD: extern "C" fn() = warm_up_at_load;
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+extern "C" fn warm_up_at_load() {
+    // Unwinding across this `extern "C"` boundary would abort: a panic in
+    // the decoder's set-up leaves the decoder cold instead.
+    let _ = std::panic::catch_unwind(warm_up);
+}
+
+/// Keeps [`WARM_UP_AT_LOAD`] linked: a static library's object is pulled into
+/// a program only for the symbols it uses, and a constructor alone uses none.
+#[inline(always)]
+pub(crate) fn keep_warm_up_linked() {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    core::hint::black_box(&WARM_UP_AT_LOAD);
+}
+
 /// Whether [`warm_up`] has run. The x86-64 fallback of the CFI unwinder
 /// declines to decode before it has (the first decode would allocate, which
 /// a capture in a signal handler must not do); `callstack::prepare()` warms

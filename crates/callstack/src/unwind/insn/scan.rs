@@ -6,8 +6,9 @@
 //! direct call must target the function that contains the frame's pc (its
 //! start at or below the pc, and, where a checker is given, a path from that
 //! start must reach the pc with the return-address slot exactly where the
-//! word was found); an indirect call is accepted only in the lenient pass,
-//! after no direct call matched. Scanning is bounded ([`MAX_SCAN_WORDS`]).
+//! word was found); an indirect call, or a direct one that fails the check
+//! (a PLT stub's target, a `.cold` part's parent), is accepted only in the
+//! lenient pass, after no direct call matched. Scanning is bounded ([`MAX_SCAN_WORDS`]).
 
 use super::CodeMemory;
 use crate::unwind::Memory;
@@ -96,6 +97,18 @@ where
                                 ra: w,
                                 slot,
                                 verified: true,
+                            });
+                        }
+                        // The check failed, but the call may still be the
+                        // frame's: through a PLT stub (whose code is not the
+                        // function's), or into a function whose split-off
+                        // part (gcc's `f.cold`, which ends in a call to a
+                        // `noreturn` function) holds the pc.
+                        if lenient.is_none() {
+                            lenient = Some(ScanHit {
+                                ra: w,
+                                slot,
+                                verified: false,
                             });
                         }
                     } else if lenient.is_none()

@@ -15,6 +15,12 @@
 //! a start at or below the pc) for the candidate to pass the strict check.
 //! Candidates that only pass a lenient check (a call, but an indirect one or
 //! to another function: tail calls) are used only when no strict one exists.
+//!
+//! A return address that follows a call that never returns (`abort`, a
+//! `.cold` part's last call: the bytes after it are padding) says nothing
+//! through the code after it, and in code without frame pointers `rbp` may
+//! hold an outer frame's record: such a frame skips 2 and 3 and is scanned,
+//! the frame pointer serving only when scanning finds nothing.
 
 use super::{epilogue, prologue};
 use crate::unwind::insn::cache::{FrameAnalysis, InsnCache, RaInfo};
@@ -332,6 +338,10 @@ where
     }
     let above = |n: &UnwindRegs| n.sp > regs.sp && n.sp <= stack_end;
     let mut lenient: Option<StepResult> = None;
+    // A call that never returns (`abort`, `__stack_chk_fail`, a `.cold`
+    // part's last call): what follows it is padding or another function,
+    // so neither the path forward nor `rbp` says anything of this frame.
+    let noreturn = !first && after_noreturn_call(code, cache, pc);
 
     // 1. Prologue analysis from a known start.
     if let Some(rule) = a.prologue {
@@ -346,10 +356,11 @@ where
     }
 
     // 2. Epilogue analysis.
-    if let Some(func) = pending {
+    if let Some(func) = pending.filter(|_| !noreturn) {
         fill_epilogue(code, pc, func, &mut a);
     }
-    for rule in a.epilogue_rules() {
+    let epilogue = if noreturn { None } else { Some(a.epilogue_rules()) };
+    for rule in epilogue.into_iter().flatten() {
         let Some(n) = read_rule(&rule, regs, mem) else {
             continue;
         };
@@ -373,7 +384,61 @@ where
         }
     }
 
-    // 3. The frame pointer, when it points at a believable record.
+    // 3. The frame pointer, when it points at a believable record (after a
+    // call that never returns, only once scanning found nothing).
+    let frame_pointer = |lenient: &mut Option<StepResult>, mem: &mut M, code: &mut C| {
+        frame_pointer_candidate(regs, mem, code, cache, a.func_start, lookup, stack_end, lenient)
+    };
+    if !noreturn {
+        if let Some(r) = frame_pointer(&mut lenient, mem, code) {
+            return Some(r);
+        }
+    }
+    if let Some(l) = lenient {
+        return Some(l);
+    }
+
+    // 4. Scanning, verified by prologue analysis from the call's target.
+    let scanned = scan_step(regs, mem, code, cache, pc, stack_end);
+    if scanned.is_none() && noreturn {
+        let mut lenient = None;
+        return frame_pointer(&mut lenient, mem, code).or(lenient);
+    }
+    scanned
+}
+
+/// Whether the return address `pc` follows a call that does not return
+/// here: the bytes at `pc` are alignment padding (`nop` forms, `int3`).
+fn after_noreturn_call<C: CodeMemory + ?Sized>(code: &mut C, cache: CacheRef<'_>, pc: u64) -> bool {
+    let mut b = [0u8; 4];
+    if code.read_code(pc, &mut b) < 2 {
+        return false;
+    }
+    let padding = matches!(
+        b,
+        [0x90, ..] | [0xcc, ..] | [0x0f, 0x1f, ..] | [0x66, 0x0f, 0x1f, _] | [0x66, 0x2e, 0x0f, 0x1f]
+            | [0x66, 0x66, 0x2e, 0x0f] | [0x66, 0x90, ..]
+    );
+    padding && ra_info(code, cache, pc).is_some_and(|i| i.call.is_some())
+}
+
+/// Step 3 of [`step_cached`]: the frame record at `rbp`, when believable.
+/// Returns a strict candidate; a lenient one goes into `lenient` if empty.
+#[allow(clippy::too_many_arguments)]
+fn frame_pointer_candidate<M, C>(
+    regs: &UnwindRegs,
+    mem: &mut M,
+    code: &mut C,
+    cache: CacheRef<'_>,
+    func_start: Option<u64>,
+    lookup: u64,
+    stack_end: u64,
+    lenient: &mut Option<StepResult>,
+) -> Option<StepResult>
+where
+    M: Memory + ?Sized,
+    C: CodeMemory + ?Sized,
+{
     if regs.fp > regs.sp
         && regs.fp & 7 == 0
         && regs.fp.checked_add(16).is_some_and(|e| e <= stack_end)
@@ -385,7 +450,7 @@ where
                 fp: next_fp,
                 lr: 0,
             };
-            let c = check_ra(code, cache, ra, a.func_start, lookup);
+            let c = check_ra(code, cache, ra, func_start, lookup);
             if c == Check::Strict {
                 return Some(StepResult {
                     regs: n,
@@ -393,18 +458,31 @@ where
                 });
             }
             if c == Check::Lenient && lenient.is_none() {
-                lenient = Some(StepResult {
+                *lenient = Some(StepResult {
                     regs: n,
                     method: Method::FramePointer,
                 });
             }
         }
     }
-    if let Some(l) = lenient {
-        return Some(l);
-    }
+    None
+}
 
-    // 4. Scanning, verified by prologue analysis from the call's target.
+/// Step 4 of [`step_cached`]: stack scanning, each candidate verified by
+/// prologue analysis from the call's target where it can be.
+fn scan_step<M, C>(
+    regs: &UnwindRegs,
+    mem: &mut M,
+    code: &mut C,
+    cache: CacheRef<'_>,
+    pc: u64,
+    stack_end: u64,
+) -> Option<StepResult>
+where
+    M: Memory + ?Sized,
+    C: CodeMemory + ?Sized,
+{
+    let above = |n: &UnwindRegs| n.sp > regs.sp && n.sp <= stack_end;
     // Which word is taken depends on the stack, and is decided afresh; what
     // the code says of each candidate (the call before it, the rule from
     // the call's target to the pc) comes from the cache when there.
