@@ -19,68 +19,28 @@
 //! between is the one window (the same one the exact walk's build-id check
 //! has).
 
-use core::cell::Cell;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-/// Executable ranges met during a walk, kept for the thread's next walk
-/// (see [`CodeCheck::for_walk`]): a warm walk that stays in the modules the
-/// last one met makes no lookup at all.
-///
-/// A kept range may outlive its module (a `dlclose` between walks): a value
-/// in it is then still taken for code. That is a plausibility check gone
-/// soft, never a fault: nothing is read at a checked address. A new
-/// snapshot (`callstack::prepare()`) starts the thread's ranges afresh.
+/// Executable ranges met during a walk. [`CodeCheck::is_code`] tries the
+/// last range found, then the process-wide table of ranges found before
+/// ([`RANGES`]), and only then looks the address up.
 pub(crate) struct CodeCheck {
-    ranges: [(usize, usize); RANGES],
-    snap: usize,
-}
-
-/// Ranges a walk keeps: the executable, the C library, one or two more.
-const RANGES: usize = 4;
-
-thread_local! {
-    // The ranges of the thread's last walk, and the snapshot published
-    // then. Const-initialized and without `Drop`: a plain thread-local
-    // slot, safe in a signal handler.
-    static LAST: Cell<(usize, [(usize, usize); RANGES])> =
-        const { Cell::new((0, [(0, 0); RANGES])) };
+    last: (usize, usize),
 }
 
 impl CodeCheck {
-    /// A check that knows no range yet.
+    /// A check that knows no range of its own yet.
     #[inline(always)]
     pub(crate) fn new() -> Self {
-        CodeCheck {
-            ranges: [(0, 0); RANGES],
-            snap: 0,
-        }
-    }
-
-    /// A check for a walk on this thread: starts with the ranges the
-    /// thread's last walk found, unless a new module snapshot was published
-    /// since. Pair with [`CodeCheck::keep`].
-    #[inline(always)]
-    pub(crate) fn for_walk() -> Self {
-        let snap = crate::unwind::local::snapshot_id();
-        let (id, ranges) = LAST.get();
-        CodeCheck {
-            ranges: if id == snap { ranges } else { [(0, 0); RANGES] },
-            snap,
-        }
-    }
-
-    /// Keeps the ranges for the thread's next walk.
-    #[inline(always)]
-    pub(crate) fn keep(&self) {
-        LAST.set((self.snap, self.ranges));
+        CodeCheck { last: (0, 0) }
     }
 
     /// Whether `addr` lies in an executable segment of a loaded module.
     #[inline(always)]
     pub(crate) fn is_code(&mut self, addr: usize) -> bool {
-        // The last range found first: a walk's frames run in one module.
-        let a = self.ranges[0];
-        if addr.wrapping_sub(a.0) < a.1 - a.0 {
+        // A walk's frames run in one module for long stretches.
+        let (lo, hi) = self.last;
+        if addr.wrapping_sub(lo) < hi - lo {
             return true;
         }
         self.other(addr)
@@ -88,32 +48,150 @@ impl CodeCheck {
 
     #[inline(never)]
     fn other(&mut self, addr: usize) -> bool {
-        for i in 1..RANGES {
-            let r = self.ranges[i];
-            if addr.wrapping_sub(r.0) < r.1 - r.0 {
-                self.ranges.copy_within(0..i, 1);
-                self.ranges[0] = r;
-                return true;
-            }
-        }
-        self.lookup(addr)
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn lookup(&mut self, addr: usize) -> bool {
-        let found = match crate::unwind::local::snapshot_code_range(addr as u64) {
-            Some((lo, hi)) => Some((lo as usize, hi as usize)),
-            None => exec_range(addr),
-        };
-        match found {
+        match code_range(addr) {
             Some(r) => {
-                self.ranges.copy_within(0..RANGES - 1, 1);
-                self.ranges[0] = r;
+                self.last = r;
                 true
             }
             None => false,
         }
+    }
+}
+
+/// An executable range as the frame-pointer walk keeps it in registers:
+/// `[lo, lo + len)`, compared with one subtraction.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Range {
+    lo: usize,
+    len: usize,
+}
+
+impl Range {
+    /// Whether `addr` lies in the range.
+    #[inline(always)]
+    pub(crate) fn contains(self, addr: usize) -> bool {
+        addr.wrapping_sub(self.lo) < self.len
+    }
+
+    #[inline(always)]
+    fn from_word(w: usize) -> Range {
+        Range {
+            lo: (w >> LEN_BITS) << PAGE,
+            len: (w & ((1 << LEN_BITS) - 1)) << PAGE,
+        }
+    }
+
+    #[inline(always)]
+    fn word(self) -> usize {
+        (self.lo >> PAGE) << LEN_BITS | self.len >> PAGE
+    }
+}
+
+impl From<(usize, usize)> for Range {
+    #[inline(always)]
+    fn from((lo, hi): (usize, usize)) -> Range {
+        Range { lo, len: hi - lo }
+    }
+}
+
+/// The two ranges the last frame-pointer walk of the process ended in
+/// (page-rounded, as [`RANGES`] keeps them), for the next walk to start
+/// with. Shared by all threads; written only when they change.
+static HINTS: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
+
+/// The ranges the next walk starts with (see [`HINTS`]).
+#[inline(always)]
+pub(crate) fn hints() -> [Range; 2] {
+    [
+        Range::from_word(HINTS[0].load(Ordering::Relaxed)),
+        Range::from_word(HINTS[1].load(Ordering::Relaxed)),
+    ]
+}
+
+/// Keeps a walk's last two ranges for the next walk (only ranges that fit
+/// a word; a range that does not is found again by [`code_range`]).
+#[cold]
+pub(crate) fn set_hints(r: [Range; 2]) {
+    for (h, r) in HINTS.iter().zip(r) {
+        let w = r.word();
+        if Range::from_word(w) == r {
+            h.store(w, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The executable range `[lo, hi)` holding `addr`, if `addr` is code: from
+/// the table of ranges found before, else looked up (and added to it).
+#[inline(never)]
+pub(crate) fn code_range(addr: usize) -> Option<(usize, usize)> {
+    // Page-rounded like the table's, so that a walk's ranges compare equal
+    // to the hints made from them.
+    let page = (1 << PAGE) - 1;
+    RANGES
+        .find(addr)
+        .or_else(|| lookup(addr).map(|(lo, hi)| (lo & !page, (hi + page) & !page)))
+}
+
+/// The slow way: the module snapshot, else `_dl_find_object` and the
+/// module's program headers; a range found goes into [`RANGES`].
+#[cold]
+#[inline(never)]
+fn lookup(addr: usize) -> Option<(usize, usize)> {
+    let found = match crate::unwind::local::snapshot_code_range(addr as u64) {
+        Some((lo, hi)) => Some((lo as usize, hi as usize)),
+        None => exec_range(addr),
+    };
+    if let Some(r) = found {
+        RANGES.put(r);
+    }
+    found
+}
+
+/// Executable ranges found so far, process-wide, each in one word (page
+/// numbers: start and length), so a reader never sees half of one.
+/// Lock-free; a full table overwrites its entries in turn.
+///
+/// A range may outlive its module (a `dlclose`): a value in it is then
+/// still taken for code. That makes the check softer, never unsafe: nothing
+/// is read at a checked address.
+struct Ranges {
+    words: [AtomicUsize; RANGE_SLOTS],
+    next: AtomicUsize,
+}
+
+const RANGE_SLOTS: usize = 16;
+const PAGE: usize = 12;
+/// Bits of a word that hold the length in pages.
+const LEN_BITS: u32 = 28;
+
+static RANGES: Ranges = Ranges {
+    words: [const { AtomicUsize::new(0) }; RANGE_SLOTS],
+    next: AtomicUsize::new(0),
+};
+
+impl Ranges {
+    /// The range holding `addr` (page-rounded, so a few bytes past an
+    /// executable segment's ends, in its own mapped pages, count too).
+    #[inline]
+    fn find(&self, addr: usize) -> Option<(usize, usize)> {
+        let page = addr >> PAGE;
+        self.words.iter().find_map(|w| {
+            let w = w.load(Ordering::Relaxed);
+            let (lo, len) = (w >> LEN_BITS, w & ((1 << LEN_BITS) - 1));
+            (page.wrapping_sub(lo) < len).then_some((lo << PAGE, (lo + len) << PAGE))
+        })
+    }
+
+    fn put(&self, (lo, hi): (usize, usize)) {
+        let (lo, hi) = (lo >> PAGE, (hi + (1 << PAGE) - 1) >> PAGE);
+        let len = hi.saturating_sub(lo);
+        // Ranges that do not fit a word (all memory, when nothing can be
+        // checked) are not kept: they are found again at once.
+        if len == 0 || len >= 1 << LEN_BITS || lo >= 1 << (usize::BITS - LEN_BITS) {
+            return;
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % RANGE_SLOTS;
+        self.words[i].store(lo << LEN_BITS | len, Ordering::Relaxed);
     }
 }
 

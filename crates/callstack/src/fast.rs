@@ -77,7 +77,15 @@ unsafe fn walk_bounded(
 ) -> u32 {
     // SAFETY: the caller promises `out` holds `max` writable slots.
     let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
-    let mut code = crate::code::CodeCheck::for_walk();
+    // A return address outside code (a frame record reached through a
+    // register that code without frame pointers used for something else)
+    // ends the walk. The executable range the walk is in stays in registers
+    // (a subtraction and a compare per frame, off the walk's chain of
+    // loads); a frame in another range takes `code_miss`, out of line. The
+    // walk starts with the ranges the process's last walk ended with
+    // ([`crate::code::hints`]), so a warm walk makes no lookup.
+    let hints = crate::code::hints();
+    let [mut a, mut b] = hints;
     let n = walk_frame_records_checked(
         crate::arch::native::FRAME_RECORD,
         fp,
@@ -85,10 +93,43 @@ unsafe fn walk_bounded(
         hi,
         skip as usize,
         out,
-        |ra| code.is_code(ra),
-    ) as u32;
-    code.keep();
-    n
+        |ra| {
+            if a.contains(ra) {
+                return true;
+            }
+            match code_miss(ra, b, sp, hi) {
+                Some(r) => {
+                    (a, b) = (r, a);
+                    true
+                }
+                None => false,
+            }
+        },
+    );
+    if [a, b] != hints {
+        crate::code::set_hints([a, b]);
+    }
+    n as u32
+}
+
+/// The executable range holding `ra` when it is not the walk's current one:
+/// `other` (the walk's previous range), or a lookup. `None` when `ra` is not
+/// code (the stack `[sp, hi)` and the first page are not, without a lookup).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[inline(never)]
+fn code_miss(
+    ra: usize,
+    other: crate::code::Range,
+    sp: usize,
+    hi: usize,
+) -> Option<crate::code::Range> {
+    if other.contains(ra) {
+        return Some(other);
+    }
+    if ra.wrapping_sub(sp) < hi.wrapping_sub(sp) || ra < 4096 {
+        return None;
+    }
+    crate::code::code_range(ra).map(crate::code::Range::from)
 }
 
 /// Walks frame records from `fp`, reading only inside `[lo, hi)`, taking any

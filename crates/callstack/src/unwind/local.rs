@@ -594,9 +594,6 @@ static SNAPSHOT: AtomicPtr<Snapshot> = AtomicPtr::new(core::ptr::null_mut());
 /// Which module snapshot is published (0 for none): what a range from
 /// [`snapshot_code_range`] stays valid with.
 #[inline(always)]
-pub(crate) fn snapshot_id() -> usize {
-    SNAPSHOT.load(Ordering::Acquire) as usize
-}
 
 /// The executable segment of the published module snapshot (see
 /// [`prepare`]) that holds `addr`: lock-free, no system call. `None` before
