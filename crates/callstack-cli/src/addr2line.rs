@@ -267,7 +267,11 @@ fn stdin_is_regular_file() -> bool {
 /// `--threads 2` and a large batch, split in two halves answered by two
 /// threads with a symbolizer each. Returns the distinct addresses, sorted,
 /// and their answers (looked up by the caller: no copy per address).
-fn resolve_batch(sym: Symbolizer, args: &Args, addrs: &[u64]) -> (Vec<u64>, Vec<Symbolized>) {
+fn resolve_batch(
+    sym: Symbolizer,
+    args: &Args,
+    addrs: &[u64],
+) -> (Vec<u64>, Vec<Symbolized>, Symbolizer) {
     let mut uniq: Vec<u64> = addrs.to_vec();
     uniq.sort_unstable();
     uniq.dedup();
@@ -276,24 +280,29 @@ fn resolve_batch(sym: Symbolizer, args: &Args, addrs: &[u64]) -> (Vec<u64>, Vec<
     } else {
         1
     };
-    let run = |mut s: Symbolizer, part: &[u64]| -> Vec<Symbolized> {
-        let v = part
-            .iter()
+    let run = |s: &mut Symbolizer, part: &[u64]| -> Vec<Symbolized> {
+        part.iter()
             .map(|&a| s.resolve(Address::Exact(a as usize)))
-            .collect();
-        std::mem::forget(s);
-        v
+            .collect()
     };
+    let mut sym = sym;
     let mut answers: Vec<Symbolized> = Vec::with_capacity(uniq.len());
     if threads == 1 {
-        answers = run(sym, &uniq);
+        answers = run(&mut sym, &uniq);
     } else {
         let mid = uniq.len() / 2;
         let (lo, hi) = uniq.split_at(mid);
         std::thread::scope(|sc| {
             let second = Symbolizer::for_file_with_debug_dirs(&args.exe, &args.debug_dirs).ok();
-            let h = second.map(|s2| sc.spawn(move || run(s2, hi)));
-            answers = run(sym, lo);
+            let h = second.map(|mut s2| {
+                sc.spawn(move || {
+                    let v = run(&mut s2, hi);
+                    // The process ends soon: let the OS reclaim the tables.
+                    std::mem::forget(s2);
+                    v
+                })
+            });
+            answers = run(&mut sym, lo);
             match h.and_then(|h| h.join().ok()) {
                 Some(v) => answers.extend(v),
                 None => {
@@ -305,7 +314,28 @@ fn resolve_batch(sym: Symbolizer, args: &Args, addrs: &[u64]) -> (Vec<u64>, Vec<
             }
         });
     }
-    (uniq, answers)
+    (uniq, answers, sym)
+}
+
+/// Addresses answered per batch (see [`run`]).
+const BATCH: usize = 1 << 16;
+
+/// Answers `addrs` in order (resolved as one sorted batch), printing each
+/// less `base` (the `-j` section's address), and hands the symbolizer back
+/// for the next batch.
+fn answer_batch(
+    sym: Symbolizer,
+    args: &Args,
+    addrs: &[u64],
+    base: u64,
+    out: &mut impl Write,
+) -> std::io::Result<Symbolizer> {
+    let (uniq, answers, sym) = resolve_batch(sym, args, addrs);
+    for addr in addrs {
+        let s = &answers[uniq.binary_search(addr).expect("present")];
+        write_answer(out, args, addr.wrapping_sub(base), s)?;
+    }
+    Ok(sym)
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -317,24 +347,36 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
     let io = |e: std::io::Error| e.to_string();
     // All addresses known up front (arguments, or standard input that is
-    // a regular file): answer them in a batch, in parallel.
-    let batch: Option<Vec<u64>> = if !args.addrs.is_empty() {
-        Some(args.addrs.iter().map(|a| parse(a)).collect())
-    } else if stdin_is_regular_file() {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(io)?;
-        Some(text.lines().map(parse).collect())
-    } else {
-        None
-    };
-    if let Some(addrs) = batch {
-        let (uniq, answers) = resolve_batch(sym, &args, &addrs);
-        for addr in &addrs {
-            let s = &answers[uniq.binary_search(addr).expect("present")];
-            write_answer(&mut out, &args, addr.wrapping_sub(base), s).map_err(io)?;
+    // a regular file): answer them in batches of at most BATCH addresses,
+    // each sorted and in parallel; memory stays bounded by one batch's
+    // answers however long the input is.
+    if !args.addrs.is_empty() {
+        let addrs: Vec<u64> = args.addrs.iter().map(|a| parse(a)).collect();
+        for chunk in addrs.chunks(BATCH) {
+            sym = answer_batch(sym, &args, chunk, base, &mut out).map_err(io)?;
         }
-        // The process ends here: let the OS reclaim the tables at once.
-        std::mem::forget(answers);
+        std::mem::forget(sym);
+        return out.flush().map_err(io);
+    }
+    if stdin_is_regular_file() {
+        let mut input = std::io::BufReader::with_capacity(64 * 1024, std::io::stdin());
+        let mut line = String::new();
+        let mut chunk = Vec::with_capacity(BATCH);
+        loop {
+            line.clear();
+            let eof = input.read_line(&mut line).map_err(io)? == 0;
+            if !eof {
+                chunk.push(parse(&line));
+            }
+            if chunk.len() == BATCH || (eof && !chunk.is_empty()) {
+                sym = answer_batch(sym, &args, &chunk, base, &mut out).map_err(io)?;
+                chunk.clear();
+            }
+            if eof {
+                break;
+            }
+        }
+        std::mem::forget(sym);
         return out.flush().map_err(io);
     }
     let mut input = std::io::BufReader::with_capacity(64 * 1024, std::io::stdin());

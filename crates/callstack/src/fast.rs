@@ -3,7 +3,9 @@
 //! Every read is bounded: a frame record is read only if it lies inside the
 //! current thread's stack, at or above the stack pointer of the capture, and
 //! aligned; each next record must lie strictly above the previous one. A
-//! corrupt chain (garbage, a cycle, a pointer below the stack) ends the walk.
+//! corrupt chain (garbage, a cycle, a pointer below the stack) ends the walk,
+//! and so does a return address outside the executable code of the loaded
+//! modules (see `code`; one lock-free lookup per module the walk enters).
 
 use crate::arch::FrameRecordLayout;
 use crate::stack;
@@ -75,35 +77,98 @@ unsafe fn walk_bounded(
 ) -> u32 {
     // SAFETY: the caller promises `out` holds `max` writable slots.
     let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
-    walk_frame_records(
+    // A return address outside code (a frame record reached through a
+    // register that code without frame pointers used for something else)
+    // ends the walk. The executable range the walk is in stays in registers
+    // (a subtraction and a compare per frame, off the walk's chain of
+    // loads); a frame in another range takes `code_miss`, out of line. The
+    // walk starts with the ranges the process's last walk ended with
+    // ([`crate::code::hints`]), so a warm walk makes no lookup.
+    let hints = crate::code::hints();
+    let [mut a, mut b] = hints;
+    let n = walk_frame_records_checked(
         crate::arch::native::FRAME_RECORD,
         fp,
         sp,
         hi,
         skip as usize,
         out,
-    ) as u32
+        |ra| {
+            if a.contains(ra) {
+                return true;
+            }
+            match code_miss(ra, b, sp, hi) {
+                Some(r) => {
+                    (a, b) = (r, a);
+                    true
+                }
+                None => false,
+            }
+        },
+    );
+    if [a, b] != hints {
+        crate::code::set_hints([a, b]);
+    }
+    n as u32
+}
+
+/// The executable range holding `ra` when it is not the walk's current one:
+/// `other` (the walk's previous range), or a lookup. `None` when `ra` is not
+/// code (the stack `[sp, hi)` and the first page are not, without a lookup).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[inline(never)]
+fn code_miss(
+    ra: usize,
+    other: crate::code::Range,
+    sp: usize,
+    hi: usize,
+) -> Option<crate::code::Range> {
+    if other.contains(ra) {
+        return Some(other);
+    }
+    if ra.wrapping_sub(sp) < hi.wrapping_sub(sp) || ra < 4096 {
+        return None;
+    }
+    crate::code::code_range(ra).map(crate::code::Range::from)
+}
+
+/// Walks frame records from `fp`, reading only inside `[lo, hi)`, taking any
+/// non-null return address: [`walk_frame_records_checked`] accepting all.
+#[cfg_attr(not(test), allow(dead_code))]
+#[inline(always)]
+pub(crate) fn walk_frame_records(
+    layout: FrameRecordLayout,
+    fp: usize,
+    lo: usize,
+    hi: usize,
+    skip: usize,
+    out: &mut [usize],
+) -> usize {
+    walk_frame_records_checked(layout, fp, lo, hi, skip, out, |_| true)
 }
 
 /// Walks frame records from `fp`, reading only inside `[lo, hi)`.
 ///
 /// Writes return addresses to `out` after dropping the first `skip`, and
-/// returns how many it wrote. Stops at a null return address, a record
-/// outside the bounds, a misaligned record, or a record that does not move
-/// strictly up the stack.
+/// returns how many it wrote. Stops at a null return address, one that
+/// `is_code` rejects (a frame record reached through a register that code
+/// without frame pointers used for something else), a record outside the
+/// bounds, a misaligned record, or a record that does not move strictly up
+/// the stack.
 ///
 /// Shaped for speed without dropping a check: the skipped records are walked
 /// in a loop of their own, the main loop takes two frames per turn (one
 /// length check for both), and "aligned, strictly above the previous record,
 /// inside the stack" is a single unsigned compare per frame (see `room`).
 #[inline(always)]
-pub(crate) fn walk_frame_records(
+pub(crate) fn walk_frame_records_checked(
     layout: FrameRecordLayout,
     mut fp: usize,
     lo: usize,
     hi: usize,
     mut skip: usize,
     out: &mut [usize],
+    mut is_code: impl FnMut(usize) -> bool,
 ) -> usize {
     let record_end = layout.fp_offset.max(layout.ra_offset) + core::mem::size_of::<usize>();
     let misaligned = layout.align - 1;
@@ -141,7 +206,7 @@ pub(crate) fn walk_frame_records(
     while skip > 0 {
         let (next, ra) = read(fp);
         let next_room = room(next);
-        if ra == 0 || next_room >= fp_room {
+        if ra == 0 || next_room >= fp_room || !is_code(ra) {
             return 0;
         }
         skip -= 1;
@@ -153,7 +218,7 @@ pub(crate) fn walk_frame_records(
     let len = out.len();
     while n + 2 <= len {
         let (next, ra) = read(fp);
-        if ra == 0 {
+        if ra == 0 || !is_code(ra) {
             return n;
         }
         out[n] = ra;
@@ -162,7 +227,7 @@ pub(crate) fn walk_frame_records(
             return n + 1;
         }
         let (next2, ra2) = read(next);
-        if ra2 == 0 {
+        if ra2 == 0 || !is_code(ra2) {
             return n + 1;
         }
         out[n + 1] = ra2;
@@ -176,7 +241,7 @@ pub(crate) fn walk_frame_records(
     }
     if n < len {
         let (_, ra) = read(fp);
-        if ra != 0 {
+        if ra != 0 && is_code(ra) {
             out[n] = ra;
             n += 1;
         }

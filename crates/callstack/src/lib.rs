@@ -31,8 +31,11 @@
 //! The capture functions allocate nothing, take no lock and make no system
 //! call, except the one-time lookup of a thread's stack bounds (see
 //! [`prepare_thread`]), which uses only `open`/`read`/`close` (none on the
-//! main thread for `capture_exact`). They may be called from any signal
-//! handler.
+//! main thread for `capture_exact`). A walk on a stack other than the
+//! thread's own (a `sigaltstack`, a coroutine or fiber stack) looks that
+//! stack's bounds up the same way every time, since it may be unmapped and
+//! another mapping made at its address at any moment. They may be called
+//! from any signal handler.
 //!
 //! ## Exact capture: how modules and unwind tables are published
 //! - Nothing needs to be set up (glibc 2.35+): a capture finds the module of
@@ -64,6 +67,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod arch;
+mod code;
 #[cfg(target_os = "linux")]
 pub mod crash;
 mod elf_section;
@@ -108,8 +112,16 @@ pub use unwind::{Frame, Method, StopReason};
 /// built without a frame pointer (in a C program, usually glibc's
 /// `__libc_start_call_main`); use exact capture for code without them.
 ///
+/// Return addresses outside the executable code of the loaded modules end
+/// the walk too (what a function built without frame pointers leaves where a
+/// frame record would be); checking costs one lock-free `_dl_find_object`
+/// per module the walk enters.
+///
 /// Async-signal-safe: no allocation, no lock, no system call (except the
-/// first call on a thread, which looks up the stack bounds once).
+/// first call on a thread, which looks up the stack bounds once, and a walk
+/// on a stack that is not the thread's own, such as a `sigaltstack` or a
+/// `makecontext` coroutine, which looks that stack's bounds up each time:
+/// it may be unmapped and replaced at any moment).
 ///
 /// Supported on x86-64 and AArch64 Linux; on other targets it returns 0.
 ///
@@ -156,8 +168,11 @@ pub fn capture_fast(skip: usize, out: &mut [usize]) -> usize {
 /// thread's start) or at an address in no loaded module.
 ///
 /// Async-signal-safe: no allocation, no lock, no system call (except the
-/// first call on a thread, which looks up its stack bounds once). Every
-/// stack read is bounds-checked: a corrupt stack ends the walk, never faults.
+/// first call on a thread, which looks up its stack bounds once, and a walk
+/// starting on a stack that is not the thread's own, which looks that
+/// stack's bounds up each time). Every stack read is bounds-checked: a
+/// corrupt stack ends the walk, never faults, and a caller outside the code
+/// of the loaded modules ends it too.
 ///
 /// ```
 /// #[inline(never)]
@@ -226,7 +241,9 @@ pub fn capture_exact_with_info(skip: usize, out: &mut [Frame]) -> (usize, StopRe
 /// return address), `out[1]` the return address into its caller, and so on.
 ///
 /// Async-signal-safe: meant to be called from a `SIGPROF` handler (`ctx`
-/// is the `void*` third argument, cast to `&libc::ucontext_t`).
+/// is the `void*` third argument, cast to `&libc::ucontext_t`). A context
+/// whose stack pointer is not in readable, writable stack memory (a crafted
+/// or corrupt one) gives the pc alone.
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")

@@ -1,15 +1,26 @@
-//! Bounds of the current thread's stack, so that no walk reads outside it.
+//! Bounds of the stack a walk runs on, so that no walk reads outside it.
 //!
-//! The bounds are looked up once per thread (and once per other stack the
-//! thread runs on, such as a `sigaltstack`) by reading `/proc/self/maps` with
-//! `open`/`read`/`close` into a buffer on the stack: async-signal-safe, no
-//! allocation, no lock. They are then cached in a thread-local `Cell`, so every
-//! later capture on that thread costs two compares and makes no system call.
+//! Only stacks that stay mapped for the life of their thread are cached:
+//! the main thread's `[stack]` and a thread's own stack (the mapping that
+//! holds its thread descriptor, which glibc puts at the top of the thread's
+//! stack; the cached range ends at the descriptor, below which every frame
+//! lives). The thread's own stack is looked up once, by reading
+//! `/proc/self/maps` with `open`/`read`/`close` into a buffer on the stack:
+//! async-signal-safe, no allocation, no lock. It is then kept in a
+//! thread-local `Cell`, so every later capture on that stack costs two
+//! compares and makes no system call.
 //!
-//! The mapping that contains the stack pointer is taken as the stack: for the
-//! main thread that is `[stack]`, for a spawned thread the `mmap` that holds
-//! its stack (the guard page below it is a separate mapping). Everything from
-//! the stack pointer to the end of that mapping is readable memory.
+//! Any other stack (a `sigaltstack`, a `makecontext` coroutine, a fiber or
+//! green thread) can be unmapped, and another mapping made at its address,
+//! at any time, with no hook to tell: its bounds are never cached but looked
+//! up again by every walk that starts on it (a few system calls; the price of
+//! a walk on a switched stack).
+//!
+//! A mapping is used as a stack only when it is readable, writable and
+//! private (`rw?p` in `/proc/self/maps`): a `sp` in a `PROT_NONE` page,
+//! `[vsyscall]`, `[vvar]`, read-only or shared memory has no stack, and the
+//! walk gives the pc alone. Everything from the stack pointer to the end of
+//! the range is readable memory.
 
 use core::cell::Cell;
 
@@ -31,19 +42,18 @@ impl StackBounds {
 }
 
 thread_local! {
-    // The thread's own stack, and the last other stack it ran on (an
-    // alternate signal stack, a coroutine). Const initializers and types
-    // without `Drop` make these plain `#[thread_local]` slots: no lazy
-    // registration, no allocation on first use, one `fs`-relative load.
+    // The thread's own stack (see the module docs). A const initializer and
+    // a type without `Drop` make this a plain `#[thread_local]` slot: no
+    // lazy registration, no allocation on first use, one `fs`-relative load.
     static OWN: Cell<StackBounds> = const { Cell::new(StackBounds { lo: 0, hi: 0 }) };
-    static OTHER: Cell<StackBounds> = const { Cell::new(StackBounds { lo: 0, hi: 0 }) };
 }
 
 /// The bounds of the stack that holds `sp` on the current thread.
 ///
-/// Async-signal-safe. The first call on a thread (and the first call on each
-/// other stack) reads `/proc/self/maps`; later calls are two compares.
-/// Returns `None` if no mapping holds `sp` or `/proc` cannot be read.
+/// Async-signal-safe. On the thread's own stack, the first call reads
+/// `/proc/self/maps` and later calls are two compares; on any other stack
+/// every call reads `/proc/self/maps`. Returns `None` if no readable,
+/// writable, private mapping holds `sp`, or `/proc` cannot be read.
 #[inline]
 pub fn bounds_for(sp: usize) -> Option<StackBounds> {
     let own = OWN.get();
@@ -78,11 +88,7 @@ pub(crate) fn cached_stack_end(sp: usize) -> Option<usize> {
 #[inline]
 pub(crate) fn cached_bounds_for(sp: usize) -> Option<StackBounds> {
     let own = OWN.get();
-    if own.contains(sp) {
-        return Some(own);
-    }
-    let other = OTHER.get();
-    other.contains(sp).then_some(other)
+    own.contains(sp).then_some(own)
 }
 
 #[cold]
@@ -91,33 +97,61 @@ fn stack_end_elsewhere(sp: usize) -> usize {
     bounds_elsewhere(sp).map_or(0, |b| b.hi)
 }
 
-/// Not on the thread's own (cached) stack: the other slot, or a lookup.
+/// Not on the thread's own (cached) stack: a lookup; cached when it finds
+/// the thread's own stack.
 #[cold]
 #[inline(never)]
 fn bounds_elsewhere(sp: usize) -> Option<StackBounds> {
-    let other = OTHER.get();
-    if other.contains(sp) {
-        return Some(other);
+    let (lo, hi) = crate::sys::maps::stack_mapping_containing(sp)?;
+    let b = StackBounds { lo, hi };
+    match own_stack(b) {
+        Some(own) if own.contains(sp) => {
+            OWN.set(own);
+            Some(own)
+        }
+        _ => Some(b),
     }
-    let found = crate::sys::maps::mapping_containing(sp)?;
-    let b = StackBounds {
-        lo: found.0,
-        hi: found.1,
-    };
-    // The first stack seen on a thread is its own; later misses replace the
-    // second slot only, so a signal handler on an alternate stack does not
-    // evict the thread's stack.
-    if OWN.get().hi == 0 {
-        OWN.set(b);
-    } else {
-        OTHER.set(b);
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+unsafe extern "C" {
+    /// Set by the dynamic loader: the stack pointer at the program's entry
+    /// (the address of `argc`), near the top of the main thread's stack.
+    static __libc_stack_end: *const libc::c_void;
+}
+
+/// The part of mapping `b` that is the current thread's own stack, if it is:
+/// the main thread's `[stack]` (it holds `__libc_stack_end`), or the mapping
+/// of a thread's stack, which holds the thread's descriptor at its top (glibc
+/// puts it there, also on a stack given with `pthread_attr_setstack`); all
+/// of the thread's frames lie below the descriptor, so that is where the
+/// range ends. Both stay mapped while the thread runs.
+fn own_stack(b: StackBounds) -> Option<StackBounds> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: a pointer-sized variable of the loader, written once before
+        // any of our code runs.
+        let end = unsafe { core::ptr::read_volatile(&raw const __libc_stack_end) } as usize;
+        if b.contains(end) {
+            return Some(b);
+        }
+        // SAFETY: pthread_self reads the thread pointer; async-signal-safe.
+        let pd = unsafe { libc::pthread_self() } as usize;
+        if b.lo < pd && pd < b.hi {
+            return Some(StackBounds { lo: b.lo, hi: pd });
+        }
+        None
     }
-    Some(b)
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = b;
+        None
+    }
 }
 
 /// Looks up and caches the current thread's stack bounds now, so that the
 /// first capture on this thread makes no system call at all.
 pub fn prepare_thread() {
     let marker = 0u8;
-    let _ = bounds_for(&marker as *const u8 as usize);
+    let _ = bounds_for(core::hint::black_box(&marker) as *const u8 as usize);
 }

@@ -300,6 +300,12 @@ mod corrupt {
         out[1..n].to_vec()
     }
 
+    /// A return address for a crafted record: an address inside this test's
+    /// code (the walk takes only return addresses in executable code).
+    fn ra(k: usize) -> usize {
+        walk_from as *const () as usize + k
+    }
+
     /// A fake stack area in this thread's stack, above the helper's frame.
     #[repr(C, align(16))]
     struct Records([usize; 32]);
@@ -317,11 +323,11 @@ mod corrupt {
     #[test]
     fn a_crafted_good_chain_is_followed() {
         let mut r = Records([0; 32]);
-        r.set(0, r.at(4), 0x1111);
-        r.set(4, r.at(8), 0x2222);
-        r.set(8, 0, 0x3333);
+        r.set(0, r.at(4), ra(1));
+        r.set(4, r.at(8), ra(2));
+        r.set(8, 0, ra(3));
         black_box(&mut r);
-        assert_eq!(walk_from(r.at(0)), [0x1111, 0x2222, 0x3333]);
+        assert_eq!(walk_from(r.at(0)), [ra(1), ra(2), ra(3)]);
     }
 
     #[test]
@@ -334,10 +340,10 @@ mod corrupt {
             usize::MAX,
         ] {
             let mut r = Records([0; 32]);
-            r.set(0, r.at(4), 0x1111);
-            r.set(4, garbage, 0x2222);
+            r.set(0, r.at(4), ra(1));
+            r.set(4, garbage, ra(2));
             black_box(&mut r);
-            assert_eq!(walk_from(r.at(0)), [0x1111, 0x2222], "{garbage:#x}");
+            assert_eq!(walk_from(r.at(0)), [ra(1), ra(2)], "{garbage:#x}");
             // The crafted fp itself garbage: only the helper's frame.
             assert!(walk_from(garbage).is_empty(), "{garbage:#x}");
         }
@@ -346,14 +352,14 @@ mod corrupt {
     #[test]
     fn cycles() {
         let mut r = Records([0; 32]);
-        r.set(0, r.at(0), 0x1111);
+        r.set(0, r.at(0), ra(1));
         black_box(&mut r);
-        assert_eq!(walk_from(r.at(0)), [0x1111]);
+        assert_eq!(walk_from(r.at(0)), [ra(1)]);
         let mut r = Records([0; 32]);
-        r.set(0, r.at(6), 0x1111);
-        r.set(6, r.at(0), 0x2222);
+        r.set(0, r.at(6), ra(1));
+        r.set(6, r.at(0), ra(2));
         black_box(&mut r);
-        assert_eq!(walk_from(r.at(0)), [0x1111, 0x2222]);
+        assert_eq!(walk_from(r.at(0)), [ra(1), ra(2)]);
     }
 
     #[test]
@@ -370,9 +376,9 @@ mod corrupt {
         ] {
             assert!(walk_from(p).is_empty(), "{p:#x}");
             let mut r = Records([0; 32]);
-            r.set(0, p, 0x1111);
+            r.set(0, p, ra(1));
             black_box(&mut r);
-            assert_eq!(walk_from(r.at(0)), [0x1111], "{p:#x}");
+            assert_eq!(walk_from(r.at(0)), [ra(1)], "{p:#x}");
         }
         // An unmapped page.
         // SAFETY: a fresh anonymous mapping, unmapped again at once; only
@@ -392,19 +398,19 @@ mod corrupt {
         };
         assert!(walk_from(page).is_empty());
         let mut r = Records([0; 32]);
-        r.set(0, page, 0x1111);
+        r.set(0, page, ra(1));
         black_box(&mut r);
-        assert_eq!(walk_from(r.at(0)), [0x1111]);
+        assert_eq!(walk_from(r.at(0)), [ra(1)]);
     }
 
     #[test]
     fn misaligned() {
         for off in 1..8 {
             let mut r = Records([0; 32]);
-            r.set(0, r.at(4) + off, 0x1111);
-            r.set(4, 0, 0x2222);
+            r.set(0, r.at(4) + off, ra(1));
+            r.set(4, 0, ra(2));
             black_box(&mut r);
-            assert_eq!(walk_from(r.at(0)), [0x1111], "offset {off}");
+            assert_eq!(walk_from(r.at(0)), [ra(1)], "offset {off}");
             assert!(walk_from(r.at(0) + off).is_empty());
         }
     }
@@ -412,10 +418,35 @@ mod corrupt {
     #[test]
     fn null_return_address() {
         let mut r = Records([0; 32]);
-        r.set(0, r.at(4), 0x1111);
+        r.set(0, r.at(4), ra(1));
         r.set(4, r.at(8), 0);
-        r.set(8, 0, 0x3333);
+        r.set(8, 0, ra(3));
         black_box(&mut r);
-        assert_eq!(walk_from(r.at(0)), [0x1111]);
+        assert_eq!(walk_from(r.at(0)), [ra(1)]);
+    }
+
+    #[test]
+    fn a_return_address_outside_code_ends_the_walk() {
+        // What a frame without frame pointers leaves where a record would
+        // be: heap pointers, small integers, stack addresses, data.
+        static DATA: [usize; 2] = [0; 2];
+        let heap = Box::new(0usize);
+        let local = 0usize;
+        for bad in [
+            0x7fd9_8000_0002usize,
+            2,
+            &*heap as *const usize as usize,
+            &local as *const usize as usize,
+            DATA.as_ptr() as usize,
+        ] {
+            let mut r = Records([0; 32]);
+            r.set(0, r.at(4), ra(1));
+            r.set(4, r.at(8), bad);
+            r.set(8, 0, ra(3));
+            black_box(&mut r);
+            if callstack::has_dl_find_object() {
+                assert_eq!(walk_from(r.at(0)), [ra(1)], "{bad:#x}");
+            }
+        }
     }
 }

@@ -332,13 +332,15 @@ pub(crate) fn unwind_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize
         let Some((lo, hi)) = bounds else {
             return 1;
         };
-        1 + crate::fast::walk_frame_records(
+        let mut code = crate::code::CodeCheck::new();
+        1 + crate::fast::walk_frame_records_checked(
             crate::arch::native::FRAME_RECORD,
             fp,
             lo,
             hi,
             0,
             &mut out[1..],
+            |ra| code.is_code(ra),
         )
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]

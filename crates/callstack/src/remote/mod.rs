@@ -333,6 +333,9 @@ pub enum RemoteError {
     NoSuchProcess(u32),
     /// The process is a zombie: it has exited and has no stack.
     Zombie(u32),
+    /// The process exited, or was killed, while its threads were being
+    /// stopped: there is nothing left to show.
+    Vanished(u32),
     /// Not allowed to trace the process; the text says why and what to do.
     Permission(u32, String),
     /// A ptrace or /proc failure.
@@ -349,6 +352,10 @@ impl fmt::Display for RemoteError {
             RemoteError::Zombie(p) => write!(
                 f,
                 "process {p} is a zombie (it has exited and its parent has not reaped it): it has no threads to show"
+            ),
+            RemoteError::Vanished(p) => write!(
+                f,
+                "process {p} exited (or was killed) while its threads were being stopped: it has no threads to show"
             ),
             RemoteError::Permission(p, s) => write!(f, "not permitted to trace process {p}: {s}"),
             RemoteError::Ptrace(p, s) => write!(f, "process {p}: {s}"),

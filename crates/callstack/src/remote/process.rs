@@ -18,9 +18,18 @@ pub const STACK_COPY: u64 = 512 * 1024;
 const RED_ZONE: u64 = 128;
 const PTRACE_EVENT_STOP: i32 = 128;
 
+/// How long the threads may take to report their stops: past it, a thread
+/// that has neither stopped nor exited is left out (with a warning), so a
+/// target killed or stuck mid-capture never hangs the capture.
+const STOP_DEADLINE: Duration = Duration::from_secs(3);
+
 /// A process whose threads were captured and released.
 pub struct LiveProcess {
     pid: u32,
+    /// A thread of the process that was alive when captured: its memory and
+    /// files are read through it (the leader's are gone once it exits, even
+    /// while other threads still run).
+    mm_tid: u32,
     snapshot: Snapshot,
     /// (start address, bytes) of each thread's copied stack, sorted.
     stacks: Vec<(u64, Vec<u8>)>,
@@ -31,8 +40,8 @@ fn proc_path(pid: u32, rest: &str) -> String {
     format!("/proc/{pid}/{rest}")
 }
 
-fn read_maps(pid: u32) -> Result<Vec<(Mapping, bool)>, RemoteError> {
-    let path = proc_path(pid, "maps");
+fn read_maps(pid: u32, mm_tid: u32) -> Result<Vec<(Mapping, bool)>, RemoteError> {
+    let path = proc_path(pid, &format!("task/{mm_tid}/maps"));
     let text = std::fs::read_to_string(&path).map_err(|e| match e.raw_os_error() {
         Some(libc::ENOENT) | Some(libc::ESRCH) => RemoteError::NoSuchProcess(pid),
         Some(libc::EACCES) | Some(libc::EPERM) => {
@@ -95,16 +104,30 @@ pub fn permission_hint(pid: u32) -> String {
     }
 }
 
-fn check_state(pid: u32) -> Result<(), RemoteError> {
-    let stat = std::fs::read_to_string(proc_path(pid, "stat"))
-        .map_err(|_| RemoteError::NoSuchProcess(pid))?;
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, r)| r.trim_start().chars().next());
-    match state {
-        Some('Z') | Some('X') => Err(RemoteError::Zombie(pid)),
-        _ => Ok(()),
+/// The state letter of thread `tid` of `pid` (`R`, `S`, `Z`, ...), or `None`
+/// when it is gone.
+fn task_state(pid: u32, tid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(proc_path(pid, &format!("task/{tid}/stat"))).ok()?;
+    stat.rsplit_once(')')
+        .and_then(|(_, r)| r.trim_start().chars().next())
+}
+
+/// Whether thread `tid` of `pid` has exited (a zombie, dead, or gone).
+fn task_gone(pid: u32, tid: u32) -> bool {
+    matches!(task_state(pid, tid), None | Some('Z') | Some('X'))
+}
+
+/// A thread of `pid` that has not exited: the leader if it is alive, else
+/// the first live one (a leader that called `pthread_exit` is a zombie while
+/// the other threads run on). `Zombie` when none is left.
+fn live_thread(pid: u32) -> Result<u32, RemoteError> {
+    if !task_gone(pid, pid) {
+        return Ok(pid);
     }
+    tasks(pid)?
+        .into_iter()
+        .find(|&t| !task_gone(pid, t))
+        .ok_or(RemoteError::Zombie(pid))
 }
 
 fn tasks(pid: u32) -> Result<Vec<u32>, RemoteError> {
@@ -124,6 +147,69 @@ struct Stopped {
     alive: bool,
 }
 
+/// Waits, without blocking on any one thread, until every thread in
+/// `stopped` marked alive has reported its stop (or exited: then it is
+/// marked dead), or `deadline` passes: the threads still silent then are
+/// marked dead and returned.
+///
+/// One thread at a time with a blocking `waitpid` can wait forever: when a
+/// multi-threaded target is killed, the leader's exit is reported only after
+/// every other thread has been reaped, and traced threads are reaped by
+/// their tracer, so all are polled in turn, and a thread that has become a
+/// zombie (or vanished) without a report counts as exited.
+fn wait_for_stops(pid: u32, stopped: &mut [Stopped], deadline: Instant) -> Vec<u32> {
+    let mut pending: Vec<usize> = (0..stopped.len()).filter(|&i| stopped[i].alive).collect();
+    let mut pause = Duration::from_micros(20);
+    let mut polls = 0u32;
+    while !pending.is_empty() {
+        pending.retain(|&i| {
+            let s = &mut stopped[i];
+            match ptrace::wait_nohang(s.tid as i32) {
+                Ok(Some(st)) if libc::WIFSTOPPED(st) => {
+                    let sig = libc::WSTOPSIG(st);
+                    let event = st >> 16;
+                    if event != PTRACE_EVENT_STOP && sig != libc::SIGTRAP {
+                        s.signal = sig; // a signal-delivery-stop: hand it back at detach
+                    }
+                    false
+                }
+                // Exited, killed, or no longer ours to wait for.
+                Ok(Some(_)) | Err(_) => {
+                    s.alive = false;
+                    false
+                }
+                Ok(None) => true,
+            }
+        });
+        if pending.is_empty() {
+            break;
+        }
+        polls += 1;
+        // Now and then, and before giving up: threads gone without a report.
+        if polls % 16 == 0 || Instant::now() >= deadline {
+            pending.retain(|&i| {
+                let gone = task_gone(pid, stopped[i].tid);
+                if gone {
+                    stopped[i].alive = false;
+                }
+                !gone
+            });
+        }
+        if Instant::now() >= deadline {
+            return pending
+                .into_iter()
+                .map(|i| {
+                    stopped[i].alive = false;
+                    stopped[i].tid
+                })
+                .collect();
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(2));
+    }
+    Vec::new()
+}
+
 impl LiveProcess {
     /// Stops every thread of `pid`, copies registers and stacks, and lets
     /// them go. Unwinding happens afterwards, on the copies.
@@ -131,15 +217,20 @@ impl LiveProcess {
         if pid == 0 || std::fs::metadata(proc_path(pid, "")).is_err() {
             return Err(RemoteError::NoSuchProcess(pid));
         }
-        check_state(pid)?;
+        let mm_tid = live_thread(pid)?;
         if pid == std::process::id() {
             return Err(RemoteError::Ptrace(
                 pid,
                 "cannot trace callstack itself; use capture_exact in-process".into(),
             ));
         }
-        let maps = read_maps(pid)?;
-        let exe = proc_path(pid, "exe");
+        // From here on, a process that disappears died while we looked.
+        let vanished = |e: RemoteError| match e {
+            RemoteError::NoSuchProcess(p) => RemoteError::Vanished(p),
+            e => e,
+        };
+        let maps = read_maps(pid, mm_tid).map_err(vanished)?;
+        let exe = proc_path(pid, &format!("task/{mm_tid}/exe"));
         let arch = files::map_file(Path::new(&exe))
             .ok()
             .and_then(|d| files::load_segments(&d))
@@ -153,11 +244,13 @@ impl LiveProcess {
         // Attach (no stop yet), re-listing until no new thread appears.
         let mut seized: Vec<u32> = Vec::new();
         for _round in 0..8 {
-            let now = tasks(pid)?;
+            let now = tasks(pid).map_err(vanished)?;
+            // Threads that have exited (a zombie leader) cannot be seized and
+            // have nothing to show.
             let new: Vec<u32> = now
                 .iter()
                 .copied()
-                .filter(|t| !seized.contains(t))
+                .filter(|t| !seized.contains(t) && !task_gone(pid, *t))
                 .collect();
             if new.is_empty() {
                 break;
@@ -166,11 +259,13 @@ impl LiveProcess {
                 match ptrace::seize(tid as i32) {
                     Ok(()) => seized.push(tid),
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    // The thread exited since it was listed.
+                    Err(e) if e.raw_os_error() == Some(libc::EPERM) && task_gone(pid, tid) => {}
                     Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
                         for &t in &seized {
                             let _ = ptrace::detach(t as i32, 0);
                         }
-                        if check_state(pid).is_err() {
+                        if live_thread(pid).is_err() {
                             return Err(RemoteError::Zombie(pid));
                         }
                         return Err(RemoteError::Permission(pid, permission_hint(pid)));
@@ -188,7 +283,10 @@ impl LiveProcess {
             }
         }
         if seized.is_empty() {
-            return Err(RemoteError::Zombie(pid));
+            return Err(match live_thread(pid) {
+                Ok(_) => RemoteError::Vanished(pid),
+                Err(e) => vanished(e),
+            });
         }
 
         // Stop all, copy, release.
@@ -202,21 +300,16 @@ impl LiveProcess {
                 alive,
             });
         }
-        for s in stopped.iter_mut().filter(|s| s.alive) {
-            match ptrace::wait(s.tid as i32) {
-                Ok(st) if libc::WIFSTOPPED(st) => {
-                    let sig = libc::WSTOPSIG(st);
-                    let event = st >> 16;
-                    if event != PTRACE_EVENT_STOP && sig != libc::SIGTRAP {
-                        s.signal = sig; // a signal-delivery-stop: hand it back at detach
-                    }
-                }
-                _ => s.alive = false,
-            }
-        }
+        let timed_out = wait_for_stops(pid, &mut stopped, t0 + STOP_DEADLINE);
         let mut threads = Vec::with_capacity(stopped.len());
         let mut stacks = Vec::with_capacity(stopped.len());
         let mut warnings = Vec::new();
+        for tid in &timed_out {
+            warnings.push(format!(
+                "thread {tid} did not stop within {} s: left out",
+                STOP_DEADLINE.as_secs()
+            ));
+        }
         let mut buf = [0u8; 1024];
         for s in stopped.iter().filter(|s| s.alive) {
             let regs = ptrace::get_regset(s.tid as i32, &mut buf)
@@ -233,7 +326,7 @@ impl LiveProcess {
                     let lo = sp.saturating_sub(RED_ZONE).max(m.start);
                     let hi = m.end.min(sp.saturating_add(STACK_COPY));
                     let mut bytes = vec![0u8; (hi - lo) as usize];
-                    if let Ok(n) = ptrace::read_remote(pid as i32, lo, &mut bytes) {
+                    if let Ok(n) = ptrace::read_remote(mm_tid as i32, lo, &mut bytes) {
                         bytes.truncate(n);
                         stacks.push((lo, bytes));
                     }
@@ -250,8 +343,15 @@ impl LiveProcess {
             let _ = ptrace::detach(s.tid as i32, s.signal);
         }
         let stopped_for = t0.elapsed();
-        for s in stopped.iter().filter(|s| !s.alive) {
+        for s in stopped
+            .iter()
+            .filter(|s| !s.alive && !timed_out.contains(&s.tid))
+        {
             warnings.push(format!("thread {} exited while being stopped", s.tid));
+        }
+        if threads.is_empty() {
+            // Killed, or exited, while we stopped it.
+            return Err(RemoteError::Vanished(pid));
         }
 
         // Everything below runs with the target running again.
@@ -266,6 +366,7 @@ impl LiveProcess {
         stacks.sort_by_key(|s| s.0);
         let mut live = LiveProcess {
             pid,
+            mm_tid,
             snapshot: Snapshot {
                 arch,
                 pid,
@@ -362,14 +463,15 @@ impl ProcessMemory<'_> {
                 return true;
             }
         }
-        matches!(ptrace::read_remote(self.live.pid as i32, addr, buf), Ok(n) if n == buf.len())
-            || read_proc_mem(self.live.pid, addr, buf)
+        let (pid, tid) = (self.live.pid, self.live.mm_tid);
+        matches!(ptrace::read_remote(tid as i32, addr, buf), Ok(n) if n == buf.len())
+            || read_proc_mem(pid, tid, addr, buf)
     }
 }
 
-fn read_proc_mem(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
+fn read_proc_mem(pid: u32, tid: u32, addr: u64, buf: &mut [u8]) -> bool {
     use std::os::unix::fs::FileExt;
-    std::fs::File::open(proc_path(pid, "mem"))
+    std::fs::File::open(proc_path(pid, &format!("task/{tid}/mem")))
         .and_then(|f| f.read_exact_at(buf, addr))
         .is_ok()
 }

@@ -29,12 +29,13 @@ pub fn detach(tid: i32, sig: i32) -> io::Result<()> {
     check(unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0usize, sig as usize) }).map(drop)
 }
 
-/// `waitpid(tid, __WALL)`, retried on EINTR; returns the raw status.
-pub fn wait(tid: i32) -> io::Result<i32> {
+/// `waitpid(tid, __WALL | WNOHANG)`, retried on EINTR: the raw status if
+/// `tid` has changed state, `None` if it has not (yet).
+pub fn wait_nohang(tid: i32) -> io::Result<Option<i32>> {
     let mut status = 0;
     loop {
         // SAFETY: `status` is a valid out-pointer for the duration of the call.
-        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
+        let r = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
         if r == -1 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -42,7 +43,7 @@ pub fn wait(tid: i32) -> io::Result<i32> {
             }
             return Err(e);
         }
-        return Ok(status);
+        return Ok((r != 0).then_some(status));
     }
 }
 

@@ -341,7 +341,13 @@ struct Entry {
     opened: Option<Result<ElfModule, Error>>,
 }
 
-/// Turns addresses into frames, with a per-address cache.
+/// How many answers a [`Symbolizer`] keeps at most: past it the cache is
+/// emptied and fills again, so memory stays bounded however many distinct
+/// addresses go through (the modules' parsed tables stay).
+pub const CACHE_CAPACITY: usize = 1 << 16;
+
+/// Turns addresses into frames, with a per-address cache (of at most
+/// [`CACHE_CAPACITY`] answers).
 ///
 /// Not `Sync`: give each thread its own, or put one behind a mutex (as
 /// [`called_from`] does).
@@ -505,6 +511,9 @@ impl Symbolizer {
             return &self.cache[&key];
         }
         let s = self.resolve(addr);
+        if self.cache.len() >= CACHE_CAPACITY {
+            self.cache.clear();
+        }
         self.cache.entry(key).or_insert(s)
     }
 
@@ -524,6 +533,12 @@ impl Symbolizer {
     /// assert_eq!(answers.len(), n);
     /// ```
     pub fn symbolize_batch(&mut self, addrs: &[Address]) -> Vec<&Symbolized> {
+        // The answers returned must all be in the cache at once: a batch
+        // larger than the room left starts from an empty cache (and one
+        // larger than the capacity is kept whole until the next call).
+        if self.cache.len() + addrs.len() > CACHE_CAPACITY {
+            self.cache.clear();
+        }
         let mut todo: Vec<Address> = addrs
             .iter()
             .copied()
@@ -710,4 +725,25 @@ pub fn section_address(path: impl AsRef<Path>, name: &str) -> Result<Option<u64>
     let obj = object::File::parse(map.bytes())
         .map_err(|e| Error::new(ErrorKind::BadObject, path, e.to_string()))?;
     Ok(obj.section_by_name(name).map(|s| s.address()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_cache_is_bounded() {
+        // Addresses in no module: cheap answers, each cached.
+        let mut s = Symbolizer::from_modules([]);
+        for i in 0..CACHE_CAPACITY + 1000 {
+            let a = 0x1000 + i * 16;
+            assert_eq!(s.symbolize_pc(a).offset, a as u64);
+            assert!(s.cached() <= CACHE_CAPACITY);
+        }
+        // A batch returns every answer, even past the room left.
+        let addrs: Vec<Address> = (0..1000).map(|i| Address::Exact(0x10 + i)).collect();
+        let got = s.symbolize_batch(&addrs);
+        assert_eq!(got.len(), 1000);
+        assert!(got.iter().zip(0..).all(|(a, i)| a.offset == 0x10 + i));
+    }
 }

@@ -4,6 +4,7 @@
 ///
 /// Async-signal-safe: `open`, `read` and `close` only, a 4 KiB buffer on the
 /// stack, no allocation. Returns `(start, end)` of the mapping.
+#[cfg(test)]
 pub fn mapping_containing(addr: usize) -> Option<(usize, usize)> {
     let mut found = None;
     for_each_mapping(|start, end| {
@@ -17,8 +18,37 @@ pub fn mapping_containing(addr: usize) -> Option<(usize, usize)> {
     found
 }
 
+/// Finds the mapping that contains `addr` if it can hold a stack: readable,
+/// writable and private (`rw?p`). A `PROT_NONE` guard page, `[vsyscall]`,
+/// `[vvar]`, read-only or shared mappings give `None`: reading anywhere in
+/// the range returned cannot fault (as long as it stays mapped).
+///
+/// Async-signal-safe, like [`mapping_containing`].
+pub fn stack_mapping_containing(addr: usize) -> Option<(usize, usize)> {
+    let mut found = None;
+    for_each_line(|line| match parse_range(line) {
+        Some((start, end)) if start <= addr && addr < end => {
+            if perms_allow_stack(line) {
+                found = Some((start, end));
+            }
+            false
+        }
+        _ => true,
+    });
+    found
+}
+
+/// Whether the permissions field of a maps line reads `rw?p`.
+fn perms_allow_stack(line: &[u8]) -> bool {
+    let Some(space) = line.iter().position(|&b| b == b' ') else {
+        return false;
+    };
+    matches!(line.get(space + 1..space + 5), Some([b'r', b'w', _, b'p']))
+}
+
 /// Calls `f(start, end)` for each mapping of `/proc/self/maps` until it
 /// returns `false`.
+#[cfg(test)]
 pub fn for_each_mapping(mut f: impl FnMut(usize, usize) -> bool) {
     for_each_line(|line| match parse_range(line) {
         Some((lo, hi)) => f(lo, hi),
@@ -123,6 +153,20 @@ mod tests {
         assert_eq!(parse_range(line), Some((0x7ffeba3f2000, 0x7ffeba413000)));
         assert_eq!(parse_range(b"zz-1 r"), None);
         assert_eq!(parse_range(b""), None);
+        assert!(perms_allow_stack(line));
+        assert!(!perms_allow_stack(
+            b"7ffeba3f2000-7ffeba413000 ---p 00000000 00:00 0"
+        ));
+        assert!(!perms_allow_stack(
+            b"ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]"
+        ));
+        assert!(!perms_allow_stack(
+            b"7f0000000000-7f0000001000 r--p 00000000 00:00 0 [vvar]"
+        ));
+        assert!(!perms_allow_stack(
+            b"7f0000000000-7f0000001000 rw-s 00000000 00:05 7 /dev/zero"
+        ));
+        assert!(!perms_allow_stack(b"7f0000000000-7f0000001000"));
     }
 
     #[test]
@@ -131,5 +175,27 @@ mod tests {
         let a = &x as *const u64 as usize;
         let (lo, hi) = mapping_containing(a).expect("stack mapping");
         assert!(lo <= a && a < hi);
+        assert_eq!(stack_mapping_containing(a), Some((lo, hi)));
+    }
+
+    #[test]
+    fn a_prot_none_page_is_no_stack() {
+        // SAFETY: a fresh private mapping, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                4096,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let a = p as usize + 64;
+        assert!(mapping_containing(a).is_some());
+        assert_eq!(stack_mapping_containing(a), None);
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(p, 4096) };
     }
 }

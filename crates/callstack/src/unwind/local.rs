@@ -182,11 +182,14 @@ unsafe extern "C" {
     static __libc_stack_end: *const libc::c_void;
 }
 
-/// The main thread's stack from `sp` up, without reading `/proc`: when `sp`
-/// lies less than 8 MiB (the default `RLIMIT_STACK`) below
-/// `__libc_stack_end`, it is on the main thread's stack, which is one
-/// mapping from `sp` to its top (the kernel keeps other mappings a guard gap
-/// away from it), so `[sp, __libc_stack_end + 8)` is readable.
+/// The main thread's stack from `sp` up, without reading `/proc`: when this
+/// function's own frame lies less than 8 MiB (the default `RLIMIT_STACK`)
+/// below `__libc_stack_end`, it runs on the main thread's stack, which is one
+/// mapping from here to its top (the kernel keeps other mappings a guard gap
+/// away from it); a `sp` between here and the top is then on that mapping,
+/// and `[sp, __libc_stack_end + 8)` is readable. (A `sp` merely near the
+/// stack's top, from a crafted or foreign context, may lie below the
+/// stack's mapping: it takes the lookup.)
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn main_stack_bounds(sp: u64) -> Option<StackBounds> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -194,7 +197,9 @@ fn main_stack_bounds(sp: u64) -> Option<StackBounds> {
         // SAFETY: a pointer-sized variable of the loader, written once before
         // any of our code runs.
         let end = unsafe { core::ptr::read_volatile(&raw const __libc_stack_end) } as u64;
-        if end > sp && end - sp < 8 << 20 {
+        let marker = 0u8;
+        let here = core::hint::black_box(&marker) as *const u8 as u64;
+        if here <= sp && end > sp && end - here < 8 << 20 {
             return Some(StackBounds {
                 lo: sp as usize,
                 hi: end as usize + 8,
@@ -346,17 +351,21 @@ pub fn has_dl_find_object() -> bool {
     dl_find_object_fn().is_some()
 }
 
+/// A loaded object as `_dl_find_object` reports it.
 #[derive(Clone, Copy, Debug)]
-struct DlModule {
-    start: u64,
-    end: u64,
-    eh_frame_hdr: u64,
+pub(crate) struct DlModule {
+    /// Start of the object's first mapping.
+    pub(crate) start: u64,
+    /// End of the object's last mapping.
+    pub(crate) end: u64,
+    /// Its `.eh_frame_hdr`, or 0.
+    pub(crate) eh_frame_hdr: u64,
 }
 
-/// `_dl_find_object`'s answer for `pc`, or `None` (no such function, or no
-/// object holds `pc`). Lock-free and async-signal-safe.
+/// The loaded object holding `pc`, by glibc's lock-free, async-signal-safe
+/// `_dl_find_object`; `None` when no object holds it or glibc lacks it.
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-fn dl_find_raw(pc: u64) -> Option<DlFindObject> {
+pub(crate) fn dl_find(pc: u64) -> Option<DlModule> {
     let f = dl_find_object_fn()?;
     let mut r = DlFindObject {
         flags: 0,
@@ -372,12 +381,6 @@ fn dl_find_raw(pc: u64) -> Option<DlFindObject> {
     if unsafe { f(pc as *mut libc::c_void, &mut r) } != 0 {
         return None;
     }
-    Some(r)
-}
-
-#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-fn dl_find(pc: u64) -> Option<DlModule> {
-    let r = dl_find_raw(pc)?;
     Some(DlModule {
         start: r.map_start as u64,
         end: r.map_end as u64,
@@ -387,49 +390,25 @@ fn dl_find(pc: u64) -> Option<DlModule> {
 
 /// The executable `PT_LOAD` segment `[start, end)` of the loaded object
 /// holding `addr`, at runtime addresses, when `addr` lies in one: found
-/// lock-free by `_dl_find_object` (the object's mapping and link map) and the
-/// object's program headers, read in its first page. Async-signal-safe; no
-/// snapshot needed, so code loaded after `prepare()` (or without it) is
-/// found too.
+/// lock-free by `_dl_find_object` and the object's program headers, read in
+/// its first page (nothing cached: the answer is for the object loaded now).
+/// Async-signal-safe; no snapshot needed, so code loaded after `prepare()`
+/// (or without it) is found too.
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn dl_exec_segment(addr: u64) -> Option<(u64, u64)> {
-    const EHDR: u64 = 64;
-    const PHDR: u64 = 56;
-    const PT_LOAD: u32 = 1;
-    const PF_X: u32 = 1;
-    let r = dl_find_raw(addr)?;
-    let (start, end) = (r.map_start as u64, r.map_end as u64);
-    if r.link_map.is_null() || start >= end || end - start < EHDR {
+    let d = dl_find(addr)?;
+    if d.start >= d.end {
         return None;
     }
-    // The first page of the object holds its ELF header (the first PT_LOAD
-    // maps file offset 0) and, for every linker's output, its program headers.
-    let page = (end - start).min(4096);
-    // SAFETY: `[start, start + page)` is the beginning of the object's first
-    // mapping, readable while the object is loaded (`_dl_find_object` just
-    // found it loaded).
-    let first = unsafe { core::slice::from_raw_parts(start as *const u8, page as usize) };
-    if first[..4] != b"\x7fELF"[..] || first[4] != 2 {
-        return None;
-    }
-    let u16_at = |o: usize| u16::from_le_bytes([first[o], first[o + 1]]) as u64;
-    let u32_at = |o: usize| u32::from_le_bytes(first[o..o + 4].try_into().unwrap());
-    let u64_at = |o: usize| u64::from_le_bytes(first[o..o + 8].try_into().unwrap());
-    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
-    if phentsize != PHDR || phoff.checked_add(phnum * PHDR)? > page {
-        return None;
-    }
-    // SAFETY: `l_addr`, the load bias, is the first word of the public
-    // `struct link_map`, which lives as long as the object.
-    let bias = unsafe { core::ptr::read(r.link_map as *const u64) };
-    (0..phnum)
-        .map(|i| (phoff + i * PHDR) as usize)
-        .filter(|&o| u32_at(o) == PT_LOAD && u32_at(o + 4) & PF_X != 0)
-        .map(|o| {
-            let lo = bias.wrapping_add(u64_at(o + 0x10));
-            (lo, lo.wrapping_add(u64_at(o + 0x20)))
-        })
-        .find(|&(lo, hi)| lo <= addr && addr < hi && lo >= start && hi <= end)
+    // SAFETY: the first page of a loaded object (its first PT_LOAD, from
+    // file offset 0) is mapped and readable while it is loaded, and no
+    // further than the object's end is read.
+    let header = unsafe {
+        core::slice::from_raw_parts(d.start as *const u8, (d.end - d.start).min(4096) as usize)
+    };
+    let (lo, hi) = crate::code::elf_exec_segment(header, d.start as usize, addr as usize)?;
+    let (lo, hi) = (lo as u64, hi as u64);
+    (lo <= addr && addr < hi && d.start <= lo && hi <= d.end).then_some((lo, hi))
 }
 
 /// The CFI sections of a loaded module, at runtime addresses, from its
@@ -613,6 +592,21 @@ impl Snapshot {
 }
 
 static SNAPSHOT: AtomicPtr<Snapshot> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Which module snapshot is published (0 for none): what a range from
+/// [`snapshot_code_range`] stays valid with.
+#[inline(always)]
+
+/// The executable segment of the published module snapshot (see
+/// [`prepare`]) that holds `addr`: lock-free, no system call. `None` before
+/// any snapshot, or outside its segments.
+pub(crate) fn snapshot_code_range(addr: u64) -> Option<(u64, u64)> {
+    // SAFETY: published snapshots are never freed.
+    let s = unsafe { SNAPSHOT.load(Ordering::Acquire).as_ref() }?;
+    let i = s.segments.partition_point(|seg| seg.0 <= addr);
+    let seg = s.segments.get(i.checked_sub(1)?)?;
+    (addr < seg.1).then_some((seg.0, seg.1))
+}
 /// Set by a capture that met a module the snapshot does not have.
 static STALE: AtomicBool = AtomicBool::new(false);
 static PREPARE_LOCK: Mutex<()> = Mutex::new(());
@@ -1561,6 +1555,12 @@ pub(crate) fn walk_pcs(
 ) -> (usize, StopReason) {
     let (mut mem, source) = match walk_start(regs.sp, out) {
         Ok(s) => s,
+        // No readable stack at sp (a crafted or broken context): the pc
+        // alone.
+        Err((_, stop)) if !out.is_empty() && skip == 0 && regs.pc != 0 => {
+            out[0] = regs.pc as usize;
+            return (1, stop);
+        }
         Err(end) => return end,
     };
     if regs.pc == 0 {
@@ -1605,6 +1605,7 @@ fn walk_rest(
     // Skipped frames go here (small: the cold capture's stack depth is page
     // faults).
     let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 8];
+    let mut code = crate::code::CodeCheck::new();
     loop {
         if n == out.len() {
             return (n, StopReason::BufferFull);
@@ -1645,6 +1646,11 @@ fn walk_rest(
             Some(f) => {
                 exact = f.method == crate::unwind::Method::SignalFrame;
                 let r = *u.regs();
+                // A caller outside the code of the loaded modules is
+                // garbage read as a return address: the walk ends.
+                if !code.is_code(r.pc as usize) {
+                    return (n, StopReason::UnknownModule(r.pc));
+                }
                 hot.pc = r.pc;
                 hot.sp = r.sp;
                 hot.fp = r.fp;
@@ -1679,12 +1685,28 @@ pub(crate) fn walk_frames(
 ) -> (usize, StopReason) {
     let (mut mem, source) = match walk_start(regs.sp, out) {
         Ok(s) => s,
+        // No readable stack at sp: the pc alone.
+        Err((_, stop)) if !out.is_empty() && skip == 0 && regs.pc != 0 => {
+            out[0] = Frame {
+                pc: regs.pc,
+                sp: regs.sp,
+                fp: regs.fp,
+                method: crate::unwind::Method::Context,
+            };
+            return (1, stop);
+        }
         Err(end) => return end,
     };
     let fallback = insn_fallback(&mem);
     let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
     let mut n = 0;
+    let mut code = crate::code::CodeCheck::new();
     while let Some(f) = u.next(&mut mem) {
+        // Every frame after the first: a caller outside the code of the
+        // loaded modules is garbage read as a return address.
+        if f.method != crate::unwind::Method::Context && !code.is_code(f.pc as usize) {
+            return (n, StopReason::UnknownModule(f.pc));
+        }
         if skip > 0 {
             skip -= 1;
             continue;

@@ -185,11 +185,14 @@ impl Arch for X86_64 {
         let ra = mem
             .read_u64(cfa.wrapping_sub(8))
             .map_err(UnwindError::Read)?;
-        let fp = if bp == 0 {
+        let slot = cfa.wrapping_add(bp as i64 as u64);
+        // A slot below the stack pointer was popped already: at an
+        // epilogue's `ret` (after `pop rbp` or `leave`, where gcc's CFI
+        // still says where rbp was saved) rbp holds the caller's value.
+        let fp = if bp == 0 || slot < regs.sp {
             regs.fp
         } else {
-            mem.read_u64(cfa.wrapping_add(bp as i64 as u64))
-                .map_err(UnwindError::Read)?
+            mem.read_u64(slot).map_err(UnwindError::Read)?
         };
         Ok(Applied::Caller {
             regs: UnwindRegs {
