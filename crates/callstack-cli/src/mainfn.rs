@@ -26,6 +26,12 @@ pub enum MainRule {
     Never,
 }
 
+/// Whether a function of this name may be a program's `main` (only then
+/// is its module's debug info read for the rule).
+pub fn may_be_main(function: &str) -> bool {
+    function == "main" || function.ends_with("::main")
+}
+
 impl MainRule {
     /// Whether a real frame in `function` is the last one printed.
     pub fn stops_at(&self, function: &str) -> bool {
@@ -76,13 +82,16 @@ fn scan(data: &[u8]) -> Option<MainRule> {
     let mut namespaces: Vec<String> = Vec::new();
     let mut units = dwarf.units();
     while let Ok(Some(header)) = units.next() {
-        let Ok(unit) = dwarf.unit(header) else {
+        // gdb reads every unit; only Rust units carry the mark here (gcc
+        // sets it for Fortran only), so other units are passed over after
+        // their first entry, and so are the Rust standard library's
+        // (compiled in `/rustc/<hash>`), which holds neither the user's
+        // `main` nor namespaces of its name.
+        let Ok(abbrevs) = dwarf.abbreviations(&header) else {
             continue;
         };
-        // gdb reads every unit; only Rust units carry the mark here (gcc
-        // sets it for Fortran only), so C units are skipped unread.
-        let mut entries = unit.entries();
-        let lang = match entries.next_dfs() {
+        let mut first = header.entries(&abbrevs);
+        let lang = match first.next_dfs() {
             Ok(Some(root)) => match root.attr_value(gimli::DW_AT_language) {
                 Some(gimli::AttributeValue::Language(l)) => l.0,
                 _ => 0,
@@ -92,46 +101,80 @@ fn scan(data: &[u8]) -> Option<MainRule> {
         if lang != DW_LANG_RUST {
             continue;
         }
-        // The names of the enclosing namespaces, by depth.
-        let mut path: Vec<(isize, String)> = Vec::new();
-        while let Ok(Some(e)) = entries.next_dfs() {
-            let depth = e.depth();
-            while path.last().is_some_and(|(d, _)| *d >= depth) {
-                path.pop();
-            }
-            let tag = e.tag();
-            if tag != gimli::DW_TAG_namespace && tag != gimli::DW_TAG_subprogram {
-                continue;
-            }
-            let name = e
-                .attr_value(gimli::DW_AT_name)
-                .and_then(|v| dwarf.attr_string(&unit, v).ok())
-                .map(|s| String::from_utf8_lossy(s.slice()).into_owned());
-            let name: Option<String> = name;
-            let Some(name) = name else { continue };
-            let qualified = || {
-                let mut q: Vec<&str> = path.iter().map(|(_, n)| n.as_str()).collect();
-                q.push(&name);
-                q.join("::")
-            };
-            if tag == gimli::DW_TAG_namespace {
-                if name == "main" {
-                    namespaces.push(qualified());
-                }
-                path.push((depth, name));
-            } else if main.is_none()
-                && matches!(
-                    e.attr_value(gimli::DW_AT_main_subprogram),
-                    Some(gimli::AttributeValue::Flag(true))
-                )
-            {
-                main = Some(qualified());
-            }
+        let Ok(unit) = dwarf.unit(header) else {
+            continue;
+        };
+        let Ok(mut tree) = unit.entries_tree(None) else {
+            continue;
+        };
+        let Ok(root) = tree.root() else { continue };
+        let from_std = root
+            .entry()
+            .attr_value(gimli::DW_AT_comp_dir)
+            .and_then(|v| dwarf.attr_string(&unit, v).ok())
+            .is_some_and(|d| d.slice().starts_with(b"/rustc/"));
+        if from_std {
+            continue;
         }
+        let mut path: Vec<String> = Vec::new();
+        walk(&dwarf, &unit, root, &mut path, &mut main, &mut namespaces);
     }
     Some(match main {
         None => MainRule::At("main".into()),
         Some(m) if namespaces.contains(&m) => MainRule::Never,
         Some(m) => MainRule::At(m),
     })
+}
+
+type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
+
+/// Visits the children of `node`: descends into namespaces only (a
+/// function's own children are never a function marked main), recording
+/// the marked subprogram's and the `main` namespaces' qualified names.
+fn walk(
+    dwarf: &gimli::Dwarf<Reader<'_>>,
+    unit: &gimli::Unit<Reader<'_>>,
+    node: gimli::EntriesTreeNode<'_, '_, Reader<'_>>,
+    path: &mut Vec<String>,
+    main: &mut Option<String>,
+    namespaces: &mut Vec<String>,
+) {
+    let mut children = node.children();
+    while let Ok(Some(child)) = children.next() {
+        let e = child.entry();
+        let tag = e.tag();
+        if tag != gimli::DW_TAG_namespace && tag != gimli::DW_TAG_subprogram {
+            continue;
+        }
+        let name: Option<String> = e
+            .attr_value(gimli::DW_AT_name)
+            .and_then(|v| dwarf.attr_string(unit, v).ok())
+            .map(|s| String::from_utf8_lossy(s.slice()).to_string());
+        let Some(name) = name else {
+            continue;
+        };
+        let qualified = |path: &[String]| {
+            let mut q = path.join("::");
+            if !q.is_empty() {
+                q.push_str("::");
+            }
+            q.push_str(&name);
+            q
+        };
+        if tag == gimli::DW_TAG_namespace {
+            if name == "main" {
+                namespaces.push(qualified(path));
+            }
+            path.push(name);
+            walk(dwarf, unit, child, path, main, namespaces);
+            path.pop();
+        } else if main.is_none()
+            && matches!(
+                e.attr_value(gimli::DW_AT_main_subprogram),
+                Some(gimli::AttributeValue::Flag(true))
+            )
+        {
+            *main = Some(qualified(path));
+        }
+    }
 }

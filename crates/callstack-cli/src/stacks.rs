@@ -203,10 +203,6 @@ fn name_thread(
             break;
         }
         let module = snap.module_at(f.lookup).map(|(_, m)| m);
-        rule = match module {
-            Some(m) if !past_main => Some(sym.main_rule(m).clone()),
-            _ => None,
-        };
         let syms = sym.names(module, f.pc, f.lookup);
         let module_name = module.map(|m| m.name.clone());
         if syms.is_empty() {
@@ -238,6 +234,21 @@ fn name_thread(
                 signal_trampoline,
             });
         }
+        // Read the module's rule only when the real frame just printed may
+        // be `main`: that spares reading large debug files (libc's).
+        rule = match (module, frames.last()) {
+            (Some(m), Some(last))
+                if !past_main
+                    && !last.inlined
+                    && last
+                        .function
+                        .as_deref()
+                        .is_some_and(crate::mainfn::may_be_main) =>
+            {
+                Some(sym.main_rule(m).clone())
+            }
+            _ => None,
+        };
     }
     ThreadOut {
         tid: t.tid,
