@@ -111,7 +111,9 @@ int callstack_crash_thread_init(void);
  * Returns the length of the whole text without the NUL (as snprintf: a
  * value >= len means it was truncated; call again with a larger buffer),
  * CALLSTACK_ENOMODULE (buf gets "") or CALLSTACK_EINVAL (buf NULL with
- * len > 0). Nothing returned points into the library's memory. */
+ * len > 0). Nothing returned points into the library's memory.
+ * Absent from a library built with `--no-default-features` (no
+ * `symbolize` feature), as is callstack_print_trace. */
 int callstack_symbolize(uintptr_t addr, uint32_t flags, char* buf, size_t len);
 
 /* Writes `count` frames to the file descriptor `fd`, one line per level:

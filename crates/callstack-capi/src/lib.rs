@@ -226,6 +226,7 @@ pub extern "C" fn callstack_crash_thread_init() -> core::ffi::c_int {
     }
 }
 
+#[cfg(feature = "symbolize")]
 /// The symbolizer behind [`callstack_symbolize`] and
 /// [`callstack_print_trace`]: one per process, built on first use, behind a
 /// lock (it caches parsed debug info and answers).
@@ -242,6 +243,7 @@ pub const CALLSTACK_ENOMODULE: i32 = -2;
 /// Writing to the file descriptor failed (`errno` is set).
 pub const CALLSTACK_EIO: i32 = -3;
 
+#[cfg(feature = "symbolize")]
 /// Runs `f` on the process's symbolizer, catching panics (none cross the
 /// C boundary).
 fn with_symbolizer<R>(f: impl FnOnce(&mut callstack::symbolize::Symbolizer) -> R) -> Option<R> {
@@ -253,6 +255,7 @@ fn with_symbolizer<R>(f: impl FnOnce(&mut callstack::symbolize::Symbolizer) -> R
     .ok()
 }
 
+#[cfg(feature = "symbolize")]
 /// The text of one address: its levels, innermost (inlined) first, one per
 /// line, as `function at file:line` (`(inlined) ` before inlined levels;
 /// `?? (module+0xoffset)` when nothing names it). `None` when no module
@@ -271,6 +274,7 @@ fn describe(addr: usize, flags: u32) -> Option<Option<String>> {
     })
 }
 
+#[cfg(feature = "symbolize")]
 /// `int callstack_symbolize(uintptr_t addr, uint32_t flags, char* buf, size_t len);`
 ///
 /// Writes into `buf` (NUL-terminated, truncated to `len - 1` bytes) the
@@ -319,6 +323,7 @@ pub unsafe extern "C" fn callstack_symbolize(
     i32::try_from(text.len()).unwrap_or(i32::MAX)
 }
 
+#[cfg(feature = "symbolize")]
 /// `int callstack_print_trace(const uintptr_t* frames, uint32_t count, uint32_t flags, int fd);`
 ///
 /// Writes the frames to `fd`, one line per level:

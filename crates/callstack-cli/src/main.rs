@@ -9,6 +9,7 @@ mod addr2line;
 mod core;
 mod crash;
 mod demo;
+mod mainfn;
 mod pstack;
 mod stacks;
 mod symbolize;

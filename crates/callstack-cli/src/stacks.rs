@@ -171,23 +171,15 @@ pub fn collect<M: Memory + Send>(
     out
 }
 
-/// Whether the last frame printed is the program's `main`, where gdb ends a
-/// backtrace. gdb finds `main` by name; in a Rust program the program's main
-/// is `crate::main` and gdb never stops, so neither do we at the C `main`
-/// that the Rust runtime provides (the caller of `std::rt::lang_start_internal`).
-fn ends_at_main(frames: &[FrameOut]) -> bool {
-    let Some(last) = frames.last() else {
+/// Whether the frames printed so far end with the real frame where gdb
+/// ends a backtrace: the program's `main` ([`crate::mainfn`]'s rule for the
+/// module of that frame). Inlined levels come before their real frame, so
+/// only the last level printed is looked at.
+fn ends_at_main(frames: &[FrameOut], rule: Option<&crate::mainfn::MainRule>) -> bool {
+    let (Some(last), Some(rule)) = (frames.last(), rule) else {
         return false;
     };
-    if last.inlined || last.function.as_deref() != Some("main") {
-        return false;
-    }
-    let callee = frames
-        .iter()
-        .rev()
-        .nth(1)
-        .and_then(|f| f.function.as_deref());
-    callee != Some("std::rt::lang_start_internal")
+    !last.inlined && last.function.as_deref().is_some_and(|f| rule.stops_at(f))
 }
 
 fn name_thread(
@@ -199,12 +191,14 @@ fn name_thread(
 ) -> ThreadOut {
     let mut frames: Vec<FrameOut> = Vec::new();
     let mut stop = unwound.stop;
+    // The main rule of the module of the last real frame printed.
+    let mut rule: Option<crate::mainfn::MainRule> = None;
     for (k, f) in unwound.frames.iter().enumerate() {
         let signal_trampoline = unwound
             .frames
             .get(k + 1)
             .is_some_and(|n| n.method == callstack::remote::Method::SignalFrame);
-        if !past_main && ends_at_main(&frames) {
+        if !past_main && ends_at_main(&frames, rule.as_ref()) {
             stop = None;
             break;
         }
@@ -240,6 +234,21 @@ fn name_thread(
                 signal_trampoline,
             });
         }
+        // Read the module's rule only when the real frame just printed may
+        // be `main`: that spares reading large debug files (libc's).
+        rule = match (module, frames.last()) {
+            (Some(m), Some(last))
+                if !past_main
+                    && !last.inlined
+                    && last
+                        .function
+                        .as_deref()
+                        .is_some_and(crate::mainfn::may_be_main) =>
+            {
+                Some(sym.main_rule(m).clone())
+            }
+            _ => None,
+        };
     }
     ThreadOut {
         tid: t.tid,
@@ -254,6 +263,8 @@ fn name_thread(
 struct Names {
     files: Symbolizer,
     images: ImageSymbolizer,
+    /// Each module's `main` rule, read once (by module start).
+    main_rules: std::collections::HashMap<u64, crate::mainfn::MainRule>,
 }
 
 impl Names {
@@ -281,7 +292,19 @@ impl Names {
         Names {
             files,
             images: ImageSymbolizer::new(),
+            main_rules: std::collections::HashMap::new(),
         }
+    }
+
+    /// Where backtraces end in module `m`: see [`crate::mainfn`]. A module
+    /// without a file on disk ends them at a function called `main`.
+    fn main_rule(&mut self, m: &callstack::remote::Module) -> &crate::mainfn::MainRule {
+        self.main_rules.entry(m.start).or_insert_with(|| {
+            match m.debug_file.as_ref().or(m.file.as_ref()) {
+                Some(p) => crate::mainfn::main_rule(p),
+                None => crate::mainfn::MainRule::At("main".into()),
+            }
+        })
     }
 
     /// The levels at `pc` (inlined first), looked up at `lookup`.

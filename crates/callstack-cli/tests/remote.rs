@@ -1150,3 +1150,74 @@ fn core_of_a_crash_names_the_signal_and_the_thread() {
     );
     let _ = std::fs::remove_file(&core);
 }
+
+/// Where a Rust backtrace ends, as gdb 13 ends it: at the user's
+/// `crate::main` (marked `DW_AT_main_subprogram`) unless the crate also has
+/// a namespace of that name (a closure in `main`: gdb then prints down to
+/// `_start`), and at the C `main` when the program has no debug info; at
+/// -O0 and -O2. `--past-main` always prints down to `_start`.
+#[test]
+fn rust_backtrace_ends_at_main_as_gdb() {
+    let dir = scratch_dir("remote-rust-main");
+    let src = testsupport::workspace_root().join("tests/fixtures/rust/main_end.rs");
+    // (tag, opt-level, extra rustc flags, strip debug info, last function)
+    let cases = [
+        ("plain0", "0", None, false, "main_end::main"),
+        ("plain2", "2", None, false, "main_end::main"),
+        ("shadowed0", "0", Some("shadowed"), false, "_start"),
+        ("shadowed2", "2", Some("shadowed"), false, "_start"),
+        ("nodebug2", "2", None, true, "main"),
+    ];
+    for (tag, opt, cfg, strip, last) in cases {
+        let exe = dir.join(format!("main_end_{tag}"));
+        let mut c = Command::new("rustc");
+        c.args(["-g", "-C", &format!("opt-level={opt}"), "--edition", "2021"]);
+        if let Some(cfg) = cfg {
+            c.args(["--cfg", cfg]);
+        }
+        let o = c.arg(&src).arg("-o").arg(&exe).output().expect("run rustc");
+        assert!(
+            o.status.success(),
+            "rustc: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        if strip {
+            let o = Command::new("strip").arg("-g").arg(&exe).output().unwrap();
+            assert!(o.status.success());
+        }
+        let fx = Fixture::start_with(&exe, 0, 0, 1);
+        let pid = fx.pid.to_string();
+        let ours = callstack_json(&["pstack", "--json", &pid]);
+        let past = callstack_json(&["pstack", "--json", "--past-main", &pid]);
+        let gdb = gdb_threads_full(&["-p", &pid]);
+        fx.finish();
+        assert_eq!(gdb.len(), 1, "{tag}: gdb threads");
+        let (tid, chain) = gdb.iter().next().unwrap();
+        let got = &ours.threads[tid].1;
+        assert_eq!(
+            got.last().map(String::as_str),
+            Some(last),
+            "{tag}: ours {got:?}"
+        );
+        let a: Vec<String> = got.iter().map(|s| last_segment(s)).collect();
+        // Without debug info gdb names Rust functions from their symbols,
+        // hash included (`main_end::work::h0123456789abcdef`).
+        let unhashed = |s: &str| -> String {
+            match s.rsplit_once("::h") {
+                Some((f, h)) if h.len() == 16 && h.bytes().all(|c| c.is_ascii_hexdigit()) => {
+                    f.to_string()
+                }
+                _ => s.to_string(),
+            }
+        };
+        let b: Vec<String> = chain.iter().map(|s| last_segment(&unhashed(s))).collect();
+        assert_eq!(a, b, "{tag}: ours vs gdb");
+        let beyond = &past.threads[tid].1;
+        assert_eq!(
+            beyond.last().map(String::as_str),
+            Some("_start"),
+            "{tag} --past-main: {beyond:?}"
+        );
+        assert!(beyond.len() >= got.len(), "{tag}");
+    }
+}
