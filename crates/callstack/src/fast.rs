@@ -81,9 +81,10 @@ unsafe fn walk_bounded(
     // register that code without frame pointers used for something else)
     // ends the walk. The executable range the walk is in stays in registers
     // (a subtraction and a compare per frame, off the walk's chain of
-    // loads); a frame in another range takes `code_miss`, out of line. The
-    // walk starts with the ranges the process's last walk ended with
-    // ([`crate::code::hints`]), so a warm walk makes no lookup.
+    // loads); a frame in the other range swaps the two, and one in neither
+    // takes `code_miss`, out of line. The walk starts with the ranges the
+    // process's last walk ended with ([`crate::code::hints`]), so a warm
+    // walk makes no lookup.
     let hints = crate::code::hints();
     let [mut a, mut b] = hints;
     let n = walk_frame_records_checked(
@@ -97,13 +98,16 @@ unsafe fn walk_bounded(
             if a.contains(ra) {
                 return true;
             }
-            match code_miss(ra, b, sp, hi) {
-                Some(r) => {
-                    (a, b) = (r, a);
-                    true
+            let r = if b.contains(ra) {
+                b
+            } else {
+                match code_miss(ra, sp, hi) {
+                    Some(r) => r,
+                    None => return false,
                 }
-                None => false,
-            }
+            };
+            (a, b) = (r, a);
+            true
         },
     );
     if [a, b] != hints {
@@ -112,20 +116,13 @@ unsafe fn walk_bounded(
     n as u32
 }
 
-/// The executable range holding `ra` when it is not the walk's current one:
-/// `other` (the walk's previous range), or a lookup. `None` when `ra` is not
-/// code (the stack `[sp, hi)` and the first page are not, without a lookup).
+/// The executable range holding `ra` when it is in neither of the walk's
+/// two: a lookup. `None` when `ra` is not code (the stack `[sp, hi)` and the
+/// first page are not, without a lookup).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cold]
 #[inline(never)]
-fn code_miss(
-    ra: usize,
-    other: crate::code::Range,
-    sp: usize,
-    hi: usize,
-) -> Option<crate::code::Range> {
-    if other.contains(ra) {
-        return Some(other);
-    }
+fn code_miss(ra: usize, sp: usize, hi: usize) -> Option<crate::code::Range> {
     if ra.wrapping_sub(sp) < hi.wrapping_sub(sp) || ra < 4096 {
         return None;
     }
