@@ -381,10 +381,92 @@ pub(crate) fn dl_find(pc: u64) -> Option<DlModule> {
     if unsafe { f(pc as *mut libc::c_void, &mut r) } != 0 {
         return None;
     }
-    Some(DlModule {
+    let m = DlModule {
         start: r.map_start as u64,
         end: r.map_end as u64,
         eh_frame_hdr: r.eh_frame as u64,
+    };
+    if m.eh_frame_hdr == 0 {
+        // A static program's `_dl_find_object` gives its text alone and no
+        // `.eh_frame_hdr`: take the executable's image from its own program
+        // headers when the pc lies in it.
+        if let Some(exe) = main_executable().filter(|e| e.start <= pc && pc < e.end) {
+            return Some(exe);
+        }
+    }
+    Some(m)
+}
+
+/// The main executable's image as its program headers describe it (found
+/// through the auxiliary vector): from its first to its last `PT_LOAD`,
+/// with its `PT_GNU_EH_FRAME`. Computed once; async-signal-safe (the
+/// auxiliary vector and the headers are plain memory).
+fn main_executable() -> Option<DlModule> {
+    use core::sync::atomic::AtomicU8;
+    // 0: not yet computed, 1: computed, 2: none.
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    static IMAGE: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+    match STATE.load(Ordering::Acquire) {
+        1 => {
+            return Some(DlModule {
+                start: IMAGE[0].load(Ordering::Relaxed),
+                end: IMAGE[1].load(Ordering::Relaxed),
+                eh_frame_hdr: IMAGE[2].load(Ordering::Relaxed),
+            })
+        }
+        2 => return None,
+        _ => {}
+    }
+    let found = exe_from_auxv();
+    if let Some(m) = found {
+        IMAGE[0].store(m.start, Ordering::Relaxed);
+        IMAGE[1].store(m.end, Ordering::Relaxed);
+        IMAGE[2].store(m.eh_frame_hdr, Ordering::Relaxed);
+    }
+    STATE.store(if found.is_some() { 1 } else { 2 }, Ordering::Release);
+    found
+}
+
+fn exe_from_auxv() -> Option<DlModule> {
+    const PT_LOAD: u32 = 1;
+    const PT_PHDR: u32 = 6;
+    const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
+    // SAFETY: getauxval reads the process's auxiliary vector: no lock, no
+    // allocation.
+    let (phdr, phnum) = unsafe {
+        (
+            libc::getauxval(libc::AT_PHDR),
+            libc::getauxval(libc::AT_PHNUM),
+        )
+    };
+    if phdr == 0 || phnum == 0 || phnum > 256 {
+        return None;
+    }
+    // SAFETY: AT_PHDR points at the executable's program headers, mapped
+    // for the life of the process; `phnum` entries of 56 bytes.
+    let ph = unsafe { core::slice::from_raw_parts(phdr as *const u8, phnum as usize * 56) };
+    let u32_at = |o: usize| u32::from_le_bytes(ph[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(ph[o..o + 8].try_into().unwrap());
+    let entries = || (0..phnum as usize).map(|i| i * 56);
+    // The load bias: from PT_PHDR, else (a static program without it) the
+    // headers' place in the PT_LOAD at file offset 0.
+    let bias = match entries().find(|&o| u32_at(o) == PT_PHDR) {
+        Some(o) => phdr.wrapping_sub(u64_at(o + 0x10)),
+        None => {
+            let o = entries().find(|&o| u32_at(o) == PT_LOAD && u64_at(o + 8) == 0)?;
+            phdr.wrapping_sub(u64_at(o + 0x10) + 64)
+        }
+    };
+    let loads = entries().filter(|&o| u32_at(o) == PT_LOAD);
+    let start = loads.clone().map(|o| u64_at(o + 0x10)).min()? & !0xfff;
+    let end = loads.map(|o| u64_at(o + 0x10) + u64_at(o + 0x28)).max()?;
+    let eh = entries()
+        .find(|&o| u32_at(o) == PT_GNU_EH_FRAME)
+        .map_or(0, |o| bias.wrapping_add(u64_at(o + 0x10)));
+    Some(DlModule {
+        start: bias.wrapping_add(start),
+        end: bias.wrapping_add(end),
+        eh_frame_hdr: eh,
     })
 }
 
