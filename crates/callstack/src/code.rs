@@ -3,15 +3,16 @@
 //! record reached through a register that a function without frame
 //! pointers used for something else).
 //!
-//! Async-signal-safe and lock-free. A lookup is, in order: the executable
-//! segments of the published module snapshot (after `callstack::prepare()`;
-//! a binary search), or glibc's `_dl_find_object` and the module's ELF
-//! program headers (in its first page, mapped while it is loaded), read once
-//! per module and kept in a small global table. A [`CodeCheck`] keeps the
-//! last two executable ranges it found, so a walk pays for a lookup only
-//! when it moves to another module. Without `_dl_find_object` (glibc before
-//! 2.35) and without a snapshot nothing can be checked without a lock, and
-//! every value is accepted.
+//! Async-signal-safe and lock-free. A value is first compared with the
+//! ranges already found ([`RANGES`], one word each, process-wide); a miss
+//! looks it up in the executable segments of the published module snapshot
+//! (after `callstack::prepare()`; a binary search), else through glibc's
+//! `_dl_find_object` and the module's ELF program headers (in its first
+//! page, mapped while it is loaded), and keeps the range found. The
+//! frame-pointer walk keeps its current range in registers (see
+//! `fast::walk_bounded` and [`hints`]). Without `_dl_find_object` (glibc
+//! before 2.35) and without a snapshot nothing can be checked without a
+//! lock, and every value is accepted.
 //!
 //! What is checked is a value, never the code: nothing is read at the
 //! address. The program headers are read right after `_dl_find_object`
@@ -204,75 +205,16 @@ fn exec_range(addr: usize) -> Option<(usize, usize)> {
             return Some((0, usize::MAX));
         }
         let m = crate::unwind::local::dl_find(addr as u64)?;
-        let (start, end) = (m.start as usize, m.end as usize);
-        if start >= end {
-            return None;
-        }
-        if let Some(r) = KNOWN.get(start, end, addr) {
-            return Some(r);
-        }
-        // SAFETY: the first page of a loaded object (its first PT_LOAD,
-        // from file offset 0) is mapped and readable while it is loaded;
-        // `elf_exec_segment` reads at most that page, and no further than
-        // `end`.
-        let header =
-            unsafe { core::slice::from_raw_parts(start as *const u8, (end - start).min(4096)) };
-        match elf_exec_segment(header, start, addr) {
-            Some(r) => {
-                if r.0 <= addr && addr < r.1 && start <= r.0 && r.1 <= end {
-                    KNOWN.put(start, end, r);
-                }
-                Some(r).filter(|r| r.0 <= addr && addr < r.1)
-            }
+        match crate::unwind::local::exec_segment_in(m, addr as u64) {
+            Some(r) => r.map(|(lo, hi)| (lo as usize, hi as usize)),
             // Program headers not where we look: the whole module.
-            None => Some((start, end)),
+            None => Some((m.start as usize, m.end as usize)),
         }
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
     {
         let _ = addr;
         Some((0, usize::MAX))
-    }
-}
-
-/// Executable segments found from program headers, by module mapping
-/// `(start, end)`: so that a module's headers are read once, not on every
-/// walk. Lock-free; a slot torn by two writers at once fails the checks in
-/// [`Known::get`] and is merely looked up again.
-struct Known {
-    slots: [[AtomicUsize; 4]; 64],
-}
-
-static KNOWN: Known = Known {
-    slots: [const { [const { AtomicUsize::new(0) }; 4] }; 64],
-};
-
-impl Known {
-    fn slot(start: usize) -> usize {
-        (start >> 12).wrapping_mul(0x9e37_79b9) % 64
-    }
-
-    /// The cached executable segment of the module mapped at
-    /// `[start, end)` holding `addr`.
-    fn get(&self, start: usize, end: usize, addr: usize) -> Option<(usize, usize)> {
-        let s = &self.slots[Self::slot(start)];
-        let key = s[0].load(Ordering::Acquire);
-        let (e, lo, hi) = (
-            s[1].load(Ordering::Relaxed),
-            s[2].load(Ordering::Relaxed),
-            s[3].load(Ordering::Relaxed),
-        );
-        let ok = key == start && e == end && start <= lo && lo <= addr && addr < hi && hi <= end;
-        ok.then_some((lo, hi))
-    }
-
-    fn put(&self, start: usize, end: usize, r: (usize, usize)) {
-        let s = &self.slots[Self::slot(start)];
-        s[0].store(0, Ordering::Relaxed);
-        s[1].store(end, Ordering::Relaxed);
-        s[2].store(r.0, Ordering::Relaxed);
-        s[3].store(r.1, Ordering::Relaxed);
-        s[0].store(start, Ordering::Release);
     }
 }
 

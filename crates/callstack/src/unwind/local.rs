@@ -478,9 +478,16 @@ fn exe_from_auxv() -> Option<DlModule> {
 /// (or without it) is found too.
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn dl_exec_segment(addr: u64) -> Option<(u64, u64)> {
-    let d = dl_find(addr)?;
+    exec_segment_in(dl_find(addr)?, addr).flatten()
+}
+
+/// The executable segment of module `d` holding `addr`, from the program
+/// headers in the module's first page: `Some(None)` when `addr` is in none,
+/// `None` when the headers are not there to read.
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+pub(crate) fn exec_segment_in(d: DlModule, addr: u64) -> Option<Option<(u64, u64)>> {
     if d.start >= d.end {
-        return None;
+        return Some(None);
     }
     // SAFETY: the first page of a loaded object (its first PT_LOAD, from
     // file offset 0) is mapped and readable while it is loaded, and no
@@ -490,7 +497,7 @@ fn dl_exec_segment(addr: u64) -> Option<(u64, u64)> {
     };
     let (lo, hi) = crate::code::elf_exec_segment(header, d.start as usize, addr as usize)?;
     let (lo, hi) = (lo as u64, hi as u64);
-    (lo <= addr && addr < hi && d.start <= lo && hi <= d.end).then_some((lo, hi))
+    Some((lo <= addr && addr < hi && d.start <= lo && hi <= d.end).then_some((lo, hi)))
 }
 
 /// The CFI sections of a loaded module, at runtime addresses, from its
@@ -674,10 +681,6 @@ impl Snapshot {
 }
 
 static SNAPSHOT: AtomicPtr<Snapshot> = AtomicPtr::new(core::ptr::null_mut());
-
-/// Which module snapshot is published (0 for none): what a range from
-/// [`snapshot_code_range`] stays valid with.
-#[inline(always)]
 
 /// The executable segment of the published module snapshot (see
 /// [`prepare`]) that holds `addr`: lock-free, no system call. `None` before

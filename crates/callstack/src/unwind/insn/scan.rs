@@ -81,6 +81,11 @@ where
         };
         let Ok(w) = w else { break };
         if w > 4096 && code.is_executable(w) {
+            let unverified = ScanHit {
+                ra: w,
+                slot,
+                verified: false,
+            };
             match call_before(code, w) {
                 Some(CallBefore::Direct(t)) => {
                     let plausible = match func {
@@ -94,9 +99,8 @@ where
                         };
                         if ok {
                             return Some(ScanHit {
-                                ra: w,
-                                slot,
                                 verified: true,
+                                ..unverified
                             });
                         }
                         // The check failed, but the call may still be the
@@ -104,32 +108,13 @@ where
                         // function's), or into a function whose split-off
                         // part (gcc's `f.cold`, which ends in a call to a
                         // `noreturn` function) holds the pc.
-                        if lenient.is_none() {
-                            lenient = Some(ScanHit {
-                                ra: w,
-                                slot,
-                                verified: false,
-                            });
-                        }
-                    } else if lenient.is_none()
-                        && func.is_none()
-                        && !is_direct_call_elsewhere(t, pc)
-                    {
-                        lenient = Some(ScanHit {
-                            ra: w,
-                            slot,
-                            verified: false,
-                        });
+                        lenient.get_or_insert(unverified);
+                    } else if func.is_none() && !is_direct_call_elsewhere(t, pc) {
+                        lenient.get_or_insert(unverified);
                     }
                 }
                 Some(CallBefore::Indirect) => {
-                    if lenient.is_none() {
-                        lenient = Some(ScanHit {
-                            ra: w,
-                            slot,
-                            verified: false,
-                        });
-                    }
+                    lenient.get_or_insert(unverified);
                 }
                 None => {}
             }
