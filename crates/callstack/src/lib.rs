@@ -66,6 +66,8 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(target_os = "linux")]
+pub mod alloc;
 pub mod arch;
 mod code;
 #[cfg(target_os = "linux")]

@@ -1,0 +1,468 @@
+//! The recorder's tables: fixed-size, lock-free, allocation-free.
+//!
+//! - Sites: open addressing keyed by the stack hash. A slot is claimed
+//!   once (compare-and-swap of its hash from 0) and never released; its
+//!   counters are plain atomics. When no slot is free within
+//!   [`MAX_PROBE`] steps, the allocation is counted in the overflow site
+//!   (the last slot, without frames).
+//! - Live blocks: open addressing keyed by address, one 16-byte slot per
+//!   block (address; site index and size packed in one word). A freed
+//!   block's slot becomes a tombstone that a later insert may reuse; a slot
+//!   never goes back to empty, so a lookup may stop at the first empty one.
+//!   A lookup gives up after [`MAX_PROBE`] steps (a free of an unknown
+//!   block: counted and ignored), and an insert with no free slot in reach
+//!   is counted as a live overflow.
+//!
+//! Both tables are anonymous `mmap`s made on first use (pages are touched
+//! only as slots are), never through the allocator being tracked.
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+
+/// Frames kept per allocation site.
+pub const MAX_DEPTH: usize = 32;
+/// Slots looked at before an insert or lookup gives up.
+pub const MAX_PROBE: usize = 256;
+
+const EMPTY: usize = 0;
+const TOMBSTONE: usize = 1;
+const SIZE_BITS: u32 = 40;
+const SIZE_MASK: u64 = (1 << SIZE_BITS) - 1;
+
+#[repr(C)]
+pub(crate) struct SiteSlot {
+    pub hash: AtomicU64,
+    pub ready: AtomicU32,
+    pub nframes: AtomicU32,
+    pub allocs: AtomicU64,
+    pub alloc_bytes: AtomicU64,
+    pub frees: AtomicU64,
+    pub free_bytes: AtomicU64,
+    pub peak: AtomicU64,
+    pub frames: [AtomicUsize; MAX_DEPTH],
+}
+
+#[repr(C)]
+struct LiveSlot {
+    addr: AtomicUsize,
+    val: AtomicU64,
+}
+
+/// A block removed from the live table by [`Recorder::take`], not yet
+/// counted as freed: [`Recorder::commit_free`] counts it,
+/// [`Recorder::put_back`] restores it (a failed `realloc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Taken {
+    site: u32,
+    size: u64,
+}
+
+impl Taken {
+    /// The block's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// Per-site counters and live blocks of a tracked heap, in pre-sized
+/// tables that never allocate (see the module docs of [`crate::alloc`]).
+///
+/// All methods are thread-safe without a lock; `record_*` never allocate.
+/// The tables are mapped on the first record; a record made while another
+/// thread is mapping them is dropped (counted in
+/// [`HeapCounters::dropped`](crate::alloc::HeapCounters)).
+pub struct Recorder {
+    state: AtomicU8,
+    enabled: AtomicBool,
+    site_bits: u32,
+    live_bits: u32,
+    sites: AtomicPtr<SiteSlot>,
+    live: AtomicPtr<LiveSlot>,
+    live_overflow: AtomicU64,
+    unknown_frees: AtomicU64,
+    dropped: AtomicU64,
+}
+
+const UNINIT: u8 = 0;
+const MAPPING: u8 = 1;
+const READY: u8 = 2;
+const FAILED: u8 = 3;
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Recorder {
+    /// A recorder with room for 65 536 sites and 4 Mi live blocks
+    /// (20 MiB and 64 MiB of address space, touched as used).
+    pub const fn new() -> Recorder {
+        Recorder::with_capacity(16, 22)
+    }
+
+    /// A recorder with room for `2^site_bits` sites and `2^live_bits` live
+    /// blocks. `site_bits` is clamped to 4..=23, `live_bits` to 4..=30.
+    pub const fn with_capacity(site_bits: u32, live_bits: u32) -> Recorder {
+        let site_bits = if site_bits < 4 { 4 } else if site_bits > 23 { 23 } else { site_bits };
+        let live_bits = if live_bits < 4 { 4 } else if live_bits > 30 { 30 } else { live_bits };
+        Recorder {
+            state: AtomicU8::new(UNINIT),
+            enabled: AtomicBool::new(true),
+            site_bits,
+            live_bits,
+            sites: AtomicPtr::new(std::ptr::null_mut()),
+            live: AtomicPtr::new(std::ptr::null_mut()),
+            live_overflow: AtomicU64::new(0),
+            unknown_frees: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Stops (`false`) or resumes (`true`) recording. While stopped,
+    /// allocations are not recorded and frees are ignored.
+    pub fn set_enabled(&self, on: bool) {
+        self.enabled.store(on, Relaxed);
+    }
+
+    /// Whether recording is on.
+    #[inline]
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Relaxed)
+    }
+
+    fn site_cap(&self) -> usize {
+        1 << self.site_bits
+    }
+
+    fn live_cap(&self) -> usize {
+        1 << self.live_bits
+    }
+
+    /// The tables, mapped on first use; `None` while another thread maps
+    /// them or if mapping failed.
+    #[inline]
+    fn tables(&self) -> Option<(&[SiteSlot], &[LiveSlot])> {
+        if self.state.load(Acquire) != READY {
+            self.map_tables();
+            if self.state.load(Acquire) != READY {
+                return None;
+            }
+        }
+        let s = self.sites.load(Relaxed);
+        let l = self.live.load(Relaxed);
+        // SAFETY: READY is stored (Release) after both pointers point at
+        // zero-filled mappings of `site_cap() + 1` and `live_cap()` slots,
+        // never unmapped; all-zero bytes are valid atomics.
+        unsafe {
+            Some((
+                std::slice::from_raw_parts(s, self.site_cap() + 1),
+                std::slice::from_raw_parts(l, self.live_cap()),
+            ))
+        }
+    }
+
+    #[cold]
+    fn map_tables(&self) {
+        if self
+            .state
+            .compare_exchange(UNINIT, MAPPING, Acquire, Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let s = map(std::mem::size_of::<SiteSlot>() * (self.site_cap() + 1));
+        let l = map(std::mem::size_of::<LiveSlot>() * self.live_cap());
+        if s.is_null() || l.is_null() {
+            self.state.store(FAILED, Release);
+            return;
+        }
+        self.sites.store(s.cast(), Relaxed);
+        self.live.store(l.cast(), Relaxed);
+        self.state.store(READY, Release);
+    }
+
+    /// Records a new block of `size` bytes at `ptr`, allocated at the stack
+    /// `frames` (innermost first; at most [`MAX_DEPTH`] are kept).
+    /// Allocation-free and lock-free.
+    #[inline]
+    pub fn record_alloc(&self, frames: &[usize], ptr: usize, size: usize) {
+        if !self.is_enabled() {
+            return;
+        }
+        let Some((sites, live)) = self.tables() else {
+            self.dropped.fetch_add(1, Relaxed);
+            return;
+        };
+        let frames = &frames[..frames.len().min(MAX_DEPTH)];
+        let idx = find_site(sites, self.site_bits, frames);
+        self.add_live(sites, live, idx, ptr, size as u64);
+    }
+
+    #[inline]
+    fn add_live(&self, sites: &[SiteSlot], live: &[LiveSlot], idx: u32, ptr: usize, size: u64) {
+        let site = &sites[idx as usize];
+        site.allocs.fetch_add(1, Relaxed);
+        let total = site.alloc_bytes.fetch_add(size, Relaxed) + size;
+        let now = total.wrapping_sub(site.free_bytes.load(Relaxed));
+        if now <= total && now > site.peak.load(Relaxed) {
+            site.peak.fetch_max(now, Relaxed);
+        }
+        let val = ((idx as u64) << SIZE_BITS) | size.min(SIZE_MASK);
+        let mask = self.live_cap() - 1;
+        let mut i = addr_slot(ptr, self.live_bits);
+        for _ in 0..MAX_PROBE {
+            let slot = &live[i];
+            let cur = slot.addr.load(Relaxed);
+            if (cur == EMPTY || cur == TOMBSTONE)
+                && slot.addr.compare_exchange(cur, ptr, Relaxed, Relaxed).is_ok()
+            {
+                slot.val.store(val, Release);
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+        self.live_overflow.fetch_add(1, Relaxed);
+    }
+
+    /// Records the free of the block at `ptr` (a block not recorded, e.g.
+    /// allocated before tracking began, is counted as an unknown free and
+    /// otherwise ignored). Returns whether the block was known.
+    #[inline]
+    pub fn record_free(&self, ptr: usize) -> bool {
+        match self.take(ptr) {
+            Some(t) => {
+                self.commit_free(t);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes the block at `ptr` from the live table without counting the
+    /// free (see [`Taken`]); `None` if the block is unknown (counted).
+    #[inline]
+    pub fn take(&self, ptr: usize) -> Option<Taken> {
+        if !self.is_enabled() || ptr < 2 {
+            return None;
+        }
+        let (_, live) = self.tables()?;
+        let mask = self.live_cap() - 1;
+        let mut i = addr_slot(ptr, self.live_bits);
+        for _ in 0..MAX_PROBE {
+            let slot = &live[i];
+            let cur = slot.addr.load(Acquire);
+            if cur == ptr {
+                let val = slot.val.load(Acquire);
+                slot.addr.store(TOMBSTONE, Release);
+                return Some(Taken {
+                    site: (val >> SIZE_BITS) as u32,
+                    size: val & SIZE_MASK,
+                });
+            }
+            if cur == EMPTY {
+                break;
+            }
+            i = (i + 1) & mask;
+        }
+        self.unknown_frees.fetch_add(1, Relaxed);
+        None
+    }
+
+    /// Counts a block taken by [`Recorder::take`] as freed.
+    #[inline]
+    pub fn commit_free(&self, t: Taken) {
+        if let Some((sites, _)) = self.tables() {
+            let site = &sites[t.site as usize];
+            site.frees.fetch_add(1, Relaxed);
+            site.free_bytes.fetch_add(t.size, Relaxed);
+        }
+    }
+
+    /// Puts a block taken by [`Recorder::take`] back at `ptr`, as if it had
+    /// never been taken.
+    pub fn put_back(&self, ptr: usize, t: Taken) {
+        if let Some((sites, live)) = self.tables() {
+            // add_live counts an allocation; undo that first.
+            let site = &sites[t.site as usize];
+            site.allocs.fetch_sub(1, Relaxed);
+            site.alloc_bytes.fetch_sub(t.size, Relaxed);
+            self.add_live(sites, live, t.site, ptr, t.size);
+        }
+    }
+
+    /// A copy of every site's counters and frames, and the recorder's own
+    /// counters. Allocates (not for use inside an allocator).
+    pub fn snapshot(&self) -> crate::alloc::HeapSnapshot {
+        let mut snap = crate::alloc::HeapSnapshot::default();
+        snap.counters.live_overflow = self.live_overflow.load(Relaxed);
+        snap.counters.unknown_frees = self.unknown_frees.load(Relaxed);
+        snap.counters.dropped = self.dropped.load(Relaxed);
+        if self.state.load(Acquire) != READY {
+            return snap;
+        }
+        let Some((sites, _)) = self.tables() else {
+            return snap;
+        };
+        for (i, s) in sites.iter().enumerate() {
+            let overflow = i == sites.len() - 1;
+            if !overflow && s.hash.load(Acquire) == 0 {
+                continue;
+            }
+            let allocs = s.allocs.load(Relaxed);
+            if allocs == 0 && overflow {
+                continue;
+            }
+            let mut frames = Vec::new();
+            if s.ready.load(Acquire) == 1 {
+                let n = s.nframes.load(Relaxed) as usize;
+                frames.extend(s.frames[..n.min(MAX_DEPTH)].iter().map(|f| f.load(Relaxed)));
+            }
+            let alloc_bytes = s.alloc_bytes.load(Relaxed);
+            let free_bytes = s.free_bytes.load(Relaxed);
+            snap.sites.push(crate::alloc::SiteStats {
+                frames,
+                allocs,
+                alloc_bytes,
+                frees: s.frees.load(Relaxed),
+                free_bytes,
+                peak_bytes: s.peak.load(Relaxed).max(alloc_bytes.saturating_sub(free_bytes)),
+            });
+            if overflow {
+                snap.counters.overflow_site_allocs = allocs;
+            }
+        }
+        snap
+    }
+}
+
+/// The site of `frames`: its slot index, claimed if new; the overflow
+/// slot (the last) when none is free within reach.
+#[inline]
+fn find_site(sites: &[SiteSlot], bits: u32, frames: &[usize]) -> u32 {
+    let h = match crate::hash_frames(frames) {
+        0 => 1,
+        h => h,
+    };
+    let mask = (1usize << bits) - 1;
+    let mut i = (h >> (64 - bits)) as usize;
+    for _ in 0..MAX_PROBE {
+        let slot = &sites[i];
+        let cur = slot.hash.load(Acquire);
+        if cur == h {
+            return i as u32;
+        }
+        if cur == 0 {
+            match slot.hash.compare_exchange(0, h, AcqRel, Acquire) {
+                Ok(_) => {
+                    for (d, &f) in slot.frames.iter().zip(frames) {
+                        d.store(f, Relaxed);
+                    }
+                    slot.nframes.store(frames.len() as u32, Relaxed);
+                    slot.ready.store(1, Release);
+                    return i as u32;
+                }
+                Err(other) if other == h => return i as u32,
+                Err(_) => {}
+            }
+        }
+        i = (i + 1) & mask;
+    }
+    (mask + 1) as u32
+}
+
+#[inline]
+fn addr_slot(ptr: usize, bits: u32) -> usize {
+    ((ptr as u64 >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+}
+
+fn map(len: usize) -> *mut u8 {
+    // SAFETY: an anonymous private mapping; no existing memory is touched.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_per_site_and_frees() {
+        let r = Recorder::with_capacity(4, 6);
+        r.record_alloc(&[1, 2, 3], 0x1000, 10);
+        r.record_alloc(&[1, 2, 3], 0x2000, 20);
+        r.record_alloc(&[4], 0x3000, 5);
+        assert!(r.record_free(0x1000));
+        assert!(!r.record_free(0x9990)); // never recorded
+        let s = r.snapshot();
+        let a = s.sites.iter().find(|s| s.frames == [1, 2, 3]).unwrap();
+        assert_eq!((a.allocs, a.alloc_bytes, a.frees, a.free_bytes, a.peak_bytes), (2, 30, 1, 10, 30));
+        assert_eq!(a.live_bytes(), 20);
+        assert_eq!(s.counters.unknown_frees, 1);
+    }
+
+    #[test]
+    fn full_tables_overflow_cleanly() {
+        let r = Recorder::with_capacity(4, 4); // 16 sites, 16 live slots
+        for i in 0..100usize {
+            r.record_alloc(&[i + 100], 0x10000 + i * 16, 1);
+        }
+        let s = r.snapshot();
+        assert_eq!(s.sites.iter().map(|s| s.allocs).sum::<u64>(), 100);
+        assert!(s.counters.overflow_site_allocs >= 84);
+        assert_eq!(s.counters.live_overflow, 84);
+        // Frees of the blocks that did not fit are unknown, not faults.
+        for i in 0..100usize {
+            r.record_free(0x10000 + i * 16);
+        }
+        assert_eq!(r.snapshot().counters.unknown_frees, 84);
+    }
+
+    #[test]
+    fn take_and_put_back() {
+        let r = Recorder::with_capacity(4, 6);
+        r.record_alloc(&[7], 0x40, 8);
+        let t = r.take(0x40).unwrap();
+        r.put_back(0x40, t);
+        let s = r.snapshot();
+        assert_eq!((s.sites[0].allocs, s.sites[0].frees, s.sites[0].live_bytes()), (1, 0, 8));
+        assert!(r.record_free(0x40));
+    }
+
+    #[test]
+    fn threads_without_lock() {
+        static R: Recorder = Recorder::with_capacity(8, 16);
+        let hs: Vec<_> = (0..4usize)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for i in 0..1000usize {
+                        let p = (t + 1) << 32 | i << 4;
+                        R.record_alloc(&[t % 2, 9], p, 3);
+                        if i % 2 == 0 {
+                            R.record_free(p);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let s = R.snapshot();
+        assert_eq!(s.sites.len(), 2);
+        assert_eq!(s.sites.iter().map(|s| s.allocs).sum::<u64>(), 4000);
+        assert_eq!(s.sites.iter().map(|s| s.live_bytes()).sum::<u64>(), 2000 * 3);
+    }
+}
