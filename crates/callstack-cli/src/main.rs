@@ -10,6 +10,7 @@ mod core;
 mod crash;
 mod demo;
 mod mainfn;
+mod memtrack;
 mod pstack;
 mod stacks;
 mod symbolize;
@@ -53,6 +54,11 @@ enum Command {
     /// Symbolize raw crash reports (from a report file, or standard input;
     /// also the helper a crashing program runs).
     CrashReport(crash::Args),
+    /// Run a program recording every allocation by call stack (malloc,
+    /// calloc, realloc, memalign, posix_memalign, aligned_alloc, valloc,
+    /// pvalloc; C++ new/delete through them), then print the top sites by
+    /// live bytes and by allocations, and the leaks.
+    Memtrack(memtrack::Args),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +80,10 @@ fn main() -> ExitCode {
         Command::Addr2line(args) => addr2line::run(args),
         Command::Symbolize(args) => symbolize::run(args),
         Command::CrashReport(args) => crash::run(args),
+        Command::Memtrack(args) => match memtrack::run(args) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

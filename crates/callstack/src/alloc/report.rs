@@ -6,13 +6,13 @@ use std::fmt::Write;
 
 /// Leading frames inside the allocator itself (ours, Rust's allocation
 /// plumbing, the C allocator's entry points): left out of a site's stack.
-const PLUMBING: &[&str] = &[
-    "callstack::alloc",
-    "<callstack::alloc",
-    "callstack_preload",
+/// Names starting with one of these...
+const PLUMBING_PREFIXES: &[&str] = &[
+    "callstack::alloc::",
+    "<callstack::alloc::",
+    "callstack_preload::",
     "__rust_alloc",
     "__rust_realloc",
-    "__rust_dealloc",
     "__rg_",
     "__rdl_",
     "alloc::alloc::",
@@ -21,7 +21,12 @@ const PLUMBING: &[&str] = &[
     "<std::alloc::",
     "alloc::raw_vec::",
     "<alloc::raw_vec::",
-    "operator new",
+    "operator new(",
+    "operator new[](",
+];
+
+/// ...or equal to one of these.
+const PLUMBING_NAMES: &[&str] = &[
     "malloc",
     "calloc",
     "realloc",
@@ -31,10 +36,12 @@ const PLUMBING: &[&str] = &[
     "aligned_alloc",
     "valloc",
     "pvalloc",
+    "operator new",
+    "operator new[]",
 ];
 
 fn is_plumbing(name: &str) -> bool {
-    PLUMBING.iter().any(|p| name.starts_with(p))
+    PLUMBING_NAMES.contains(&name) || PLUMBING_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// One frame of a site, resolved.
