@@ -10,8 +10,9 @@ if [ -n "$avail_kb" ] && [ "$avail_kb" -lt 4500000 ]; then
     echo "warning: only $((avail_kb / 1024)) MB free here; the build and tests need about 3.5 GB" >&2
 fi
 bash scripts/install-test-deps.sh
-# The C tests link target/release/libcallstack.a and run target/release/callstack.
-cargo build --release -q -p callstack-capi -p callstack-cli
+# The C tests link target/release/libcallstack.a and run target/release/callstack
+# (whose `memtrack` preloads target/release/libcallstack_preload.so).
+cargo build --release -q -p callstack-capi -p callstack-cli -p callstack-preload
 # Capture must build without the symbolizer and the remote unwinder.
 cargo check -q -p callstack --no-default-features --all-targets
 cargo test --workspace "$@"

@@ -37,6 +37,8 @@ pub struct Artifacts {
     pub include_dir: PathBuf,
     /// `target/release/callstack`
     pub cli: PathBuf,
+    /// `target/release/libcallstack_preload.so` (`callstack memtrack`'s library)
+    pub preload_lib: PathBuf,
 }
 
 fn target_dir() -> PathBuf {
@@ -46,7 +48,7 @@ fn target_dir() -> PathBuf {
     }
 }
 
-/// Builds the C library and the CLI in release mode (once per process, and
+/// Builds the C library, the CLI and the preload library in release mode (once per process, and
 /// cheaply when already built) and returns where they are.
 pub fn release_artifacts() -> &'static Artifacts {
     static ART: OnceLock<Artifacts> = OnceLock::new();
@@ -61,6 +63,8 @@ pub fn release_artifacts() -> &'static Artifacts {
                 "callstack-capi",
                 "-p",
                 "callstack-cli",
+                "-p",
+                "callstack-preload",
             ])
             .status()
             .expect("run cargo build --release");
@@ -74,6 +78,7 @@ pub fn release_artifacts() -> &'static Artifacts {
             shared_lib: rel.join("libcallstack.so"),
             include_dir: workspace_root().join("crates/callstack-capi/include"),
             cli: rel.join("callstack"),
+            preload_lib: rel.join("libcallstack_preload.so"),
         }
     })
 }

@@ -1,0 +1,160 @@
+//! `callstack memtrack`: C and C++ fixtures with known allocation sites and
+//! leaks, run under the preload library; the recording is read back and
+//! every count asserted exactly, by function name.
+
+use callstack::alloc::HeapSnapshot;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use testsupport::{release_artifacts, scratch_dir, Gcc};
+
+/// Per-function sums of the sites whose innermost named frame is that
+/// function: (allocations, bytes, frees, freed bytes).
+fn by_function(snap: &HeapSnapshot, names: &[&str]) -> HashMap<String, (u64, u64, u64, u64)> {
+    let mut sym = snap.symbolizer();
+    let mut out: HashMap<String, (u64, u64, u64, u64)> = HashMap::new();
+    for s in &snap.sites {
+        let frames = snap.site_frames(&mut sym, s);
+        if let Some(f) = frames.iter().find(|f| names.contains(&f.function.as_str())) {
+            let e = out.entry(f.function.clone()).or_default();
+            e.0 += s.allocs;
+            e.1 += s.alloc_bytes;
+            e.2 += s.frees;
+            e.3 += s.free_bytes;
+        }
+    }
+    out
+}
+
+fn memtrack(exe: &Path, capture: &str, out: &Path) -> (String, HeapSnapshot) {
+    let a = release_artifacts();
+    let o = Command::new(&a.cli)
+        .args(["memtrack", "--capture", capture, "-o"])
+        .arg(out)
+        .arg("--")
+        .arg(exe)
+        .env("CALLSTACK_PRELOAD_LIB", &a.preload_lib)
+        .output()
+        .expect("run callstack memtrack");
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "memtrack failed: {}\n{stdout}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let snap = HeapSnapshot::read_from(std::fs::File::open(out).unwrap()).unwrap();
+    (stdout, snap)
+}
+
+fn fixture_counts(stdout: &str) -> (u64, u64, u64) {
+    let line = stdout.lines().find(|l| l.starts_with("fixture:")).expect("fixture line");
+    let num = |k: &str| -> u64 {
+        let s = &line[line.find(k).unwrap() + k.len()..];
+        s.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    (num("allocs="), num("bytes="), num("frees="))
+}
+
+const SITES: [&str; 6] = ["leak_a", "temp_b", "realloc_chain", "calloc_c", "aligned_d", "thread_leak"];
+
+fn check_sites(capture: &str) {
+    let dir = scratch_dir(&format!("memtrack-sites-{capture}"));
+    let exe = Gcc::new(&["memtrack_sites.c"])
+        .flags("-O0 -pthread")
+        .build(&dir.join("sites"));
+    let (stdout, snap) = memtrack(&exe, capture, &dir.join("out.heap"));
+    let f = by_function(&snap, &SITES);
+    // (allocations, bytes, frees, freed bytes), as the fixture's comments say.
+    assert_eq!(f["leak_a"], (3, 3000, 0, 0), "{stdout}");
+    assert_eq!(f["temp_b"], (100, 6400, 100, 6400));
+    assert_eq!(f["realloc_chain"], (9, 8176, 8, 8176 - 4096));
+    assert_eq!(f["calloc_c"], (1, 500, 0, 0));
+    assert_eq!(f["aligned_d"], (4, 4480, 2, 4128));
+    assert_eq!(f["thread_leak"], (1000, 48000, 960, 46080));
+    // The fixture's own counts equal the recording's, site by site summed.
+    let (allocs, bytes, frees) = fixture_counts(&stdout);
+    let sum = f.values().fold((0, 0, 0), |a, v| (a.0 + v.0, a.1 + v.1, a.2 + v.2));
+    assert_eq!(sum, (allocs, bytes, frees));
+    // The block from __libc_malloc (past the hooks) was freed safely.
+    assert!(snap.counters.unknown_frees >= 1);
+    assert_eq!(snap.counters.live_overflow, 0);
+    // The summary names the leaks.
+    let leaks = &stdout[stdout.find("leaks:").expect("leak report")..];
+    for (name, bytes) in [("leak_a", 3000), ("realloc_chain", 4096), ("thread_leak", 1920)] {
+        let at = leaks.find(&format!("{name} at ")).unwrap_or_else(|| panic!("{name} in\n{leaks}"));
+        let head = leaks[..at].rfind("bytes live").unwrap();
+        let line_start = leaks[..head].rfind('\n').unwrap() + 1;
+        assert!(
+            leaks[line_start..].starts_with(&format!("  {bytes} bytes live")),
+            "{name}: {}",
+            &leaks[line_start..at]
+        );
+    }
+}
+
+#[test]
+fn c_sites_exact_capture() {
+    check_sites("exact");
+}
+
+#[test]
+fn c_sites_fast_capture() {
+    check_sites("fast");
+}
+
+#[test]
+fn cpp_new_delete() {
+    let dir = scratch_dir("memtrack-cpp");
+    let exe = dir.join("cpp");
+    let o = Command::new("g++")
+        .args(["-g", "-O0", "-o"])
+        .arg(&exe)
+        .arg(testsupport::c_fixtures().join("memtrack_cpp.cpp"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (stdout, snap) = memtrack(&exe, "exact", &dir.join("out.heap"));
+    let f = by_function(&snap, &["cpp_leak()", "cpp_temp()", "cpp_vector()"]);
+    assert_eq!(f["cpp_leak()"], (3, 180, 0, 0), "{stdout}");
+    assert_eq!(f["cpp_temp()"], (10, 400, 10, 400));
+    assert_eq!(f["cpp_vector()"], (2, 576, 2, 576));
+}
+
+#[test]
+fn fork_child_writes_its_own_file() {
+    let dir = scratch_dir("memtrack-fork");
+    let exe = Gcc::new(&["memtrack_fork.c"]).flags("-O0").build(&dir.join("fork"));
+    let out = dir.join("out.heap");
+    let (stdout, parent) = memtrack(&exe, "exact", &out);
+    let pid: u32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("child "))
+        .expect("child pid")
+        .parse()
+        .unwrap();
+    let child_file = PathBuf::from(format!("{}.{pid}", out.display()));
+    let child = HeapSnapshot::read_from(std::fs::File::open(&child_file).unwrap()).unwrap();
+    let names = ["parent_leak", "child_leak"];
+    let p = by_function(&parent, &names);
+    let c = by_function(&child, &names);
+    assert_eq!(p.get("parent_leak"), Some(&(1, 321, 0, 0)));
+    assert_eq!(p.get("child_leak"), None);
+    // The child inherits the parent's blocks and adds its own.
+    assert_eq!(c.get("parent_leak"), Some(&(1, 321, 0, 0)));
+    assert_eq!(c.get("child_leak"), Some(&(1, 123, 0, 0)));
+}
+
+#[test]
+fn missing_library_is_an_error() {
+    let a = release_artifacts();
+    let o = Command::new(&a.cli)
+        .args(["memtrack", "--", "true"])
+        .env("CALLSTACK_PRELOAD_LIB", "/nonexistent/libx.so")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("/nonexistent/libx.so"), "{err}");
+}
+
