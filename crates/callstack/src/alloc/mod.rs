@@ -108,16 +108,20 @@ impl<A> Tracking<A> {
         self.rec.set_enabled(on);
     }
 
-    /// A copy of the counters of every site.
+    /// A copy of the counters of every site. Its own allocations (and
+    /// those of anything else this thread runs inside [`quietly`]) are not
+    /// recorded.
     pub fn snapshot(&self) -> HeapSnapshot {
-        let mut s = self.rec.snapshot();
-        s.capture = self.capture;
-        s
+        quietly(|| {
+            let mut s = self.rec.snapshot();
+            s.capture = self.capture;
+            s
+        })
     }
 
     #[inline(always)]
     fn record(&self, p: *mut u8, size: usize) {
-        if !p.is_null() && self.rec.is_enabled() {
+        if !p.is_null() && self.rec.is_enabled() && !QUIET.get() {
             let mut frames = [0usize; MAX_DEPTH];
             let n = self.capture.capture(0, &mut frames);
             self.rec.record_alloc(&frames[..n], p as usize, size);
@@ -125,21 +129,47 @@ impl<A> Tracking<A> {
     }
 }
 
+thread_local! {
+    // Whether this thread's allocations go unrecorded (see `quietly`). A
+    // const initializer and no `Drop`: a plain TLS slot, no allocation.
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with this thread's allocations not recorded by any
+/// [`Tracking`] allocator (frees are still recorded): for the tool's own
+/// work, such as building a report. A block allocated inside and freed
+/// outside counts as an unknown free.
+pub fn quietly<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            QUIET.set(self.0);
+        }
+    }
+    let _restore = Restore(QUIET.replace(true));
+    f()
+}
+
 #[cfg(feature = "symbolize")]
 impl<A: 'static + Sync> Tracking<A> {
-    /// The text report of [`HeapSnapshot::report`] for this process.
+    /// The text report of [`HeapSnapshot::report`] for this process (its
+    /// own allocations not recorded).
     pub fn report(&self, top: usize) -> String {
-        let snap = self.snapshot();
-        let mut sym = crate::Symbolizer::new();
-        snap.report(&mut sym, top)
+        quietly(|| {
+            let snap = self.snapshot();
+            let mut sym = crate::Symbolizer::new();
+            snap.report(&mut sym, top)
+        })
     }
 
     /// The leaks (blocks still live now), symbolized: see
     /// [`HeapSnapshot::leak_report`].
     pub fn leak_report(&self, top: usize) -> String {
-        let snap = self.snapshot();
-        let mut sym = crate::Symbolizer::new();
-        snap.leak_report(&mut sym, top)
+        quietly(|| {
+            let snap = self.snapshot();
+            let mut sym = crate::Symbolizer::new();
+            snap.leak_report(&mut sym, top)
+        })
     }
 
     /// Prints [`Tracking::leak_report`] to standard error when the process

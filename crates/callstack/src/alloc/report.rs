@@ -8,9 +8,12 @@ use std::fmt::Write;
 /// plumbing, the C allocator's entry points): left out of a site's stack.
 /// Names starting with one of these...
 const PLUMBING_PREFIXES: &[&str] = &[
+    "callstack::capture_fast",
+    "callstack::capture_exact",
     "callstack::alloc::",
     "<callstack::alloc::",
     "callstack_preload::",
+    "__rustc::",
     "__rust_alloc",
     "__rust_realloc",
     "__rg_",
