@@ -6,6 +6,7 @@ set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
 have gcc || need+=(gcc)
+have g++ || need+=(g++)
 have gdb || need+=(gdb)
 have addr2line || need+=(binutils)
 have strace || need+=(strace)
@@ -26,6 +27,8 @@ have gdb-multiarch || need+=(gdb-multiarch)
 # dwz: the symbolizer's test of dwz-processed debug files with a
 # supplementary file (.gnu_debugaltlink).
 have dwz || need+=(dwz)
+# heaptrack: the oracle of `callstack memtrack`'s allocation totals.
+{ have heaptrack && have heaptrack_print; } || need+=(heaptrack)
 # libunwind's figures in the accuracy report (the runtime library only).
 ls /usr/lib/*/libunwind.so.8 >/dev/null 2>&1 || need+=(libunwind8)
 

@@ -103,6 +103,38 @@ fn c_sites_fast_capture() {
     check_sites("fast");
 }
 
+/// heaptrack, run on the same fixture, counts as many calls to allocation
+/// functions as the recording holds allocations.
+#[test]
+fn totals_equal_heaptracks() {
+    let dir = scratch_dir("memtrack-heaptrack");
+    let exe = Gcc::new(&["memtrack_sites.c"])
+        .flags("-O0 -pthread")
+        .build(&dir.join("sites"));
+    let (_, snap) = memtrack(&exe, "exact", &dir.join("out.heap"));
+    let data = dir.join("ht");
+    let o = Command::new("heaptrack")
+        .arg("-o")
+        .arg(&data)
+        .arg(&exe)
+        .output()
+        .expect("run heaptrack (Debian package heaptrack)");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let zst = PathBuf::from(format!("{}.zst", data.display()));
+    let p = Command::new("heaptrack_print").arg(&zst).output().unwrap();
+    let text = String::from_utf8_lossy(&p.stdout);
+    let calls: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("calls to allocation functions: "))
+        .unwrap_or_else(|| panic!("heaptrack_print:\n{text}"))
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(snap.totals().0, calls);
+}
+
 #[test]
 fn cpp_new_delete() {
     let dir = scratch_dir("memtrack-cpp");

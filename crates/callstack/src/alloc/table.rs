@@ -339,7 +339,7 @@ impl Recorder {
 /// slot (the last) when none is free within reach.
 #[inline]
 fn find_site(sites: &[SiteSlot], bits: u32, frames: &[usize]) -> u32 {
-    let h = match crate::hash_frames(frames) {
+    let h = match site_hash(frames) {
         0 => 1,
         h => h,
     };
@@ -368,6 +368,32 @@ fn find_site(sites: &[SiteSlot], bits: u32, frames: &[usize]) -> u32 {
         i = (i + 1) & mask;
     }
     (mask + 1) as u32
+}
+
+/// The site key of a stack: like [`crate::hash_frames`] but in four
+/// independent lanes, so that the multiplies of 32 frames overlap instead
+/// of forming one dependency chain (about 4x shorter latency: the hash was
+/// half the cost of a tracked allocation).
+#[inline]
+fn site_hash(frames: &[usize]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut lanes = [K, K ^ 0x243f_6a88_85a3_08d3, K ^ 0x1319_8a2e_0370_7344, K ^ 0xa409_3822_299f_31d0];
+    let mut chunks = frames.chunks_exact(4);
+    for c in &mut chunks {
+        for (l, &f) in lanes.iter_mut().zip(c) {
+            *l = (*l ^ f as u64).wrapping_mul(K).rotate_left(29);
+        }
+    }
+    for (l, &f) in lanes.iter_mut().zip(chunks.remainder()) {
+        *l = (*l ^ f as u64).wrapping_mul(K).rotate_left(31);
+    }
+    let mut h = (frames.len() as u64).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    for l in lanes {
+        h = (h ^ l).wrapping_mul(K).rotate_left(27);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
 }
 
 #[inline]
@@ -428,6 +454,20 @@ mod tests {
             r.record_free(0x10000 + i * 16);
         }
         assert_eq!(r.snapshot().counters.unknown_frees, 84);
+    }
+
+    #[test]
+    fn site_hash_order_and_length_matter() {
+        let a: Vec<usize> = (1..=9).collect();
+        let mut b = a.clone();
+        b.swap(0, 4); // same lane, other position
+        let mut c = a.clone();
+        c.swap(0, 1); // other lanes
+        assert_ne!(site_hash(&a), site_hash(&b));
+        assert_ne!(site_hash(&a), site_hash(&c));
+        assert_ne!(site_hash(&a), site_hash(&a[..8]));
+        assert_ne!(site_hash(&[0]), site_hash(&[0, 0]));
+        assert_ne!(site_hash(&[1, 2, 3, 4]), site_hash(&[1, 2, 3, 4, 0]));
     }
 
     #[test]
