@@ -372,8 +372,7 @@ fn find_site(sites: &[SiteSlot], bits: u32, frames: &[usize]) -> u32 {
 
 /// The site key of a stack: like [`crate::hash_frames`] but in four
 /// independent lanes, so that the multiplies of 32 frames overlap instead
-/// of forming one dependency chain (about 4x shorter latency: the hash was
-/// half the cost of a tracked allocation).
+/// of forming one dependency chain.
 #[inline]
 fn site_hash(frames: &[usize]) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
