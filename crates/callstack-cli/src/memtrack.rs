@@ -17,7 +17,11 @@ use std::process::ExitCode;
 #[derive(clap::Args)]
 pub struct Args {
     /// Where the program writes its recording.
-    #[arg(short = 'o', long = "output", default_value = "callstack-memtrack.heap")]
+    #[arg(
+        short = 'o',
+        long = "output",
+        default_value = "callstack-memtrack.heap"
+    )]
     output: PathBuf,
     /// How stacks are captured: `exact` (DWARF CFI, right for code without
     /// frame pointers) or `fast` (frame pointers).
@@ -62,10 +66,13 @@ pub fn print_summary(path: &std::path::Path, top: usize) -> Result<(), String> {
 
 pub fn run(args: Args) -> Result<ExitCode, String> {
     let lib = preload_lib()?;
-    let lib = lib.canonicalize().map_err(|e| format!("{}: {e}", lib.display()))?;
+    let lib = lib
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", lib.display()))?;
     // The program's working directory is ours: an absolute path survives
     // a `chdir` in the program.
-    let out = std::path::absolute(&args.output).map_err(|e| format!("{}: {e}", args.output.display()))?;
+    let out =
+        std::path::absolute(&args.output).map_err(|e| format!("{}: {e}", args.output.display()))?;
     match std::fs::remove_file(&out) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -48,7 +48,10 @@ fn memtrack(exe: &Path, capture: &str, out: &Path) -> (String, HeapSnapshot) {
 }
 
 fn fixture_counts(stdout: &str) -> (u64, u64, u64) {
-    let line = stdout.lines().find(|l| l.starts_with("fixture:")).expect("fixture line");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("fixture:"))
+        .expect("fixture line");
     let num = |k: &str| -> u64 {
         let s = &line[line.find(k).unwrap() + k.len()..];
         s.split_whitespace().next().unwrap().parse().unwrap()
@@ -56,7 +59,14 @@ fn fixture_counts(stdout: &str) -> (u64, u64, u64) {
     (num("allocs="), num("bytes="), num("frees="))
 }
 
-const SITES: [&str; 6] = ["leak_a", "temp_b", "realloc_chain", "calloc_c", "aligned_d", "thread_leak"];
+const SITES: [&str; 6] = [
+    "leak_a",
+    "temp_b",
+    "realloc_chain",
+    "calloc_c",
+    "aligned_d",
+    "thread_leak",
+];
 
 fn check_sites(capture: &str) {
     let dir = scratch_dir(&format!("memtrack-sites-{capture}"));
@@ -74,15 +84,23 @@ fn check_sites(capture: &str) {
     assert_eq!(f["thread_leak"], (1000, 48000, 960, 46080));
     // The fixture's own counts equal the recording's, site by site summed.
     let (allocs, bytes, frees) = fixture_counts(&stdout);
-    let sum = f.values().fold((0, 0, 0), |a, v| (a.0 + v.0, a.1 + v.1, a.2 + v.2));
+    let sum = f
+        .values()
+        .fold((0, 0, 0), |a, v| (a.0 + v.0, a.1 + v.1, a.2 + v.2));
     assert_eq!(sum, (allocs, bytes, frees));
     // The block from __libc_malloc (past the hooks) was freed safely.
     assert!(snap.counters.unknown_frees >= 1);
     assert_eq!(snap.counters.live_overflow, 0);
     // The summary names the leaks.
     let leaks = &stdout[stdout.find("leaks:").expect("leak report")..];
-    for (name, bytes) in [("leak_a", 3000), ("realloc_chain", 4096), ("thread_leak", 1920)] {
-        let at = leaks.find(&format!("{name} at ")).unwrap_or_else(|| panic!("{name} in\n{leaks}"));
+    for (name, bytes) in [
+        ("leak_a", 3000),
+        ("realloc_chain", 4096),
+        ("thread_leak", 1920),
+    ] {
+        let at = leaks
+            .find(&format!("{name} at "))
+            .unwrap_or_else(|| panic!("{name} in\n{leaks}"));
         let head = leaks[..at].rfind("bytes live").unwrap();
         let line_start = leaks[..head].rfind('\n').unwrap() + 1;
         assert!(
@@ -133,7 +151,10 @@ fn counts_equal_heaptracks() {
     let mut theirs: HashMap<&str, u64> = HashMap::new();
     let mut lines = text.lines();
     while let Some(l) = lines.next() {
-        if let Some(n) = l.strip_suffix(" from").and_then(|l| l.split_once(" calls to allocation functions ")) {
+        if let Some(n) = l
+            .strip_suffix(" from")
+            .and_then(|l| l.split_once(" calls to allocation functions "))
+        {
             let func = lines.next().unwrap_or("");
             *theirs.entry(func).or_default() += n.0.parse::<u64>().unwrap();
         }
@@ -165,7 +186,9 @@ fn cpp_new_delete() {
 #[test]
 fn fork_child_writes_its_own_file() {
     let dir = scratch_dir("memtrack-fork");
-    let exe = Gcc::new(&["memtrack_fork.c"]).flags("-O0").build(&dir.join("fork"));
+    let exe = Gcc::new(&["memtrack_fork.c"])
+        .flags("-O0")
+        .build(&dir.join("fork"));
     let out = dir.join("out.heap");
     let (stdout, parent) = memtrack(&exe, "exact", &out);
     let pid: u32 = stdout
@@ -198,4 +221,3 @@ fn missing_library_is_an_error() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("/nonexistent/libx.so"), "{err}");
 }
-

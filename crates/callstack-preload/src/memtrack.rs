@@ -84,10 +84,7 @@ fn real(i: usize) -> Option<usize> {
 
 #[cold]
 fn resolve() {
-    if RESOLVED
-        .compare_exchange(0, 1, Acquire, Relaxed)
-        .is_err()
-    {
+    if RESOLVED.compare_exchange(0, 1, Acquire, Relaxed).is_err() {
         return;
     }
     for (slot, name) in REAL.iter().zip(NAMES) {
@@ -192,7 +189,9 @@ pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
         return arena_alloc(size, 16);
     };
     // SAFETY: `f` is the next `malloc`.
-    let p = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(size_t) -> *mut c_void>(f)(size) };
+    let p = unsafe {
+        std::mem::transmute::<usize, unsafe extern "C" fn(size_t) -> *mut c_void>(f)(size)
+    };
     track(p, size);
     p
 }
@@ -211,7 +210,9 @@ pub unsafe extern "C" fn calloc(n: size_t, size: size_t) -> *mut c_void {
     };
     // SAFETY: `f` is the next `calloc`.
     let p = unsafe {
-        std::mem::transmute::<usize, unsafe extern "C" fn(size_t, size_t) -> *mut c_void>(f)(n, size)
+        std::mem::transmute::<usize, unsafe extern "C" fn(size_t, size_t) -> *mut c_void>(f)(
+            n, size,
+        )
     };
     track(p, total);
     p
@@ -268,7 +269,11 @@ unsafe fn realloc_impl(p: *mut c_void, size: size_t) -> *mut c_void {
         unsafe {
             let q = malloc(size);
             if !q.is_null() {
-                std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, arena_size(p).min(size));
+                std::ptr::copy_nonoverlapping(
+                    p as *const u8,
+                    q as *mut u8,
+                    arena_size(p).min(size),
+                );
             }
             return q;
         }
@@ -277,10 +282,16 @@ unsafe fn realloc_impl(p: *mut c_void, size: size_t) -> *mut c_void {
         return arena_alloc(size, 16);
     };
     let active = ACTIVE.load(Relaxed);
-    let taken = if active && !p.is_null() { RECORDER.take(p as usize) } else { None };
+    let taken = if active && !p.is_null() {
+        RECORDER.take(p as usize)
+    } else {
+        None
+    };
     // SAFETY: `f` is the next `realloc`.
     let q = unsafe {
-        std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, size_t) -> *mut c_void>(f)(p, size)
+        std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, size_t) -> *mut c_void>(f)(
+            p, size,
+        )
     };
     if let Some(t) = taken {
         if q.is_null() && size != 0 {
@@ -330,7 +341,11 @@ pub unsafe extern "C" fn aligned_alloc(align: size_t, size: size_t) -> *mut c_vo
 /// # Safety
 /// As the C function.
 #[no_mangle]
-pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: size_t, size: size_t) -> c_int {
+pub unsafe extern "C" fn posix_memalign(
+    out: *mut *mut c_void,
+    align: size_t,
+    size: size_t,
+) -> c_int {
     let Some(f) = real(POSIX_MEMALIGN) else {
         let p = arena_alloc(size, align.next_power_of_two());
         if p.is_null() {
@@ -342,9 +357,9 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: size_t, si
     };
     // SAFETY: `f` is the next `posix_memalign`.
     let r = unsafe {
-        std::mem::transmute::<usize, unsafe extern "C" fn(*mut *mut c_void, size_t, size_t) -> c_int>(f)(
-            out, align, size,
-        )
+        std::mem::transmute::<usize, unsafe extern "C" fn(*mut *mut c_void, size_t, size_t) -> c_int>(
+            f,
+        )(out, align, size)
     };
     if r == 0 {
         // SAFETY: on success the next allocator stored the block at `out`.
@@ -363,7 +378,9 @@ pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
         return arena_alloc(size, 4096);
     };
     // SAFETY: `f` is the next `valloc`.
-    let p = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(size_t) -> *mut c_void>(f)(size) };
+    let p = unsafe {
+        std::mem::transmute::<usize, unsafe extern "C" fn(size_t) -> *mut c_void>(f)(size)
+    };
     track(p, size);
     p
 }
@@ -378,7 +395,9 @@ pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
         return arena_alloc(size, 4096);
     };
     // SAFETY: `f` is the next `pvalloc`.
-    let p = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(size_t) -> *mut c_void>(f)(size) };
+    let p = unsafe {
+        std::mem::transmute::<usize, unsafe extern "C" fn(size_t) -> *mut c_void>(f)(size)
+    };
     track(p, size);
     p
 }
@@ -435,7 +454,11 @@ extern "C" fn finish() {
     }
     RECORDER.set_enabled(false);
     let mut snap = RECORDER.snapshot();
-    snap.capture = if EXACT.load(Relaxed) { Capture::Exact } else { Capture::Fast };
+    snap.capture = if EXACT.load(Relaxed) {
+        Capture::Exact
+    } else {
+        Capture::Fast
+    };
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
     // SAFETY: written by the constructor, NUL-terminated.

@@ -59,7 +59,11 @@ fn work(n: usize) -> f64 {
     if only != 0 {
         let mut frames = [0usize; callstack::alloc::MAX_DEPTH];
         for _ in 0..n {
-            let c = if only == 1 { Capture::Fast } else { Capture::Exact };
+            let c = if only == 1 {
+                Capture::Fast
+            } else {
+                Capture::Exact
+            };
             black_box(c.capture(0, black_box(&mut frames)));
         }
         return t.elapsed().as_nanos() as f64 / n as f64;
@@ -77,12 +81,18 @@ fn work(n: usize) -> f64 {
 
 #[inline(never)]
 fn dive(depth: usize, n: usize) -> f64 {
-    let r = if depth <= 1 { work(n) } else { dive(depth - 1, n) };
+    let r = if depth <= 1 {
+        work(n)
+    } else {
+        dive(depth - 1, n)
+    };
     black_box(r)
 }
 
 fn best_of_5(n: usize) -> f64 {
-    (0..5).map(|_| dive(40, n / 5)).fold(f64::INFINITY, f64::min)
+    (0..5)
+        .map(|_| dive(40, n / 5))
+        .fold(f64::INFINITY, f64::min)
 }
 
 fn main() {
@@ -112,9 +122,16 @@ fn main() {
     CAPTURE_ONLY.store(0, Relaxed);
     let s = FAST.snapshot();
     let (fa, ..) = s.totals();
-    println!("alloc+free pairs at depth 40, {n} per tracker (dhat: {}), best of 5 rounds", n / 10);
+    println!(
+        "alloc+free pairs at depth 40, {n} per tracker (dhat: {}), best of 5 rounds",
+        n / 10
+    );
     println!("  system alone        {base:8.1} ns/pair");
-    for (name, t) in [("Tracking fast", fast), ("Tracking exact", exact), ("dhat-rs", dhat)] {
+    for (name, t) in [
+        ("Tracking fast", fast),
+        ("Tracking exact", exact),
+        ("dhat-rs", dhat),
+    ] {
         println!(
             "  {name:<18}  {t:8.1} ns/pair  (+{:.1} ns per tracked pair, {:.2}x fast's)",
             t - base,

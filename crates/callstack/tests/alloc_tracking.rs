@@ -1,5 +1,6 @@
 //! `callstack::alloc::Tracking` as this test's global allocator: known
 //! allocations by known functions, counted exactly by function name.
+#![cfg(feature = "symbolize")]
 
 use callstack::alloc::{Capture, HeapSnapshot, Tracking};
 use std::alloc::System;
@@ -42,7 +43,12 @@ fn by_function(snap: &HeapSnapshot, name: &str) -> (u64, u64, u64, u64) {
     for s in &snap.sites {
         let frames = snap.site_frames(&mut sym, s);
         if frames.iter().any(|f| f.function == full) {
-            t = (t.0 + s.allocs, t.1 + s.alloc_bytes, t.2 + s.frees, t.3 + s.free_bytes);
+            t = (
+                t.0 + s.allocs,
+                t.1 + s.alloc_bytes,
+                t.2 + s.frees,
+                t.3 + s.free_bytes,
+            );
         }
     }
     t
@@ -65,11 +71,22 @@ fn sites_and_leaks_by_function() {
     // allocation plumbing left out of the stack.
     let mut sym = snap.symbolizer();
     let leaks = snap.leak_report(&mut sym, 1000);
-    let at = leaks.find("::make_leak at").unwrap_or_else(|| panic!("{leaks}"));
-    let head = leaks[..leaks[..at].rfind(" bytes live in ").unwrap()].rfind('\n').unwrap();
-    assert!(leaks[head..].starts_with("\n  777 bytes live in 1 blocks"), "{}", &leaks[head..at]);
+    let at = leaks
+        .find("::make_leak at")
+        .unwrap_or_else(|| panic!("{leaks}"));
+    let head = leaks[..leaks[..at].rfind(" bytes live in ").unwrap()]
+        .rfind('\n')
+        .unwrap();
+    assert!(
+        leaks[head..].starts_with("\n  777 bytes live in 1 blocks"),
+        "{}",
+        &leaks[head..at]
+    );
     let above = &leaks[head..at];
-    assert!(!above.contains("callstack::") && !above.contains("__rust"), "{above}");
+    assert!(
+        !above.contains("callstack::") && !above.contains("__rust"),
+        "{above}"
+    );
 
     // The recording round-trips through its file format.
     let mut buf = Vec::new();

@@ -27,8 +27,16 @@ fn main() {
     assert!(o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.starts_with("leaks: "), "{err}");
-    let at = err.find("alloc_tracking_exit::leak_at_exit at").unwrap_or_else(|| panic!("{err}"));
-    let head = err[..err[..at].rfind(" bytes live in ").unwrap()].rfind('\n').unwrap();
-    assert!(err[head..].starts_with("\n  1000003 bytes live in 1 blocks"), "{}", &err[head..at]);
+    let at = err
+        .find("alloc_tracking_exit::leak_at_exit at")
+        .unwrap_or_else(|| panic!("{err}"));
+    let head = err[..err[..at].rfind(" bytes live in ").unwrap()]
+        .rfind('\n')
+        .unwrap();
+    assert!(
+        err[head..].starts_with("\n  1000003 bytes live in 1 blocks"),
+        "{}",
+        &err[head..at]
+    );
     println!("alloc_tracking_exit: ok");
 }

@@ -372,7 +372,12 @@ impl HeapSnapshot {
     /// Sum over all sites: (allocations, bytes allocated, frees, bytes freed).
     pub fn totals(&self) -> (u64, u64, u64, u64) {
         self.sites.iter().fold((0, 0, 0, 0), |a, s| {
-            (a.0 + s.allocs, a.1 + s.alloc_bytes, a.2 + s.frees, a.3 + s.free_bytes)
+            (
+                a.0 + s.allocs,
+                a.1 + s.alloc_bytes,
+                a.2 + s.frees,
+                a.3 + s.free_bytes,
+            )
         })
     }
 
@@ -420,7 +425,11 @@ impl HeapSnapshot {
             return Err(format!("heap recording version {} not supported", head[8]));
         }
         let mut next = || get_varint(&mut r);
-        let capture = if next()? == 1 { Capture::Exact } else { Capture::Fast };
+        let capture = if next()? == 1 {
+            Capture::Exact
+        } else {
+            Capture::Fast
+        };
         let n = next()?;
         let counters = HeapCounters {
             overflow_site_allocs: next()?,
@@ -442,7 +451,8 @@ impl HeapSnapshot {
                 peak_bytes: next()?,
             });
         }
-        let trace = crate::tracefile::read_all(r).map_err(|e| format!("heap recording stacks: {e}"))?;
+        let trace =
+            crate::tracefile::read_all(r).map_err(|e| format!("heap recording stacks: {e}"))?;
         if trace.stacks.len() != sites.len() {
             return Err(format!(
                 "heap recording: {} sites but {} stacks (truncated?)",

@@ -97,7 +97,10 @@ impl HeapSnapshot {
                     (Some(file), None) => file.to_string(),
                     _ => format!(
                         "{}+{:#x}",
-                        s.module.as_ref().map(|m| m.path.display().to_string()).unwrap_or_default(),
+                        s.module
+                            .as_ref()
+                            .map(|m| m.path.display().to_string())
+                            .unwrap_or_default(),
                         s.offset
                     ),
                 };
@@ -119,14 +122,23 @@ impl HeapSnapshot {
     pub fn report(&self, sym: &mut Symbolizer, top: usize) -> String {
         let mut o = String::new();
         self.totals_text(&mut o);
-        let mut by_live: Vec<&SiteStats> = self.sites.iter().filter(|s| s.live_bytes() > 0).collect();
-        by_live.sort_by(|a, b| b.live_bytes().cmp(&a.live_bytes()).then(b.allocs.cmp(&a.allocs)));
+        let mut by_live: Vec<&SiteStats> =
+            self.sites.iter().filter(|s| s.live_bytes() > 0).collect();
+        by_live.sort_by(|a, b| {
+            b.live_bytes()
+                .cmp(&a.live_bytes())
+                .then(b.allocs.cmp(&a.allocs))
+        });
         let _ = writeln!(o, "\ntop sites by live bytes:");
         for s in by_live.iter().take(top) {
             self.site_text(&mut o, sym, s);
         }
         let mut by_count: Vec<&SiteStats> = self.sites.iter().collect();
-        by_count.sort_by(|a, b| b.allocs.cmp(&a.allocs).then(b.alloc_bytes.cmp(&a.alloc_bytes)));
+        by_count.sort_by(|a, b| {
+            b.allocs
+                .cmp(&a.allocs)
+                .then(b.alloc_bytes.cmp(&a.alloc_bytes))
+        });
         let _ = writeln!(o, "\ntop sites by allocations:");
         for s in by_count.iter().take(top) {
             self.site_text(&mut o, sym, s);
@@ -139,7 +151,11 @@ impl HeapSnapshot {
     pub fn leak_report(&self, sym: &mut Symbolizer, top: usize) -> String {
         let mut o = String::new();
         let mut leaks: Vec<&SiteStats> = self.sites.iter().filter(|s| s.live_bytes() > 0).collect();
-        leaks.sort_by(|a, b| b.live_bytes().cmp(&a.live_bytes()).then(b.allocs.cmp(&a.allocs)));
+        leaks.sort_by(|a, b| {
+            b.live_bytes()
+                .cmp(&a.live_bytes())
+                .then(b.allocs.cmp(&a.allocs))
+        });
         let bytes: u64 = leaks.iter().map(|s| s.live_bytes()).sum();
         let blocks: u64 = leaks.iter().map(|s| s.live_blocks()).sum();
         let _ = writeln!(

@@ -16,7 +16,9 @@
 //! Both tables are anonymous `mmap`s made on first use (pages are touched
 //! only as slots are), never through the allocator being tracked.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
+};
 
 /// Frames kept per allocation site.
 pub const MAX_DEPTH: usize = 32;
@@ -103,8 +105,20 @@ impl Recorder {
     /// A recorder with room for `2^site_bits` sites and `2^live_bits` live
     /// blocks. `site_bits` is clamped to 4..=23, `live_bits` to 4..=30.
     pub const fn with_capacity(site_bits: u32, live_bits: u32) -> Recorder {
-        let site_bits = if site_bits < 4 { 4 } else if site_bits > 23 { 23 } else { site_bits };
-        let live_bits = if live_bits < 4 { 4 } else if live_bits > 30 { 30 } else { live_bits };
+        let site_bits = if site_bits < 4 {
+            4
+        } else if site_bits > 23 {
+            23
+        } else {
+            site_bits
+        };
+        let live_bits = if live_bits < 4 {
+            4
+        } else if live_bits > 30 {
+            30
+        } else {
+            live_bits
+        };
         Recorder {
             state: AtomicU8::new(UNINIT),
             enabled: AtomicBool::new(true),
@@ -214,7 +228,10 @@ impl Recorder {
             let slot = &live[i];
             let cur = slot.addr.load(Relaxed);
             if (cur == EMPTY || cur == TOMBSTONE)
-                && slot.addr.compare_exchange(cur, ptr, Relaxed, Relaxed).is_ok()
+                && slot
+                    .addr
+                    .compare_exchange(cur, ptr, Relaxed, Relaxed)
+                    .is_ok()
             {
                 slot.val.store(val, Release);
                 return;
@@ -325,7 +342,10 @@ impl Recorder {
                 alloc_bytes,
                 frees: s.frees.load(Relaxed),
                 free_bytes,
-                peak_bytes: s.peak.load(Relaxed).max(alloc_bytes.saturating_sub(free_bytes)),
+                peak_bytes: s
+                    .peak
+                    .load(Relaxed)
+                    .max(alloc_bytes.saturating_sub(free_bytes)),
             });
             if overflow {
                 snap.counters.overflow_site_allocs = allocs;
@@ -376,7 +396,12 @@ fn find_site(sites: &[SiteSlot], bits: u32, frames: &[usize]) -> u32 {
 #[inline]
 fn site_hash(frames: &[usize]) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut lanes = [K, K ^ 0x243f_6a88_85a3_08d3, K ^ 0x1319_8a2e_0370_7344, K ^ 0xa409_3822_299f_31d0];
+    let mut lanes = [
+        K,
+        K ^ 0x243f_6a88_85a3_08d3,
+        K ^ 0x1319_8a2e_0370_7344,
+        K ^ 0xa409_3822_299f_31d0,
+    ];
     let mut chunks = frames.chunks_exact(4);
     for c in &mut chunks {
         for (l, &f) in lanes.iter_mut().zip(c) {
@@ -433,7 +458,10 @@ mod tests {
         assert!(!r.record_free(0x9990)); // never recorded
         let s = r.snapshot();
         let a = s.sites.iter().find(|s| s.frames == [1, 2, 3]).unwrap();
-        assert_eq!((a.allocs, a.alloc_bytes, a.frees, a.free_bytes, a.peak_bytes), (2, 30, 1, 10, 30));
+        assert_eq!(
+            (a.allocs, a.alloc_bytes, a.frees, a.free_bytes, a.peak_bytes),
+            (2, 30, 1, 10, 30)
+        );
         assert_eq!(a.live_bytes(), 20);
         assert_eq!(s.counters.unknown_frees, 1);
     }
@@ -476,7 +504,10 @@ mod tests {
         let t = r.take(0x40).unwrap();
         r.put_back(0x40, t);
         let s = r.snapshot();
-        assert_eq!((s.sites[0].allocs, s.sites[0].frees, s.sites[0].live_bytes()), (1, 0, 8));
+        assert_eq!(
+            (s.sites[0].allocs, s.sites[0].frees, s.sites[0].live_bytes()),
+            (1, 0, 8)
+        );
         assert!(r.record_free(0x40));
     }
 
@@ -502,6 +533,9 @@ mod tests {
         let s = R.snapshot();
         assert_eq!(s.sites.len(), 2);
         assert_eq!(s.sites.iter().map(|s| s.allocs).sum::<u64>(), 4000);
-        assert_eq!(s.sites.iter().map(|s| s.live_bytes()).sum::<u64>(), 2000 * 3);
+        assert_eq!(
+            s.sites.iter().map(|s| s.live_bytes()).sum::<u64>(),
+            2000 * 3
+        );
     }
 }
