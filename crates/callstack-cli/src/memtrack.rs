@@ -85,19 +85,35 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             preload.push(old);
         }
     }
-    let status = std::process::Command::new(&args.command[0])
+    let mut child = std::process::Command::new(&args.command[0])
         .args(&args.command[1..])
         .env("LD_PRELOAD", preload)
         .env("CALLSTACK_MEMTRACK_OUT", &out)
         .env("CALLSTACK_MEMTRACK_CAPTURE", &args.capture)
-        .status()
+        .spawn()
         .map_err(|e| format!("{}: {e}", PathBuf::from(&args.command[0]).display()))?;
-    if !out.exists() {
-        return Err(format!(
-            "{} wrote no recording to {} ({status}; it must exit through exit() or a return from main)",
-            PathBuf::from(&args.command[0]).display(),
-            out.display()
-        ));
+    let pid = child.id();
+    let status = child.wait().map_err(|e| format!("wait: {e}"))?;
+    // The program claims FILE at start and fills it at exit. A program that
+    // exec'd another (a wrapper script's `exec`) left FILE empty and the
+    // new image wrote FILE.PID under the same pid.
+    let empty = std::fs::metadata(&out)
+        .map(|m| m.len() == 0)
+        .unwrap_or(true);
+    let mut out = out;
+    if empty {
+        let mut same_pid = out.clone().into_os_string();
+        same_pid.push(format!(".{pid}"));
+        let same_pid = PathBuf::from(same_pid);
+        if same_pid.exists() {
+            out = same_pid;
+        } else {
+            return Err(format!(
+                "{} wrote no recording to {} ({status}): it must end through exit() or a return from main, not _exit() or a signal",
+                PathBuf::from(&args.command[0]).display(),
+                out.display()
+            ));
+        }
     }
     println!("recording: {}", out.display());
     print_summary(&out, args.top)?;

@@ -207,6 +207,21 @@ fn fork_child_writes_its_own_file() {
     // The child inherits the parent's blocks and adds its own.
     assert_eq!(c.get("parent_leak"), Some(&(1, 321, 0, 0)));
     assert_eq!(c.get("child_leak"), Some(&(1, 123, 0, 0)));
+    // The exec'd child wrote its own recording too.
+    let prefix = format!("{}.", out.file_name().unwrap().to_str().unwrap());
+    let others: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_str().unwrap();
+            n.starts_with(&prefix) && p != &child_file
+        })
+        .collect();
+    assert_eq!(others.len(), 1, "{others:?}");
+    let ex = HeapSnapshot::read_from(std::fs::File::open(&others[0]).unwrap()).unwrap();
+    let e = by_function(&ex, &["parent_leak", "child_leak", "exec_leak"]);
+    assert_eq!(e.get("exec_leak"), Some(&(1, 77, 0, 0)));
+    assert_eq!(e.get("parent_leak"), None); // a new image: nothing inherited
 }
 
 #[test]
@@ -220,4 +235,41 @@ fn missing_library_is_an_error() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("/nonexistent/libx.so"), "{err}");
+}
+
+/// A wrapper that execs the program: the recording is the exec'd image's
+/// (FILE.PID under the same pid); a program ending in `_exit` gets an
+/// error that says why there is no recording.
+#[test]
+fn exec_wrapper_and_exit_without_handlers() {
+    let dir = scratch_dir("memtrack-exec");
+    let exe = Gcc::new(&["memtrack_fork.c"])
+        .flags("-O0")
+        .build(&dir.join("fork"));
+    let a = release_artifacts();
+    let out = dir.join("out.heap");
+    let o = Command::new(&a.cli)
+        .args(["memtrack", "-o"])
+        .arg(&out)
+        .args(["--", "/bin/sh", "-c"])
+        .arg(format!("exec {} exec", exe.display()))
+        .env("CALLSTACK_PRELOAD_LIB", &a.preload_lib)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("exec_leak at "), "{stdout}");
+    let o = Command::new(&a.cli)
+        .args(["memtrack", "-o"])
+        .arg(&out)
+        .args(["--", "/bin/sh", "-c", "exit 3"])
+        .env("CALLSTACK_PRELOAD_LIB", &a.preload_lib)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("wrote no recording") && err.contains("_exit()"),
+        "{err}"
+    );
 }
