@@ -273,3 +273,50 @@ fn exec_wrapper_and_exit_without_handlers() {
         "{err}"
     );
 }
+
+/// A library with thread-local storage dlopen'd by the traced program, and
+/// threads allocating through it afterwards: no deadlock or recursion
+/// (the preload's own thread-local flag is read after the loader's TLS
+/// generation changed), and every block is found at its line.
+#[test]
+fn dlopen_of_a_tls_library() {
+    let dir = scratch_dir("memtrack-dlopen");
+    let lib = dir.join("libtlslib.so");
+    let o = Command::new("gcc")
+        .args(["-g", "-O0", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(testsupport::c_fixtures().join("memtrack_tls_lib.c"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let exe = Gcc::new(&["memtrack_dlopen.c"])
+        .flags("-O0 -pthread -ldl")
+        .build(&dir.join("dl"));
+    let a = release_artifacts();
+    let out = dir.join("out.heap");
+    let o = Command::new(&a.cli)
+        .args(["memtrack", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&exe)
+        .arg(&lib)
+        .env("CALLSTACK_PRELOAD_LIB", &a.preload_lib)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let snap = HeapSnapshot::read_from(std::fs::File::open(&out).unwrap()).unwrap();
+    let mut sym = snap.symbolizer();
+    let (mut allocs, mut bytes) = (0, 0);
+    for s in &snap.sites {
+        let frames = snap.site_frames(&mut sym, s);
+        if frames
+            .first()
+            .is_some_and(|f| f.location.ends_with("memtrack_tls_lib.c:11"))
+            && frames.iter().any(|f| f.function == "after_dlopen")
+        {
+            allocs += s.allocs;
+            bytes += s.alloc_bytes;
+        }
+    }
+    assert_eq!((allocs, bytes), (5, 1000));
+}

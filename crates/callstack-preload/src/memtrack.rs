@@ -173,7 +173,9 @@ thread_local! {
     // `Drop`: a plain TLS slot, no registration and no allocation on first
     // use. This library is loaded at start-up (LD_PRELOAD), so its TLS is
     // in the static TLS block of every thread and `__tls_get_addr` takes
-    // its fast path (it would allocate only for a dlopen'd library).
+    // its fast path (it would allocate only for a dlopen'd library). After
+    // the program dlopens a library with TLS, the first access may take
+    // the slow path; test `dlopen_of_a_tls_library` runs that case.
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
 }
 
