@@ -114,3 +114,29 @@ fn prepare_thread_allocates_nothing() {
         .unwrap();
     assert_eq!(n, 0);
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn heap_recorder_allocates_nothing() {
+    // The tables are mapped on first use (mmap, not the allocator); every
+    // record after that, including a full table's overflow, is counted too.
+    static R: callstack::alloc::Recorder = callstack::alloc::Recorder::with_capacity(4, 4);
+    let n = allocations_in(|| {
+        let mut frames = [0usize; 32];
+        for i in 0..64usize {
+            let k = callstack::capture_fast(0, &mut frames);
+            frames[0] ^= i; // 64 distinct sites: the table of 16 overflows
+            R.record_alloc(black_box(&frames[..k]), 0x1000 + 16 * i, 8);
+        }
+        for i in 0..64usize {
+            if let Some(t) = R.take(0x1000 + 16 * i) {
+                R.commit_free(t);
+            }
+        }
+        R.record_free(0x9999_0000); // unknown
+    });
+    assert_eq!(n, 0);
+    let s = R.snapshot();
+    assert_eq!(s.totals().0, 64);
+    assert_eq!(s.counters.live_overflow, 48);
+}
