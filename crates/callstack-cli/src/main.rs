@@ -11,6 +11,7 @@ mod crash;
 mod demo;
 mod mainfn;
 mod pstack;
+mod report;
 mod stacks;
 mod symbolize;
 
@@ -50,6 +51,9 @@ enum Command {
     Addr2line(addr2line::Args),
     /// Print the stacks of a callstack trace file (or `-` for stdin) resolved.
     Symbolize(symbolize::Args),
+    /// Summarize a profile (from `callstack record` or the in-process
+    /// profiler): top functions, flamegraph SVG, pprof, folded stacks.
+    Report(report::Args),
     /// Symbolize raw crash reports (from a report file, or standard input;
     /// also the helper a crashing program runs).
     CrashReport(crash::Args),
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
         Command::Addr2line(args) => addr2line::run(args),
         Command::Symbolize(args) => symbolize::run(args),
         Command::CrashReport(args) => crash::run(args),
+        Command::Report(args) => report::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

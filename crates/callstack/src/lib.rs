@@ -76,6 +76,7 @@ mod fast;
 pub mod fuzzing;
 mod hash;
 pub mod modules;
+pub mod profile;
 #[cfg(feature = "remote")]
 pub mod remote;
 mod stack;
