@@ -12,6 +12,7 @@ mod demo;
 mod mainfn;
 mod memtrack;
 mod pstack;
+mod report;
 mod stacks;
 mod symbolize;
 
@@ -51,6 +52,9 @@ enum Command {
     Addr2line(addr2line::Args),
     /// Print the stacks of a callstack trace file (or `-` for stdin) resolved.
     Symbolize(symbolize::Args),
+    /// Summarize a profile (from `callstack record` or the in-process
+    /// profiler): top functions, flamegraph SVG, pprof, folded stacks.
+    Report(report::Args),
     /// Symbolize raw crash reports (from a report file, or standard input;
     /// also the helper a crashing program runs).
     CrashReport(crash::Args),
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
         Command::Addr2line(args) => addr2line::run(args),
         Command::Symbolize(args) => symbolize::run(args),
         Command::CrashReport(args) => crash::run(args),
+        Command::Report(args) => report::run(args),
         Command::Memtrack(args) => match memtrack::run(args) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -78,6 +78,12 @@ mod fast;
 pub mod fuzzing;
 mod hash;
 pub mod modules;
+pub mod profile;
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+pub mod profiler;
 #[cfg(feature = "remote")]
 pub mod remote;
 mod stack;

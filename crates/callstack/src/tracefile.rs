@@ -120,7 +120,7 @@ impl From<io::Error> for TraceError {
     }
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -128,11 +128,11 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn zigzag(v: i64) -> u64 {
+pub(crate) fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
 
-fn unzigzag(v: u64) -> i64 {
+pub(crate) fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
@@ -179,6 +179,14 @@ impl<W: Write> TraceWriter<W> {
             self.buf.clear();
         }
         Ok(())
+    }
+
+    /// Writes a record of another kind (the profile records of
+    /// [`crate::profile`]): `tag`, then `payload` as is.
+    pub(crate) fn write_raw(&mut self, tag: u8, payload: &[u8]) -> io::Result<()> {
+        self.scratch.clear();
+        self.scratch.extend_from_slice(payload);
+        self.record(tag)
     }
 
     /// Writes a module record.
@@ -271,7 +279,9 @@ pub struct TraceReader<R: Read> {
 /// The outcome of reading one record.
 enum Step {
     Record(Record),
-    Skip,
+    /// A record of a kind `Record` does not hold; its payload is in
+    /// `TraceReader::payload`.
+    Other(u8, u64),
     Eof,
     Truncated,
 }
@@ -304,7 +314,31 @@ impl<R: Read> TraceReader<R> {
         loop {
             match self.step()? {
                 Step::Record(r) => return Ok((Some(r), false)),
-                Step::Skip => continue,
+                Step::Other(..) => continue,
+                Step::Eof => return Ok((None, false)),
+                Step::Truncated => return Ok((None, true)),
+            }
+        }
+    }
+
+    /// Like `next_with_truncation`, also giving the records `Record` does
+    /// not hold, as (tag, payload, byte offset).
+    pub(crate) fn next_any(&mut self) -> Result<(Option<AnyRecord<'_>>, bool), TraceError> {
+        loop {
+            match self.step()? {
+                Step::Record(r) => return Ok((Some(AnyRecord::Known(r)), false)),
+                Step::Other(tag, at) => {
+                    return Ok((
+                        Some(AnyRecord::Other(
+                            tag,
+                            Payload {
+                                b: &self.payload,
+                                at,
+                            },
+                        )),
+                        false,
+                    ))
+                }
                 Step::Eof => return Ok((None, false)),
                 Step::Truncated => return Ok((None, true)),
             }
@@ -390,18 +424,27 @@ impl<R: Read> TraceReader<R> {
                     tag,
                 })))
             }
-            _ => Ok(Step::Skip),
+            t => Ok(Step::Other(t, at)),
         }
     }
 }
 
-struct Payload<'a> {
-    b: &'a [u8],
-    at: u64,
+/// A record read by `TraceReader::next_any`.
+pub(crate) enum AnyRecord<'a> {
+    /// A module or a stack.
+    Known(Record),
+    /// Another kind: its tag and payload.
+    Other(u8, Payload<'a>),
+}
+
+/// A record's payload being decoded.
+pub(crate) struct Payload<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) at: u64,
 }
 
 impl<'a> Payload<'a> {
-    fn varint(&mut self) -> Result<u64, TraceError> {
+    pub(crate) fn varint(&mut self) -> Result<u64, TraceError> {
         let mut v = 0u64;
         for (i, &byte) in self.b.iter().enumerate() {
             if i >= 10 {
@@ -416,7 +459,7 @@ impl<'a> Payload<'a> {
         Err(TraceError::Corrupt("bad varint in record", self.at))
     }
 
-    fn bytes(&mut self, n: usize) -> Result<&'a [u8], TraceError> {
+    pub(crate) fn bytes(&mut self, n: usize) -> Result<&'a [u8], TraceError> {
         if n > self.b.len() {
             return Err(TraceError::Corrupt("field longer than its record", self.at));
         }

@@ -1,0 +1,577 @@
+//! Profiles: stacks with counted values, as a sampling profiler or a
+//! memory tracker produces them, and the writers that turn them into the
+//! formats the tools of the field read.
+//!
+//! A [`Profile`] holds the modules of the profiled process, its
+//! deduplicated stacks (raw addresses, symbolizable elsewhere) and, per
+//! stack, one value for each of its [`ValueType`]s: `samples/count` and
+//! `cpu/nanoseconds` for a CPU profile; `alloc_objects/count`,
+//! `alloc_space/bytes`, `inuse_objects/count`, `inuse_space/bytes` for a
+//! heap profile. It also keeps the sampling period, the duration, the
+//! number of lost samples and the thread names.
+//!
+//! - Stored in the callstack trace file (`docs/trace-format.md`, records
+//!   `P`, `T`, `V`, `E` beside the `M` and `S` records): [`Profile::write_trace`],
+//!   [`Profile::read_trace`]. Readers that predate profiles still see the
+//!   modules and stacks.
+//! - Names: [`Names`] maps every address of a profile to its functions
+//!   (with the `symbolize` feature, [`Names::symbolize`] does it from the
+//!   modules' files; [`Names::resolve`] takes any resolver).
+//! - Writers: folded stacks ([`write_folded`], what `inferno` and
+//!   `flamegraph.pl` read), pprof protobuf ([`pprof::encode`], gzip'd with
+//!   [`pprof::write_gzip`] under the `pprof` feature, what `go tool pprof`,
+//!   Pyroscope and Parca read) and a top-N table ([`top`]).
+//!
+//! ```
+//! use callstack::profile::{Profile, Names, write_folded};
+//! let mut p = Profile::cpu(1000);
+//! p.add(&[0x1000, 0x2000], true, None, &[1, 1_000_000]);
+//! p.add(&[0x1000, 0x2000], true, None, &[1, 1_000_000]);
+//! assert_eq!(p.stacks.len(), 1);
+//! assert_eq!(p.stacks[0].values, vec![2, 2_000_000]);
+//! let names = Names::resolve(&p, |addr, _exact| {
+//!     vec![callstack::profile::FrameName::function(format!("f{addr:x}"))]
+//! });
+//! let mut out = Vec::new();
+//! write_folded(&p, &names, 0, &mut out).unwrap();
+//! assert_eq!(String::from_utf8(out).unwrap(), "f2000;f1000 2\n");
+//! ```
+
+mod file;
+pub mod pprof;
+
+use crate::tracefile::ModuleRecord;
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Write};
+
+/// What one value of a sample counts: a name and a unit, as in pprof
+/// (`samples`/`count`, `cpu`/`nanoseconds`, `alloc_space`/`bytes`...).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ValueType {
+    /// What is counted (`samples`, `cpu`, `alloc_objects`, `inuse_space`...).
+    pub name: String,
+    /// Its unit (`count`, `nanoseconds`, `bytes`).
+    pub unit: String,
+}
+
+impl ValueType {
+    /// A value type from its name and unit.
+    pub fn new(name: impl Into<String>, unit: impl Into<String>) -> Self {
+        ValueType {
+            name: name.into(),
+            unit: unit.into(),
+        }
+    }
+}
+
+/// One distinct stack of a profile and its values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProfileStack {
+    /// The addresses, innermost first; return addresses except `frames[0]`
+    /// when `first_is_exact`.
+    pub frames: Vec<usize>,
+    /// Whether `frames[0]` is an exact pc (an interrupted instruction).
+    pub first_is_exact: bool,
+    /// The thread the stack was seen on, when the profile keeps threads
+    /// apart (`None`: all threads together).
+    pub thread: Option<u32>,
+    /// One value per [`Profile::sample_types`] entry.
+    pub values: Vec<i64>,
+}
+
+/// A profile: modules, deduplicated stacks and their values. See the
+/// [module documentation](self).
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    /// What each value of a stack counts (at least one).
+    pub sample_types: Vec<ValueType>,
+    /// The index in `sample_types` that viewers show by default.
+    pub default_sample_type: usize,
+    /// What the sampling period counts (`cpu`/`nanoseconds` for a CPU
+    /// profile), if the profile is sampled.
+    pub period_type: Option<ValueType>,
+    /// The sampling period, in `period_type` units (0: not sampled).
+    pub period: i64,
+    /// When profiling started, nanoseconds since the Unix epoch (0: unknown).
+    pub start_time_ns: u64,
+    /// How long profiling lasted, in nanoseconds (0: unknown).
+    pub duration_ns: u64,
+    /// Samples that were taken but could not be kept (a full ring, a
+    /// stack that could not be read, records the kernel dropped).
+    pub lost: u64,
+    /// The modules of the profiled process, in the order they were added.
+    pub modules: Vec<ModuleRecord>,
+    /// Thread names by thread id.
+    pub threads: BTreeMap<u32, String>,
+    /// The distinct stacks with their values.
+    pub stacks: Vec<ProfileStack>,
+    /// Stack hash -> indices in `stacks` with that hash.
+    index: HashMap<u64, Vec<u32>>,
+}
+
+fn stack_key(frames: &[usize], first_is_exact: bool, thread: Option<u32>) -> u64 {
+    let h = crate::hash_frames(frames);
+    let t = thread.map_or(0, |t| t as u64 + 1);
+    h ^ (first_is_exact as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ t.wrapping_mul(0xc4ce_b9fe_1a85_ec53)
+}
+
+impl Profile {
+    /// An empty profile counting `sample_types` (default: the first).
+    pub fn new(sample_types: Vec<ValueType>) -> Self {
+        Profile {
+            sample_types,
+            ..Default::default()
+        }
+    }
+
+    /// An empty CPU profile sampled at `hz`: values `samples/count` and
+    /// `cpu/nanoseconds` (default), period `1e9 / hz` `cpu/nanoseconds`.
+    pub fn cpu(hz: u32) -> Self {
+        let mut p = Profile::new(vec![
+            ValueType::new("samples", "count"),
+            ValueType::new("cpu", "nanoseconds"),
+        ]);
+        p.default_sample_type = 1;
+        p.period_type = Some(ValueType::new("cpu", "nanoseconds"));
+        p.period = 1_000_000_000 / hz.max(1) as i64;
+        p
+    }
+
+    /// An empty heap profile: values `alloc_objects/count`,
+    /// `alloc_space/bytes`, `inuse_objects/count`, `inuse_space/bytes`
+    /// (default: `inuse_space`), as Go's heap profiles.
+    pub fn heap() -> Self {
+        let mut p = Profile::new(vec![
+            ValueType::new("alloc_objects", "count"),
+            ValueType::new("alloc_space", "bytes"),
+            ValueType::new("inuse_objects", "count"),
+            ValueType::new("inuse_space", "bytes"),
+        ]);
+        p.default_sample_type = 3;
+        p.period_type = Some(ValueType::new("space", "bytes"));
+        p
+    }
+
+    /// The index of the sample type named `name` (e.g. `cpu`, `inuse_space`).
+    pub fn sample_type_index(&self, name: &str) -> Option<usize> {
+        self.sample_types.iter().position(|t| t.name == name)
+    }
+
+    /// Adds `values` (one per sample type; missing ones count 0, extra
+    /// ones are ignored) to the stack `frames` of `thread`, creating the
+    /// stack on first sight. Returns the stack's index in `stacks`.
+    pub fn add(
+        &mut self,
+        frames: &[usize],
+        first_is_exact: bool,
+        thread: Option<u32>,
+        values: &[i64],
+    ) -> usize {
+        let key = stack_key(frames, first_is_exact, thread);
+        let n = self.sample_types.len();
+        let slot = self.index.entry(key).or_default();
+        let found = slot.iter().map(|&i| i as usize).find(|&i| {
+            let s = &self.stacks[i];
+            s.frames == frames && s.first_is_exact == first_is_exact && s.thread == thread
+        });
+        let i = match found {
+            Some(i) => i,
+            None => {
+                let i = self.stacks.len();
+                slot.push(i as u32);
+                self.stacks.push(ProfileStack {
+                    frames: frames.to_vec(),
+                    first_is_exact,
+                    thread,
+                    values: vec![0; n],
+                });
+                i
+            }
+        };
+        let s = &mut self.stacks[i];
+        s.values.resize(n, 0);
+        for (v, &add) in s.values.iter_mut().zip(values) {
+            *v = v.wrapping_add(add);
+        }
+        i
+    }
+
+    /// Adds one module record per object loaded in this process (call it
+    /// from the profiled process, not from a signal handler).
+    pub fn add_loaded_modules(&mut self) {
+        for m in crate::modules::loaded_modules() {
+            if m.is_vdso {
+                continue;
+            }
+            let (start, end) = m.range();
+            self.modules.push(ModuleRecord {
+                path: m.path.clone(),
+                build_id: m.build_id.clone(),
+                start: start as u64,
+                end: end as u64,
+                bias: m.bias as u64,
+            });
+        }
+    }
+
+    /// The sum of sample type `i` over all stacks.
+    pub fn total(&self, i: usize) -> i64 {
+        self.stacks
+            .iter()
+            .map(|s| s.values.get(i).copied().unwrap_or(0))
+            .fold(0i64, i64::wrapping_add)
+    }
+
+    /// Merges the stacks of all threads (`thread` becomes `None`).
+    pub fn merge_threads(&mut self) {
+        let stacks = std::mem::take(&mut self.stacks);
+        self.index.clear();
+        for s in stacks {
+            self.add(&s.frames, s.first_is_exact, None, &s.values);
+        }
+    }
+
+    /// The module record containing `addr`, the last one added wins.
+    pub fn module_of(&self, addr: u64) -> Option<&ModuleRecord> {
+        self.modules
+            .iter()
+            .rev()
+            .find(|m| m.start <= addr && addr < m.end)
+    }
+}
+
+/// One function at an address (an inlined function or the real one).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FrameName {
+    /// The function's name (or `module+0xoffset` / `0xaddress` when
+    /// nothing names it).
+    pub function: String,
+    /// Its source file, if known.
+    pub file: Option<String>,
+    /// The line, if known.
+    pub line: Option<u32>,
+    /// Whether it is inlined into the next name of the address.
+    pub inlined: bool,
+}
+
+impl FrameName {
+    /// A name with no file or line.
+    pub fn function(name: impl Into<String>) -> Self {
+        FrameName {
+            function: name.into(),
+            file: None,
+            line: None,
+            inlined: false,
+        }
+    }
+}
+
+/// The names of every address of a profile: for each (address, exact),
+/// its functions innermost (inlined) first, the real function last (never
+/// empty).
+#[derive(Clone, Debug, Default)]
+pub struct Names {
+    map: HashMap<(usize, bool), Vec<FrameName>>,
+}
+
+impl Names {
+    /// Names every address of `profile` with `resolve(address, exact)`
+    /// (innermost first; an empty answer becomes `module+0xoffset`).
+    pub fn resolve(
+        profile: &Profile,
+        mut resolve: impl FnMut(usize, bool) -> Vec<FrameName>,
+    ) -> Names {
+        let mut map = HashMap::new();
+        for s in &profile.stacks {
+            for (i, &a) in s.frames.iter().enumerate() {
+                let exact = i == 0 && s.first_is_exact;
+                map.entry((a, exact)).or_insert_with(|| {
+                    let v = resolve(a, exact);
+                    if v.is_empty() {
+                        vec![FrameName::function(unknown_name(profile, a))]
+                    } else {
+                        v
+                    }
+                });
+            }
+        }
+        Names { map }
+    }
+
+    /// Names every address `module+0xoffset` (or `0xaddress`), without
+    /// reading any file.
+    pub fn unresolved(profile: &Profile) -> Names {
+        Names::resolve(profile, |_, _| Vec::new())
+    }
+
+    /// Names every address from the modules' files and debug info
+    /// ([`crate::Symbolizer`]), found as `callstack symbolize` finds them:
+    /// at the recorded path (under `sysroot` first), checked by build-id,
+    /// else under `debug_dirs`' `.build-id/`.
+    #[cfg(feature = "symbolize")]
+    pub fn symbolize(
+        profile: &Profile,
+        sysroot: Option<&std::path::Path>,
+        debug_dirs: &[std::path::PathBuf],
+    ) -> Names {
+        use crate::symbolize::{Address, ModuleInfo, Symbolizer};
+        let modules = profile.modules.iter().map(|m| ModuleInfo {
+            path: match sysroot {
+                Some(root) => {
+                    let p = root.join(m.path.strip_prefix("/").unwrap_or(&m.path));
+                    if p.exists() {
+                        p
+                    } else {
+                        m.path.clone()
+                    }
+                }
+                None => m.path.clone(),
+            },
+            build_id: m.build_id.clone(),
+            start: m.start as usize,
+            end: m.end as usize,
+            bias: Some(m.bias as usize),
+        });
+        let mut sym = Symbolizer::from_modules(modules);
+        for d in debug_dirs {
+            sym.add_debug_dir(d.clone());
+        }
+        Names::resolve(profile, |a, exact| {
+            let addr = if exact {
+                Address::Exact(a)
+            } else {
+                Address::Return(a)
+            };
+            let r = sym.symbolize(addr);
+            r.frames
+                .iter()
+                .filter_map(|f| {
+                    Some(FrameName {
+                        function: f.function.as_deref()?.to_string(),
+                        file: f.file.as_deref().map(str::to_string),
+                        line: f.line,
+                        inlined: f.inlined,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// The names of `addr` (innermost first), if the profile had it.
+    pub fn get(&self, addr: usize, exact: bool) -> Option<&[FrameName]> {
+        self.map.get(&(addr, exact)).map(Vec::as_slice)
+    }
+
+    fn of(&self, addr: usize, exact: bool) -> &[FrameName] {
+        self.get(addr, exact).unwrap_or(&[])
+    }
+
+    /// The function names of a stack, outermost (root) first, inlined
+    /// functions expanded.
+    pub fn stack_names<'a>(&'a self, s: &ProfileStack) -> Vec<&'a str> {
+        let mut out = Vec::with_capacity(s.frames.len());
+        for (i, &a) in s.frames.iter().enumerate().rev() {
+            let exact = i == 0 && s.first_is_exact;
+            for f in self.of(a, exact).iter().rev() {
+                out.push(f.function.as_str());
+            }
+        }
+        out
+    }
+}
+
+fn unknown_name(profile: &Profile, addr: usize) -> String {
+    match profile.module_of(addr as u64) {
+        Some(m) => {
+            let base = m
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            format!("{base}+{:#x}", (addr as u64).wrapping_sub(m.bias))
+        }
+        None => format!("{addr:#x}"),
+    }
+}
+
+/// Writes the profile as folded stacks for sample type `sample_type`:
+/// one line per distinct call path, `root;caller;...;leaf VALUE`, sorted,
+/// paths with a zero value left out. What `inferno-flamegraph` and
+/// `flamegraph.pl` read. Semicolons in names become `:`.
+pub fn write_folded(
+    profile: &Profile,
+    names: &Names,
+    sample_type: usize,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    for (line, v) in folded(profile, names, sample_type) {
+        writeln!(out, "{line} {v}")?;
+    }
+    Ok(())
+}
+
+/// The folded lines of [`write_folded`], as (path, value) sorted by path.
+pub fn folded(profile: &Profile, names: &Names, sample_type: usize) -> BTreeMap<String, i64> {
+    let mut lines: BTreeMap<String, i64> = BTreeMap::new();
+    for s in &profile.stacks {
+        let v = s.values.get(sample_type).copied().unwrap_or(0);
+        if v == 0 {
+            continue;
+        }
+        let mut line = String::new();
+        for (k, n) in names.stack_names(s).into_iter().enumerate() {
+            if k > 0 {
+                line.push(';');
+            }
+            line.extend(n.chars().map(|c| if c == ';' { ':' } else { c }));
+        }
+        if line.is_empty() {
+            line.push_str("[no frames]");
+        }
+        *lines.entry(line).or_insert(0) += v;
+    }
+    lines
+}
+
+/// One function of a [`top`] table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopEntry {
+    /// The function.
+    pub function: String,
+    /// The value of the stacks where it is the innermost function.
+    pub self_value: i64,
+    /// The value of the stacks where it appears at all (once per stack,
+    /// however often it recurses).
+    pub total_value: i64,
+}
+
+/// The functions of the profile by self value of sample type
+/// `sample_type`, highest first (ties by total, then name).
+pub fn top(profile: &Profile, names: &Names, sample_type: usize) -> Vec<TopEntry> {
+    let mut by: HashMap<&str, (i64, i64)> = HashMap::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for s in &profile.stacks {
+        let v = s.values.get(sample_type).copied().unwrap_or(0);
+        if v == 0 {
+            continue;
+        }
+        let path = names.stack_names(s);
+        if let Some(&leaf) = path.last() {
+            by.entry(leaf).or_default().0 += v;
+        }
+        seen.clear();
+        for &n in &path {
+            if !seen.contains(&n) {
+                seen.push(n);
+                by.entry(n).or_default().1 += v;
+            }
+        }
+    }
+    let mut v: Vec<TopEntry> = by
+        .into_iter()
+        .map(|(f, (s, t))| TopEntry {
+            function: f.to_string(),
+            self_value: s,
+            total_value: t,
+        })
+        .collect();
+    v.sort_by(|a, b| {
+        b.self_value
+            .cmp(&a.self_value)
+            .then(b.total_value.cmp(&a.total_value))
+            .then(a.function.cmp(&b.function))
+    });
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> (Profile, Names) {
+        let mut p = Profile::cpu(100);
+        p.modules.push(ModuleRecord {
+            path: "/bin/app".into(),
+            build_id: Some(vec![0xab; 20]),
+            start: 0x1000,
+            end: 0x9000,
+            bias: 0x1000,
+        });
+        p.threads.insert(7, "worker".into());
+        // main -> a -> hot (7), main -> b (3)
+        for _ in 0..7 {
+            p.add(&[0x1100, 0x1200, 0x1300], true, Some(7), &[1, 10_000_000]);
+        }
+        for _ in 0..3 {
+            p.add(&[0x1400, 0x1300], true, Some(7), &[1, 10_000_000]);
+        }
+        p.lost = 2;
+        p.duration_ns = 123;
+        let names = Names::resolve(&p, |a, _| {
+            let f = match a {
+                0x1100 => "hot",
+                0x1200 => "a",
+                0x1300 => "main",
+                _ => return Vec::new(),
+            };
+            vec![FrameName::function(f)]
+        });
+        (p, names)
+    }
+
+    #[test]
+    fn dedup_folded_top() {
+        let (p, names) = sample();
+        assert_eq!(p.stacks.len(), 2);
+        assert_eq!(p.total(0), 10);
+        let mut out = Vec::new();
+        write_folded(&p, &names, 0, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "main;a;hot 7\nmain;app+0x400 3\n"
+        );
+        let t = top(&p, &names, 0);
+        assert_eq!(t[0].function, "hot");
+        assert_eq!((t[0].self_value, t[0].total_value), (7, 7));
+        assert_eq!(t[1].function, "app+0x400");
+        let main = t.iter().find(|e| e.function == "main").unwrap();
+        assert_eq!((main.self_value, main.total_value), (0, 10));
+    }
+
+    #[test]
+    fn trace_round_trip() {
+        let (p, _) = sample();
+        let mut buf = Vec::new();
+        p.write_trace(&mut buf).unwrap();
+        let q = Profile::read_trace(&buf[..]).unwrap();
+        assert_eq!(q.sample_types, p.sample_types);
+        assert_eq!(q.default_sample_type, 1);
+        assert_eq!(q.period, p.period);
+        assert_eq!(q.period_type, p.period_type);
+        assert_eq!(q.stacks, p.stacks);
+        assert_eq!(q.modules, p.modules);
+        assert_eq!(q.threads, p.threads);
+        assert_eq!((q.lost, q.duration_ns), (2, 123));
+        // An old reader sees the modules and the stacks.
+        let t = crate::tracefile::read_all(&buf[..]).unwrap();
+        assert_eq!(t.stacks.len(), 2);
+        assert_eq!(t.stacks[0].tag, Some(7));
+        // Every truncation reads without error.
+        for cut in 12..buf.len() {
+            let _ = Profile::read_trace(&buf[..cut]).unwrap();
+        }
+    }
+
+    #[test]
+    fn plain_trace_is_a_profile() {
+        let mut w = crate::tracefile::TraceWriter::new(Vec::new()).unwrap();
+        w.write_stack(&[1, 2], false).unwrap();
+        w.write_stack(&[1, 2], false).unwrap();
+        let bytes = w.finish().unwrap();
+        let p = Profile::read_trace(&bytes[..]).unwrap();
+        assert_eq!(p.stacks.len(), 1);
+        assert_eq!(p.stacks[0].values, vec![2]);
+        assert_eq!(p.sample_types[0].name, "samples");
+    }
+}

@@ -1,0 +1,116 @@
+//! The in-process profiler on a program whose CPU time is split 70/20/10
+//! between three functions by construction: the profile's shares by
+//! function name within 5 points, on a thread created after `start`.
+
+#![cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+
+use callstack::profile::{top, Names};
+use callstack::profiler::Profiler;
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Burns `ns` of this thread's CPU time.
+#[inline(always)]
+fn spin(ns: u64) -> u64 {
+    let end = thread_cpu_ns() + ns;
+    let mut x = 1u64;
+    while thread_cpu_ns() < end {
+        for _ in 0..200 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+    x
+}
+
+#[inline(never)]
+fn hot_seventy(ns: u64) -> u64 {
+    spin(ns * 7)
+}
+
+#[inline(never)]
+fn warm_twenty(ns: u64) -> u64 {
+    spin(ns * 2)
+}
+
+#[inline(never)]
+fn cool_ten(ns: u64) -> u64 {
+    spin(ns)
+}
+
+#[test]
+fn shares_of_three_functions() {
+    let p = Profiler::start(1000).unwrap();
+    let worker = std::thread::Builder::new()
+        .name("worker".into())
+        .spawn(|| {
+            // Chunks of pseudo-random length, so that the kernel's timer
+            // tick (which drives CPU timers) does not alias with the cycle.
+            let mut x = 0;
+            let mut r = 0x2545_f491_4f6c_dd1du64;
+            for _ in 0..100 {
+                r ^= r << 13;
+                r ^= r >> 7;
+                r ^= r << 17;
+                let unit = 600_000 + r % 800_000;
+                x ^= hot_seventy(unit);
+                x ^= warm_twenty(unit);
+                x ^= cool_ten(unit);
+            }
+            x
+        })
+        .unwrap();
+    std::hint::black_box(worker.join().unwrap());
+    let mut profile = p.stop();
+    assert!(profile.duration_ns > 0);
+    let tid = *profile
+        .threads
+        .iter()
+        .find(|(_, n)| n.as_str() == "worker")
+        .expect("the worker thread was found")
+        .0;
+    profile.stacks.retain(|s| s.thread == Some(tid));
+    let names = Names::symbolize(&profile, None, &[]);
+    // cpu/nanoseconds: a signal weighted by the timer periods it stands for.
+    let cpu = profile.sample_type_index("cpu").unwrap();
+    let total = profile.total(cpu);
+    assert!(total > 400_000_000, "only {total} ns of ~1 s of CPU");
+    let t = top(&profile, &names, cpu);
+    let share = |f: &str| {
+        let v: i64 = t
+            .iter()
+            .filter(|e| e.function.ends_with(f))
+            .map(|e| e.total_value)
+            .max()
+            .unwrap_or(0);
+        100.0 * v as f64 / total as f64
+    };
+    let (a, b, c) = (
+        share("hot_seventy"),
+        share("warm_twenty"),
+        share("cool_ten"),
+    );
+    eprintln!(
+        "{} signals, {total} ns, lost {}: {a:.1}% {b:.1}% {c:.1}%",
+        profile.total(0),
+        profile.lost
+    );
+    assert!((a - 70.0).abs() < 5.0, "hot_seventy {a:.1}%");
+    assert!((b - 20.0).abs() < 5.0, "warm_twenty {b:.1}%");
+    assert!((c - 10.0).abs() < 5.0, "cool_ten {c:.1}%");
+}
+
+#[test]
+fn bad_rate_is_an_error() {
+    assert!(Profiler::start(0).is_err());
+}
