@@ -6,7 +6,9 @@
 //! The library is `$CALLSTACK_PRELOAD_LIB`, else `libcallstack_preload.so`
 //! next to this binary. The recording (see `callstack::alloc`) is written
 //! by the program at exit to FILE; processes it forks or execs write
-//! `FILE.PID`.
+//! `FILE.PID`. `callstack report FILE` reads it as a heap profile
+//! (`--pprof`, `--svg` by bytes, `--folded`; sample types alloc_objects,
+//! alloc_space, inuse_objects, inuse_space: in use at exit = leaked).
 
 use callstack::alloc::HeapSnapshot;
 use std::ffi::OsString;
@@ -61,6 +63,10 @@ pub fn print_summary(path: &std::path::Path, top: usize) -> Result<(), String> {
     print!("{}", snap.report(&mut sym, top));
     println!();
     print!("{}", snap.leak_report(&mut sym, top));
+    println!(
+        "\nheap profile (pprof, flamegraph): callstack report {} --pprof OUT.pb.gz --svg OUT.svg",
+        path.display()
+    );
     Ok(())
 }
 

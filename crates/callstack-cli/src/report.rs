@@ -1,5 +1,6 @@
 //! `callstack report FILE`: a profile (from `callstack record`, the
-//! in-process profiler or any callstack trace file) symbolized, as a top-N
+//! in-process profiler, any callstack trace file, or a heap recording of
+//! `callstack memtrack`) symbolized, as a top-N
 //! table of functions and in the formats of the field: folded stacks,
 //! flamegraph SVG (inferno) and gzip'd pprof.
 
@@ -45,15 +46,24 @@ pub struct Args {
     debug_dirs: Vec<PathBuf>,
 }
 
-/// Reads a profile from a file, or from standard input for `-`.
+/// Reads a profile from a file, or from standard input for `-`: a
+/// callstack trace file, or a heap recording of `callstack memtrack`
+/// (turned into a heap profile: alloc and in-use objects and bytes).
 pub fn read_profile(path: &std::path::Path) -> Result<Profile, String> {
-    let r = if path.as_os_str() == "-" {
-        Profile::read_trace(std::io::BufReader::new(std::io::stdin().lock()))
+    use std::io::BufRead;
+    let src: Box<dyn std::io::Read> = if path.as_os_str() == "-" {
+        Box::new(std::io::stdin().lock())
     } else {
-        let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Profile::read_trace(std::io::BufReader::new(f))
+        Box::new(std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?)
     };
-    r.map_err(|e| format!("{}: {e}", path.display()))
+    let mut r = std::io::BufReader::new(src);
+    let head = r.fill_buf().map_err(|e| format!("{}: {e}", path.display()))?;
+    if head.starts_with(&callstack::alloc::HEAP_MAGIC) {
+        let snap = callstack::alloc::HeapSnapshot::read_from(r)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        return Ok(snap.to_profile());
+    }
+    Profile::read_trace(r).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn create(path: &std::path::Path) -> Result<std::io::BufWriter<std::fs::File>, String> {

@@ -320,3 +320,72 @@ fn dlopen_of_a_tls_library() {
     }
     assert_eq!((allocs, bytes), (5, 1000));
 }
+
+/// `callstack report` reads a heap recording as a heap profile: folded
+/// stacks of in-use bytes (the leaks) and of allocation counts, a
+/// flamegraph SVG by bytes, a gzip'd pprof with the four heap sample types.
+#[test]
+fn report_of_a_heap_recording() {
+    let dir = scratch_dir("memtrack-report");
+    let exe = Gcc::new(&["memtrack_sites.c"])
+        .flags("-O0 -pthread")
+        .build(&dir.join("sites"));
+    let out = dir.join("out.heap");
+    memtrack(&exe, "exact", &out);
+    let a = release_artifacts();
+    let folded = |sample_type: &str| -> HashMap<String, i64> {
+        let o = Command::new(&a.cli)
+            .arg("report")
+            .arg(&out)
+            .args(["--top", "0", "--folded", "-", "--sample-type", sample_type])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut m = HashMap::new();
+        for l in String::from_utf8_lossy(&o.stdout).lines() {
+            let (stack, v) = l.rsplit_once(' ').unwrap();
+            let leaf = stack.rsplit(';').next().unwrap().to_string();
+            *m.entry(leaf).or_insert(0) += v.parse::<i64>().unwrap();
+        }
+        m
+    };
+    let inuse = folded("inuse_space");
+    assert_eq!(inuse["leak_a"], 3000);
+    assert_eq!(inuse["realloc_chain"], 4096);
+    assert_eq!(inuse["thread_leak"], 1920);
+    assert_eq!(inuse.get("temp_b"), None); // all freed
+    let objects = folded("alloc_objects");
+    assert_eq!(objects["temp_b"], 100);
+    assert_eq!(objects["thread_leak"], 1000);
+
+    let (svg, pprof) = (dir.join("heap.svg"), dir.join("heap.pb.gz"));
+    let o = Command::new(&a.cli)
+        .arg("report")
+        .arg(&out)
+        .arg("--svg")
+        .arg(&svg)
+        .arg("--pprof")
+        .arg(&pprof)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("inuse_space/bytes total"), "{text}");
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("leak_a"));
+    let raw = Command::new("gzip")
+        .arg("-dc")
+        .arg(&pprof)
+        .output()
+        .unwrap();
+    assert!(raw.status.success());
+    let body = String::from_utf8_lossy(&raw.stdout);
+    for s in [
+        "alloc_objects",
+        "alloc_space",
+        "inuse_objects",
+        "inuse_space",
+        "leak_a",
+    ] {
+        assert!(body.contains(s), "{s} missing from the pprof string table");
+    }
+}

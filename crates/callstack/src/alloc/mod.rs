@@ -9,8 +9,10 @@
 //!   library of `callstack memtrack` (crate `callstack-preload`).
 //! - [`HeapSnapshot`]: a copy of the counters; written to and read from a
 //!   heap recording file ([`HeapSnapshot::write_to`], [`HeapSnapshot::read_from`]),
-//!   and (feature `symbolize`) reported as text: top sites by live bytes
-//!   and by allocations, and leaks.
+//!   (feature `symbolize`) reported as text: top sites by live bytes
+//!   and by allocations, and leaks; and turned into a heap
+//!   [`Profile`](crate::profile::Profile) ([`HeapSnapshot::to_profile`]) for
+//!   folded stacks, flamegraphs and pprof (`callstack report FILE`).
 //!
 //! ```no_run
 //! use callstack::alloc::{Capture, Tracking};
@@ -369,6 +371,49 @@ impl Default for HeapSnapshot {
 pub const HEAP_MAGIC: [u8; 8] = *b"CSHEAP\0\0";
 
 impl HeapSnapshot {
+    /// The snapshot as a heap [`Profile`](crate::profile::Profile)
+    /// (`alloc_objects`, `alloc_space`, `inuse_objects`, `inuse_space`; the
+    /// in-use values are the blocks live when the snapshot was taken: at
+    /// exit, the leaks). With the [`crate::profile`] writers it gives folded
+    /// stacks, a flamegraph by bytes and pprof heap profiles; `callstack
+    /// report FILE` does this for a heap recording. Allocations the
+    /// recorder could not attribute (overflow site) keep an empty stack;
+    /// `lost` counts the dropped ones. Modules: the recording's, else this
+    /// process's.
+    ///
+    /// ```
+    /// let mut snap = callstack::alloc::HeapSnapshot::default();
+    /// snap.sites.push(callstack::alloc::SiteStats {
+    ///     frames: vec![0x1000], allocs: 3, alloc_bytes: 300, frees: 1, free_bytes: 100, peak_bytes: 300,
+    /// });
+    /// let p = snap.to_profile();
+    /// assert_eq!(p.stacks[0].values, vec![3, 300, 2, 200]);
+    /// ```
+    pub fn to_profile(&self) -> crate::profile::Profile {
+        let mut p = crate::profile::Profile::heap();
+        if self.modules.is_empty() {
+            p.add_loaded_modules();
+        } else {
+            p.modules = self.modules.clone();
+        }
+        p.lost = self.counters.dropped;
+        let clamp = |v: u64| v.min(i64::MAX as u64) as i64;
+        for s in &self.sites {
+            p.add(
+                &s.frames,
+                false,
+                None,
+                &[
+                    clamp(s.allocs),
+                    clamp(s.alloc_bytes),
+                    clamp(s.live_blocks()),
+                    clamp(s.live_bytes()),
+                ],
+            );
+        }
+        p
+    }
+
     /// Sum over all sites: (allocations, bytes allocated, frees, bytes freed).
     pub fn totals(&self) -> (u64, u64, u64, u64) {
         self.sites.iter().fold((0, 0, 0, 0), |a, s| {
