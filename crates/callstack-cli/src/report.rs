@@ -57,7 +57,9 @@ pub fn read_profile(path: &std::path::Path) -> Result<Profile, String> {
         Box::new(std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?)
     };
     let mut r = std::io::BufReader::new(src);
-    let head = r.fill_buf().map_err(|e| format!("{}: {e}", path.display()))?;
+    let head = r
+        .fill_buf()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     if head.starts_with(&callstack::alloc::HEAP_MAGIC) {
         let snap = callstack::alloc::HeapSnapshot::read_from(r)
             .map_err(|e| format!("{}: {e}", path.display()))?;
