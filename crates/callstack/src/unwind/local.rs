@@ -1165,6 +1165,11 @@ fn unloaded(s: &Snapshot) {
 
 impl RuleSource<A> for LocalSource {
     #[inline(always)]
+    fn return_address(&self, ra: u64, sp: u64) -> u64 {
+        crate::exit_hook::resolve(ra, sp)
+    }
+
+    #[inline(always)]
     fn rule(&self, addr: u64) -> Found<<A as Arch>::Rule> {
         if self.read_cache {
             let p = cache_get(addr);
@@ -1715,6 +1720,23 @@ fn walk_rest(
                 HotEnd::Full => continue,
                 HotEnd::Outermost => return (n, StopReason::Outermost),
                 HotEnd::Slow => {}
+            }
+        }
+        // The hot loop stops at a return address it has no rule for, after
+        // writing it: an exit hook's trampoline is one (its rule is a DWARF
+        // expression), which stands for the original return address.
+        if crate::exit_hook::any_live() && !exact {
+            let ra = crate::exit_hook::resolve(hot.pc, hot.sp);
+            if ra != hot.pc {
+                let written = n > 0 && out[n - 1] == hot.pc as usize;
+                if ra == 0 {
+                    return (n - written as usize, StopReason::Outermost);
+                }
+                if written {
+                    out[n - 1] = ra as usize;
+                }
+                hot.pc = ra;
+                continue;
             }
         }
         // One step of the generic unwinder.

@@ -97,6 +97,16 @@ pub trait RuleSource<A: Arch> {
         let _ = pc;
         false
     }
+
+    /// The return address to report for a caller whose return address read
+    /// from the stack is `ra` and whose stack pointer is `sp`: `ra` itself,
+    /// except where an exit hook's trampoline stands in for the original
+    /// (see [`crate::exit_hook`]; the in-process source resolves it).
+    #[inline(always)]
+    fn return_address(&self, ra: u64, sp: u64) -> u64 {
+        let _ = sp;
+        ra
+    }
 }
 
 /// The hook for frames that neither CFI nor a valid frame pointer can
@@ -356,9 +366,10 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
     fn check(
         &mut self,
         old: &UnwindRegs,
-        new: UnwindRegs,
+        mut new: UnwindRegs,
         method: Method,
     ) -> Result<Option<(UnwindRegs, Method)>, UnwindError> {
+        new.pc = self.source.return_address(new.pc, new.sp);
         if new.pc == 0 {
             self.stop = StopReason::Outermost;
             return Ok(None);
