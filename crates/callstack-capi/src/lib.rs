@@ -383,3 +383,41 @@ pub unsafe extern "C" fn callstack_print_trace(
     }
     0
 }
+
+/// `int callstack_exit_hook_install(uint32_t depth, void (*hook)(void*), void* arg);`
+///
+/// Runs `hook(arg)` right after the frame `depth` levels up returns: depth 0
+/// is the function calling this, 1 its caller. See
+/// [`callstack::exit_hook`]: the return value passes through untouched,
+/// captures stay truthful, hooks on one frame run last installed first.
+/// Returns 0, or -1 when the frame cannot be hooked (no such frame, too many
+/// hooks, or a target other than x86-64 Linux). Not async-signal-safe.
+///
+/// # Safety
+/// `hook` must be safe to call with `arg` once, on this thread, after the
+/// frame returns.
+#[cfg(target_os = "linux")]
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub unsafe extern "C" fn callstack_exit_hook_install(
+    depth: u32,
+    hook: Option<unsafe extern "C" fn(*mut core::ffi::c_void)>,
+    arg: *mut core::ffi::c_void,
+) -> i32 {
+    let Some(hook) = hook else { return -1 };
+    match callstack::exit_hook::install_c(depth, hook, arg) {
+        Ok(()) => 0,
+        Err(_) => -1,
+    }
+}
+
+/// `uint64_t callstack_exit_hook_skipped(void);`
+///
+/// How many hooks never ran because their frame was left without returning
+/// (`longjmp`, an exception caught further up, `pthread_exit`); counted when
+/// the thread next installs or runs a hook.
+#[cfg(target_os = "linux")]
+#[unsafe(no_mangle)]
+pub extern "C" fn callstack_exit_hook_skipped() -> u64 {
+    callstack::exit_hook::skipped()
+}

@@ -66,7 +66,7 @@
 
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// The most hooked frames one thread may have at once.
 pub const MAX_PER_THREAD: usize = 64;
@@ -162,9 +162,10 @@ static HOOKS: Hooks = Hooks(UnsafeCell::new(
 ));
 static COUNTS: [AtomicUsize; SLOTS + PROBES] = [const { AtomicUsize::new(0) }; SLOTS + PROBES];
 
-/// Live entries (installed, not yet run or dropped): captures look for the
-/// trampoline only while this is nonzero.
-static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// Whether a hook was ever installed in this process: captures look for the
+/// trampoline only then. Sticky (set once, never cleared), so installs and
+/// returns pay no locked counter.
+static EVER: AtomicBool = AtomicBool::new(false);
 static SKIPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Hooks never run because their frame was left without returning
@@ -213,7 +214,7 @@ pub(crate) fn trampoline() -> Option<u64> {
 /// the walk ends). Async-signal-safe.
 #[inline]
 pub(crate) fn resolve(ra: u64, cfa: u64) -> u64 {
-    if LIVE.load(Ordering::Relaxed) == 0 || Some(ra) != trampoline() {
+    if !EVER.load(Ordering::Relaxed) || Some(ra) != trampoline() {
         return ra;
     }
     resolve_slow(cfa)
@@ -236,17 +237,17 @@ pub fn trampoline_address() -> Option<usize> {
     trampoline().map(|t| t as usize)
 }
 
-/// Whether any hook is live (captures then check for the trampoline).
+/// Whether a hook was ever installed (captures then check for the
+/// trampoline).
 #[inline(always)]
 pub(crate) fn any_live() -> bool {
-    LIVE.load(Ordering::Relaxed) != 0
+    EVER.load(Ordering::Relaxed)
 }
 
 /// Frees slot `i` (its hooks already taken or dropped).
 fn free_slot(i: usize) {
     COUNTS[i].store(0, Ordering::Relaxed);
     TABLE[i].key.store(FREE, Ordering::Release);
-    LIVE.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// Drops entry `i`, whose frame was left without returning: its hooks never
@@ -399,36 +400,35 @@ fn install_at(extra: u32, depth: u32, hook: Hook, out: &mut Result<(), ExitHookE
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
 fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<(), ExitHookError> {
+    use crate::unwind::local::FrameRequest;
     use crate::unwind::{Frame, Method};
-    const MAX_DEPTH: usize = 256;
-    // frames[0]: in `install_at`; frames[1 + extra]: the return address into
-    // the function calling `install`; the frame returning to
-    // frames[2 + extra + depth] is the one to hook, its return address slot
-    // just below that frame's sp (its CFA).
-    let want = 2 + extra as usize + depth as usize;
-    if want >= MAX_DEPTH {
+    // Frame 0: the return address into `install_at`; frame 1 + extra: into
+    // the function calling `install`; frame 2 + extra + depth is the one the
+    // hooked frame returns to: its return address slot lies just below that
+    // frame's sp (the hooked frame's CFA).
+    let mut req = FrameRequest {
+        up: 2 + extra as usize + depth as usize,
+        here_sp: 0,
+        frame: Frame {
+            pc: 0,
+            sp: 0,
+            fp: 0,
+            method: Method::Cfi,
+        },
+        found: false,
+    };
+    // SAFETY: `req` is a valid request.
+    unsafe { crate::arch::x86_64::exact::frame_entry(&mut req) };
+    if !req.found {
         return Err(ExitHookError::NoSuchFrame(depth));
     }
-    let mut frames = [Frame {
-        pc: 0,
-        sp: 0,
-        fp: 0,
-        method: Method::Cfi,
-    }; MAX_DEPTH];
-    let (n, _) = crate::capture_exact_with_info(0, &mut frames[..want + 1]);
-    if n <= want {
-        return Err(ExitHookError::NoSuchFrame(depth));
-    }
-    // The frames from the caller of `install` up to the hooked one's caller
-    // must have been unwound by CFI (or frame records checked against it):
-    // only then is the return address at CFA - 8.
     // On x86-64 a return address is always at the caller's sp minus 8,
     // whatever found the frame; a signal frame's "return" is a sigreturn.
-    let f = frames[want];
+    let f = req.frame;
     if matches!(f.method, Method::SignalFrame | Method::Context) {
         return Err(ExitHookError::NotPatchable(depth));
     }
-    let here = frames[0].sp;
+    let here = req.here_sp;
     let key = f.sp;
     let slot = (key - 8) as *mut u64;
     let tramp = crate::arch::x86_64::exit_hook::trampoline();
@@ -474,7 +474,9 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<(), ExitHookErro
         unsafe { (*HOOKS.0.get())[i][0] = MaybeUninit::new(hook) };
         COUNTS[i].store(1, Ordering::Relaxed);
         TABLE[i].orig.store(current, Ordering::Relaxed);
-        LIVE.fetch_add(1, Ordering::Relaxed);
+        if !EVER.load(Ordering::Relaxed) {
+            EVER.store(true, Ordering::Relaxed);
+        }
         TABLE[i].key.store(key, Ordering::Release);
         // Keep the list sorted, innermost (lowest key) last.
         let mut j = p.n;

@@ -1960,6 +1960,80 @@ pub(crate) unsafe extern "C" fn info_from_entry(
     n
 }
 
+/// The arguments and result of [`frame_from_entry`].
+#[repr(C)]
+pub(crate) struct FrameRequest {
+    /// Which frame: 0 is the caller of the entry, 1 its caller...
+    pub(crate) up: usize,
+    /// The stack pointer of the caller of the entry.
+    pub(crate) here_sp: u64,
+    /// The frame found (`pc` a return address), if `found`.
+    pub(crate) frame: Frame,
+    pub(crate) found: bool,
+}
+
+/// Called by the naked `frame_entry` with the caller's registers: finds the
+/// frame `req.up` callers up, with its stack pointer (what an exit hook
+/// needs to find a return address slot). Warm, through the rule cache's
+/// hot loop; else through the generic walk.
+///
+/// # Safety
+/// `req` must be valid.
+#[cfg(target_arch = "x86_64")]
+pub(crate) unsafe extern "C" fn frame_from_entry(
+    req: *mut FrameRequest,
+    pc: usize,
+    sp: usize,
+    fp: usize,
+) {
+    // SAFETY: the caller promises a valid request.
+    let req = unsafe { &mut *req };
+    req.here_sp = sp as u64;
+    req.found = false;
+    cache_go_live();
+    let mut hot = Hot {
+        pc: pc as u64,
+        sp: sp as u64,
+        fp: fp as u64,
+    };
+    if CACHE_USED.load(Ordering::Relaxed) {
+        if let Some(hi) = known_stack_end(hot.sp) {
+            let mut left = req.up;
+            let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 16];
+            while left > 0 {
+                let m = left.min(scratch.len());
+                // SAFETY: `m` slots of `scratch`.
+                let (k, e) = unsafe { hot_loop(&mut hot, hi, scratch.as_mut_ptr().cast(), m) };
+                left -= k;
+                if e != HotEnd::Full {
+                    break;
+                }
+            }
+            if left == 0 {
+                req.frame = Frame {
+                    pc: hot.pc,
+                    sp: hot.sp,
+                    fp: hot.fp,
+                    method: crate::unwind::Method::Cfi,
+                };
+                req.found = true;
+                return;
+            }
+        }
+    }
+    let regs = UnwindRegs {
+        pc: pc as u64,
+        sp: sp as u64,
+        fp: fp as u64,
+        lr: 0,
+    };
+    let mut one = [req.frame];
+    if walk_frames(regs, false, req.up, &mut one).0 == 1 {
+        req.frame = one[0];
+        req.found = true;
+    }
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 #[allow(non_snake_case)]
 mod tests {

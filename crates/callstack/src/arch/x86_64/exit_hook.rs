@@ -14,7 +14,8 @@
 //!    values on the register stack (`long double` results in `st0`/`st1`),
 //! 4. calls [`crate::exit_hook`]'s dispatcher with the key, which runs the
 //!    hooks and drops the entry,
-//! 5. restores the registers and returns to the original address.
+//! 5. restores the registers and jumps to the original address (a jump,
+//!    which keeps the CPU's return-address predictions in step).
 //!
 //! Its CFI makes it transparent to every DWARF unwinder, ours, libgcc's (a
 //! Rust panic or a C++ exception through a hooked frame) and gdb's: the
@@ -198,7 +199,14 @@ mod imp {
         "pop rax",
         "pop rbp",
         ".cfi_def_cfa 7, 8",
-        "ret",
+        // Jump, not `ret`: the hooked function's `ret` already consumed its
+        // entry of the return stack buffer (mispredicted, it went here), so a
+        // `ret` now would take the caller's entry and every return above
+        // would mispredict in turn.
+        "pop r11",
+        ".cfi_def_cfa_offset 0",
+        ".cfi_register 16, 11",
+        "jmp r11",
         ".cfi_endproc",
         ".size __callstack_exit_hook_trampoline, . - __callstack_exit_hook_trampoline",
         ".popsection",

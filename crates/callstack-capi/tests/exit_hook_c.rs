@@ -1,0 +1,60 @@
+//! `callstack_exit_hook_install` from C (tests/fixtures/c/exit_hook.c), in
+//! several build modes: every return-register class (long double and its
+//! complex pair on the x87 stack, struct of two doubles, two longs,
+//! __int128, float) survives a hook that clobbers them; nested hooks run in
+//! order; fast and exact captures below a hooked frame equal the ones
+//! without the hook; a longjmp over a hooked frame is counted; gdb's `bt`
+//! inside a hooked function passes through the trampoline to the caller.
+#![cfg(all(target_arch = "x86_64", target_os = "linux"))]
+
+use testsupport::{gdb_run, parse_gdb_bt, scratch_dir, Gcc};
+
+fn build(flags: &str, tag: &str) -> std::path::PathBuf {
+    Gcc::new(&["exit_hook.c"])
+        .flags(flags)
+        .link_callstack()
+        .build(&scratch_dir("exit-hook-c").join(format!("exit_hook_{tag}")))
+}
+
+fn check_run(flags: &str, tag: &str, frame_pointers: bool) {
+    let exe = build(flags, tag);
+    let out = std::process::Command::new(&exe).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{flags}: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let line = |key: &str| -> &str {
+        text.lines()
+            .find(|l| l.starts_with(key))
+            .unwrap_or_else(|| panic!("{flags}: no {key} in {text}"))
+    };
+    assert_eq!(line("RETURNS"), "RETURNS ok", "{flags}");
+    // '1' then '2' on nest_inner (installed 1, 3 (on nest_outer), 2: the
+    // last installed on a frame runs first), nest_outer's own '9', then 3.
+    assert_eq!(line("NESTED"), "NESTED 2193 2", "{flags}");
+    let fast: Vec<&str> = line("CAPTURE fast").split(' ').collect();
+    assert_eq!(fast[2], "same", "{flags}: {text}");
+    if frame_pointers {
+        let n: u32 = fast[3].parse().unwrap();
+        assert!(n >= 5, "{flags}: the frame-pointer walk reached main: {text}");
+    }
+    let exact: Vec<&str> = line("CAPTURE exact").split(' ').collect();
+    assert_eq!(exact[2], "same", "{flags}: {text}");
+    assert!(exact[3].parse::<u32>().unwrap() >= 6, "{flags}: {text}");
+    assert_eq!(line("LONGJMP"), "LONGJMP ran 0 skipped 1", "{flags}");
+
+    // gdb inside the hooked function: the trampoline shows as a frame of its
+    // own between the hooked function and its real caller.
+    let bt = gdb_run(&exe, &["gdb"], &["break gdb_leaf", "run", "bt"]);
+    let names = parse_gdb_bt(&bt);
+    assert_eq!(
+        names,
+        ["gdb_leaf", "gdb_target", "__callstack_exit_hook_trampoline", "main"],
+        "{flags}: {bt}"
+    );
+}
+
+#[test]
+fn exit_hooks_from_c() {
+    check_run("-O0 -g", "O0", true);
+    check_run("-O2 -g -fno-omit-frame-pointer", "O2fp", true);
+    check_run("-O2 -g -fomit-frame-pointer", "O2nofp", false);
+}
