@@ -7,7 +7,9 @@
 //! inside a hooked function passes through the trampoline to the caller.
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
-use testsupport::{gdb_run, parse_gdb_bt, scratch_dir, Gcc};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use testsupport::{gdb_batch, gdb_run, parse_gdb_bt, release_artifacts, scratch_dir, Gcc};
 
 fn build(flags: &str, tag: &str) -> std::path::PathBuf {
     Gcc::new(&["exit_hook.c"])
@@ -50,6 +52,54 @@ fn check_run(flags: &str, tag: &str, frame_pointers: bool) {
         ["gdb_leaf", "gdb_target", "__callstack_exit_hook_trampoline", "main"],
         "{flags}: {bt}"
     );
+}
+
+/// `callstack pstack` of a process stopped inside a hooked function names
+/// the same frames as gdb attached to it: the trampoline, then the real
+/// caller.
+fn check_pstack(flags: &str, tag: &str) {
+    let exe = build(flags, tag);
+    let mut child = Command::new(&exe)
+        .arg("pause")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "READY");
+    let pid = child.id().to_string();
+    // Past the printf: blocked in pause(2) (system call 34 on x86-64).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .unwrap_or_default()
+        .starts_with("34 ")
+    {
+        assert!(std::time::Instant::now() < deadline, "the fixture never paused");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let ours = Command::new(&release_artifacts().cli)
+        .args(["pstack", &pid])
+        .output()
+        .unwrap();
+    let gdb = gdb_batch("gdb").args(["-p", &pid, "-ex", "bt"]).output().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ours_text = String::from_utf8_lossy(&ours.stdout);
+    let gdb_text = String::from_utf8_lossy(&gdb.stdout);
+    let names = parse_gdb_bt(&ours_text);
+    assert_eq!(
+        names,
+        ["__libc_pause", "pause_leaf", "pause_target", "__callstack_exit_hook_trampoline", "main"],
+        "{flags}: {ours_text}"
+    );
+    assert_eq!(names, parse_gdb_bt(&gdb_text), "{flags}: ours {ours_text}\ngdb {gdb_text}");
+}
+
+#[test]
+fn pstack_of_a_hooked_process_agrees_with_gdb() {
+    check_pstack("-O2 -g", "pstack_O2");
 }
 
 #[test]
