@@ -56,7 +56,7 @@ fn check_run(flags: &str, tag: &str, frame_pointers: bool) {
 
 /// `callstack pstack` of a process stopped inside a hooked function names
 /// the same frames as gdb attached to it: the trampoline, then the real
-/// caller.
+/// caller; `callstack core` of its `gcore` core names them too.
 fn check_pstack(flags: &str, tag: &str) {
     let exe = build(flags, tag);
     let mut child = Command::new(&exe)
@@ -84,6 +84,9 @@ fn check_pstack(flags: &str, tag: &str) {
         .output()
         .unwrap();
     let gdb = gdb_batch("gdb").args(["-p", &pid, "-ex", "bt"]).output().unwrap();
+    let core = scratch_dir("exit-hook-c").join(format!("core_{tag}"));
+    let g = Command::new("gcore").arg("-o").arg(&core).arg(&pid).output().unwrap();
+    assert!(g.status.success(), "gcore: {}", String::from_utf8_lossy(&g.stderr));
     child.kill().unwrap();
     child.wait().unwrap();
     let ours_text = String::from_utf8_lossy(&ours.stdout);
@@ -95,6 +98,17 @@ fn check_pstack(flags: &str, tag: &str) {
         "{flags}: {ours_text}"
     );
     assert_eq!(names, parse_gdb_bt(&gdb_text), "{flags}: ours {ours_text}\ngdb {gdb_text}");
+    // The same process from its core file.
+    let core = core.with_extension(&pid);
+    let from_core = Command::new(&release_artifacts().cli)
+        .arg("core")
+        .arg(&exe)
+        .arg(&core)
+        .output()
+        .unwrap();
+    let core_text = String::from_utf8_lossy(&from_core.stdout);
+    assert_eq!(parse_gdb_bt(&core_text), names, "{flags}: core {core_text}");
+    let _ = std::fs::remove_file(&core);
 }
 
 #[test]
