@@ -226,13 +226,6 @@ pub extern "C" fn callstack_crash_thread_init() -> core::ffi::c_int {
     }
 }
 
-#[cfg(feature = "symbolize")]
-/// The symbolizer behind [`callstack_symbolize`] and
-/// [`callstack_print_trace`]: one per process, built on first use, behind a
-/// lock (it caches parsed debug info and answers).
-static SYMBOLIZER: std::sync::Mutex<Option<callstack::symbolize::Symbolizer>> =
-    std::sync::Mutex::new(None);
-
 /// `CALLSTACK_SYMBOLIZE_EXACT`: the address is an exact pc (a fault's pc,
 /// `out[0]` of `callstack_capture_from_context`), not a return address.
 pub const CALLSTACK_SYMBOLIZE_EXACT: u32 = 1;
@@ -244,13 +237,15 @@ pub const CALLSTACK_ENOMODULE: i32 = -2;
 pub const CALLSTACK_EIO: i32 = -3;
 
 #[cfg(feature = "symbolize")]
-/// Runs `f` on the process's symbolizer, catching panics (none cross the
-/// C boundary).
-fn with_symbolizer<R>(f: impl FnOnce(&mut callstack::symbolize::Symbolizer) -> R) -> Option<R> {
+/// Runs `f` on the process's symbolizer (the library's, shared with
+/// `called_from`; see `callstack::symbolize::with_process_symbolizer`),
+/// catching panics (none cross the C boundary).
+fn with_symbolizer<R>(
+    probe: usize,
+    f: impl FnOnce(&mut callstack::symbolize::Symbolizer) -> R,
+) -> Option<R> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut guard = SYMBOLIZER.lock().unwrap_or_else(|p| p.into_inner());
-        let s = guard.get_or_insert_with(callstack::symbolize::Symbolizer::new);
-        f(s)
+        callstack::symbolize::with_process_symbolizer(probe, f)
     }))
     .ok()
 }
@@ -267,7 +262,7 @@ fn describe(addr: usize, flags: u32) -> Option<Option<String>> {
     } else {
         Address::Return(addr)
     };
-    with_symbolizer(|s| {
+    with_symbolizer(addr, |s| {
         let r = s.symbolize(a);
         r.module.as_ref()?;
         Some(r.to_string())
@@ -353,22 +348,13 @@ pub unsafe extern "C" fn callstack_print_trace(
         // SAFETY: the caller promises `count` readable entries.
         unsafe { core::slice::from_raw_parts(frames, count as usize) }
     };
-    let mut text = String::new();
-    for (i, &a) in frames.iter().enumerate() {
-        let f = if i == 0 {
-            flags
-        } else {
-            flags & !CALLSTACK_SYMBOLIZE_EXACT
-        };
-        let levels = match describe(a, f) {
-            None => return CALLSTACK_EINVAL,
-            Some(None) => "?? (no module)".to_string(),
-            Some(Some(t)) => t,
-        };
-        for line in levels.lines() {
-            text.push_str(&format!("#{i:<3} {a:#018x} in {line}\n"));
-        }
-    }
+    // The same text as `Trace::symbolize` prints.
+    let exact = flags & CALLSTACK_SYMBOLIZE_EXACT != 0;
+    let Ok(text) = std::panic::catch_unwind(|| {
+        callstack::symbolize::SymbolizedTrace::new(frames, exact).to_string()
+    }) else {
+        return CALLSTACK_EINVAL;
+    };
     let mut rest = text.as_bytes();
     while !rest.is_empty() {
         // SAFETY: writing initialized bytes from a live slice.
