@@ -63,6 +63,11 @@
 //!   still pending in the saved registers.
 //! - Intel CET shadow stacks (when a program enables them) reject a
 //!   patched return address.
+//! - The trampoline's CFI row for its first instructions (before it has
+//!   saved the original return address) holds only at its first
+//!   instruction: this crate's captures handle a signal taken anywhere in
+//!   it, but a debugger stopped (or libgcc unwinding from a signal) inside
+//!   those dozen instructions may not see past it.
 
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
@@ -235,6 +240,26 @@ fn resolve_slow(cfa: u64) -> u64 {
 /// this crate's captures consult for you.
 pub fn trampoline_address() -> Option<usize> {
     trampoline().map(|t| t as usize)
+}
+
+/// For an exact pc `pc` with stack pointer `sp`: when `pc` lies in the
+/// trampoline's first instructions (before it saved the original return
+/// address on its frame), the original return address (0 if the entry is
+/// gone). Async-signal-safe.
+#[inline]
+pub(crate) fn in_lookup(pc: u64, sp: u64) -> Option<u64> {
+    if !EVER.load(Ordering::Relaxed) {
+        return None;
+    }
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let (lo, hi) = crate::arch::x86_64::exit_hook::lookup_window();
+        if pc >= lo && pc < hi {
+            return Some(resolve_slow(sp));
+        }
+    }
+    let _ = (pc, sp);
+    None
 }
 
 /// Whether a hook was ever installed (captures then check for the

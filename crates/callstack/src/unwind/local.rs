@@ -1187,6 +1187,16 @@ impl RuleSource<A> for LocalSource {
         regs: &UnwindRegs,
         mem: &mut M,
     ) -> Result<Applied, UnwindError> {
+        // Interrupted in the exit-hook trampoline before it saved the
+        // original return address (its CFI expression holds only at its
+        // first instruction): the frame is still empty, the caller's pc is in
+        // the hook table.
+        if let Some(pc) = crate::exit_hook::in_lookup(addr, regs.sp) {
+            return Ok(Applied::Caller {
+                regs: UnwindRegs { pc, ..*regs },
+                signal: false,
+            });
+        }
         if let Some(m) = self.module(addr) {
             let svma = addr.wrapping_sub(m.bias);
             let t = &m.table;

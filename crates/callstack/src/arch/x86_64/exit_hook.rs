@@ -150,6 +150,9 @@ mod imp {
         // No entry: the table was corrupted. Nothing sane to return to.
         "jmp {lost}",
         "4:",
+        ".globl __callstack_exit_hook_found",
+        ".hidden __callstack_exit_hook_found",
+        "__callstack_exit_hook_found:",
         // The original return address, then a frame record.
         "push qword ptr [r10 + 8]",
         ".cfi_def_cfa_offset 8",
@@ -219,6 +222,15 @@ mod imp {
 
     unsafe extern "C" {
         fn __callstack_exit_hook_trampoline();
+        fn __callstack_exit_hook_found();
+    }
+
+    /// The trampoline's first instructions, `[TRAMPOLINE, end)`: before it
+    /// pushes the original return address, the frame is empty (`rsp` is
+    /// the hooked frame's CFA) and the return address is only in the table.
+    #[inline(always)]
+    pub(crate) fn lookup_window() -> (u64, u64) {
+        (trampoline(), __callstack_exit_hook_found as *const () as u64)
     }
 
     /// The address hooked frames return to: one byte into the symbol.
@@ -229,7 +241,7 @@ mod imp {
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub(crate) use imp::trampoline;
+pub(crate) use imp::{lookup_window, trampoline};
 
 #[cfg(test)]
 mod tests {
