@@ -111,6 +111,24 @@ fn check_pstack(flags: &str, tag: &str) {
     let _ = std::fs::remove_file(&core);
 }
 
+/// The crash handler's report of a fault inside a hooked function names the
+/// real caller after it (the trampoline is not a frame there: the report
+/// comes from an in-process capture).
+#[test]
+fn a_crash_report_through_a_hooked_frame_names_the_real_caller() {
+    let exe = build("-O2 -g", "crash_O2");
+    let mut cmd = Command::new(&exe);
+    cmd.arg("crash");
+    let c = testsupport::crash::run_crashing(cmd, std::time::Duration::from_secs(60));
+    assert_eq!(c.signal, Some(libc::SIGSEGV), "{}", c.stderr);
+    let names: Vec<String> = c.frames().into_iter().map(|f| f.function).collect();
+    let at = names
+        .iter()
+        .position(|n| n == "crash_leaf")
+        .unwrap_or_else(|| panic!("{}", c.stderr));
+    assert_eq!(names[at..at + 3], ["crash_leaf", "crash_target", "main"], "{}", c.stderr);
+}
+
 #[test]
 fn pstack_of_a_hooked_process_agrees_with_gdb() {
     check_pstack("-O2 -g", "pstack_O2");
