@@ -43,9 +43,9 @@
 //!
 //! - x86-64 Linux only (other targets: [`install`] returns
 //!   [`ExitHookError::Unsupported`]).
-//! - The hooked frame's return address must be found by CFI (the default
-//!   for gcc, clang and rustc); a frame at `depth` that cannot be unwound
-//!   exactly is refused.
+//! - The frame to hook is found by this crate's exact unwinder (CFI, or
+//!   instruction analysis in code without CFI); its return address must be
+//!   where the unwinder read it, or the install is refused.
 //! - `longjmp` (or a panic caught above, or `pthread_exit`) over a hooked
 //!   frame skips its hook: the frame never returns. This is detected the
 //!   next time a hook is installed or runs on that thread: the stale entry

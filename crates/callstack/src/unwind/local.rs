@@ -1370,6 +1370,10 @@ impl LocalCode {
 }
 
 impl crate::unwind::insn::CodeMemory for LocalCode {
+    fn is_return_trampoline(&mut self, addr: u64) -> bool {
+        crate::exit_hook::any_live() && crate::exit_hook::trampoline() == Some(addr)
+    }
+
     fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
         let g = self.snap.and_then(|s| {
             let i = s.segments.partition_point(|g| g.0 <= addr);

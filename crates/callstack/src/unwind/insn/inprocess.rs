@@ -263,6 +263,11 @@ struct Code<'a> {
 }
 
 impl CodeMemory for Code<'_> {
+    #[cfg(target_os = "linux")]
+    fn is_return_trampoline(&mut self, addr: u64) -> bool {
+        crate::exit_hook::any_live() && crate::exit_hook::trampoline() == Some(addr)
+    }
+
     fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
         let Some((_, end)) = lookup_function(&self.snap.exec, addr) else {
             return 0;
