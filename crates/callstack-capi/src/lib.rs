@@ -392,7 +392,7 @@ pub unsafe extern "C" fn callstack_exit_hook_install(
 ) -> i32 {
     let Some(hook) = hook else { return -1 };
     match callstack::exit_hook::install_c(depth, hook, arg) {
-        Ok(()) => 0,
+        Ok(_) => 0,
         Err(_) => -1,
     }
 }

@@ -131,6 +131,94 @@ struct Hook {
     /// Drops the state of a hook that will never run.
     drop: unsafe fn(*mut [usize; 3]),
     data: [MaybeUninit<usize>; 3],
+    /// False once cancelled (its state already dropped).
+    live: bool,
+}
+
+/// A hook installed by [`install`], until its frame returns: keep it to
+/// [`cancel`](Installed::cancel) the hook, or drop it (dropping does not
+/// cancel: the hook still runs when the frame returns).
+#[derive(Debug)]
+pub struct Installed {
+    slot: u32,
+    hook: u8,
+    key: u64,
+    generation: u64,
+}
+
+impl Installed {
+    /// Cancels the hook if its frame has not returned yet: its state is
+    /// dropped and it will not run; when no other hook stands on the frame,
+    /// the frame's original return address is put back. Returns whether it
+    /// was still pending. Must be called on the thread that installed it
+    /// (on another thread, returns false).
+    ///
+    /// ```
+    /// # #[cfg(all(target_arch = "x86_64", target_os = "linux"))] {
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// static RAN: AtomicBool = AtomicBool::new(false);
+    /// #[inline(never)]
+    /// fn f(keep: bool) {
+    ///     let h = callstack::exit_hook::install(0, || RAN.store(true, Ordering::Relaxed)).unwrap();
+    ///     if !keep {
+    ///         assert!(h.cancel());
+    ///     }
+    /// }
+    /// f(false);
+    /// assert!(!RAN.load(Ordering::Relaxed));
+    /// f(true);
+    /// assert!(RAN.load(Ordering::Relaxed));
+    /// # }
+    /// ```
+    pub fn cancel(self) -> bool {
+        let i = self.slot as usize;
+        if TABLE[i].key.load(Ordering::Acquire) != self.key
+            || GENERATIONS[i].load(Ordering::Relaxed) != self.generation
+        {
+            return false;
+        }
+        PENDING.with(|p| {
+            // SAFETY: only this thread touches its own list.
+            let p = unsafe { &mut *p.get() };
+            let Some(at) = p.keys[..p.n].iter().position(|&k| k == self.key) else {
+                // Another thread's frame.
+                return false;
+            };
+            let n = COUNTS[i].load(Ordering::Relaxed);
+            // SAFETY: this thread owns slot `i` (its key is in this thread's
+            // list); hooks `0..n` were written by `install`.
+            let hooks = unsafe { &mut (&mut *HOOKS.0.get())[i] };
+            let Some(h) = hooks[..n].get_mut(self.hook as usize) else {
+                return false;
+            };
+            // SAFETY: initialized by `install`.
+            let h = unsafe { h.assume_init_mut() };
+            if !h.live {
+                return false;
+            }
+            // SAFETY: the state was written by `install` and not consumed.
+            unsafe { (h.drop)(h.data.as_mut_ptr().cast()) };
+            h.live = false;
+            // SAFETY: as above.
+            if hooks[..n].iter().all(|h| unsafe { !h.assume_init_ref().live }) {
+                // Nothing left to run: the frame returns where it always did.
+                let slot = (self.key - 8) as *mut u64;
+                let orig = TABLE[i].orig.load(Ordering::Relaxed);
+                // SAFETY: the frame is live (its key is pending on this
+                // thread, above the current frame) and its return address
+                // slot was written by `install`.
+                unsafe {
+                    if trampoline() == Some(slot.read_volatile()) {
+                        slot.write_volatile(orig);
+                    }
+                }
+                free_slot(i);
+                p.keys.copy_within(at + 1..p.n, at);
+                p.n -= 1;
+            }
+            true
+        })
+    }
 }
 
 /// One table slot, read by the trampoline's assembly and CFI as two words:
@@ -166,6 +254,9 @@ static HOOKS: Hooks = Hooks(UnsafeCell::new(
     [[MaybeUninit::uninit(); MAX_PER_FRAME]; SLOTS + PROBES],
 ));
 static COUNTS: [AtomicUsize; SLOTS + PROBES] = [const { AtomicUsize::new(0) }; SLOTS + PROBES];
+/// Bumped each time a slot is claimed, so that an [`Installed`] of an
+/// earlier frame with the same CFA cancels nothing.
+static GENERATIONS: [AtomicU64; SLOTS + PROBES] = [const { AtomicU64::new(0) }; SLOTS + PROBES];
 
 /// Whether a hook was ever installed in this process: captures look for the
 /// trampoline only then. Sticky (set once, never cleared), so installs and
@@ -279,13 +370,16 @@ fn free_slot(i: usize) {
 /// run (their state is dropped) and are counted in [`skipped`].
 fn drop_entry(i: usize) {
     let n = COUNTS[i].load(Ordering::Relaxed);
-    SKIPPED.fetch_add(n as u64, Ordering::Relaxed);
     for h in 0..n {
         // SAFETY: this thread claimed slot `i` (its key is on this thread's
-        // stack); hooks `0..n` were written by `install` and not consumed.
+        // stack); hooks `0..n` were written by `install`, the live ones not
+        // consumed.
         unsafe {
             let h = (*HOOKS.0.get())[i][h].assume_init_mut();
-            (h.drop)(h.data.as_mut_ptr().cast());
+            if h.live {
+                SKIPPED.fetch_add(1, Ordering::Relaxed);
+                (h.drop)(h.data.as_mut_ptr().cast());
+            }
         }
     }
     free_slot(i);
@@ -335,8 +429,9 @@ fn drop_stale(p: &mut Pending, sp: u64) {
 /// assert_eq!(ORDER.with(|o| o.get()), 12);
 /// # }
 /// ```
-#[inline(never)]
-pub fn install<F: FnOnce() + Send + 'static>(depth: u32, hook: F) -> Result<(), ExitHookError> {
+// Inlined into its caller, so that the frame walk starts one frame nearer.
+#[inline(always)]
+pub fn install<F: FnOnce() + Send + 'static>(depth: u32, hook: F) -> Result<Installed, ExitHookError> {
     const {
         assert!(
             core::mem::size_of::<F>() <= 3 * core::mem::size_of::<usize>()
@@ -357,12 +452,13 @@ pub fn install<F: FnOnce() + Send + 'static>(depth: u32, hook: F) -> Result<(), 
         call: call::<F>,
         drop: drop_state::<F>,
         data: [MaybeUninit::uninit(); 3],
+        live: true,
     };
     // SAFETY: `F` fits in the three words (checked above) and is aligned
     // for them; it is moved in and read back exactly once by `call`.
     unsafe { h.data.as_mut_ptr().cast::<F>().write(hook) };
     let mut result = Err(ExitHookError::Unsupported);
-    install_at(1, depth, h, &mut result);
+    install_at(0, depth, h, &mut result);
     if result.is_err() {
         // The hook will never run: drop its state.
         // SAFETY: written above, not consumed.
@@ -380,7 +476,7 @@ pub fn install_c(
     depth: u32,
     hook: unsafe extern "C" fn(*mut core::ffi::c_void),
     arg: *mut core::ffi::c_void,
-) -> Result<(), ExitHookError> {
+) -> Result<Installed, ExitHookError> {
     unsafe fn call_c(data: *mut [usize; 3]) {
         // SAFETY: `data` holds the function and argument `install_c` stored.
         unsafe {
@@ -398,6 +494,7 @@ pub fn install_c(
             MaybeUninit::new(arg as usize),
             MaybeUninit::new(0),
         ],
+        live: true,
     };
     let mut result = Err(ExitHookError::Unsupported);
     // One more frame than `install`: the C entry that calls this.
@@ -410,7 +507,7 @@ pub fn install_c(
 /// goes through `out` (so that the callers' calls are not tail calls, which
 /// would remove their frames).
 #[inline(never)]
-fn install_at(extra: u32, depth: u32, hook: Hook, out: &mut Result<(), ExitHookError>) {
+fn install_at(extra: u32, depth: u32, hook: Hook, out: &mut Result<Installed, ExitHookError>) {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
         *out = install_x86_64(extra, depth, hook);
@@ -424,7 +521,7 @@ fn install_at(extra: u32, depth: u32, hook: Hook, out: &mut Result<(), ExitHookE
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
-fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<(), ExitHookError> {
+fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitHookError> {
     use crate::unwind::local::FrameRequest;
     use crate::unwind::{Frame, Method};
     // Frame 0: the return address into `install_at`; frame 1 + extra: into
@@ -476,7 +573,12 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<(), ExitHookErro
             // SAFETY: this thread owns slot `i` (its key is on this stack).
             unsafe { (*HOOKS.0.get())[i][c] = MaybeUninit::new(hook) };
             COUNTS[i].store(c + 1, Ordering::Relaxed);
-            return Ok(());
+            return Ok(Installed {
+                slot: i as u32,
+                hook: c as u8,
+                key,
+                generation: GENERATIONS[i].load(Ordering::Relaxed),
+            });
         }
         if current != f.pc {
             return Err(ExitHookError::NotPatchable(depth));
@@ -498,6 +600,8 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<(), ExitHookErro
         // SAFETY: this thread just claimed slot `i`.
         unsafe { (*HOOKS.0.get())[i][0] = MaybeUninit::new(hook) };
         COUNTS[i].store(1, Ordering::Relaxed);
+        let generation = GENERATIONS[i].load(Ordering::Relaxed) + 1;
+        GENERATIONS[i].store(generation, Ordering::Relaxed);
         TABLE[i].orig.store(current, Ordering::Relaxed);
         if !EVER.load(Ordering::Relaxed) {
             EVER.store(true, Ordering::Relaxed);
@@ -514,7 +618,12 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<(), ExitHookErro
         // SAFETY: as for the read above. From here the frame returns to the
         // trampoline, which finds slot `i` by `key`.
         unsafe { slot.write_volatile(tramp) };
-        Ok(())
+        Ok(Installed {
+            slot: i as u32,
+            hook: 0,
+            key,
+            generation,
+        })
     })
 }
 
@@ -558,7 +667,9 @@ pub(crate) unsafe extern "C" fn dispatch(key: u64) {
         // SAFETY: initialized above; each hook's state is read once.
         unsafe {
             let h = h.assume_init_mut();
-            (h.call)(h.data.as_mut_ptr().cast());
+            if h.live {
+                (h.call)(h.data.as_mut_ptr().cast());
+            }
         }
     }
 }

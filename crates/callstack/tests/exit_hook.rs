@@ -283,3 +283,63 @@ fn a_capture_from_a_signal_context_is_unchanged() {
     assert_eq!(plain, hooked);
 }
 
+
+static CANCEL_RUNS: AtomicU64 = AtomicU64::new(0);
+
+#[inline(never)]
+fn cancels(which: u32) -> u32 {
+    let a = exit_hook::install(0, || {
+        CANCEL_RUNS.fetch_add(1, Ordering::Relaxed);
+    })
+    .unwrap();
+    let b = exit_hook::install(0, || {
+        CANCEL_RUNS.fetch_add(10, Ordering::Relaxed);
+    })
+    .unwrap();
+    match which {
+        0 => assert!(a.cancel()),
+        1 => {
+            assert!(a.cancel());
+            assert!(b.cancel());
+        }
+        _ => {}
+    }
+    black_box(5)
+}
+
+#[inline(never)]
+fn cancels_capture(which: u32) -> (u32, Vec<usize>) {
+    let v = cancels(which);
+    (v, capture_exact_vec())
+}
+
+#[test]
+fn a_cancelled_hook_does_not_run() {
+    let _g = serial();
+    CANCEL_RUNS.store(0, Ordering::Relaxed);
+    assert_eq!(cancels_capture(0).0, 5);
+    assert_eq!(CANCEL_RUNS.load(Ordering::Relaxed), 10);
+    // Both cancelled: the frame returns directly (its return address is
+    // back), and nothing runs.
+    CANCEL_RUNS.store(0, Ordering::Relaxed);
+    assert_eq!(cancels_capture(1).0, 5);
+    assert_eq!(CANCEL_RUNS.load(Ordering::Relaxed), 0);
+    CANCEL_RUNS.store(0, Ordering::Relaxed);
+    assert_eq!(cancels_capture(2).0, 5);
+    assert_eq!(CANCEL_RUNS.load(Ordering::Relaxed), 11);
+}
+
+#[test]
+fn a_handle_of_a_returned_frame_cancels_nothing() {
+    let _g = serial();
+    #[inline(never)]
+    fn leak_handle() -> exit_hook::Installed {
+        let h = exit_hook::install(0, || {}).unwrap();
+        black_box(h)
+    }
+    let h = leak_handle();
+    // The same frame address again, hooked anew: the old handle is stale.
+    let h2 = leak_handle();
+    assert!(!h.cancel());
+    drop(h2);
+}
