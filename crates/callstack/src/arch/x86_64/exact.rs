@@ -427,3 +427,22 @@ mod tests {
         assert_eq!(super::wide_word(R::End), None);
     }
 }
+
+/// The naked entry of the exit hooks' frame lookup: adds the caller's
+/// `rip`/`rsp`/`rbp` to the request pointer and tail-jumps to
+/// `unwind::local::frame_from_entry`.
+///
+/// # Safety
+/// `req` must be a valid request.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+pub(crate) unsafe extern "C" fn frame_entry(req: *mut crate::unwind::local::FrameRequest) {
+    // SAFETY: as `exact_entry`, with the registers as the 2nd to 4th arguments.
+    core::arch::naked_asm!(
+        "mov rsi, [rsp]",
+        "lea rdx, [rsp + 8]",
+        "mov rcx, rbp",
+        "jmp {imp}",
+        imp = sym crate::unwind::local::frame_from_entry,
+    )
+}
