@@ -174,10 +174,10 @@ impl<A: 'static + Sync> Tracking<A> {
         })
     }
 
-    /// Prints [`Tracking::leak_report`] to standard error when the process
-    /// exits (through `atexit`). Setting the environment variable
-    /// `CALLSTACK_LEAKS=N` before start does the same for the top `N`
-    /// sites, without calling this. Only the first call has an effect.
+    /// Prints [`Tracking::leak_report`] of the top `top` sites to standard
+    /// error when the process exits (through `atexit`; not on `_exit` or a
+    /// fatal signal). Only the first call (of this or
+    /// [`Tracking::leaks_from_env`]) has an effect.
     pub fn print_leaks_at_exit(&'static self, top: usize) {
         leaks_at_exit::register(self, top);
     }
@@ -217,7 +217,7 @@ mod leaks_at_exit {
     /// `CALLSTACK_LEAKS=N` in the environment: the top N, else `None`.
     pub(super) fn from_env() -> Option<usize> {
         // SAFETY: getenv with a NUL-terminated name; the result is read at
-        // once (no allocation: we may be inside the allocator).
+        // once, before anything could change the environment.
         let v = unsafe { libc::getenv(c"CALLSTACK_LEAKS".as_ptr()) };
         if v.is_null() {
             return None;
@@ -284,9 +284,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Tracking<A> {
 
 #[cfg(feature = "symbolize")]
 impl<A> Tracking<A> {
-    /// Registers the leak report at exit if `CALLSTACK_LEAKS` is set; call
-    /// once. (Done by the user: reading the environment inside the
-    /// allocator is safe, but the report needs a `'static` self.)
+    /// If the environment variable `CALLSTACK_LEAKS` is set (to the number
+    /// of sites to show, default 20), registers the leak report at exit as
+    /// [`Tracking::print_leaks_at_exit`] does. Call it early in `main`: the
+    /// allocator itself cannot, as the report needs the `'static` tracker.
     pub fn leaks_from_env(&'static self)
     where
         A: Sync + 'static,
