@@ -26,6 +26,8 @@ have gdb-multiarch || need+=(gdb-multiarch)
 # dwz: the symbolizer's test of dwz-processed debug files with a
 # supplementary file (.gnu_debugaltlink).
 have dwz || need+=(dwz)
+# go tool pprof: reads back the pprof files of `callstack report --pprof`.
+have go || need+=(golang-go)
 # libunwind's figures in the accuracy report (the runtime library only).
 ls /usr/lib/*/libunwind.so.8 >/dev/null 2>&1 || need+=(libunwind8)
 
