@@ -188,3 +188,46 @@ fn check_outputs(dir: &Path, data: &Path) {
         .to_string();
     assert_eq!(go_first, our_first, "ours:\n{ours}\ngo:\n{flat}");
 }
+
+/// Neither frame pointers nor CFI in the program's own code: the unwinder's
+/// instruction analysis finds its frames.
+#[test]
+fn neither_frame_pointers_nor_cfi() {
+    if !perf_allowed() {
+        return;
+    }
+    let dir = scratch_dir("record-none");
+    let exe = Gcc::new(&["prof_hot.c"])
+        .flags(
+            "-O2 -fomit-frame-pointer -fno-asynchronous-unwind-tables -fno-unwind-tables -pthread",
+        )
+        .build(&dir.join("prof_hot_none"));
+    let data = record(&dir, &exe, "none");
+    check_shares("none", &data);
+}
+
+/// `-p PID`: a process already running, for a set duration.
+#[test]
+fn running_process() {
+    if !perf_allowed() {
+        return;
+    }
+    let dir = scratch_dir("record-pid");
+    let exe = Gcc::new(&["prof_hot.c"])
+        .flags("-O2 -fomit-frame-pointer -pthread")
+        .build(&dir.join("prof_hot"));
+    let mut child = Command::new(&exe).args(["5", "1"]).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let data = dir.join("pid.data");
+    let r = Command::new(&release_artifacts().cli)
+        .args(["record", "-q", "-d", "1", "-o"])
+        .arg(&data)
+        .arg("-p")
+        .arg(child.id().to_string())
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    check_shares("pid", &data);
+}
