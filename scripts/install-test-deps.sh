@@ -27,6 +27,8 @@ have gdb-multiarch || need+=(gdb-multiarch)
 # dwz: the symbolizer's test of dwz-processed debug files with a
 # supplementary file (.gnu_debugaltlink).
 have dwz || need+=(dwz)
+# go tool pprof: reads back the pprof files of `callstack report --pprof`.
+have go || need+=(golang-go)
 # heaptrack: the oracle of `callstack memtrack`'s allocation totals.
 { have heaptrack && have heaptrack_print; } || need+=(heaptrack)
 # libunwind's figures in the accuracy report (the runtime library only).

@@ -12,6 +12,7 @@ mod demo;
 mod mainfn;
 mod memtrack;
 mod pstack;
+mod record;
 mod report;
 mod stacks;
 mod symbolize;
@@ -52,6 +53,9 @@ enum Command {
     Addr2line(addr2line::Args),
     /// Print the stacks of a callstack trace file (or `-` for stdin) resolved.
     Symbolize(symbolize::Args),
+    /// Sample a program (started here, or running) with perf events and
+    /// write a profile for `callstack report`.
+    Record(record::Args),
     /// Summarize a profile (from `callstack record` or the in-process
     /// profiler): top functions, flamegraph SVG, pprof, folded stacks.
     Report(report::Args),
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
         Command::Symbolize(args) => symbolize::run(args),
         Command::CrashReport(args) => crash::run(args),
         Command::Report(args) => report::run(args),
+        Command::Record(args) => record::run(args),
         Command::Memtrack(args) => match memtrack::run(args) {
             Ok(code) => return code,
             Err(e) => Err(e),

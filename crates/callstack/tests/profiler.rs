@@ -7,7 +7,6 @@
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 
-use callstack::profile::{top, Names};
 use callstack::profiler::Profiler;
 
 fn thread_cpu_ns() -> u64 {
@@ -34,11 +33,13 @@ fn spin(ns: u64) -> u64 {
 }
 
 #[inline(never)]
+#[cfg_attr(not(feature = "symbolize"), allow(dead_code))]
 fn hot_seventy(ns: u64) -> u64 {
     spin(ns * 7)
 }
 
 #[inline(never)]
+#[cfg_attr(not(feature = "symbolize"), allow(dead_code))]
 fn warm_twenty(ns: u64) -> u64 {
     spin(ns * 2)
 }
@@ -49,7 +50,10 @@ fn cool_ten(ns: u64) -> u64 {
 }
 
 #[test]
+#[cfg(feature = "symbolize")]
 fn shares_of_three_functions() {
+    use callstack::profile::{top, Names};
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let p = Profiler::start(1000).unwrap();
     let worker = std::thread::Builder::new()
         .name("worker".into())
@@ -108,6 +112,35 @@ fn shares_of_three_functions() {
     assert!((a - 70.0).abs() < 5.0, "hot_seventy {a:.1}%");
     assert!((b - 20.0).abs() < 5.0, "warm_twenty {b:.1}%");
     assert!((c - 10.0).abs() < 5.0, "cool_ten {c:.1}%");
+}
+
+/// One profiler at a time in a process: the tests take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A short profile of this thread, written as a trace file and as pprof,
+/// read back: every sample kept, the thread named (no symbolizer needed).
+#[test]
+fn profile_round_trips() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let p = Profiler::start(500).unwrap();
+    assert!(matches!(
+        Profiler::start(500),
+        Err(callstack::profiler::ProfilerError::AlreadyRunning)
+    ));
+    std::hint::black_box(cool_ten(100_000_000));
+    let profile = p.stop();
+    assert!(profile.total(0) > 0, "no samples");
+    assert_eq!(profile.lost, 0);
+    assert!(!profile.modules.is_empty());
+    let mut buf = Vec::new();
+    profile.write_trace(&mut buf).unwrap();
+    let back = callstack::profile::Profile::read_trace(&buf[..]).unwrap();
+    assert_eq!(back.stacks, profile.stacks);
+    assert_eq!(back.threads, profile.threads);
+    let names = callstack::profile::Names::unresolved(&profile);
+    assert!(!callstack::profile::pprof::encode(&profile, &names).is_empty());
+    // A second profiler may start once the first has stopped.
+    drop(Profiler::start(100).unwrap());
 }
 
 #[test]

@@ -24,6 +24,8 @@ pub(crate) mod fuzzing {
     pub use super::files::{build_id, exec_segments, load_bias, load_segments};
 }
 #[cfg(target_os = "linux")]
+pub mod perf;
+#[cfg(target_os = "linux")]
 pub mod process;
 #[cfg(target_os = "linux")]
 mod ptrace;

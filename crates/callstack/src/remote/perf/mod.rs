@@ -1,0 +1,684 @@
+//! Sampling any program with `perf_event_open`: a cpu-clock event on the
+//! target (inherited by the threads and processes it creates), each sample
+//! carrying the user registers and a copy of the top of the user stack,
+//! unwound as it arrives by [`RemoteUnwinder`] with the target's CFI read
+//! from its files (the copied stack is the unwinder's memory: the same
+//! problem as a core file's thread). Modules come from `/proc/PID/maps` and
+//! the kernel's mmap events.
+//!
+//! ```no_run
+//! use callstack::remote::perf::{record, RecordOptions, Target};
+//! let stop = std::sync::atomic::AtomicBool::new(false);
+//! let opts = RecordOptions::new(Target::Command(vec!["./app".into()]));
+//! let profile = record(&opts, &stop, &mut |p| eprint!("\r{} samples", p.samples))?;
+//! profile.write_trace(std::fs::File::create("callstack.data")?)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod sys;
+
+use super::{files, Lookup, Machine, Mapping, Module, Registers, RemoteUnwinder, Snapshot, Thread};
+use crate::profile::Profile;
+use crate::tracefile::ModuleRecord;
+use crate::unwind::{Memory, ReadError};
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+/// What to record.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// A running process (its threads now and later).
+    Pid(u32),
+    /// A command to start; recording ends when it exits.
+    Command(Vec<OsString>),
+}
+
+/// How to record.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    /// What to sample.
+    pub target: Target,
+    /// Samples per second of CPU time per thread (default 999, off the
+    /// beat of the kernel's timer tick).
+    pub hz: u32,
+    /// Bytes of user stack copied per sample (default 16384; at most
+    /// 65528). Frames beyond the copy are cut.
+    pub stack_bytes: u32,
+    /// Stop after this long (default: when the target ends or `stop` is set).
+    pub duration: Option<Duration>,
+    /// Where to find the target's files.
+    pub lookup: Lookup,
+}
+
+impl RecordOptions {
+    /// The defaults for `target`.
+    pub fn new(target: Target) -> Self {
+        RecordOptions {
+            target,
+            hz: 999,
+            stack_bytes: 16384,
+            duration: None,
+            lookup: Lookup::default(),
+        }
+    }
+}
+
+/// How a recording is going, given to the progress callback a few times a
+/// second.
+#[derive(Clone, Debug, Default)]
+pub struct Progress {
+    /// Samples kept.
+    pub samples: u64,
+    /// Samples lost (the kernel's ring was full, or no user stack).
+    pub lost: u64,
+    /// Threads seen.
+    pub threads: usize,
+    /// Time since recording started.
+    pub elapsed: Duration,
+}
+
+/// Why recording failed.
+#[derive(Debug)]
+pub enum RecordError {
+    /// `perf_event_open` was refused (the text says why and what to try).
+    PerfRefused(std::io::Error),
+    /// The command could not be started.
+    Spawn(String, std::io::Error),
+    /// No such process.
+    NoSuchProcess(u32),
+    /// Recording is only implemented for x86-64 here.
+    Unsupported(&'static str),
+    /// Another system failure.
+    Sys(&'static str, std::io::Error),
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordError::PerfRefused(e) => write!(
+                f,
+                "perf_event_open refused: {e} (see /proc/sys/kernel/perf_event_paranoid; \
+                 run as root, or lower it to 1 or less)"
+            ),
+            RecordError::Spawn(cmd, e) => write!(f, "cannot start {cmd}: {e}"),
+            RecordError::NoSuchProcess(p) => write!(f, "no process with id {p}"),
+            RecordError::Unsupported(what) => write!(f, "not supported: {what}"),
+            RecordError::Sys(what, e) => write!(f, "{what}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+// Record types of the ring buffer.
+const RECORD_MMAP: u32 = 1;
+const RECORD_LOST: u32 = 2;
+const RECORD_COMM: u32 = 3;
+const RECORD_FORK: u32 = 7;
+const RECORD_SAMPLE: u32 = 9;
+const RECORD_MMAP2: u32 = 10;
+/// `PERF_RECORD_MISC_MMAP_BUILD_ID`: an mmap2 record with a build-id in
+/// place of device and inode.
+const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+
+/// x86-64 user registers asked for: AX BX CX DX SI DI BP SP IP (perf
+/// numbers 0-8) and R8-R15 (16-23), given in that order.
+#[cfg(target_arch = "x86_64")]
+const REGS_MASK: u64 = 0x1ff | (0xff << 16);
+/// The DWARF number of each register of `REGS_MASK`, in order.
+#[cfg(target_arch = "x86_64")]
+const REGS_DWARF: [u16; 17] = [0, 3, 2, 1, 4, 5, 6, 7, 16, 8, 9, 10, 11, 12, 13, 14, 15];
+
+/// The copied top of a thread's stack, as the unwinder's memory.
+struct CopiedStack<'a> {
+    base: u64,
+    data: &'a [u8],
+}
+
+impl Memory for CopiedStack<'_> {
+    fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
+        let off = addr.wrapping_sub(self.base);
+        if addr < self.base || off + 8 > self.data.len() as u64 {
+            return Err(ReadError::OutOfBounds(addr));
+        }
+        let o = off as usize;
+        Ok(u64::from_le_bytes(self.data[o..o + 8].try_into().unwrap()))
+    }
+}
+
+/// One process's address space: its mappings, and the snapshot and
+/// unwinder made from them (rebuilt when the mappings change).
+#[derive(Default)]
+struct Space {
+    mappings: Vec<Mapping>,
+    maps_read: bool,
+    dirty: bool,
+    unwinder: Option<RemoteUnwinder<'static>>,
+}
+
+impl Space {
+    fn add(&mut self, m: Mapping) {
+        // A new mapping replaces whatever it overlaps.
+        self.mappings
+            .retain(|x| x.end <= m.start || x.start >= m.end);
+        self.mappings.push(m);
+        self.dirty = true;
+    }
+
+    fn read_proc_maps(&mut self, pid: u32) {
+        self.maps_read = true;
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return;
+        };
+        for line in text.lines() {
+            let mut it = line.split_whitespace();
+            let (Some(range), Some(perms), Some(off)) = (it.next(), it.next(), it.next()) else {
+                continue;
+            };
+            let (_dev, _inode) = (it.next(), it.next());
+            let path: String = it.collect::<Vec<_>>().join(" ");
+            if !(path.starts_with('/') || path == "[vdso]") {
+                continue;
+            }
+            let Some((s, e)) = range.split_once('-') else {
+                continue;
+            };
+            let (Ok(start), Ok(end), Ok(file_offset)) = (
+                u64::from_str_radix(s, 16),
+                u64::from_str_radix(e, 16),
+                u64::from_str_radix(off, 16),
+            ) else {
+                continue;
+            };
+            if self
+                .mappings
+                .iter()
+                .any(|x| x.start == start && x.end == end && x.path == path)
+            {
+                continue;
+            }
+            self.add(Mapping {
+                start,
+                end,
+                file_offset,
+                path,
+                executable: Some(perms.as_bytes().get(2) == Some(&b'x')),
+            });
+        }
+    }
+
+    /// The unwinder for the current mappings. Each rebuild leaks one
+    /// snapshot (the unwinder borrows it); rebuilds happen when modules are
+    /// mapped, a handful of times per process.
+    fn unwinder(&mut self, lookup: &Lookup, pid: u32) -> &RemoteUnwinder<'static> {
+        if self.dirty || self.unwinder.is_none() {
+            self.dirty = false;
+            let snap: &'static Snapshot =
+                Box::leak(Box::new(snapshot_of(&self.mappings, lookup, pid)));
+            self.unwinder = Some(RemoteUnwinder::new(snap));
+        }
+        self.unwinder.as_ref().unwrap()
+    }
+}
+
+/// This process's vDSO image: the kernel maps the same one into every
+/// process, so a target's vDSO unwinds with ours.
+fn own_vdso() -> Option<std::sync::Arc<Vec<u8>>> {
+    let text = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = text.lines().find(|l| l.ends_with("[vdso]"))?;
+    let (s, e) = line.split_whitespace().next()?.split_once('-')?;
+    let (s, e) = (
+        u64::from_str_radix(s, 16).ok()?,
+        u64::from_str_radix(e, 16).ok()?,
+    );
+    // SAFETY: the vDSO mapping of this process, readable for its whole
+    // range, copied out.
+    let bytes = unsafe { std::slice::from_raw_parts(s as *const u8, (e - s) as usize) };
+    Some(std::sync::Arc::new(bytes.to_vec()))
+}
+
+fn snapshot_of(mappings: &[Mapping], lookup: &Lookup, pid: u32) -> Snapshot {
+    let files: Vec<Mapping> = mappings
+        .iter()
+        .filter(|m| m.path.starts_with('/'))
+        .cloned()
+        .collect();
+    let mut mods = files::group_mappings(&files);
+    let mut warnings = Vec::new();
+    files::resolve_files(&mut mods, lookup, None, &mut warnings);
+    if let Some(v) = mappings.iter().find(|m| m.path == "[vdso]") {
+        if let Some(image) = own_vdso().filter(|i| i.len() as u64 == v.end - v.start) {
+            let bias = files::load_segments(&image)
+                .and_then(|(_, s)| s.first().map(|s| v.start.wrapping_sub(s.0 - s.1)))
+                .unwrap_or(v.start);
+            mods.push(Module {
+                name: "[vdso]".into(),
+                file: None,
+                debug_file: None,
+                start: v.start,
+                end: v.end,
+                bias,
+                build_id: files::build_id(&image),
+                image: Some(image),
+                mappings: vec![v.clone()],
+            });
+            mods.sort_by_key(|m| m.start);
+        }
+    }
+    Snapshot {
+        arch: Machine::X86_64,
+        pid,
+        process_name: None,
+        threads: Vec::new(),
+        modules: mods,
+        warnings,
+        anon_code: Vec::new(),
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn u64(&mut self) -> Option<u64> {
+        let (h, t) = self.b.split_at_checked(8)?;
+        self.b = t;
+        Some(u64::from_le_bytes(h.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        let (h, t) = self.b.split_at_checked(4)?;
+        self.b = t;
+        Some(u32::from_le_bytes(h.try_into().ok()?))
+    }
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (h, t) = self.b.split_at_checked(n)?;
+        self.b = t;
+        Some(h)
+    }
+    fn cstr(&mut self) -> String {
+        let end = self.b.iter().position(|&c| c == 0).unwrap_or(self.b.len());
+        String::from_utf8_lossy(&self.b[..end]).into_owned()
+    }
+}
+
+/// The state of a recording.
+struct Recording<'o> {
+    opts: &'o RecordOptions,
+    spaces: HashMap<u32, Space>,
+    profile: Profile,
+    threads: HashSet<u32>,
+    samples: u64,
+    frames: Vec<usize>,
+}
+
+impl Recording<'_> {
+    fn handle(&mut self, rec: &[u8]) {
+        let ty = u32::from_le_bytes(rec[0..4].try_into().unwrap());
+        let misc = u16::from_le_bytes(rec[4..6].try_into().unwrap());
+        let mut r = Reader { b: &rec[8..] };
+        match ty {
+            RECORD_SAMPLE => {
+                let _ = self.sample(&mut r);
+            }
+            RECORD_MMAP | RECORD_MMAP2 => {
+                let (Some(pid), Some(_tid), Some(addr), Some(len), Some(pgoff)) =
+                    (r.u32(), r.u32(), r.u64(), r.u64(), r.u64())
+                else {
+                    return;
+                };
+                let mut prot = libc::PROT_EXEC as u32;
+                if ty == RECORD_MMAP2 {
+                    // maj, min, ino, ino_generation (or the build-id form:
+                    // the same 24 bytes), prot, flags.
+                    let _ = misc & MISC_MMAP_BUILD_ID;
+                    if r.bytes(24).is_none() {
+                        return;
+                    }
+                    prot = r.u32().unwrap_or(prot);
+                    let _flags = r.u32();
+                }
+                let path = r.cstr();
+                if prot & libc::PROT_EXEC as u32 == 0 || !path.starts_with('/') {
+                    return;
+                }
+                let space = self.spaces.entry(pid).or_default();
+                space.add(Mapping {
+                    start: addr,
+                    end: addr + len,
+                    file_offset: pgoff,
+                    path,
+                    executable: Some(true),
+                });
+            }
+            RECORD_COMM => {
+                let (Some(_pid), Some(tid)) = (r.u32(), r.u32()) else {
+                    return;
+                };
+                let name = r.cstr();
+                self.profile.threads.insert(tid, name);
+            }
+            RECORD_FORK => {
+                let (Some(pid), Some(ppid)) = (r.u32(), r.u32()) else {
+                    return;
+                };
+                if pid != ppid && !self.spaces.contains_key(&pid) {
+                    let maps = self
+                        .spaces
+                        .get(&ppid)
+                        .map(|s| s.mappings.clone())
+                        .unwrap_or_default();
+                    let s = self.spaces.entry(pid).or_default();
+                    s.mappings = maps;
+                    s.dirty = true;
+                }
+            }
+            RECORD_LOST => {
+                let (Some(_id), Some(n)) = (r.u64(), r.u64()) else {
+                    return;
+                };
+                self.profile.lost += n;
+            }
+            _ => {}
+        }
+    }
+
+    fn sample(&mut self, r: &mut Reader<'_>) -> Option<()> {
+        let ip = r.u64()?;
+        let pid = r.u32()?;
+        let tid = r.u32()?;
+        let _time = r.u64()?;
+        let abi = r.u64()?;
+        let mut regs = Registers::new(Machine::X86_64);
+        if abi == 0 {
+            // No user registers: a kernel thread.
+            self.profile.lost += 1;
+            return None;
+        }
+        for &d in REGS_DWARF.iter() {
+            regs.set(d, r.u64()?);
+        }
+        let size = r.u64()? as usize;
+        let data = r.bytes(size)?;
+        let dyn_size = if size > 0 { r.u64()? as usize } else { 0 };
+        let data = &data[..dyn_size.min(size)];
+        self.threads.insert(tid);
+        let sp = regs.sp().unwrap_or(0);
+        let thread = Thread {
+            tid,
+            name: None,
+            registers: regs,
+            stack_end: Some(sp + data.len() as u64),
+        };
+        let lookup = &self.opts.lookup;
+        let space = self.spaces.entry(pid).or_default();
+        if !space.maps_read {
+            space.read_proc_maps(pid);
+        }
+        let unwinder = space.unwinder(lookup, pid);
+        let mut mem = CopiedStack { base: sp, data };
+        let unwound = unwinder.unwind(&mut mem, &thread, 256);
+        self.frames.clear();
+        if unwound.frames.is_empty() {
+            self.frames.push(ip as usize);
+        }
+        self.frames
+            .extend(unwound.frames.iter().map(|f| f.pc as usize));
+        let period = self.profile.period;
+        self.profile
+            .add(&self.frames, true, Some(tid), &[1, period]);
+        self.samples += 1;
+        Some(())
+    }
+
+    /// Module records for the profile: every module of every process seen.
+    fn modules(&mut self) -> Vec<ModuleRecord> {
+        let mut out: Vec<ModuleRecord> = Vec::new();
+        for space in self.spaces.values_mut() {
+            let Some(u) = &space.unwinder else { continue };
+            for m in &u.snapshot().modules {
+                // The vDSO keeps its name: no file to symbolize from, but
+                // its frames read `[vdso]+0xoffset`.
+                let rec = ModuleRecord {
+                    path: m.file.clone().unwrap_or_else(|| m.name.clone().into()),
+                    build_id: m.build_id.clone(),
+                    start: m.start,
+                    end: m.end,
+                    bias: m.bias,
+                };
+                if !out.contains(&rec) {
+                    out.push(rec);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Records `opts.target` until it exits, `opts.duration` passes or `stop`
+/// is set; calls `progress` about four times a second. Returns the
+/// profile: stacks by thread, values `samples/count` and
+/// `cpu/nanoseconds`, the modules of every process seen, thread names,
+/// lost samples.
+pub fn record(
+    opts: &RecordOptions,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Profile, RecordError> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err(RecordError::Unsupported("recording on this architecture"));
+    }
+    if opts.hz == 0 || opts.hz > 100_000 {
+        return Err(RecordError::Unsupported("a rate outside 1..=100000 Hz"));
+    }
+    let spec = sys::EventSpec {
+        hz: opts.hz,
+        regs_mask: REGS_MASK,
+        stack_bytes: opts.stack_bytes.clamp(64, 65528) & !7,
+        enable_on_exec: matches!(opts.target, Target::Command(_)),
+    };
+    // Data pages per event: enough for ~100 ms of samples at the rate.
+    let per_sample = spec.stack_bytes as usize + 256;
+    let want = (opts.hz as usize / 8).max(16) * per_sample / sys::page_size();
+    let pages = want.next_power_of_two().clamp(16, 512);
+
+    let mut profile = Profile::cpu(opts.hz);
+    profile.start_time_ns = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut rec = Recording {
+        opts,
+        spaces: HashMap::new(),
+        profile,
+        threads: HashSet::new(),
+        samples: 0,
+        frames: Vec::with_capacity(256),
+    };
+    let started = Instant::now();
+    let mut events = Vec::new();
+    let mut child: Option<u32> = None;
+    let root_pid;
+    match &opts.target {
+        Target::Pid(pid) => {
+            root_pid = *pid;
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map_err(|_| RecordError::NoSuchProcess(*pid))?;
+            let mut space = Space::default();
+            space.read_proc_maps(*pid);
+            rec.spaces.insert(*pid, space);
+            for t in tasks.flatten() {
+                let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                    continue;
+                };
+                if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")) {
+                    rec.profile
+                        .threads
+                        .insert(tid as u32, name.trim_end().to_string());
+                }
+                for cpu in 0..sys::cpus() {
+                    match sys::Event::open(tid, cpu, &spec, pages) {
+                        Ok(e) => events.push(e),
+                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break,
+                        Err(e) => return Err(RecordError::PerfRefused(e)),
+                    }
+                }
+            }
+        }
+        Target::Command(argv) => {
+            let Some(prog) = argv.first() else {
+                return Err(RecordError::Spawn(
+                    String::new(),
+                    std::io::ErrorKind::InvalidInput.into(),
+                ));
+            };
+            let (c, go) = spawn_held(argv)
+                .map_err(|e| RecordError::Spawn(prog.to_string_lossy().into_owned(), e))?;
+            root_pid = c;
+            child = Some(c);
+            for cpu in 0..sys::cpus() {
+                match sys::Event::open(root_pid as i32, cpu, &spec, pages) {
+                    Ok(e) => events.push(e),
+                    Err(e) => {
+                        if let Some(c) = child.take() {
+                            end_child(c);
+                        }
+                        return Err(RecordError::PerfRefused(e));
+                    }
+                }
+            }
+            // Let the child exec: the event is enabled at the exec.
+            drop(go);
+        }
+    }
+
+    let fds: Vec<i32> = events.iter().map(|e| e.fd()).collect();
+    let mut buf = Vec::with_capacity(1 << 20);
+    let mut last_progress = Instant::now();
+    let mut exited = false;
+    loop {
+        sys::poll(&fds, 50);
+        for e in &events {
+            buf.clear();
+            e.drain(&mut buf);
+            let mut at = 0;
+            while at + 8 <= buf.len() {
+                let size = u16::from_le_bytes([buf[at + 6], buf[at + 7]]) as usize;
+                if size < 8 || at + size > buf.len() {
+                    break;
+                }
+                let r = buf[at..at + size].to_vec();
+                rec.handle(&r);
+                at += size;
+            }
+        }
+        if last_progress.elapsed() >= Duration::from_millis(250) {
+            last_progress = Instant::now();
+            progress(&Progress {
+                samples: rec.samples,
+                lost: rec.profile.lost,
+                threads: rec.threads.len(),
+                elapsed: started.elapsed(),
+            });
+        }
+        if exited {
+            break;
+        }
+        let done = stop.load(Ordering::Relaxed)
+            || opts.duration.is_some_and(|d| started.elapsed() >= d)
+            || match child {
+                Some(c) => child_exited(c),
+                // SAFETY: kill with signal 0 only checks that the process exists.
+                None => (unsafe { libc::kill(root_pid as i32, 0) }) != 0,
+            };
+        if done {
+            // One more pass drains what the rings still hold.
+            exited = true;
+        }
+    }
+    if let Some(c) = child {
+        // Stopped early (duration, stop): the command goes too.
+        end_child(c);
+    }
+    progress(&Progress {
+        samples: rec.samples,
+        lost: rec.profile.lost,
+        threads: rec.threads.len(),
+        elapsed: started.elapsed(),
+    });
+    rec.profile.modules = rec.modules();
+    rec.profile.duration_ns = started.elapsed().as_nanos() as u64;
+    Ok(rec.profile)
+}
+
+/// Starts `argv` held before its exec until the returned pipe end is
+/// dropped (so that the event can be opened on it first). Forks by hand:
+/// `std::process::Command::spawn` waits for the exec.
+fn spawn_held(argv: &[OsString]) -> std::io::Result<(u32, std::fs::File)> {
+    use std::ffi::CString;
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let args: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two fds.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fork; the child only calls async-signal-safe functions
+    // (close, read, execvp, _exit) on memory prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: our fds.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        return Err(e);
+    }
+    if pid == 0 {
+        // SAFETY: see above.
+        unsafe {
+            libc::close(fds[1]);
+            let mut b = [0u8; 1];
+            // Blocks until the parent closes its end.
+            while libc::read(fds[0], b.as_mut_ptr().cast(), 1) < 0
+                && *libc::__errno_location() == libc::EINTR
+            {}
+            libc::execvp(ptrs[0], ptrs.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    // SAFETY: our fds; the read end is the child's.
+    unsafe { libc::close(fds[0]) };
+    // SAFETY: a fresh fd we own.
+    let wr = unsafe { std::fs::File::from_raw_fd(fds[1]) };
+    Ok((pid as u32, wr))
+}
+
+/// Whether child `pid` has exited (reaps it).
+fn child_exited(pid: u32) -> bool {
+    let mut status = 0;
+    // SAFETY: waitpid on our child, without blocking.
+    let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+    r == pid as i32 || r < 0
+}
+
+/// Kills and reaps child `pid` if it still runs.
+fn end_child(pid: u32) {
+    if !child_exited(pid) {
+        // SAFETY: our child.
+        unsafe {
+            libc::kill(pid as i32, libc::SIGKILL);
+            let mut status = 0;
+            libc::waitpid(pid as i32, &mut status, 0);
+        }
+    }
+}

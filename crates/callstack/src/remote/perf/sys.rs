@@ -1,0 +1,231 @@
+//! `perf_event_open` and its ring buffer: the only unsafe code of the
+//! recorder.
+
+use std::io;
+
+/// `PERF_FLAG_FD_CLOEXEC`.
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+/// `PERF_TYPE_SOFTWARE`.
+const PERF_TYPE_SOFTWARE: u32 = 1;
+/// `PERF_COUNT_SW_CPU_CLOCK`.
+const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+
+pub(crate) const SAMPLE_IP: u64 = 1 << 0;
+pub(crate) const SAMPLE_TID: u64 = 1 << 1;
+pub(crate) const SAMPLE_TIME: u64 = 1 << 2;
+pub(crate) const SAMPLE_REGS_USER: u64 = 1 << 12;
+pub(crate) const SAMPLE_STACK_USER: u64 = 1 << 13;
+
+// Bits of the attr's flag word.
+const DISABLED: u64 = 1 << 0;
+const INHERIT: u64 = 1 << 1;
+const EXCLUDE_HV: u64 = 1 << 6;
+const MMAP: u64 = 1 << 8;
+const COMM: u64 = 1 << 9;
+const ENABLE_ON_EXEC: u64 = 1 << 12;
+const TASK: u64 = 1 << 13;
+const WATERMARK: u64 = 1 << 14;
+const SAMPLE_ID_ALL: u64 = 1 << 18;
+const MMAP2: u64 = 1 << 23;
+const COMM_EXEC: u64 = 1 << 24;
+
+/// `struct perf_event_attr` (version 7 layout, 128 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct Attr {
+    type_: u32,
+    size: u32,
+    config: u64,
+    sample_period_or_freq: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events_or_watermark: u32,
+    bp_type: u32,
+    config1: u64,
+    config2: u64,
+    branch_sample_type: u64,
+    sample_regs_user: u64,
+    sample_stack_user: u32,
+    clockid: i32,
+    sample_regs_intr: u64,
+    aux_watermark: u32,
+    sample_max_stack: u16,
+    reserved_2: u16,
+    aux_sample_size: u32,
+    reserved_3: u32,
+    sig_data: u64,
+}
+
+/// What to open.
+pub(crate) struct EventSpec {
+    pub hz: u32,
+    pub regs_mask: u64,
+    pub stack_bytes: u32,
+    /// Start disabled, enabled when the task calls exec.
+    pub enable_on_exec: bool,
+}
+
+/// An open cpu-clock sampling event with its ring buffer.
+pub(crate) struct Event {
+    fd: i32,
+    base: *mut u8,
+    len: usize,
+    data_size: u64,
+}
+
+impl Event {
+    /// Opens a cpu-clock event on task `pid` while it runs on `cpu`,
+    /// inherited by the threads and processes it creates, and maps `pages`
+    /// data pages (a power of two). One per CPU: the kernel refuses to map
+    /// an inherited event of every CPU.
+    pub(crate) fn open(pid: i32, cpu: i32, spec: &EventSpec, pages: usize) -> io::Result<Event> {
+        let attr = Attr {
+            type_: PERF_TYPE_SOFTWARE,
+            size: std::mem::size_of::<Attr>() as u32,
+            config: PERF_COUNT_SW_CPU_CLOCK,
+            // cpu-clock counts nanoseconds: a fixed period, not a frequency.
+            sample_period_or_freq: 1_000_000_000 / spec.hz.max(1) as u64,
+            sample_type: SAMPLE_IP
+                | SAMPLE_TID
+                | SAMPLE_TIME
+                | SAMPLE_REGS_USER
+                | SAMPLE_STACK_USER,
+            flags: INHERIT
+                | EXCLUDE_HV
+                | MMAP
+                | COMM
+                | TASK
+                | WATERMARK
+                | SAMPLE_ID_ALL
+                | MMAP2
+                | COMM_EXEC
+                | if spec.enable_on_exec {
+                    DISABLED | ENABLE_ON_EXEC
+                } else {
+                    0
+                },
+            // Wake the reader when a quarter of the buffer is full.
+            wakeup_events_or_watermark: (pages * page_size() / 4) as u32,
+            sample_regs_user: spec.regs_mask,
+            sample_stack_user: spec.stack_bytes,
+            ..Default::default()
+        };
+        // SAFETY: perf_event_open with a valid, fully initialized attr.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                &attr as *const Attr,
+                pid,
+                cpu,
+                -1i32,
+                PERF_FLAG_FD_CLOEXEC,
+            )
+        } as i32;
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let len = (pages + 1) * page_size();
+        // SAFETY: mapping the event's ring buffer as perf_event_open(2) says.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            // SAFETY: our fd.
+            unsafe { libc::close(fd) };
+            return Err(e);
+        }
+        Ok(Event {
+            fd,
+            base: base.cast(),
+            len,
+            data_size: (pages * page_size()) as u64,
+        })
+    }
+
+    /// The file descriptor (for poll).
+    pub(crate) fn fd(&self) -> i32 {
+        self.fd
+    }
+
+    /// Copies every complete record of the ring into `out` (one after
+    /// another, each with its 8-byte header) and frees their space.
+    pub(crate) fn drain(&self, out: &mut Vec<u8>) {
+        // SAFETY: the metadata page is mapped; data_head (offset 1024) is
+        // written by the kernel, read with acquire ordering; data_tail (1032)
+        // is ours. Data pages follow the metadata page.
+        unsafe {
+            let head_p = self.base.add(1024) as *const std::sync::atomic::AtomicU64;
+            let tail_p = self.base.add(1032) as *const std::sync::atomic::AtomicU64;
+            let head = (*head_p).load(std::sync::atomic::Ordering::Acquire);
+            let tail = (*tail_p).load(std::sync::atomic::Ordering::Relaxed);
+            let data = self.base.add(page_size());
+            let mut pos = tail;
+            while pos < head {
+                let at = |p: u64| data.add((p % self.data_size) as usize);
+                let mut hdr = [0u8; 8];
+                for (i, b) in hdr.iter_mut().enumerate() {
+                    *b = *at(pos + i as u64);
+                }
+                let size = u16::from_le_bytes([hdr[6], hdr[7]]) as u64;
+                if size < 8 || pos + size > head {
+                    break;
+                }
+                let start = (pos % self.data_size) as usize;
+                let first = (self.data_size as usize - start).min(size as usize);
+                out.extend_from_slice(std::slice::from_raw_parts(at(pos), first));
+                if first < size as usize {
+                    out.extend_from_slice(std::slice::from_raw_parts(data, size as usize - first));
+                }
+                pos += size;
+            }
+            (*tail_p).store(pos, std::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: our mapping and fd.
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+            libc::close(self.fd);
+        }
+    }
+}
+
+// SAFETY: the mapping is owned by the Event; only `drain` touches it.
+unsafe impl Send for Event {}
+
+/// The CPUs that may run the target (0..n).
+pub(crate) fn cpus() -> i32 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }).max(1) as i32
+}
+
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+/// Waits until one of `fds` is readable or `ms` pass.
+pub(crate) fn poll(fds: &[i32], ms: i32) {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: a valid pollfd array.
+    unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
+}
