@@ -388,4 +388,25 @@ fn report_of_a_heap_recording() {
     ] {
         assert!(body.contains(s), "{s} missing from the pprof string table");
     }
+    // go tool pprof (Debian golang-go) reads it: flat values by function.
+    let flat = |index: &str| -> String {
+        let o = Command::new("go")
+            .args(["tool", "pprof", "-top", &format!("-sample_index={index}")])
+            .arg(&pprof)
+            .output()
+            .expect("run go tool pprof (Debian package golang-go)");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let has = |text: &str, value: &str, func: &str| {
+        text.lines().any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.first() == Some(&value) && w.last() == Some(&func)
+        })
+    };
+    let inuse = flat("inuse_space");
+    assert!(has(&inuse, "3000B", "leak_a"), "{inuse}");
+    assert!(has(&inuse, "1920B", "thread_leak"), "{inuse}");
+    let objects = flat("alloc_objects");
+    assert!(has(&objects, "1000", "thread_leak"), "{objects}");
 }
