@@ -1625,6 +1625,23 @@ unsafe fn hot_run(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize
     unsafe { hot_loop(hot, hi, out, len) }
 }
 
+/// Walks `n` frames through the hot loop without keeping them (through a
+/// small scratch buffer). Returns how many were left unwalked (0: all) and
+/// how the last run ended (`Full` when it walked them all).
+#[inline(always)]
+fn hot_skip(hot: &mut Hot, hi: u64, mut n: usize) -> (usize, HotEnd) {
+    let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 16];
+    let mut why = HotEnd::Full;
+    while n > 0 && why == HotEnd::Full {
+        let m = n.min(scratch.len());
+        // SAFETY: `m` slots of `scratch`.
+        let (k, e) = unsafe { hot_loop(hot, hi, scratch.as_mut_ptr().cast(), m) };
+        n -= k;
+        why = e;
+    }
+    (n, why)
+}
+
 /// The stack memory and the rule source of a walk from `sp`, or why there
 /// is no walk (the stack holding `sp` is unknown).
 #[inline(always)]
@@ -1886,16 +1903,8 @@ pub(crate) unsafe extern "C" fn exact_from_entry(
             } else {
                 skip -= 1;
             }
-            let mut why = HotEnd::Full;
-            // Skipped frames: through a small scratch buffer.
-            let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 16];
-            while skip > 0 && why == HotEnd::Full {
-                let m = skip.min(scratch.len());
-                // SAFETY: `m` slots of `scratch`.
-                let (k, e) = unsafe { hot_loop(&mut hot, hi, scratch.as_mut_ptr().cast(), m) };
-                skip -= k;
-                why = e;
-            }
+            let (left, mut why) = hot_skip(&mut hot, hi, skip);
+            skip = left;
             if why == HotEnd::Full && n < max {
                 // SAFETY: the `max - n` slots after the first `n` of `out`.
                 let (k, e) = unsafe { hot_loop(&mut hot, hi, out.add(n), max - n) };
@@ -2012,18 +2021,7 @@ pub(crate) unsafe extern "C" fn frame_from_entry(
     };
     if CACHE_USED.load(Ordering::Relaxed) {
         if let Some(hi) = known_stack_end(hot.sp) {
-            let mut left = req.up;
-            let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 16];
-            while left > 0 {
-                let m = left.min(scratch.len());
-                // SAFETY: `m` slots of `scratch`.
-                let (k, e) = unsafe { hot_loop(&mut hot, hi, scratch.as_mut_ptr().cast(), m) };
-                left -= k;
-                if e != HotEnd::Full {
-                    break;
-                }
-            }
-            if left == 0 {
+            if hot_skip(&mut hot, hi, req.up).0 == 0 {
                 req.frame = Frame {
                     pc: hot.pc,
                     sp: hot.sp,
