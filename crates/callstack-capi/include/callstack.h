@@ -123,6 +123,24 @@ int callstack_symbolize(uintptr_t addr, uint32_t flags, char* buf, size_t len);
  * CALLSTACK_EINVAL (frames NULL with count > 0) or CALLSTACK_EIO. */
 int callstack_print_trace(const uintptr_t* frames, uint32_t count, uint32_t flags, int fd);
 
+/* Exit hooks (x86-64 Linux). Runs hook(arg) right after the frame `depth`
+ * levels up returns (0: the function calling this; 1: its caller), by
+ * replacing that frame's return address with a trampoline that saves the
+ * return registers (rax, rdx, xmm0, xmm1, a long double in st0/st1), calls
+ * the hook, restores them and returns to the original address. Several
+ * hooks may stand on one thread; hooks on one frame run last installed
+ * first. Captures (fast, exact, from a context, the crash handler,
+ * `callstack pstack`) report the original return address; the trampoline
+ * has CFI, so C++ exceptions, glibc backtrace() and gdb pass through it.
+ * longjmp (or an exception caught further up) over a hooked frame skips its
+ * hook: counted by callstack_exit_hook_skipped(). A hook must not unwind
+ * (throw). Returns 0, or -1 when the frame cannot be hooked. Not
+ * async-signal-safe. */
+int callstack_exit_hook_install(uint32_t depth, void (*hook)(void*), void* arg);
+
+/* Hooks skipped so far because their frame never returned (see above). */
+uint64_t callstack_exit_hook_skipped(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -226,13 +226,6 @@ pub extern "C" fn callstack_crash_thread_init() -> core::ffi::c_int {
     }
 }
 
-#[cfg(feature = "symbolize")]
-/// The symbolizer behind [`callstack_symbolize`] and
-/// [`callstack_print_trace`]: one per process, built on first use, behind a
-/// lock (it caches parsed debug info and answers).
-static SYMBOLIZER: std::sync::Mutex<Option<callstack::symbolize::Symbolizer>> =
-    std::sync::Mutex::new(None);
-
 /// `CALLSTACK_SYMBOLIZE_EXACT`: the address is an exact pc (a fault's pc,
 /// `out[0]` of `callstack_capture_from_context`), not a return address.
 pub const CALLSTACK_SYMBOLIZE_EXACT: u32 = 1;
@@ -244,13 +237,15 @@ pub const CALLSTACK_ENOMODULE: i32 = -2;
 pub const CALLSTACK_EIO: i32 = -3;
 
 #[cfg(feature = "symbolize")]
-/// Runs `f` on the process's symbolizer, catching panics (none cross the
-/// C boundary).
-fn with_symbolizer<R>(f: impl FnOnce(&mut callstack::symbolize::Symbolizer) -> R) -> Option<R> {
+/// Runs `f` on the process's symbolizer (the library's, shared with
+/// `called_from`; see `callstack::symbolize::with_process_symbolizer`),
+/// catching panics (none cross the C boundary).
+fn with_symbolizer<R>(
+    probe: usize,
+    f: impl FnOnce(&mut callstack::symbolize::Symbolizer) -> R,
+) -> Option<R> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut guard = SYMBOLIZER.lock().unwrap_or_else(|p| p.into_inner());
-        let s = guard.get_or_insert_with(callstack::symbolize::Symbolizer::new);
-        f(s)
+        callstack::symbolize::with_process_symbolizer(probe, f)
     }))
     .ok()
 }
@@ -267,7 +262,7 @@ fn describe(addr: usize, flags: u32) -> Option<Option<String>> {
     } else {
         Address::Return(addr)
     };
-    with_symbolizer(|s| {
+    with_symbolizer(addr, |s| {
         let r = s.symbolize(a);
         r.module.as_ref()?;
         Some(r.to_string())
@@ -353,22 +348,13 @@ pub unsafe extern "C" fn callstack_print_trace(
         // SAFETY: the caller promises `count` readable entries.
         unsafe { core::slice::from_raw_parts(frames, count as usize) }
     };
-    let mut text = String::new();
-    for (i, &a) in frames.iter().enumerate() {
-        let f = if i == 0 {
-            flags
-        } else {
-            flags & !CALLSTACK_SYMBOLIZE_EXACT
-        };
-        let levels = match describe(a, f) {
-            None => return CALLSTACK_EINVAL,
-            Some(None) => "?? (no module)".to_string(),
-            Some(Some(t)) => t,
-        };
-        for line in levels.lines() {
-            text.push_str(&format!("#{i:<3} {a:#018x} in {line}\n"));
-        }
-    }
+    // The same text as `Trace::symbolize` prints.
+    let exact = flags & CALLSTACK_SYMBOLIZE_EXACT != 0;
+    let Ok(text) = std::panic::catch_unwind(|| {
+        callstack::symbolize::SymbolizedTrace::new(frames, exact).to_string()
+    }) else {
+        return CALLSTACK_EINVAL;
+    };
     let mut rest = text.as_bytes();
     while !rest.is_empty() {
         // SAFETY: writing initialized bytes from a live slice.
@@ -382,4 +368,42 @@ pub unsafe extern "C" fn callstack_print_trace(
         rest = &rest[n as usize..];
     }
     0
+}
+
+/// `int callstack_exit_hook_install(uint32_t depth, void (*hook)(void*), void* arg);`
+///
+/// Runs `hook(arg)` right after the frame `depth` levels up returns: depth 0
+/// is the function calling this, 1 its caller. See
+/// [`callstack::exit_hook`]: the return value passes through untouched,
+/// captures stay truthful, hooks on one frame run last installed first.
+/// Returns 0, or -1 when the frame cannot be hooked (no such frame, too many
+/// hooks, or a target other than x86-64 Linux). Not async-signal-safe.
+///
+/// # Safety
+/// `hook` must be safe to call with `arg` once, on this thread, after the
+/// frame returns.
+#[cfg(target_os = "linux")]
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub unsafe extern "C" fn callstack_exit_hook_install(
+    depth: u32,
+    hook: Option<unsafe extern "C" fn(*mut core::ffi::c_void)>,
+    arg: *mut core::ffi::c_void,
+) -> i32 {
+    let Some(hook) = hook else { return -1 };
+    match callstack::exit_hook::install_c(depth, hook, arg) {
+        Ok(_) => 0,
+        Err(_) => -1,
+    }
+}
+
+/// `uint64_t callstack_exit_hook_skipped(void);`
+///
+/// How many hooks never ran because their frame was left without returning
+/// (`longjmp`, an exception caught further up, `pthread_exit`); counted when
+/// the thread next installs or runs a hook.
+#[cfg(target_os = "linux")]
+#[unsafe(no_mangle)]
+pub extern "C" fn callstack_exit_hook_skipped() -> u64 {
+    callstack::exit_hook::skipped()
 }

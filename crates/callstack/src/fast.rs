@@ -113,7 +113,70 @@ unsafe fn walk_bounded(
     if [a, b] != hints {
         crate::code::set_hints([a, b]);
     }
+    #[cfg(target_os = "linux")]
+    if crate::exit_hook::any_live() {
+        return exit_hooked(fp, sp, hi, skip as usize, &mut out[..n]) as u32;
+    }
     n as u32
+}
+
+/// `capture_fast`'s walk when exit hooks are live: a frame record whose
+/// return address is the exit-hook trampoline gets the original address
+/// (the record's frame has its CFA at `fp + 16`). The walk is done again,
+/// knowing it ends after `out.len()` frames, to learn each frame's record.
+/// Returns how many frames stay (a trampoline without an entry ends them).
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cold]
+#[inline(never)]
+fn exit_hooked(fp: usize, sp: usize, hi: usize, skip: usize, out: &mut [usize]) -> usize {
+    let Some(t) = crate::exit_hook::trampoline() else {
+        return out.len();
+    };
+    if !out.contains(&(t as usize)) {
+        return out.len();
+    }
+    let layout = crate::arch::native::FRAME_RECORD;
+    for i in 0..out.len() {
+        if out[i] != t as usize {
+            continue;
+        }
+        // The record of frame `skip + i`: walk again to it.
+        let mut fp_i = fp;
+        let mut ok = true;
+        for _ in 0..skip + i {
+            let next = match read_record_fp(layout, fp_i, sp, hi) {
+                Some(n) => n,
+                None => {
+                    ok = false;
+                    break;
+                }
+            };
+            fp_i = next;
+        }
+        let ra = if ok {
+            crate::exit_hook::resolve(t, (fp_i + 16) as u64)
+        } else {
+            0
+        };
+        if ra == 0 {
+            return i;
+        }
+        out[i] = ra as usize;
+    }
+    out.len()
+}
+
+/// The saved frame pointer of the record at `fp`, if the record lies in
+/// `[sp, hi)` and is aligned (the checks the walk made before reading it).
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn read_record_fp(layout: FrameRecordLayout, fp: usize, sp: usize, hi: usize) -> Option<usize> {
+    let end = layout.fp_offset.max(layout.ra_offset) + core::mem::size_of::<usize>();
+    if fp < sp || fp.checked_add(end)? > hi || fp % layout.align != 0 {
+        return None;
+    }
+    // SAFETY: `[fp, fp + end)` is inside `[sp, hi)`, readable stack memory
+    // of this thread (see `walk_bounded`).
+    Some(unsafe { core::ptr::read_volatile((fp + layout.fp_offset) as *const usize) })
 }
 
 /// The executable range holding `ra` when it is in neither of the walk's

@@ -71,6 +71,8 @@ mod code;
 #[cfg(target_os = "linux")]
 pub mod crash;
 mod elf_section;
+#[cfg(target_os = "linux")]
+pub mod exit_hook;
 mod fast;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -2,9 +2,21 @@
 
 use core::fmt;
 
-/// A call stack of at most `N` return addresses, stored inline.
+/// A call stack of at most `N` addresses, stored inline.
 ///
 /// Capturing into a `Trace` allocates nothing and is async-signal-safe.
+/// The trace remembers whether its first address is an exact pc (from
+/// [`Trace::capture_from_context`]) or, like every other, a return address,
+/// so that [`Trace::symbolize`] looks each one up right.
+///
+/// The common case, in two lines:
+///
+/// ```
+/// let t = callstack::Trace::<64>::capture_exact(0);
+/// println!("{}", t.symbolize());
+/// ```
+///
+/// Capture now, symbolize later (or never):
 ///
 /// ```
 /// let t = callstack::Trace::<32>::capture_fast(0);
@@ -17,6 +29,7 @@ use core::fmt;
 #[derive(Clone, Copy)]
 pub struct Trace<const N: usize> {
     len: usize,
+    first_is_exact: bool,
     frames: [usize; N],
 }
 
@@ -25,6 +38,7 @@ impl<const N: usize> Trace<N> {
     pub const fn new() -> Self {
         Trace {
             len: 0,
+            first_is_exact: false,
             frames: [0; N],
         }
     }
@@ -48,13 +62,62 @@ impl<const N: usize> Trace<N> {
         t
     }
 
-    /// Builds a trace from addresses; keeps the first `N`.
+    /// Captures the code a signal interrupted, from the handler's third
+    /// argument, with [`crate::capture_from_context`]: the first entry is the
+    /// interrupted pc itself. Async-signal-safe.
+    #[cfg(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    pub fn capture_from_context(ctx: &libc::ucontext_t) -> Self {
+        let mut t = Self::new();
+        t.len = crate::capture_from_context(ctx, &mut t.frames);
+        t.first_is_exact = t.len > 0;
+        t
+    }
+
+    /// Builds a trace from return addresses; keeps the first `N`.
     pub fn from_frames(frames: &[usize]) -> Self {
         let mut t = Self::new();
         let n = frames.len().min(N);
         t.frames[..n].copy_from_slice(&frames[..n]);
         t.len = n;
         t
+    }
+
+    /// Builds a trace from addresses whose first is an exact pc (a signal's
+    /// interrupted pc, `out[0]` of [`crate::capture_from_context`]) when
+    /// `first_is_exact`; keeps the first `N`.
+    pub fn from_frames_with_pc(frames: &[usize], first_is_exact: bool) -> Self {
+        let mut t = Self::from_frames(frames);
+        t.first_is_exact = first_is_exact && t.len > 0;
+        t
+    }
+
+    /// Whether the first address is an exact pc rather than a return
+    /// address.
+    #[inline]
+    pub fn first_is_exact(&self) -> bool {
+        self.first_is_exact
+    }
+
+    /// Names every address (function, file, line, inlined functions) with
+    /// the process's shared symbolizer; the result prints one line per
+    /// level. Takes a lock and allocates: not for signal handlers (capture
+    /// there, symbolize afterwards).
+    ///
+    /// ```
+    /// #[inline(never)]
+    /// fn here() -> callstack::Trace<64> {
+    ///     callstack::Trace::capture_exact(0)
+    /// }
+    /// let s = here().symbolize();
+    /// let f = s.frames[0].1.frames.last().unwrap();
+    /// assert!(f.function.as_deref().unwrap().ends_with("here"));
+    /// ```
+    #[cfg(feature = "symbolize")]
+    pub fn symbolize(&self) -> crate::symbolize::SymbolizedTrace {
+        crate::symbolize::SymbolizedTrace::new(self.as_slice(), self.first_is_exact)
     }
 
     /// The captured addresses, innermost first.
@@ -95,7 +158,7 @@ impl<const N: usize> Default for Trace<N> {
 
 impl<const N: usize> PartialEq for Trace<N> {
     fn eq(&self, other: &Self) -> bool {
-        self.as_slice() == other.as_slice()
+        self.as_slice() == other.as_slice() && self.first_is_exact == other.first_is_exact
     }
 }
 impl<const N: usize> Eq for Trace<N> {}

@@ -1,10 +1,8 @@
 //! `called_from`: does the current stack pass through a named function?
 
-use super::{Address, IntMap, Symbolizer};
+use super::{Address, IntMap};
 use std::cell::RefCell;
 use std::sync::Mutex;
-
-static SHARED: Mutex<Option<Symbolizer>> = Mutex::new(None);
 
 /// Entries kept per thread before the verdict cache is emptied.
 const VERDICT_CAP: usize = 1 << 16;
@@ -136,16 +134,15 @@ fn check(frames: &[usize], names: &[&str], loader: Option<(u64, u64)>) -> bool {
 
 #[cold]
 fn slow_verdict(ra: usize, names: &[&str]) -> bool {
-    let mut guard = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-    let s = guard.get_or_insert_with(Symbolizer::new);
-    // Also for an address it has answered before: a library may have been
-    // unloaded and another loaded in its place since.
-    s.sync_with_loader(ra);
-    let sym = s.symbolize(Address::Return(ra));
-    sym.frames.iter().any(|f| {
-        f.function
-            .as_deref()
-            .is_some_and(|fun| names.iter().any(|q| matches(fun, q)))
+    // Synced with the loader also for an address it has answered before: a
+    // library may have been unloaded and another loaded in its place since.
+    super::with_process_symbolizer(ra, |s| {
+        let sym = s.symbolize(Address::Return(ra));
+        sym.frames.iter().any(|f| {
+            f.function
+                .as_deref()
+                .is_some_and(|fun| names.iter().any(|q| matches(fun, q)))
+        })
     })
 }
 

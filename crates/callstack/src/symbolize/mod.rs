@@ -80,9 +80,11 @@ mod lazy;
 mod lines;
 mod loader;
 mod mapped;
+mod shared;
 mod sup;
 
 pub use called_from::{called_from, called_from_any};
+pub use shared::{with_process_symbolizer, SymbolizedTrace};
 pub use demangle::demangle;
 pub use elf::{DebugInfoReport, SymbolExtent};
 

@@ -38,6 +38,25 @@ pub fn stack_mapping_containing(addr: usize) -> Option<(usize, usize)> {
     found
 }
 
+/// The executable mappings (`x` in their permissions), `(start, end)` in
+/// file order. Allocates: not for signal handlers.
+pub fn executable_mappings() -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for_each_line(|line| {
+        if let Some(r) = parse_range(line) {
+            let perms = line
+                .iter()
+                .position(|&b| b == b' ')
+                .and_then(|s| line.get(s + 1..s + 5));
+            if perms.is_some_and(|p| p[2] == b'x') {
+                out.push(r);
+            }
+        }
+        true
+    });
+    out
+}
+
 /// Whether the permissions field of a maps line reads `rw?p`.
 fn perms_allow_stack(line: &[u8]) -> bool {
     let Some(space) = line.iter().position(|&b| b == b' ') else {

@@ -310,10 +310,27 @@ pub fn eval_expression<A: Arch, M: Memory + ?Sized>(
                 }
                 push!(stack[sp - 2]);
             }
+            0x15 => {
+                // DW_OP_pick
+                let i = byte(&mut pc)? as usize;
+                if i >= sp {
+                    return Err(UnwindError::BadCfi);
+                }
+                push!(stack[sp - 1 - i]);
+            }
             0x16 => {
                 let a = pop!();
                 let b = pop!();
                 push!(a);
+                push!(b);
+            }
+            0x17 => {
+                // DW_OP_rot: the top three entries, the top one moved third.
+                let a = pop!();
+                let b = pop!();
+                let c = pop!();
+                push!(a);
+                push!(c);
                 push!(b);
             }
             0x06 => {

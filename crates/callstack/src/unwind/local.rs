@@ -1165,6 +1165,11 @@ fn unloaded(s: &Snapshot) {
 
 impl RuleSource<A> for LocalSource {
     #[inline(always)]
+    fn return_address(&self, ra: u64, sp: u64) -> u64 {
+        crate::exit_hook::resolve(ra, sp)
+    }
+
+    #[inline(always)]
     fn rule(&self, addr: u64) -> Found<<A as Arch>::Rule> {
         if self.read_cache {
             let p = cache_get(addr);
@@ -1182,6 +1187,16 @@ impl RuleSource<A> for LocalSource {
         regs: &UnwindRegs,
         mem: &mut M,
     ) -> Result<Applied, UnwindError> {
+        // Interrupted in the exit-hook trampoline before it saved the
+        // original return address (its CFI expression holds only at its
+        // first instruction): the frame is still empty, the caller's pc is in
+        // the hook table.
+        if let Some(pc) = crate::exit_hook::in_lookup(addr, regs.sp) {
+            return Ok(Applied::Caller {
+                regs: UnwindRegs { pc, ..*regs },
+                signal: false,
+            });
+        }
         if let Some(m) = self.module(addr) {
             let svma = addr.wrapping_sub(m.bias);
             let t = &m.table;
@@ -1355,6 +1370,10 @@ impl LocalCode {
 }
 
 impl crate::unwind::insn::CodeMemory for LocalCode {
+    fn is_return_trampoline(&mut self, addr: u64) -> bool {
+        crate::exit_hook::any_live() && crate::exit_hook::trampoline() == Some(addr)
+    }
+
     fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
         let g = self.snap.and_then(|s| {
             let i = s.segments.partition_point(|g| g.0 <= addr);
@@ -1606,6 +1625,23 @@ unsafe fn hot_run(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize
     unsafe { hot_loop(hot, hi, out, len) }
 }
 
+/// Walks `n` frames through the hot loop without keeping them (through a
+/// small scratch buffer). Returns how many were left unwalked (0: all) and
+/// how the last run ended (`Full` when it walked them all).
+#[inline(always)]
+fn hot_skip(hot: &mut Hot, hi: u64, mut n: usize) -> (usize, HotEnd) {
+    let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 16];
+    let mut why = HotEnd::Full;
+    while n > 0 && why == HotEnd::Full {
+        let m = n.min(scratch.len());
+        // SAFETY: `m` slots of `scratch`.
+        let (k, e) = unsafe { hot_loop(hot, hi, scratch.as_mut_ptr().cast(), m) };
+        n -= k;
+        why = e;
+    }
+    (n, why)
+}
+
 /// The stack memory and the rule source of a walk from `sp`, or why there
 /// is no walk (the stack holding `sp` is unknown).
 #[inline(always)]
@@ -1715,6 +1751,23 @@ fn walk_rest(
                 HotEnd::Full => continue,
                 HotEnd::Outermost => return (n, StopReason::Outermost),
                 HotEnd::Slow => {}
+            }
+        }
+        // The hot loop stops at a return address it has no rule for, after
+        // writing it: an exit hook's trampoline is one (its rule is a DWARF
+        // expression), which stands for the original return address.
+        if crate::exit_hook::any_live() && !exact {
+            let ra = crate::exit_hook::resolve(hot.pc, hot.sp);
+            if ra != hot.pc {
+                let written = n > 0 && out[n - 1] == hot.pc as usize;
+                if ra == 0 {
+                    return (n - written as usize, StopReason::Outermost);
+                }
+                if written {
+                    out[n - 1] = ra as usize;
+                }
+                hot.pc = ra;
+                continue;
             }
         }
         // One step of the generic unwinder.
@@ -1850,16 +1903,8 @@ pub(crate) unsafe extern "C" fn exact_from_entry(
             } else {
                 skip -= 1;
             }
-            let mut why = HotEnd::Full;
-            // Skipped frames: through a small scratch buffer.
-            let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 16];
-            while skip > 0 && why == HotEnd::Full {
-                let m = skip.min(scratch.len());
-                // SAFETY: `m` slots of `scratch`.
-                let (k, e) = unsafe { hot_loop(&mut hot, hi, scratch.as_mut_ptr().cast(), m) };
-                skip -= k;
-                why = e;
-            }
+            let (left, mut why) = hot_skip(&mut hot, hi, skip);
+            skip = left;
             if why == HotEnd::Full && n < max {
                 // SAFETY: the `max - n` slots after the first `n` of `out`.
                 let (k, e) = unsafe { hot_loop(&mut hot, hi, out.add(n), max - n) };
@@ -1936,6 +1981,69 @@ pub(crate) unsafe extern "C" fn info_from_entry(
     let (n, s) = walk_frames(regs, false, req.skip, out);
     req.stop = s;
     n
+}
+
+/// The arguments and result of [`frame_from_entry`].
+#[repr(C)]
+pub(crate) struct FrameRequest {
+    /// Which frame: 0 is the caller of the entry, 1 its caller...
+    pub(crate) up: usize,
+    /// The stack pointer of the caller of the entry.
+    pub(crate) here_sp: u64,
+    /// The frame found (`pc` a return address), if `found`.
+    pub(crate) frame: Frame,
+    pub(crate) found: bool,
+}
+
+/// Called by the naked `frame_entry` with the caller's registers: finds the
+/// frame `req.up` callers up, with its stack pointer (what an exit hook
+/// needs to find a return address slot). Warm, through the rule cache's
+/// hot loop; else through the generic walk.
+///
+/// # Safety
+/// `req` must be valid.
+#[cfg(target_arch = "x86_64")]
+pub(crate) unsafe extern "C" fn frame_from_entry(
+    req: *mut FrameRequest,
+    pc: usize,
+    sp: usize,
+    fp: usize,
+) {
+    // SAFETY: the caller promises a valid request.
+    let req = unsafe { &mut *req };
+    req.here_sp = sp as u64;
+    req.found = false;
+    cache_go_live();
+    let mut hot = Hot {
+        pc: pc as u64,
+        sp: sp as u64,
+        fp: fp as u64,
+    };
+    if CACHE_USED.load(Ordering::Relaxed) {
+        if let Some(hi) = known_stack_end(hot.sp) {
+            if hot_skip(&mut hot, hi, req.up).0 == 0 {
+                req.frame = Frame {
+                    pc: hot.pc,
+                    sp: hot.sp,
+                    fp: hot.fp,
+                    method: crate::unwind::Method::Cfi,
+                };
+                req.found = true;
+                return;
+            }
+        }
+    }
+    let regs = UnwindRegs {
+        pc: pc as u64,
+        sp: sp as u64,
+        fp: fp as u64,
+        lr: 0,
+    };
+    let mut one = [req.frame];
+    if walk_frames(regs, false, req.up, &mut one).0 == 1 {
+        req.frame = one[0];
+        req.found = true;
+    }
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]

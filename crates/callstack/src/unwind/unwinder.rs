@@ -97,6 +97,16 @@ pub trait RuleSource<A: Arch> {
         let _ = pc;
         false
     }
+
+    /// The return address to report for a caller whose return address read
+    /// from the stack is `ra` and whose stack pointer is `sp`: `ra` itself,
+    /// except where an exit hook's trampoline stands in for the original
+    /// (see [`crate::exit_hook`]; the in-process source resolves it).
+    #[inline(always)]
+    fn return_address(&self, ra: u64, sp: u64) -> u64 {
+        let _ = sp;
+        ra
+    }
 }
 
 /// The hook for frames that neither CFI nor a valid frame pointer can
@@ -176,6 +186,8 @@ pub struct Unwinder<'s, A: Arch, S: RuleSource<A>, F: Fallback<A> = NoFallback> 
     regs: UnwindRegs,
     exact: bool,
     started: bool,
+    /// The last step kept the stack pointer (a frame of size zero).
+    flat: bool,
     stop: StopReason,
     _arch: core::marker::PhantomData<A>,
 }
@@ -199,6 +211,7 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
             regs,
             exact: pc_is_exact,
             started: false,
+            flat: false,
             stop: StopReason::Running,
             _arch: core::marker::PhantomData,
         }
@@ -356,9 +369,10 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
     fn check(
         &mut self,
         old: &UnwindRegs,
-        new: UnwindRegs,
+        mut new: UnwindRegs,
         method: Method,
     ) -> Result<Option<(UnwindRegs, Method)>, UnwindError> {
+        new.pc = self.source.return_address(new.pc, new.sp);
         if new.pc == 0 {
             self.stop = StopReason::Outermost;
             return Ok(None);
@@ -368,9 +382,14 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         // out of a frame at an exact pc whose return address is still in a
         // register (a leaf on aarch64: same sp, another pc).
         let leaf = self.exact && new.sp == old.sp && new.pc != old.pc;
-        if method != Method::SignalFrame && new.sp <= old.sp && !leaf {
+        // A frame of size zero whose CFI says so (CFA = sp): an exit hook's
+        // trampoline, seen from another process or a core. One such step
+        // at a time, to a new pc.
+        let flat = method == Method::Cfi && new.sp == old.sp && new.pc != old.pc && !self.flat;
+        if method != Method::SignalFrame && new.sp <= old.sp && !leaf && !flat {
             return Err(UnwindError::StackNotAdvancing(new.sp));
         }
+        self.flat = flat;
         Ok(Some((new, method)))
     }
 }

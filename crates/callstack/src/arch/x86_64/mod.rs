@@ -11,6 +11,7 @@ pub mod instruction_analysis;
 use super::FrameRecordLayout;
 
 pub mod exact;
+pub(crate) mod exit_hook;
 mod rule;
 pub(crate) mod switch;
 

@@ -31,24 +31,10 @@ impl InProcess {
     /// `.dynsym` only, or nothing. Clears this process's analysis caches
     /// ([`super::cache::invalidate`]).
     pub fn new() -> InProcess {
-        let mut exec = Vec::new();
-        if let Ok(maps) = std::fs::read_to_string("/proc/self/maps") {
-            for line in maps.lines() {
-                let mut it = line.split_whitespace();
-                let (Some(range), Some(perms)) = (it.next(), it.next()) else {
-                    continue;
-                };
-                if !perms.contains('x') {
-                    continue;
-                }
-                if let Some((a, b)) = range.split_once('-') {
-                    if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
-                    {
-                        exec.push((a, b));
-                    }
-                }
-            }
-        }
+        let mut exec: Vec<(u64, u64)> = crate::sys::maps::executable_mappings()
+            .into_iter()
+            .map(|(a, b)| (a as u64, b as u64))
+            .collect();
         exec.sort_unstable();
         let mut functions = Vec::new();
         let mut cold = Vec::new();
@@ -277,6 +263,11 @@ struct Code<'a> {
 }
 
 impl CodeMemory for Code<'_> {
+    #[cfg(target_os = "linux")]
+    fn is_return_trampoline(&mut self, addr: u64) -> bool {
+        crate::exit_hook::any_live() && crate::exit_hook::trampoline() == Some(addr)
+    }
+
     fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
         let Some((_, end)) = lookup_function(&self.snap.exec, addr) else {
             return 0;

@@ -130,6 +130,14 @@ pub trait CodeMemory {
     fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
         self.function_bounds(addr).map(|b| (b.0, Some(b)))
     }
+
+    /// Whether `addr` is a return address that stands for another one (an
+    /// exit hook's trampoline, see [`crate::exit_hook`]): a stack word equal
+    /// to it is a return address whatever precedes it. In process only.
+    fn is_return_trampoline(&mut self, addr: u64) -> bool {
+        let _ = addr;
+        false
+    }
 }
 
 /// A [`CodeMemory`] over one byte slice mapped at `base`: for tests and for

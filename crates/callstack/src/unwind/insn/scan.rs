@@ -80,6 +80,15 @@ where
             mem.read_u64(slot)
         };
         let Ok(w) = w else { break };
+        if w > 4096 && code.is_return_trampoline(w) {
+            // Put there by an exit hook, which checked the slot held a
+            // return address.
+            return Some(ScanHit {
+                ra: w,
+                slot,
+                verified: true,
+            });
+        }
         if w > 4096 && code.is_executable(w) {
             let unverified = ScanHit {
                 ra: w,

@@ -138,6 +138,10 @@ impl<C: CodeMemory + ?Sized> CodeMemory for Cached<'_, C> {
     fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
         self.code.function_entry(addr)
     }
+
+    fn is_return_trampoline(&mut self, addr: u64) -> bool {
+        self.code.is_return_trampoline(addr)
+    }
 }
 
 /// [`call_before`], through the cache's return-address entries.
@@ -194,6 +198,10 @@ fn check_ra<C: CodeMemory + ?Sized>(
     func_start: Option<u64>,
     pc: u64,
 ) -> Check {
+    // An exit hook's trampoline: it replaced a checked return address.
+    if code.is_return_trampoline(ra) {
+        return Check::Strict;
+    }
     let Some(info) = ra_info(code, cache, ra) else {
         return Check::Bad;
     };

@@ -1,0 +1,155 @@
+//! `callstack_exit_hook_install` from C (tests/fixtures/c/exit_hook.c), in
+//! several build modes: every return-register class (long double and its
+//! complex pair on the x87 stack, struct of two doubles, two longs,
+//! __int128, float) survives a hook that clobbers them; nested hooks run in
+//! order; fast and exact captures below a hooked frame equal the ones
+//! without the hook; a longjmp over a hooked frame is counted; gdb's `bt`
+//! inside a hooked function passes through the trampoline to the caller.
+#![cfg(all(target_arch = "x86_64", target_os = "linux"))]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use testsupport::{gdb_batch, gdb_run, parse_gdb_bt, release_artifacts, scratch_dir, Gcc};
+
+fn build(flags: &str, tag: &str) -> std::path::PathBuf {
+    Gcc::new(&["exit_hook.c"])
+        .flags(flags)
+        .link_callstack()
+        .build(&scratch_dir("exit-hook-c").join(format!("exit_hook_{tag}")))
+}
+
+fn check_run(flags: &str, tag: &str, frame_pointers: bool, cfi: bool) {
+    let exe = build(flags, tag);
+    let out = std::process::Command::new(&exe).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{flags}: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let line = |key: &str| -> &str {
+        text.lines()
+            .find(|l| l.starts_with(key))
+            .unwrap_or_else(|| panic!("{flags}: no {key} in {text}"))
+    };
+    assert_eq!(line("RETURNS"), "RETURNS ok", "{flags}");
+    // '1' then '2' on nest_inner (installed 1, 3 (on nest_outer), 2: the
+    // last installed on a frame runs first), nest_outer's own '9', then 3.
+    assert_eq!(line("NESTED"), "NESTED 2193 2", "{flags}");
+    let fast: Vec<&str> = line("CAPTURE fast").split(' ').collect();
+    assert_eq!(fast[2], "same", "{flags}: {text}");
+    if frame_pointers {
+        let n: u32 = fast[3].parse().unwrap();
+        assert!(n >= 5, "{flags}: the frame-pointer walk reached main: {text}");
+    }
+    let exact: Vec<&str> = line("CAPTURE exact").split(' ').collect();
+    assert_eq!(exact[2], "same", "{flags}: {text}");
+    assert!(exact[3].parse::<u32>().unwrap() >= 6, "{flags}: {text}");
+    assert_eq!(line("LONGJMP"), "LONGJMP ran 0 skipped 1", "{flags}");
+
+    if !cfi {
+        // gdb needs the CFI (of the program, to reach the trampoline).
+        return;
+    }
+    // gdb inside the hooked function: the trampoline shows as a frame of its
+    // own between the hooked function and its real caller.
+    let bt = gdb_run(&exe, &["gdb"], &["break gdb_leaf", "run", "bt"]);
+    let names = parse_gdb_bt(&bt);
+    assert_eq!(
+        names,
+        ["gdb_leaf", "gdb_target", "__callstack_exit_hook_trampoline", "main"],
+        "{flags}: {bt}"
+    );
+}
+
+/// `callstack pstack` of a process stopped inside a hooked function names
+/// the same frames as gdb attached to it: the trampoline, then the real
+/// caller; `callstack core` of its `gcore` core names them too.
+fn check_pstack(flags: &str, tag: &str) {
+    let exe = build(flags, tag);
+    let mut child = Command::new(&exe)
+        .arg("pause")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "READY");
+    let pid = child.id().to_string();
+    // Past the printf: blocked in pause(2) (system call 34 on x86-64).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .unwrap_or_default()
+        .starts_with("34 ")
+    {
+        assert!(std::time::Instant::now() < deadline, "the fixture never paused");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let ours = Command::new(&release_artifacts().cli)
+        .args(["pstack", &pid])
+        .output()
+        .unwrap();
+    let gdb = gdb_batch("gdb").args(["-p", &pid, "-ex", "bt"]).output().unwrap();
+    let core = scratch_dir("exit-hook-c").join(format!("core_{tag}"));
+    let g = Command::new("gcore").arg("-o").arg(&core).arg(&pid).output().unwrap();
+    assert!(g.status.success(), "gcore: {}", String::from_utf8_lossy(&g.stderr));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ours_text = String::from_utf8_lossy(&ours.stdout);
+    let gdb_text = String::from_utf8_lossy(&gdb.stdout);
+    let names = parse_gdb_bt(&ours_text);
+    assert_eq!(
+        names,
+        ["__libc_pause", "pause_leaf", "pause_target", "__callstack_exit_hook_trampoline", "main"],
+        "{flags}: {ours_text}"
+    );
+    assert_eq!(names, parse_gdb_bt(&gdb_text), "{flags}: ours {ours_text}\ngdb {gdb_text}");
+    // The same process from its core file.
+    let core = core.with_extension(&pid);
+    let from_core = Command::new(&release_artifacts().cli)
+        .arg("core")
+        .arg(&exe)
+        .arg(&core)
+        .output()
+        .unwrap();
+    let core_text = String::from_utf8_lossy(&from_core.stdout);
+    assert_eq!(parse_gdb_bt(&core_text), names, "{flags}: core {core_text}");
+    let _ = std::fs::remove_file(&core);
+}
+
+/// The crash handler's report of a fault inside a hooked function names the
+/// real caller after it (the trampoline is not a frame there: the report
+/// comes from an in-process capture).
+#[test]
+fn a_crash_report_through_a_hooked_frame_names_the_real_caller() {
+    let exe = build("-O2 -g", "crash_O2");
+    let mut cmd = Command::new(&exe);
+    cmd.arg("crash");
+    let c = testsupport::crash::run_crashing(cmd, std::time::Duration::from_secs(60));
+    assert_eq!(c.signal, Some(libc::SIGSEGV), "{}", c.stderr);
+    let names: Vec<String> = c.frames().into_iter().map(|f| f.function).collect();
+    let at = names
+        .iter()
+        .position(|n| n == "crash_leaf")
+        .unwrap_or_else(|| panic!("{}", c.stderr));
+    assert_eq!(names[at..at + 3], ["crash_leaf", "crash_target", "main"], "{}", c.stderr);
+}
+
+#[test]
+fn pstack_of_a_hooked_process_agrees_with_gdb() {
+    check_pstack("-O2 -g", "pstack_O2");
+}
+
+#[test]
+fn exit_hooks_from_c() {
+    check_run("-O0 -g", "O0", true, true);
+    check_run("-O2 -g -fno-omit-frame-pointer", "O2fp", true, true);
+    check_run("-O2 -g -fomit-frame-pointer", "O2nofp", false, true);
+    // No CFI at all: frames found by instruction analysis and stack
+    // scanning, which take the trampoline for the return address it
+    // replaced.
+    check_run(
+        "-O2 -g0 -fomit-frame-pointer -fno-asynchronous-unwind-tables -fno-unwind-tables",
+        "O2nocfi",
+        false,
+        false,
+    );
+}

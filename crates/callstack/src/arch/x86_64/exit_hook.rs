@@ -1,0 +1,319 @@
+//! The x86-64 exit-hook trampoline (see [`crate::exit_hook`]).
+//!
+//! A hooked frame's return address is replaced by `TRAMPOLINE`. When the
+//! hooked function returns there, `rsp` is its CFA (the caller's stack
+//! pointer after the call), which keys the hook's entry in
+//! [`crate::exit_hook`]'s table. The trampoline:
+//!
+//! 1. looks the entry up (scratch registers only: `rcx`, `r9`-`r11`, which a
+//!    returning function leaves dead under the System V ABI),
+//! 2. pushes the original return address, then a frame record
+//!    (`push rbp; mov rbp, rsp`), so that frame-pointer walks and CFI both
+//!    see an ordinary frame returning to the original caller,
+//! 3. saves the return registers: `rax`, `rdx`, `xmm0`, `xmm1`, and the x87
+//!    values on the register stack (`long double` results in `st0`/`st1`),
+//! 4. calls [`crate::exit_hook`]'s dispatcher with the key, which runs the
+//!    hooks and drops the entry,
+//! 5. restores the registers and jumps to the original address (a jump,
+//!    which keeps the CPU's return-address predictions in step).
+//!
+//! Its CFI makes it transparent to every DWARF unwinder, ours, libgcc's (a
+//! Rust panic or a C++ exception through a hooked frame) and gdb's: the
+//! byte before `TRAMPOLINE` starts the FDE, so the frame "returning to
+//! `TRAMPOLINE`" (looked up at the return address minus one) gets the row
+//! "CFA = rsp, return address = the table's entry for CFA". That row is a
+//! DWARF expression ([`LOOKUP_EXPR`]) that hashes the CFA and probes the
+//! table exactly as [`crate::exit_hook`] does; it finds the table from an
+//! 8-byte link-time offset stored just before the code (read through
+//! `DW_OP_breg16`, the frame's own pc), so the FDE needs no relocation.
+
+/// Slots in the hash table; a power of two (the hash is masked with
+/// `SLOTS - 1`).
+pub(crate) const SLOTS: usize = 1024;
+/// Slots probed from a key's hash; the table has `SLOTS + PROBES` entries,
+/// so a probe never wraps.
+pub(crate) const PROBES: usize = 8;
+
+/// The table slot of a key (a hooked frame's CFA): the same hash as the
+/// trampoline's assembly and its CFI expression.
+#[inline(always)]
+pub(crate) fn hash(key: u64) -> usize {
+    (((key >> 4) ^ (key >> 14) ^ (key >> 24)) as usize) & (SLOTS - 1)
+}
+
+/// Applies `$m` to the bytes of the CFI expression that computes the
+/// original return address of a frame returning to the trampoline, with the
+/// CFA on the stack (`DW_CFA_val_expression` pushes it). Stack comments
+/// show the expression stack, top last; `K` is the CFA (the key), `A` the
+/// address of the offset word before the trampoline.
+macro_rules! with_lookup_expr {
+    ($m:ident) => {
+        $m!(
+            // dup: [K, K]. libgcc's DW_OP_pick refuses to reach the bottom
+            // element (it asserts `index < depth - 1`), so the bottom copy
+            // of the CFA stays put and the expression works above it.
+            0x12,
+            // [K, K, A]: DW_OP_breg16 (rip = TRAMPOLINE) - 9
+            0x80, 0x77,
+            // [K, A, A], deref -> [K, A, TABLE - A], plus -> [K, TABLE]
+            0x12, 0x06, 0x22,
+            // over -> [K, TABLE, K]; lit4 shr -> [.., K >> 4]
+            0x14, 0x34, 0x25,
+            // pick 2 -> K; const1u 14; shr; xor
+            0x15, 0x02, 0x08, 0x0e, 0x25, 0x27,
+            // pick 2 -> K; const1u 24; shr; xor
+            0x15, 0x02, 0x08, 0x18, 0x25, 0x27,
+            // const2u 1023; and -> [K, TABLE, hash]
+            0x0a, 0xff, 0x03, 0x1a,
+            // lit16 mul; plus -> [K, e] (entries are 16 bytes)
+            0x40, 0x1e, 0x22,
+            // dup; plus_uconst 128 (8 probes); swap -> [K, end, e]
+            0x12, 0x23, 0x80, 0x01, 0x16,
+            // loop (offset 33): dup deref -> [K, end, e, key(e)]; pick 3; eq;
+            // bra found (+16)
+            0x12, 0x06, 0x15, 0x03, 0x29, 0x28, 0x10, 0x00,
+            // plus_uconst 16 -> next entry
+            0x23, 0x10,
+            // dup; pick 2 (end); eq; bra not_found (+3)
+            0x12, 0x15, 0x02, 0x29, 0x28, 0x03, 0x00,
+            // skip loop (-20)
+            0x2f, 0xec, 0xff,
+            // not_found (offset 53): lit0; skip done (+3)
+            0x30, 0x2f, 0x03, 0x00,
+            // found (offset 57): plus_uconst 8; deref -> the original address
+            0x23, 0x08, 0x06
+        )
+    };
+}
+
+macro_rules! bytes_array {
+    ($($b:literal),* $(,)?) => {
+        [$($b),*]
+    };
+}
+
+/// The CFI expression of the frame returning to the trampoline (see the
+/// module docs), for tests that evaluate it with the crate's own evaluator.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const LOOKUP_EXPR: [u8; 60] = with_lookup_expr!(bytes_array);
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod imp {
+    macro_rules! cfi_escape {
+        ($($b:literal),* $(,)?) => {
+            // DW_CFA_val_expression (0x16), register 16 (rip), length 60.
+            concat!(".cfi_escape 0x16, 0x10, 60", $(", ", stringify!($b)),*)
+        };
+    }
+
+    // The trampoline. `TRAMPOLINE` (the address stored in hooked frames) is
+    // `__callstack_exit_hook_trampoline + 1`; the quad before the symbol
+    // holds `TABLE - (its own address)` for the CFI expression.
+    core::arch::global_asm!(
+        ".pushsection .text.callstack_exit_hook,\"ax\",@progbits",
+        ".p2align 4",
+        "2:",
+        ".quad {table} - 2b",
+        ".globl __callstack_exit_hook_trampoline",
+        ".hidden __callstack_exit_hook_trampoline",
+        ".type __callstack_exit_hook_trampoline, @function",
+        // The symbol starts one byte early, so that the address symbolizers
+        // look up for a return address (the address minus one) names it.
+        "__callstack_exit_hook_trampoline:",
+        ".cfi_startproc",
+        ".cfi_def_cfa_offset 0",
+        with_lookup_expr!(cfi_escape),
+        // The byte a return address minus one looks up: never executed.
+        "int3",
+        // TRAMPOLINE: hooked frames return here.
+        // r11 = key (the CFA); r10 = first entry of its probe window.
+        "mov r11, rsp",
+        "mov r10, r11",
+        "shr r10, 4",
+        "mov rcx, r11",
+        "shr rcx, 14",
+        "xor r10, rcx",
+        "mov rcx, r11",
+        "shr rcx, 24",
+        "xor r10, rcx",
+        "and r10, {mask}",
+        "shl r10, 4",
+        "lea rcx, [rip + {table}]",
+        "add r10, rcx",
+        "lea r9, [r10 + {window}]",
+        "3:",
+        "cmp [r10], r11",
+        "je 4f",
+        "add r10, 16",
+        "cmp r10, r9",
+        "jne 3b",
+        // No entry: the table was corrupted. Nothing sane to return to.
+        "jmp {lost}",
+        "4:",
+        ".globl __callstack_exit_hook_found",
+        ".hidden __callstack_exit_hook_found",
+        "__callstack_exit_hook_found:",
+        // The original return address, then a frame record.
+        "push qword ptr [r10 + 8]",
+        ".cfi_def_cfa_offset 8",
+        ".cfi_offset 16, -8",
+        "push rbp",
+        ".cfi_def_cfa_offset 16",
+        ".cfi_offset 6, -16",
+        "mov rbp, rsp",
+        ".cfi_def_cfa_register 6",
+        "push rax",
+        "push rdx",
+        // xmm0 [rsp], xmm1 [rsp + 16], st0 [rsp + 32], st1 [rsp + 48],
+        // x87 count [rsp + 64]; rsp is 16-byte aligned after this.
+        "sub rsp, 80",
+        "movdqu [rsp], xmm0",
+        "movdqu [rsp + 16], xmm1",
+        // The x87 register stack holds 0, 1 or 2 values after a return
+        // (TOP = 0, 7 or 6 in the status word).
+        "fnstsw ax",
+        "shr eax, 11",
+        "and eax, 7",
+        "neg eax",
+        "and eax, 7",
+        "mov [rsp + 64], rax",
+        "test eax, eax",
+        "jz 5f",
+        "fstp tbyte ptr [rsp + 32]",
+        "cmp eax, 1",
+        "je 5f",
+        "fstp tbyte ptr [rsp + 48]",
+        "5:",
+        "lea rdi, [rbp + 16]",
+        "call {dispatch}",
+        "mov rax, [rsp + 64]",
+        "test eax, eax",
+        "jz 6f",
+        "cmp eax, 1",
+        "je 7f",
+        "fld tbyte ptr [rsp + 48]",
+        "7:",
+        "fld tbyte ptr [rsp + 32]",
+        "6:",
+        "movdqu xmm0, [rsp]",
+        "movdqu xmm1, [rsp + 16]",
+        "add rsp, 80",
+        "pop rdx",
+        "pop rax",
+        "pop rbp",
+        ".cfi_def_cfa 7, 8",
+        // Jump, not `ret`: the hooked function's `ret` already consumed its
+        // entry of the return stack buffer (mispredicted, it went here), so a
+        // `ret` now would take the caller's entry and every return above
+        // would mispredict in turn.
+        "pop r11",
+        ".cfi_def_cfa_offset 0",
+        ".cfi_register 16, 11",
+        "jmp r11",
+        ".cfi_endproc",
+        ".size __callstack_exit_hook_trampoline, . - __callstack_exit_hook_trampoline",
+        ".popsection",
+        table = sym crate::exit_hook::TABLE,
+        dispatch = sym crate::exit_hook::dispatch,
+        lost = sym crate::exit_hook::lost,
+        mask = const super::SLOTS - 1,
+        window = const super::PROBES * 16,
+    );
+
+    unsafe extern "C" {
+        fn __callstack_exit_hook_trampoline();
+        fn __callstack_exit_hook_found();
+    }
+
+    /// The trampoline's first instructions, `[TRAMPOLINE, end)`: before it
+    /// pushes the original return address, the frame is empty (`rsp` is
+    /// the hooked frame's CFA) and the return address is only in the table.
+    #[inline(always)]
+    pub(crate) fn lookup_window() -> (u64, u64) {
+        (trampoline(), __callstack_exit_hook_found as *const () as u64)
+    }
+
+    /// The address hooked frames return to: one byte into the symbol.
+    #[inline(always)]
+    pub(crate) fn trampoline() -> u64 {
+        __callstack_exit_hook_trampoline as *const () as u64 + 1
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub(crate) use imp::{lookup_window, trampoline};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unwind::{Memory, ReadError, UnwindRegs};
+
+    /// Memory of a fake table and its offset word.
+    struct Fake {
+        base: u64,
+        words: Vec<u64>,
+    }
+
+    impl Memory for Fake {
+        fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
+            let i = addr.wrapping_sub(self.base) / 8;
+            if addr % 8 != 0 || i >= self.words.len() as u64 {
+                return Err(ReadError::OutOfBounds(addr));
+            }
+            Ok(self.words[i as usize])
+        }
+    }
+
+    /// Lays out `[offset word][TRAMPOLINE - 1 ...]` then the table at
+    /// `base + 64`, fills `entries` (key, value), and evaluates the
+    /// expression for `cfa`.
+    fn eval(entries: &[(u64, u64)], cfa: u64) -> u64 {
+        let base = 0x5000_0000u64;
+        let table = base + 64;
+        let mut words = vec![0u64; 8 + 2 * (SLOTS + PROBES)];
+        words[0] = table - base;
+        for &(k, v) in entries {
+            let mut i = hash(k);
+            while words[8 + 2 * i] != 0 {
+                i += 1;
+            }
+            words[8 + 2 * i] = k;
+            words[8 + 2 * i + 1] = v;
+        }
+        let mut mem = Fake { base, words };
+        let regs = UnwindRegs {
+            pc: base + 9,
+            sp: cfa,
+            fp: 0,
+            lr: 0,
+        };
+        crate::unwind::cfi::eval_expression::<crate::arch::x86_64::X86_64, _>(
+            &LOOKUP_EXPR,
+            &regs,
+            &mut mem,
+            Some(cfa),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_cfi_expression_finds_the_entry_of_its_cfa() {
+        let k = 0x7ffd_1234_5670u64;
+        assert_eq!(eval(&[(k, 0xabcd)], k), 0xabcd);
+        // Colliding keys: same hash, found in their probe order.
+        let mut same = vec![];
+        let mut c = k + 16;
+        while same.len() < 3 {
+            if hash(c) == hash(k) {
+                same.push(c);
+            }
+            c += 16;
+        }
+        let entries = [(k, 1), (same[0], 2), (same[1], 3), (same[2], 4)];
+        for (i, &(key, v)) in entries.iter().enumerate() {
+            assert_eq!(eval(&entries, key), v, "entry {i}");
+        }
+        // A key not in the table: 0, which ends a walk.
+        assert_eq!(eval(&entries, k + 8), 0);
+    }
+}

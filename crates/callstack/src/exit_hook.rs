@@ -1,0 +1,686 @@
+//! Exit hooks: run code right after a chosen frame returns, by patching its
+//! return address (seed 003's "exit thunks"; uretprobes do the same in the
+//! kernel).
+//!
+//! [`install`] replaces the return address of the frame `depth` levels up
+//! with a trampoline. When that frame returns, the trampoline saves the
+//! return registers, runs the hook, restores them and jumps to the original
+//! address. Profilers use it to time a function without instrumenting it.
+//!
+//! ```
+//! # #[cfg(all(target_arch = "x86_64", target_os = "linux"))] {
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//! static RETURNED: AtomicU32 = AtomicU32::new(0);
+//!
+//! #[inline(never)]
+//! fn work() -> u64 {
+//!     // Run a hook when `work` returns (depth 0: the caller of `install`).
+//!     callstack::exit_hook::install(0, || {
+//!         RETURNED.fetch_add(1, Ordering::Relaxed);
+//!     })
+//!     .unwrap();
+//!     std::hint::black_box(42)
+//! }
+//! assert_eq!(work(), 42); // the return value passes through untouched
+//! assert_eq!(RETURNED.load(Ordering::Relaxed), 1);
+//! # }
+//! ```
+//!
+//! # Captures stay truthful
+//!
+//! Every unwinder of this crate reports the original return address where
+//! it meets the trampoline: [`crate::capture_fast`], [`crate::capture_exact`],
+//! [`crate::capture_from_context`], the crash handler. The trampoline has
+//! CFI whose return-address rule looks the original address up in the hook
+//! table, so DWARF unwinders outside this crate pass through it too: libgcc
+//! (a Rust panic or a C++ exception unwinding through a hooked frame, glibc's
+//! `backtrace()`), gdb (which shows the trampoline as a frame of its own,
+//! `__callstack_exit_hook_trampoline`, between the hooked function and its
+//! caller), and `callstack pstack`/`core` (which read the table from the
+//! target).
+//!
+//! # Limits
+//!
+//! - x86-64 Linux only (other targets: [`install`] returns
+//!   [`ExitHookError::Unsupported`]).
+//! - The frame to hook is found by this crate's exact unwinder (CFI, or
+//!   instruction analysis in code without CFI); its return address must be
+//!   where the unwinder read it, or the install is refused.
+//! - `longjmp` (or a panic caught above, or `pthread_exit`) over a hooked
+//!   frame skips its hook: the frame never returns. This is detected the
+//!   next time a hook is installed or runs on that thread: the stale entry
+//!   is dropped and counted in [`skipped`]; its hook is not run.
+//! - At most [`MAX_PER_THREAD`] hooked frames per thread at once, and the
+//!   process-wide table has 1024 slots (an install that finds no free slot
+//!   near its key fails with [`ExitHookError::TableFull`]).
+//! - Up to [`MAX_PER_FRAME`] hooks on one frame; they run in the reverse
+//!   order of installation (the last installed first), like nested frames.
+//! - The trampoline preserves `rax`, `rdx`, `xmm0`, `xmm1` and the x87
+//!   values of a `long double` result; the upper halves of `ymm`/`zmm`
+//!   results (`__m256` returned in registers) are not saved.
+//! - A hook must not panic (it runs on a frame that has already returned:
+//!   the process aborts) and runs with the hooked function's return value
+//!   still pending in the saved registers.
+//! - Intel CET shadow stacks (when a program enables them) reject a
+//!   patched return address.
+//! - The trampoline's CFI row for its first instructions (before it has
+//!   saved the original return address) holds only at its first
+//!   instruction: this crate's captures handle a signal taken anywhere in
+//!   it, but a debugger stopped (or libgcc unwinding from a signal) inside
+//!   those dozen instructions may not see past it.
+
+use core::cell::UnsafeCell;
+use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// The most hooked frames one thread may have at once.
+pub const MAX_PER_THREAD: usize = 64;
+/// The most hooks on one frame.
+pub const MAX_PER_FRAME: usize = 4;
+
+#[cfg(target_arch = "x86_64")]
+use crate::arch::x86_64::exit_hook::{hash, PROBES, SLOTS};
+#[cfg(not(target_arch = "x86_64"))]
+const SLOTS: usize = 1024;
+#[cfg(not(target_arch = "x86_64"))]
+const PROBES: usize = 8;
+#[cfg(not(target_arch = "x86_64"))]
+fn hash(key: u64) -> usize {
+    (((key >> 4) ^ (key >> 14) ^ (key >> 24)) as usize) & (SLOTS - 1)
+}
+
+/// Why [`install`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitHookError {
+    /// Exit hooks are implemented for x86-64 Linux only.
+    Unsupported,
+    /// The stack has fewer than `depth + 1` frames above the caller, or the
+    /// frame at `depth` could not be unwound exactly (no CFI).
+    NoSuchFrame(u32),
+    /// The return address of the frame is not where its CFI says (the frame
+    /// cannot be hooked).
+    NotPatchable(u32),
+    /// This thread already has [`MAX_PER_THREAD`] hooked frames, or the
+    /// frame already has [`MAX_PER_FRAME`] hooks.
+    TooMany,
+    /// No free slot in the process-wide table near the frame's key.
+    TableFull,
+}
+
+impl core::fmt::Display for ExitHookError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Unsupported => f.write_str("exit hooks are not supported on this target"),
+            Self::NoSuchFrame(d) => write!(f, "no frame at depth {d} can be unwound exactly"),
+            Self::NotPatchable(d) => {
+                write!(f, "the return address of the frame at depth {d} is not on the stack")
+            }
+            Self::TooMany => f.write_str("too many exit hooks on this thread or frame"),
+            Self::TableFull => f.write_str("the exit-hook table has no free slot for this frame"),
+        }
+    }
+}
+
+impl std::error::Error for ExitHookError {}
+
+/// A hook's code and its captured state, stored inline (no allocation).
+#[derive(Clone, Copy)]
+struct Hook {
+    /// Runs the hook, consuming its state.
+    call: unsafe fn(*mut [usize; 3]),
+    /// Drops the state of a hook that will never run.
+    drop: unsafe fn(*mut [usize; 3]),
+    data: [MaybeUninit<usize>; 3],
+    /// False once cancelled (its state already dropped).
+    live: bool,
+}
+
+/// A hook installed by [`install`], until its frame returns: keep it to
+/// [`cancel`](Installed::cancel) the hook, or drop it (dropping does not
+/// cancel: the hook still runs when the frame returns).
+#[derive(Debug)]
+pub struct Installed {
+    slot: u32,
+    hook: u8,
+    key: u64,
+    generation: u64,
+}
+
+impl Installed {
+    /// Cancels the hook if its frame has not returned yet: its state is
+    /// dropped and it will not run; when no other hook stands on the frame,
+    /// the frame's original return address is put back. Returns whether it
+    /// was still pending. Must be called on the thread that installed it
+    /// (on another thread, returns false).
+    ///
+    /// ```
+    /// # #[cfg(all(target_arch = "x86_64", target_os = "linux"))] {
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// static RAN: AtomicBool = AtomicBool::new(false);
+    /// #[inline(never)]
+    /// fn f(keep: bool) {
+    ///     let h = callstack::exit_hook::install(0, || RAN.store(true, Ordering::Relaxed)).unwrap();
+    ///     if !keep {
+    ///         assert!(h.cancel());
+    ///     }
+    /// }
+    /// f(false);
+    /// assert!(!RAN.load(Ordering::Relaxed));
+    /// f(true);
+    /// assert!(RAN.load(Ordering::Relaxed));
+    /// # }
+    /// ```
+    pub fn cancel(self) -> bool {
+        let i = self.slot as usize;
+        if TABLE[i].key.load(Ordering::Acquire) != self.key
+            || GENERATIONS[i].load(Ordering::Relaxed) != self.generation
+        {
+            return false;
+        }
+        PENDING.with(|p| {
+            // SAFETY: only this thread touches its own list.
+            let p = unsafe { &mut *p.get() };
+            let Some(at) = p.keys[..p.n].iter().position(|&k| k == self.key) else {
+                // Another thread's frame.
+                return false;
+            };
+            let n = COUNTS[i].load(Ordering::Relaxed);
+            // SAFETY: this thread owns slot `i` (its key is in this thread's
+            // list); hooks `0..n` were written by `install`.
+            let hooks = unsafe { &mut (&mut *HOOKS.0.get())[i] };
+            let Some(h) = hooks[..n].get_mut(self.hook as usize) else {
+                return false;
+            };
+            // SAFETY: initialized by `install`.
+            let h = unsafe { h.assume_init_mut() };
+            if !h.live {
+                return false;
+            }
+            // SAFETY: the state was written by `install` and not consumed.
+            unsafe { (h.drop)(h.data.as_mut_ptr().cast()) };
+            h.live = false;
+            // SAFETY: as above.
+            if hooks[..n].iter().all(|h| unsafe { !h.assume_init_ref().live }) {
+                // Nothing left to run: the frame returns where it always did.
+                let slot = (self.key - 8) as *mut u64;
+                let orig = TABLE[i].orig.load(Ordering::Relaxed);
+                // SAFETY: the frame is live (its key is pending on this
+                // thread, above the current frame) and its return address
+                // slot was written by `install`.
+                unsafe {
+                    if trampoline() == Some(slot.read_volatile()) {
+                        slot.write_volatile(orig);
+                    }
+                }
+                free_slot(i);
+                p.keys.copy_within(at + 1..p.n, at);
+                p.n -= 1;
+            }
+            true
+        })
+    }
+}
+
+/// One table slot, read by the trampoline's assembly and CFI as two words:
+/// the key (the hooked frame's CFA) and the original return address.
+#[repr(C)]
+pub(crate) struct Slot {
+    key: AtomicU64,
+    orig: AtomicU64,
+}
+
+const EMPTY: u64 = 0;
+const FREE: u64 = 1;
+const CLAIMED: u64 = 2;
+
+/// The process-wide table of hooked frames, keyed by CFA. The trampoline
+/// and its CFI expression find it by symbol.
+#[allow(clippy::declare_interior_mutable_const)]
+pub(crate) static TABLE: [Slot; SLOTS + PROBES] = {
+    const S: Slot = Slot {
+        key: AtomicU64::new(EMPTY),
+        orig: AtomicU64::new(0),
+    };
+    [S; SLOTS + PROBES]
+};
+
+/// The hooks of each slot. Only the thread whose stack holds a slot's key
+/// touches that slot's hooks (install and dispatch run on that thread).
+struct Hooks(UnsafeCell<[[MaybeUninit<Hook>; MAX_PER_FRAME]; SLOTS + PROBES]>);
+// SAFETY: see `Hooks`: a slot's hooks are only accessed by the thread that
+// claimed the slot, between claiming and freeing it.
+unsafe impl Sync for Hooks {}
+static HOOKS: Hooks = Hooks(UnsafeCell::new(
+    [[MaybeUninit::uninit(); MAX_PER_FRAME]; SLOTS + PROBES],
+));
+static COUNTS: [AtomicUsize; SLOTS + PROBES] = [const { AtomicUsize::new(0) }; SLOTS + PROBES];
+/// Bumped each time a slot is claimed, so that an [`Installed`] of an
+/// earlier frame with the same CFA cancels nothing.
+static GENERATIONS: [AtomicU64; SLOTS + PROBES] = [const { AtomicU64::new(0) }; SLOTS + PROBES];
+
+/// Whether a hook was ever installed in this process: captures look for the
+/// trampoline only then. Sticky (set once, never cleared), so installs and
+/// returns pay no locked counter.
+static EVER: AtomicBool = AtomicBool::new(false);
+static SKIPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Hooks never run because their frame was left without returning
+/// (`longjmp`, a panic caught further up, `pthread_exit`), since the
+/// process started. See the module's limits.
+pub fn skipped() -> u64 {
+    SKIPPED.load(Ordering::Relaxed)
+}
+
+/// This thread's hooked frames, by key, innermost (lowest) last.
+struct Pending {
+    n: usize,
+    keys: [u64; MAX_PER_THREAD],
+}
+
+thread_local! {
+    static PENDING: UnsafeCell<Pending> = const {
+        UnsafeCell::new(Pending { n: 0, keys: [0; MAX_PER_THREAD] })
+    };
+}
+
+/// The slot holding `key`, if any. Async-signal-safe (atomics only).
+#[inline]
+fn find(key: u64) -> Option<usize> {
+    let h = hash(key);
+    (h..h + PROBES).find(|&i| TABLE[i].key.load(Ordering::Acquire) == key)
+}
+
+/// The address hooked frames return to, on targets with exit hooks.
+#[inline(always)]
+pub(crate) fn trampoline() -> Option<u64> {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        Some(crate::arch::x86_64::exit_hook::trampoline())
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        None
+    }
+}
+
+/// The return address an unwinder should report for a frame whose return
+/// address read from the stack is `ra`, with `cfa` the CFA of the frame it
+/// was read from (the caller's stack pointer): the original address when
+/// `ra` is the trampoline, `ra` otherwise (0 when the hook's entry is gone:
+/// the walk ends). Async-signal-safe.
+#[inline]
+pub(crate) fn resolve(ra: u64, cfa: u64) -> u64 {
+    if !EVER.load(Ordering::Relaxed) || Some(ra) != trampoline() {
+        return ra;
+    }
+    resolve_slow(cfa)
+}
+
+#[cold]
+#[inline(never)]
+fn resolve_slow(cfa: u64) -> u64 {
+    match find(cfa) {
+        Some(i) => TABLE[i].orig.load(Ordering::Acquire),
+        None => 0,
+    }
+}
+
+/// The address a hooked frame returns to while its hook is pending (`None`
+/// where exit hooks are not supported), for unwinders of your own: the
+/// original return address of a frame is then in the hook table, which
+/// this crate's captures consult for you.
+pub fn trampoline_address() -> Option<usize> {
+    trampoline().map(|t| t as usize)
+}
+
+/// For an exact pc `pc` with stack pointer `sp`: when `pc` lies in the
+/// trampoline's first instructions (before it saved the original return
+/// address on its frame), the original return address (0 if the entry is
+/// gone). Async-signal-safe.
+#[inline]
+pub(crate) fn in_lookup(pc: u64, sp: u64) -> Option<u64> {
+    if !EVER.load(Ordering::Relaxed) {
+        return None;
+    }
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let (lo, hi) = crate::arch::x86_64::exit_hook::lookup_window();
+        if pc >= lo && pc < hi {
+            return Some(resolve_slow(sp));
+        }
+    }
+    let _ = (pc, sp);
+    None
+}
+
+/// Whether a hook was ever installed (captures then check for the
+/// trampoline).
+#[inline(always)]
+pub(crate) fn any_live() -> bool {
+    EVER.load(Ordering::Relaxed)
+}
+
+/// Frees slot `i` (its hooks already taken or dropped).
+fn free_slot(i: usize) {
+    COUNTS[i].store(0, Ordering::Relaxed);
+    TABLE[i].key.store(FREE, Ordering::Release);
+}
+
+/// Drops entry `i`, whose frame was left without returning: its hooks never
+/// run (their state is dropped) and are counted in [`skipped`].
+fn drop_entry(i: usize) {
+    let n = COUNTS[i].load(Ordering::Relaxed);
+    for h in 0..n {
+        // SAFETY: this thread claimed slot `i` (its key is on this thread's
+        // stack); hooks `0..n` were written by `install`, the live ones not
+        // consumed.
+        unsafe {
+            let h = (*HOOKS.0.get())[i][h].assume_init_mut();
+            if h.live {
+                SKIPPED.fetch_add(1, Ordering::Relaxed);
+                (h.drop)(h.data.as_mut_ptr().cast());
+            }
+        }
+    }
+    free_slot(i);
+}
+
+/// Drops this thread's entries for frames whose CFA is at or below `sp`
+/// (the stack pointer of a live frame): they were left without returning.
+fn drop_stale(p: &mut Pending, sp: u64) {
+    while p.n > 0 && p.keys[p.n - 1] <= sp {
+        p.n -= 1;
+        if let Some(i) = find(p.keys[p.n]) {
+            drop_entry(i);
+        }
+    }
+}
+
+/// Installs `hook` to run when the frame `depth` levels up returns: depth 0
+/// is the function that calls `install`, 1 its caller, and so on.
+///
+/// `hook` may capture up to three words of state (a closure over a few
+/// references or integers, a function pointer plus an argument); larger
+/// state fails to compile (box it and capture the box). It runs on this
+/// thread, right after the frame returns, with the frame's return value
+/// saved and restored around it.
+///
+/// Installing takes an exact capture to find the frame (a few hundred
+/// nanoseconds warm), allocates nothing once the thread has installed a hook
+/// before, and is not async-signal-safe.
+///
+/// ```
+/// # #[cfg(all(target_arch = "x86_64", target_os = "linux"))] {
+/// use std::cell::Cell;
+/// thread_local!(static ORDER: Cell<u32> = const { Cell::new(0) });
+///
+/// #[inline(never)]
+/// fn inner() {
+///     // Two hooks on two frames: `inner`'s runs first.
+///     callstack::exit_hook::install(0, || ORDER.with(|o| o.set(o.get() * 10 + 1))).unwrap();
+///     callstack::exit_hook::install(1, || ORDER.with(|o| o.set(o.get() * 10 + 2))).unwrap();
+/// }
+/// #[inline(never)]
+/// fn outer() {
+///     inner();
+///     std::hint::black_box(());
+/// }
+/// outer();
+/// assert_eq!(ORDER.with(|o| o.get()), 12);
+/// # }
+/// ```
+// Inlined into its caller, so that the frame walk starts one frame nearer.
+#[inline(always)]
+pub fn install<F: FnOnce() + Send + 'static>(depth: u32, hook: F) -> Result<Installed, ExitHookError> {
+    const {
+        assert!(
+            core::mem::size_of::<F>() <= 3 * core::mem::size_of::<usize>()
+                && core::mem::align_of::<F>() <= core::mem::align_of::<usize>(),
+            "an exit hook may capture at most three words: box larger state"
+        );
+    }
+    unsafe fn call<F: FnOnce()>(data: *mut [usize; 3]) {
+        // SAFETY: `data` holds an `F` written by `install` and read once.
+        let f = unsafe { data.cast::<F>().read() };
+        f();
+    }
+    unsafe fn drop_state<F>(data: *mut [usize; 3]) {
+        // SAFETY: `data` holds an `F` written by `install`, never consumed.
+        unsafe { drop(data.cast::<F>().read()) };
+    }
+    let mut h = Hook {
+        call: call::<F>,
+        drop: drop_state::<F>,
+        data: [MaybeUninit::uninit(); 3],
+        live: true,
+    };
+    // SAFETY: `F` fits in the three words (checked above) and is aligned
+    // for them; it is moved in and read back exactly once by `call`.
+    unsafe { h.data.as_mut_ptr().cast::<F>().write(hook) };
+    let mut result = Err(ExitHookError::Unsupported);
+    install_at(0, depth, h, &mut result);
+    if result.is_err() {
+        // The hook will never run: drop its state.
+        // SAFETY: written above, not consumed.
+        unsafe { drop(h.data.as_mut_ptr().cast::<F>().read()) };
+    }
+    result
+}
+
+/// Installs `hook(arg)` to run when the frame `depth` levels up from the
+/// caller of the function `extra` levels up from this one returns (the C
+/// API's entry). See [`install`].
+#[doc(hidden)]
+#[inline(never)]
+pub fn install_c(
+    depth: u32,
+    hook: unsafe extern "C" fn(*mut core::ffi::c_void),
+    arg: *mut core::ffi::c_void,
+) -> Result<Installed, ExitHookError> {
+    unsafe fn call_c(data: *mut [usize; 3]) {
+        // SAFETY: `data` holds the function and argument `install_c` stored.
+        unsafe {
+            let d = &*data;
+            let f: unsafe extern "C" fn(*mut core::ffi::c_void) = core::mem::transmute(d[0]);
+            f(d[1] as *mut core::ffi::c_void);
+        }
+    }
+    unsafe fn nothing(_: *mut [usize; 3]) {}
+    let h = Hook {
+        call: call_c,
+        drop: nothing,
+        data: [
+            MaybeUninit::new(hook as usize),
+            MaybeUninit::new(arg as usize),
+            MaybeUninit::new(0),
+        ],
+        live: true,
+    };
+    let mut result = Err(ExitHookError::Unsupported);
+    // One more frame than `install`: the C entry that calls this.
+    install_at(2, depth, h, &mut result);
+    result
+}
+
+/// The common part of [`install`] and [`install_c`]: the frame to hook is
+/// `extra + depth + 1` frames above the caller of this function. The result
+/// goes through `out` (so that the callers' calls are not tail calls, which
+/// would remove their frames).
+#[inline(never)]
+fn install_at(extra: u32, depth: u32, hook: Hook, out: &mut Result<Installed, ExitHookError>) {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        *out = install_x86_64(extra, depth, hook);
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        let _ = (extra, depth, hook);
+        *out = Err(ExitHookError::Unsupported);
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitHookError> {
+    use crate::unwind::local::FrameRequest;
+    use crate::unwind::{Frame, Method};
+    // Frame 0: the return address into `install_at`; frame 1 + extra: into
+    // the function calling `install`; frame 2 + extra + depth is the one the
+    // hooked frame returns to: its return address slot lies just below that
+    // frame's sp (the hooked frame's CFA).
+    let mut req = FrameRequest {
+        up: 2 + extra as usize + depth as usize,
+        here_sp: 0,
+        frame: Frame {
+            pc: 0,
+            sp: 0,
+            fp: 0,
+            method: Method::Cfi,
+        },
+        found: false,
+    };
+    // SAFETY: `req` is a valid request.
+    unsafe { crate::arch::x86_64::exact::frame_entry(&mut req) };
+    if !req.found {
+        return Err(ExitHookError::NoSuchFrame(depth));
+    }
+    // On x86-64 a return address is always at the caller's sp minus 8,
+    // whatever found the frame; a signal frame's "return" is a sigreturn.
+    let f = req.frame;
+    if matches!(f.method, Method::SignalFrame | Method::Context) {
+        return Err(ExitHookError::NotPatchable(depth));
+    }
+    let here = req.here_sp;
+    let key = f.sp;
+    let slot = (key - 8) as *mut u64;
+    let tramp = crate::arch::x86_64::exit_hook::trampoline();
+    // SAFETY: `key - 8` is inside this thread's stack (the unwinder read the
+    // return address there, bounded by the stack) and belongs to a live frame
+    // above this one.
+    let current = unsafe { slot.read_volatile() };
+    PENDING.with(|p| {
+        // SAFETY: only this thread touches its own list, and not re-entrantly
+        // (hooks run after `dispatch` is done with it).
+        let p = unsafe { &mut *p.get() };
+        drop_stale(p, here);
+        if current == tramp {
+            // A second hook on an already hooked frame.
+            let i = find(key).ok_or(ExitHookError::NotPatchable(depth))?;
+            let c = COUNTS[i].load(Ordering::Relaxed);
+            if c == MAX_PER_FRAME {
+                return Err(ExitHookError::TooMany);
+            }
+            // SAFETY: this thread owns slot `i` (its key is on this stack).
+            unsafe { (*HOOKS.0.get())[i][c] = MaybeUninit::new(hook) };
+            COUNTS[i].store(c + 1, Ordering::Relaxed);
+            return Ok(Installed {
+                slot: i as u32,
+                hook: c as u8,
+                key,
+                generation: GENERATIONS[i].load(Ordering::Relaxed),
+            });
+        }
+        if current != f.pc {
+            return Err(ExitHookError::NotPatchable(depth));
+        }
+        if let Some(i) = find(key) {
+            // An entry for this CFA whose frame does not return to the
+            // trampoline: a frame left without returning (a longjmp) that
+            // another frame now occupies.
+            drop_entry(i);
+            if let Some(j) = p.keys[..p.n].iter().position(|&k| k == key) {
+                p.keys.copy_within(j + 1..p.n, j);
+                p.n -= 1;
+            }
+        }
+        if p.n == MAX_PER_THREAD {
+            return Err(ExitHookError::TooMany);
+        }
+        let i = claim(key).ok_or(ExitHookError::TableFull)?;
+        // SAFETY: this thread just claimed slot `i`.
+        unsafe { (*HOOKS.0.get())[i][0] = MaybeUninit::new(hook) };
+        COUNTS[i].store(1, Ordering::Relaxed);
+        let generation = GENERATIONS[i].load(Ordering::Relaxed) + 1;
+        GENERATIONS[i].store(generation, Ordering::Relaxed);
+        TABLE[i].orig.store(current, Ordering::Relaxed);
+        if !EVER.load(Ordering::Relaxed) {
+            EVER.store(true, Ordering::Relaxed);
+        }
+        TABLE[i].key.store(key, Ordering::Release);
+        // Keep the list sorted, innermost (lowest key) last.
+        let mut j = p.n;
+        while j > 0 && p.keys[j - 1] < key {
+            p.keys[j] = p.keys[j - 1];
+            j -= 1;
+        }
+        p.keys[j] = key;
+        p.n += 1;
+        // SAFETY: as for the read above. From here the frame returns to the
+        // trampoline, which finds slot `i` by `key`.
+        unsafe { slot.write_volatile(tramp) };
+        Ok(Installed {
+            slot: i as u32,
+            hook: 0,
+            key,
+            generation,
+        })
+    })
+}
+
+/// Claims a free slot for `key`: the first empty or freed one in its window.
+fn claim(key: u64) -> Option<usize> {
+    let h = hash(key);
+    (h..h + PROBES).find(|&i| {
+        let k = TABLE[i].key.load(Ordering::Relaxed);
+        (k == EMPTY || k == FREE)
+            && TABLE[i]
+                .key
+                .compare_exchange(k, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+    })
+}
+
+/// Called by the trampoline with the key of the frame that just returned to
+/// it (the original return address is already on the trampoline's frame):
+/// runs its hooks, last installed first, and frees the entry.
+///
+/// # Safety
+/// Only the trampoline calls this, on the thread whose frame returned.
+pub(crate) unsafe extern "C" fn dispatch(key: u64) {
+    let Some(i) = find(key) else { return };
+    let n = COUNTS[i].load(Ordering::Relaxed);
+    let mut hooks = [MaybeUninit::<Hook>::uninit(); MAX_PER_FRAME];
+    // SAFETY: this thread owns slot `i`; hooks `0..n` were written by
+    // `install`.
+    unsafe { hooks[..n].copy_from_slice(&(&(*HOOKS.0.get()))[i][..n]) };
+    free_slot(i);
+    PENDING.with(|p| {
+        // SAFETY: as in `install_x86_64`.
+        let p = unsafe { &mut *p.get() };
+        if p.n > 0 && p.keys[p.n - 1] == key {
+            p.n -= 1;
+        }
+        // Frames below this one that never returned (a longjmp).
+        drop_stale(p, key);
+    });
+    for h in hooks[..n].iter_mut().rev() {
+        // SAFETY: initialized above; each hook's state is read once.
+        unsafe {
+            let h = h.assume_init_mut();
+            if h.live {
+                (h.call)(h.data.as_mut_ptr().cast());
+            }
+        }
+    }
+}
+
+/// Called by the trampoline when a frame returned to it with no entry: the
+/// table was overwritten. There is no address to return to.
+pub(crate) extern "C" fn lost() -> ! {
+    let msg = b"callstack: a frame returned to the exit-hook trampoline with no hook recorded for it\n";
+    // SAFETY: write(2) of a static buffer.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::abort()
+    }
+}
