@@ -337,13 +337,35 @@ impl Names {
         for d in debug_dirs {
             sym.add_debug_dir(d.clone());
         }
+        // The vDSO has no file: named from this process's own image when
+        // its build-id is the recorded one (same kernel).
+        let mut vdso = profile
+            .modules
+            .iter()
+            .find(|m| m.path.as_os_str() == "[vdso]" && m.build_id.is_some())
+            .and_then(|m| {
+                let image = crate::modules::vdso_image()?;
+                let s = Symbolizer::for_bytes(image).ok()?;
+                let id = s.modules().next().and_then(|x| x.build_id.clone());
+                (id == m.build_id).then(|| (m.clone(), s))
+            });
         Names::resolve(profile, |a, exact| {
             let addr = if exact {
                 Address::Exact(a)
             } else {
                 Address::Return(a)
             };
-            let r = sym.symbolize(addr);
+            let r = match &mut vdso {
+                Some((m, s)) if m.start <= a as u64 && (a as u64) < m.end => {
+                    let link = (a as u64).wrapping_sub(m.bias) as usize;
+                    s.symbolize(if exact {
+                        Address::Exact(link)
+                    } else {
+                        Address::Return(link)
+                    })
+                }
+                _ => sym.symbolize(addr),
+            };
             r.frames
                 .iter()
                 .filter_map(|f| {

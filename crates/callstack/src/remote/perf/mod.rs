@@ -226,17 +226,7 @@ impl Space {
 /// This process's vDSO image: the kernel maps the same one into every
 /// process, so a target's vDSO unwinds with ours.
 fn own_vdso() -> Option<std::sync::Arc<Vec<u8>>> {
-    let text = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = text.lines().find(|l| l.ends_with("[vdso]"))?;
-    let (s, e) = line.split_whitespace().next()?.split_once('-')?;
-    let (s, e) = (
-        u64::from_str_radix(s, 16).ok()?,
-        u64::from_str_radix(e, 16).ok()?,
-    );
-    // SAFETY: the vDSO mapping of this process, readable for its whole
-    // range, copied out.
-    let bytes = unsafe { std::slice::from_raw_parts(s as *const u8, (e - s) as usize) };
-    Some(std::sync::Arc::new(bytes.to_vec()))
+    crate::modules::vdso_image().map(std::sync::Arc::new)
 }
 
 fn snapshot_of(mappings: &[Mapping], lookup: &Lookup, pid: u32) -> Snapshot {
