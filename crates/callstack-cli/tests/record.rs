@@ -273,3 +273,38 @@ fn rust_with_frame_pointers() {
     let data = record(&dir, &exe, "rsfp");
     check_shares("rust-fp", &data);
 }
+
+/// Bad input: errors that name what is wrong, never a panic.
+#[test]
+fn bad_input() {
+    let dir = scratch_dir("record-bad");
+    let cli = &release_artifacts().cli;
+    let fail = |args: &[&str], want: &str| {
+        let o = Command::new(cli)
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    };
+    fail(&["report", "missing.data"], "missing.data");
+    std::fs::write(dir.join("garbage.data"), b"not a profile at all").unwrap();
+    fail(&["report", "garbage.data"], "not a callstack trace file");
+    // A plain trace is a profile counting stacks, with one sample type.
+    let mut w = callstack::tracefile::TraceWriter::new(Vec::new()).unwrap();
+    w.write_stack(&[0x1234], true).unwrap();
+    std::fs::write(dir.join("plain.data"), w.finish().unwrap()).unwrap();
+    fail(
+        &["report", "plain.data", "--sample-type", "cpu"],
+        "no sample type \"cpu\" (the profile has: samples)",
+    );
+    if perf_allowed() {
+        fail(
+            &["record", "-q", "-o", "x.data", "--", "/nonexistent/program"],
+            "/nonexistent/program",
+        );
+    }
+}

@@ -547,6 +547,7 @@ pub fn record(
     let mut buf = Vec::with_capacity(1 << 20);
     let mut last_progress = Instant::now();
     let mut exited = false;
+    let mut exit_code = None;
     loop {
         sys::poll(&fds, 50);
         for e in &events {
@@ -578,7 +579,7 @@ pub fn record(
         let done = stop.load(Ordering::Relaxed)
             || opts.duration.is_some_and(|d| started.elapsed() >= d)
             || match child {
-                Some(c) => child_exited(c),
+                Some(c) => child_exited(c, &mut exit_code),
                 // SAFETY: kill with signal 0 only checks that the process exists.
                 None => (unsafe { libc::kill(root_pid as i32, 0) }) != 0,
             };
@@ -597,6 +598,14 @@ pub fn record(
         threads: rec.threads.len(),
         elapsed: started.elapsed(),
     });
+    if let (Target::Command(argv), Some(EXEC_FAILED), 0) = (&opts.target, exit_code, rec.samples) {
+        return Err(RecordError::Spawn(
+            argv[0].to_string_lossy().into_owned(),
+            std::io::Error::other(
+                "exited with status 127 before any sample (not found, or not executable?)",
+            ),
+        ));
+    }
     rec.profile.modules = rec.modules();
     rec.profile.duration_ns = started.elapsed().as_nanos() as u64;
     Ok(rec.profile)
@@ -653,17 +662,23 @@ fn spawn_held(argv: &[OsString]) -> std::io::Result<(u32, std::fs::File)> {
     Ok((pid as u32, wr))
 }
 
-/// Whether child `pid` has exited (reaps it).
-fn child_exited(pid: u32) -> bool {
+/// The exit code of a child that could not exec (execvp failed).
+const EXEC_FAILED: i32 = 127;
+
+/// Whether child `pid` has exited (reaps it); sets `code` to its exit code.
+fn child_exited(pid: u32, code: &mut Option<i32>) -> bool {
     let mut status = 0;
     // SAFETY: waitpid on our child, without blocking.
     let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+    if r == pid as i32 && libc::WIFEXITED(status) {
+        *code = Some(libc::WEXITSTATUS(status));
+    }
     r == pid as i32 || r < 0
 }
 
 /// Kills and reaps child `pid` if it still runs.
 fn end_child(pid: u32) {
-    if !child_exited(pid) {
+    if !child_exited(pid, &mut None) {
         // SAFETY: our child.
         unsafe {
             libc::kill(pid as i32, libc::SIGKILL);
