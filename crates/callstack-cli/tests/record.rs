@@ -79,6 +79,15 @@ fn check_shares(name: &str, data: &Path) {
         .arg(data));
     let s = shares(&folded);
     eprintln!("{name}: {s:.1?}");
+    // As root, the kernel's frames too (the fixture spends most of its time
+    // in clock_gettime's system call): named from /proc/kallsyms, `_[k]`.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(
+            folded.lines().any(|l| l.contains("do_syscall_64_[k]")),
+            "{name}: no kernel frames\n{folded}"
+        );
+    }
     for ((f, want), got) in HOT.iter().zip(&s) {
         assert!(
             (got - want).abs() < 5.0,

@@ -44,6 +44,32 @@ use crate::tracefile::ModuleRecord;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
+/// The path of the module record that stands for the kernel: its frames
+/// are named from `/proc/kallsyms` of the machine that reports (right when
+/// it is the machine that recorded), with `_[k]` appended as perf's
+/// flamegraphs do.
+pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
+
+/// `/proc/kallsyms`' text symbols, sorted by address.
+#[cfg(feature = "symbolize")]
+fn kallsyms() -> Vec<(u64, String)> {
+    let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
+        return Vec::new();
+    };
+    let mut v: Vec<(u64, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let a = u64::from_str_radix(it.next()?, 16).ok()?;
+            let kind = it.next()?;
+            let name = it.next()?;
+            (a != 0 && matches!(kind, "t" | "T" | "w" | "W")).then(|| (a, name.to_string()))
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 /// What one value of a sample counts: a name and a unit, as in pprof
 /// (`samples`/`count`, `cpu`/`nanoseconds`, `alloc_space`/`bytes`...).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -349,7 +375,22 @@ impl Names {
                 let id = s.modules().next().and_then(|x| x.build_id.clone());
                 (id == m.build_id).then(|| (m.clone(), s))
             });
+        let kernel = profile
+            .modules
+            .iter()
+            .find(|m| m.path.as_os_str() == KERNEL_MODULE)
+            .map(|m| (m.start, m.end, kallsyms()));
         Names::resolve(profile, |a, exact| {
+            if let Some((lo, hi, syms)) = &kernel {
+                if *lo <= a as u64 && (a as u64) < *hi {
+                    let probe = if exact { a as u64 } else { a as u64 - 1 };
+                    let i = syms.partition_point(|s| s.0 <= probe);
+                    return match i {
+                        0 => Vec::new(),
+                        i => vec![FrameName::function(format!("{}_[k]", syms[i - 1].1))],
+                    };
+                }
+            }
             let addr = if exact {
                 Address::Exact(a)
             } else {

@@ -13,6 +13,7 @@ const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
 pub(crate) const SAMPLE_IP: u64 = 1 << 0;
 pub(crate) const SAMPLE_TID: u64 = 1 << 1;
 pub(crate) const SAMPLE_TIME: u64 = 1 << 2;
+pub(crate) const SAMPLE_CALLCHAIN: u64 = 1 << 5;
 pub(crate) const SAMPLE_REGS_USER: u64 = 1 << 12;
 pub(crate) const SAMPLE_STACK_USER: u64 = 1 << 13;
 
@@ -28,6 +29,7 @@ const WATERMARK: u64 = 1 << 14;
 const SAMPLE_ID_ALL: u64 = 1 << 18;
 const MMAP2: u64 = 1 << 23;
 const COMM_EXEC: u64 = 1 << 24;
+const EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
 
 /// `struct perf_event_attr` (version 7 layout, 128 bytes).
 #[repr(C)]
@@ -64,6 +66,9 @@ pub(crate) struct EventSpec {
     pub stack_bytes: u32,
     /// Start disabled, enabled when the task calls exec.
     pub enable_on_exec: bool,
+    /// Ask the kernel for its own frames (`PERF_SAMPLE_CALLCHAIN` without
+    /// the user part, which we unwind ourselves).
+    pub kernel_callchain: bool,
 }
 
 /// An open cpu-clock sampling event with its ring buffer.
@@ -90,7 +95,12 @@ impl Event {
                 | SAMPLE_TID
                 | SAMPLE_TIME
                 | SAMPLE_REGS_USER
-                | SAMPLE_STACK_USER,
+                | SAMPLE_STACK_USER
+                | if spec.kernel_callchain {
+                    SAMPLE_CALLCHAIN
+                } else {
+                    0
+                },
             flags: INHERIT
                 | EXCLUDE_HV
                 | MMAP
@@ -100,6 +110,11 @@ impl Event {
                 | SAMPLE_ID_ALL
                 | MMAP2
                 | COMM_EXEC
+                | if spec.kernel_callchain {
+                    EXCLUDE_CALLCHAIN_USER
+                } else {
+                    0
+                }
                 | if spec.enable_on_exec {
                     DISABLED | ENABLE_ON_EXEC
                 } else {
