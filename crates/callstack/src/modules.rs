@@ -205,7 +205,7 @@ mod tests {
 
 /// A copy of this process's vDSO image (the whole `[vdso]` mapping: the
 /// kernel maps the same image into every process), if it has one.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", feature = "symbolize"))]
 pub(crate) fn vdso_image() -> Option<Vec<u8>> {
     let text = std::fs::read_to_string("/proc/self/maps").ok()?;
     let line = text.lines().find(|l| l.ends_with("[vdso]"))?;
