@@ -50,24 +50,42 @@ use std::io::{self, Write};
 /// flamegraphs do.
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
 
-/// `/proc/kallsyms`' text symbols, sorted by address.
+/// `/proc/kallsyms`' text symbols: the file's text, and (address, offset
+/// of the name in the text) sorted by address. No string per symbol: the
+/// file has ~200,000 lines and a profile needs a few hundred.
 #[cfg(feature = "symbolize")]
-fn kallsyms() -> Vec<(u64, String)> {
-    let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
-        return Vec::new();
-    };
-    let mut v: Vec<(u64, String)> = text
-        .lines()
-        .filter_map(|l| {
-            let mut it = l.split_whitespace();
-            let a = u64::from_str_radix(it.next()?, 16).ok()?;
-            let kind = it.next()?;
-            let name = it.next()?;
-            (a != 0 && matches!(kind, "t" | "T" | "w" | "W")).then(|| (a, name.to_string()))
-        })
-        .collect();
-    v.sort_unstable();
-    v
+struct Kallsyms {
+    text: String,
+    index: Vec<(u64, u32)>,
+}
+
+#[cfg(feature = "symbolize")]
+impl Kallsyms {
+    fn load() -> Kallsyms {
+        let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        let mut index = Vec::with_capacity(text.len() / 40);
+        let mut at = 0usize;
+        for line in text.split_inclusive('\n') {
+            let b = line.as_bytes();
+            // "ffffffff81000000 T _stext [module]"
+            if b.len() > 19 && b[16] == b' ' && matches!(b[17], b't' | b'T' | b'w' | b'W') {
+                if let Ok(a) = u64::from_str_radix(&line[..16], 16) {
+                    if a != 0 {
+                        index.push((a, (at + 19) as u32));
+                    }
+                }
+            }
+            at += line.len();
+        }
+        index.sort_unstable();
+        Kallsyms { text, index }
+    }
+
+    fn name(&self, addr: u64) -> Option<&str> {
+        let i = self.index.partition_point(|s| s.0 <= addr).checked_sub(1)?;
+        let rest = &self.text[self.index[i].1 as usize..];
+        rest.split(|c: char| c.is_whitespace()).next()
+    }
 }
 
 /// What one value of a sample counts: a name and a unit, as in pprof
@@ -379,15 +397,14 @@ impl Names {
             .modules
             .iter()
             .find(|m| m.path.as_os_str() == KERNEL_MODULE)
-            .map(|m| (m.start, m.end, kallsyms()));
+            .map(|m| (m.start, m.end, Kallsyms::load()));
         Names::resolve(profile, |a, exact| {
             if let Some((lo, hi, syms)) = &kernel {
                 if *lo <= a as u64 && (a as u64) < *hi {
                     let probe = if exact { a as u64 } else { a as u64 - 1 };
-                    let i = syms.partition_point(|s| s.0 <= probe);
-                    return match i {
-                        0 => Vec::new(),
-                        i => vec![FrameName::function(format!("{}_[k]", syms[i - 1].1))],
+                    return match syms.name(probe) {
+                        Some(n) => vec![FrameName::function(format!("{n}_[k]"))],
+                        None => Vec::new(),
                     };
                 }
             }
