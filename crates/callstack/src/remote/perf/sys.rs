@@ -20,6 +20,7 @@ pub(crate) const SAMPLE_STACK_USER: u64 = 1 << 13;
 // Bits of the attr's flag word.
 const DISABLED: u64 = 1 << 0;
 const INHERIT: u64 = 1 << 1;
+const EXCLUDE_KERNEL: u64 = 1 << 5;
 const EXCLUDE_HV: u64 = 1 << 6;
 const MMAP: u64 = 1 << 8;
 const COMM: u64 = 1 << 9;
@@ -67,7 +68,9 @@ pub(crate) struct EventSpec {
     /// Start disabled, enabled when the task calls exec.
     pub enable_on_exec: bool,
     /// Ask the kernel for its own frames (`PERF_SAMPLE_CALLCHAIN` without
-    /// the user part, which we unwind ourselves).
+    /// the user part, which we unwind ourselves) and sample in kernel mode
+    /// too; else count user time only (`exclude_kernel`, what
+    /// `perf_event_paranoid` 2 allows an unprivileged user).
     pub kernel_callchain: bool,
 }
 
@@ -103,6 +106,11 @@ impl Event {
                 },
             flags: INHERIT
                 | EXCLUDE_HV
+                | if spec.kernel_callchain {
+                    0
+                } else {
+                    EXCLUDE_KERNEL
+                }
                 | MMAP
                 | COMM
                 | TASK
