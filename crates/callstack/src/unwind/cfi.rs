@@ -547,9 +547,15 @@ fn evaluate_fast<A: Arch, M: Memory + ?Sized>(
 /// give, for the forms `cfi_fast` reads; [`Arch::EVALUATE`] for the rest
 /// (the caller then evaluates them with [`evaluate`]), [`Arch::NO_CFI`]
 /// when no FDE covers `addr`. Allocates nothing; async-signal-safe.
+///
+/// `memo` is the walk's last CIE (see [`crate::unwind::cfi_fast::CieMemo`]).
 #[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-pub(crate) fn rule_at<A: Arch>(secs: &CfiSections<'_>, addr: u64) -> A::Rule {
+pub(crate) fn rule_at<A: Arch>(
+    secs: &CfiSections<'_>,
+    addr: u64,
+    memo: &crate::unwind::cfi_fast::CieCache,
+) -> A::Rule {
     let (Some((bytes, eh_addr)), Some((hdr, hdr_addr))) = (secs.eh_frame, secs.eh_frame_hdr) else {
         return A::EVALUATE;
     };
@@ -558,7 +564,7 @@ pub(crate) fn rule_at<A: Arch>(secs: &CfiSections<'_>, addr: u64) -> A::Rule {
         HdrSearch::NotCovered => return A::NO_CFI,
         HdrSearch::OtherEncoding => return A::EVALUATE,
     };
-    match crate::unwind::cfi_fast::row_for(bytes, eh_addr, off, addr) {
+    match crate::unwind::cfi_fast::row_for_cached(bytes, eh_addr, off, addr, memo) {
         Fast::Row(row) => A::compile_row(&row.view(), false),
         Fast::Signal => A::SIGNAL_FRAME,
         Fast::NotCovered => A::NO_CFI,
