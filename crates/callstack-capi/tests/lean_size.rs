@@ -44,7 +44,14 @@ fn lean_archive_program_is_as_small_as_readme_says() {
     .join("lean");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(workspace_root())
-        .args(["build", "--release", "-q", "-p", "callstack-capi", "--no-default-features"])
+        .args([
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "callstack-capi",
+            "--no-default-features",
+        ])
         .arg("--target-dir")
         .arg(&target)
         .status()
