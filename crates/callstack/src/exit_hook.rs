@@ -113,7 +113,10 @@ impl core::fmt::Display for ExitHookError {
             Self::Unsupported => f.write_str("exit hooks are not supported on this target"),
             Self::NoSuchFrame(d) => write!(f, "no frame at depth {d} can be unwound exactly"),
             Self::NotPatchable(d) => {
-                write!(f, "the return address of the frame at depth {d} is not on the stack")
+                write!(
+                    f,
+                    "the return address of the frame at depth {d} is not on the stack"
+                )
             }
             Self::TooMany => f.write_str("too many exit hooks on this thread or frame"),
             Self::TableFull => f.write_str("the exit-hook table has no free slot for this frame"),
@@ -200,7 +203,10 @@ impl Installed {
             unsafe { (h.drop)(h.data.as_mut_ptr().cast()) };
             h.live = false;
             // SAFETY: as above.
-            if hooks[..n].iter().all(|h| unsafe { !h.assume_init_ref().live }) {
+            if hooks[..n]
+                .iter()
+                .all(|h| unsafe { !h.assume_init_ref().live })
+            {
                 // Nothing left to run: the frame returns where it always did.
                 let slot = (self.key - 8) as *mut u64;
                 let orig = TABLE[i].orig.load(Ordering::Relaxed);
@@ -435,7 +441,10 @@ fn drop_stale(p: &mut Pending, sp: u64) {
 /// ```
 // Inlined into its caller, so that the frame walk starts one frame nearer.
 #[inline(always)]
-pub fn install<F: FnOnce() + Send + 'static>(depth: u32, hook: F) -> Result<Installed, ExitHookError> {
+pub fn install<F: FnOnce() + Send + 'static>(
+    depth: u32,
+    hook: F,
+) -> Result<Installed, ExitHookError> {
     const {
         assert!(
             core::mem::size_of::<F>() <= 3 * core::mem::size_of::<usize>()
@@ -681,7 +690,8 @@ pub(crate) unsafe extern "C" fn dispatch(key: u64) {
 /// Called by the trampoline when a frame returned to it with no entry: the
 /// table was overwritten. There is no address to return to.
 pub(crate) extern "C" fn lost() -> ! {
-    let msg = b"callstack: a frame returned to the exit-hook trampoline with no hook recorded for it\n";
+    let msg =
+        b"callstack: a frame returned to the exit-hook trampoline with no hook recorded for it\n";
     // SAFETY: write(2) of a static buffer.
     unsafe {
         libc::write(2, msg.as_ptr().cast(), msg.len());
