@@ -266,8 +266,12 @@ static GENERATIONS: [AtomicU64; SLOTS + PROBES] = [const { AtomicU64::new(0) }; 
 
 /// Whether a hook was ever installed in this process: captures look for the
 /// trampoline only then. Sticky (set once, never cleared), so installs and
-/// returns pay no locked counter.
-static EVER: AtomicBool = AtomicBool::new(false);
+/// returns pay no locked counter. It sits with the capture's other flags
+/// (`unwind::local::FLAGS`), on a page a capture touches anyway.
+#[inline(always)]
+fn ever() -> &'static AtomicBool {
+    &crate::unwind::local::FLAGS.exit_hooks
+}
 static SKIPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Hooks never run because their frame was left without returning
@@ -316,7 +320,7 @@ pub(crate) fn trampoline() -> Option<u64> {
 /// the walk ends). Async-signal-safe.
 #[inline]
 pub(crate) fn resolve(ra: u64, cfa: u64) -> u64 {
-    if !EVER.load(Ordering::Relaxed) || Some(ra) != trampoline() {
+    if !ever().load(Ordering::Relaxed) || Some(ra) != trampoline() {
         return ra;
     }
     resolve_slow(cfa)
@@ -345,7 +349,7 @@ pub fn trampoline_address() -> Option<usize> {
 /// gone). Async-signal-safe.
 #[inline]
 pub(crate) fn in_lookup(pc: u64, sp: u64) -> Option<u64> {
-    if !EVER.load(Ordering::Relaxed) {
+    if !ever().load(Ordering::Relaxed) {
         return None;
     }
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -363,7 +367,7 @@ pub(crate) fn in_lookup(pc: u64, sp: u64) -> Option<u64> {
 /// trampoline).
 #[inline(always)]
 pub(crate) fn any_live() -> bool {
-    EVER.load(Ordering::Relaxed)
+    ever().load(Ordering::Relaxed)
 }
 
 /// Frees slot `i` (its hooks already taken or dropped).
@@ -612,8 +616,8 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitH
         let generation = GENERATIONS[i].load(Ordering::Relaxed) + 1;
         GENERATIONS[i].store(generation, Ordering::Relaxed);
         TABLE[i].orig.store(current, Ordering::Relaxed);
-        if !EVER.load(Ordering::Relaxed) {
-            EVER.store(true, Ordering::Relaxed);
+        if !ever().load(Ordering::Relaxed) {
+            ever().store(true, Ordering::Relaxed);
         }
         TABLE[i].key.store(key, Ordering::Release);
         // Keep the list sorted, innermost (lowest key) last.

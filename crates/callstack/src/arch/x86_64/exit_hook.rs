@@ -46,6 +46,8 @@ pub(crate) fn hash(key: u64) -> usize {
 /// CFA on the stack (`DW_CFA_val_expression` pushes it). Stack comments
 /// show the expression stack, top last; `K` is the CFA (the key), `A` the
 /// address of the offset word before the trampoline.
+// Byte groups with their comments: kept as written.
+#[rustfmt::skip]
 macro_rules! with_lookup_expr {
     ($m:ident) => {
         $m!(
