@@ -54,22 +54,33 @@ macro_rules! with_lookup_expr {
             // dup: [K, K]. libgcc's DW_OP_pick refuses to reach the bottom
             // element (it asserts `index < depth - 1`), so the bottom copy
             // of the CFA stays put and the expression works above it.
-            0x12, // [K, K, A]: DW_OP_breg16 (rip = TRAMPOLINE) - 9
-            0x80, 0x77, // [K, A, A], deref -> [K, A, TABLE - A], plus -> [K, TABLE]
-            0x12, 0x06, 0x22, // over -> [K, TABLE, K]; lit4 shr -> [.., K >> 4]
-            0x14, 0x34, 0x25, // pick 2 -> K; const1u 14; shr; xor
-            0x15, 0x02, 0x08, 0x0e, 0x25, 0x27, // pick 2 -> K; const1u 24; shr; xor
-            0x15, 0x02, 0x08, 0x18, 0x25, 0x27, // const2u 1023; and -> [K, TABLE, hash]
-            0x0a, 0xff, 0x03, 0x1a, // lit16 mul; plus -> [K, e] (entries are 16 bytes)
-            0x40, 0x1e, 0x22, // dup; plus_uconst 128 (8 probes); swap -> [K, end, e]
+            0x12,
+            // [K, K, A]: DW_OP_breg16 (rip = TRAMPOLINE) - 9
+            0x80, 0x77,
+            // [K, A, A], deref -> [K, A, TABLE - A], plus -> [K, TABLE]
+            0x12, 0x06, 0x22,
+            // over -> [K, TABLE, K]; lit4 shr -> [.., K >> 4]
+            0x14, 0x34, 0x25,
+            // pick 2 -> K; const1u 14; shr; xor
+            0x15, 0x02, 0x08, 0x0e, 0x25, 0x27,
+            // pick 2 -> K; const1u 24; shr; xor
+            0x15, 0x02, 0x08, 0x18, 0x25, 0x27,
+            // const2u 1023; and -> [K, TABLE, hash]
+            0x0a, 0xff, 0x03, 0x1a,
+            // lit16 mul; plus -> [K, e] (entries are 16 bytes)
+            0x40, 0x1e, 0x22,
+            // dup; plus_uconst 128 (8 probes); swap -> [K, end, e]
             0x12, 0x23, 0x80, 0x01, 0x16,
             // loop (offset 33): dup deref -> [K, end, e, key(e)]; pick 3; eq;
             // bra found (+16)
             0x12, 0x06, 0x15, 0x03, 0x29, 0x28, 0x10, 0x00,
             // plus_uconst 16 -> next entry
-            0x23, 0x10, // dup; pick 2 (end); eq; bra not_found (+3)
-            0x12, 0x15, 0x02, 0x29, 0x28, 0x03, 0x00, // skip loop (-20)
-            0x2f, 0xec, 0xff, // not_found (offset 53): lit0; skip done (+3)
+            0x23, 0x10,
+            // dup; pick 2 (end); eq; bra not_found (+3)
+            0x12, 0x15, 0x02, 0x29, 0x28, 0x03, 0x00,
+            // skip loop (-20)
+            0x2f, 0xec, 0xff,
+            // not_found (offset 53): lit0; skip done (+3)
             0x30, 0x2f, 0x03, 0x00,
             // found (offset 57): plus_uconst 8; deref -> the original address
             0x23, 0x08, 0x06
