@@ -22,7 +22,11 @@ fn check_run(flags: &str, tag: &str, frame_pointers: bool, cfi: bool) {
     let exe = build(flags, tag);
     let out = std::process::Command::new(&exe).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{flags}: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{flags}: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line = |key: &str| -> &str {
         text.lines()
             .find(|l| l.starts_with(key))
@@ -36,7 +40,10 @@ fn check_run(flags: &str, tag: &str, frame_pointers: bool, cfi: bool) {
     assert_eq!(fast[2], "same", "{flags}: {text}");
     if frame_pointers {
         let n: u32 = fast[3].parse().unwrap();
-        assert!(n >= 5, "{flags}: the frame-pointer walk reached main: {text}");
+        assert!(
+            n >= 5,
+            "{flags}: the frame-pointer walk reached main: {text}"
+        );
     }
     let exact: Vec<&str> = line("CAPTURE exact").split(' ').collect();
     assert_eq!(exact[2], "same", "{flags}: {text}");
@@ -53,7 +60,12 @@ fn check_run(flags: &str, tag: &str, frame_pointers: bool, cfi: bool) {
     let names = parse_gdb_bt(&bt);
     assert_eq!(
         names,
-        ["gdb_leaf", "gdb_target", "__callstack_exit_hook_trampoline", "main"],
+        [
+            "gdb_leaf",
+            "gdb_target",
+            "__callstack_exit_hook_trampoline",
+            "main"
+        ],
         "{flags}: {bt}"
     );
 }
@@ -80,17 +92,32 @@ fn check_pstack(flags: &str, tag: &str) {
         .unwrap_or_default()
         .starts_with("34 ")
     {
-        assert!(std::time::Instant::now() < deadline, "the fixture never paused");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fixture never paused"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let ours = Command::new(&release_artifacts().cli)
         .args(["pstack", &pid])
         .output()
         .unwrap();
-    let gdb = gdb_batch("gdb").args(["-p", &pid, "-ex", "bt"]).output().unwrap();
+    let gdb = gdb_batch("gdb")
+        .args(["-p", &pid, "-ex", "bt"])
+        .output()
+        .unwrap();
     let core = scratch_dir("exit-hook-c").join(format!("core_{tag}"));
-    let g = Command::new("gcore").arg("-o").arg(&core).arg(&pid).output().unwrap();
-    assert!(g.status.success(), "gcore: {}", String::from_utf8_lossy(&g.stderr));
+    let g = Command::new("gcore")
+        .arg("-o")
+        .arg(&core)
+        .arg(&pid)
+        .output()
+        .unwrap();
+    assert!(
+        g.status.success(),
+        "gcore: {}",
+        String::from_utf8_lossy(&g.stderr)
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     let ours_text = String::from_utf8_lossy(&ours.stdout);
@@ -98,10 +125,20 @@ fn check_pstack(flags: &str, tag: &str) {
     let names = parse_gdb_bt(&ours_text);
     assert_eq!(
         names,
-        ["__libc_pause", "pause_leaf", "pause_target", "__callstack_exit_hook_trampoline", "main"],
+        [
+            "__libc_pause",
+            "pause_leaf",
+            "pause_target",
+            "__callstack_exit_hook_trampoline",
+            "main"
+        ],
         "{flags}: {ours_text}"
     );
-    assert_eq!(names, parse_gdb_bt(&gdb_text), "{flags}: ours {ours_text}\ngdb {gdb_text}");
+    assert_eq!(
+        names,
+        parse_gdb_bt(&gdb_text),
+        "{flags}: ours {ours_text}\ngdb {gdb_text}"
+    );
     // The same process from its core file.
     let core = core.with_extension(&pid);
     let from_core = Command::new(&release_artifacts().cli)
@@ -130,7 +167,12 @@ fn a_crash_report_through_a_hooked_frame_names_the_real_caller() {
         .iter()
         .position(|n| n == "crash_leaf")
         .unwrap_or_else(|| panic!("{}", c.stderr));
-    assert_eq!(names[at..at + 3], ["crash_leaf", "crash_target", "main"], "{}", c.stderr);
+    assert_eq!(
+        names[at..at + 3],
+        ["crash_leaf", "crash_target", "main"],
+        "{}",
+        c.stderr
+    );
 }
 
 #[test]

@@ -3,7 +3,9 @@
 //! built with CFI and no frame pointers, with frame pointers and no CFI,
 //! and with neither; then `callstack report`: the shares by function name
 //! within 5 points, the pprof file read back by the real `go tool pprof`,
-//! the flamegraph SVG well-formed and naming the hot functions.
+//! the flamegraph SVG well-formed and naming the hot functions. The same
+//! for its Rust twin (tests/fixtures/rust/prof_hot.rs, built by rustc at
+//! test time) with and without frame pointers.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,7 +58,11 @@ fn shares(folded: &str) -> Vec<f64> {
         total += v;
         let frames: Vec<&str> = path.split(';').collect();
         for (i, (f, _)) in HOT.iter().enumerate() {
-            if frames.contains(f) {
+            // C names, or Rust paths ending in the name.
+            if frames
+                .iter()
+                .any(|x| x == f || x.strip_suffix(f).is_some_and(|p| p.ends_with("::")))
+            {
                 by[i] += v;
             }
         }
@@ -73,6 +79,15 @@ fn check_shares(name: &str, data: &Path) {
         .arg(data));
     let s = shares(&folded);
     eprintln!("{name}: {s:.1?}");
+    // As root, the kernel's frames too (the fixture spends most of its time
+    // in clock_gettime's system call): named from /proc/kallsyms, `_[k]`.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(
+            folded.lines().any(|l| l.contains("do_syscall_64_[k]")),
+            "{name}: no kernel frames\n{folded}"
+        );
+    }
     for ((f, want), got) in HOT.iter().zip(&s) {
         assert!(
             (got - want).abs() < 5.0,
@@ -230,4 +245,75 @@ fn running_process() {
     let _ = child.wait();
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     check_shares("pid", &data);
+}
+
+/// Builds tests/fixtures/rust/prof_hot.rs with rustc and `flags`.
+fn rustc(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let out = dir.join(name);
+    let src = testsupport::workspace_root().join("tests/fixtures/rust/prof_hot.rs");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    run(Command::new(rustc)
+        .args(["-O", "-g", "--edition", "2021"])
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(src));
+    out
+}
+
+#[test]
+fn rust_without_frame_pointers() {
+    if !perf_allowed() {
+        return;
+    }
+    let dir = scratch_dir("record-rs");
+    let exe = rustc(&dir, "prof_hot_rs", &["-C", "force-frame-pointers=no"]);
+    let data = record(&dir, &exe, "rs");
+    check_shares("rust", &data);
+}
+
+#[test]
+fn rust_with_frame_pointers() {
+    if !perf_allowed() {
+        return;
+    }
+    let dir = scratch_dir("record-rs-fp");
+    let exe = rustc(&dir, "prof_hot_rs_fp", &["-C", "force-frame-pointers=yes"]);
+    let data = record(&dir, &exe, "rsfp");
+    check_shares("rust-fp", &data);
+}
+
+/// Bad input: errors that name what is wrong, never a panic.
+#[test]
+fn bad_input() {
+    let dir = scratch_dir("record-bad");
+    let cli = &release_artifacts().cli;
+    let fail = |args: &[&str], want: &str| {
+        let o = Command::new(cli)
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    };
+    fail(&["report", "missing.data"], "missing.data");
+    std::fs::write(dir.join("garbage.data"), b"not a profile at all").unwrap();
+    fail(&["report", "garbage.data"], "not a callstack trace file");
+    // A plain trace is a profile counting stacks, with one sample type.
+    let mut w = callstack::tracefile::TraceWriter::new(Vec::new()).unwrap();
+    w.write_stack(&[0x1234], true).unwrap();
+    std::fs::write(dir.join("plain.data"), w.finish().unwrap()).unwrap();
+    fail(
+        &["report", "plain.data", "--sample-type", "cpu"],
+        "no sample type \"cpu\" (the profile has: samples)",
+    );
+    if perf_allowed() {
+        fail(
+            &["record", "-q", "-o", "x.data", "--", "/nonexistent/program"],
+            "/nonexistent/program",
+        );
+    }
 }

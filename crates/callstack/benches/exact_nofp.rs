@@ -337,6 +337,11 @@ fn main() {
         return;
     }
     let lib = build_lib();
+    if let Some(keep) = std::env::var_os("CALLSTACK_BENCH_NOFP_KEEP_LIB") {
+        // For profiling one cold child by hand (callgrind, perf): run it with
+        // CALLSTACK_BENCH_NOFP_COLD=<row> CALLSTACK_BENCH_NOFP_LIB=<this copy>.
+        std::fs::copy(&lib, keep).expect("copy the chain library");
+    }
     let _ = LIB.set(load(&lib));
     let rows = rows();
     if std::env::var_os("CALLSTACK_BENCH_COLD_ONLY").is_none() {

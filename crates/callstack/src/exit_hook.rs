@@ -113,7 +113,10 @@ impl core::fmt::Display for ExitHookError {
             Self::Unsupported => f.write_str("exit hooks are not supported on this target"),
             Self::NoSuchFrame(d) => write!(f, "no frame at depth {d} can be unwound exactly"),
             Self::NotPatchable(d) => {
-                write!(f, "the return address of the frame at depth {d} is not on the stack")
+                write!(
+                    f,
+                    "the return address of the frame at depth {d} is not on the stack"
+                )
             }
             Self::TooMany => f.write_str("too many exit hooks on this thread or frame"),
             Self::TableFull => f.write_str("the exit-hook table has no free slot for this frame"),
@@ -200,7 +203,10 @@ impl Installed {
             unsafe { (h.drop)(h.data.as_mut_ptr().cast()) };
             h.live = false;
             // SAFETY: as above.
-            if hooks[..n].iter().all(|h| unsafe { !h.assume_init_ref().live }) {
+            if hooks[..n]
+                .iter()
+                .all(|h| unsafe { !h.assume_init_ref().live })
+            {
                 // Nothing left to run: the frame returns where it always did.
                 let slot = (self.key - 8) as *mut u64;
                 let orig = TABLE[i].orig.load(Ordering::Relaxed);
@@ -260,8 +266,12 @@ static GENERATIONS: [AtomicU64; SLOTS + PROBES] = [const { AtomicU64::new(0) }; 
 
 /// Whether a hook was ever installed in this process: captures look for the
 /// trampoline only then. Sticky (set once, never cleared), so installs and
-/// returns pay no locked counter.
-static EVER: AtomicBool = AtomicBool::new(false);
+/// returns pay no locked counter. It sits with the capture's other flags
+/// (`unwind::local::FLAGS`), on a page a capture touches anyway.
+#[inline(always)]
+fn ever() -> &'static AtomicBool {
+    &crate::unwind::local::FLAGS.exit_hooks
+}
 static SKIPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Hooks never run because their frame was left without returning
@@ -310,7 +320,7 @@ pub(crate) fn trampoline() -> Option<u64> {
 /// the walk ends). Async-signal-safe.
 #[inline]
 pub(crate) fn resolve(ra: u64, cfa: u64) -> u64 {
-    if !EVER.load(Ordering::Relaxed) || Some(ra) != trampoline() {
+    if !ever().load(Ordering::Relaxed) || Some(ra) != trampoline() {
         return ra;
     }
     resolve_slow(cfa)
@@ -339,7 +349,7 @@ pub fn trampoline_address() -> Option<usize> {
 /// gone). Async-signal-safe.
 #[inline]
 pub(crate) fn in_lookup(pc: u64, sp: u64) -> Option<u64> {
-    if !EVER.load(Ordering::Relaxed) {
+    if !ever().load(Ordering::Relaxed) {
         return None;
     }
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -357,7 +367,7 @@ pub(crate) fn in_lookup(pc: u64, sp: u64) -> Option<u64> {
 /// trampoline).
 #[inline(always)]
 pub(crate) fn any_live() -> bool {
-    EVER.load(Ordering::Relaxed)
+    ever().load(Ordering::Relaxed)
 }
 
 /// Frees slot `i` (its hooks already taken or dropped).
@@ -431,7 +441,10 @@ fn drop_stale(p: &mut Pending, sp: u64) {
 /// ```
 // Inlined into its caller, so that the frame walk starts one frame nearer.
 #[inline(always)]
-pub fn install<F: FnOnce() + Send + 'static>(depth: u32, hook: F) -> Result<Installed, ExitHookError> {
+pub fn install<F: FnOnce() + Send + 'static>(
+    depth: u32,
+    hook: F,
+) -> Result<Installed, ExitHookError> {
     const {
         assert!(
             core::mem::size_of::<F>() <= 3 * core::mem::size_of::<usize>()
@@ -603,8 +616,8 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitH
         let generation = GENERATIONS[i].load(Ordering::Relaxed) + 1;
         GENERATIONS[i].store(generation, Ordering::Relaxed);
         TABLE[i].orig.store(current, Ordering::Relaxed);
-        if !EVER.load(Ordering::Relaxed) {
-            EVER.store(true, Ordering::Relaxed);
+        if !ever().load(Ordering::Relaxed) {
+            ever().store(true, Ordering::Relaxed);
         }
         TABLE[i].key.store(key, Ordering::Release);
         // Keep the list sorted, innermost (lowest key) last.
@@ -677,7 +690,8 @@ pub(crate) unsafe extern "C" fn dispatch(key: u64) {
 /// Called by the trampoline when a frame returned to it with no entry: the
 /// table was overwritten. There is no address to return to.
 pub(crate) extern "C" fn lost() -> ! {
-    let msg = b"callstack: a frame returned to the exit-hook trampoline with no hook recorded for it\n";
+    let msg =
+        b"callstack: a frame returned to the exit-hook trampoline with no hook recorded for it\n";
     // SAFETY: write(2) of a static buffer.
     unsafe {
         libc::write(2, msg.as_ptr().cast(), msg.len());

@@ -125,7 +125,10 @@ unsafe fn walk_bounded(
 /// (the record's frame has its CFA at `fp + 16`). The walk is done again,
 /// knowing it ends after `out.len()` frames, to learn each frame's record.
 /// Returns how many frames stay (a trampoline without an entry ends them).
-#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 #[cold]
 #[inline(never)]
 fn exit_hooked(fp: usize, sp: usize, hi: usize, skip: usize, out: &mut [usize]) -> usize {
@@ -168,7 +171,10 @@ fn exit_hooked(fp: usize, sp: usize, hi: usize, skip: usize, out: &mut [usize]) 
 
 /// The saved frame pointer of the record at `fp`, if the record lies in
 /// `[sp, hi)` and is aligned (the checks the walk made before reading it).
-#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 fn read_record_fp(layout: FrameRecordLayout, fp: usize, sp: usize, hi: usize) -> Option<usize> {
     let end = layout.fp_offset.max(layout.ra_offset) + core::mem::size_of::<usize>();
     if fp < sp || fp.checked_add(end)? > hi || fp % layout.align != 0 {

@@ -202,3 +202,23 @@ mod tests {
         assert_eq!(gnu_build_id(&[0xff; 40]), None);
     }
 }
+
+/// A copy of this process's vDSO image (the whole `[vdso]` mapping: the
+/// kernel maps the same image into every process), if it has one.
+#[cfg(all(target_os = "linux", feature = "symbolize"))]
+pub(crate) fn vdso_image() -> Option<Vec<u8>> {
+    let text = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = text.lines().find(|l| l.ends_with("[vdso]"))?;
+    let (s, e) = line.split_whitespace().next()?.split_once('-')?;
+    let (s, e) = (
+        usize::from_str_radix(s, 16).ok()?,
+        usize::from_str_radix(e, 16).ok()?,
+    );
+    if e <= s {
+        return None;
+    }
+    // SAFETY: the vDSO mapping of this process is readable for its whole
+    // range and never unmapped.
+    let bytes = unsafe { std::slice::from_raw_parts(s as *const u8, e - s) };
+    Some(bytes.to_vec())
+}

@@ -283,7 +283,6 @@ fn a_capture_from_a_signal_context_is_unchanged() {
     assert_eq!(plain, hooked);
 }
 
-
 static CANCEL_RUNS: AtomicU64 = AtomicU64::new(0);
 
 #[inline(never)]

@@ -60,8 +60,7 @@ extern "C" fn on_prof(_: libc::c_int, _: *mut libc::siginfo_t, ctx: *mut libc::c
     let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
     let mut out = [0usize; MAX];
     let n = callstack::capture_from_context(uc, &mut out);
-    let ok = n > blen
-        && (0..blen).all(|i| out[n - blen + i] == w.base[i].load(Ordering::Relaxed));
+    let ok = n > blen && (0..blen).all(|i| out[n - blen + i] == w.base[i].load(Ordering::Relaxed));
     w.checked.fetch_add(1, Ordering::Relaxed);
     if !ok && w.bad.fetch_add(1, Ordering::Relaxed) == 0 {
         for (i, &a) in out[..n].iter().enumerate() {
@@ -126,8 +125,14 @@ fn captures_from_sigprof_stay_true_while_hooks_come_and_go() {
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigaction(libc::SIGPROF, &sa, core::ptr::null_mut());
         let t = libc::itimerval {
-            it_interval: libc::timeval { tv_sec: 0, tv_usec: 100 },
-            it_value: libc::timeval { tv_sec: 0, tv_usec: 100 },
+            it_interval: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 100,
+            },
+            it_value: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 100,
+            },
         };
         libc::setitimer(libc::ITIMER_PROF, &t, core::ptr::null_mut());
     }
@@ -156,7 +161,10 @@ fn captures_from_sigprof_stay_true_while_hooks_come_and_go() {
             .iter()
             .map(|a| format!("{:#x}", a.load(Ordering::Relaxed)))
             .collect();
-        assert_eq!(bad, 0, "worker {i}: {bad} captures lost the worker's callers; first: {first:?}");
+        assert_eq!(
+            bad, 0,
+            "worker {i}: {bad} captures lost the worker's callers; first: {first:?}"
+        );
     }
     assert!(checked > 100, "only {checked} samples");
     assert!(HOOKS_RUN.load(Ordering::Relaxed) > 1000);

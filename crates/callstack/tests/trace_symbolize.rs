@@ -44,7 +44,13 @@ fn a_captured_trace_prints_its_names() {
     // Frame 0's last level is the function itself (before it, the inlined
     // capture functions of a debug build).
     let frame0: Vec<&str> = text.lines().filter(|l| l.starts_with("#0 ")).collect();
-    assert!(frame0.last().unwrap().contains(" in trace_symbolize::leaf at "), "{text}");
+    assert!(
+        frame0
+            .last()
+            .unwrap()
+            .contains(" in trace_symbolize::leaf at "),
+        "{text}"
+    );
 }
 
 static FROM_SIGNAL: Mutex<Option<callstack::Trace<64>>> = Mutex::new(None);

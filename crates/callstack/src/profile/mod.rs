@@ -44,6 +44,50 @@ use crate::tracefile::ModuleRecord;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
+/// The path of the module record that stands for the kernel: its frames
+/// are named from `/proc/kallsyms` of the machine that reports (right when
+/// it is the machine that recorded), with `_[k]` appended as perf's
+/// flamegraphs do.
+pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
+
+/// `/proc/kallsyms`' text symbols: the file's text, and (address, offset
+/// of the name in the text) sorted by address. No string per symbol: the
+/// file has ~200,000 lines and a profile needs a few hundred.
+#[cfg(feature = "symbolize")]
+struct Kallsyms {
+    text: String,
+    index: Vec<(u64, u32)>,
+}
+
+#[cfg(feature = "symbolize")]
+impl Kallsyms {
+    fn load() -> Kallsyms {
+        let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        let mut index = Vec::with_capacity(text.len() / 40);
+        let mut at = 0usize;
+        for line in text.split_inclusive('\n') {
+            let b = line.as_bytes();
+            // "ffffffff81000000 T _stext [module]"
+            if b.len() > 19 && b[16] == b' ' && matches!(b[17], b't' | b'T' | b'w' | b'W') {
+                if let Ok(a) = u64::from_str_radix(&line[..16], 16) {
+                    if a != 0 {
+                        index.push((a, (at + 19) as u32));
+                    }
+                }
+            }
+            at += line.len();
+        }
+        index.sort_unstable();
+        Kallsyms { text, index }
+    }
+
+    fn name(&self, addr: u64) -> Option<&str> {
+        let i = self.index.partition_point(|s| s.0 <= addr).checked_sub(1)?;
+        let rest = &self.text[self.index[i].1 as usize..];
+        rest.split(|c: char| c.is_whitespace()).next()
+    }
+}
+
 /// What one value of a sample counts: a name and a unit, as in pprof
 /// (`samples`/`count`, `cpu`/`nanoseconds`, `alloc_space`/`bytes`...).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -337,13 +381,49 @@ impl Names {
         for d in debug_dirs {
             sym.add_debug_dir(d.clone());
         }
+        // The vDSO has no file: named from this process's own image when
+        // its build-id is the recorded one (same kernel).
+        let mut vdso = profile
+            .modules
+            .iter()
+            .find(|m| m.path.as_os_str() == "[vdso]" && m.build_id.is_some())
+            .and_then(|m| {
+                let image = crate::modules::vdso_image()?;
+                let s = Symbolizer::for_bytes(image).ok()?;
+                let id = s.modules().next().and_then(|x| x.build_id.clone());
+                (id == m.build_id).then(|| (m.clone(), s))
+            });
+        let kernel = profile
+            .modules
+            .iter()
+            .find(|m| m.path.as_os_str() == KERNEL_MODULE)
+            .map(|m| (m.start, m.end, Kallsyms::load()));
         Names::resolve(profile, |a, exact| {
+            if let Some((lo, hi, syms)) = &kernel {
+                if *lo <= a as u64 && (a as u64) < *hi {
+                    let probe = if exact { a as u64 } else { a as u64 - 1 };
+                    return match syms.name(probe) {
+                        Some(n) => vec![FrameName::function(format!("{n}_[k]"))],
+                        None => Vec::new(),
+                    };
+                }
+            }
             let addr = if exact {
                 Address::Exact(a)
             } else {
                 Address::Return(a)
             };
-            let r = sym.symbolize(addr);
+            let r = match &mut vdso {
+                Some((m, s)) if m.start <= a as u64 && (a as u64) < m.end => {
+                    let link = (a as u64).wrapping_sub(m.bias) as usize;
+                    s.symbolize(if exact {
+                        Address::Exact(link)
+                    } else {
+                        Address::Return(link)
+                    })
+                }
+                _ => sym.symbolize(addr),
+            };
             r.frames
                 .iter()
                 .filter_map(|f| {

@@ -364,9 +364,10 @@ impl Profiler {
     /// Starts sampling every thread of the process (those created later
     /// too) `hz` times per second of each thread's CPU time.
     ///
-    /// Calls [`crate::prepare`] first (so captures take their rules from
-    /// compiled tables), installs the `SIGPROF` handler and starts the
-    /// background thread. Fails if a profiler is running or `hz` is not in
+    /// Installs the `SIGPROF` handler and starts the background thread,
+    /// which arms the timers of the threads alive now before `start`
+    /// returns, then calls [`crate::prepare`] (so captures take their rules
+    /// from compiled tables). Fails if a profiler is running or `hz` is not in
     /// `1..=100000`.
     pub fn start(hz: u32) -> Result<Profiler, ProfilerError> {
         if hz == 0 || hz > 100_000 {
@@ -379,7 +380,6 @@ impl Profiler {
         {
             return Err(ProfilerError::AlreadyRunning);
         }
-        crate::prepare();
         let mut profile = Profile::cpu(hz);
         profile.start_time_ns = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -399,6 +399,9 @@ impl Profiler {
                 };
                 c.scan();
                 let _ = tx.send(());
+                // Compiled unwind tables make captures cheaper; until they
+                // are ready, captures read `.eh_frame_hdr` directly.
+                crate::prepare();
                 while !stop2.load(Ordering::Acquire) {
                     std::thread::park_timeout(POLL);
                     c.drain_all();

@@ -32,18 +32,127 @@ pub struct Unwound {
 /// tables are compiled the first time a frame lands in their module (from
 /// the file on disk, or the vDSO image read out of the target), plus the
 /// x86-64 signal-return trampoline check.
+///
+/// A module's first frames do not compile its table: they are unwound from
+/// the module's `.eh_frame` directly, the FDE found through
+/// `.eh_frame_hdr` ([`Direct`]). A dump of a small process has a handful
+/// of frames in glibc, whose whole table costs more than a thousand direct
+/// evaluations; a module with many frames gets its table after the first few.
 struct LazySet<A: crate::arch::Arch> {
     set: ModuleSet<A>,
     /// The modules' code, to recognize the signal-return trampoline.
     code: RemoteCode,
+    /// Each module's direct CFI reader, sorted by start.
+    direct: Vec<Direct>,
+}
+
+/// A module's `.eh_frame` read pc by pc until `budget` lookups have been
+/// made, then its compiled table (see [`LazySet`]).
+struct Direct {
+    start: u64,
+    end: u64,
+    bias: u64,
+    image: Option<Arc<Vec<u8>>>,
+    file: Option<std::path::PathBuf>,
+    /// The sections, read at the first lookup; `None` when the module has
+    /// no `.eh_frame_hdr` search table (its table is compiled at once).
+    cfi: std::sync::OnceLock<Option<DirectCfi>>,
+    /// Lookups made in the module so far.
+    used: std::sync::atomic::AtomicUsize,
+}
+
+struct DirectCfi {
+    bytes: CodeBytes,
+    /// `.eh_frame_hdr` and `.eh_frame`: byte ranges in `bytes`, addresses.
+    hdr: (std::ops::Range<usize>, u64),
+    eh: (std::ops::Range<usize>, u64),
+    text: u64,
+    got: u64,
+    /// Lookups evaluated directly before the table is compiled: one per KiB
+    /// of `.eh_frame` (compiling costs about 80 instructions a byte, a
+    /// direct evaluation a few thousand), at least 16.
+    budget: usize,
+}
+
+impl Direct {
+    fn cfi(&self) -> Option<&DirectCfi> {
+        self.cfi
+            .get_or_init(|| {
+                let bytes = match (&self.image, &self.file) {
+                    (Some(img), _) => CodeBytes::Image(img.clone()),
+                    (None, Some(p)) => CodeBytes::File(Arc::new(super::files::map_file(p).ok()?)),
+                    (None, None) => return None,
+                };
+                DirectCfi::read(bytes)
+            })
+            .as_ref()
+    }
+
+    /// Whether the lookup just counted by [`LazySet::rule`] is direct.
+    fn is_direct(&self, cfi: &DirectCfi) -> bool {
+        self.used.load(std::sync::atomic::Ordering::Relaxed) <= cfi.budget
+    }
+}
+
+impl DirectCfi {
+    fn read(bytes: CodeBytes) -> Option<DirectCfi> {
+        use object::{Object, ObjectSection};
+        let file = object::File::parse(bytes.get()).ok()?;
+        let range = |name: &str| -> Option<(std::ops::Range<usize>, u64)> {
+            let s = file.section_by_name(name)?;
+            // Never compressed in practice; a compressed one goes the
+            // compiled way.
+            if s.compressed_file_range().ok()?.format != object::CompressionFormat::None {
+                return None;
+            }
+            let (off, size) = s.file_range()?;
+            let r = off as usize..off.checked_add(size)? as usize;
+            bytes.get().get(r.clone())?;
+            Some((r, s.address()))
+        };
+        let hdr = range(".eh_frame_hdr")?;
+        let eh = range(".eh_frame")?;
+        let addr = |name: &str| file.section_by_name(name).map(|s| s.address()).unwrap_or(0);
+        let (text, got) = (addr(".text"), addr(".got"));
+        let budget = (eh.0.len() / 1024).max(16);
+        Some(DirectCfi {
+            bytes,
+            hdr,
+            eh,
+            text,
+            got,
+            budget,
+        })
+    }
+
+    fn sections(&self) -> unwind::cfi::CfiSections<'_> {
+        let b = self.bytes.get();
+        unwind::cfi::CfiSections {
+            eh_frame_hdr: Some((&b[self.hdr.0.clone()], self.hdr.1)),
+            eh_frame: Some((&b[self.eh.0.clone()], self.eh.1)),
+            debug_frame: None,
+            text: self.text,
+            got: self.got,
+        }
+    }
 }
 
 impl<A: crate::arch::Arch> LazySet<A> {
     fn new(mods: &[Module], code: RemoteCode) -> Self {
         let mut set = ModuleSet::new();
+        let mut direct = Vec::new();
         for m in mods {
             let image = m.image.clone();
             let file = m.file.clone();
+            direct.push(Direct {
+                start: m.start,
+                end: m.end,
+                bias: m.bias,
+                image: image.clone(),
+                file: file.clone(),
+                cfi: std::sync::OnceLock::new(),
+                used: std::sync::atomic::AtomicUsize::new(0),
+            });
             set.add_lazy(m.start, m.end, m.bias, move || {
                 let t = match (&image, &file) {
                     (Some(img), _) => UnwindTable::from_elf_bytes(img),
@@ -59,7 +168,18 @@ impl<A: crate::arch::Arch> LazySet<A> {
                     .expect("an empty unwind table always builds")
             });
         }
-        LazySet { set, code }
+        direct.sort_by_key(|d| d.start);
+        LazySet { set, code, direct }
+    }
+
+    /// The direct reader of the module holding `addr`.
+    fn direct(&self, addr: u64) -> Option<(&Direct, &DirectCfi)> {
+        let i = self.direct.partition_point(|d| d.start <= addr);
+        let d = self.direct.get(i.checked_sub(1)?)?;
+        if addr >= d.end {
+            return None;
+        }
+        Some((d, d.cfi()?))
     }
 
     /// Whether `pc` is an `rt_sigreturn` trampoline: x86-64 glibc's
@@ -82,6 +202,12 @@ impl<A: crate::arch::Arch> LazySet<A> {
 
 impl<A: crate::arch::Arch> RuleSource<A> for LazySet<A> {
     fn rule(&self, addr: u64) -> Found<A::Rule> {
+        if let Some((d, cfi)) = self.direct(addr) {
+            if d.used.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < cfi.budget {
+                // `evaluate` reads this lookup's FDE from `.eh_frame`.
+                return Found::Rule(A::EVALUATE);
+            }
+        }
         self.set.rule(addr)
     }
 
@@ -96,6 +222,17 @@ impl<A: crate::arch::Arch> RuleSource<A> for LazySet<A> {
         // and marks the caller's pc as exact (see `is_signal_trampoline`).
         if self.sigreturn_at(regs.pc) {
             return Ok(Applied::NoCfi);
+        }
+        if let Some((d, cfi)) = self.direct(addr) {
+            if d.is_direct(cfi) {
+                return unwind::cfi::evaluate::<A, M>(
+                    &cfi.sections(),
+                    unwind::cfi::FdeAt::Search,
+                    addr.wrapping_sub(d.bias),
+                    regs,
+                    mem,
+                );
+            }
         }
         self.set.evaluate(addr, regs, mem)
     }

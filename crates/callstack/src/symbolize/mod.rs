@@ -84,9 +84,9 @@ mod shared;
 mod sup;
 
 pub use called_from::{called_from, called_from_any};
-pub use shared::{with_process_symbolizer, SymbolizedTrace};
 pub use demangle::demangle;
 pub use elf::{DebugInfoReport, SymbolExtent};
+pub use shared::{with_process_symbolizer, SymbolizedTrace};
 
 use elf::{ElfModule, SearchPaths};
 use std::collections::HashMap;

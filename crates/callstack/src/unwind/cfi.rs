@@ -547,9 +547,15 @@ fn evaluate_fast<A: Arch, M: Memory + ?Sized>(
 /// give, for the forms `cfi_fast` reads; [`Arch::EVALUATE`] for the rest
 /// (the caller then evaluates them with [`evaluate`]), [`Arch::NO_CFI`]
 /// when no FDE covers `addr`. Allocates nothing; async-signal-safe.
+///
+/// `memo` is the walk's last CIE (see [`crate::unwind::cfi_fast::CieMemo`]).
 #[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-pub(crate) fn rule_at<A: Arch>(secs: &CfiSections<'_>, addr: u64) -> A::Rule {
+pub(crate) fn rule_at<A: Arch>(
+    secs: &CfiSections<'_>,
+    addr: u64,
+    memo: &crate::unwind::cfi_fast::CieCache,
+) -> A::Rule {
     let (Some((bytes, eh_addr)), Some((hdr, hdr_addr))) = (secs.eh_frame, secs.eh_frame_hdr) else {
         return A::EVALUATE;
     };
@@ -558,7 +564,7 @@ pub(crate) fn rule_at<A: Arch>(secs: &CfiSections<'_>, addr: u64) -> A::Rule {
         HdrSearch::NotCovered => return A::NO_CFI,
         HdrSearch::OtherEncoding => return A::EVALUATE,
     };
-    match crate::unwind::cfi_fast::row_for(bytes, eh_addr, off, addr) {
+    match crate::unwind::cfi_fast::row_for_cached(bytes, eh_addr, off, addr, memo) {
         Fast::Row(row) => A::compile_row(&row.view(), false),
         Fast::Signal => A::SIGNAL_FRAME,
         Fast::NotCovered => A::NO_CFI,
@@ -730,21 +736,29 @@ pub fn hdr_search(hdr: &[u8], hdr_addr: u64, eh_frame_addr: u64, addr: u64) -> H
     if count == 0 || hdr.len() < 12 + count.saturating_mul(8) {
         return HdrSearch::NotCovered;
     }
-    let loc = |i: usize| hdr_addr.wrapping_add(le_i32(hdr, 12 + 8 * i).unwrap_or(0) as i64 as u64);
+    // The table's (initial location, FDE) pairs, compared as offsets from
+    // the header: `addr` is turned into one once, and each probe is one
+    // 4-byte load (the length was checked above).
+    let table = &hdr[12..12 + 8 * count];
+    let at = |i: usize| {
+        let b: [u8; 4] = table[i..i + 4].try_into().unwrap_or([0; 4]);
+        i32::from_le_bytes(b) as i64
+    };
+    let key = addr.wrapping_sub(hdr_addr) as i64;
     // The last entry whose initial location is <= addr.
     let (mut lo, mut hi) = (0usize, count);
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
-        if loc(mid) <= addr {
+        if at(8 * mid) <= key {
             lo = mid;
         } else {
             hi = mid;
         }
     }
-    if loc(lo) > addr {
+    if at(8 * lo) > key {
         return HdrSearch::NotCovered;
     }
-    let fde = hdr_addr.wrapping_add(le_i32(hdr, 12 + 8 * lo + 4).unwrap_or(0) as i64 as u64);
+    let fde = hdr_addr.wrapping_add(at(8 * lo + 4) as u64);
     match fde.checked_sub(eh_frame_addr) {
         Some(off) => HdrSearch::Found(off as usize),
         None => HdrSearch::NotCovered,

@@ -235,6 +235,7 @@ impl<'a> Rd<'a> {
 }
 
 /// The CIE facts the FDE needs.
+#[derive(Clone, Copy)]
 struct Cie<'a> {
     code_align: u64,
     data_align: i64,
@@ -319,20 +320,112 @@ fn parse_cie(eh: &[u8], off: usize) -> Option<Cie<'_>> {
     Some(cie)
 }
 
+/// The last CIE a walk parsed, with the row its initial instructions give:
+/// consecutive frames mostly share their module's one or two CIEs, and a
+/// cold capture would otherwise parse the CIE and run its instructions again
+/// for every frame. Kept by the caller (on its stack, per walk: no shared
+/// state, no page of its own to fault in).
+///
+/// Three cells, so that a hit compares the key and copies the row once.
+#[derive(Default)]
+pub(crate) struct CieMemo {
+    /// `.eh_frame` address and CIE offset; `(0, 0)`: empty.
+    key: core::cell::Cell<(u64, usize)>,
+    cie: core::cell::Cell<Option<Cie<'static>>>,
+    initial: core::cell::Cell<Row>,
+}
+
+impl Default for Row {
+    fn default() -> Row {
+        Row::EMPTY
+    }
+}
+
+/// A walk's [`CieMemo`].
+pub(crate) type CieCache = CieMemo;
+
 /// The row for `addr` from the FDE at offset `off` of `eh` (an `.eh_frame`
 /// mapped at `eh_addr`).
 #[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub(crate) fn row_for(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Fast {
-    match row_inner(eh, eh_addr, off, addr) {
+    match row_inner(eh, eh_addr, off, addr, None) {
         Some(f) => f,
         None => Fast::Unsupported,
     }
 }
 
+/// [`row_for`], reusing (and updating) the walk's last CIE (keyed by the
+/// `.eh_frame`'s address and the CIE's offset).
 #[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-fn row_inner(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Option<Fast> {
+pub(crate) fn row_for_cached(
+    eh: &[u8],
+    eh_addr: u64,
+    off: usize,
+    addr: u64,
+    memo: &CieCache,
+) -> Fast {
+    match row_inner(eh, eh_addr, off, addr, Some(memo)) {
+        Some(f) => f,
+        None => Fast::Unsupported,
+    }
+}
+
+/// The CIE at `cie_off` and its initial row, from `memo` when it holds that
+/// CIE, else parsed and run (and kept in `memo` when there is one).
+#[inline]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn cie_and_initial<'a>(
+    eh: &'a [u8],
+    eh_addr: u64,
+    cie_off: usize,
+    memo: Option<&CieCache>,
+) -> Option<(Cie<'a>, Row)> {
+    if let Some(m) = memo {
+        if m.key.get() == (eh_addr, cie_off) {
+            if let Some(cie) = m.cie.get() {
+                return Some((cie, m.initial.get()));
+            }
+        }
+    }
+    let cie = parse_cie(eh, cie_off)?;
+    let mut row = Row::EMPTY;
+    let mut stack = [Row::EMPTY; MAX_STACK];
+    // The CIE's initial instructions: no location advances expected.
+    run(&cie, cie.insns, None, &mut row, &mut stack, u64::MAX, 0)?;
+    if let Some(m) = memo {
+        m.key.set((eh_addr, cie_off));
+        m.cie.set(Some(without_insns(cie)));
+        m.initial.set(row);
+    }
+    Some((cie, row))
+}
+
+/// The CIE's facts with its instructions dropped (the memo keeps the row
+/// they give instead), which makes it `'static`.
+#[inline(always)]
+fn without_insns(c: Cie<'_>) -> Cie<'static> {
+    Cie {
+        code_align: c.code_align,
+        data_align: c.data_align,
+        ra: c.ra,
+        fde_enc: c.fde_enc,
+        has_z: c.has_z,
+        signal: c.signal,
+        insns: &[],
+    }
+}
+
+#[inline]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn row_inner(
+    eh: &[u8],
+    eh_addr: u64,
+    off: usize,
+    addr: u64,
+    memo: Option<&CieCache>,
+) -> Option<Fast> {
     let mut r = Rd { b: eh, pos: off };
     let len = r.u32()?;
     if len == 0 || len == 0xffff_ffff {
@@ -347,7 +440,7 @@ fn row_inner(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Option<Fast> {
     if cie_ptr == 0 {
         return None; // a CIE, not an FDE
     }
-    let cie = parse_cie(eh, cie_off)?;
+    let (cie, initial) = cie_and_initial(eh, eh_addr, cie_off, memo)?;
     let field = eh_addr.wrapping_add(r.pos as u64);
     let begin = r.ptr(cie.fde_enc, field, false)?;
     let range = r.ptr(cie.fde_enc, 0, true)?;
@@ -366,11 +459,8 @@ fn row_inner(eh: &[u8], eh_addr: u64, off: usize, addr: u64) -> Option<Fast> {
     }
     let insns = eh.get(r.pos..end)?;
 
-    let mut row = Row::EMPTY;
+    let mut row = initial;
     let mut stack = [Row::EMPTY; MAX_STACK];
-    // The CIE's initial instructions: no location advances expected.
-    run(&cie, cie.insns, None, &mut row, &mut stack, u64::MAX, 0)?;
-    let initial = row;
     run(
         &cie,
         insns,

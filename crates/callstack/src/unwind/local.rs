@@ -352,7 +352,7 @@ pub fn has_dl_find_object() -> bool {
 }
 
 /// A loaded object as `_dl_find_object` reports it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DlModule {
     /// Start of the object's first mapping.
     pub(crate) start: u64,
@@ -692,8 +692,6 @@ pub(crate) fn snapshot_code_range(addr: u64) -> Option<(u64, u64)> {
     let seg = s.segments.get(i.checked_sub(1)?)?;
     (addr < seg.1).then_some((seg.0, seg.1))
 }
-/// Set by a capture that met a module the snapshot does not have.
-static STALE: AtomicBool = AtomicBool::new(false);
 static PREPARE_LOCK: Mutex<()> = Mutex::new(());
 
 const CACHE_BITS: u32 = 13;
@@ -747,7 +745,6 @@ static CACHE: RuleCache = RuleCache {
 
 /// Set by the first [`cache_put`]: before it the cache is all empty and a
 /// walk does not even read it (its pages stay unfaulted).
-static CACHE_USED: AtomicBool = AtomicBool::new(false);
 
 /// The cache is 2-way set associative: a key may sit in either word of its
 /// pair, which starts at this (even) index.
@@ -771,21 +768,49 @@ fn cache_get(addr: u64) -> u16 {
 }
 
 /// Set once the cache's pages are written to: before that, rules to cache
-/// wait in [`PENDING`].
-static CACHE_LIVE: AtomicBool = AtomicBool::new(false);
+/// wait in `FLAGS.pending`.
 const PENDING_SIZE: usize = 256;
 /// Cache words of the first capture of the process, written into the cache
 /// by the next capture ([`flush_pending`]): the first capture then writes
 /// one small array instead of faulting in most of the cache's 17 pages
 /// (each fault costs microseconds, more than the walk itself).
-static PENDING: [AtomicU64; PENDING_SIZE] = [EMPTY; PENDING_SIZE];
-static PENDING_N: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+/// The small state a capture reads or writes outside the rule cache, kept
+/// together (one page: each page a process's first capture touches costs a
+/// page fault, two when it is read before it is written).
+#[repr(C)]
+pub(crate) struct Flags {
+    /// Whether the rule cache ever held a rule (until then the warm path
+    /// does not even read it).
+    cache_used: AtomicBool,
+    /// Whether rules go straight into the cache (else into `pending`).
+    cache_live: AtomicBool,
+    /// Set by a capture that met a module the snapshot does not have.
+    stale: AtomicBool,
+    /// Whether an exit hook was ever installed (see [`crate::exit_hook`]).
+    pub(crate) exit_hooks: AtomicBool,
+    pending_n: core::sync::atomic::AtomicUsize,
+    /// Slots of the wide-rule table handed out (see [`cache_rule`]).
+    wide_n: core::sync::atomic::AtomicUsize,
+    /// Cache words of the first capture of the process, written into the
+    /// cache by the next capture ([`flush_pending`]).
+    pending: [AtomicU64; PENDING_SIZE],
+}
 
-/// Moves [`PENDING`] into the cache when it waits there; called at the
+pub(crate) static FLAGS: Flags = Flags {
+    cache_used: AtomicBool::new(false),
+    cache_live: AtomicBool::new(false),
+    stale: AtomicBool::new(false),
+    exit_hooks: AtomicBool::new(false),
+    pending_n: core::sync::atomic::AtomicUsize::new(0),
+    wide_n: core::sync::atomic::AtomicUsize::new(0),
+    pending: [EMPTY; PENDING_SIZE],
+};
+
+/// Moves `FLAGS.pending` into the cache when it waits there; called at the
 /// start of a walk. One relaxed load once the cache is live.
 #[inline(always)]
 fn cache_go_live() {
-    if !CACHE_LIVE.load(Ordering::Relaxed) && PENDING_N.load(Ordering::Relaxed) != 0 {
+    if !FLAGS.cache_live.load(Ordering::Relaxed) && FLAGS.pending_n.load(Ordering::Relaxed) != 0 {
         flush_pending();
     }
 }
@@ -793,9 +818,9 @@ fn cache_go_live() {
 #[cold]
 #[inline(never)]
 fn flush_pending() {
-    CACHE_LIVE.store(true, Ordering::Relaxed);
-    let n = PENDING_N.swap(0, Ordering::Relaxed).min(PENDING_SIZE);
-    for slot in &PENDING[..n] {
+    FLAGS.cache_live.store(true, Ordering::Relaxed);
+    let n = FLAGS.pending_n.swap(0, Ordering::Relaxed).min(PENDING_SIZE);
+    for slot in &FLAGS.pending[..n] {
         let w = slot.swap(0, Ordering::Relaxed);
         if w != 0 {
             cache_put_word(w);
@@ -805,17 +830,17 @@ fn flush_pending() {
 
 /// Caches a packed rule: in the first way if it is empty or holds the same
 /// key, else in the second way, so two hot addresses of one set both stay.
-/// Before the cache is live (the first capture), into [`PENDING`].
+/// Before the cache is live (the first capture), into `FLAGS.pending`.
 fn cache_put(addr: u64, packed: u16) {
     let key = addr.wrapping_add(1);
     if packed == 0 || key == 0 || key & !KEY_MASK != 0 {
         return;
     }
     let word = key | (packed as u64) << 48;
-    if !CACHE_LIVE.load(Ordering::Relaxed) {
-        let i = PENDING_N.fetch_add(1, Ordering::Relaxed);
+    if !FLAGS.cache_live.load(Ordering::Relaxed) {
+        let i = FLAGS.pending_n.fetch_add(1, Ordering::Relaxed);
         if i < PENDING_SIZE {
-            PENDING[i].store(word, Ordering::Relaxed);
+            FLAGS.pending[i].store(word, Ordering::Relaxed);
         }
         return;
     }
@@ -833,8 +858,8 @@ fn cache_put_word(word: u64) {
         let w = if w0 & KEY_MASK == key { i } else { i + 1 };
         CACHE.words[w].store(word, Ordering::Relaxed);
     }
-    if !CACHE_USED.load(Ordering::Relaxed) {
-        CACHE_USED.store(true, Ordering::Relaxed);
+    if !FLAGS.cache_used.load(Ordering::Relaxed) {
+        FLAGS.cache_used.store(true, Ordering::Relaxed);
     }
 }
 
@@ -850,21 +875,22 @@ fn cache_rule(rule: <A as Arch>::Rule) -> u16 {
     let Some(w) = wide_word(rule) else {
         return 0;
     };
-    let h = (w ^ w >> 17 ^ w >> 40).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
-    for k in 0..16 {
-        let slot = 1 + ((h as usize + k) % (WIDE_SIZE - 1));
-        let cell = &CACHE.wide[slot];
-        match cell.load(Ordering::Acquire) {
-            x if x == w => return slot as u16,
-            0 => match cell.compare_exchange(0, w, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return slot as u16,
-                Err(x) if x == w => return slot as u16,
-                Err(_) => {}
-            },
-            _ => {}
-        }
+    // Slots are handed out in order (not hashed), so that the few wide
+    // rules of a process sit on the table's first page: a first capture
+    // faults in one page of it, not one per rule. Two threads adding the
+    // same rule at once take two slots; both are right.
+    let n = FLAGS.wide_n.load(Ordering::Acquire).min(WIDE_SIZE - 1);
+    if let Some(slot) = (1..=n).find(|&s| CACHE.wide[s].load(Ordering::Acquire) == w) {
+        return slot as u16;
     }
-    0
+    let slot = FLAGS.wide_n.fetch_add(1, Ordering::AcqRel) + 1;
+    if slot >= WIDE_SIZE {
+        return 0;
+    }
+    // Published before any cache word names the slot (the caller caches the
+    // packed rule after this returns).
+    CACHE.wide[slot].store(w, Ordering::Release);
+    slot as u16
 }
 
 /// The rule of a cached packed rule (see [`cache_rule`]).
@@ -881,7 +907,7 @@ fn unpack_cached(p: u16) -> <A as Arch>::Rule {
 }
 
 fn clear_cache() {
-    for c in PENDING.iter() {
+    for c in FLAGS.pending.iter() {
         c.store(0, Ordering::Relaxed);
     }
     for c in CACHE.words.iter() {
@@ -1007,7 +1033,7 @@ pub fn prepare() -> PrepareStats {
     let old = SNAPSHOT.load(Ordering::Acquire);
     // SAFETY: snapshots are never freed once published.
     let old = unsafe { old.as_ref() };
-    let stale = STALE.swap(false, Ordering::AcqRel);
+    let stale = FLAGS.stale.swap(false, Ordering::AcqRel);
     if let Some(o) = old {
         if o.adds == adds && o.subs == subs && !stale {
             return PrepareStats {
@@ -1108,6 +1134,11 @@ pub(crate) struct LocalSource {
     /// of its pages is faulted in once (a read first would map the zero
     /// page, and the write then fault again).
     read_cache: bool,
+    /// The module this walk last noted in [`SEEN`] (frames in a row mostly
+    /// share a module: the table is scanned once per module, not per frame).
+    seen: Cell<Option<DlModule>>,
+    /// The walk's last CIE (see [`crate::unwind::cfi_fast::CieMemo`]).
+    cie: crate::unwind::cfi_fast::CieCache,
 }
 
 impl LocalSource {
@@ -1118,8 +1149,24 @@ impl LocalSource {
             // SAFETY: published snapshots are never freed.
             snap: unsafe { p.as_ref() },
             last: Cell::new(None),
-            read_cache: CACHE_USED.load(Ordering::Relaxed),
+            read_cache: FLAGS.cache_used.load(Ordering::Relaxed),
+            seen: Cell::new(None),
+            cie: Default::default(),
         }
+    }
+
+    /// [`seen_module`], once per module per walk.
+    #[inline]
+    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+    fn note_seen(&self, d: DlModule) -> bool {
+        if self.seen.get() == Some(d) {
+            return true;
+        }
+        let ok = seen_module(d);
+        if ok {
+            self.seen.set(Some(d));
+        }
+        ok
     }
 
     #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
@@ -1157,7 +1204,7 @@ impl LocalSource {
 #[inline(never)]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn unloaded(s: &Snapshot) {
-    STALE.store(true, Ordering::Relaxed);
+    FLAGS.stale.store(true, Ordering::Relaxed);
     if !s.unloaded_seen.swap(true, Ordering::Relaxed) {
         clear_cache();
     }
@@ -1253,16 +1300,18 @@ impl LocalSource {
             return Found::Rule(rule);
         }
         if let Some(d) = self.dl_module(addr) {
-            STALE.store(true, Ordering::Relaxed);
+            if self.seen.get() != Some(d) {
+                FLAGS.stale.store(true, Ordering::Relaxed);
+            }
             // The rule from the CFI directly, cached like a table's (so the
             // next capture through here takes the hot loop, prepared or
             // not) once the module is noted in `SEEN`.
             let Some(secs) = sections_from_hdr(d.eh_frame_hdr, d.end) else {
                 return Found::Rule(A::EVALUATE);
             };
-            let rule = cfi::rule_at::<A>(&secs, addr);
+            let rule = cfi::rule_at::<A>(&secs, addr, &self.cie);
             let p = cache_rule(rule);
-            if p != 0 && rule != A::EVALUATE && seen_module(d) {
+            if p != 0 && rule != A::EVALUATE && self.note_seen(d) {
                 cache_put(addr, p);
             }
             return Found::Rule(rule);
@@ -1625,6 +1674,23 @@ unsafe fn hot_run(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize
     unsafe { hot_loop(hot, hi, out, len) }
 }
 
+/// Walks `n` frames through the hot loop without keeping them (through a
+/// small scratch buffer). Returns how many were left unwalked (0: all) and
+/// how the last run ended (`Full` when it walked them all).
+#[inline(always)]
+fn hot_skip(hot: &mut Hot, hi: u64, mut n: usize) -> (usize, HotEnd) {
+    let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 16];
+    let mut why = HotEnd::Full;
+    while n > 0 && why == HotEnd::Full {
+        let m = n.min(scratch.len());
+        // SAFETY: `m` slots of `scratch`.
+        let (k, e) = unsafe { hot_loop(hot, hi, scratch.as_mut_ptr().cast(), m) };
+        n -= k;
+        why = e;
+    }
+    (n, why)
+}
+
 /// The stack memory and the rule source of a walk from `sp`, or why there
 /// is no walk (the stack holding `sp` is unknown).
 #[inline(always)]
@@ -1874,7 +1940,7 @@ pub(crate) unsafe extern "C" fn exact_from_entry(
     // The warm path: some rule cached (before that, the cache is not even
     // read), the stack's end known without a lookup. `pc` is a return
     // address, so never 0.
-    if CACHE_USED.load(Ordering::Relaxed) {
+    if FLAGS.cache_used.load(Ordering::Relaxed) {
         if let Some(hi) = known_stack_end(hot.sp) {
             let max = max as usize;
             let mut skip = skip as usize;
@@ -1886,16 +1952,8 @@ pub(crate) unsafe extern "C" fn exact_from_entry(
             } else {
                 skip -= 1;
             }
-            let mut why = HotEnd::Full;
-            // Skipped frames: through a small scratch buffer.
-            let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 16];
-            while skip > 0 && why == HotEnd::Full {
-                let m = skip.min(scratch.len());
-                // SAFETY: `m` slots of `scratch`.
-                let (k, e) = unsafe { hot_loop(&mut hot, hi, scratch.as_mut_ptr().cast(), m) };
-                skip -= k;
-                why = e;
-            }
+            let (left, mut why) = hot_skip(&mut hot, hi, skip);
+            skip = left;
             if why == HotEnd::Full && n < max {
                 // SAFETY: the `max - n` slots after the first `n` of `out`.
                 let (k, e) = unsafe { hot_loop(&mut hot, hi, out.add(n), max - n) };
@@ -2010,20 +2068,9 @@ pub(crate) unsafe extern "C" fn frame_from_entry(
         sp: sp as u64,
         fp: fp as u64,
     };
-    if CACHE_USED.load(Ordering::Relaxed) {
+    if FLAGS.cache_used.load(Ordering::Relaxed) {
         if let Some(hi) = known_stack_end(hot.sp) {
-            let mut left = req.up;
-            let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 16];
-            while left > 0 {
-                let m = left.min(scratch.len());
-                // SAFETY: `m` slots of `scratch`.
-                let (k, e) = unsafe { hot_loop(&mut hot, hi, scratch.as_mut_ptr().cast(), m) };
-                left -= k;
-                if e != HotEnd::Full {
-                    break;
-                }
-            }
-            if left == 0 {
+            if hot_skip(&mut hot, hi, req.up).0 == 0 {
                 req.frame = Frame {
                     pc: hot.pc,
                     sp: hot.sp,

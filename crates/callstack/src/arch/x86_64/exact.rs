@@ -61,23 +61,42 @@ pub fn is_sigreturn_trampoline(code: &[u8]) -> bool {
     code.starts_with(&[0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05])
 }
 
-/// The naked entry of `capture_exact_with_info`: adds the caller's
-/// `rip`/`rsp`/`rbp` to the request pointer and tail-jumps to the walk.
-///
-/// # Safety
-/// `req` must be a valid request (see `unwind::local::InfoRequest`).
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-pub(crate) unsafe extern "C" fn info_entry(req: *mut crate::unwind::local::InfoRequest) -> usize {
-    // SAFETY: as `exact_entry`, with the registers as the 2nd to 4th arguments.
-    core::arch::naked_asm!(
-        "mov rsi, [rsp]",
-        "lea rdx, [rsp + 8]",
-        "mov rcx, rbp",
-        "jmp {imp}",
-        imp = sym crate::unwind::local::info_from_entry,
-    )
+/// Defines a naked entry that adds the caller's `rip`/`rsp`/`rbp` (as the
+/// 2nd to 4th arguments) to a request pointer and tail-jumps to `$imp`,
+/// which then sees the caller of the entry as its own caller.
+macro_rules! request_entry {
+    ($(#[$doc:meta])* $name:ident($req:ty) $(-> $ret:ty)? => $imp:path) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `req` must be a valid request.
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        pub(crate) unsafe extern "C" fn $name(req: $req) $(-> $ret)? {
+            // SAFETY: as `exact_entry`, with the registers as the 2nd to 4th
+            // arguments.
+            core::arch::naked_asm!(
+                "mov rsi, [rsp]",
+                "lea rdx, [rsp + 8]",
+                "mov rcx, rbp",
+                "jmp {imp}",
+                imp = sym $imp,
+            )
+        }
+    };
 }
+
+request_entry!(
+    /// The naked entry of `capture_exact_with_info`
+    /// (`unwind::local::info_from_entry`).
+    info_entry(*mut crate::unwind::local::InfoRequest) -> usize => crate::unwind::local::info_from_entry
+);
+
+request_entry!(
+    /// The naked entry of the exit hooks' frame lookup
+    /// (`unwind::local::frame_from_entry`).
+    frame_entry(*mut crate::unwind::local::FrameRequest) => crate::unwind::local::frame_from_entry
+);
 
 /// Words of the in-process rule cache's main array (2-way sets of
 /// `key | packed rule << 48`); the wide rules follow it (see [`run_hot`]).
@@ -426,23 +445,4 @@ mod tests {
         assert_eq!(super::wide_word(R::Sp { cfa: 48, bp: 8 }), None);
         assert_eq!(super::wide_word(R::End), None);
     }
-}
-
-/// The naked entry of the exit hooks' frame lookup: adds the caller's
-/// `rip`/`rsp`/`rbp` to the request pointer and tail-jumps to
-/// `unwind::local::frame_from_entry`.
-///
-/// # Safety
-/// `req` must be a valid request.
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-pub(crate) unsafe extern "C" fn frame_entry(req: *mut crate::unwind::local::FrameRequest) {
-    // SAFETY: as `exact_entry`, with the registers as the 2nd to 4th arguments.
-    core::arch::naked_asm!(
-        "mov rsi, [rsp]",
-        "lea rdx, [rsp + 8]",
-        "mov rcx, rbp",
-        "jmp {imp}",
-        imp = sym crate::unwind::local::frame_from_entry,
-    )
 }

@@ -46,6 +46,8 @@ pub(crate) fn hash(key: u64) -> usize {
 /// CFA on the stack (`DW_CFA_val_expression` pushes it). Stack comments
 /// show the expression stack, top last; `K` is the CFA (the key), `A` the
 /// address of the offset word before the trampoline.
+// Byte groups with their comments: kept as written.
+#[rustfmt::skip]
 macro_rules! with_lookup_expr {
     ($m:ident) => {
         $m!(
@@ -230,7 +232,10 @@ mod imp {
     /// the hooked frame's CFA) and the return address is only in the table.
     #[inline(always)]
     pub(crate) fn lookup_window() -> (u64, u64) {
-        (trampoline(), __callstack_exit_hook_found as *const () as u64)
+        (
+            trampoline(),
+            __callstack_exit_hook_found as *const () as u64,
+        )
     }
 
     /// The address hooked frames return to: one byte into the symbol.

@@ -50,6 +50,9 @@ pub struct RecordOptions {
     pub duration: Option<Duration>,
     /// Where to find the target's files.
     pub lookup: Lookup,
+    /// Kernel frames too, where `perf_event_paranoid` allows (default
+    /// true; recording goes on without them when refused).
+    pub kernel: bool,
 }
 
 impl RecordOptions {
@@ -61,6 +64,7 @@ impl RecordOptions {
             stack_bytes: 16384,
             duration: None,
             lookup: Lookup::default(),
+            kernel: true,
         }
     }
 }
@@ -226,17 +230,7 @@ impl Space {
 /// This process's vDSO image: the kernel maps the same one into every
 /// process, so a target's vDSO unwinds with ours.
 fn own_vdso() -> Option<std::sync::Arc<Vec<u8>>> {
-    let text = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = text.lines().find(|l| l.ends_with("[vdso]"))?;
-    let (s, e) = line.split_whitespace().next()?.split_once('-')?;
-    let (s, e) = (
-        u64::from_str_radix(s, 16).ok()?,
-        u64::from_str_radix(e, 16).ok()?,
-    );
-    // SAFETY: the vDSO mapping of this process, readable for its whole
-    // range, copied out.
-    let bytes = unsafe { std::slice::from_raw_parts(s as *const u8, (e - s) as usize) };
-    Some(std::sync::Arc::new(bytes.to_vec()))
+    crate::modules::vdso_image().map(std::sync::Arc::new)
 }
 
 fn snapshot_of(mappings: &[Mapping], lookup: &Lookup, pid: u32) -> Snapshot {
@@ -312,6 +306,10 @@ struct Recording<'o> {
     threads: HashSet<u32>,
     samples: u64,
     frames: Vec<usize>,
+    /// Whether samples carry a kernel callchain.
+    kernel: bool,
+    /// Lowest and highest kernel address seen.
+    kernel_range: Option<(u64, u64)>,
 }
 
 impl Recording<'_> {
@@ -390,6 +388,24 @@ impl Recording<'_> {
         let pid = r.u32()?;
         let tid = r.u32()?;
         let _time = r.u64()?;
+        self.frames.clear();
+        if self.kernel {
+            let n = r.u64()? as usize;
+            for _ in 0..n.min(512) {
+                let a = r.u64()?;
+                // Context markers (PERF_CONTEXT_KERNEL...) are the top 4095
+                // values; kernel addresses sit in the upper half.
+                if a >= (-4095i64) as u64 || a < (1 << 63) {
+                    continue;
+                }
+                self.frames.push(a as usize);
+                let (lo, hi) = self.kernel_range.unwrap_or((a, a));
+                self.kernel_range = Some((lo.min(a), hi.max(a)));
+            }
+            if n > 512 {
+                r.bytes((n - 512) * 8)?;
+            }
+        }
         let abi = r.u64()?;
         let mut regs = Registers::new(Machine::X86_64);
         if abi == 0 {
@@ -420,9 +436,9 @@ impl Recording<'_> {
         let unwinder = space.unwinder(lookup, pid);
         let mut mem = CopiedStack { base: sp, data };
         let unwound = unwinder.unwind(&mut mem, &thread, 256);
-        self.frames.clear();
         if unwound.frames.is_empty() {
-            self.frames.push(ip as usize);
+            self.frames
+                .push(thread.registers.pc().unwrap_or(ip) as usize);
         }
         self.frames
             .extend(unwound.frames.iter().map(|f| f.pc as usize));
@@ -433,9 +449,19 @@ impl Recording<'_> {
         Some(())
     }
 
-    /// Module records for the profile: every module of every process seen.
+    /// Module records for the profile: every module of every process seen,
+    /// and the kernel (`[kernel.kallsyms]`, named from `/proc/kallsyms`).
     fn modules(&mut self) -> Vec<ModuleRecord> {
         let mut out: Vec<ModuleRecord> = Vec::new();
+        if let Some((lo, hi)) = self.kernel_range {
+            out.push(ModuleRecord {
+                path: crate::profile::KERNEL_MODULE.into(),
+                build_id: None,
+                start: lo,
+                end: hi + 1,
+                bias: 0,
+            });
+        }
         for space in self.spaces.values_mut() {
             let Some(u) = &space.unwinder else { continue };
             for m in &u.snapshot().modules {
@@ -473,7 +499,8 @@ pub fn record(
     if opts.hz == 0 || opts.hz > 100_000 {
         return Err(RecordError::Unsupported("a rate outside 1..=100000 Hz"));
     }
-    let spec = sys::EventSpec {
+    let mut spec = sys::EventSpec {
+        kernel_callchain: opts.kernel,
         hz: opts.hz,
         regs_mask: REGS_MASK,
         stack_bytes: opts.stack_bytes.clamp(64, 65528) & !7,
@@ -495,6 +522,8 @@ pub fn record(
         threads: HashSet::new(),
         samples: 0,
         frames: Vec::with_capacity(256),
+        kernel: false,
+        kernel_range: None,
     };
     let started = Instant::now();
     let mut events = Vec::new();
@@ -518,7 +547,7 @@ pub fn record(
                         .insert(tid as u32, name.trim_end().to_string());
                 }
                 for cpu in 0..sys::cpus() {
-                    match sys::Event::open(tid, cpu, &spec, pages) {
+                    match open_event(tid, cpu, &mut spec, pages) {
                         Ok(e) => events.push(e),
                         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break,
                         Err(e) => return Err(RecordError::PerfRefused(e)),
@@ -538,7 +567,7 @@ pub fn record(
             root_pid = c;
             child = Some(c);
             for cpu in 0..sys::cpus() {
-                match sys::Event::open(root_pid as i32, cpu, &spec, pages) {
+                match open_event(root_pid as i32, cpu, &mut spec, pages) {
                     Ok(e) => events.push(e),
                     Err(e) => {
                         if let Some(c) = child.take() {
@@ -553,10 +582,12 @@ pub fn record(
         }
     }
 
+    rec.kernel = spec.kernel_callchain;
     let fds: Vec<i32> = events.iter().map(|e| e.fd()).collect();
     let mut buf = Vec::with_capacity(1 << 20);
     let mut last_progress = Instant::now();
     let mut exited = false;
+    let mut exit_code = None;
     loop {
         sys::poll(&fds, 50);
         for e in &events {
@@ -588,7 +619,7 @@ pub fn record(
         let done = stop.load(Ordering::Relaxed)
             || opts.duration.is_some_and(|d| started.elapsed() >= d)
             || match child {
-                Some(c) => child_exited(c),
+                Some(c) => child_exited(c, &mut exit_code),
                 // SAFETY: kill with signal 0 only checks that the process exists.
                 None => (unsafe { libc::kill(root_pid as i32, 0) }) != 0,
             };
@@ -607,6 +638,14 @@ pub fn record(
         threads: rec.threads.len(),
         elapsed: started.elapsed(),
     });
+    if let (Target::Command(argv), Some(EXEC_FAILED), 0) = (&opts.target, exit_code, rec.samples) {
+        return Err(RecordError::Spawn(
+            argv[0].to_string_lossy().into_owned(),
+            std::io::Error::other(
+                "exited with status 127 before any sample (not found, or not executable?)",
+            ),
+        ));
+    }
     rec.profile.modules = rec.modules();
     rec.profile.duration_ns = started.elapsed().as_nanos() as u64;
     Ok(rec.profile)
@@ -663,17 +702,43 @@ fn spawn_held(argv: &[OsString]) -> std::io::Result<(u32, std::fs::File)> {
     Ok((pid as u32, wr))
 }
 
-/// Whether child `pid` has exited (reaps it).
-fn child_exited(pid: u32) -> bool {
+/// Opens an event; when kernel frames are refused (EACCES/EPERM under
+/// `perf_event_paranoid`), goes on without them.
+fn open_event(
+    pid: i32,
+    cpu: i32,
+    spec: &mut sys::EventSpec,
+    pages: usize,
+) -> std::io::Result<sys::Event> {
+    match sys::Event::open(pid, cpu, spec, pages) {
+        Err(e)
+            if spec.kernel_callchain
+                && matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) =>
+        {
+            spec.kernel_callchain = false;
+            sys::Event::open(pid, cpu, spec, pages)
+        }
+        r => r,
+    }
+}
+
+/// The exit code of a child that could not exec (execvp failed).
+const EXEC_FAILED: i32 = 127;
+
+/// Whether child `pid` has exited (reaps it); sets `code` to its exit code.
+fn child_exited(pid: u32, code: &mut Option<i32>) -> bool {
     let mut status = 0;
     // SAFETY: waitpid on our child, without blocking.
     let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+    if r == pid as i32 && libc::WIFEXITED(status) {
+        *code = Some(libc::WEXITSTATUS(status));
+    }
     r == pid as i32 || r < 0
 }
 
 /// Kills and reaps child `pid` if it still runs.
 fn end_child(pid: u32) {
-    if !child_exited(pid) {
+    if !child_exited(pid, &mut None) {
         // SAFETY: our child.
         unsafe {
             libc::kill(pid as i32, libc::SIGKILL);

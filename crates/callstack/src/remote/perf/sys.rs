@@ -13,12 +13,14 @@ const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
 pub(crate) const SAMPLE_IP: u64 = 1 << 0;
 pub(crate) const SAMPLE_TID: u64 = 1 << 1;
 pub(crate) const SAMPLE_TIME: u64 = 1 << 2;
+pub(crate) const SAMPLE_CALLCHAIN: u64 = 1 << 5;
 pub(crate) const SAMPLE_REGS_USER: u64 = 1 << 12;
 pub(crate) const SAMPLE_STACK_USER: u64 = 1 << 13;
 
 // Bits of the attr's flag word.
 const DISABLED: u64 = 1 << 0;
 const INHERIT: u64 = 1 << 1;
+const EXCLUDE_KERNEL: u64 = 1 << 5;
 const EXCLUDE_HV: u64 = 1 << 6;
 const MMAP: u64 = 1 << 8;
 const COMM: u64 = 1 << 9;
@@ -28,6 +30,7 @@ const WATERMARK: u64 = 1 << 14;
 const SAMPLE_ID_ALL: u64 = 1 << 18;
 const MMAP2: u64 = 1 << 23;
 const COMM_EXEC: u64 = 1 << 24;
+const EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
 
 /// `struct perf_event_attr` (version 7 layout, 128 bytes).
 #[repr(C)]
@@ -64,6 +67,11 @@ pub(crate) struct EventSpec {
     pub stack_bytes: u32,
     /// Start disabled, enabled when the task calls exec.
     pub enable_on_exec: bool,
+    /// Ask the kernel for its own frames (`PERF_SAMPLE_CALLCHAIN` without
+    /// the user part, which we unwind ourselves) and sample in kernel mode
+    /// too; else count user time only (`exclude_kernel`, what
+    /// `perf_event_paranoid` 2 allows an unprivileged user).
+    pub kernel_callchain: bool,
 }
 
 /// An open cpu-clock sampling event with its ring buffer.
@@ -90,9 +98,19 @@ impl Event {
                 | SAMPLE_TID
                 | SAMPLE_TIME
                 | SAMPLE_REGS_USER
-                | SAMPLE_STACK_USER,
+                | SAMPLE_STACK_USER
+                | if spec.kernel_callchain {
+                    SAMPLE_CALLCHAIN
+                } else {
+                    0
+                },
             flags: INHERIT
                 | EXCLUDE_HV
+                | if spec.kernel_callchain {
+                    0
+                } else {
+                    EXCLUDE_KERNEL
+                }
                 | MMAP
                 | COMM
                 | TASK
@@ -100,6 +118,11 @@ impl Event {
                 | SAMPLE_ID_ALL
                 | MMAP2
                 | COMM_EXEC
+                | if spec.kernel_callchain {
+                    EXCLUDE_CALLCHAIN_USER
+                } else {
+                    0
+                }
                 | if spec.enable_on_exec {
                     DISABLED | ENABLE_ON_EXEC
                 } else {
