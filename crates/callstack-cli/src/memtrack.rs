@@ -38,7 +38,7 @@ pub struct Args {
 }
 
 /// The preload library: `$CALLSTACK_PRELOAD_LIB`, else next to this binary.
-fn preload_lib() -> Result<PathBuf, String> {
+pub(crate) fn preload_lib() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("CALLSTACK_PRELOAD_LIB") {
         return Ok(PathBuf::from(p));
     }

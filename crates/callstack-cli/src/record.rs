@@ -2,6 +2,13 @@
 //! sample any program with perf events (no recompiling, no frame
 //! pointers needed: the copied user stacks are unwound with the program's
 //! CFI), write the profile as a callstack trace file for `callstack report`.
+//!
+//! Where perf events are refused (`perf_event_paranoid`, a container, a
+//! kernel without them), or with `--preload`, a command is sampled from
+//! inside instead: `libcallstack_preload.so` (`$CALLSTACK_PRELOAD_LIB`, else
+//! next to this binary) is preloaded and runs the in-process profiler
+//! (`callstack::profiler`, CPU-time timers per thread) from the program's
+//! start to its exit, writing the same file.
 
 use callstack::remote::perf::{record, RecordOptions, Target};
 use std::ffi::OsString;
@@ -30,6 +37,11 @@ pub struct Args {
     /// Do not print the progress line.
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// Sample the command from inside (LD_PRELOAD of the in-process
+    /// profiler) instead of with perf events; what `record` falls back to
+    /// when perf events are refused. Not for `-p`.
+    #[arg(long, conflicts_with = "pid")]
+    preload: bool,
     /// The command to run and record.
     #[arg(last = true, required_unless_present = "pid")]
     command: Vec<OsString>,
@@ -42,6 +54,9 @@ extern "C" fn on_interrupt(_: libc::c_int) {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
+    if args.preload {
+        return run_preloaded(&args);
+    }
     let target = match args.pid {
         Some(p) => Target::Pid(p),
         None => Target::Command(args.command.clone()),
@@ -76,8 +91,20 @@ pub fn run(args: Args) -> Result<(), String> {
             let _ = std::io::stderr().flush();
             shown = true;
         }
-    })
-    .map_err(|e| e.to_string())?;
+    });
+    let profile = match profile {
+        Ok(p) => p,
+        Err(callstack::remote::perf::RecordError::PerfRefused(e)) if args.pid.is_none() => {
+            if shown {
+                eprintln!();
+            }
+            eprintln!(
+                "callstack record: perf events refused ({e}): sampling the command from inside (LD_PRELOAD)"
+            );
+            return run_preloaded(&args);
+        }
+        Err(e) => return Err(e.to_string()),
+    };
     if shown {
         eprintln!();
     }
@@ -91,6 +118,52 @@ pub fn run(args: Args) -> Result<(), String> {
             "callstack record: wrote {} ({} stacks); see `callstack report {}`",
             args.output.display(),
             profile.stacks.len(),
+            args.output.display()
+        );
+    }
+    Ok(())
+}
+
+/// Runs the command with the in-process sampler preloaded (see the module
+/// docs); the program writes the profile at its exit.
+fn run_preloaded(args: &Args) -> Result<(), String> {
+    let Some((prog, rest)) = args.command.split_first() else {
+        return Err("--preload needs a command (`-- COMMAND ARGS...`)".into());
+    };
+    let lib = crate::memtrack::preload_lib()?;
+    // The command creates the file itself (a program it execs writes
+    // FILE.PID): an old one must go first.
+    match std::fs::remove_file(&args.output) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("{}: {e}", args.output.display()))
+        }
+        _ => {}
+    }
+    let mut preload = lib.into_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD") {
+        preload.push(" ");
+        preload.push(old);
+    }
+    if !args.quiet {
+        eprintln!("callstack record: sampling in process at {} Hz", args.hz);
+    }
+    let status = std::process::Command::new(prog)
+        .args(rest)
+        .env("LD_PRELOAD", &preload)
+        .env("CALLSTACK_RECORD_OUT", &args.output)
+        .env("CALLSTACK_RECORD_HZ", args.hz.to_string())
+        .status()
+        .map_err(|e| format!("cannot start {}: {e}", prog.to_string_lossy()))?;
+    if !args.output.exists() {
+        return Err(format!(
+            "{} wrote no profile ({status}; a program that ends in _exit or by a signal writes none)",
+            prog.to_string_lossy()
+        ));
+    }
+    if !args.quiet {
+        eprintln!(
+            "callstack record: wrote {}; see `callstack report {}`",
+            args.output.display(),
             args.output.display()
         );
     }

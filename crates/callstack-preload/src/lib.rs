@@ -7,8 +7,14 @@
 //!   through libstdc++), records each block by call stack in a
 //!   [`callstack::alloc::Recorder`] and writes the recording at exit.
 //!
-//! Inert unless `CALLSTACK_MEMTRACK_OUT` is set.
+//! - [`sampler`]: the in-process CPU sampler `callstack record` falls back
+//!   to where perf events are refused; writes a profile at exit.
+//!
+//! Each is inert unless its variable is set (`CALLSTACK_MEMTRACK_OUT`,
+//! `CALLSTACK_RECORD_OUT`).
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod memtrack;
+#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub mod sampler;
