@@ -16,5 +16,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod memtrack;
-#[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
 pub mod sampler;
