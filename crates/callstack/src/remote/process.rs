@@ -49,37 +49,31 @@ fn read_maps(pid: u32, mm_tid: u32) -> Result<Vec<(Mapping, bool)>, RemoteError>
         }
         _ => RemoteError::Io(path.clone().into(), e),
     })?;
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let mut it = line.split_whitespace();
-        let (Some(range), Some(perms), Some(off)) = (it.next(), it.next(), it.next()) else {
-            continue;
-        };
-        let (_dev, _inode) = (it.next(), it.next());
-        let path: String = it.collect::<Vec<_>>().join(" ");
-        let Some((s, e)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end), Ok(file_offset)) = (
-            u64::from_str_radix(s, 16),
-            u64::from_str_radix(e, 16),
-            u64::from_str_radix(off, 16),
-        ) else {
-            continue;
-        };
-        let writable = perms.as_bytes().get(1) == Some(&b'w');
-        out.push((
-            Mapping {
-                start,
-                end,
-                file_offset,
-                path,
-                executable: Some(perms.as_bytes().get(2) == Some(&b'x')),
-            },
-            writable,
-        ));
-    }
-    Ok(out)
+    Ok(text.lines().filter_map(parse_maps_line).collect())
+}
+
+/// One line of a `/proc/PID/maps` file: the mapping, and whether it is
+/// writable. `None` for a line that does not parse.
+pub(crate) fn parse_maps_line(line: &str) -> Option<(Mapping, bool)> {
+    let mut it = line.split_whitespace();
+    let (range, perms, off) = (it.next()?, it.next()?, it.next()?);
+    let (_dev, _inode) = (it.next(), it.next());
+    let path: String = it.collect::<Vec<_>>().join(" ");
+    let (s, e) = range.split_once('-')?;
+    let start = u64::from_str_radix(s, 16).ok()?;
+    let end = u64::from_str_radix(e, 16).ok()?;
+    let file_offset = u64::from_str_radix(off, 16).ok()?;
+    let writable = perms.as_bytes().get(1) == Some(&b'w');
+    Some((
+        Mapping {
+            start,
+            end,
+            file_offset,
+            path,
+            executable: Some(perms.as_bytes().get(2) == Some(&b'x')),
+        },
+        writable,
+    ))
 }
 
 /// Why tracing `pid` is not permitted, in words a user can act on.

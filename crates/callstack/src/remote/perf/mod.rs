@@ -176,40 +176,18 @@ impl Space {
         let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             return;
         };
-        for line in text.lines() {
-            let mut it = line.split_whitespace();
-            let (Some(range), Some(perms), Some(off)) = (it.next(), it.next(), it.next()) else {
-                continue;
-            };
-            let (_dev, _inode) = (it.next(), it.next());
-            let path: String = it.collect::<Vec<_>>().join(" ");
-            if !(path.starts_with('/') || path == "[vdso]") {
+        for (m, _) in text.lines().filter_map(crate::remote::process::parse_maps_line) {
+            if !(m.path.starts_with('/') || m.path == "[vdso]") {
                 continue;
             }
-            let Some((s, e)) = range.split_once('-') else {
-                continue;
-            };
-            let (Ok(start), Ok(end), Ok(file_offset)) = (
-                u64::from_str_radix(s, 16),
-                u64::from_str_radix(e, 16),
-                u64::from_str_radix(off, 16),
-            ) else {
-                continue;
-            };
             if self
                 .mappings
                 .iter()
-                .any(|x| x.start == start && x.end == end && x.path == path)
+                .any(|x| x.start == m.start && x.end == m.end && x.path == m.path)
             {
                 continue;
             }
-            self.add(Mapping {
-                start,
-                end,
-                file_offset,
-                path,
-                executable: Some(perms.as_bytes().get(2) == Some(&b'x')),
-            });
+            self.add(m);
         }
     }
 
