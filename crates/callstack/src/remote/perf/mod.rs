@@ -176,7 +176,10 @@ impl Space {
         let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             return;
         };
-        for (m, _) in text.lines().filter_map(crate::remote::process::parse_maps_line) {
+        for (m, _) in text
+            .lines()
+            .filter_map(crate::remote::process::parse_maps_line)
+        {
             if !(m.path.starts_with('/') || m.path == "[vdso]") {
                 continue;
             }
