@@ -5,7 +5,6 @@
 //! The lean archive is built in a target directory of its own
 //! (`<target>/lean`): built in the shared one, it would replace the full
 //! `libcallstack.a` the other tests link.
-use std::path::PathBuf;
 use std::process::Command;
 use testsupport::{scratch_dir, workspace_root};
 
@@ -37,11 +36,7 @@ int main(void) {
 
 #[test]
 fn lean_archive_program_is_as_small_as_readme_says() {
-    let target = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => workspace_root().join("target"),
-    }
-    .join("lean");
+    let target = testsupport::target_dir().join("lean");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(workspace_root())
         .args([

@@ -41,7 +41,9 @@ pub struct Artifacts {
     pub preload_lib: PathBuf,
 }
 
-fn target_dir() -> PathBuf {
+/// Cargo's target directory: `$CARGO_TARGET_DIR`, else `target/` of the
+/// workspace.
+pub fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(d) => PathBuf::from(d),
         None => workspace_root().join("target"),
