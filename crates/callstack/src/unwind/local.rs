@@ -680,14 +680,12 @@ impl Snapshot {
     }
 }
 
-static SNAPSHOT: AtomicPtr<Snapshot> = AtomicPtr::new(core::ptr::null_mut());
-
 /// The executable segment of the published module snapshot (see
 /// [`prepare`]) that holds `addr`: lock-free, no system call. `None` before
 /// any snapshot, or outside its segments.
 pub(crate) fn snapshot_code_range(addr: u64) -> Option<(u64, u64)> {
     // SAFETY: published snapshots are never freed.
-    let s = unsafe { SNAPSHOT.load(Ordering::Acquire).as_ref() }?;
+    let s = unsafe { FLAGS.snapshot.load(Ordering::Acquire).as_ref() }?;
     let i = s.segments.partition_point(|seg| seg.0 <= addr);
     let seg = s.segments.get(i.checked_sub(1)?)?;
     (addr < seg.1).then_some((seg.0, seg.1))
@@ -774,10 +772,15 @@ const PENDING_SIZE: usize = 256;
 /// by the next capture ([`flush_pending`]): the first capture then writes
 /// one small array instead of faulting in most of the cache's 17 pages
 /// (each fault costs microseconds, more than the walk itself).
+/// Wide-rule slots whose words the first capture keeps in
+/// [`Flags::wide_early`] (slots are handed out in order from 1).
+const EARLY_WIDE: usize = 32;
+
 /// The small state a capture reads or writes outside the rule cache, kept
-/// together (one page: each page a process's first capture touches costs a
-/// page fault, two when it is read before it is written).
-#[repr(C)]
+/// together on one page (aligned, at most a page): each page a process's
+/// first capture touches costs a page fault, two when it is read before it
+/// is written, about 2 us each, as much as unwinding 5 frames.
+#[repr(C, align(4096))]
 pub(crate) struct Flags {
     /// Whether the rule cache ever held a rule (until then the warm path
     /// does not even read it).
@@ -789,12 +792,23 @@ pub(crate) struct Flags {
     /// Whether an exit hook was ever installed (see [`crate::exit_hook`]).
     pub(crate) exit_hooks: AtomicBool,
     pending_n: core::sync::atomic::AtomicUsize,
+    /// The published module snapshot (see [`prepare`]); never freed.
+    snapshot: AtomicPtr<Snapshot>,
     /// Slots of the wide-rule table handed out (see [`cache_rule`]).
     wide_n: core::sync::atomic::AtomicUsize,
     /// Cache words of the first capture of the process, written into the
     /// cache by the next capture ([`flush_pending`]).
     pending: [AtomicU64; PENDING_SIZE],
+    /// The words of wide-rule slots below [`EARLY_WIDE`] given out while
+    /// the cache is not live, moved into the cache's wide table with
+    /// `pending` (by [`flush_pending`]).
+    wide_early: [AtomicU64; EARLY_WIDE],
+    /// Modules found by `_dl_find_object` whose rules went into the cache
+    /// (see [`seen_module`]).
+    seen: [SeenModule; 64],
 }
+
+const _: () = assert!(core::mem::size_of::<Flags>() == 4096);
 
 pub(crate) static FLAGS: Flags = Flags {
     cache_used: AtomicBool::new(false),
@@ -802,8 +816,11 @@ pub(crate) static FLAGS: Flags = Flags {
     stale: AtomicBool::new(false),
     exit_hooks: AtomicBool::new(false),
     pending_n: core::sync::atomic::AtomicUsize::new(0),
+    snapshot: AtomicPtr::new(core::ptr::null_mut()),
     wide_n: core::sync::atomic::AtomicUsize::new(0),
     pending: [EMPTY; PENDING_SIZE],
+    wide_early: [EMPTY; EARLY_WIDE],
+    seen: [SEEN_EMPTY; 64],
 };
 
 /// Moves `FLAGS.pending` into the cache when it waits there; called at the
@@ -819,6 +836,10 @@ fn cache_go_live() {
 #[inline(never)]
 fn flush_pending() {
     FLAGS.cache_live.store(true, Ordering::Relaxed);
+    let wide = FLAGS.wide_n.load(Ordering::Acquire).min(EARLY_WIDE - 1);
+    for slot in 1..=wide {
+        publish_early_wide(slot);
+    }
     let n = FLAGS.pending_n.swap(0, Ordering::Relaxed).min(PENDING_SIZE);
     for slot in &FLAGS.pending[..n] {
         let w = slot.swap(0, Ordering::Relaxed);
@@ -847,9 +868,27 @@ fn cache_put(addr: u64, packed: u16) {
     cache_put_word(word);
 }
 
+/// Copies the word of early wide slot `slot` into the cache's wide table
+/// if it is not there yet.
+fn publish_early_wide(slot: usize) {
+    if slot < EARLY_WIDE && CACHE.wide[slot].load(Ordering::Relaxed) == 0 {
+        let w = FLAGS.wide_early[slot].load(Ordering::Acquire);
+        if w != 0 {
+            CACHE.wide[slot].store(w, Ordering::Release);
+        }
+    }
+}
+
 /// [`cache_put`] of a whole cache word, into the live cache.
 fn cache_put_word(word: u64) {
     let key = word & KEY_MASK;
+    // A wide slot given out before the cache went live, by a capture the
+    // flush raced with, is published before a word names it (else the
+    // word would name an empty slot, which only costs the slow path).
+    let packed = (word >> 48) as u16;
+    if packed >> 14 == 0 && cfg!(target_arch = "x86_64") {
+        publish_early_wide(packed as usize);
+    }
     let i = cache_set(key);
     // An empty first way is taken with one write access (on a page of the
     // cache not touched yet, a read first would fault twice).
@@ -879,8 +918,19 @@ fn cache_rule(rule: <A as Arch>::Rule) -> u16 {
     // rules of a process sit on the table's first page: a first capture
     // faults in one page of it, not one per rule. Two threads adding the
     // same rule at once take two slots; both are right.
+    // Before the cache is live (the first capture), the words of the first
+    // slots wait in `FLAGS.wide_early`, on the page the capture writes
+    // anyway, and the wide table's page is not touched.
+    let early = !FLAGS.cache_live.load(Ordering::Relaxed);
+    let word_at = |s: usize| {
+        if early && s < EARLY_WIDE {
+            &FLAGS.wide_early[s]
+        } else {
+            &CACHE.wide[s]
+        }
+    };
     let n = FLAGS.wide_n.load(Ordering::Acquire).min(WIDE_SIZE - 1);
-    if let Some(slot) = (1..=n).find(|&s| CACHE.wide[s].load(Ordering::Acquire) == w) {
+    if let Some(slot) = (1..=n).find(|&s| word_at(s).load(Ordering::Acquire) == w) {
         return slot as u16;
     }
     let slot = FLAGS.wide_n.fetch_add(1, Ordering::AcqRel) + 1;
@@ -889,7 +939,7 @@ fn cache_rule(rule: <A as Arch>::Rule) -> u16 {
     }
     // Published before any cache word names the slot (the caller caches the
     // packed rule after this returns).
-    CACHE.wide[slot].store(w, Ordering::Release);
+    word_at(slot).store(w, Ordering::Release);
     slot as u16
 }
 
@@ -1030,7 +1080,7 @@ pub fn prepare() -> PrepareStats {
     // The instruction-analysis fallback's disassembler tables.
     crate::unwind::insn::warm_up();
     let (adds, subs) = dl_counters();
-    let old = SNAPSHOT.load(Ordering::Acquire);
+    let old = FLAGS.snapshot.load(Ordering::Acquire);
     // SAFETY: snapshots are never freed once published.
     let old = unsafe { old.as_ref() };
     let stale = FLAGS.stale.swap(false, Ordering::AcqRel);
@@ -1098,7 +1148,7 @@ pub fn prepare() -> PrepareStats {
         unloaded_seen: AtomicBool::new(false),
     });
     // The old snapshot is leaked on purpose: a capture may still read it.
-    SNAPSHOT.store(Box::into_raw(snap), Ordering::Release);
+    FLAGS.snapshot.store(Box::into_raw(snap), Ordering::Release);
     if removed {
         clear_cache();
     }
@@ -1144,7 +1194,7 @@ pub(crate) struct LocalSource {
 impl LocalSource {
     #[inline(always)]
     pub(crate) fn new() -> Self {
-        let p = SNAPSHOT.load(Ordering::Acquire);
+        let p = FLAGS.snapshot.load(Ordering::Acquire);
         LocalSource {
             // SAFETY: published snapshots are never freed.
             snap: unsafe { p.as_ref() },
@@ -1336,9 +1386,6 @@ const SEEN_EMPTY: SeenModule = SeenModule {
     hdr: AtomicU64::new(0),
 };
 
-/// Modules found by `_dl_find_object` whose rules went into the cache.
-static SEEN: [SeenModule; 64] = [SEEN_EMPTY; 64];
-
 /// Notes that the rules of `d` (found by `_dl_find_object` now) go into the
 /// rule cache; false when they must not (the table of modules is full).
 ///
@@ -1356,7 +1403,7 @@ fn seen_module(d: DlModule) -> bool {
         return false;
     }
     let mut free = None;
-    for (i, m) in SEEN.iter().enumerate() {
+    for (i, m) in FLAGS.seen.iter().enumerate() {
         let start = m.start.load(Ordering::Acquire);
         if start == 0 {
             free = free.or(Some(i));
@@ -1382,7 +1429,7 @@ fn seen_module(d: DlModule) -> bool {
         }
     }
     // A free slot (claimed against concurrent captures).
-    for m in SEEN.iter().skip(free.unwrap_or(SEEN.len())) {
+    for m in FLAGS.seen.iter().skip(free.unwrap_or(FLAGS.seen.len())) {
         if m.start
             .compare_exchange(0, d.start, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
@@ -1410,7 +1457,7 @@ pub(crate) struct LocalCode {
 
 impl LocalCode {
     pub(crate) fn new() -> Self {
-        let p = SNAPSHOT.load(Ordering::Acquire);
+        let p = FLAGS.snapshot.load(Ordering::Acquire);
         // SAFETY: published snapshots are never freed.
         LocalCode {
             snap: unsafe { p.as_ref() },
