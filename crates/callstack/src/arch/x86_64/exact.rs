@@ -231,6 +231,7 @@ pub(crate) unsafe fn run_hot(
             // 40: the frame at `pc` is the key of word `idx`; `v` = its
             // packed rule, zero-extended.
             "40:",
+            "mov {idx:e}, {nidx:e}",
             "movzx {nidx:e}, word ptr [{cache} + {idx} * 2 + {pred_at}]",
             // `p + 0x4000` has bit 15 set just for `p` in
             // `0x4000..0xc000` (bits 15-14 = 1 or 2), and then bit 14 set
@@ -255,29 +256,37 @@ pub(crate) unsafe fn run_hot(
             "cmp {off}, {hi}",
             "ja 8f",
             // A zero return address (the outermost frame) is written and
-            // then fails the lookup: the caller takes it back.
-            "mov {v}, [{a} + {ra} * 8]",
-            "mov {a}, [{a}]",
+            // then fails the lookup: the caller takes it back. The saved
+            // `rbp` is loaded out of line (most frames without a frame
+            // pointer do not save it): the loop is bound by how many
+            // instructions it issues a frame, so each one counts.
+            "mov {pc}, [{a} + {ra} * 8]",
             "test {ra:e}, {ra:e}",
-            "cmovnz {fp}, {a}",
+            "jnz 37f",
+            "36:",
             "mov {sp}, {off}",
-            "mov {pc}, {v}",
-            "mov [{end} + {cnt} * 8], {v}",
+            "mov [{end} + {cnt} * 8], {pc}",
             "add {cnt}, 1",
             "jz 7f",
             // The predicted caller's word: its rule is taken from the word
             // itself, not from the word xor the return address, so the
             // next frame's stack reads wait on the prediction only, not on
-            // this frame's stack read (which only checks the key).
+            // this frame's stack read (which only checks the key). A hit
+            // goes round again (`40` makes the prediction the current
+            // word); a miss looks the return address up, `off` being the
+            // word whose prediction it rewrites.
             "mov {v}, [{cache} + {nidx} * 8]",
             "mov {ra}, {v}",
             "shr {v}, 48",
             "xor {ra}, {pc}",
             "shl {ra}, 16",
-            "mov {off:e}, {idx:e}",
-            "mov {idx:e}, {nidx:e}",
             "jz 40b",
+            "mov {off:e}, {idx:e}",
             "jmp 45f",
+            // 37: the frame saved `rbp` at `a`.
+            "37:",
+            "mov {fp}, [{a}]",
+            "jmp 36b",
             // 33: rbp-based frames; the frame record has a loop of its own.
             "33:",
             "cmp {v:e}, {frame_record} + 0x4000",
@@ -342,7 +351,7 @@ pub(crate) unsafe fn run_hot(
             "ja 8f",
             "46:",
             "mov word ptr [{cache} + {off} * 2 + {pred_at}], {a:x}",
-            "mov {idx:e}, {a:e}",
+            "mov {nidx:e}, {a:e}",
             "jmp 40b",
             // 27: a wide rule, `v` its slot.
             "27:",
