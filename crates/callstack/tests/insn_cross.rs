@@ -11,7 +11,8 @@
 #![cfg(feature = "remote")]
 
 mod common;
-use callstack::unwind::insn::{unwind_prstatus, Method, TargetArch};
+use callstack::arch::Machine;
+use callstack::unwind::insn::{unwind_prstatus, Method};
 use common::cores;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -175,16 +176,15 @@ fn our_chain(a: Arch, exe: &Path, core_path: &Path) -> Vec<(u64, Method)> {
     let core = cores::open(core_path, exe);
     let mut code = cores::code(&core);
     let (desc, stack_end) = cores::first_thread(&core);
-    use callstack::remote::Machine;
-    let (target, machine) = match a {
-        Arch::Aarch64 => (TargetArch::Aarch64, Machine::Aarch64),
-        Arch::Arm => (TargetArch::Arm, Machine::Arm),
-        Arch::Mips => (TargetArch::Mips, Machine::Mips),
+    let machine = match a {
+        Arch::Aarch64 => Machine::Aarch64,
+        Arch::Arm => Machine::Arm,
+        Arch::Mips => Machine::Mips,
     };
     assert_eq!(core.snapshot().arch, machine, "the core's machine");
     let mut out = [(0u64, Method::Context); 64];
     let n = unwind_prstatus(
-        target,
+        machine,
         &desc,
         &mut core.memory(),
         &mut code,

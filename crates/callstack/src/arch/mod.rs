@@ -14,8 +14,11 @@
 
 pub mod aarch64;
 pub mod arm;
+mod machine;
 pub mod mips;
 pub mod x86_64;
+
+pub use machine::{prstatus_word, Machine, PrstatusError, PrstatusLayout, Registers, MAX_REGS};
 
 #[cfg(target_arch = "aarch64")]
 pub use self::aarch64 as native;

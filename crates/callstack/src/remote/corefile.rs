@@ -964,13 +964,14 @@ impl CoreFile {
     ///
     /// ```no_run
     /// use callstack::remote::{corefile::CoreFile, Lookup};
-    /// use callstack::unwind::insn::{unwind_prstatus, Method, ModuleCode, TargetArch};
+    /// use callstack::arch::Machine;
+    /// use callstack::unwind::insn::{unwind_prstatus, Method, ModuleCode};
     /// let core = CoreFile::open("core".as_ref(), Some("./app".as_ref()), &Lookup::default())?;
     /// let desc = &core.prstatus_notes()[0];
     /// let stack_end = core.snapshot().threads[0].stack_end.unwrap_or(u64::MAX);
     /// let mut out = [(0u64, Method::Context); 64];
     /// let n = unwind_prstatus(
-    ///     TargetArch::X86_64,
+    ///     Machine::X86_64,
     ///     desc,
     ///     &mut core.memory(),
     ///     &mut ModuleCode::new(),

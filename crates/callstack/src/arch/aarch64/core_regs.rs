@@ -5,11 +5,11 @@
 //! The one place that knows this layout: its field indices, the DWARF
 //! numbers of the registers, and the two readers built on them
 //! ([`unwind_regs`] for the instruction-analysis unwinder, [`from_user_regs`]
-//! for [`crate::remote`]).
+//! for cores and live processes).
 
-#[cfg(feature = "remote")]
-use crate::remote::{Machine, Registers};
-use crate::unwind::insn::{PrstatusError, UnwindRegs};
+use crate::arch::PrstatusError;
+use crate::arch::{Machine, Registers};
+use crate::unwind::UnwindRegs;
 
 /// Offset of `pr_reg` in the 64-bit `elf_prstatus`.
 pub const PR_REG_OFFSET: usize = 112;
@@ -37,7 +37,7 @@ pub const DWARF_PC: u16 = 32;
 
 /// The registers an unwind needs, from an `NT_PRSTATUS` note's descriptor.
 pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
-    let r = |i: usize| crate::unwind::insn::prstatus_word(desc, PR_REG_OFFSET, NREGS, 8, i);
+    let r = |i: usize| crate::arch::prstatus_word(desc, PR_REG_OFFSET, NREGS, 8, i);
     Ok(UnwindRegs {
         pc: r(PC)?,
         sp: r(SP)?,
@@ -46,12 +46,11 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
     })
 }
 
-#[cfg(feature = "remote")]
 /// Reads the general registers from a little-endian `user_pt_regs`
 /// (`pr_reg` itself, not the whole note). Returns `None` when `bytes` is too
 /// short.
 pub fn from_user_regs(bytes: &[u8]) -> Option<Registers> {
-    let word = |i: usize| crate::unwind::insn::prstatus_word(bytes, 0, NREGS, 8, i).ok();
+    let word = |i: usize| crate::arch::prstatus_word(bytes, 0, NREGS, 8, i).ok();
     let mut regs = Registers::new(Machine::Aarch64);
     for i in 0..=X30 {
         regs.set(i as u16, word(i)?);

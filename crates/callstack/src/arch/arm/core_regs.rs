@@ -5,11 +5,11 @@
 //! The one place that knows this layout: its field indices (which are also
 //! the DWARF numbers of r0-r15), and the readers built on them
 //! ([`all_regs`] and [`unwind_regs`] for the instruction-analysis unwinder,
-//! [`from_user_regs`] for [`crate::remote`]).
+//! [`from_user_regs`] for cores and live processes).
 
-#[cfg(feature = "remote")]
-use crate::remote::{Machine, Registers};
-use crate::unwind::insn::{PrstatusError, UnwindRegs};
+use crate::arch::PrstatusError;
+use crate::arch::{Machine, Registers};
+use crate::unwind::UnwindRegs;
 
 /// Offset of `pr_reg` in the 32-bit `elf_prstatus`.
 pub const PR_REG_OFFSET: usize = 72;
@@ -36,7 +36,7 @@ pub const CPSR_T: u64 = 1 << 5;
 pub fn all_regs(desc: &[u8]) -> Result<[u32; 17], PrstatusError> {
     let mut out = [0u32; 17];
     for (i, o) in out.iter_mut().enumerate() {
-        *o = crate::unwind::insn::prstatus_word(desc, PR_REG_OFFSET, NREGS, 4, i)? as u32;
+        *o = crate::arch::prstatus_word(desc, PR_REG_OFFSET, NREGS, 4, i)? as u32;
     }
     Ok(out)
 }
@@ -54,12 +54,11 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
     })
 }
 
-#[cfg(feature = "remote")]
 /// Reads r0-r15 from a little-endian `pr_reg` (not the whole note); the pc
 /// gets bit 0 set in Thumb state (the interworking convention the ARM
 /// unwinder expects). Returns `None` when `bytes` is too short.
 pub fn from_user_regs(bytes: &[u8]) -> Option<Registers> {
-    let word = |i: usize| crate::unwind::insn::prstatus_word(bytes, 0, NREGS, 4, i).ok();
+    let word = |i: usize| crate::arch::prstatus_word(bytes, 0, NREGS, 4, i).ok();
     let mut regs = Registers::new(Machine::Arm);
     for i in 0..=PC {
         regs.set(i as u16, word(i)?);

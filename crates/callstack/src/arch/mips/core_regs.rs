@@ -6,11 +6,11 @@
 //! The one place that knows this layout: its field indices, the DWARF
 //! numbers of the registers, and the readers built on them ([`unwind_regs`]
 //! for the instruction-analysis unwinder, [`from_user_regs`] for
-//! [`crate::remote`]).
+//! cores and live processes).
 
-#[cfg(feature = "remote")]
-use crate::remote::{Machine, Registers};
-use crate::unwind::insn::{PrstatusError, UnwindRegs};
+use crate::arch::PrstatusError;
+use crate::arch::{Machine, Registers};
+use crate::unwind::UnwindRegs;
 
 /// Offset of `pr_reg` in the 32-bit `elf_prstatus`.
 pub const PR_REG_OFFSET: usize = 72;
@@ -38,7 +38,7 @@ pub const PC_SLOT: u16 = 37;
 
 /// The registers an unwind needs, from an `NT_PRSTATUS` note's descriptor.
 pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
-    let r = |i: usize| crate::unwind::insn::prstatus_word(desc, PR_REG_OFFSET, NREGS, 4, i);
+    let r = |i: usize| crate::arch::prstatus_word(desc, PR_REG_OFFSET, NREGS, 4, i);
     Ok(UnwindRegs {
         pc: r(EPC)?,
         sp: r(SP)?,
@@ -47,11 +47,10 @@ pub fn unwind_regs(desc: &[u8]) -> Result<UnwindRegs, PrstatusError> {
     })
 }
 
-#[cfg(feature = "remote")]
 /// Reads r0-r31 and the pc from a little-endian `pr_reg` (not the whole
 /// note). Returns `None` when `bytes` is too short.
 pub fn from_user_regs(bytes: &[u8]) -> Option<Registers> {
-    let word = |i: usize| crate::unwind::insn::prstatus_word(bytes, 0, NREGS, 4, i).ok();
+    let word = |i: usize| crate::arch::prstatus_word(bytes, 0, NREGS, 4, i).ok();
     let mut regs = Registers::new(Machine::Mips);
     for i in 0..32 {
         regs.set(i as u16, word(R0 + i)?);

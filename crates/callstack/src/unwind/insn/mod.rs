@@ -43,7 +43,7 @@ mod robustness;
 pub use fallback::InsnFallback;
 pub use inprocess::InProcess;
 pub use modcode::{ModuleCode, ModuleCodeError};
-pub use target::{unwind_prstatus, TargetArch};
+pub use target::unwind_prstatus;
 
 pub use crate::arch::aarch64::instruction_analysis as aarch64;
 pub use crate::arch::mips::instruction_analysis as mips;
@@ -277,54 +277,7 @@ impl InsnRule {
     }
 }
 
-/// Why registers could not be read from an `NT_PRSTATUS` note.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PrstatusError {
-    /// The descriptor is shorter than the architecture's `elf_prstatus`.
-    TooShort {
-        /// Bytes needed.
-        need: usize,
-        /// Bytes present.
-        have: usize,
-    },
-}
-
-impl core::fmt::Display for PrstatusError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            PrstatusError::TooShort { need, have } => {
-                write!(f, "NT_PRSTATUS note too short: {have} bytes, need {need}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for PrstatusError {}
-
-/// Word `i` of `pr_reg` (little-endian, `size` 4 or 8 bytes) in an
-/// `NT_PRSTATUS` descriptor whose `pr_reg` starts at `offset` and holds
-/// `nregs` words.
-pub fn prstatus_word(
-    desc: &[u8],
-    offset: usize,
-    nregs: usize,
-    size: usize,
-    i: usize,
-) -> Result<u64, PrstatusError> {
-    let need = offset + nregs * size;
-    if desc.len() < need || i >= nregs {
-        return Err(PrstatusError::TooShort {
-            need,
-            have: desc.len(),
-        });
-    }
-    let s = &desc[offset + i * size..offset + (i + 1) * size];
-    Ok(if size == 4 {
-        u32::from_le_bytes(s.try_into().unwrap()) as u64
-    } else {
-        u64::from_le_bytes(s.try_into().unwrap())
-    })
-}
+pub use crate::arch::{prstatus_word, PrstatusError};
 
 /// Per-architecture `NT_PRSTATUS` register layouts.
 pub mod core_regs {

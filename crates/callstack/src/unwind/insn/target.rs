@@ -3,40 +3,15 @@
 
 use super::core_regs;
 use super::{Method, ModuleCode, PrstatusError};
+use crate::arch::Machine;
 use crate::unwind::Memory;
-
-/// The architectures of the machine-code unwinder.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TargetArch {
-    /// x86-64.
-    X86_64,
-    /// AArch64.
-    Aarch64,
-    /// 32-bit ARM (EABI, ARM and Thumb-2).
-    Arm,
-    /// MIPS32 little-endian, o32.
-    Mips,
-}
-
-impl TargetArch {
-    /// The architecture of an ELF `e_machine` (`None` if not supported).
-    pub fn from_elf_machine(machine: u16) -> Option<TargetArch> {
-        match machine {
-            62 => Some(TargetArch::X86_64),
-            183 => Some(TargetArch::Aarch64),
-            40 => Some(TargetArch::Arm),
-            8 => Some(TargetArch::Mips),
-            _ => None,
-        }
-    }
-}
 
 /// Unwinds the thread whose `NT_PRSTATUS` descriptor is `prstatus` by
 /// machine code (and EHABI tables on ARM), reading the stack through `mem`
 /// (up to `stack_end`) and code through `code`. Writes `(pc, method)` per
 /// frame (ARM pcs keep their Thumb bit) and returns how many.
 pub fn unwind_prstatus<M: Memory + ?Sized>(
-    arch: TargetArch,
+    arch: Machine,
     prstatus: &[u8],
     mem: &mut M,
     code: &mut ModuleCode,
@@ -44,21 +19,21 @@ pub fn unwind_prstatus<M: Memory + ?Sized>(
     out: &mut [(u64, Method)],
 ) -> Result<usize, PrstatusError> {
     Ok(match arch {
-        TargetArch::X86_64 => {
+        Machine::X86_64 => {
             let regs = core_regs::x86_64::unwind_regs(prstatus)?;
             super::x86_64::unwinder::walk(regs, mem, code, stack_end, out).0
         }
-        TargetArch::Aarch64 => {
+        Machine::Aarch64 => {
             let regs = core_regs::aarch64::unwind_regs(prstatus)?;
             super::risc::walk::<super::aarch64::Arch, M, ModuleCode>(
                 regs, mem, code, stack_end, out,
             )
         }
-        TargetArch::Mips => {
+        Machine::Mips => {
             let regs = core_regs::mips::unwind_regs(prstatus)?;
             super::risc::walk::<super::mips::Arch, M, ModuleCode>(regs, mem, code, stack_end, out)
         }
-        TargetArch::Arm => {
+        Machine::Arm => {
             let r = core_regs::arm::all_regs(prstatus)?;
             let mut regs = [0u32; 16];
             regs.copy_from_slice(&r[..16]);
