@@ -94,6 +94,7 @@ pub mod symbolize;
 mod sys;
 mod trace;
 pub mod tracefile;
+mod types;
 pub mod unwind;
 
 /// The README's Rust blocks, compiled and run as doc-tests (so that what

@@ -45,7 +45,7 @@ pub enum Applied {
     /// exactly, not a return address.
     Caller {
         /// The caller's registers.
-        regs: crate::unwind::UnwindRegs,
+        regs: crate::types::UnwindRegs,
         /// Whether the caller was interrupted by a signal.
         signal: bool,
     },
@@ -85,20 +85,20 @@ pub trait Arch: Copy + Default + core::fmt::Debug + Send + Sync + 'static {
     const FRAME_RECORD: FrameRecordLayout;
 
     /// The value of DWARF register `reg` in `regs`, if tracked.
-    fn reg(regs: &crate::unwind::UnwindRegs, reg: u16) -> Option<u64>;
+    fn reg(regs: &crate::types::UnwindRegs, reg: u16) -> Option<u64>;
 
     /// Compiles one CFI row into a rule, or [`Arch::EVALUATE`] when it
     /// does not fit. `signal` is whether the FDE's CIE has the `S`
     /// augmentation (a signal trampoline).
-    fn compile_row(row: &crate::unwind::cfi::RowView<'_>, signal: bool) -> Self::Rule;
+    fn compile_row(row: &crate::types::RowView<'_>, signal: bool) -> Self::Rule;
 
     /// Applies `rule` to `regs` (the registers of the frame whose rule it
     /// is), reading the stack through `mem`.
-    fn apply<M: crate::unwind::Memory + ?Sized>(
+    fn apply<M: crate::types::Memory + ?Sized>(
         rule: Self::Rule,
-        regs: &crate::unwind::UnwindRegs,
+        regs: &crate::types::UnwindRegs,
         mem: &mut M,
-    ) -> Result<Applied, crate::unwind::UnwindError>;
+    ) -> Result<Applied, crate::types::UnwindError>;
 
     /// Packs `rule` into 16 bits for the in-process rule cache, or 0 when it
     /// does not fit (it is then looked up in the table each time).
@@ -109,8 +109,8 @@ pub trait Arch: Copy + Default + core::fmt::Debug + Send + Sync + 'static {
 
     /// The registers saved by the kernel in a signal frame, when the
     /// trampoline's frame has stack pointer `sp`.
-    fn signal_frame<M: crate::unwind::Memory + ?Sized>(
+    fn signal_frame<M: crate::types::Memory + ?Sized>(
         sp: u64,
         mem: &mut M,
-    ) -> Result<crate::unwind::UnwindRegs, crate::unwind::UnwindError>;
+    ) -> Result<crate::types::UnwindRegs, crate::types::UnwindError>;
 }

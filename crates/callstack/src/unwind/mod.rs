@@ -49,18 +49,13 @@ mod cfi_fast;
 pub(crate) use cfi_fast::check_against_gimli;
 pub mod insn;
 pub(crate) mod local;
-pub mod memory;
-mod regs;
 mod table;
 mod unwinder;
 
-pub use memory::{Memory, ReadError};
-pub use regs::UnwindRegs;
+pub use crate::types::memory;
+pub use crate::types::{Frame, Memory, Method, ReadError, StopReason, UnwindError, UnwindRegs};
 pub use table::{SectionsInput, TableError, TableStats, UnwindTable};
-pub use unwinder::{
-    frame_pointer_step, Fallback, Found, Frame, Method, NoFallback, RuleSource, StopReason,
-    Unwinder,
-};
+pub use unwinder::{frame_pointer_step, Fallback, Found, NoFallback, RuleSource, Unwinder};
 
 pub use crate::arch::{Applied, Arch};
 
@@ -72,39 +67,6 @@ pub type NativeArch = crate::arch::aarch64::Aarch64;
 /// AArch64, so that the offline unwinder still compiles).
 #[cfg(not(target_arch = "aarch64"))]
 pub type NativeArch = crate::arch::x86_64::X86_64;
-
-/// Why one unwind step failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UnwindError {
-    /// A read of the stack failed (outside the stack, unreadable).
-    Read(ReadError),
-    /// The CFI could not be parsed or evaluated.
-    BadCfi,
-    /// The CFI computes a value from a register the unwinder does not track.
-    Untracked,
-    /// The caller's stack pointer is not above the frame's.
-    StackNotAdvancing(u64),
-}
-
-impl core::fmt::Display for UnwindError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            UnwindError::Read(e) => write!(f, "{e}"),
-            UnwindError::BadCfi => write!(f, "the CFI could not be parsed or evaluated"),
-            UnwindError::Untracked => {
-                write!(f, "the CFI uses a register the unwinder does not track")
-            }
-            UnwindError::StackNotAdvancing(sp) => {
-                write!(
-                    f,
-                    "the caller's stack pointer {sp:#x} is not above the frame's"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for UnwindError {}
 
 /// Compiled tables of modules at their load addresses: the [`RuleSource`]
 /// for unwinding a core file or another process.

@@ -3,66 +3,7 @@
 //! (this process, a core file, another process).
 
 use crate::arch::{Applied, Arch};
-use crate::unwind::{Memory, UnwindError, UnwindRegs};
-
-/// How a frame was found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Method {
-    /// The first frame: the registers the unwind started from.
-    Context,
-    /// DWARF CFI (compiled or evaluated).
-    Cfi,
-    /// The frame-pointer record (code without CFI).
-    FramePointer,
-    /// The registers saved by the kernel in a signal frame: the frame was
-    /// interrupted at exactly `pc` (not a return address).
-    SignalFrame,
-    /// Instruction analysis (supplied by a [`Fallback`]).
-    Insn,
-    /// Stack scanning (supplied by a [`Fallback`]).
-    Scan,
-}
-
-impl Method {
-    /// The name used in JSON output and reports: `context`, `cfi`, `fp`,
-    /// `signal`, `insn` or `scan`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Method::Context => "context",
-            Method::Cfi => "cfi",
-            Method::FramePointer => "fp",
-            Method::SignalFrame => "signal",
-            Method::Insn => "insn",
-            Method::Scan => "scan",
-        }
-    }
-}
-
-/// One frame of an unwind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Frame {
-    /// The frame's pc: the interrupted pc for the first frame of a context
-    /// and for a frame found through a signal frame, a return address
-    /// otherwise.
-    pub pc: u64,
-    /// The frame's stack pointer.
-    pub sp: u64,
-    /// The frame's frame pointer.
-    pub fp: u64,
-    /// How the frame was found.
-    pub method: Method,
-}
-
-impl Frame {
-    /// The address to look up (symbols, rules) for this frame: `pc` for an
-    /// exact pc, `pc - 1` for a return address (which points after the call).
-    pub fn lookup_address(&self) -> u64 {
-        match self.method {
-            Method::Context | Method::SignalFrame => self.pc,
-            _ => self.pc.wrapping_sub(1),
-        }
-    }
-}
+use crate::types::{Frame, Memory, Method, StopReason, UnwindError, UnwindRegs};
 
 /// What a [`RuleSource`] knows about an address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,25 +91,6 @@ impl<A: Arch> Fallback<A> for NoFallback {
     ) -> Option<(UnwindRegs, Method)> {
         None
     }
-}
-
-/// Why a walk ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StopReason {
-    /// Not ended yet.
-    Running,
-    /// The outermost frame: CFI says the return address is undefined
-    /// (`_start`, a thread's `clone`/`clone3` start) or it is 0.
-    Outermost,
-    /// The pc is in no known module (and the fallback gave up).
-    UnknownModule(u64),
-    /// No CFI, no valid frame pointer, and the fallback gave up.
-    NoRule(u64),
-    /// An error: a read outside the readable memory, bad CFI, a stack that
-    /// does not move up.
-    Error(UnwindError),
-    /// The caller's buffer is full (set by the capture functions).
-    BufferFull,
 }
 
 /// Unwinds a stack frame by frame from a set of registers.

@@ -1,6 +1,6 @@
 //! AArch64 entries of exact capture (compiled, not yet run in tests).
 
-use crate::unwind::UnwindRegs;
+use crate::types::UnwindRegs;
 
 /// The naked entry of `capture_exact` on AArch64: passes `x30` (the return
 /// address into the caller), `sp` and `x29` and branches to the walk.

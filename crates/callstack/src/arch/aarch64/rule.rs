@@ -5,8 +5,8 @@
 //! cached in the in-process rule cache on AArch64 (`pack` returns 0).
 
 use crate::arch::{Applied, Arch, FrameRecordLayout};
-use crate::unwind::cfi::{CfaView, RowView, RuleView};
-use crate::unwind::{Memory, UnwindError, UnwindRegs};
+use crate::types::{CfaView, RowView, RuleView};
+use crate::types::{Memory, UnwindError, UnwindRegs};
 
 const X29: u16 = 29;
 const X30: u16 = 30;

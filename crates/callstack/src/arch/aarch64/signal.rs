@@ -11,8 +11,8 @@
 //! ```
 
 use super::instruction_analysis::insn_at;
-use crate::unwind::insn::CodeMemory;
-use crate::unwind::{Memory, UnwindRegs};
+use crate::types::CodeMemory;
+use crate::types::{Memory, UnwindRegs};
 
 /// Offset of saved x0 from sp at the trampoline.
 pub const X0_OFFSET: u64 = 128 + 176 + 8;

@@ -9,7 +9,7 @@
 
 use crate::arch::PrstatusError;
 use crate::arch::{Machine, Registers};
-use crate::unwind::UnwindRegs;
+use crate::types::UnwindRegs;
 
 /// Offset of `pr_reg` in the 32-bit `elf_prstatus`.
 pub const PR_REG_OFFSET: usize = 72;

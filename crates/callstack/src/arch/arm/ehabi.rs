@@ -19,7 +19,7 @@
 //! No allocation: opcodes are gathered into a fixed buffer
 //! ([`MAX_OPCODES`]); tables are borrowed.
 
-use crate::unwind::Memory;
+use crate::types::Memory;
 
 /// Most opcode bytes interpreted for one function.
 pub const MAX_OPCODES: usize = 64;
@@ -329,7 +329,7 @@ pub fn execute<M: Memory + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unwind::ReadError;
+    use crate::types::ReadError;
 
     struct Stack {
         base: u64,

@@ -12,8 +12,8 @@
 //! ```
 
 use super::instruction_analysis::{half_at, word_at};
-use crate::unwind::insn::CodeMemory;
-use crate::unwind::Memory;
+use crate::types::CodeMemory;
+use crate::types::Memory;
 
 /// Offset of saved r0 from sp at the trampoline (`rt`: `rt_sigframe`).
 pub fn r0_offset(rt: bool) -> u64 {

@@ -10,8 +10,8 @@
 //! sigcontext:   u32 regmask; u32 status; u64 pc; u64 regs[32]; ...
 //! ```
 
-use crate::unwind::insn::CodeMemory;
-use crate::unwind::{Memory, UnwindRegs};
+use crate::types::CodeMemory;
+use crate::types::{Memory, UnwindRegs};
 
 /// `li v0, 4119; syscall`.
 pub const SIGRETURN: [u32; 2] = [0x2402_1017, 0x0000_000c];

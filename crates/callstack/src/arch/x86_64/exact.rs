@@ -2,7 +2,7 @@
 //! `rip`/`rsp`/`rbp` to the unwinder, and the registers of a signal context.
 
 use super::UnwindRuleX86_64;
-use crate::unwind::UnwindRegs;
+use crate::types::UnwindRegs;
 
 /// Defines the naked entry of `capture_exact` (and of the C
 /// `callstack_capture_exact`), `exact_entry`, in the module that invokes it:

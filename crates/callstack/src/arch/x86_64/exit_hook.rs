@@ -251,7 +251,7 @@ pub(crate) use imp::{lookup_window, trampoline};
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unwind::{Memory, ReadError, UnwindRegs};
+    use crate::types::{Memory, ReadError, UnwindRegs};
 
     /// Memory of a fake table and its offset word.
     struct Fake {

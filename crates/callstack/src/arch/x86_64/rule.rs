@@ -11,8 +11,8 @@
 //! the CFI directly.
 
 use crate::arch::{Applied, Arch, FrameRecordLayout};
-use crate::unwind::cfi::{CfaView, RowView, RuleView};
-use crate::unwind::{Memory, UnwindError, UnwindRegs};
+use crate::types::{CfaView, RowView, RuleView};
+use crate::types::{Memory, UnwindError, UnwindRegs};
 
 /// DWARF register numbers of x86-64 (System V psABI).
 const RBP: u16 = 6;

@@ -19,14 +19,7 @@ pub const MAX_SCAN_WORDS: usize = 512;
 /// Most distance from a direct call's target to the pc it must contain.
 pub const MAX_FUNCTION_SIZE: u64 = 1 << 20;
 
-/// The call instruction found right before a candidate return address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CallBefore {
-    /// A direct call to this address.
-    Direct(u64),
-    /// A call through a register or memory.
-    Indirect,
-}
+pub use crate::types::CallBefore;
 
 /// A word found by scanning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

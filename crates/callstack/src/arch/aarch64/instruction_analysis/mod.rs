@@ -12,9 +12,9 @@
 
 pub mod prologue;
 
-use crate::unwind::insn::scan::CallBefore;
-use crate::unwind::insn::{CodeMemory, UnwindRegs};
-use crate::unwind::Memory;
+use crate::types::CallBefore;
+use crate::types::Memory;
+use crate::types::{CodeMemory, UnwindRegs};
 
 pub(crate) use crate::unwind::insn::risc::insn_at;
 

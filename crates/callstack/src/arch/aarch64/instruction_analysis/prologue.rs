@@ -1,7 +1,7 @@
 //! AArch64 prologue analysis.
 
 use super::insn_at;
-use crate::unwind::insn::{Base, CodeMemory, FpRule, InsnRule};
+use crate::types::{Base, CodeMemory, FpRule, InsnRule};
 
 /// How far back (in instructions) the start of a function is looked for.
 pub const MAX_BACK: u64 = 4096;
@@ -311,7 +311,7 @@ pub fn analyze<C: CodeMemory + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unwind::insn::SliceCode;
+    use crate::types::SliceCode;
 
     fn code(words: &[u32]) -> Vec<u8> {
         words.iter().flat_map(|w| w.to_le_bytes()).collect()
@@ -380,11 +380,11 @@ mod tests {
         let mut c = SliceCode::new(0x1000, &b);
         assert_eq!(
             super::super::call_before(&mut c, 0x1004),
-            Some(crate::unwind::insn::scan::CallBefore::Direct(0x1040))
+            Some(crate::types::CallBefore::Direct(0x1040))
         );
         assert_eq!(
             super::super::call_before(&mut c, 0x1008),
-            Some(crate::unwind::insn::scan::CallBefore::Indirect)
+            Some(crate::types::CallBefore::Indirect)
         );
         assert_eq!(super::super::call_before(&mut c, 0x100c), None);
     }

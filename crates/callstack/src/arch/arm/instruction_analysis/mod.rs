@@ -12,8 +12,8 @@
 
 pub mod prologue;
 
-use crate::unwind::insn::scan::CallBefore;
-use crate::unwind::insn::CodeMemory;
+use crate::types::CallBefore;
+use crate::types::CodeMemory;
 
 /// Reads the halfword at `addr`.
 pub(crate) fn half_at<C: CodeMemory + ?Sized>(code: &mut C, addr: u64) -> Option<u16> {

@@ -1,7 +1,7 @@
 //! 32-bit ARM prologue analysis, Thumb-2 and ARM state.
 
 use super::{half_at, is_thumb32, word_at};
-use crate::unwind::insn::CodeMemory;
+use crate::types::CodeMemory;
 
 /// How far back (bytes) the start of a function is looked for.
 pub const MAX_BACK: u64 = 8192;
@@ -339,7 +339,7 @@ pub fn analyze<C: CodeMemory + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unwind::insn::SliceCode;
+    use crate::types::SliceCode;
 
     fn halves(h: &[u16]) -> Vec<u8> {
         h.iter().flat_map(|w| w.to_le_bytes()).collect()
@@ -397,7 +397,7 @@ mod tests {
 
     #[test]
     fn calls() {
-        use crate::unwind::insn::scan::CallBefore::*;
+        use crate::types::CallBefore::*;
         // 104d6: f7ff ffe1   bl 0x1049c   (Thumb)
         let b = halves(&[0xf7ff, 0xffe1]);
         let mut c = SliceCode::new(0x104d6, &b);

@@ -12,8 +12,8 @@
 
 pub mod prologue;
 
-use crate::unwind::insn::scan::CallBefore;
-use crate::unwind::insn::CodeMemory;
+use crate::types::CallBefore;
+use crate::types::CodeMemory;
 
 pub(crate) use crate::unwind::insn::risc::insn_at;
 

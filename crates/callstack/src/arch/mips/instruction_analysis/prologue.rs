@@ -1,7 +1,7 @@
 //! MIPS32 prologue analysis.
 
 use super::insn_at;
-use crate::unwind::insn::{Base, CodeMemory, FpRule, InsnRule};
+use crate::types::{Base, CodeMemory, FpRule, InsnRule};
 
 /// How far back (in instructions) the start of a function is looked for.
 pub const MAX_BACK: u64 = 4096;
@@ -226,7 +226,7 @@ pub fn analyze<C: CodeMemory + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unwind::insn::SliceCode;
+    use crate::types::SliceCode;
 
     fn code(words: &[u32]) -> Vec<u8> {
         words.iter().flat_map(|w| w.to_le_bytes()).collect()
@@ -249,7 +249,7 @@ mod tests {
         assert_eq!((r.cfa_offset, r.ra_at_cfa), (32, Some(-4)));
         assert_eq!(
             super::super::call_before(&mut c, 0x1018),
-            Some(crate::unwind::insn::scan::CallBefore::Indirect)
+            Some(crate::types::CallBefore::Indirect)
         );
     }
 
@@ -367,7 +367,7 @@ mod tests {
         // 100c: 00000000   nop
         let b = code(&[0x0c000500, 0, 0x0411fffd, 0, 0]);
         let mut c = SliceCode::new(0x1000, &b);
-        use crate::unwind::insn::scan::CallBefore::Direct;
+        use crate::types::CallBefore::Direct;
         assert_eq!(
             super::super::call_before(&mut c, 0x1008),
             Some(Direct(0x1400))

@@ -10,7 +10,7 @@
 //! `noreturn` function into the next function's code.
 
 use super::{search, Found, Goal, State, Val, RBP, RSP, SB};
-use crate::unwind::insn::{CodeMemory, FpRule, InsnRule};
+use crate::types::{CodeMemory, FpRule, InsnRule};
 
 /// Most candidate rules returned.
 pub const MAX_CANDIDATES: usize = 4;
@@ -90,7 +90,7 @@ pub fn analyze<C: CodeMemory + ?Sized>(
 mod tests {
     use super::super::testutil::code;
     use super::*;
-    use crate::unwind::insn::Base::{self, *};
+    use crate::types::Base::{self, *};
 
     fn first(bytes: &[u8]) -> Option<InsnRule> {
         analyze(&mut code(bytes), 0x1000, None).first()

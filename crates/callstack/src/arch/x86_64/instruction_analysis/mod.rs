@@ -29,7 +29,7 @@ pub mod epilogue;
 pub mod prologue;
 pub mod unwinder;
 
-use crate::unwind::insn::{Base, CodeMemory};
+use crate::types::{Base, CodeMemory};
 use iced_x86::{
     Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind, Register,
 };
@@ -698,7 +698,7 @@ pub(crate) fn search<C: CodeMemory + ?Sized>(
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    use crate::unwind::insn::SliceCode;
+    use crate::types::SliceCode;
 
     /// Code at 0x1000 for the tests.
     pub fn code(bytes: &[u8]) -> SliceCode<'_> {

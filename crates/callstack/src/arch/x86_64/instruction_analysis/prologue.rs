@@ -15,7 +15,7 @@
 //! (shrink-wrapping); the executor follows whatever the code does.
 
 use super::{search, Goal, State, Val, RBP, RSP, SB};
-use crate::unwind::insn::{Base, CodeMemory, FpRule, InsnRule};
+use crate::types::{Base, CodeMemory, FpRule, InsnRule};
 
 /// The rule at `pc` for the function starting at `start`, when the path from
 /// `start` reaches `pc` with the stack pointer (or frame pointer) known.
@@ -81,7 +81,7 @@ fn rule_at_pc(st: &State) -> Option<InsnRule> {
 mod tests {
     use super::super::testutil::code;
     use super::*;
-    use crate::unwind::insn::Base::*;
+    use crate::types::Base::*;
 
     fn rule(base: Base, off: i32, fp: FpRule) -> InsnRule {
         InsnRule {

@@ -23,10 +23,10 @@
 //! the frame pointer serving only when scanning finds nothing.
 
 use super::{epilogue, prologue};
+use crate::types::Memory;
+use crate::types::{Base, CodeMemory, InsnRule, Method, UnwindRegs};
 use crate::unwind::insn::cache::{FrameAnalysis, InsnCache, RaInfo};
 use crate::unwind::insn::scan::{self, CallBefore, MAX_FUNCTION_SIZE};
-use crate::unwind::insn::{Base, CodeMemory, InsnRule, Method, UnwindRegs};
-use crate::unwind::Memory;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 
 /// Why a walk stopped.
