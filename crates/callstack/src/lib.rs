@@ -68,7 +68,7 @@
 
 #[cfg(target_os = "linux")]
 pub mod alloc;
-pub mod arch;
+pub(crate) mod arch;
 mod code;
 #[cfg(target_os = "linux")]
 pub mod crash;

@@ -2,10 +2,10 @@
 //! `ModuleSet` with a `Memory` of our own: the path a core-file or
 //! other-process unwinder takes.
 
-use callstack::arch::x86_64::{UnwindRuleX86_64, X86_64};
 use callstack::unwind::{
     Memory, ModuleSet, ReadError, StopReason, TableError, UnwindRegs, UnwindTable, Unwinder,
 };
+use callstack::unwind::{UnwindRuleX86_64, X86_64};
 use callstack::{Frame, Method};
 use testsupport::{scratch_dir, Gcc};
 

@@ -11,8 +11,8 @@
 #![cfg(feature = "remote")]
 
 mod common;
-use callstack::arch::Machine;
 use callstack::unwind::insn::{unwind_prstatus, Method};
+use callstack::unwind::Machine;
 use common::cores;
 use std::path::{Path, PathBuf};
 use std::process::Command;

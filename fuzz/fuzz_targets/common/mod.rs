@@ -169,7 +169,7 @@ pub fn insn_code(data: &[u8]) {
 /// as raw `.eh_frame` / `.debug_frame`), lookups, and the unwinder over the
 /// compiled tables.
 pub fn unwind_table(data: &[u8]) {
-    use callstack::arch::x86_64::X86_64;
+    use callstack::unwind::X86_64;
     use callstack::unwind::{ModuleSet, SectionsInput, UnwindRegs, UnwindTable, Unwinder};
     let mut tables = Vec::new();
     if let Ok(t) = UnwindTable::<X86_64>::from_elf_bytes(data) {
@@ -288,10 +288,9 @@ pub fn remote_image(data: &[u8]) -> usize {
 /// `.eh_frame_hdr`, `u32` address of `.eh_frame`, the header bytes, then
 /// `.eh_frame` (also read as `.debug_frame`).
 pub fn cfi_eval(data: &[u8]) {
-    use callstack::arch::aarch64::Aarch64;
-    use callstack::arch::x86_64::X86_64;
     use callstack::unwind::cfi::{evaluate, CfiSections, FdeAt};
     use callstack::unwind::UnwindRegs;
+    use callstack::unwind::{Aarch64, X86_64};
     if data.len() < 10 {
         return;
     }

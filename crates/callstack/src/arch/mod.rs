@@ -14,11 +14,16 @@
 
 pub mod aarch64;
 pub mod arm;
+pub mod insn_cache;
 mod machine;
 pub mod mips;
+pub mod risc;
+pub mod scan;
 pub mod x86_64;
 
-pub use machine::{prstatus_word, Machine, PrstatusError, PrstatusLayout, Registers, MAX_REGS};
+pub use machine::{prstatus_word, Machine, PrstatusError, Registers};
+#[cfg(feature = "remote")]
+pub use machine::{PrstatusLayout, MAX_REGS};
 
 #[cfg(target_arch = "aarch64")]
 pub use self::aarch64 as native;

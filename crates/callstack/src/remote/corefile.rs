@@ -964,7 +964,7 @@ impl CoreFile {
     ///
     /// ```no_run
     /// use callstack::remote::{corefile::CoreFile, Lookup};
-    /// use callstack::arch::Machine;
+    /// use callstack::unwind::Machine;
     /// use callstack::unwind::insn::{unwind_prstatus, Method, ModuleCode};
     /// let core = CoreFile::open("core".as_ref(), Some("./app".as_ref()), &Lookup::default())?;
     /// let desc = &core.prstatus_notes()[0];

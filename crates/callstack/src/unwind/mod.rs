@@ -57,7 +57,9 @@ pub use crate::types::{Frame, Memory, Method, ReadError, StopReason, UnwindError
 pub use table::{SectionsInput, TableError, TableStats, UnwindTable};
 pub use unwinder::{frame_pointer_step, Fallback, Found, NoFallback, RuleSource, Unwinder};
 
-pub use crate::arch::{Applied, Arch};
+pub use crate::arch::aarch64::{Aarch64, UnwindRuleAarch64};
+pub use crate::arch::x86_64::{UnwindRuleX86_64, X86_64};
+pub use crate::arch::{Applied, Arch, Machine};
 
 /// The host's architecture (x86-64 on hosts that are neither x86-64 nor
 /// AArch64, so that the offline unwinder still compiles).

@@ -135,7 +135,7 @@ pub fn our_core_chain(exe: &Path, core_path: &Path) -> Vec<(u64, Method)> {
     let (desc, stack_end) = cores::first_thread(&core);
     let mut out = [(0u64, Method::Context); 128];
     let n = callstack::unwind::insn::unwind_prstatus(
-        callstack::arch::Machine::X86_64,
+        callstack::unwind::Machine::X86_64,
         &desc,
         &mut core.memory(),
         &mut code,

@@ -4,9 +4,9 @@
 
 use super::ehabi::{self, ExidxTable, MAX_OPCODES};
 use super::instruction_analysis::{call_before, prologue};
+use crate::arch::scan::{self, CallBefore};
 use crate::types::Memory;
 use crate::types::{CodeMemory, Method};
-use crate::unwind::insn::scan::{self, CallBefore};
 
 /// The unwind tables of the modules, for EHABI.
 pub trait ArmTables {

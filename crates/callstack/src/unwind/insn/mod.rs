@@ -7,7 +7,7 @@
 //!
 //! - **x86-64, epilogue analysis**: decode *forward* from the pc along the
 //!   path to the function's `ret`, tracking every effect on `rsp` and `rbp`
-//!   ([`crate::arch`]'s `x86_64::instruction_analysis`). Where the function's
+//!   ([`x86_64`]). Where the function's
 //!   start is known (a symbol), the path from the start to the pc (the
 //!   prologue) gives the same answer and also serves functions that never
 //!   return.
@@ -29,12 +29,11 @@
 //! Each frame found is marked with the [`Method`] that found it, so a user can
 //! judge a trace's trust.
 
-pub mod cache;
+pub use crate::arch::insn_cache as cache;
 pub mod fallback;
 pub mod inprocess;
 pub mod modcode;
-pub mod risc;
-pub mod scan;
+pub use crate::arch::{risc, scan};
 pub mod target;
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //!   sp, sp, x12; stp x29, x30, [sp]`), and `mov x29, sp`.
 //! - [`call_before`]: `bl` / `blr` (and the pointer-authenticated `blraa`
 //!   family) right before a return address.
-//! - [`Arch`]: the [`RiscArch`](crate::unwind::insn::risc::RiscArch) glue.
+//! - [`Arch`]: the [`RiscArch`](crate::arch::risc::RiscArch) glue.
 
 pub mod prologue;
 
@@ -16,7 +16,7 @@ use crate::types::CallBefore;
 use crate::types::Memory;
 use crate::types::{CodeMemory, UnwindRegs};
 
-pub(crate) use crate::unwind::insn::risc::insn_at;
+pub(crate) use crate::arch::risc::insn_at;
 
 /// The call that ends right before `ra`.
 ///
@@ -38,7 +38,7 @@ pub fn call_before<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> Option<Call
     None
 }
 
-crate::unwind::insn::risc::risc_arch! {
+crate::arch::risc::risc_arch! {
     /// The AArch64 glue for the RISC unwinder.
     Arch {
         word: 8,

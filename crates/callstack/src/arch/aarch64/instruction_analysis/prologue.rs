@@ -200,9 +200,8 @@ pub fn analyze<C: CodeMemory + ?Sized>(
     entry: Option<u64>,
     first: bool,
 ) -> Option<InsnRule> {
-    let start = crate::unwind::insn::risc::function_start(entry, pc, MAX_FORWARD * 4, || {
-        find_start(code, pc)
-    })?;
+    let start =
+        crate::arch::risc::function_start(entry, pc, MAX_FORWARD * 4, || find_start(code, pc))?;
     let mut d: i64 = 0; // sp - entry sp
     let mut sp_known = true;
     let mut fp_val: Option<i64> = None; // x29 - entry sp

@@ -21,7 +21,7 @@ pub(crate) fn half_at<C: CodeMemory + ?Sized>(code: &mut C, addr: u64) -> Option
     (code.read_code(addr, &mut b) == 2).then(|| u16::from_le_bytes(b))
 }
 
-pub(crate) use crate::unwind::insn::risc::insn_at as word_at;
+pub(crate) use crate::arch::risc::insn_at as word_at;
 
 /// Whether a Thumb halfword starts a 32-bit instruction.
 pub(crate) fn is_thumb32(hw: u16) -> bool {

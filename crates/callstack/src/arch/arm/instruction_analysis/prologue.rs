@@ -267,10 +267,9 @@ pub fn analyze<C: CodeMemory + ?Sized>(
 ) -> Option<ArmRule> {
     let thumb = pc & 1 != 0;
     let pc = pc & !1;
-    let start =
-        crate::unwind::insn::risc::function_start(entry.map(|e| e & !1), pc, MAX_FORWARD, || {
-            find_start(code, pc, thumb)
-        })?;
+    let start = crate::arch::risc::function_start(entry.map(|e| e & !1), pc, MAX_FORWARD, || {
+        find_start(code, pc, thumb)
+    })?;
     let mut st = St {
         sp_known: true,
         ..St::default()

@@ -15,7 +15,7 @@ pub mod prologue;
 use crate::types::CallBefore;
 use crate::types::CodeMemory;
 
-pub(crate) use crate::unwind::insn::risc::insn_at;
+pub(crate) use crate::arch::risc::insn_at;
 
 /// The call 8 bytes before `ra` (a call, then its delay slot).
 ///
@@ -42,7 +42,7 @@ pub fn call_before<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> Option<Call
     None
 }
 
-crate::unwind::insn::risc::risc_arch! {
+crate::arch::risc::risc_arch! {
     /// The MIPS glue for the RISC unwinder (o32 has no frame record at a
     /// fixed place from s8).
     Arch {

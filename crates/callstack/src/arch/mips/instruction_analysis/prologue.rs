@@ -143,9 +143,8 @@ pub fn analyze<C: CodeMemory + ?Sized>(
     entry: Option<u64>,
     first: bool,
 ) -> Option<InsnRule> {
-    let start = crate::unwind::insn::risc::function_start(entry, pc, MAX_FORWARD * 4, || {
-        find_start(code, pc)
-    })?;
+    let start =
+        crate::arch::risc::function_start(entry, pc, MAX_FORWARD * 4, || find_start(code, pc))?;
     let mut d: i64 = 0;
     let mut ra_slot: Option<i64> = None;
     let mut fp_slot: Option<i64> = None;

@@ -7,7 +7,7 @@
 //! 3. the frame pointer, if `rbp` points at a believable frame record: a
 //!    frame-pointer rule is never discarded because the prologue looks
 //!    unusual;
-//! 4. stack scanning ([`crate::unwind::insn::scan`]), each candidate checked
+//! 4. stack scanning ([`crate::arch::scan`]), each candidate checked
 //!    by prologue analysis from the call's target.
 //!
 //! Each candidate return address must point right after a call instruction;
@@ -23,10 +23,10 @@
 //! the frame pointer serving only when scanning finds nothing.
 
 use super::{epilogue, prologue};
+use crate::arch::insn_cache::{FrameAnalysis, InsnCache, RaInfo};
+use crate::arch::scan::{self, CallBefore, MAX_FUNCTION_SIZE};
 use crate::types::Memory;
 use crate::types::{Base, CodeMemory, InsnRule, Method, UnwindRegs};
-use crate::unwind::insn::cache::{FrameAnalysis, InsnCache, RaInfo};
-use crate::unwind::insn::scan::{self, CallBefore, MAX_FUNCTION_SIZE};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 
 /// Why a walk stopped.
@@ -294,7 +294,7 @@ where
 /// return address follows a call, the frame record, scanning) are made
 /// afresh on every call, so the result is [`step`]'s on the same code and
 /// stack. `cache` must serve `code`'s reader alone and be cleared when the
-/// code changes (see [`crate::unwind::insn::cache`]).
+/// code changes (see [`crate::arch::insn_cache`]).
 ///
 /// The cache adds no allocation, lock or system call: safe in a signal
 /// handler when `code` and `mem` are.

@@ -28,10 +28,10 @@
 //! The cache is only right while the code it describes stays the same.
 //! [`invalidate`] clears the caches this crate uses for its own process
 //! ([`fallback_cache`] for `capture_exact`'s fallback, [`in_process_cache`]
-//! for [`InProcess`](super::InProcess)), in O(1) (a generation counter: the
+//! for [`InProcess`](crate::unwind::insn::InProcess)), in O(1) (a generation counter: the
 //! old entries read as stale and are overwritten as they come). It is called
 //! when `callstack::prepare()` takes a new snapshot of the loaded modules
-//! and when [`InProcess::new`](super::InProcess::new) takes its snapshot:
+//! and when [`InProcess::new`](crate::unwind::insn::InProcess::new) takes its snapshot:
 //! after `dlopen`/`dlclose`, or after JIT code is rewritten in place, call
 //! either of those (or [`invalidate`]) before capturing again. Only answers
 //! about code the reader can read are cached (the pc, and for a scan check
@@ -44,8 +44,7 @@
 
 use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
-use super::{Base, FpRule, InsnRule};
-use crate::unwind::insn::scan::CallBefore;
+use crate::types::{Base, CallBefore, FpRule, InsnRule};
 
 /// Sets in an [`InsnCache`] (a power of two).
 pub const SETS: usize = 1024;
@@ -85,7 +84,7 @@ pub struct FrameAnalysis {
     /// The rule found by prologue analysis from the function's entry.
     pub prologue: Option<InsnRule>,
     /// The rules found by epilogue analysis, in the order to try them.
-    pub epilogue: [Option<InsnRule>; super::x86_64::epilogue::MAX_CANDIDATES],
+    pub epilogue: [Option<InsnRule>; super::x86_64::instruction_analysis::epilogue::MAX_CANDIDATES],
 }
 
 impl FrameAnalysis {
@@ -268,7 +267,7 @@ impl InsnCache {
             trampoline: r.info & INFO_TRAMP != 0,
             func_start: (start != 0).then_some(start),
             prologue: None,
-            epilogue: [None; super::x86_64::epilogue::MAX_CANDIDATES],
+            epilogue: [None; super::x86_64::instruction_analysis::epilogue::MAX_CANDIDATES],
         };
         if r.info & INFO_PROLOGUE != 0 {
             a.prologue = Some(unpack_rule(r.prologue)?);
@@ -593,7 +592,7 @@ pub fn fallback_cache() -> &'static InsnCache {
     &FALLBACK
 }
 
-/// The cache of [`InProcess`](super::InProcess) captures (its reader knows
+/// The cache of [`InProcess`](crate::unwind::insn::InProcess) captures (its reader knows
 /// the function symbols).
 pub fn in_process_cache() -> &'static InsnCache {
     &IN_PROCESS
@@ -603,7 +602,7 @@ pub fn in_process_cache() -> &'static InsnCache {
 /// ([`fallback_cache`] and [`in_process_cache`]): call it whenever code may
 /// have changed (a new module snapshot after `dlopen`/`dlclose`, code
 /// rewritten in place). `callstack::prepare()` and
-/// [`InProcess::new`](super::InProcess::new) call it. O(1),
+/// [`InProcess::new`](crate::unwind::insn::InProcess::new) call it. O(1),
 /// async-signal-safe.
 pub fn invalidate() {
     FALLBACK.clear();

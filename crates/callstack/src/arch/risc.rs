@@ -13,9 +13,8 @@
 //!
 //! Every candidate return address must point right after a call.
 
-use super::scan::{self, CallBefore};
-use super::{CodeMemory, InsnRule, Method, UnwindRegs};
-use crate::unwind::Memory;
+use super::scan;
+use crate::types::{CallBefore, CodeMemory, InsnRule, Memory, Method, UnwindRegs};
 
 /// Reads the 32-bit little-endian instruction word at `addr` (every
 /// aarch64 and MIPS instruction, an ARM-state one, or a literal).
@@ -131,38 +130,38 @@ macro_rules! risc_arch {
         #[derive(Debug, Clone, Copy)]
         pub struct $name;
 
-        impl $crate::unwind::insn::risc::RiscArch for $name {
+        impl $crate::arch::risc::RiscArch for $name {
             const WORD: u8 = $word;
             const CALL_TO_RA: u64 = $call_to_ra;
 
-            fn analyze<C: $crate::unwind::insn::CodeMemory + ?Sized>(
+            fn analyze<C: $crate::types::CodeMemory + ?Sized>(
                 code: &mut C,
                 pc: u64,
                 entry: Option<u64>,
                 first: bool,
-            ) -> Option<$crate::unwind::insn::InsnRule> {
+            ) -> Option<$crate::types::InsnRule> {
                 $analyze(code, pc, entry, first)
             }
 
-            fn call_before<C: $crate::unwind::insn::CodeMemory + ?Sized>(
+            fn call_before<C: $crate::types::CodeMemory + ?Sized>(
                 code: &mut C,
                 ra: u64,
-            ) -> Option<$crate::unwind::insn::scan::CallBefore> {
+            ) -> Option<$crate::types::CallBefore> {
                 $call_before(code, ra)
             }
 
             fn signal_frame<
-                C: $crate::unwind::insn::CodeMemory + ?Sized,
-                M: $crate::unwind::Memory + ?Sized,
+                C: $crate::types::CodeMemory + ?Sized,
+                M: $crate::types::Memory + ?Sized,
             >(
                 code: &mut C,
-                regs: &$crate::unwind::UnwindRegs,
+                regs: &$crate::types::UnwindRegs,
                 mem: &mut M,
-            ) -> Option<$crate::unwind::UnwindRegs> {
+            ) -> Option<$crate::types::UnwindRegs> {
                 $signal_frame(code, regs, mem)
             }
 
-            fn is_trampoline<C: $crate::unwind::insn::CodeMemory + ?Sized>(
+            fn is_trampoline<C: $crate::types::CodeMemory + ?Sized>(
                 code: &mut C,
                 ra: u64,
             ) -> bool {
@@ -170,10 +169,10 @@ macro_rules! risc_arch {
             }
 
             $(
-                fn frame_record<M: $crate::unwind::Memory + ?Sized>(
-                    regs: &$crate::unwind::UnwindRegs,
+                fn frame_record<M: $crate::types::Memory + ?Sized>(
+                    regs: &$crate::types::UnwindRegs,
                     mem: &mut M,
-                ) -> Option<$crate::unwind::UnwindRegs> {
+                ) -> Option<$crate::types::UnwindRegs> {
                     $frame_record(regs, mem)
                 }
             )?
@@ -249,8 +248,8 @@ pub fn step<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
                     return false;
                 };
                 let base = match rule.cfa_base {
-                    super::Base::Sp => sp0,
-                    super::Base::Fp => fp0,
+                    crate::types::Base::Sp => sp0,
+                    crate::types::Base::Fp => fp0,
                 };
                 let cfa = base.wrapping_add(rule.cfa_offset as i64 as u64);
                 if cfa.wrapping_add(ra_off as i64 as u64) == slot {

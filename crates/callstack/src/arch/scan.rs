@@ -10,8 +10,7 @@
 //! (a PLT stub's target, a `.cold` part's parent), is accepted only in the
 //! lenient pass, after no direct call matched. Scanning is bounded ([`MAX_SCAN_WORDS`]).
 
-use super::CodeMemory;
-use crate::unwind::Memory;
+use crate::types::{CodeMemory, Memory};
 
 /// Most stack words examined for one frame.
 pub const MAX_SCAN_WORDS: usize = 512;
