@@ -553,7 +553,7 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitH
         found: false,
     };
     // SAFETY: `req` is a valid request.
-    unsafe { crate::arch::x86_64::exact::frame_entry(&mut req) };
+    unsafe { crate::unwind::local::frame_entry(&mut req) };
     if !req.found {
         return Err(ExitHookError::NoSuchFrame(depth));
     }

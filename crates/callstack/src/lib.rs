@@ -202,7 +202,7 @@ pub fn capture_exact(skip: usize, out: &mut [usize]) -> usize {
         let max = out.len().min(u32::MAX as usize) as u32;
         let skip = skip.min(u32::MAX as usize) as u32;
         // SAFETY: `out` has `max` writable slots.
-        unsafe { arch::native::exact::exact_entry(skip, max, out.as_mut_ptr()) as usize }
+        unsafe { unwind::local::exact_entry(skip, max, out.as_mut_ptr()) as usize }
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
@@ -237,7 +237,7 @@ pub fn capture_exact_with_info(skip: usize, out: &mut [Frame]) -> (usize, StopRe
             stop: StopReason::Running,
         };
         // SAFETY: `req` points at `out`, which has `max` writable frames.
-        let n = unsafe { arch::native::exact::info_entry(&mut req) };
+        let n = unsafe { unwind::local::info_entry(&mut req) };
         (n, req.stop)
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -284,7 +284,7 @@ pub fn capture_from_context_with_info(
 /// `out` must be valid for `max` writes, or null.
 #[doc(hidden)]
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-pub use arch::native::exact::exact_entry as __capture_exact_raw;
+pub use unwind::local::exact_entry as __capture_exact_raw;
 
 /// The raw entry behind [`capture_fast`], with the C signature. The C API
 /// jumps here so that `out[0]` is inside the C caller. Not for Rust users.

@@ -28,10 +28,10 @@
 //! The cache is only right while the code it describes stays the same.
 //! [`invalidate`] clears the caches this crate uses for its own process
 //! ([`fallback_cache`] for `capture_exact`'s fallback, [`in_process_cache`]
-//! for [`InProcess`](crate::unwind::insn::InProcess)), in O(1) (a generation counter: the
+//! for `unwind::insn::InProcess`), in O(1) (a generation counter: the
 //! old entries read as stale and are overwritten as they come). It is called
 //! when `callstack::prepare()` takes a new snapshot of the loaded modules
-//! and when [`InProcess::new`](crate::unwind::insn::InProcess::new) takes its snapshot:
+//! and when `InProcess::new` takes its snapshot:
 //! after `dlopen`/`dlclose`, or after JIT code is rewritten in place, call
 //! either of those (or [`invalidate`]) before capturing again. Only answers
 //! about code the reader can read are cached (the pc, and for a scan check
@@ -592,7 +592,7 @@ pub fn fallback_cache() -> &'static InsnCache {
     &FALLBACK
 }
 
-/// The cache of [`InProcess`](crate::unwind::insn::InProcess) captures (its reader knows
+/// The cache of `unwind::insn::InProcess` captures (its reader knows
 /// the function symbols).
 pub fn in_process_cache() -> &'static InsnCache {
     &IN_PROCESS
@@ -602,7 +602,7 @@ pub fn in_process_cache() -> &'static InsnCache {
 /// ([`fallback_cache`] and [`in_process_cache`]): call it whenever code may
 /// have changed (a new module snapshot after `dlopen`/`dlclose`, code
 /// rewritten in place). `callstack::prepare()` and
-/// [`InProcess::new`](crate::unwind::insn::InProcess::new) call it. O(1),
+/// `InProcess::new` call it. O(1),
 /// async-signal-safe.
 pub fn invalidate() {
     FALLBACK.clear();

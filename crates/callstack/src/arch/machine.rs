@@ -9,7 +9,7 @@
 /// The architecture of a target, from its ELF `e_machine`.
 ///
 /// Named after `e_machine` so as not to be confused with the
-/// [`Arch`](crate::unwind::Arch) trait (an architecture's compiled unwind rules):
+/// [`Arch`](super::Arch) trait (an architecture's compiled unwind rules):
 /// this enum only says which register layout and word size a target has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Machine {

@@ -1975,6 +1975,23 @@ pub(crate) fn walk_frames(
 
 #[cfg(target_arch = "x86_64")]
 crate::arch::x86_64::exact::define_exact_entry!();
+#[cfg(target_arch = "x86_64")]
+crate::arch::x86_64::exact::request_entry!(
+    /// The naked entry of `capture_exact_with_info` ([`info_from_entry`]).
+    info_entry(*mut InfoRequest) -> usize => info_from_entry
+);
+#[cfg(target_arch = "x86_64")]
+crate::arch::x86_64::exact::request_entry!(
+    /// The naked entry of the exit hooks' frame lookup ([`frame_from_entry`]).
+    frame_entry(*mut FrameRequest) => frame_from_entry
+);
+#[cfg(target_arch = "aarch64")]
+crate::arch::aarch64::exact::define_exact_entry!();
+#[cfg(target_arch = "aarch64")]
+crate::arch::aarch64::exact::request_entry!(
+    /// The naked entry of `capture_exact_with_info` ([`info_from_entry`]).
+    info_entry(*mut InfoRequest) -> usize => info_from_entry
+);
 
 /// Called by the architecture's naked `exact_entry` with the registers of
 /// the caller of the capture: `pc` is the return address into it.

@@ -2,39 +2,57 @@
 
 use crate::types::UnwindRegs;
 
-/// The naked entry of `capture_exact` on AArch64: passes `x30` (the return
-/// address into the caller), `sp` and `x29` and branches to the walk.
-///
-/// # Safety
-/// `out` must be valid for `max` writes of `usize` (or `max` must be 0).
-#[unsafe(naked)]
-pub unsafe extern "C" fn exact_entry(skip: u32, max: u32, out: *mut usize) -> u32 {
-    // SAFETY: only argument registers are written; the tail branch keeps x30,
-    // so the walk returns straight to the caller.
-    core::arch::naked_asm!(
-        "mov x3, x30",
-        "mov x4, sp",
-        "mov x5, x29",
-        "b {imp}",
-        imp = sym crate::unwind::local::exact_from_entry,
-    )
+/// Defines the naked entry of `capture_exact` on AArch64, `exact_entry`,
+/// in the module that invokes it (`unwind::local`, beside
+/// `exact_from_entry`): it passes `x30` (the return address into the
+/// caller), `sp` and `x29` and branches to the walk.
+macro_rules! define_exact_entry {
+    () => {
+        /// The naked entry of `capture_exact` (and of the C
+        /// `callstack_capture_exact`): see `arch::aarch64::exact`.
+        ///
+        /// # Safety
+        /// `out` must be valid for `max` writes of `usize` (or `max` must be 0).
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn exact_entry(skip: u32, max: u32, out: *mut usize) -> u32 {
+            // SAFETY: only argument registers are written; the tail branch
+            // keeps x30, so the walk returns straight to the caller.
+            core::arch::naked_asm!(
+                "mov x3, x30",
+                "mov x4, sp",
+                "mov x5, x29",
+                "b {imp}",
+                imp = sym exact_from_entry,
+            )
+        }
+    };
 }
+pub(crate) use define_exact_entry;
 
-/// The naked entry of `capture_exact_with_info` on AArch64.
-///
-/// # Safety
-/// `req` must be a valid request.
-#[unsafe(naked)]
-pub(crate) unsafe extern "C" fn info_entry(req: *mut crate::unwind::local::InfoRequest) -> usize {
-    // SAFETY: as `exact_entry`.
-    core::arch::naked_asm!(
-        "mov x1, x30",
-        "mov x2, sp",
-        "mov x3, x29",
-        "b {imp}",
-        imp = sym crate::unwind::local::info_from_entry,
-    )
+/// Defines a naked entry that adds the caller's `x30`/`sp`/`x29` (as the
+/// 2nd to 4th arguments) to a request pointer and branches to `$imp`.
+/// Invoked in `unwind::local`, beside the functions it branches to.
+macro_rules! request_entry {
+    ($(#[$doc:meta])* $name:ident($req:ty) $(-> $ret:ty)? => $imp:path) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `req` must be a valid request.
+        #[unsafe(naked)]
+        pub(crate) unsafe extern "C" fn $name(req: $req) $(-> $ret)? {
+            // SAFETY: as `exact_entry`, with the registers as the 2nd to
+            // 4th arguments.
+            core::arch::naked_asm!(
+                "mov x1, x30",
+                "mov x2, sp",
+                "mov x3, x29",
+                "b {imp}",
+                imp = sym $imp,
+            )
+        }
+    };
 }
+pub(crate) use request_entry;
 
 /// The interrupted registers of a signal handler's `ucontext_t`.
 pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {

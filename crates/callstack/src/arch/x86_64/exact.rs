@@ -41,8 +41,6 @@ macro_rules! define_exact_entry {
 }
 pub(crate) use define_exact_entry;
 
-pub use crate::unwind::local::exact_entry;
-
 /// The interrupted registers of a signal handler's `ucontext_t`.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {
@@ -63,7 +61,8 @@ pub fn is_sigreturn_trampoline(code: &[u8]) -> bool {
 
 /// Defines a naked entry that adds the caller's `rip`/`rsp`/`rbp` (as the
 /// 2nd to 4th arguments) to a request pointer and tail-jumps to `$imp`,
-/// which then sees the caller of the entry as its own caller.
+/// which then sees the caller of the entry as its own caller. Invoked in
+/// `unwind::local`, beside the functions it jumps to.
 macro_rules! request_entry {
     ($(#[$doc:meta])* $name:ident($req:ty) $(-> $ret:ty)? => $imp:path) => {
         $(#[$doc])*
@@ -86,17 +85,7 @@ macro_rules! request_entry {
     };
 }
 
-request_entry!(
-    /// The naked entry of `capture_exact_with_info`
-    /// (`unwind::local::info_from_entry`).
-    info_entry(*mut crate::unwind::local::InfoRequest) -> usize => crate::unwind::local::info_from_entry
-);
-
-request_entry!(
-    /// The naked entry of the exit hooks' frame lookup
-    /// (`unwind::local::frame_from_entry`).
-    frame_entry(*mut crate::unwind::local::FrameRequest) => crate::unwind::local::frame_from_entry
-);
+pub(crate) use request_entry;
 
 /// Words of the in-process rule cache's main array (2-way sets of
 /// `key | packed rule << 48`); the wide rules follow it (see [`run_hot`]).
