@@ -10,6 +10,11 @@
 use crate::arch::FrameRecordLayout;
 use crate::stack;
 
+#[cfg(target_arch = "x86_64")]
+crate::arch::x86_64::define_fast_entry!();
+#[cfg(target_arch = "aarch64")]
+crate::arch::aarch64::define_fast_entry!();
+
 /// Called by the architecture's naked `fast_entry` with its own frame record
 /// (`fp`, whose return address is inside the caller of the capture) and its
 /// stack pointer (`sp`, the lowest address the walk may read).

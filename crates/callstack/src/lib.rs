@@ -152,7 +152,7 @@ pub fn capture_fast(skip: usize, out: &mut [usize]) -> usize {
         let max = out.len().min(u32::MAX as usize) as u32;
         let skip = skip.min(u32::MAX as usize) as u32;
         // SAFETY: `out` has `max` writable slots.
-        unsafe { arch::native::fast_entry(skip, max, out.as_mut_ptr()) as usize }
+        unsafe { fast::fast_entry(skip, max, out.as_mut_ptr()) as usize }
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
@@ -293,4 +293,4 @@ pub use unwind::local::exact_entry as __capture_exact_raw;
 /// `out` must be valid for `max` writes, or null.
 #[doc(hidden)]
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-pub use arch::native::fast_entry as __capture_fast_raw;
+pub use fast::fast_entry as __capture_fast_raw;

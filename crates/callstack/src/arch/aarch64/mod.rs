@@ -30,23 +30,32 @@ pub const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {
     align: 16,
 };
 
-/// The naked entry of `capture_fast` on AArch64; see the x86-64 one.
-///
-/// # Safety
-/// `out` must be valid for `max` writes of `usize` (or `max` must be 0).
+/// Defines the naked entry of `capture_fast`, `fast_entry`, in the module
+/// that invokes it (`fast`, beside the `walk_from_entry` it calls).
 #[cfg(target_arch = "aarch64")]
-#[unsafe(naked)]
-pub unsafe extern "C" fn fast_entry(skip: u32, max: u32, out: *mut usize) -> u32 {
-    // SAFETY: pushes a frame record (x29, x30), points x29 at it, passes x29
-    // and sp as the 4th and 5th arguments, and restores both before `ret`.
-    core::arch::naked_asm!(
-        "stp x29, x30, [sp, #-16]!",
-        "mov x29, sp",
-        "mov x3, x29",
-        "mov x4, sp",
-        "bl {walk}",
-        "ldp x29, x30, [sp], #16",
-        "ret",
-        walk = sym crate::fast::walk_from_entry,
-    )
+macro_rules! define_fast_entry {
+    () => {
+        /// The naked entry of `capture_fast` on AArch64; see the x86-64 one.
+        ///
+        /// # Safety
+        /// `out` must be valid for `max` writes of `usize` (or `max` must be 0).
+        #[cfg(target_arch = "aarch64")]
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn fast_entry(skip: u32, max: u32, out: *mut usize) -> u32 {
+            // SAFETY: pushes a frame record (x29, x30), points x29 at it, passes x29
+            // and sp as the 4th and 5th arguments, and restores both before `ret`.
+            core::arch::naked_asm!(
+                "stp x29, x30, [sp, #-16]!",
+                "mov x29, sp",
+                "mov x3, x29",
+                "mov x4, sp",
+                "bl {walk}",
+                "ldp x29, x30, [sp], #16",
+                "ret",
+                walk = sym walk_from_entry,
+            )
+        }
+    };
 }
+#[cfg(target_arch = "aarch64")]
+pub(crate) use define_fast_entry;
