@@ -88,9 +88,9 @@ unsafe fn walk_bounded(
     // (a subtraction and a compare per frame, off the walk's chain of
     // loads); a frame in the other range swaps the two, and one in neither
     // takes `code_miss`, out of line. The walk starts with the ranges the
-    // process's last walk ended with ([`crate::code::hints`]), so a warm
+    // process's last walk ended with ([`crate::unwind::code::hints`]), so a warm
     // walk makes no lookup.
-    let hints = crate::code::hints();
+    let hints = crate::unwind::code::hints();
     let [mut a, mut b] = hints;
     let n = walk_frame_records_checked(
         crate::arch::native::FRAME_RECORD,
@@ -116,7 +116,7 @@ unsafe fn walk_bounded(
         },
     );
     if [a, b] != hints {
-        crate::code::set_hints([a, b]);
+        crate::unwind::code::set_hints([a, b]);
     }
     #[cfg(target_os = "linux")]
     if crate::exit_hook::any_live() {
@@ -196,11 +196,11 @@ fn read_record_fp(layout: FrameRecordLayout, fp: usize, sp: usize, hi: usize) ->
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[cold]
 #[inline(never)]
-fn code_miss(ra: usize, sp: usize, hi: usize) -> Option<crate::code::Range> {
+fn code_miss(ra: usize, sp: usize, hi: usize) -> Option<crate::unwind::code::Range> {
     if ra.wrapping_sub(sp) < hi.wrapping_sub(sp) || ra < 4096 {
         return None;
     }
-    crate::code::code_range(ra).map(crate::code::Range::from)
+    crate::unwind::code::code_range(ra).map(crate::unwind::code::Range::from)
 }
 
 /// Walks frame records from `fp`, reading only inside `[lo, hi)`, taking any

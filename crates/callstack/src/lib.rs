@@ -69,7 +69,6 @@
 #[cfg(target_os = "linux")]
 pub mod alloc;
 pub(crate) mod arch;
-mod code;
 #[cfg(target_os = "linux")]
 pub mod crash;
 mod elf_section;

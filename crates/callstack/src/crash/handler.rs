@@ -332,7 +332,7 @@ pub(crate) fn unwind_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize
         let Some((lo, hi)) = bounds else {
             return 1;
         };
-        let mut code = crate::code::CodeCheck::new();
+        let mut code = crate::unwind::code::CodeCheck::new();
         1 + crate::fast::walk_frame_records_checked(
             crate::arch::native::FRAME_RECORD,
             fp,

@@ -495,7 +495,7 @@ pub(crate) fn exec_segment_in(d: DlModule, addr: u64) -> Option<Option<(u64, u64
     let header = unsafe {
         core::slice::from_raw_parts(d.start as *const u8, (d.end - d.start).min(4096) as usize)
     };
-    let (lo, hi) = crate::code::elf_exec_segment(header, d.start as usize, addr as usize)?;
+    let (lo, hi) = crate::unwind::code::elf_exec_segment(header, d.start as usize, addr as usize)?;
     let (lo, hi) = (lo as u64, hi as u64);
     Some((lo <= addr && addr < hi && d.start <= lo && hi <= d.end).then_some((lo, hi)))
 }
@@ -1841,7 +1841,7 @@ fn walk_rest(
     // Skipped frames go here (small: the cold capture's stack depth is page
     // faults).
     let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 8];
-    let mut code = crate::code::CodeCheck::new();
+    let mut code = crate::unwind::code::CodeCheck::new();
     loop {
         if n == out.len() {
             return (n, StopReason::BufferFull);
@@ -1953,7 +1953,7 @@ pub(crate) fn walk_frames(
     let fallback = insn_fallback(&mem);
     let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
     let mut n = 0;
-    let mut code = crate::code::CodeCheck::new();
+    let mut code = crate::unwind::code::CodeCheck::new();
     while let Some(f) = u.next(&mut mem) {
         // Every frame after the first: a caller outside the code of the
         // loaded modules is garbage read as a return address.

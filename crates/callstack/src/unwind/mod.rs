@@ -46,6 +46,7 @@
 
 pub mod cfi;
 mod cfi_fast;
+pub(crate) mod code;
 pub(crate) use cfi_fast::check_against_gimli;
 pub mod insn;
 pub(crate) mod local;
