@@ -71,23 +71,25 @@
 
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crate::unwind::hook_table::{
+    ever, find, hash, trampoline, CLAIMED, EMPTY, FREE, PROBES, SLOTS, TABLE,
+};
 
 /// The most hooked frames one thread may have at once.
 pub const MAX_PER_THREAD: usize = 64;
 /// The most hooks on one frame.
 pub const MAX_PER_FRAME: usize = 4;
 
-#[cfg(target_arch = "x86_64")]
-use crate::arch::x86_64::exit_hook::{hash, PROBES, SLOTS};
-#[cfg(not(target_arch = "x86_64"))]
-const SLOTS: usize = 1024;
-#[cfg(not(target_arch = "x86_64"))]
-const PROBES: usize = 8;
-#[cfg(not(target_arch = "x86_64"))]
-fn hash(key: u64) -> usize {
-    (((key >> 4) ^ (key >> 14) ^ (key >> 24)) as usize) & (SLOTS - 1)
-}
+// The trampoline, which calls `dispatch` with a hooked frame's key (and
+// `lost` when its entry is gone), defined here beside them.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+crate::arch::x86_64::exit_hook::define_trampoline!(
+    crate::unwind::hook_table::TABLE,
+    dispatch,
+    lost
+);
 
 /// Why [`install`] refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,29 +229,6 @@ impl Installed {
     }
 }
 
-/// One table slot, read by the trampoline's assembly and CFI as two words:
-/// the key (the hooked frame's CFA) and the original return address.
-#[repr(C)]
-pub(crate) struct Slot {
-    key: AtomicU64,
-    orig: AtomicU64,
-}
-
-const EMPTY: u64 = 0;
-const FREE: u64 = 1;
-const CLAIMED: u64 = 2;
-
-/// The process-wide table of hooked frames, keyed by CFA. The trampoline
-/// and its CFI expression find it by symbol.
-#[allow(clippy::declare_interior_mutable_const)]
-pub(crate) static TABLE: [Slot; SLOTS + PROBES] = {
-    const S: Slot = Slot {
-        key: AtomicU64::new(EMPTY),
-        orig: AtomicU64::new(0),
-    };
-    [S; SLOTS + PROBES]
-};
-
 /// The hooks of each slot. Only the thread whose stack holds a slot's key
 /// touches that slot's hooks (install and dispatch run on that thread).
 struct Hooks(UnsafeCell<[[MaybeUninit<Hook>; MAX_PER_FRAME]; SLOTS + PROBES]>);
@@ -264,14 +243,6 @@ static COUNTS: [AtomicUsize; SLOTS + PROBES] = [const { AtomicUsize::new(0) }; S
 /// earlier frame with the same CFA cancels nothing.
 static GENERATIONS: [AtomicU64; SLOTS + PROBES] = [const { AtomicU64::new(0) }; SLOTS + PROBES];
 
-/// Whether a hook was ever installed in this process: captures look for the
-/// trampoline only then. Sticky (set once, never cleared), so installs and
-/// returns pay no locked counter. It sits with the capture's other flags
-/// (`unwind::local::FLAGS`), on a page a capture touches anyway.
-#[inline(always)]
-fn ever() -> &'static AtomicBool {
-    &crate::unwind::local::FLAGS.exit_hooks
-}
 static SKIPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Hooks never run because their frame was left without returning
@@ -293,81 +264,12 @@ thread_local! {
     };
 }
 
-/// The slot holding `key`, if any. Async-signal-safe (atomics only).
-#[inline]
-fn find(key: u64) -> Option<usize> {
-    let h = hash(key);
-    (h..h + PROBES).find(|&i| TABLE[i].key.load(Ordering::Acquire) == key)
-}
-
-/// The address hooked frames return to, on targets with exit hooks.
-#[inline(always)]
-pub(crate) fn trampoline() -> Option<u64> {
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    {
-        Some(crate::arch::x86_64::exit_hook::trampoline())
-    }
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-    {
-        None
-    }
-}
-
-/// The return address an unwinder should report for a frame whose return
-/// address read from the stack is `ra`, with `cfa` the CFA of the frame it
-/// was read from (the caller's stack pointer): the original address when
-/// `ra` is the trampoline, `ra` otherwise (0 when the hook's entry is gone:
-/// the walk ends). Async-signal-safe.
-#[inline]
-pub(crate) fn resolve(ra: u64, cfa: u64) -> u64 {
-    if !ever().load(Ordering::Relaxed) || Some(ra) != trampoline() {
-        return ra;
-    }
-    resolve_slow(cfa)
-}
-
-#[cold]
-#[inline(never)]
-fn resolve_slow(cfa: u64) -> u64 {
-    match find(cfa) {
-        Some(i) => TABLE[i].orig.load(Ordering::Acquire),
-        None => 0,
-    }
-}
-
 /// The address a hooked frame returns to while its hook is pending (`None`
 /// where exit hooks are not supported), for unwinders of your own: the
 /// original return address of a frame is then in the hook table, which
 /// this crate's captures consult for you.
 pub fn trampoline_address() -> Option<usize> {
     trampoline().map(|t| t as usize)
-}
-
-/// For an exact pc `pc` with stack pointer `sp`: when `pc` lies in the
-/// trampoline's first instructions (before it saved the original return
-/// address on its frame), the original return address (0 if the entry is
-/// gone). Async-signal-safe.
-#[inline]
-pub(crate) fn in_lookup(pc: u64, sp: u64) -> Option<u64> {
-    if !ever().load(Ordering::Relaxed) {
-        return None;
-    }
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-    {
-        let (lo, hi) = crate::arch::x86_64::exit_hook::lookup_window();
-        if pc >= lo && pc < hi {
-            return Some(resolve_slow(sp));
-        }
-    }
-    let _ = (pc, sp);
-    None
-}
-
-/// Whether a hook was ever installed (captures then check for the
-/// trampoline).
-#[inline(always)]
-pub(crate) fn any_live() -> bool {
-    ever().load(Ordering::Relaxed)
 }
 
 /// Frees slot `i` (its hooks already taken or dropped).

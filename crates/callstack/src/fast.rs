@@ -119,7 +119,7 @@ unsafe fn walk_bounded(
         crate::unwind::code::set_hints([a, b]);
     }
     #[cfg(target_os = "linux")]
-    if crate::exit_hook::any_live() {
+    if crate::unwind::hook_table::any_live() {
         return exit_hooked(fp, sp, hi, skip as usize, &mut out[..n]) as u32;
     }
     n as u32
@@ -137,7 +137,7 @@ unsafe fn walk_bounded(
 #[cold]
 #[inline(never)]
 fn exit_hooked(fp: usize, sp: usize, hi: usize, skip: usize, out: &mut [usize]) -> usize {
-    let Some(t) = crate::exit_hook::trampoline() else {
+    let Some(t) = crate::unwind::hook_table::trampoline() else {
         return out.len();
     };
     if !out.contains(&(t as usize)) {
@@ -162,7 +162,7 @@ fn exit_hooked(fp: usize, sp: usize, hi: usize, skip: usize, out: &mut [usize]) 
             fp_i = next;
         }
         let ra = if ok {
-            crate::exit_hook::resolve(t, (fp_i + 16) as u64)
+            crate::unwind::hook_table::resolve(t, (fp_i + 16) as u64)
         } else {
             0
         };

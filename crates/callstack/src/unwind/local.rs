@@ -1282,7 +1282,7 @@ fn unloaded(s: &Snapshot) {
 impl RuleSource<A> for LocalSource {
     #[inline(always)]
     fn return_address(&self, ra: u64, sp: u64) -> u64 {
-        crate::exit_hook::resolve(ra, sp)
+        crate::unwind::hook_table::resolve(ra, sp)
     }
 
     #[inline(always)]
@@ -1307,7 +1307,7 @@ impl RuleSource<A> for LocalSource {
         // original return address (its CFI expression holds only at its
         // first instruction): the frame is still empty, the caller's pc is in
         // the hook table.
-        if let Some(pc) = crate::exit_hook::in_lookup(addr, regs.sp) {
+        if let Some(pc) = crate::unwind::hook_table::in_lookup(addr, regs.sp) {
             return Ok(Applied::Caller {
                 regs: UnwindRegs { pc, ..*regs },
                 signal: false,
@@ -1486,7 +1486,8 @@ impl LocalCode {
 
 impl crate::unwind::insn::CodeMemory for LocalCode {
     fn is_return_trampoline(&mut self, addr: u64) -> bool {
-        crate::exit_hook::any_live() && crate::exit_hook::trampoline() == Some(addr)
+        crate::unwind::hook_table::any_live()
+            && crate::unwind::hook_table::trampoline() == Some(addr)
     }
 
     fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
@@ -1871,8 +1872,8 @@ fn walk_rest(
         // The hot loop stops at a return address it has no rule for, after
         // writing it: an exit hook's trampoline is one (its rule is a DWARF
         // expression), which stands for the original return address.
-        if crate::exit_hook::any_live() && !exact {
-            let ra = crate::exit_hook::resolve(hot.pc, hot.sp);
+        if crate::unwind::hook_table::any_live() && !exact {
+            let ra = crate::unwind::hook_table::resolve(hot.pc, hot.sp);
             if ra != hot.pc {
                 let written = n > 0 && out[n - 1] == hot.pc as usize;
                 if ra == 0 {

@@ -47,6 +47,7 @@
 pub mod cfi;
 mod cfi_fast;
 pub(crate) mod code;
+pub(crate) mod hook_table;
 pub(crate) use cfi_fast::check_against_gimli;
 pub mod insn;
 pub(crate) mod local;

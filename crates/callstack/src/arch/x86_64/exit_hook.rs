@@ -49,8 +49,8 @@ pub(crate) fn hash(key: u64) -> usize {
 // Byte groups with their comments: kept as written.
 #[rustfmt::skip]
 macro_rules! with_lookup_expr {
-    ($m:ident) => {
-        $m!(
+    ($($m:ident)::+) => {
+        $($m)::+!(
             // dup: [K, K]. libgcc's DW_OP_pick refuses to reach the bottom
             // element (it asserts `index < depth - 1`), so the bottom copy
             // of the CFA stays put and the expression works above it.
@@ -99,128 +99,143 @@ macro_rules! bytes_array {
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const LOOKUP_EXPR: [u8; 60] = with_lookup_expr!(bytes_array);
 
+/// The CFI directive of the trampoline's return-address rule: the lookup
+/// expression as a `DW_CFA_val_expression` of rip.
+macro_rules! cfi_escape {
+    ($($b:literal),* $(,)?) => {
+        // DW_CFA_val_expression (0x16), register 16 (rip), length 60.
+        concat!(".cfi_escape 0x16, 0x10, 60", $(", ", stringify!($b)),*)
+    };
+}
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub(crate) use {cfi_escape, with_lookup_expr};
+
+/// Defines the trampoline (global assembly) in the module that invokes it,
+/// `crate::exit_hook`, with the hook table, the dispatcher it calls with a
+/// key and the function it calls when a key is lost. `TRAMPOLINE` (the
+/// address stored in hooked frames) is `__callstack_exit_hook_trampoline +
+/// 1`; the quad before the symbol holds `TABLE - (its own address)` for the
+/// CFI expression.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+macro_rules! define_trampoline {
+    ($table:path, $dispatch:path, $lost:path) => {
+        core::arch::global_asm!(
+            ".pushsection .text.callstack_exit_hook,\"ax\",@progbits",
+            ".p2align 4",
+            "2:",
+            ".quad {table} - 2b",
+            ".globl __callstack_exit_hook_trampoline",
+            ".hidden __callstack_exit_hook_trampoline",
+            ".type __callstack_exit_hook_trampoline, @function",
+            // The symbol starts one byte early, so that the address symbolizers
+            // look up for a return address (the address minus one) names it.
+            "__callstack_exit_hook_trampoline:",
+            ".cfi_startproc",
+            ".cfi_def_cfa_offset 0",
+            $crate::arch::x86_64::exit_hook::with_lookup_expr!(crate::arch::x86_64::exit_hook::cfi_escape),
+            // The byte a return address minus one looks up: never executed.
+            "int3",
+            // TRAMPOLINE: hooked frames return here.
+            // r11 = key (the CFA); r10 = first entry of its probe window.
+            "mov r11, rsp",
+            "mov r10, r11",
+            "shr r10, 4",
+            "mov rcx, r11",
+            "shr rcx, 14",
+            "xor r10, rcx",
+            "mov rcx, r11",
+            "shr rcx, 24",
+            "xor r10, rcx",
+            "and r10, {mask}",
+            "shl r10, 4",
+            "lea rcx, [rip + {table}]",
+            "add r10, rcx",
+            "lea r9, [r10 + {window}]",
+            "3:",
+            "cmp [r10], r11",
+            "je 4f",
+            "add r10, 16",
+            "cmp r10, r9",
+            "jne 3b",
+            // No entry: the table was corrupted. Nothing sane to return to.
+            "jmp {lost}",
+            "4:",
+            ".globl __callstack_exit_hook_found",
+            ".hidden __callstack_exit_hook_found",
+            "__callstack_exit_hook_found:",
+            // The original return address, then a frame record.
+            "push qword ptr [r10 + 8]",
+            ".cfi_def_cfa_offset 8",
+            ".cfi_offset 16, -8",
+            "push rbp",
+            ".cfi_def_cfa_offset 16",
+            ".cfi_offset 6, -16",
+            "mov rbp, rsp",
+            ".cfi_def_cfa_register 6",
+            "push rax",
+            "push rdx",
+            // xmm0 [rsp], xmm1 [rsp + 16], st0 [rsp + 32], st1 [rsp + 48],
+            // x87 count [rsp + 64]; rsp is 16-byte aligned after this.
+            "sub rsp, 80",
+            "movdqu [rsp], xmm0",
+            "movdqu [rsp + 16], xmm1",
+            // The x87 register stack holds 0, 1 or 2 values after a return
+            // (TOP = 0, 7 or 6 in the status word).
+            "fnstsw ax",
+            "shr eax, 11",
+            "and eax, 7",
+            "neg eax",
+            "and eax, 7",
+            "mov [rsp + 64], rax",
+            "test eax, eax",
+            "jz 5f",
+            "fstp tbyte ptr [rsp + 32]",
+            "cmp eax, 1",
+            "je 5f",
+            "fstp tbyte ptr [rsp + 48]",
+            "5:",
+            "lea rdi, [rbp + 16]",
+            "call {dispatch}",
+            "mov rax, [rsp + 64]",
+            "test eax, eax",
+            "jz 6f",
+            "cmp eax, 1",
+            "je 7f",
+            "fld tbyte ptr [rsp + 48]",
+            "7:",
+            "fld tbyte ptr [rsp + 32]",
+            "6:",
+            "movdqu xmm0, [rsp]",
+            "movdqu xmm1, [rsp + 16]",
+            "add rsp, 80",
+            "pop rdx",
+            "pop rax",
+            "pop rbp",
+            ".cfi_def_cfa 7, 8",
+            // Jump, not `ret`: the hooked function's `ret` already consumed its
+            // entry of the return stack buffer (mispredicted, it went here), so a
+            // `ret` now would take the caller's entry and every return above
+            // would mispredict in turn.
+            "pop r11",
+            ".cfi_def_cfa_offset 0",
+            ".cfi_register 16, 11",
+            "jmp r11",
+            ".cfi_endproc",
+            ".size __callstack_exit_hook_trampoline, . - __callstack_exit_hook_trampoline",
+            ".popsection",
+            table = sym $table,
+            dispatch = sym $dispatch,
+            lost = sym $lost,
+            mask = const $crate::arch::x86_64::exit_hook::SLOTS - 1,
+            window = const $crate::arch::x86_64::exit_hook::PROBES * 16,
+        );
+    };
+}
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub(crate) use define_trampoline;
+
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod imp {
-    macro_rules! cfi_escape {
-        ($($b:literal),* $(,)?) => {
-            // DW_CFA_val_expression (0x16), register 16 (rip), length 60.
-            concat!(".cfi_escape 0x16, 0x10, 60", $(", ", stringify!($b)),*)
-        };
-    }
-
-    // The trampoline. `TRAMPOLINE` (the address stored in hooked frames) is
-    // `__callstack_exit_hook_trampoline + 1`; the quad before the symbol
-    // holds `TABLE - (its own address)` for the CFI expression.
-    core::arch::global_asm!(
-        ".pushsection .text.callstack_exit_hook,\"ax\",@progbits",
-        ".p2align 4",
-        "2:",
-        ".quad {table} - 2b",
-        ".globl __callstack_exit_hook_trampoline",
-        ".hidden __callstack_exit_hook_trampoline",
-        ".type __callstack_exit_hook_trampoline, @function",
-        // The symbol starts one byte early, so that the address symbolizers
-        // look up for a return address (the address minus one) names it.
-        "__callstack_exit_hook_trampoline:",
-        ".cfi_startproc",
-        ".cfi_def_cfa_offset 0",
-        with_lookup_expr!(cfi_escape),
-        // The byte a return address minus one looks up: never executed.
-        "int3",
-        // TRAMPOLINE: hooked frames return here.
-        // r11 = key (the CFA); r10 = first entry of its probe window.
-        "mov r11, rsp",
-        "mov r10, r11",
-        "shr r10, 4",
-        "mov rcx, r11",
-        "shr rcx, 14",
-        "xor r10, rcx",
-        "mov rcx, r11",
-        "shr rcx, 24",
-        "xor r10, rcx",
-        "and r10, {mask}",
-        "shl r10, 4",
-        "lea rcx, [rip + {table}]",
-        "add r10, rcx",
-        "lea r9, [r10 + {window}]",
-        "3:",
-        "cmp [r10], r11",
-        "je 4f",
-        "add r10, 16",
-        "cmp r10, r9",
-        "jne 3b",
-        // No entry: the table was corrupted. Nothing sane to return to.
-        "jmp {lost}",
-        "4:",
-        ".globl __callstack_exit_hook_found",
-        ".hidden __callstack_exit_hook_found",
-        "__callstack_exit_hook_found:",
-        // The original return address, then a frame record.
-        "push qword ptr [r10 + 8]",
-        ".cfi_def_cfa_offset 8",
-        ".cfi_offset 16, -8",
-        "push rbp",
-        ".cfi_def_cfa_offset 16",
-        ".cfi_offset 6, -16",
-        "mov rbp, rsp",
-        ".cfi_def_cfa_register 6",
-        "push rax",
-        "push rdx",
-        // xmm0 [rsp], xmm1 [rsp + 16], st0 [rsp + 32], st1 [rsp + 48],
-        // x87 count [rsp + 64]; rsp is 16-byte aligned after this.
-        "sub rsp, 80",
-        "movdqu [rsp], xmm0",
-        "movdqu [rsp + 16], xmm1",
-        // The x87 register stack holds 0, 1 or 2 values after a return
-        // (TOP = 0, 7 or 6 in the status word).
-        "fnstsw ax",
-        "shr eax, 11",
-        "and eax, 7",
-        "neg eax",
-        "and eax, 7",
-        "mov [rsp + 64], rax",
-        "test eax, eax",
-        "jz 5f",
-        "fstp tbyte ptr [rsp + 32]",
-        "cmp eax, 1",
-        "je 5f",
-        "fstp tbyte ptr [rsp + 48]",
-        "5:",
-        "lea rdi, [rbp + 16]",
-        "call {dispatch}",
-        "mov rax, [rsp + 64]",
-        "test eax, eax",
-        "jz 6f",
-        "cmp eax, 1",
-        "je 7f",
-        "fld tbyte ptr [rsp + 48]",
-        "7:",
-        "fld tbyte ptr [rsp + 32]",
-        "6:",
-        "movdqu xmm0, [rsp]",
-        "movdqu xmm1, [rsp + 16]",
-        "add rsp, 80",
-        "pop rdx",
-        "pop rax",
-        "pop rbp",
-        ".cfi_def_cfa 7, 8",
-        // Jump, not `ret`: the hooked function's `ret` already consumed its
-        // entry of the return stack buffer (mispredicted, it went here), so a
-        // `ret` now would take the caller's entry and every return above
-        // would mispredict in turn.
-        "pop r11",
-        ".cfi_def_cfa_offset 0",
-        ".cfi_register 16, 11",
-        "jmp r11",
-        ".cfi_endproc",
-        ".size __callstack_exit_hook_trampoline, . - __callstack_exit_hook_trampoline",
-        ".popsection",
-        table = sym crate::exit_hook::TABLE,
-        dispatch = sym crate::exit_hook::dispatch,
-        lost = sym crate::exit_hook::lost,
-        mask = const super::SLOTS - 1,
-        window = const super::PROBES * 16,
-    );
 
     unsafe extern "C" {
         fn __callstack_exit_hook_trampoline();

@@ -265,7 +265,8 @@ struct Code<'a> {
 impl CodeMemory for Code<'_> {
     #[cfg(target_os = "linux")]
     fn is_return_trampoline(&mut self, addr: u64) -> bool {
-        crate::exit_hook::any_live() && crate::exit_hook::trampoline() == Some(addr)
+        crate::unwind::hook_table::any_live()
+            && crate::unwind::hook_table::trampoline() == Some(addr)
     }
 
     fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
