@@ -7,7 +7,8 @@ use super::mapped::Mapped;
 use super::{Error, ErrorKind, IntMap, NameSource};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -75,6 +76,10 @@ pub(crate) struct ElfModule {
     alloc: Vec<(u64, u64)>,
     /// How the debug info was found, what was skipped and why.
     pub report: DebugInfoReport,
+    /// Function addresses by symbol name (every alias, `.symtab` of the
+    /// object and of its debug file, and `.dynsym`), built on the first
+    /// [`ElfModule::address_of`]: only the tail-call search needs it.
+    by_name: OnceCell<HashMap<&'static [u8], (u64, bool)>>,
     /// The dwz supplementary file (`.gnu_debugaltlink`), if found.
     _sup_map: Option<Mapped>,
     _debug_map: Option<Mapped>,
@@ -189,6 +194,7 @@ impl ElfModule {
             first_load_vaddr,
             alloc,
             report,
+            by_name: OnceCell::new(),
             _sup_map: sup.map(|(_, m)| m),
             _debug_map: debug_map,
             _map: map,
@@ -256,6 +262,37 @@ impl ElfModule {
         };
         self.names.borrow_mut().insert(key, v.clone());
         v
+    }
+
+    /// The address of the function symbol `name` (a global one when
+    /// there are several of that name, as gdb's minimal-symbol lookup
+    /// prefers them).
+    pub(crate) fn address_of(&self, name: &[u8]) -> Option<u64> {
+        let map = self.by_name.get_or_init(|| {
+            let mut map: HashMap<&'static [u8], (u64, bool)> = HashMap::new();
+            let maps = [Some(&self._map), self._debug_map.as_ref()];
+            for bytes in maps.into_iter().flatten().map(Mapped::bytes) {
+                let Ok(obj) = object::File::parse(bytes) else {
+                    continue;
+                };
+                for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+                    if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
+                        continue;
+                    }
+                    let Ok(n) = sym.name_bytes() else { continue };
+                    let global = sym.is_global();
+                    match map.get(n) {
+                        Some(&(_, true)) => {}
+                        Some(_) if !global => {}
+                        _ => {
+                            map.insert(n, (sym.address(), global));
+                        }
+                    }
+                }
+            }
+            map
+        });
+        map.get(name).map(|&(a, _)| a)
     }
 
     /// A file name, interned by the address of its text (stable for as long
