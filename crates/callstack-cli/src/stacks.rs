@@ -6,6 +6,10 @@
 //! {"threads":[{"tid":N,"name":"..","frames":[{"pc":"0x..","function":"..",
 //!   "file":"..","line":N,"inlined":false,"module":"..","method":"cfi|fp|context|scan|insn"}]}]}
 //! ```
+//!
+//! Like gdb, a thread's frames include tail-call frames (functions that
+//! ended with a jump to the next), marked `"tail_call":true` in JSON and
+//! printed as ordinary frames in text.
 
 use callstack::remote::symbols::Symbolizer as ImageSymbolizer;
 use callstack::remote::{Lookup, RemoteUnwinder, Snapshot, Unwound};
