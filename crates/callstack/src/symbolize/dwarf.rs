@@ -1242,6 +1242,12 @@ impl DwarfIndex {
         if let Some(f) = self.function_in(self.aranges(), probe, &mut tried) {
             return Some(f);
         }
+        // A unit listed there holds `probe` but no function does (assembly
+        // with line rows only): no other unit will, and looking for units
+        // `.debug_aranges` leaves out would read every unit header.
+        if !tried.is_empty() {
+            return None;
+        }
         let covered = &self.aranges().covered;
         let all = (0..self.all_slots()).all(|i| {
             self.slot(i)

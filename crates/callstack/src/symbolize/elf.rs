@@ -7,7 +7,7 @@ use super::mapped::Mapped;
 use super::{Error, ErrorKind, IntMap, NameSource};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::borrow::Cow;
-use std::cell::{OnceCell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -76,10 +76,10 @@ pub(crate) struct ElfModule {
     alloc: Vec<(u64, u64)>,
     /// How the debug info was found, what was skipped and why.
     pub report: DebugInfoReport,
-    /// Function addresses by symbol name (every alias, `.symtab` of the
-    /// object and of its debug file, and `.dynsym`), built on the first
-    /// [`ElfModule::address_of`]: only the tail-call search needs it.
-    by_name: OnceCell<HashMap<&'static [u8], (u64, bool)>>,
+    /// [`ElfModule::address_of`]'s answers, by name: only the tail-call
+    /// search asks, for a few names, so the symbol tables are scanned per
+    /// name rather than indexed.
+    by_name: RefCell<HashMap<&'static [u8], Option<u64>>>,
     /// The dwz supplementary file (`.gnu_debugaltlink`), if found.
     _sup_map: Option<Mapped>,
     _debug_map: Option<Mapped>,
@@ -194,7 +194,7 @@ impl ElfModule {
             first_load_vaddr,
             alloc,
             report,
-            by_name: OnceCell::new(),
+            by_name: RefCell::new(HashMap::new()),
             _sup_map: sup.map(|(_, m)| m),
             _debug_map: debug_map,
             _map: map,
@@ -264,35 +264,40 @@ impl ElfModule {
         v
     }
 
-    /// The address of the function symbol `name` (a global one when
-    /// there are several of that name, as gdb's minimal-symbol lookup
-    /// prefers them).
-    pub(crate) fn address_of(&self, name: &[u8]) -> Option<u64> {
-        let map = self.by_name.get_or_init(|| {
-            let mut map: HashMap<&'static [u8], (u64, bool)> = HashMap::new();
-            let maps = [Some(&self._map), self._debug_map.as_ref()];
-            for bytes in maps.into_iter().flatten().map(Mapped::bytes) {
-                let Ok(obj) = object::File::parse(bytes) else {
+    /// The address of the function symbol `name`, of any alias in
+    /// `.symtab` (of the object or of its debug file) or `.dynsym`: a
+    /// global one when there are several of that name, as gdb's
+    /// minimal-symbol lookup prefers them.
+    pub(crate) fn address_of(&self, name: &'static [u8]) -> Option<u64> {
+        if let Some(a) = self.by_name.borrow().get(name) {
+            return *a;
+        }
+        let mut found: Option<(u64, bool)> = None;
+        let maps = [Some(&self._map), self._debug_map.as_ref()];
+        'files: for bytes in maps.into_iter().flatten().map(Mapped::bytes) {
+            let Ok(obj) = object::File::parse(bytes) else {
+                continue;
+            };
+            for sym in obj.symbols().chain(obj.dynamic_symbols()) {
+                if sym.kind() != SymbolKind::Text
+                    || sym.is_undefined()
+                    || sym.address() == 0
+                    || sym.name_bytes().ok() != Some(name)
+                {
                     continue;
-                };
-                for sym in obj.symbols().chain(obj.dynamic_symbols()) {
-                    if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
-                        continue;
-                    }
-                    let Ok(n) = sym.name_bytes() else { continue };
-                    let global = sym.is_global();
-                    match map.get(n) {
-                        Some(&(_, true)) => {}
-                        Some(_) if !global => {}
-                        _ => {
-                            map.insert(n, (sym.address(), global));
-                        }
-                    }
+                }
+                let global = sym.is_global();
+                if found.is_none_or(|f| !f.1 && global) {
+                    found = Some((sym.address(), global));
+                }
+                if global {
+                    break 'files;
                 }
             }
-            map
-        });
-        map.get(name).map(|&(a, _)| a)
+        }
+        let a = found.map(|f| f.0);
+        self.by_name.borrow_mut().insert(name, a);
+        a
     }
 
     /// A file name, interned by the address of its text (stable for as long
