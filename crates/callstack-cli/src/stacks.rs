@@ -220,24 +220,26 @@ fn name_thread(
         if let (Some(below), Some(m)) = (below, module) {
             if f.method == callstack::remote::Method::Cfi && f.lookup != f.pc {
                 for pc in sym.tail_calls(m, f.pc, below) {
-                    for (level, s) in sym
+                    // One frame per tail call, named (as gdb names it)
+                    // after the innermost function at the jump: an
+                    // inlined one if the jump was inlined.
+                    let s = sym
                         .names(Some(m), pc, pc.saturating_sub(1))
                         .into_iter()
-                        .enumerate()
-                    {
-                        frames.push(FrameOut {
-                            pc,
-                            function: s.function,
-                            file: s.file,
-                            line: s.line,
-                            inlined: s.inlined,
-                            module: module_name.clone(),
-                            method: json_method(f.method),
-                            show_pc: level == 0,
-                            signal_trampoline: false,
-                            tail_call: true,
-                        });
-                    }
+                        .next()
+                        .unwrap_or_default();
+                    frames.push(FrameOut {
+                        pc,
+                        function: s.function,
+                        file: s.file,
+                        line: s.line,
+                        inlined: false,
+                        module: module_name.clone(),
+                        method: json_method(f.method),
+                        show_pc: true,
+                        signal_trampoline: false,
+                        tail_call: true,
+                    });
                 }
             }
         }

@@ -10,10 +10,11 @@
 //! name (`??` when none) and whether it is a tail-call frame (a function
 //! that ended with a jump to the next, synthesized from the DWARF call
 //! sites: ours are marked `"tail_call": true`). On the `tailcall.c`
-//! fixture (one chain of tail calls, and two chains of which only the
-//! common calls are shown; a live process, a core of it and a core of a
-//! crash in the tail-called function; DWARF 5 and GNU's DWARF 4
-//! extension), and on python3's threads waiting on a lock (glibc's
+//! fixture (one chain of tail calls; two chains of which only the common
+//! calls are shown; a jump made by an inlined function, one frame named
+//! after it; a live process, a core of it and a core of a crash in the
+//! tail-called function; DWARF 5 and GNU's DWARF 4 extension), and on
+//! python3's threads waiting on a lock (glibc's
 //! `do_futex_wait` and `__futex_abstimed_wait_cancelable64` end with
 //! tail calls).
 
@@ -405,6 +406,19 @@ fn assert_tailcall_chains(what: &str, c: &Chains, crashed: bool) {
         ],
         "{what}: two chains of tail calls"
     );
+    // A jump made by an inlined function: one frame, named after it.
+    let inline = chain_with(c, "inline_top");
+    let at = inline.iter().position(|f| f.0 == "leaf").unwrap();
+    assert_eq!(
+        &inline[at..at + 4],
+        &[
+            ("leaf", false),
+            ("inline_helper", true),
+            ("inline_top", false),
+            ("inline_thread", false)
+        ],
+        "{what}: a tail call from an inlined function"
+    );
     // main calls leaf itself.
     let main = chain_with(c, "main");
     assert!(main.iter().all(|f| !f.1), "{what}: {main:?}");
@@ -445,7 +459,7 @@ fn tail_call_frames_like_gdb() {
         // A live process, its threads blocked in read.
         let (child, stdin) = spawn_ready(&exe, &[], &dir);
         let pid = child.0.id();
-        wait_blocked(pid, &["0"], 3);
+        wait_blocked(pid, &["0"], 4);
         let p = pid.to_string();
         let live_gdb = gdb_frames(&dir, &["-p", &p]);
         let live = our_frames(&["pstack", &p]);
