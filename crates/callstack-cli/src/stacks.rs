@@ -357,7 +357,7 @@ impl Names {
         pc: u64,
         below: &callstack::remote::Frame,
     ) -> Vec<u64> {
-        if m.image.is_some() || m.file.is_none() || !m.contains(below.lookup) {
+        if m.image.is_some() || m.file.is_none() {
             return Vec::new();
         }
         let callee = if below.lookup == below.pc {

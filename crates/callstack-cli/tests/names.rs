@@ -12,7 +12,8 @@
 //! sites: ours are marked `"tail_call": true`). On the `tailcall.c`
 //! fixture (one chain of tail calls; two chains of which only the common
 //! calls are shown; a jump made by an inlined function, one frame named
-//! after it; a live process, a core of it and a core of a crash in the
+//! after it; a jump to a library function through the PLT, the chain
+//! going on in glibc; a live process, a core of it and a core of a crash in the
 //! tail-called function; DWARF 5 and GNU's DWARF 4 extension), and on
 //! python3's threads waiting on a lock (glibc's
 //! `do_futex_wait` and `__futex_abstimed_wait_cancelable64` end with
@@ -419,6 +420,19 @@ fn assert_tailcall_chains(what: &str, c: &Chains, crashed: bool) {
         ],
         "{what}: a tail call from an inlined function"
     );
+    // Into libc through the PLT: pthread_join ends with a jump too.
+    let join = chain_with(c, "joiner_a");
+    let at = join.iter().position(|f| f.0 == "joiner_b").unwrap();
+    assert!(at > 0 && join[at - 1].1, "{what}: {join:?}");
+    assert_eq!(
+        &join[at..at + 3],
+        &[
+            ("joiner_b", true),
+            ("joiner_a", false),
+            ("joiner_thread", false)
+        ],
+        "{what}: a tail call to a library function"
+    );
     // main calls leaf itself.
     let main = chain_with(c, "main");
     assert!(main.iter().all(|f| !f.1), "{what}: {main:?}");
@@ -459,7 +473,8 @@ fn tail_call_frames_like_gdb() {
         // A live process, its threads blocked in read.
         let (child, stdin) = spawn_ready(&exe, &[], &dir);
         let pid = child.0.id();
-        wait_blocked(pid, &["0"], 4);
+        // read (0), and futex (202) for the joiner.
+        wait_blocked(pid, &["0", "202"], 5);
         let p = pid.to_string();
         let live_gdb = gdb_frames(&dir, &["-p", &p]);
         let live = our_frames(&["pstack", &p]);

@@ -79,7 +79,7 @@ pub(crate) struct ElfModule {
     /// [`ElfModule::address_of`]'s answers, by name: only the tail-call
     /// search asks, for a few names, so the symbol tables are scanned per
     /// name rather than indexed.
-    by_name: RefCell<HashMap<&'static [u8], Option<u64>>>,
+    by_name: RefCell<HashMap<&'static [u8], Option<(u64, bool)>>>,
     /// The dwz supplementary file (`.gnu_debugaltlink`), if found.
     _sup_map: Option<Mapped>,
     _debug_map: Option<Mapped>,
@@ -265,10 +265,10 @@ impl ElfModule {
     }
 
     /// The address of the function symbol `name`, of any alias in
-    /// `.symtab` (of the object or of its debug file) or `.dynsym`: a
-    /// global one when there are several of that name, as gdb's
-    /// minimal-symbol lookup prefers them.
-    pub(crate) fn address_of(&self, name: &'static [u8]) -> Option<u64> {
+    /// `.symtab` (of the object or of its debug file) or `.dynsym`, and
+    /// whether it is global: a global one when there are several of that
+    /// name, as gdb's minimal-symbol lookup prefers them.
+    pub(crate) fn address_of(&self, name: &'static [u8]) -> Option<(u64, bool)> {
         if let Some(a) = self.by_name.borrow().get(name) {
             return *a;
         }
@@ -295,9 +295,8 @@ impl ElfModule {
                 }
             }
         }
-        let a = found.map(|f| f.0);
-        self.by_name.borrow_mut().insert(name, a);
-        a
+        self.by_name.borrow_mut().insert(name, found);
+        found
     }
 
     /// A file name, interned by the address of its text (stable for as long

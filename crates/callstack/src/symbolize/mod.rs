@@ -608,16 +608,9 @@ impl Symbolizer {
     fn open(&mut self, i: usize) -> (Option<&ElfModule>, usize) {
         let search = &self.search;
         let e = &mut self.entries[i];
-        let opened = e.opened.get_or_insert_with(|| open_entry(&e.info, search));
-        let info = &e.info;
-        let bias = match (&*opened, info.bias) {
-            (_, Some(b)) => b,
-            (Ok(m), None) => info
-                .start
-                .wrapping_sub((m.first_load_vaddr & !0xfff) as usize),
-            (Err(_), None) => info.start,
-        };
-        (opened.as_ref().ok(), bias)
+        e.opened.get_or_insert_with(|| open_entry(&e.info, search));
+        let e = &self.entries[i];
+        (e.opened.as_ref().and_then(|o| o.as_ref().ok()), bias_of(e))
     }
 
     /// The tail-call frames between a caller and its callee, as gdb shows
@@ -629,10 +622,11 @@ impl Symbolizer {
     /// the return address of each tail call (just past its jump: the pc
     /// gdb gives its frame), innermost (nearest the callee) first; name
     /// each with [`Symbolizer::symbolize`] of [`Address::Return`]. Empty
-    /// when there are none, when the DWARF call-site information
-    /// (`DW_TAG_call_site`, needs `-g` with optimization, GCC's default
-    /// since 4.8 at `-O1` and up) cannot tell them, or when caller and
-    /// callee are not in the same module.
+    /// when there are none, or when the DWARF call-site information
+    /// (`DW_TAG_call_site`, which gcc emits with `-g` at `-O1` and up)
+    /// cannot tell them. A chain may go from one module to another (a
+    /// call through the PLT to a library function ending with a tail
+    /// call) through the modules opened so far.
     ///
     /// When several chains of tail calls lead from the caller's call to
     /// the callee, only the calls common to all of them are given (gdb's
@@ -645,25 +639,35 @@ impl Symbolizer {
         let Some(i) = self.find_entry(caller.wrapping_sub(1)) else {
             return Vec::new();
         };
-        if self.find_entry(probe) != Some(i) {
-            return Vec::new();
-        }
         let key = (caller as u64, probe as u64);
         if let Some(v) = self.tail_cache.get(&key) {
             return v.clone();
         }
-        let (opened, bias) = self.open(i);
-        let found = match opened {
-            Some(m) => tailcall::between(
-                m,
-                caller.wrapping_sub(bias) as u64,
-                probe.wrapping_sub(bias) as u64,
-            ),
-            None => Vec::new(),
+        let Some(k) = self.find_entry(probe) else {
+            return Vec::new();
         };
-        let found: Vec<usize> = found
+        self.open(i);
+        self.open(k);
+        // A chain may go through any module opened so far (a library's
+        // function reached through the PLT).
+        let world = tailcall::World {
+            modules: self
+                .entries
+                .iter()
+                .filter_map(|e| {
+                    let m = e.opened.as_ref()?.as_ref().ok()?;
+                    Some(tailcall::Loaded {
+                        start: e.info.start as u64,
+                        end: e.info.end as u64,
+                        module: m,
+                        bias: bias_of(e) as u64,
+                    })
+                })
+                .collect(),
+        };
+        let found: Vec<usize> = tailcall::between(&world, caller as u64, probe as u64)
             .into_iter()
-            .map(|pc| (pc as usize).wrapping_add(bias))
+            .map(|pc| pc as usize)
             .collect();
         if self.tail_cache.len() >= CACHE_CAPACITY {
             self.tail_cache.clear();
@@ -690,6 +694,19 @@ impl Symbolizer {
         let i = self.entries.partition_point(|e| e.info.start <= a);
         let i = i.checked_sub(1)?;
         self.entries[i].info.contains(a).then_some(i)
+    }
+}
+
+/// The load bias of an entry: given, or derived from where its first
+/// `PT_LOAD` is mapped once opened.
+fn bias_of(e: &Entry) -> usize {
+    match (&e.opened, e.info.bias) {
+        (_, Some(b)) => b,
+        (Some(Ok(m)), None) => e
+            .info
+            .start
+            .wrapping_sub((m.first_load_vaddr & !0xfff) as usize),
+        _ => e.info.start,
     }
 }
 

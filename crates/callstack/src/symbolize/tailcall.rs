@@ -40,69 +40,119 @@ pub(crate) const MAX_STEPS: usize = 4096;
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct GiveUp;
 
+/// A module opened by the symbolizer, where it is loaded.
+pub(crate) struct Loaded<'a> {
+    /// Its runtime address range.
+    pub start: u64,
+    pub end: u64,
+    pub module: &'a ElfModule,
+    /// Runtime address minus file address.
+    pub bias: u64,
+}
+
+/// The modules a search may go through (those opened so far), sorted by
+/// address: a chain may leave the caller's module (a call through the PLT
+/// to a library function that ends with a tail call).
+pub(crate) struct World<'a> {
+    pub modules: Vec<Loaded<'a>>,
+}
+
+impl<'a> World<'a> {
+    fn at(&self, addr: u64) -> Option<&Loaded<'a>> {
+        let i = self.modules.partition_point(|l| l.start <= addr);
+        let l = self.modules.get(i.checked_sub(1)?)?;
+        (addr < l.end).then_some(l)
+    }
+
+    /// A call target's runtime entry address. A declared function is
+    /// looked up by name as gdb does: a global symbol first (of the
+    /// module making the call, then of the others), then a local one.
+    fn resolve(&self, home: &Loaded<'a>, t: CallTarget) -> Option<u64> {
+        match t {
+            CallTarget::Entry(e) => Some(e.wrapping_add(home.bias)),
+            CallTarget::Name(n) => {
+                let mut local = None;
+                let others = self.modules.iter().filter(|l| !std::ptr::eq(*l, home));
+                for l in std::iter::once(home).chain(others) {
+                    match l.module.address_of(n) {
+                        Some((a, true)) => return Some(a.wrapping_add(l.bias)),
+                        Some((a, false)) if local.is_none() => local = Some(a.wrapping_add(l.bias)),
+                        _ => {}
+                    }
+                }
+                local
+            }
+            CallTarget::Unknown => None,
+        }
+    }
+
+    /// The DWARF function containing runtime address `addr`.
+    fn function_at(&self, addr: u64) -> Option<(&Loaded<'a>, &'a DwarfIndex, FuncRef)> {
+        let l = self.at(addr)?;
+        let d = l.module.dwarf.as_ref()?;
+        Some((l, d, d.function_at(addr.wrapping_sub(l.bias))?))
+    }
+
+    /// The tail calls of the function entered at runtime address `entry`:
+    /// (return address, target entry) each. `None` when `entry` is no
+    /// DWARF function's entry or a tail call's target is unknown.
+    fn tail_sites(&self, entry: u64) -> Option<Vec<(u64, u64)>> {
+        let (l, d, f) = self.function_at(entry)?;
+        if d.entry(f)?.wrapping_add(l.bias) != entry {
+            return None;
+        }
+        d.call_sites(f)
+            .iter()
+            .filter(|s| s.tail)
+            .map(|s| Some((s.pc.wrapping_add(l.bias), self.resolve(l, s.target)?)))
+            .collect()
+    }
+}
+
 /// The return addresses of the tail-call sites between a caller and its
 /// callee, innermost (nearest the callee) first: each is the pc gdb gives
-/// its tail-call frame. File addresses of `m`; `caller` is the caller's
-/// return address, `callee` an address in the callee (its pc, or its
-/// return address minus one). Empty when there are none or they cannot
-/// be known.
-pub(crate) fn between(m: &ElfModule, caller: u64, callee: u64) -> Vec<u64> {
-    let Some(d) = m.dwarf.as_ref() else {
+/// its tail-call frame. Runtime addresses: `caller` is the caller's return
+/// address, `callee` an address in the callee (its pc, or its return
+/// address minus one). Empty when there are none or they cannot be known.
+pub(crate) fn between(w: &World<'_>, caller: u64, callee: u64) -> Vec<u64> {
+    let Some((home, d, f)) = caller.checked_sub(1).and_then(|p| w.function_at(p)) else {
         return Vec::new();
     };
-    let Some(site) = caller
-        .checked_sub(1)
-        .and_then(|p| d.function_at(p))
-        .and_then(|f| d.call_sites(f).iter().find(|s| s.pc == caller).copied())
-    else {
+    let file_pc = caller.wrapping_sub(home.bias);
+    let Some(site) = d.call_sites(f).iter().find(|s| s.pc == file_pc).copied() else {
         return Vec::new();
     };
-    let callee_fn = d.function_at(callee);
-    // The common case first, without the symbol table: the caller calls
+    let callee_fn = w.function_at(callee);
+    // The common case first, without the symbol tables: the caller calls
     // the callee's function itself.
+    let callee_dwarf_entry = callee_fn.and_then(|(l, d, f)| Some(d.entry(f)?.wrapping_add(l.bias)));
     match site.target {
         CallTarget::Unknown => return Vec::new(),
-        CallTarget::Entry(e) if callee_fn.and_then(|f| d.entry(f)) == Some(e) => return Vec::new(),
-        CallTarget::Name(n) if callee_fn.and_then(|f| d.function_name(f)) == Some(n) => {
+        CallTarget::Entry(e)
+            if callee_dwarf_entry.is_some()
+                && callee_dwarf_entry == Some(e.wrapping_add(home.bias)) =>
+        {
+            return Vec::new()
+        }
+        CallTarget::Name(n) if callee_fn.and_then(|(_, d, f)| d.function_name(f)) == Some(n) => {
             return Vec::new()
         }
         _ => {}
     }
     // gdb's function start: the DWARF function's entry, else the symbol's.
     let callee_entry = match callee_fn {
-        Some(f) => d.entry(f),
-        None => m.symbol(callee, SymbolExtent::Section).map(|s| s.addr),
+        Some(_) => callee_dwarf_entry,
+        None => w.at(callee).and_then(|l| {
+            let s = l
+                .module
+                .symbol(callee.wrapping_sub(l.bias), SymbolExtent::Section)?;
+            Some(s.addr.wrapping_add(l.bias))
+        }),
     };
-    let (Some(callee_entry), Some(first)) = (callee_entry, resolve(m, site.target)) else {
+    let (Some(callee_entry), Some(first)) = (callee_entry, w.resolve(home, site.target)) else {
         return Vec::new();
     };
-    chain(first, callee_entry, |entry| tail_sites(m, d, entry)).unwrap_or_default()
-}
-
-/// A call target's entry address (a declared function's from the symbol
-/// table).
-fn resolve(m: &ElfModule, t: CallTarget) -> Option<u64> {
-    match t {
-        CallTarget::Entry(e) => Some(e),
-        CallTarget::Name(n) => m.address_of(n),
-        CallTarget::Unknown => None,
-    }
-}
-
-/// The tail calls of the function entered at `entry`: (return address,
-/// target entry) each. `None` when `entry` is no DWARF function's entry
-/// or a tail call's target is unknown.
-fn tail_sites(m: &ElfModule, d: &DwarfIndex, entry: u64) -> Option<Vec<(u64, u64)>> {
-    let f: FuncRef = d.function_at(entry)?;
-    if d.entry(f)? != entry {
-        return None;
-    }
-    let sites = d.call_sites(f);
-    sites
-        .iter()
-        .filter(|s| s.tail)
-        .map(|s| Some((s.pc, resolve(m, s.target)?)))
-        .collect()
+    chain(first, callee_entry, |entry| w.tail_sites(entry)).unwrap_or_default()
 }
 
 /// The candidate chains found so far, merged: the first chain, and how
