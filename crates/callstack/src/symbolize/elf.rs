@@ -266,34 +266,29 @@ impl ElfModule {
 
     /// The address of the function symbol `name`, of any alias in
     /// `.symtab` (of the object or of its debug file) or `.dynsym`, and
-    /// whether it is global: a global one when there are several of that
-    /// name, as gdb's minimal-symbol lookup prefers them.
+    /// whether it is global (a global one when one file has several of
+    /// that name).
     pub(crate) fn address_of(&self, name: &'static [u8]) -> Option<(u64, bool)> {
         if let Some(a) = self.by_name.borrow().get(name) {
             return *a;
         }
         let mut found: Option<(u64, bool)> = None;
         let maps = [Some(&self._map), self._debug_map.as_ref()];
-        'files: for bytes in maps.into_iter().flatten().map(Mapped::bytes) {
-            let Ok(obj) = object::File::parse(bytes) else {
-                continue;
+        for bytes in maps.into_iter().flatten().map(Mapped::bytes) {
+            let here = match object::FileKind::parse(bytes) {
+                Ok(object::FileKind::Elf64) => {
+                    find_symbol::<object::elf::FileHeader64<object::Endianness>>(bytes, name)
+                }
+                Ok(object::FileKind::Elf32) => {
+                    find_symbol::<object::elf::FileHeader32<object::Endianness>>(bytes, name)
+                }
+                _ => None,
             };
-            for sym in obj.symbols().chain(obj.dynamic_symbols()) {
-                if sym.kind() != SymbolKind::Text
-                    || sym.is_undefined()
-                    || sym.address() == 0
-                    || sym.name_bytes().ok() != Some(name)
-                {
-                    continue;
-                }
-                let global = sym.is_global();
-                if found.is_none_or(|f| !f.1 && global) {
-                    found = Some((sym.address(), global));
-                }
-                if global {
-                    break 'files;
-                }
+            if here.is_some_and(|f| f.1) {
+                found = here;
+                break;
             }
+            found = found.or(here);
         }
         self.by_name.borrow_mut().insert(name, found);
         found
@@ -309,6 +304,51 @@ impl ElfModule {
             .or_insert_with(|| Arc::from(p))
             .clone()
     }
+}
+
+/// The function symbol `name` of the ELF file `bytes` (`.symtab`, then
+/// `.dynsym`): its address and whether it is global, a global one first.
+/// Names are compared in place in the string table, without a lookup per
+/// symbol: a scan of glibc's 10,000 symbols is a few instructions each.
+fn find_symbol<Elf: object::read::elf::FileHeader<Endian = object::Endianness>>(
+    bytes: &'static [u8],
+    name: &[u8],
+) -> Option<(u64, bool)> {
+    use object::read::elf::{ElfFile, SectionHeader, Sym};
+    let elf = ElfFile::<Elf>::parse(bytes).ok()?;
+    let endian = elf.endian();
+    let mut local = None;
+    for table in [elf.elf_symbol_table(), elf.elf_dynamic_symbol_table()] {
+        let Some(strings) = elf
+            .elf_section_table()
+            .section(table.string_section())
+            .ok()
+            .and_then(|h| h.data(endian, bytes).ok())
+        else {
+            continue;
+        };
+        for sym in table.symbols() {
+            let at = sym.st_name(endian) as usize;
+            let matches = strings.get(at..at.saturating_add(name.len())) == Some(name)
+                && strings.get(at + name.len()) == Some(&0);
+            if !matches
+                || !matches!(
+                    sym.st_type(),
+                    object::elf::STT_FUNC | object::elf::STT_GNU_IFUNC
+                )
+                || sym.st_shndx(endian) == object::elf::SHN_UNDEF
+                || sym.st_value(endian).into() == 0
+            {
+                continue;
+            }
+            let addr: u64 = sym.st_value(endian).into();
+            if sym.st_bind() != object::elf::STB_LOCAL {
+                return Some((addr, true));
+            }
+            local = local.or(Some((addr, false)));
+        }
+    }
+    local
 }
 
 fn first_load_vaddr(obj: &object::File<'static>) -> u64 {

@@ -65,15 +65,19 @@ impl<'a> World<'a> {
     }
 
     /// A call target's runtime entry address. A declared function is
-    /// looked up by name as gdb does: a global symbol first (of the
-    /// module making the call, then of the others), then a local one.
+    /// looked up by name: in the module making the call (where a local
+    /// symbol is a hidden alias, such as glibc's `__GI_` names), then as
+    /// gdb's minimal symbols are, a global symbol of any other module
+    /// before a local one.
     fn resolve(&self, home: &Loaded<'a>, t: CallTarget) -> Option<u64> {
         match t {
             CallTarget::Entry(e) => Some(e.wrapping_add(home.bias)),
             CallTarget::Name(n) => {
+                if let Some((a, _)) = home.module.address_of(n) {
+                    return Some(a.wrapping_add(home.bias));
+                }
                 let mut local = None;
-                let others = self.modules.iter().filter(|l| !std::ptr::eq(*l, home));
-                for l in std::iter::once(home).chain(others) {
+                for l in self.modules.iter().filter(|l| !std::ptr::eq(*l, home)) {
                     match l.module.address_of(n) {
                         Some((a, true)) => return Some(a.wrapping_add(l.bias)),
                         Some((a, false)) if local.is_none() => local = Some(a.wrapping_add(l.bias)),
