@@ -45,6 +45,10 @@ pub enum SymbolExtent {
     Sized,
 }
 
+/// [`ElfModule::address_of`]'s cache: a name's address and whether its
+/// symbol is global, or `None` when no function symbol has that name.
+type ByName = HashMap<&'static [u8], Option<(u64, bool)>>;
+
 /// A demangled name and, when different, the name as stored.
 pub(crate) type NamePair = (Option<Arc<str>>, Option<Arc<str>>);
 
@@ -79,7 +83,7 @@ pub(crate) struct ElfModule {
     /// [`ElfModule::address_of`]'s answers, by name: only the tail-call
     /// search asks, for a few names, so the symbol tables are scanned per
     /// name rather than indexed.
-    by_name: RefCell<HashMap<&'static [u8], Option<(u64, bool)>>>,
+    by_name: RefCell<ByName>,
     /// The dwz supplementary file (`.gnu_debugaltlink`), if found.
     _sup_map: Option<Mapped>,
     _debug_map: Option<Mapped>,

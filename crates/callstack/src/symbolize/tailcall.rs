@@ -28,13 +28,15 @@
 
 use super::dwarf::{CallTarget, DwarfIndex, FuncRef};
 use super::elf::{ElfModule, SymbolExtent};
-use std::sync::Arc;
 
 /// The longest chain of tail calls searched.
 pub(crate) const MAX_DEPTH: usize = 64;
 
 /// The most functions one search visits.
 pub(crate) const MAX_STEPS: usize = 4096;
+
+/// A function's tail calls: (return address, target entry) each.
+type TailSites = Vec<(u64, u64)>;
 
 /// The search gave up: an unknown target, or past a bound.
 #[derive(Debug, PartialEq, Eq)]
@@ -236,13 +238,13 @@ pub(crate) fn chain(
     // Depth-first, without recursion: each level is a function's tail
     // calls and the index of the next one to follow.
     let mut path: Vec<u64> = Vec::new();
-    let mut stack: Vec<(Arc<[(u64, u64)]>, usize)> = Vec::new();
-    let mut enter = |entry: u64, stack: &mut Vec<(Arc<[(u64, u64)]>, usize)>| {
+    let mut stack: Vec<(TailSites, usize)> = Vec::new();
+    let mut enter = |entry: u64, stack: &mut Vec<(TailSites, usize)>| {
         steps += 1;
         if steps > MAX_STEPS || stack.len() >= MAX_DEPTH {
             return Err(GiveUp);
         }
-        stack.push((sites(entry).ok_or(GiveUp)?.into(), 0));
+        stack.push((sites(entry).ok_or(GiveUp)?, 0));
         Ok(())
     };
     enter(first, &mut stack)?;
