@@ -12,6 +12,11 @@
 #
 # Prints each tool's median wall and CPU time (user + sys), the ratios, and
 # how long `callstack pstack` kept the target stopped (its --timing line).
+#
+# CS_BEFORE=PATH also races another build of callstack (say, main's,
+# copied aside) in the same run, for a before/after comparison.
+# WAITERS=1 adds a third target: python3 with 4 threads in
+# threading.Event().wait(), whose glibc frames have tail-call frames.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-5}
@@ -61,17 +66,25 @@ race() {
   done
   local stop_med
   stop_med=$(printf '%s\n' "${stops[@]}" | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
-  local cs gdb
+  local cs gdb before
   cs=$(median_ms "$CS" pstack "$pid")
   gdb=$(median_ms "${GDB[@]}" -p "$pid")
   line "callstack pstack" "$cs"
   echo "                       target stopped: median ${stop_med} ms"
+  if [ -n "${CS_BEFORE:-}" ]; then
+    before=$(median_ms "$CS_BEFORE" pstack "$pid")
+    line "CS_BEFORE pstack" "$before" "$cs"
+  fi
   line "gdb -p" "$gdb" "$cs"
   gcore -o "$work/core" "$pid" >/dev/null 2>&1
   local core="$work/core.$pid"
   cs=$(median_ms "$CS" core "$exe" "$core")
   gdb=$(median_ms "${GDB[@]}" "$exe" "$core")
   line "callstack core" "$cs"
+  if [ -n "${CS_BEFORE:-}" ]; then
+    before=$(median_ms "$CS_BEFORE" core "$exe" "$core")
+    line "CS_BEFORE core" "$before" "$cs"
+  fi
   line "gdb EXE CORE" "$gdb" "$cs"
 }
 
@@ -105,4 +118,14 @@ time.sleep(1000)' &
 pids+=($!)
 settle "${pids[1]}" 5
 race "$PY (Debian's, 5 threads)" "${pids[1]}" "$PY"
+if [ -n "${WAITERS:-}" ]; then
+  "$PY" -c '
+import threading, time
+for _ in range(4):
+    threading.Thread(target=lambda: threading.Event().wait(), daemon=True).start()
+time.sleep(1000)' &
+  pids+=($!)
+  settle "${pids[2]}" 5
+  race "$PY (4 threads in Event().wait())" "${pids[2]}" "$PY"
+fi
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

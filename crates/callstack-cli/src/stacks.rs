@@ -6,6 +6,10 @@
 //! {"threads":[{"tid":N,"name":"..","frames":[{"pc":"0x..","function":"..",
 //!   "file":"..","line":N,"inlined":false,"module":"..","method":"cfi|fp|context|scan|insn"}]}]}
 //! ```
+//!
+//! Like gdb, a thread's frames include tail-call frames (functions that
+//! ended with a jump to the next), marked `"tail_call":true` in JSON and
+//! printed as ordinary frames in text.
 
 use callstack::remote::symbols::Symbolizer as ImageSymbolizer;
 use callstack::remote::{Lookup, RemoteUnwinder, Snapshot, Unwound};
@@ -91,6 +95,11 @@ pub struct FrameOut {
     /// The signal-return trampoline a handler returned to: the frame below
     /// is the interrupted code (gdb's `<signal handler called>`).
     pub signal_trampoline: bool,
+    /// A tail-call frame (gdb's `TAILCALL_FRAME`): a function that ran
+    /// between the frame below and the one above but ended with a jump
+    /// to the next, so it has no frame on the stack; found from the DWARF
+    /// call sites. Its pc is the address just past that jump.
+    pub tail_call: bool,
 }
 
 /// One printed thread.
@@ -203,8 +212,38 @@ fn name_thread(
             break;
         }
         let module = snap.module_at(f.lookup).map(|(_, m)| m);
-        let syms = sym.names(module, f.pc, f.lookup);
         let module_name = module.map(|m| m.name.clone());
+        // The tail-call frames between this frame and the one below, when
+        // this one was found through the CFI of the one below (as gdb
+        // looks for them only then) at a return address.
+        let below = k.checked_sub(1).map(|b| &unwound.frames[b]);
+        if let (Some(below), Some(m)) = (below, module) {
+            if f.method == callstack::remote::Method::Cfi && f.lookup != f.pc {
+                for pc in sym.tail_calls(m, f.pc, below) {
+                    // One frame per tail call, named (as gdb names it)
+                    // after the innermost function at the jump: an
+                    // inlined one if the jump was inlined.
+                    let s = sym
+                        .names(Some(m), pc, pc.saturating_sub(1))
+                        .into_iter()
+                        .next()
+                        .unwrap_or_default();
+                    frames.push(FrameOut {
+                        pc,
+                        function: s.function,
+                        file: s.file,
+                        line: s.line,
+                        inlined: false,
+                        module: module_name.clone(),
+                        method: json_method(f.method),
+                        show_pc: true,
+                        signal_trampoline: false,
+                        tail_call: true,
+                    });
+                }
+            }
+        }
+        let syms = sym.names(module, f.pc, f.lookup);
         if syms.is_empty() {
             frames.push(FrameOut {
                 pc: f.pc,
@@ -216,6 +255,7 @@ fn name_thread(
                 method: json_method(f.method),
                 show_pc: true,
                 signal_trampoline,
+                tail_call: false,
             });
         }
         for (k, s) in syms.into_iter().enumerate() {
@@ -232,6 +272,7 @@ fn name_thread(
                 method: json_method(f.method),
                 show_pc: k == 0,
                 signal_trampoline,
+                tail_call: false,
             });
         }
         // Read the module's rule only when the real frame just printed may
@@ -305,6 +346,30 @@ impl Names {
                 None => crate::mainfn::MainRule::At("main".into()),
             }
         })
+    }
+
+    /// The return addresses of the tail calls between a caller at `pc`
+    /// (a return address in module `m`) and the frame `below` it,
+    /// innermost first (see [`Symbolizer::tail_calls`]).
+    fn tail_calls(
+        &mut self,
+        m: &callstack::remote::Module,
+        pc: u64,
+        below: &callstack::remote::Frame,
+    ) -> Vec<u64> {
+        if m.image.is_some() || m.file.is_none() {
+            return Vec::new();
+        }
+        let callee = if below.lookup == below.pc {
+            Address::Exact(below.pc as usize)
+        } else {
+            Address::Return(below.pc as usize)
+        };
+        self.files
+            .tail_calls(pc as usize, callee)
+            .into_iter()
+            .map(|a| a as u64)
+            .collect()
     }
 
     /// The levels at `pc` (inlined first), looked up at `lookup`.
@@ -443,6 +508,10 @@ pub fn to_json(threads: &[ThreadOut]) -> Value {
                     if f.signal_trampoline {
                         // gdb's `<signal handler called>` frame.
                         v["signal_handler_called"] = json!(true);
+                    }
+                    if f.tail_call {
+                        // gdb's tail-call frame.
+                        v["tail_call"] = json!(true);
                     }
                     v
                 })

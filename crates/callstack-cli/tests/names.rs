@@ -7,9 +7,17 @@
 //! `/usr/bin/python3` when it is installed.
 //!
 //! The oracle is gdb's Python API: every frame of every thread, with its pc,
-//! name (`??` when none) and type. gdb's tail-call frames (synthesized from
-//! DWARF call-site information, with no return address on the stack) are
-//! not frames of ours and are left out of the comparison.
+//! name (`??` when none) and whether it is a tail-call frame (a function
+//! that ended with a jump to the next, synthesized from the DWARF call
+//! sites: ours are marked `"tail_call": true`). On the `tailcall.c`
+//! fixture (one chain of tail calls; two chains of which only the common
+//! calls are shown; a jump made by an inlined function, one frame named
+//! after it; a jump to a library function through the PLT, the chain
+//! going on in glibc; a live process, a core of it and a core of a crash in the
+//! tail-called function; DWARF 5 and GNU's DWARF 4 extension), and on
+//! python3's threads waiting on a lock (glibc's
+//! `do_futex_wait` and `__futex_abstimed_wait_cancelable64` end with
+//! tail calls).
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -18,8 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use testsupport::{release_artifacts, scratch_dir, Gcc};
 
-/// tid -> (pc, name) of each frame, innermost first.
-type Chains = BTreeMap<u32, Vec<(u64, String)>>;
+/// tid -> (pc, name, tail-call frame) of each frame, innermost first.
+type Chains = BTreeMap<u32, Vec<(u64, String, bool)>>;
 
 const GDB_FRAMES_PY: &str = r#"
 import gdb
@@ -28,8 +36,8 @@ for inf in gdb.inferiors():
         th.switch()
         f = gdb.newest_frame()
         while f is not None:
-            if f.type() != gdb.TAILCALL_FRAME:
-                print("FRAME %d %#x %s" % (th.ptid[1], f.pc(), f.name() or "??"))
+            tail = int(f.type() == gdb.TAILCALL_FRAME)
+            print("FRAME %d %#x %d %s" % (th.ptid[1], f.pc(), tail, f.name() or "??"))
             f = f.older()
 "#;
 
@@ -52,8 +60,9 @@ fn gdb_frames(dir: &Path, target: &[&str]) -> Chains {
         }
         let tid: u32 = it.next().unwrap().parse().unwrap();
         let pc = u64::from_str_radix(it.next().unwrap().trim_start_matches("0x"), 16).unwrap();
+        let tail = it.next() == Some("1");
         let name = it.collect::<Vec<_>>().join(" ");
-        out.entry(tid).or_default().push((pc, name));
+        out.entry(tid).or_default().push((pc, name, tail));
     }
     assert!(
         !out.is_empty(),
@@ -84,7 +93,8 @@ fn our_frames(args: &[&str]) -> Chains {
                 let pc =
                     u64::from_str_radix(f["pc"].as_str().unwrap().trim_start_matches("0x"), 16)
                         .unwrap();
-                (pc, f["function"].as_str().unwrap_or("??").to_string())
+                let tail = f.get("tail_call") == Some(&Value::Bool(true));
+                (pc, f["function"].as_str().unwrap_or("??").to_string(), tail)
             })
             .collect();
         out.insert(tid, frames);
@@ -100,9 +110,12 @@ fn assert_same(what: &str, ours: &Chains, gdb: &Chains) {
     );
     for (tid, want) in gdb {
         let got = &ours[tid];
-        let show = |c: &[(u64, String)]| {
+        let show = |c: &[(u64, String, bool)]| {
             c.iter()
-                .map(|(pc, n)| format!("{pc:#x} {n}"))
+                .map(|(pc, n, tail)| {
+                    let t = if *tail { " [tail call]" } else { "" };
+                    format!("{pc:#x} {n}{t}")
+                })
                 .collect::<Vec<_>>()
                 .join("\n  ")
         };
@@ -333,6 +346,201 @@ fn python3_names_like_gdb() {
         core_gdb.values().flatten().any(|f| f.1 == "??"),
         "no ?? frame in gdb's output: is python3 stripped?"
     );
+    // Threads in threading.Event().wait(): glibc's semaphore wait ends
+    // with tail calls (with libc6-dbg's DWARF, as scripts/install-test-deps.sh
+    // installs it).
+    let tails: Vec<&str> = core_gdb
+        .values()
+        .flatten()
+        .filter(|f| f.2)
+        .map(|f| f.1.as_str())
+        .collect();
+    assert!(
+        tails.contains(&"do_futex_wait"),
+        "gdb shows no tail-call frame do_futex_wait ({tails:?}): is libc6-dbg installed?"
+    );
     assert_same("pstack python3", &live, &live_gdb);
     assert_same("core python3", &ours_core, &core_gdb);
+}
+
+/// The chain of names of the thread whose chain contains `name`.
+fn chain_with<'a>(c: &'a Chains, name: &str) -> Vec<(&'a str, bool)> {
+    let t = c
+        .values()
+        .find(|t| t.iter().any(|f| f.1 == name))
+        .unwrap_or_else(|| panic!("no thread runs {name}"));
+    t.iter().map(|f| (f.1.as_str(), f.2)).collect()
+}
+
+/// The chains `tailcall.c` is built to give, with the tail-call frames gdb
+/// synthesizes (so that a comparison cannot pass on chains without them).
+fn assert_tailcall_chains(what: &str, c: &Chains, crashed: bool) {
+    let single = chain_with(c, "single_a");
+    let at = single.iter().position(|f| f.0 == "leaf").unwrap();
+    assert_eq!(
+        &single[at..at + 5],
+        &[
+            ("leaf", false),
+            ("single_mid", true),
+            ("single_b", true),
+            ("single_a", false),
+            ("single_thread", false)
+        ],
+        "{what}: one chain of tail calls"
+    );
+    assert_eq!(
+        at == 0,
+        crashed,
+        "{what}: leaf is frame 0 only in the crash"
+    );
+    // Two chains (through fork_left or fork_right): only what both share.
+    let fork = chain_with(c, "fork_a");
+    let at = fork.iter().position(|f| f.0 == "leaf").unwrap();
+    assert_eq!(
+        &fork[at..at + 5],
+        &[
+            ("leaf", false),
+            ("fork_join", true),
+            ("fork_b", true),
+            ("fork_a", false),
+            ("fork_thread", false)
+        ],
+        "{what}: two chains of tail calls"
+    );
+    // A jump made by an inlined function: one frame, named after it.
+    let inline = chain_with(c, "inline_top");
+    let at = inline.iter().position(|f| f.0 == "leaf").unwrap();
+    assert_eq!(
+        &inline[at..at + 4],
+        &[
+            ("leaf", false),
+            ("inline_helper", true),
+            ("inline_top", false),
+            ("inline_thread", false)
+        ],
+        "{what}: a tail call from an inlined function"
+    );
+    // Into libc through the PLT: pthread_join ends with a jump too.
+    let join = chain_with(c, "joiner_a");
+    let at = join.iter().position(|f| f.0 == "joiner_b").unwrap();
+    assert!(at > 0 && join[at - 1].1, "{what}: {join:?}");
+    assert_eq!(
+        &join[at..at + 3],
+        &[
+            ("joiner_b", true),
+            ("joiner_a", false),
+            ("joiner_thread", false)
+        ],
+        "{what}: a tail call to a library function"
+    );
+    // main calls leaf itself.
+    let main = chain_with(c, "main");
+    assert!(main.iter().all(|f| !f.1), "{what}: {main:?}");
+}
+
+/// Spawns `exe ARGS` with piped stdin and waits for its `ready` line.
+fn spawn_ready(exe: &Path, args: &[&str], dir: &Path) -> (Killed, std::process::ChildStdin) {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -c unlimited; exec {} {}",
+            exe.display(),
+            args.join(" ")
+        ))
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    let stdin = child.stdin.take().unwrap();
+    (Killed(child), stdin)
+}
+
+#[test]
+fn tail_call_frames_like_gdb() {
+    let dir = scratch_dir("names-tailcall");
+    for (dwarf, flags) in [("dwarf5", "-gdwarf-5"), ("dwarf4", "-gdwarf-4")] {
+        let exe = Gcc::new(&["tailcall.c"])
+            .flags("-O2 -pthread")
+            .flags(flags)
+            .build(&dir.join(format!("tailcall-{dwarf}")));
+        let e = exe.to_str().unwrap();
+        // A live process, its threads blocked in read.
+        let (child, stdin) = spawn_ready(&exe, &[], &dir);
+        let pid = child.0.id();
+        // read (0), and futex (202) for the joiner.
+        wait_blocked(pid, &["0", "202"], 5);
+        let p = pid.to_string();
+        let live_gdb = gdb_frames(&dir, &["-p", &p]);
+        let live = our_frames(&["pstack", &p]);
+        assert_tailcall_chains(&format!("gdb -p, {dwarf}"), &live_gdb, false);
+        assert_same(&format!("pstack, {dwarf}"), &live, &live_gdb);
+        if dwarf == "dwarf4" {
+            drop(stdin);
+            continue;
+        }
+        let core = gcore(pid, &dir);
+        drop(stdin);
+        drop(child);
+        let core_gdb = gdb_frames(&dir, &[e, core.to_str().unwrap()]);
+        assert_tailcall_chains("gdb core", &core_gdb, false);
+        assert_same(
+            "core",
+            &our_frames(&["core", e, core.to_str().unwrap()]),
+            &core_gdb,
+        );
+
+        // A crash in the tail-called function (frame 0 at an exact pc).
+        let crash_dir = dir.join("crash");
+        std::fs::create_dir_all(&crash_dir).unwrap();
+        let (mut child, stdin) = spawn_ready(&exe, &["crash"], &crash_dir);
+        let st = child.0.wait().unwrap();
+        drop(stdin);
+        assert!(!st.success());
+        let core = std::fs::read_dir(&crash_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("core"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no core dumped in {} (kernel.core_pattern is {:?})",
+                    crash_dir.display(),
+                    std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default()
+                )
+            });
+        let c = core.to_str().unwrap();
+        let crash_gdb = gdb_frames(&dir, &[e, c]);
+        assert_tailcall_chains("gdb crash core", &crash_gdb, true);
+        assert_same("crash core", &our_frames(&["core", e, c]), &crash_gdb);
+        // The text output prints them as gdb's `bt` does: ordinary frames.
+        let o = Command::new(&release_artifacts().cli)
+            .args(["core", e, c])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        let pc = crash_gdb
+            .values()
+            .flatten()
+            .find(|f| f.1 == "single_mid")
+            .unwrap()
+            .0;
+        // The line of single_mid's tail call (gdb's line for the frame).
+        let src = std::fs::read_to_string(testsupport::c_fixtures().join("tailcall.c")).unwrap();
+        let line = 1 + src
+            .lines()
+            .position(|l| l.trim() == "return leaf(x, fd);")
+            .unwrap();
+        let want = format!("#1  {pc:#018x} in single_mid () at ");
+        let end = format!("tailcall.c:{line}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&want) && l.ends_with(&end)),
+            "no line `{want}...{end}`:\n{text}"
+        );
+    }
 }

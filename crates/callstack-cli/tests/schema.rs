@@ -179,7 +179,8 @@ fn run_json(args: &[&str], stdin: Option<&[u8]>) -> Value {
 fn the_validator_rejects_what_the_schema_forbids() {
     let good = serde_json::json!({"schema_version": 1, "threads": [{"tid": 1, "name": null,
         "frames": [{"pc": "0x10", "function": "f", "file": null, "line": 3, "inlined": false,
-        "module": null, "method": "cfi"}]}]});
+        "module": null, "method": "cfi"}, {"pc": "0x20", "function": "g", "file": null,
+        "line": null, "inlined": false, "module": null, "method": "cfi", "tail_call": true}]}]});
     check("pstack.schema.json", &good);
     let s: Value = serde_json::from_str(
         &std::fs::read_to_string(workspace_root().join("docs/schema/pstack.schema.json")).unwrap(),
@@ -190,6 +191,7 @@ fn the_validator_rejects_what_the_schema_forbids() {
         ("/threads/0/frames/0/pc", serde_json::json!("16")),
         ("/threads/0/frames/0/method", serde_json::json!("guess")),
         ("/threads/0/tid", serde_json::json!("1")),
+        ("/threads/0/frames/1/tail_call", serde_json::json!(false)),
     ] {
         let mut v = good.clone();
         *v.pointer_mut(ptr).unwrap() = bad;
@@ -255,6 +257,31 @@ fn core_and_pstack_json_match_their_schemas() {
     let _ = child.wait();
     assert_eq!(v["schema_version"], 1);
     assert!(!v["threads"][0]["frames"].as_array().unwrap().is_empty());
+    check("pstack.schema.json", &v);
+    // Tail-call frames (tests/fixtures/c/tailcall.c).
+    let exe = Gcc::new(&["tailcall.c"])
+        .flags("-O2 -pthread")
+        .build(&dir.join("tailcall"));
+    let mut child = Command::new(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = [0u8; 6];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut ready).unwrap();
+    // Its threads block in read(2) once past their barrier.
+    let pid = child.id().to_string();
+    let mut v = Value::Null;
+    for _ in 0..100 {
+        v = run_json(&["pstack", "--json", &pid], None);
+        if v.to_string().contains("\"tail_call\":true") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(v.to_string().contains("\"tail_call\":true"), "{v}");
     check("pstack.schema.json", &v);
 }
 

@@ -195,3 +195,62 @@ fn garbage_dwarf_never_panics() {
         }
     }
 }
+
+/// `Symbolizer::tail_calls` on the fuzz seed `tailcalls_dwarf` (gcc -O2 -g
+/// of this C, text at 0x1000):
+///
+/// ```text
+/// int leaf(int x);                                   1000
+/// int mid2(int x) { sink += 2; return leaf(x); }     1010: ... 101f jmp leaf
+/// int mid1(int x) { sink += 1; return leaf(x*3); }   1030: ... 1042 jmp leaf
+/// int split(int x) { if (x & 4) return mid1(x);      1050: ... 1056 jmp mid2
+///                    return mid2(x); }                          1060 jmp mid1
+/// int b(int x) { sink += 5; return split(x); }       1070: ... 107f jmp split
+/// int a(int x) { int r = b(x + 1); return r + sink; } 1090: ... 1097 call b
+/// void _start(void) { a(1); for (;;); }              10b0: ... 10b9 call a
+/// ```
+///
+/// and on two corrupted copies (call targets making cycles, call targets
+/// pointing out of the unit or at DIEs that are no functions).
+#[test]
+fn tail_calls_follow_the_call_sites() {
+    let seed = |n: &str| {
+        let p = testsupport::workspace_root()
+            .join("fuzz/corpus/symbolize_elf")
+            .join(n);
+        Symbolizer::for_bytes(std::fs::read(p).unwrap()).unwrap()
+    };
+    let mut s = seed("tailcalls_dwarf");
+    // a's call of b returns to 0x109c.
+    let from_a = |s: &mut Symbolizer, callee: usize| s.tail_calls(0x109c, Address::Exact(callee));
+    // One chain to split and to mid2: every jump, innermost first.
+    assert_eq!(from_a(&mut s, 0x1055), vec![0x1081]);
+    assert_eq!(from_a(&mut s, 0x1015), vec![0x1058, 0x1081]);
+    // Two chains to leaf (through mid1 or mid2): only b's jump is common.
+    assert_eq!(from_a(&mut s, 0x1005), vec![0x1081]);
+    // A return address in leaf (the callee's own frame was a call).
+    assert_eq!(s.tail_calls(0x109c, Address::Return(0x1006)), vec![0x1081]);
+    // The call's target itself, and a caller that is not at a call site.
+    assert_eq!(from_a(&mut s, 0x1075), Vec::<usize>::new());
+    assert_eq!(
+        s.tail_calls(0x10be, Address::Exact(0x1095)),
+        Vec::<usize>::new()
+    );
+    assert_eq!(
+        s.tail_calls(0x109b, Address::Exact(0x1005)),
+        Vec::<usize>::new()
+    );
+    // Each tail-call frame is named at its jump.
+    assert_eq!(s.symbolize(Address::Return(0x1081)).function(), Some("b"));
+
+    // mid1 -> b and mid2 -> split: leaf is out of reach; mid1 is reached
+    // directly from split or through mid2 and split again.
+    let mut s = seed("tailcalls_cycles");
+    assert_eq!(from_a(&mut s, 0x1005), Vec::<usize>::new());
+    assert_eq!(from_a(&mut s, 0x1035), vec![0x1062, 0x1081]);
+    // Bad references: no frames, no panic.
+    let mut s = seed("tailcalls_badrefs");
+    for callee in [0x1005, 0x1015, 0x1035, 0x1055, 0x1075] {
+        assert_eq!(from_a(&mut s, callee), Vec::<usize>::new());
+    }
+}

@@ -767,11 +767,22 @@ impl<'a> Cursor<'a> {
     pub(crate) fn attributes(
         &mut self,
         a: &Abbrev,
+        f: impl FnMut(gimli::DwAt, AttributeValue<Slice>),
+    ) -> Option<()> {
+        self.attributes_of(a, wanted, f)
+    }
+
+    /// [`Cursor::attributes`] handing out the attributes `keep` names
+    /// (those of call sites: [`call_site_attribute`]).
+    pub(crate) fn attributes_of(
+        &mut self,
+        a: &Abbrev,
+        keep: fn(gimli::DwAt) -> bool,
         mut f: impl FnMut(gimli::DwAt, AttributeValue<Slice>),
     ) -> Option<()> {
         let abbrevs = self.abbrevs;
         for (i, spec) in abbrevs.specs(a).iter().enumerate() {
-            if !wanted(spec.name) {
+            if !keep(spec.name) {
                 self.step(spec.op)?;
                 continue;
             }
@@ -892,6 +903,27 @@ pub(crate) fn wanted(name: gimli::DwAt) -> bool {
             | gimli::DW_AT_call_file
             | gimli::DW_AT_call_line
             | gimli::DW_AT_call_column
+    )
+}
+
+/// The attributes of call-site DIEs (`DW_TAG_call_site`, GNU's
+/// `DW_TAG_GNU_call_site`) and of the functions they call, which the
+/// tail-call search reads (`tailcall.rs`).
+#[inline]
+pub(crate) fn call_site_attribute(name: gimli::DwAt) -> bool {
+    matches!(
+        name,
+        gimli::DW_AT_low_pc
+            | gimli::DW_AT_high_pc
+            | gimli::DW_AT_ranges
+            | gimli::DW_AT_call_return_pc
+            | gimli::DW_AT_call_tail_call
+            | gimli::DW_AT_GNU_tail_call
+            | gimli::DW_AT_call_origin
+            | gimli::DW_AT_abstract_origin
+            | gimli::DW_AT_call_target
+            | gimli::DW_AT_GNU_call_site_target
+            | gimli::DW_AT_declaration
     )
 }
 

@@ -120,6 +120,9 @@ struct UnitData {
     /// (begin, end, subprogram DIE), sorted by begin.
     functions: OnceCell<Box<[(u64, u64, UnitOffset)]>>,
     details: RefCell<IntMap<usize, Arc<Function>>>,
+    /// The call sites of each function asked for (by subprogram DIE
+    /// offset), read on first use (`tailcall.rs`).
+    call_sites: RefCell<IntMap<usize, Arc<[CallSiteRec]>>>,
 }
 
 impl UnitData {
@@ -329,6 +332,7 @@ impl DwarfIndex {
             lines: OnceCell::new(),
             functions: OnceCell::new(),
             details: RefCell::new(IntMap::default()),
+            call_sites: RefCell::new(IntMap::default()),
         }))
     }
 
@@ -1196,6 +1200,252 @@ fn call_site(u: &UnitData, die: UnitOffset) -> Option<CallSite> {
         site.origin = 0;
     }
     Some(site)
+}
+
+/// A function of the DWARF: the unit and DIE of a subprogram with code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FuncRef {
+    slot: usize,
+    die: UnitOffset,
+}
+
+/// What a call site calls, as its DIE says (`DW_AT_call_origin`, GNU's
+/// `DW_AT_abstract_origin`, or a computed `DW_AT_call_target`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CallTarget {
+    /// A function defined in this DWARF, at this entry address.
+    Entry(u64),
+    /// A function only declared here: its linkage name (else its name),
+    /// to be found in the symbol table.
+    Name(RawName),
+    /// Computed at run time (`DW_AT_call_target`), not said, or not
+    /// readable (a target DIE without code addresses).
+    Unknown,
+}
+
+/// One call-site DIE (`DW_TAG_call_site` or GNU's `DW_TAG_GNU_call_site`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CallSiteRec {
+    /// Its return address (`DW_AT_call_return_pc`, GNU's `DW_AT_low_pc`):
+    /// for a tail call, the address just past the jump.
+    pub pc: u64,
+    /// Whether it is a tail call (`DW_AT_call_tail_call`).
+    pub tail: bool,
+    /// What it calls.
+    pub target: CallTarget,
+}
+
+impl DwarfIndex {
+    /// The function (`DW_TAG_subprogram` with code) containing `probe`.
+    pub(crate) fn function_at(&self, probe: u64) -> Option<FuncRef> {
+        let mut tried = Vec::new();
+        if let Some(f) = self.function_in(self.aranges(), probe, &mut tried) {
+            return Some(f);
+        }
+        // A unit listed there holds `probe` but no function does (assembly
+        // with line rows only): no other unit will, and looking for units
+        // `.debug_aranges` leaves out would read every unit header.
+        if !tried.is_empty() {
+            return None;
+        }
+        let covered = &self.aranges().covered;
+        let all = (0..self.all_slots()).all(|i| {
+            self.slot(i)
+                .is_some_and(|s| covered.binary_search(&s.offset).is_ok())
+        });
+        if all {
+            return None;
+        }
+        self.function_in(self.all_ranges(), probe, &mut tried)
+    }
+
+    fn function_in(
+        &self,
+        index: &RangeIndex,
+        probe: u64,
+        tried: &mut Vec<usize>,
+    ) -> Option<FuncRef> {
+        let mut i = index.ranges.partition_point(|r| r.0 <= probe);
+        while i > 0 {
+            i -= 1;
+            if index.max_end[i] <= probe {
+                break;
+            }
+            let (b, e, unit) = index.ranges[i];
+            if !(b <= probe && probe < e) || tried.contains(&unit) {
+                continue;
+            }
+            tried.push(unit);
+            let Some(slot) = self
+                .slot_at(unit)
+                .filter(|&s| self.slot(s).is_some_and(|s| s.offset == unit))
+            else {
+                continue;
+            };
+            let Some(u) = self.unit(slot) else { continue };
+            let functions = u.functions.get_or_init(|| parse_functions(&self.dwarf, u));
+            if let Some(die) = find_range(functions, probe) {
+                return Some(FuncRef { slot, die });
+            }
+        }
+        None
+    }
+
+    /// The entry address of a function: its low pc, or the start of the
+    /// first of its ranges (in the order the DIE lists them).
+    pub(crate) fn entry(&self, f: FuncRef) -> Option<u64> {
+        match self.target_of(f.slot, f.die) {
+            CallTarget::Entry(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The name of a function (linkage name, else name, else its
+    /// origin's), as stored.
+    pub(crate) fn function_name(&self, f: FuncRef) -> Option<RawName> {
+        self.die_name(f.slot, f.die, NAME_DEPTH)
+    }
+
+    /// The call sites of function `f`, in DIE order, those of the
+    /// functions inlined into it included (a nested function's are its
+    /// own). Read once per function; empty for unreadable DWARF.
+    pub(crate) fn call_sites(&self, f: FuncRef) -> Arc<[CallSiteRec]> {
+        let Some(u) = self.unit(f.slot) else {
+            return Arc::from([]);
+        };
+        if let Some(v) = u.call_sites.borrow().get(&f.die.0) {
+            return v.clone();
+        }
+        let mut v = Vec::new();
+        // A walk cut short by bad DWARF keeps the sites read before.
+        let _ = self.read_call_sites(f, u, &mut v);
+        let v: Arc<[CallSiteRec]> = v.into();
+        u.call_sites.borrow_mut().insert(f.die.0, v.clone());
+        v
+    }
+
+    fn read_call_sites(&self, f: FuncRef, u: &UnitData, out: &mut Vec<CallSiteRec>) -> Option<()> {
+        let unit = &u.unit;
+        let mut c = Cursor::new(&unit.header, u.abbrevs()?, f.die)?;
+        let base = c.depth();
+        let abbrev = c.read_abbrev()??;
+        c.skip_attributes(abbrev)?;
+        loop {
+            let depth = c.depth();
+            if depth <= base || c.is_empty() {
+                return Some(());
+            }
+            let abbrev = match c.read_abbrev()? {
+                Some(a) => a,
+                None => continue,
+            };
+            match abbrev.tag {
+                gimli::DW_TAG_call_site | gimli::DW_TAG_GNU_call_site => {
+                    let (mut ret, mut low, mut tail) = (None, None, false);
+                    let (mut origin, mut computed) = (None, false);
+                    c.attributes_of(
+                        abbrev,
+                        super::die::call_site_attribute,
+                        |name, v| match name {
+                            gimli::DW_AT_call_return_pc => ret = self.address(unit, v),
+                            gimli::DW_AT_low_pc => low = self.address(unit, v),
+                            gimli::DW_AT_call_tail_call | gimli::DW_AT_GNU_tail_call => {
+                                tail = matches!(v, AttributeValue::Flag(true))
+                            }
+                            gimli::DW_AT_call_origin | gimli::DW_AT_abstract_origin => {
+                                origin = Some(v)
+                            }
+                            gimli::DW_AT_call_target | gimli::DW_AT_GNU_call_site_target => {
+                                computed = true
+                            }
+                            _ => {}
+                        },
+                    )?;
+                    let Some(pc) = ret.or(low) else { continue };
+                    // A computed target wins over an origin, as in gdb.
+                    let target = match (computed, origin) {
+                        (false, Some(o)) => self.resolve_ref(f.slot, unit, o),
+                        _ => CallTarget::Unknown,
+                    };
+                    out.push(CallSiteRec { pc, tail, target });
+                }
+                gimli::DW_TAG_subprogram => {
+                    c.skip_attributes(abbrev)?;
+                    if abbrev.children {
+                        c.skip_subtree(depth)?;
+                    }
+                }
+                _ => c.skip_attributes(abbrev)?,
+            }
+        }
+    }
+
+    fn address(&self, unit: &gimli::Unit<Slice>, v: AttributeValue<Slice>) -> Option<u64> {
+        match v {
+            AttributeValue::Addr(a) => Some(a),
+            AttributeValue::DebugAddrIndex(i) => self.dwarf.address(unit, i).ok(),
+            _ => None,
+        }
+    }
+
+    /// The function a reference (from a DIE of `slot`) names.
+    fn resolve_ref(
+        &self,
+        slot: usize,
+        unit: &gimli::Unit<Slice>,
+        v: AttributeValue<Slice>,
+    ) -> CallTarget {
+        let (t, die) = match v {
+            AttributeValue::UnitRef(o) => (slot, o),
+            AttributeValue::DebugInfoRef(o) => {
+                let Some(t) = self.slot_at(o.0) else {
+                    return CallTarget::Unknown;
+                };
+                let Some(start) = self.slot(t).map(|s| s.offset) else {
+                    return CallTarget::Unknown;
+                };
+                (t, UnitOffset(o.0 - start))
+            }
+            // A DIE of a dwz supplementary file: a declaration at best.
+            _ => return CallTarget::Unknown,
+        };
+        let _ = unit;
+        self.target_of(t, die)
+    }
+
+    /// What a call to the function DIE `die` of unit `slot` reaches.
+    fn target_of(&self, slot: usize, die: UnitOffset) -> CallTarget {
+        let read = || -> Option<CallTarget> {
+            let u = self.unit(slot)?;
+            let unit = &u.unit;
+            let mut c = Cursor::new(&unit.header, u.abbrevs()?, die)?;
+            let abbrev = c.read_abbrev()??;
+            let (mut pc, mut declaration) = (Pc::default(), false);
+            c.attributes_of(abbrev, super::die::call_site_attribute, |name, v| {
+                if name == gimli::DW_AT_declaration {
+                    declaration = matches!(v, AttributeValue::Flag(true));
+                } else {
+                    pc.take(&self.dwarf, unit, name, v);
+                }
+            })?;
+            if declaration {
+                return Some(match self.die_name(slot, die, NAME_DEPTH) {
+                    Some(n) => CallTarget::Name(n),
+                    None => CallTarget::Unknown,
+                });
+            }
+            let mut entry = None;
+            if pc.ranges.is_some() {
+                pc.each(&self.dwarf, unit, |b, _| {
+                    entry.get_or_insert(b);
+                });
+            } else {
+                entry = pc.low;
+            }
+            Some(entry.map_or(CallTarget::Unknown, CallTarget::Entry))
+        };
+        read().unwrap_or(CallTarget::Unknown)
+    }
 }
 
 /// A small stack-allocated chain of inlined calls (deeper chains spill).

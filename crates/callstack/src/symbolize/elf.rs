@@ -8,6 +8,7 @@ use super::{Error, ErrorKind, IntMap, NameSource};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::borrow::Cow;
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -44,6 +45,10 @@ pub enum SymbolExtent {
     Sized,
 }
 
+/// [`ElfModule::address_of`]'s cache: a name's address and whether its
+/// symbol is global, or `None` when no function symbol has that name.
+type ByName = HashMap<&'static [u8], Option<(u64, bool)>>;
+
 /// A demangled name and, when different, the name as stored.
 pub(crate) type NamePair = (Option<Arc<str>>, Option<Arc<str>>);
 
@@ -75,6 +80,10 @@ pub(crate) struct ElfModule {
     alloc: Vec<(u64, u64)>,
     /// How the debug info was found, what was skipped and why.
     pub report: DebugInfoReport,
+    /// [`ElfModule::address_of`]'s answers, by name: only the tail-call
+    /// search asks, for a few names, so the symbol tables are scanned per
+    /// name rather than indexed.
+    by_name: RefCell<ByName>,
     /// The dwz supplementary file (`.gnu_debugaltlink`), if found.
     _sup_map: Option<Mapped>,
     _debug_map: Option<Mapped>,
@@ -189,6 +198,7 @@ impl ElfModule {
             first_load_vaddr,
             alloc,
             report,
+            by_name: RefCell::new(HashMap::new()),
             _sup_map: sup.map(|(_, m)| m),
             _debug_map: debug_map,
             _map: map,
@@ -258,6 +268,36 @@ impl ElfModule {
         v
     }
 
+    /// The address of the function symbol `name`, of any alias in
+    /// `.symtab` (of the object or of its debug file) or `.dynsym`, and
+    /// whether it is global (a global one when one file has several of
+    /// that name).
+    pub(crate) fn address_of(&self, name: &'static [u8]) -> Option<(u64, bool)> {
+        if let Some(a) = self.by_name.borrow().get(name) {
+            return *a;
+        }
+        let mut found: Option<(u64, bool)> = None;
+        let maps = [Some(&self._map), self._debug_map.as_ref()];
+        for bytes in maps.into_iter().flatten().map(Mapped::bytes) {
+            let here = match object::FileKind::parse(bytes) {
+                Ok(object::FileKind::Elf64) => {
+                    find_symbol::<object::elf::FileHeader64<object::Endianness>>(bytes, name)
+                }
+                Ok(object::FileKind::Elf32) => {
+                    find_symbol::<object::elf::FileHeader32<object::Endianness>>(bytes, name)
+                }
+                _ => None,
+            };
+            if here.is_some_and(|f| f.1) {
+                found = here;
+                break;
+            }
+            found = found.or(here);
+        }
+        self.by_name.borrow_mut().insert(name, found);
+        found
+    }
+
     /// A file name, interned by the address of its text (stable for as long
     /// as the module lives: it points into the mapped file).
     pub(crate) fn file_name(&self, p: &str) -> Arc<str> {
@@ -268,6 +308,51 @@ impl ElfModule {
             .or_insert_with(|| Arc::from(p))
             .clone()
     }
+}
+
+/// The function symbol `name` of the ELF file `bytes` (`.symtab`, then
+/// `.dynsym`): its address and whether it is global, a global one first.
+/// Names are compared in place in the string table, without a lookup per
+/// symbol: a scan of glibc's 10,000 symbols is a few instructions each.
+fn find_symbol<Elf: object::read::elf::FileHeader<Endian = object::Endianness>>(
+    bytes: &'static [u8],
+    name: &[u8],
+) -> Option<(u64, bool)> {
+    use object::read::elf::{ElfFile, SectionHeader, Sym};
+    let elf = ElfFile::<Elf>::parse(bytes).ok()?;
+    let endian = elf.endian();
+    let mut local = None;
+    for table in [elf.elf_symbol_table(), elf.elf_dynamic_symbol_table()] {
+        let Some(strings) = elf
+            .elf_section_table()
+            .section(table.string_section())
+            .ok()
+            .and_then(|h| h.data(endian, bytes).ok())
+        else {
+            continue;
+        };
+        for sym in table.symbols() {
+            let at = sym.st_name(endian) as usize;
+            let matches = strings.get(at..at.saturating_add(name.len())) == Some(name)
+                && strings.get(at + name.len()) == Some(&0);
+            if !matches
+                || !matches!(
+                    sym.st_type(),
+                    object::elf::STT_FUNC | object::elf::STT_GNU_IFUNC
+                )
+                || sym.st_shndx(endian) == object::elf::SHN_UNDEF
+                || sym.st_value(endian).into() == 0
+            {
+                continue;
+            }
+            let addr: u64 = sym.st_value(endian).into();
+            if sym.st_bind() != object::elf::STB_LOCAL {
+                return Some((addr, true));
+            }
+            local = local.or(Some((addr, false)));
+        }
+    }
+    local
 }
 
 fn first_load_vaddr(obj: &object::File<'static>) -> u64 {

@@ -93,6 +93,7 @@ impl Symbolizer {
             }
         }
         self.entries.sort_by_key(|e| e.info.start);
+        self.tail_cache.clear();
         let entries = &self.entries;
         let kept = |m: &Arc<ModuleInfo>| entries.iter().any(|e| Arc::ptr_eq(&e.info, m));
         if dropped {

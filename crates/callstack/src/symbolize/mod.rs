@@ -82,6 +82,7 @@ mod loader;
 mod mapped;
 mod shared;
 mod sup;
+mod tailcall;
 
 pub use called_from::{called_from, called_from_any};
 pub use demangle::demangle;
@@ -359,6 +360,8 @@ pub struct Symbolizer {
     whole_file: bool,
     search: SearchPaths,
     cache: IntMap<u64, Symbolized>,
+    /// [`Symbolizer::tail_calls`]' answers, by (caller, callee probe).
+    tail_cache: HashMap<(u64, u64), Vec<usize>>,
     /// How far a symbol-table name reaches (see [`SymbolExtent`]).
     extent: SymbolExtent,
     /// The loader's (added, removed) counters when the module list was
@@ -404,6 +407,7 @@ impl Symbolizer {
             whole_file: false,
             search: SearchPaths::default(),
             cache: IntMap::default(),
+            tail_cache: HashMap::new(),
             extent: SymbolExtent::default(),
             loader_generation: None,
         }
@@ -446,6 +450,7 @@ impl Symbolizer {
             whole_file: true,
             search,
             cache: IntMap::default(),
+            tail_cache: HashMap::new(),
             extent: SymbolExtent::default(),
             loader_generation: None,
         }
@@ -581,22 +586,14 @@ impl Symbolizer {
                 frames: Vec::new(),
             };
         };
-        let search = &self.search;
-        let e = &mut self.entries[i];
-        let opened = e.opened.get_or_insert_with(|| open_entry(&e.info, search));
-        let info = e.info.clone();
-        let bias = match (&*opened, info.bias) {
-            (_, Some(b)) => b,
-            (Ok(m), None) => info
-                .start
-                .wrapping_sub((m.first_load_vaddr & !0xfff) as usize),
-            (Err(_), None) => info.start,
-        };
+        let extent = self.extent;
+        let (opened, bias) = self.open(i);
         let offset = probe.wrapping_sub(bias) as u64;
         let frames = match opened {
-            Ok(m) => frames_at(m, offset, self.extent),
-            Err(_) => Vec::new(),
+            Some(m) => frames_at(m, offset, extent),
+            None => Vec::new(),
         };
+        let info = self.entries[i].info.clone();
 
         Symbolized {
             address: addr,
@@ -606,9 +603,83 @@ impl Symbolizer {
         }
     }
 
+    /// The module of entry `i`, opened now if it was not yet (`None` when
+    /// it cannot be), and its load bias.
+    fn open(&mut self, i: usize) -> (Option<&ElfModule>, usize) {
+        let search = &self.search;
+        let e = &mut self.entries[i];
+        e.opened.get_or_insert_with(|| open_entry(&e.info, search));
+        let e = &self.entries[i];
+        (e.opened.as_ref().and_then(|o| o.as_ref().ok()), bias_of(e))
+    }
+
+    /// The tail-call frames between a caller and its callee, as gdb shows
+    /// them: functions that ran in between but left no frame, each having
+    /// ended with a jump to the next (`return f(x)` compiled to `jmp f`).
+    ///
+    /// `caller` is the caller's return address, `callee` an address of
+    /// the frame below it (its pc, or its return address). The answer is
+    /// the return address of each tail call (just past its jump: the pc
+    /// gdb gives its frame), innermost (nearest the callee) first; name
+    /// each with [`Symbolizer::symbolize`] of [`Address::Return`]. Empty
+    /// when there are none, or when the DWARF call-site information
+    /// (`DW_TAG_call_site`, which gcc emits with `-g` at `-O1` and up)
+    /// cannot tell them. A chain may go from one module to another (a
+    /// call through the PLT to a library function ending with a tail
+    /// call) through the modules opened so far.
+    ///
+    /// When several chains of tail calls lead from the caller's call to
+    /// the callee, only the calls common to all of them are given (gdb's
+    /// rule). Bad DWARF gives no frames, never a loop or a panic.
+    pub fn tail_calls(&mut self, caller: usize, callee: Address) -> Vec<usize> {
+        let probe = callee.probe();
+        if self.in_process {
+            self.sync_with_loader(probe);
+        }
+        let Some(i) = self.find_entry(caller.wrapping_sub(1)) else {
+            return Vec::new();
+        };
+        let key = (caller as u64, probe as u64);
+        if let Some(v) = self.tail_cache.get(&key) {
+            return v.clone();
+        }
+        let Some(k) = self.find_entry(probe) else {
+            return Vec::new();
+        };
+        self.open(i);
+        self.open(k);
+        // A chain may go through any module opened so far (a library's
+        // function reached through the PLT).
+        let world = tailcall::World {
+            modules: self
+                .entries
+                .iter()
+                .filter_map(|e| {
+                    let m = e.opened.as_ref()?.as_ref().ok()?;
+                    Some(tailcall::Loaded {
+                        start: e.info.start as u64,
+                        end: e.info.end as u64,
+                        module: m,
+                        bias: bias_of(e) as u64,
+                    })
+                })
+                .collect(),
+        };
+        let found: Vec<usize> = tailcall::between(&world, caller as u64, probe as u64)
+            .into_iter()
+            .map(|pc| pc as usize)
+            .collect();
+        if self.tail_cache.len() >= CACHE_CAPACITY {
+            self.tail_cache.clear();
+        }
+        self.tail_cache.insert(key, found.clone());
+        found
+    }
+
     /// Empties the address cache (modules stay open).
     pub fn clear_cache(&mut self) {
         self.cache.clear();
+        self.tail_cache.clear();
     }
 
     /// How many addresses are cached.
@@ -623,6 +694,19 @@ impl Symbolizer {
         let i = self.entries.partition_point(|e| e.info.start <= a);
         let i = i.checked_sub(1)?;
         self.entries[i].info.contains(a).then_some(i)
+    }
+}
+
+/// The load bias of an entry: given, or derived from where its first
+/// `PT_LOAD` is mapped once opened.
+fn bias_of(e: &Entry) -> usize {
+    match (&e.opened, e.info.bias) {
+        (_, Some(b)) => b,
+        (Some(Ok(m)), None) => e
+            .info
+            .start
+            .wrapping_sub((m.first_load_vaddr & !0xfff) as usize),
+        _ => e.info.start,
     }
 }
 
