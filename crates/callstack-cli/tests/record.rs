@@ -87,12 +87,20 @@ fn check_shares_of(name: &str, data: &Path, kernel: bool, within: f64) {
     let s = shares(&folded);
     eprintln!("{name}: {s:.1?}");
     // As root, the kernel's frames too (the fixture spends most of its time
-    // in clock_gettime's system call): named from /proc/kallsyms, `_[k]`.
+    // in clock_gettime's system call), `_[k]`: named from the kernel
+    // symbols the recording holds (read from /proc/kallsyms when recording).
     // SAFETY: geteuid has no preconditions.
     if kernel && unsafe { libc::geteuid() } == 0 {
         assert!(
             folded.lines().any(|l| l.contains("do_syscall_64_[k]")),
             "{name}: no kernel frames\n{folded}"
+        );
+        let p =
+            callstack::profile::Profile::read_trace(std::fs::File::open(data).unwrap()).unwrap();
+        assert!(
+            p.kernel_symbols.iter().any(|k| k.name == "do_syscall_64"),
+            "{name}: the recording holds no kernel symbols: {:?}",
+            p.kernel_symbols
         );
     }
     for ((f, want), got) in HOT.iter().zip(&s) {

@@ -17,6 +17,8 @@ pub(crate) const TAG_THREAD: u8 = b'T';
 pub(crate) const TAG_VALUES: u8 = b'V';
 /// `E`: duration and lost samples (the last one read wins).
 pub(crate) const TAG_END: u8 = b'E';
+/// `K`: a kernel function the profile's kernel frames fall in.
+pub(crate) const TAG_KERNEL_SYMBOL: u8 = b'K';
 
 /// `V` flag: the preceding stack record's tag is its thread id.
 const VALUES_TAG_IS_THREAD: u64 = 1;
@@ -64,6 +66,13 @@ impl Profile {
         w.write_raw(TAG_PROFILE, &b)?;
         for m in &self.modules {
             w.write_module(m)?;
+        }
+        for k in &self.kernel_symbols {
+            b.clear();
+            put_varint(&mut b, k.start);
+            put_varint(&mut b, k.end.saturating_sub(k.start));
+            put_str(&mut b, &k.name);
+            w.write_raw(TAG_KERNEL_SYMBOL, &b)?;
         }
         for (&tid, name) in &self.threads {
             b.clear();
@@ -179,12 +188,23 @@ impl Profile {
                             p.duration_ns = b.varint()?;
                             p.lost = b.varint()?;
                         }
+                        TAG_KERNEL_SYMBOL => {
+                            let start = b.varint()?;
+                            let size = b.varint()?;
+                            let name = get_str(&mut b)?;
+                            p.kernel_symbols.push(super::KernelSymbol {
+                                start,
+                                end: start.saturating_add(size),
+                                name,
+                            });
+                        }
                         _ => {}
                     }
                 }
             }
         }
         flush(&mut p, pending.take());
+        p.kernel_symbols.sort_by_key(|k| k.start);
         Ok(p)
     }
 }

@@ -38,55 +38,21 @@
 //! ```
 
 mod file;
+mod kernel;
 pub mod pprof;
+
+pub use kernel::{kernel_symbols_for, KernelSymbol};
 
 use crate::tracefile::ModuleRecord;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
 /// The path of the module record that stands for the kernel: its frames
-/// are named from `/proc/kallsyms` of the machine that reports (right when
-/// it is the machine that recorded), with `_[k]` appended as perf's
-/// flamegraphs do.
+/// are named from the profile's [`Profile::kernel_symbols`] (read from
+/// `/proc/kallsyms` when recording), or, for a recording without them,
+/// from `/proc/kallsyms` of the machine that reports; `_[k]` is appended
+/// to their names, as perf's flamegraphs do.
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
-
-/// `/proc/kallsyms`' text symbols: the file's text, and (address, offset
-/// of the name in the text) sorted by address. No string per symbol: the
-/// file has ~200,000 lines and a profile needs a few hundred.
-#[cfg(feature = "symbolize")]
-struct Kallsyms {
-    text: String,
-    index: Vec<(u64, u32)>,
-}
-
-#[cfg(feature = "symbolize")]
-impl Kallsyms {
-    fn load() -> Kallsyms {
-        let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-        let mut index = Vec::with_capacity(text.len() / 40);
-        let mut at = 0usize;
-        for line in text.split_inclusive('\n') {
-            let b = line.as_bytes();
-            // "ffffffff81000000 T _stext [module]"
-            if b.len() > 19 && b[16] == b' ' && matches!(b[17], b't' | b'T' | b'w' | b'W') {
-                if let Ok(a) = u64::from_str_radix(&line[..16], 16) {
-                    if a != 0 {
-                        index.push((a, (at + 19) as u32));
-                    }
-                }
-            }
-            at += line.len();
-        }
-        index.sort_unstable();
-        Kallsyms { text, index }
-    }
-
-    fn name(&self, addr: u64) -> Option<&str> {
-        let i = self.index.partition_point(|s| s.0 <= addr).checked_sub(1)?;
-        let rest = &self.text[self.index[i].1 as usize..];
-        rest.split(|c: char| c.is_whitespace()).next()
-    }
-}
 
 /// What one value of a sample counts: a name and a unit, as in pprof
 /// (`samples`/`count`, `cpu`/`nanoseconds`, `alloc_space`/`bytes`...).
@@ -149,6 +115,11 @@ pub struct Profile {
     pub threads: BTreeMap<u32, String>,
     /// The distinct stacks with their values.
     pub stacks: Vec<ProfileStack>,
+    /// The kernel functions the stacks' kernel frames fall in (those of
+    /// the [`KERNEL_MODULE`] range), sorted by start: stored by the
+    /// recorder so that a report names them on any machine. Empty when the
+    /// profile has no kernel frames or predates them.
+    pub kernel_symbols: Vec<KernelSymbol>,
     /// Stack hash -> indices in `stacks` with that hash.
     index: HashMap<u64, Vec<u32>>,
 }
@@ -393,17 +364,34 @@ impl Names {
                 let id = s.modules().next().and_then(|x| x.build_id.clone());
                 (id == m.build_id).then(|| (m.clone(), s))
             });
+        // Kernel frames: from the symbols stored in the recording, else
+        // (an older recording) from this machine's /proc/kallsyms.
         let kernel = profile
             .modules
             .iter()
             .find(|m| m.path.as_os_str() == KERNEL_MODULE)
-            .map(|m| (m.start, m.end, Kallsyms::load()));
+            .map(|m| {
+                let syms = if profile.kernel_symbols.is_empty() {
+                    let k = kernel::Kallsyms::load();
+                    let probes = profile.stacks.iter().flat_map(|s| {
+                        s.frames.iter().enumerate().filter_map(|(i, &a)| {
+                            let a = a as u64;
+                            let exact = i == 0 && s.first_is_exact;
+                            (m.start <= a && a < m.end).then(|| a - u64::from(!exact))
+                        })
+                    });
+                    std::borrow::Cow::Owned(kernel::symbols_of(&k, probes))
+                } else {
+                    std::borrow::Cow::Borrowed(&profile.kernel_symbols[..])
+                };
+                (m.start, m.end, syms)
+            });
         Names::resolve(profile, |a, exact| {
             if let Some((lo, hi, syms)) = &kernel {
                 if *lo <= a as u64 && (a as u64) < *hi {
                     let probe = if exact { a as u64 } else { a as u64 - 1 };
-                    return match syms.name(probe) {
-                        Some(n) => vec![FrameName::function(format!("{n}_[k]"))],
+                    return match kernel::find(syms, probe) {
+                        Some(s) => vec![FrameName::function(format!("{}_[k]", s.name))],
                         None => Vec::new(),
                     };
                 }
@@ -588,6 +576,18 @@ mod tests {
         }
         p.lost = 2;
         p.duration_ns = 123;
+        p.kernel_symbols = vec![
+            KernelSymbol {
+                start: 0xffff_ffff_8100_0000,
+                end: 0xffff_ffff_8100_0040,
+                name: "k_one".into(),
+            },
+            KernelSymbol {
+                start: 0xffff_ffff_8100_0100,
+                end: 0xffff_ffff_8100_0180,
+                name: "k_two".into(),
+            },
+        ];
         let names = Names::resolve(&p, |a, _| {
             let f = match a {
                 0x1100 => "hot",
@@ -633,6 +633,8 @@ mod tests {
         assert_eq!(q.modules, p.modules);
         assert_eq!(q.threads, p.threads);
         assert_eq!((q.lost, q.duration_ns), (2, 123));
+        assert_eq!(q.kernel_symbols, p.kernel_symbols);
+        assert_eq!(q.kernel_symbols.len(), 2);
         // An old reader sees the modules and the stacks.
         let t = crate::tracefile::read_all(&buf[..]).unwrap();
         assert_eq!(t.stacks.len(), 2);
@@ -641,6 +643,54 @@ mod tests {
         for cut in 12..buf.len() {
             let _ = Profile::read_trace(&buf[..cut]).unwrap();
         }
+    }
+
+    /// Kernel frames are named from the symbols stored in the profile (at
+    /// addresses no kernel has: /proc/kallsyms cannot be what names them).
+    #[cfg(feature = "symbolize")]
+    #[test]
+    fn kernel_frames_named_from_stored_symbols() {
+        let (mut p, _) = sample();
+        p.modules.push(ModuleRecord {
+            path: KERNEL_MODULE.into(),
+            build_id: None,
+            start: 0xffff_ffff_8100_0000,
+            end: 0xffff_ffff_8100_0200,
+            bias: 0,
+        });
+        // k_two (exact leaf) <- k_one (return address just past its start)
+        // <- k_one's end (a return address: named by the byte before it).
+        p.add(
+            &[
+                0xffff_ffff_8100_0110,
+                0xffff_ffff_8100_0001,
+                0xffff_ffff_8100_0040,
+                0x1300,
+            ],
+            true,
+            None,
+            &[1, 1],
+        );
+        // Past the end of every stored symbol: module+address.
+        p.add(&[0xffff_ffff_8100_0190, 0x1300], true, None, &[1, 1]);
+        let mut buf = Vec::new();
+        p.write_trace(&mut buf).unwrap();
+        let q = Profile::read_trace(&buf[..]).unwrap();
+        let names = Names::symbolize(&q, None, &[]);
+        let s = q.stacks.iter().find(|s| s.frames.len() == 4).unwrap();
+        assert_eq!(
+            names.stack_names(s)[1..],
+            ["k_one_[k]", "k_one_[k]", "k_two_[k]"]
+        );
+        let s = q
+            .stacks
+            .iter()
+            .find(|s| s.frames[0] == 0xffff_ffff_8100_0190)
+            .unwrap();
+        assert_eq!(
+            names.stack_names(s)[1],
+            "[kernel.kallsyms]+0xffffffff81000190"
+        );
     }
 
     #[test]

@@ -430,8 +430,29 @@ impl Recording<'_> {
         Some(())
     }
 
+    /// The kernel functions the samples' kernel frames fall in, from
+    /// `/proc/kallsyms` read once now: stored in the recording, so that it
+    /// is named right on any machine (and a report needs no kallsyms).
+    /// Empty (frames left unnamed) when kallsyms hides its addresses.
+    fn kernel_symbols(&self) -> Vec<crate::profile::KernelSymbol> {
+        let Some((lo, hi)) = self.kernel_range else {
+            return Vec::new();
+        };
+        // The addresses a report looks up: the leaf's pc, the byte before
+        // each return address.
+        let probes = self.profile.stacks.iter().flat_map(|s| {
+            s.frames.iter().enumerate().filter_map(move |(i, &a)| {
+                let a = a as u64;
+                let exact = i == 0 && s.first_is_exact;
+                (lo <= a && a <= hi).then(|| a - u64::from(!exact))
+            })
+        });
+        crate::profile::kernel_symbols_for(probes).unwrap_or_default()
+    }
+
     /// Module records for the profile: every module of every process seen,
-    /// and the kernel (`[kernel.kallsyms]`, named from `/proc/kallsyms`).
+    /// and the kernel (`[kernel.kallsyms]`, named by
+    /// [`Recording::kernel_symbols`]).
     fn modules(&mut self) -> Vec<ModuleRecord> {
         let mut out: Vec<ModuleRecord> = Vec::new();
         if let Some((lo, hi)) = self.kernel_range {
@@ -628,6 +649,7 @@ pub fn record(
         ));
     }
     rec.profile.modules = rec.modules();
+    rec.profile.kernel_symbols = rec.kernel_symbols();
     rec.profile.duration_ns = started.elapsed().as_nanos() as u64;
     Ok(rec.profile)
 }

@@ -1,0 +1,196 @@
+//! Kernel frames' names: `/proc/kallsyms` read once at record time, and
+//! only the functions the profile's kernel addresses fall in kept in the
+//! recording (trace record `K`), so that a report needs no `/proc/kallsyms`
+//! and names them right on any machine.
+
+use std::io;
+
+/// One kernel function of a profile: where it starts and ends, its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelSymbol {
+    /// Its first address.
+    pub start: u64,
+    /// The address past its end (the next kernel symbol's start, as far
+    /// as `/proc/kallsyms` tells).
+    pub end: u64,
+    /// Its name, as `/proc/kallsyms` gives it (without the module).
+    pub name: String,
+}
+
+/// `/proc/kallsyms`' text symbols: the file's text, and (address, offset
+/// of the name in the text) sorted by address. No string per symbol: the
+/// file has over 100,000 lines and a profile needs a few hundred.
+pub(crate) struct Kallsyms {
+    text: String,
+    index: Vec<(u64, u32)>,
+}
+
+impl Kallsyms {
+    /// Reads `/proc/kallsyms` (empty when unreadable; all addresses are 0
+    /// where `kptr_restrict` hides them, and none is kept then).
+    pub(crate) fn load() -> Kallsyms {
+        Kallsyms::parse(std::fs::read_to_string("/proc/kallsyms").unwrap_or_default())
+    }
+
+    /// Indexes the text of a `/proc/kallsyms` file: lines
+    /// `ffffffff81000000 T _stext [module]`; text symbols (`t T w W`) only.
+    pub(crate) fn parse(text: String) -> Kallsyms {
+        let mut index = Vec::with_capacity(text.len() / 40);
+        let mut at = 0usize;
+        for line in text.split_inclusive('\n') {
+            let b = line.as_bytes();
+            if b.len() > 19
+                && b[16] == b' '
+                && b[18] == b' '
+                && matches!(b[17], b't' | b'T' | b'w' | b'W')
+            {
+                if let Some(a) = hex16(&b[..16]).filter(|&a| a != 0) {
+                    index.push((a, (at + 19) as u32));
+                }
+            }
+            at += line.len();
+        }
+        index.sort_unstable();
+        Kallsyms { text, index }
+    }
+
+    /// The symbol `addr` falls in: its start, end (the next symbol's start;
+    /// `addr + 1` after the last one) and name.
+    pub(crate) fn lookup(&self, addr: u64) -> Option<(u64, u64, &str)> {
+        let i = self.index.partition_point(|s| s.0 <= addr).checked_sub(1)?;
+        let (start, at) = self.index[i];
+        let end = self.index[i + 1..]
+            .iter()
+            .map(|s| s.0)
+            .find(|&a| a > start)
+            .unwrap_or(addr + 1);
+        let name = self.text[at as usize..]
+            .split(|c: char| c.is_whitespace())
+            .next()?;
+        Some((start, end, name))
+    }
+}
+
+/// 16 hex digits, without allocating (`u64::from_str_radix` needs a str).
+fn hex16(b: &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    for &c in b {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => return None,
+        };
+        v = v << 4 | d as u64;
+    }
+    Some(v)
+}
+
+/// The kernel functions that `addrs` fall in, from this machine's
+/// `/proc/kallsyms`, sorted by start, one per function. What a recorder
+/// stores in its profile ([`super::Profile::kernel_symbols`]) so that its
+/// kernel frames are named wherever the recording is read.
+///
+/// Errors when `/proc/kallsyms` cannot be read or hides its addresses
+/// (`kptr_restrict`; root reads them).
+pub fn kernel_symbols_for(addrs: impl IntoIterator<Item = u64>) -> io::Result<Vec<KernelSymbol>> {
+    let text = std::fs::read_to_string("/proc/kallsyms")?;
+    let k = Kallsyms::parse(text);
+    if k.index.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "/proc/kallsyms hides its addresses (kernel.kptr_restrict)",
+        ));
+    }
+    Ok(symbols_of(&k, addrs))
+}
+
+pub(crate) fn symbols_of(k: &Kallsyms, addrs: impl IntoIterator<Item = u64>) -> Vec<KernelSymbol> {
+    let mut addrs: Vec<u64> = addrs.into_iter().collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    let mut out: Vec<KernelSymbol> = Vec::new();
+    for a in addrs {
+        let Some((start, end, name)) = k.lookup(a) else {
+            continue;
+        };
+        match out.last_mut() {
+            // Sorted addresses: a function's addresses come together.
+            Some(last) if last.start == start => last.end = last.end.max(end),
+            _ => out.push(KernelSymbol {
+                start,
+                end,
+                name: name.to_string(),
+            }),
+        }
+    }
+    out
+}
+
+/// The symbol of `syms` (sorted by start) that `addr` falls in.
+pub(crate) fn find(syms: &[KernelSymbol], addr: u64) -> Option<&KernelSymbol> {
+    let i = syms.partition_point(|s| s.start <= addr).checked_sub(1)?;
+    Some(&syms[i]).filter(|s| addr < s.end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "\
+ffffffff81000000 T _stext
+ffffffff81000000 T startup_64
+ffffffff81000100 t helper
+ffffffff81000200 D some_data
+ffffffff81000300 T do_syscall_64
+0000000000000000 T hidden
+ffffffffc0001000 t ext4_fn\t[ext4]
+ffffffff81000400 W weak_fn
+";
+
+    #[test]
+    fn lookup_finds_the_function_and_its_end() {
+        let k = Kallsyms::parse(TEXT.to_string());
+        assert_eq!(
+            k.lookup(0xffffffff81000010),
+            Some((0xffffffff81000000, 0xffffffff81000100, "startup_64"))
+        );
+        // Data symbols do not end functions.
+        assert_eq!(
+            k.lookup(0xffffffff81000250),
+            Some((0xffffffff81000100, 0xffffffff81000300, "helper"))
+        );
+        assert_eq!(
+            k.lookup(0xffffffffc0001010),
+            Some((0xffffffffc0001000, 0xffffffffc0001011, "ext4_fn"))
+        );
+        assert_eq!(k.lookup(0xffffffff80000000), None);
+    }
+
+    #[test]
+    fn symbols_of_keeps_one_per_function() {
+        let k = Kallsyms::parse(TEXT.to_string());
+        let syms = symbols_of(
+            &k,
+            [
+                0xffffffff81000310,
+                0xffffffff81000110,
+                0xffffffff81000120,
+                0xffffffff81000310,
+                0x1000,
+            ],
+        );
+        let names: Vec<&str> = syms.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["helper", "do_syscall_64"]);
+        assert_eq!(syms[1].end, 0xffffffff81000400);
+        assert_eq!(
+            find(&syms, 0xffffffff81000300).map(|s| s.name.as_str()),
+            Some("do_syscall_64")
+        );
+        assert_eq!(find(&syms, 0xffffffff81000400), None);
+        assert_eq!(
+            find(&syms, 0xffffffff81000200).map(|s| s.name.as_str()),
+            Some("helper")
+        );
+    }
+}
