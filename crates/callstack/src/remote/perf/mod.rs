@@ -23,6 +23,8 @@ use crate::tracefile::ModuleRecord;
 use crate::unwind::{Memory, ReadError};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -152,6 +154,56 @@ impl Memory for CopiedStack<'_> {
     }
 }
 
+/// A snapshot and the unwinder that borrows it, owned together: dropped
+/// (unwinder first) when the process's mappings change and a new one is
+/// built.
+struct OwnedUnwinder {
+    unwinder: ManuallyDrop<RemoteUnwinder<'static>>,
+    snap: NonNull<Snapshot>,
+}
+
+impl OwnedUnwinder {
+    fn new(snap: Snapshot) -> Self {
+        let snap = NonNull::from(Box::leak(Box::new(snap)));
+        // SAFETY: the snapshot is freed only in `drop`, after the unwinder
+        // that borrows it; it is never moved nor written to meanwhile, and
+        // `get` lends the unwinder no longer than `self`.
+        let unwinder = RemoteUnwinder::new(unsafe { snap.as_ref() });
+        OwnedUnwinder {
+            unwinder: ManuallyDrop::new(unwinder),
+            snap,
+        }
+    }
+
+    fn get(&self) -> &RemoteUnwinder<'static> {
+        &self.unwinder
+    }
+}
+
+impl Drop for OwnedUnwinder {
+    fn drop(&mut self) {
+        // SAFETY: the unwinder is dropped once, here, and before the
+        // snapshot it borrows; the snapshot came from `Box::leak` in `new`
+        // and nothing refers to it any more.
+        unsafe {
+            ManuallyDrop::drop(&mut self.unwinder);
+            drop(Box::from_raw(self.snap.as_ptr()));
+        }
+    }
+}
+
+/// A module record of a snapshot's module (the vDSO keeps its name: no
+/// file to symbolize from, but its frames read `[vdso]+0xoffset`).
+fn module_record(m: &Module) -> ModuleRecord {
+    ModuleRecord {
+        path: m.file.clone().unwrap_or_else(|| m.name.clone().into()),
+        build_id: m.build_id.clone(),
+        start: m.start,
+        end: m.end,
+        bias: m.bias,
+    }
+}
+
 /// One process's address space: its mappings, and the snapshot and
 /// unwinder made from them (rebuilt when the mappings change).
 #[derive(Default)]
@@ -159,7 +211,11 @@ struct Space {
     mappings: Vec<Mapping>,
     maps_read: bool,
     dirty: bool,
-    unwinder: Option<RemoteUnwinder<'static>>,
+    unwinder: Option<OwnedUnwinder>,
+    /// The modules of the snapshots replaced so far (once each): samples
+    /// unwound with them may hold their addresses. The snapshots
+    /// themselves (open files, compiled tables) are freed.
+    retired: Vec<ModuleRecord>,
 }
 
 impl Space {
@@ -194,17 +250,38 @@ impl Space {
         }
     }
 
-    /// The unwinder for the current mappings. Each rebuild leaks one
-    /// snapshot (the unwinder borrows it); rebuilds happen when modules are
-    /// mapped, a handful of times per process.
+    /// The unwinder for the current mappings, rebuilt when they changed
+    /// (modules mapped: a handful of times per process); the one it
+    /// replaces is freed, its modules kept in `retired`.
     fn unwinder(&mut self, lookup: &Lookup, pid: u32) -> &RemoteUnwinder<'static> {
         if self.dirty || self.unwinder.is_none() {
             self.dirty = false;
-            let snap: &'static Snapshot =
-                Box::leak(Box::new(snapshot_of(&self.mappings, lookup, pid)));
-            self.unwinder = Some(RemoteUnwinder::new(snap));
+            if let Some(old) = self.unwinder.take() {
+                for m in &old.get().snapshot().modules {
+                    let rec = module_record(m);
+                    if !self.retired.contains(&rec) {
+                        self.retired.push(rec);
+                    }
+                }
+            }
+            let snap = snapshot_of(&self.mappings, lookup, pid);
+            self.unwinder = Some(OwnedUnwinder::new(snap));
         }
-        self.unwinder.as_ref().unwrap()
+        self.unwinder.as_ref().unwrap().get()
+    }
+
+    /// The records of every module unwound with so far, once each: the
+    /// retired ones, then the current snapshot's.
+    fn module_records(&self) -> Vec<ModuleRecord> {
+        let mut out = self.retired.clone();
+        for u in &self.unwinder {
+            for rec in u.get().snapshot().modules.iter().map(module_record) {
+                if !out.contains(&rec) {
+                    out.push(rec);
+                }
+            }
+        }
+        out
     }
 }
 
@@ -453,7 +530,7 @@ impl Recording<'_> {
     /// Module records for the profile: every module of every process seen,
     /// and the kernel (`[kernel.kallsyms]`, named by
     /// [`Recording::kernel_symbols`]).
-    fn modules(&mut self) -> Vec<ModuleRecord> {
+    fn modules(&self) -> Vec<ModuleRecord> {
         let mut out: Vec<ModuleRecord> = Vec::new();
         if let Some((lo, hi)) = self.kernel_range {
             out.push(ModuleRecord {
@@ -464,18 +541,8 @@ impl Recording<'_> {
                 bias: 0,
             });
         }
-        for space in self.spaces.values_mut() {
-            let Some(u) = &space.unwinder else { continue };
-            for m in &u.snapshot().modules {
-                // The vDSO keeps its name: no file to symbolize from, but
-                // its frames read `[vdso]+0xoffset`.
-                let rec = ModuleRecord {
-                    path: m.file.clone().unwrap_or_else(|| m.name.clone().into()),
-                    build_id: m.build_id.clone(),
-                    start: m.start,
-                    end: m.end,
-                    bias: m.bias,
-                };
+        for space in self.spaces.values() {
+            for rec in space.module_records() {
                 if !out.contains(&rec) {
                     out.push(rec);
                 }
@@ -748,5 +815,69 @@ fn end_child(pid: u32) {
             let mut status = 0;
             libc::waitpid(pid as i32, &mut status, 0);
         }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// When a process's mappings change, the snapshot they were unwound
+    /// with is freed (its vDSO image with it: nothing else holds it), and
+    /// its modules are still reported: samples may hold their addresses.
+    #[test]
+    fn replaced_snapshot_is_freed_and_its_modules_kept() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let vdso = maps
+            .lines()
+            .filter_map(crate::remote::process::parse_maps_line)
+            .map(|(m, _)| m)
+            .find(|m| m.path == "[vdso]")
+            .expect("a [vdso] mapping");
+        let exe = std::env::current_exe().unwrap();
+        let lookup = Lookup::default();
+        let pid = std::process::id();
+        let mut space = Space::default();
+        space.add(vdso.clone());
+        let image = space
+            .unwinder(&lookup, pid)
+            .snapshot()
+            .modules
+            .iter()
+            .find(|m| m.name == "[vdso]")
+            .and_then(|m| m.image.as_ref())
+            .map(std::sync::Arc::downgrade)
+            .expect("the vDSO module with its image");
+        assert!(image.upgrade().is_some());
+
+        // A file mapped over the vDSO's range: a new snapshot.
+        space.add(Mapping {
+            start: vdso.start,
+            end: vdso.start + 0x1000,
+            file_offset: 0,
+            path: exe.to_string_lossy().into_owned(),
+            executable: Some(true),
+        });
+        let now: Vec<String> = space
+            .unwinder(&lookup, pid)
+            .snapshot()
+            .modules
+            .iter()
+            .map(|m| m.name.clone())
+            .collect();
+        assert_eq!(now, [exe.to_string_lossy()]);
+        assert!(
+            image.upgrade().is_none(),
+            "the replaced snapshot was not freed"
+        );
+        let recs = space.module_records();
+        assert_eq!(recs.len(), 2, "{recs:?}");
+        assert_eq!(recs[0].path.as_os_str(), "[vdso]");
+        assert_eq!(recs[1].path, exe);
+
+        // Rebuilt again with the same modules: recorded once.
+        space.dirty = true;
+        space.unwinder(&lookup, pid);
+        assert_eq!(space.module_records(), recs);
     }
 }
