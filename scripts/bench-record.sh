@@ -36,6 +36,15 @@ done | median3 >"$dir/perf.med"
 echo "callstack report: $(cat "$dir/cs.med") s (median of 3)"
 echo "perf report --stdio: $(cat "$dir/perf.med") s (median of 3)"
 awk -v a="$(cat "$dir/perf.med")" -v b="$(cat "$dir/cs.med")" 'BEGIN { if (b > 0) printf "ratio perf report / callstack report: %.1fx\n", a / b }'
-echo "callstack report, top:"; sed -n 1,6p "$dir/cs.txt"
-echo "perf report --no-children, top:"
-perf report -i "$dir/perf.data" --stdio --no-children --sort symbol 2>/dev/null | grep -E '^ +[0-9.]+%' | head -6
+echo "kernel frames: $(grep -c '_\[k\]' "$dir/cs.txt" || true) of callstack's top 10 (perf_event_paranoid $(cat /proc/sys/kernel/perf_event_paranoid), uid $(id -u))"
+echo "callstack report, top (self):"; sed -n 1,6p "$dir/cs.txt"
+echo "perf report --no-children, top (self):"
+perf report -i "$dir/perf.data" --stdio --no-children --sort symbol 2>/dev/null | grep -E '^ +[0-9.]+%' | head -5
+hot='(hot_seventy|warm_twenty|cool_ten)'
+echo "callstack report, inclusive:"
+"$cs" report "$dir/cs.data" --top 0 --folded - | awk -v re="$hot" '
+  { n = $NF; t += n; seen = ""
+    for (i = 1; i <= split($0, f, ";"); i++) { sub(/ [0-9]+$/, "", f[i]); if (f[i] ~ "^" re "$" && index(seen, f[i]) == 0) { s[f[i]] += n; seen = seen " " f[i] } } }
+  END { for (k in s) printf "  %6.2f%%  %s\n", 100 * s[k] / t, k }' | sort -rn
+echo "perf report --children, inclusive:"
+perf report -i "$dir/perf.data" --stdio --children --sort symbol -g none 2>/dev/null | awk -v re="$hot" '$3 == "[.]" && $4 ~ "^" re "$" && !seen[$4]++ { print "  " $1 "  " $4 }'

@@ -354,3 +354,210 @@ fn bad_input() {
         );
     }
 }
+
+/// A C++ function name reduced to what gdb's frame names and ours share:
+/// no template arguments, parameters, return type or `[clone .isra.0]`
+/// (gdb names frames from DWARF, `std::vector<int, ...>::push_back`; we
+/// give the demangled symbol, `void std::vector<int, ...>::push_back(int
+/// const&)`).
+///
+/// A name still mangled is demangled by `c++filt` first: cpp_demangle 0.5.1
+/// fails on some (`std::swap<int>`'s enable_if return type).
+fn bare_name(name: &str) -> String {
+    let demangled;
+    let name = if name.starts_with("_Z") {
+        let o = Command::new("c++filt")
+            .arg(name)
+            .output()
+            .expect("run c++filt");
+        demangled = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        demangled.as_str()
+    } else {
+        name
+    };
+    let name = name.split(" [clone").next().unwrap_or(name);
+    let mut out = String::new();
+    let mut depth = 0i32;
+    for c in name.chars() {
+        match c {
+            '<' | '(' => depth += 1,
+            '>' | ')' => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    let mut out = out.trim_end();
+    while let Some(rest) = ["const", "volatile", "&&", "&"]
+        .iter()
+        .find_map(|q| out.strip_suffix(q))
+    {
+        out = rest.trim_end();
+    }
+    out.rsplit(' ').next().unwrap_or("").to_string()
+}
+
+/// `chain` with runs of the same function folded into one (a recursion's
+/// depth).
+fn fold_recursion(chain: &[String]) -> Vec<String> {
+    let mut out = chain.to_vec();
+    out.dedup();
+    out
+}
+
+/// `record` on an ordinary C++ program (tests/fixtures/c/prof_cpp.cpp,
+/// `g++ -O2 -g -fomit-frame-pointer`: std::sort and std::map code, an 8 KiB
+/// frame, a recursion, inlined helpers), checked against gdb at the same
+/// pcs: for a few of the recorded leaf pcs in the program's code (one or
+/// per leaf function, each with a single recorded chain, the 8 most
+/// sampled), gdb stops there (twice) and its chain of function names down to `main`,
+/// inlined frames included, must be the recorded one. Every sample whose
+/// leaf is in the program's code must unwind to `main` or `_start`.
+#[test]
+fn cpp_samples_match_gdb() {
+    use callstack::profile::{Names, Profile};
+    use std::collections::BTreeMap;
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    let dir = scratch_dir("record-cpp");
+    let exe = dir.join("prof_cpp");
+    let o = Command::new("g++")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(testsupport::c_fixtures().join("prof_cpp.cpp"))
+        .output()
+        .expect("run g++");
+    assert!(
+        o.status.success(),
+        "g++: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let data = dir.join("cpp.data");
+    run(Command::new(&release_artifacts().cli)
+        .args(["record", "-q", "-F", "999", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .arg("1.0"));
+    let p = Profile::read_trace(std::fs::File::open(&data).unwrap()).unwrap();
+    let names = Names::symbolize(&p, None, &[]);
+    let exe_canon = exe.canonicalize().unwrap();
+    let m = p
+        .modules
+        .iter()
+        .find(|m| m.path == exe_canon || m.path == exe)
+        .unwrap_or_else(|| panic!("no module for {exe:?} in {:?}", p.modules));
+
+    // Leaf pc (link-time) -> recorded chains (innermost first, down to
+    // main) -> samples.
+    let mut by_pc: BTreeMap<u64, BTreeMap<Vec<String>, i64>> = BTreeMap::new();
+    let mut bad = Vec::new();
+    for s in &p.stacks {
+        let leaf = s.frames[0] as u64;
+        if !(m.start <= leaf && leaf < m.end) {
+            continue;
+        }
+        let mut chain: Vec<String> = Vec::new();
+        for (i, &a) in s.frames.iter().enumerate() {
+            let exact = i == 0 && s.first_is_exact;
+            for f in names.get(a, exact).unwrap_or(&[]) {
+                chain.push(bare_name(&f.function));
+            }
+            if chain.last().is_some_and(|n| n == "main") {
+                break;
+            }
+        }
+        match chain.last().map(String::as_str) {
+            Some("main") => {}
+            Some("_start") => continue,
+            _ => bad.push(chain.clone()),
+        }
+        *by_pc
+            .entry(leaf - m.bias)
+            .or_default()
+            .entry(chain)
+            .or_default() += s.values[0];
+    }
+    assert!(
+        bad.is_empty(),
+        "{} stacks in the program's code do not reach main: {bad:#?}",
+        bad.len()
+    );
+
+    // Per leaf function, its most sampled pc that has one chain; the 8
+    // leaf functions most sampled (gdb's stops are slow).
+    let mut picks: BTreeMap<String, Vec<(i64, u64)>> = BTreeMap::new();
+    for (&pc, chains) in &by_pc {
+        if chains.len() != 1 {
+            continue;
+        }
+        let (chain, &n) = chains.iter().next().unwrap();
+        // Not a PLT stub (no function there, for us or gdb).
+        if !chain[0].contains("+0x") {
+            picks.entry(chain[0].clone()).or_default().push((n, pc));
+        }
+    }
+    let mut best: Vec<(i64, u64, &str)> = picks
+        .iter_mut()
+        .map(|(f, v)| {
+            v.sort_unstable_by(|a, b| b.cmp(a));
+            (v[0].0, v[0].1, f.as_str())
+        })
+        .collect();
+    best.sort_unstable_by(|a, b| b.cmp(a));
+    best.truncate(8);
+    eprintln!("leaf pcs checked (samples, pc, function): {best:x?}");
+    assert!(
+        best.len() >= 6,
+        "too few leaf functions sampled with one chain: {best:?}"
+    );
+    let pcs: Vec<u64> = best.iter().map(|b| b.1).collect();
+
+    let pcs_arg: Vec<String> = pcs.iter().map(|pc| format!("{pc:x}")).collect();
+    let out = testsupport::gdb_batch("gdb")
+        .env("RECORD_PCS", pcs_arg.join(","))
+        .arg("-x")
+        .arg(testsupport::workspace_root().join("tests/fixtures/gdb/record_pcs.py"))
+        .env("RECORD_HITS", "2")
+        .arg("--args")
+        .arg(&exe)
+        .arg("30")
+        .output()
+        .expect("run gdb");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut checked = 0;
+    for line in text.lines() {
+        let mut f = line.split('\t');
+        match f.next() {
+            Some("HIT") => {}
+            Some("MISSED") => panic!("gdb never stopped at {line}\n{text}"),
+            _ => continue,
+        }
+        let pc = u64::from_str_radix(f.next().unwrap().trim_start_matches("0x"), 16).unwrap();
+        let gdb: Vec<String> = f.map(bare_name).collect();
+        let ours = by_pc[&pc].keys().next().unwrap();
+        // In a recursion gdb may stop at another depth than the samples':
+        // the chains must then be equal but for the depth.
+        if fold_recursion(ours) != *ours {
+            assert_eq!(
+                fold_recursion(ours),
+                fold_recursion(&gdb),
+                "at {pc:#x}: recorded chain (left) is not gdb's (right), recursions folded"
+            );
+        } else {
+            assert_eq!(
+                ours, &gdb,
+                "at {pc:#x}: recorded chain (left) is not gdb's (right)"
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(
+        checked,
+        2 * pcs.len(),
+        "gdb stopped {checked} times, want {}\n{text}\n{}",
+        2 * pcs.len(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -274,7 +274,7 @@ impl Space {
     /// retired ones, then the current snapshot's.
     fn module_records(&self) -> Vec<ModuleRecord> {
         let mut out = self.retired.clone();
-        for u in &self.unwinder {
+        if let Some(u) = &self.unwinder {
             for rec in u.get().snapshot().modules.iter().map(module_record) {
                 if !out.contains(&rec) {
                     out.push(rec);
