@@ -1,42 +1,20 @@
 //! Overhead of in-process sampling at 1 kHz on a CPU-bound workload: no
-//! profiler, `callstack::profiler::Profiler`, and pprof-rs (its default
-//! backtrace-rs unwinder), each run in a fresh process (both profilers
-//! own SIGPROF), rounds interleaved; medians of wall time and their ratios.
+//! profiler, `callstack::profiler::Profiler`, pprof-rs 0.15 with its
+//! default backtrace-rs unwinder and pprof-rs 0.14 with its frame-pointer
+//! unwinder (a crate feature, hence the other version), each run in a
+//! fresh process (every profiler owns SIGPROF), rounds interleaved; medians
+//! of wall time and their ratios.
 //!
 //! `cargo bench -p callstack --bench profiler_overhead` (ROUNDS=n to change
-//! the 9 rounds).
+//! the 9 rounds). The frame-pointer peer is benches/pprof_fp/, built here
+//! with cargo into `$CARGO_TARGET_DIR/pprof-fp`.
 
 use std::process::Command;
 use std::time::Instant;
 
-#[inline(never)]
-fn leaf(mut x: u64, n: u64) -> u64 {
-    for _ in 0..n {
-        x = std::hint::black_box(
-            x.wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407),
-        );
-    }
-    x
-}
-
-#[inline(never)]
-fn middle(x: u64, n: u64, depth: u32) -> u64 {
-    if depth == 0 {
-        leaf(x, n)
-    } else {
-        middle(x ^ depth as u64, n, depth - 1) ^ 1
-    }
-}
-
-/// About a second of CPU, stacks ~20 frames deep.
-fn workload() -> u64 {
-    let mut x = 1;
-    for i in 0..8000u64 {
-        x ^= middle(x, 100_000 + (i % 7) * 1000, 12 + (i % 5) as u32);
-    }
-    x
-}
+#[path = "pprof_fp/src/workload.rs"]
+mod workload;
+use workload::workload;
 
 fn child(mode: &str) {
     let t = Instant::now();
@@ -85,15 +63,25 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(9);
-    let modes = ["none", "callstack", "pprof-rs"];
     let exe = std::env::current_exe().unwrap();
+    let fp_peer = build_fp_peer();
+    let mut modes = vec!["none", "callstack", "pprof-rs"];
+    if fp_peer.is_some() {
+        modes.push("pprof-rs-fp");
+    }
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     for _ in 0..rounds {
         for (i, m) in modes.iter().enumerate() {
-            let o = Command::new(&exe)
-                .env("CS_PROF_BENCH_MODE", m)
-                .output()
-                .unwrap();
+            let o = match (*m, &fp_peer) {
+                ("pprof-rs-fp", Some(peer)) => Command::new(peer).output().unwrap(),
+                _ => Command::new(&exe)
+                    .env("CS_PROF_BENCH_MODE", m)
+                    .output()
+                    .unwrap(),
+            };
+            if i == modes.len() - 1 && times[i].is_empty() {
+                eprint!("{}", String::from_utf8_lossy(&o.stderr));
+            }
             assert!(
                 o.status.success(),
                 "{m}: {}",
@@ -112,5 +100,37 @@ fn main() {
     for (i, m) in modes.iter().enumerate() {
         let med = median(&mut times[i]);
         println!("  {m:<10} {med:8.1} ms  x{:.4} of none", med / base);
+    }
+}
+
+/// Builds benches/pprof_fp (pprof-rs in frame-pointer mode, a program of
+/// its own) and returns its path; None, said on stderr, when it does not
+/// build.
+fn build_fp_peer() -> Option<std::path::PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/pprof_fp");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| dir.join("../../../../target"))
+        .join("pprof-fp");
+    let o = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["build", "--release", "--quiet", "--manifest-path"])
+        .arg(dir.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output();
+    match o {
+        Ok(o) if o.status.success() => Some(target.join("release/pprof-fp-peer")),
+        Ok(o) => {
+            eprintln!(
+                "pprof-rs frame-pointer mode does not build here, left out:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!("cannot run cargo for pprof-rs frame-pointer mode ({e}), left out");
+            None
+        }
     }
 }
