@@ -26,8 +26,10 @@ pub(crate) struct Kallsyms {
 }
 
 impl Kallsyms {
-    /// Reads `/proc/kallsyms` (empty when unreadable; all addresses are 0
-    /// where `kptr_restrict` hides them, and none is kept then).
+    /// Reads `/proc/kallsyms`, for recordings without kernel symbols
+    /// (empty when unreadable; all addresses are 0 where `kptr_restrict`
+    /// hides them, and none is kept then).
+    #[cfg(feature = "symbolize")]
     pub(crate) fn load() -> Kallsyms {
         Kallsyms::parse(std::fs::read_to_string("/proc/kallsyms").unwrap_or_default())
     }
@@ -128,6 +130,7 @@ pub(crate) fn symbols_of(k: &Kallsyms, addrs: impl IntoIterator<Item = u64>) -> 
 }
 
 /// The symbol of `syms` (sorted by start) that `addr` falls in.
+#[cfg(any(test, feature = "symbolize"))]
 pub(crate) fn find(syms: &[KernelSymbol], addr: u64) -> Option<&KernelSymbol> {
     let i = syms.partition_point(|s| s.start <= addr).checked_sub(1)?;
     Some(&syms[i]).filter(|s| addr < s.end)
