@@ -241,15 +241,7 @@ fn parse_maps_line(line: &[u8]) -> Option<MapsLine<'_>> {
 }
 
 fn parse_hex(s: &[u8]) -> Option<usize> {
-    if s.is_empty() || s.len() > 16 {
-        return None;
-    }
-    let mut v = 0usize;
-    for &c in s {
-        let d = (c as char).to_digit(16)?;
-        v = (v << 4) | d as usize;
-    }
-    Some(v)
+    crate::sys::maps::parse_hex(s).map(|v| v as usize)
 }
 
 /// Reads the ELF header and program headers mapped at `[lo, hi)` (a file's

@@ -46,7 +46,7 @@ impl Kallsyms {
                 && b[18] == b' '
                 && matches!(b[17], b't' | b'T' | b'w' | b'W')
             {
-                if let Some(a) = hex16(&b[..16]).filter(|&a| a != 0) {
+                if let Some(a) = crate::sys::maps::parse_hex(&b[..16]).filter(|&a| a != 0) {
                     index.push((a, (at + 19) as u32));
                 }
             }
@@ -71,21 +71,6 @@ impl Kallsyms {
             .next()?;
         Some((start, end, name))
     }
-}
-
-/// 16 hex digits, without allocating (`u64::from_str_radix` needs a str).
-fn hex16(b: &[u8]) -> Option<u64> {
-    let mut v = 0u64;
-    for &c in b {
-        let d = match c {
-            b'0'..=b'9' => c - b'0',
-            b'a'..=b'f' => c - b'a' + 10,
-            b'A'..=b'F' => c - b'A' + 10,
-            _ => return None,
-        };
-        v = v << 4 | d as u64;
-    }
-    Some(v)
 }
 
 /// The kernel functions that `addrs` fall in, from this machine's

@@ -504,12 +504,7 @@ impl DwarfIndex {
         if self.frames_in(self.aranges(), probe, out, &mut tried) {
             return;
         }
-        let covered = &self.aranges().covered;
-        let all = (0..self.all_slots()).all(|i| {
-            self.slot(i)
-                .is_some_and(|s| covered.binary_search(&s.offset).is_ok())
-        });
-        if all {
+        if self.aranges_cover_all() {
             return;
         }
         self.frames_in(self.all_ranges(), probe, out, &mut tried);
@@ -522,6 +517,22 @@ impl DwarfIndex {
         out: &mut Vec<RawFrame>,
         tried: &mut Vec<usize>,
     ) -> bool {
+        self.first_unit_at(index, probe, tried, |slot| {
+            self.frames_in_unit(slot, probe, out).then_some(())
+        })
+        .is_some()
+    }
+
+    /// Calls `f` with the slot of each unit whose ranges in `index` hold
+    /// `probe`, each unit once (`tried`), until it gives `Some`. An offset
+    /// that starts no unit (corrupt aranges) is skipped.
+    fn first_unit_at<T>(
+        &self,
+        index: &RangeIndex,
+        probe: u64,
+        tried: &mut Vec<usize>,
+        mut f: impl FnMut(usize) -> Option<T>,
+    ) -> Option<T> {
         let mut i = index.ranges.partition_point(|r| r.0 <= probe);
         while i > 0 {
             i -= 1;
@@ -533,18 +544,27 @@ impl DwarfIndex {
                 continue;
             }
             tried.push(unit);
-            // An offset that starts no unit (corrupt aranges) is skipped.
             let Some(slot) = self
                 .slot_at(unit)
                 .filter(|&s| self.slot(s).is_some_and(|s| s.offset == unit))
             else {
                 continue;
             };
-            if self.frames_in_unit(slot, probe, out) {
-                return true;
+            if let Some(t) = f(slot) {
+                return Some(t);
             }
         }
-        false
+        None
+    }
+
+    /// Whether `.debug_aranges` lists every unit: then no unit it leaves
+    /// out can hold an address.
+    fn aranges_cover_all(&self) -> bool {
+        let covered = &self.aranges().covered;
+        (0..self.all_slots()).all(|i| {
+            self.slot(i)
+                .is_some_and(|s| covered.binary_search(&s.offset).is_ok())
+        })
     }
 
     fn frames_in_unit(&self, slot: usize, probe: u64, out: &mut Vec<RawFrame>) -> bool {
@@ -1248,12 +1268,7 @@ impl DwarfIndex {
         if !tried.is_empty() {
             return None;
         }
-        let covered = &self.aranges().covered;
-        let all = (0..self.all_slots()).all(|i| {
-            self.slot(i)
-                .is_some_and(|s| covered.binary_search(&s.offset).is_ok())
-        });
-        if all {
+        if self.aranges_cover_all() {
             return None;
         }
         self.function_in(self.all_ranges(), probe, &mut tried)
@@ -1265,30 +1280,11 @@ impl DwarfIndex {
         probe: u64,
         tried: &mut Vec<usize>,
     ) -> Option<FuncRef> {
-        let mut i = index.ranges.partition_point(|r| r.0 <= probe);
-        while i > 0 {
-            i -= 1;
-            if index.max_end[i] <= probe {
-                break;
-            }
-            let (b, e, unit) = index.ranges[i];
-            if !(b <= probe && probe < e) || tried.contains(&unit) {
-                continue;
-            }
-            tried.push(unit);
-            let Some(slot) = self
-                .slot_at(unit)
-                .filter(|&s| self.slot(s).is_some_and(|s| s.offset == unit))
-            else {
-                continue;
-            };
-            let Some(u) = self.unit(slot) else { continue };
+        self.first_unit_at(index, probe, tried, |slot| {
+            let u = self.unit(slot)?;
             let functions = u.functions.get_or_init(|| parse_functions(&self.dwarf, u));
-            if let Some(die) = find_range(functions, probe) {
-                return Some(FuncRef { slot, die });
-            }
-        }
-        None
+            find_range(functions, probe).map(|die| FuncRef { slot, die })
+        })
     }
 
     /// The entry address of a function: its low pc, or the start of the

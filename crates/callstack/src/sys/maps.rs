@@ -140,16 +140,18 @@ pub fn parse_range(line: &[u8]) -> Option<(usize, usize)> {
         return None;
     }
     Some((
-        parse_hex(&line[..dash])?,
-        parse_hex(&line[dash + 1..space])?,
+        parse_hex(&line[..dash])? as usize,
+        parse_hex(&line[dash + 1..space])? as usize,
     ))
 }
 
-fn parse_hex(s: &[u8]) -> Option<usize> {
+/// Up to 16 hex digits (no prefix) as a number, without allocating (for
+/// `/proc` text read in signal handlers too); `None` for anything else.
+pub(crate) fn parse_hex(s: &[u8]) -> Option<u64> {
     if s.is_empty() || s.len() > 16 {
         return None;
     }
-    let mut v = 0usize;
+    let mut v = 0u64;
     for &c in s {
         let d = match c {
             b'0'..=b'9' => c - b'0',
@@ -157,7 +159,7 @@ fn parse_hex(s: &[u8]) -> Option<usize> {
             b'A'..=b'F' => c - b'A' + 10,
             _ => return None,
         };
-        v = (v << 4) | d as usize;
+        v = (v << 4) | d as u64;
     }
     Some(v)
 }
