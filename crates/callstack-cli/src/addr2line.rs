@@ -293,7 +293,7 @@ fn resolve_batch(
         let mid = uniq.len() / 2;
         let (lo, hi) = uniq.split_at(mid);
         std::thread::scope(|sc| {
-            let second = Symbolizer::for_file_with_debug_dirs(&args.exe, &args.debug_dirs).ok();
+            let second = open_binutils(args).ok();
             let h = second.map(|mut s2| {
                 sc.spawn(move || {
                     let v = run(&mut s2, hi);
@@ -307,14 +307,21 @@ fn resolve_batch(
                 Some(v) => answers.extend(v),
                 None => {
                     // The second open failed (raced a file change): do it here.
-                    let mut s = Symbolizer::for_file_with_debug_dirs(&args.exe, &args.debug_dirs)
-                        .expect("opened once already");
+                    let mut s = open_binutils(args).expect("opened once already");
                     answers.extend(hi.iter().map(|&a| s.resolve(Address::Exact(a as usize))));
                 }
             }
         });
     }
     (uniq, answers, sym)
+}
+
+/// The executable's symbolizer, naming addresses as binutils does: a
+/// symbol reaches up to the next one, past its size.
+fn open_binutils(args: &Args) -> Result<Symbolizer, callstack::symbolize::Error> {
+    let mut s = Symbolizer::for_file_with_debug_dirs(&args.exe, &args.debug_dirs)?;
+    s.set_symbol_extent(callstack::symbolize::SymbolExtent::Section);
+    Ok(s)
 }
 
 /// Addresses answered per batch (see [`run`]).
@@ -341,8 +348,8 @@ fn answer_batch(
 pub fn run(args: Args) -> Result<(), String> {
     let base = check_flags(&args)?;
     let parse = |s: &str| parse_hex(s).wrapping_add(base);
-    let mut sym = Symbolizer::for_file_with_debug_dirs(&args.exe, &args.debug_dirs)
-        .map_err(|e| format!("'{}': {}", args.exe.display(), e.message))?;
+    let mut sym =
+        open_binutils(&args).map_err(|e| format!("'{}': {}", args.exe.display(), e.message))?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
     let io = |e: std::io::Error| e.to_string();

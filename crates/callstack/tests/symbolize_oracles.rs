@@ -144,6 +144,9 @@ fn llvm(exe: &Path, addrs: &[u64]) -> Option<Vec<Chain>> {
 
 fn ours(exe: &Path, addrs: &[u64]) -> Vec<Chain> {
     let mut s = Symbolizer::for_file(exe).expect("open fixture");
+    // Compared with binutils: name addresses as it does (a symbol reaches
+    // up to the next one); the default is gdb's rule.
+    s.set_symbol_extent(callstack::symbolize::SymbolExtent::Section);
     addrs
         .iter()
         .map(|&a| {
@@ -380,8 +383,18 @@ fn stripped_shared_library_names_come_from_dynsym() {
     assert!(exported
         .iter()
         .any(|n| n.as_deref() == Some("sym_lib_exported")));
-    let r = s.symbolize(Address::Exact(addrs[0] as usize)).clone();
+    let first = instruction_addrs(&reference, &["sym_lib_exported"])[0];
+    let r = s.symbolize(Address::Exact(first as usize)).clone();
     assert_eq!(r.frames[0].source, callstack::symbolize::NameSource::Dynsym);
+    // By default (gdb's rule) an address past a sized symbol's end has no
+    // name: the stripped `static sym_lib_hidden` is not named after a
+    // function around it.
+    let hidden = instruction_addrs(&reference, &["sym_lib_hidden"]);
+    assert!(!hidden.is_empty());
+    for &a in &hidden {
+        let r = s.symbolize(Address::Exact(a as usize));
+        assert_eq!(r.function(), None, "{a:#x}: {r:?}");
+    }
 }
 
 fn rustc(tag: &str, flags: &str) -> PathBuf {

@@ -36,12 +36,14 @@ pub enum SymbolExtent {
     /// binutils' `addr2line`: a symbol names every address up to the next
     /// symbol of its section, past its `st_size` (padding, and in a
     /// stripped object every local function after an exported one, get
-    /// the exported one's name).
-    #[default]
+    /// the exported one's name). What `callstack addr2line` uses.
     Section,
     /// gdb's: a sized symbol names only the addresses inside its size; one
     /// without a size names addresses up to the next symbol. An address
-    /// that no symbol covers this way has no name (gdb prints `??`).
+    /// that no symbol covers this way has no name (gdb prints `??`). The
+    /// default: a stripped program's local functions are not given the
+    /// name of the exported function before them.
+    #[default]
     Sized,
 }
 

@@ -479,9 +479,9 @@ impl Symbolizer {
     }
 
     /// How far a name from `.symtab` / `.dynsym` reaches where no debug
-    /// info covers an address: [`SymbolExtent::Section`] (binutils'
-    /// `addr2line`, the default) or [`SymbolExtent::Sized`] (gdb's, which
-    /// leaves an address past a sized symbol's end unnamed). Empties the
+    /// info covers an address: [`SymbolExtent::Sized`] (gdb's, the
+    /// default, which leaves an address past a sized symbol's end unnamed)
+    /// or [`SymbolExtent::Section`] (binutils' `addr2line`). Empties the
     /// cache.
     pub fn set_symbol_extent(&mut self, extent: SymbolExtent) {
         self.extent = extent;
