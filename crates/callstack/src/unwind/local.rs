@@ -802,8 +802,8 @@ pub(crate) struct Flags {
     /// cache by the next capture ([`flush_pending`]).
     pending: [AtomicU64; PENDING_SIZE],
     /// The words of wide-rule slots below [`EARLY_WIDE`] given out while
-    /// the cache is not live, moved into the cache's wide table with
-    /// `pending` (by [`flush_pending`]).
+    /// the cache is not live, copied into the cache's wide table before a
+    /// cache word names them ([`cache_put_word`]).
     wide_early: [AtomicU64; EARLY_WIDE],
     /// Modules found by `_dl_find_object` whose rules went into the cache
     /// (see [`seen_module`]).
@@ -855,10 +855,6 @@ fn cache_go_live() {
 #[inline(never)]
 fn flush_pending() {
     FLAGS.cache_live.store(true, Ordering::Relaxed);
-    let wide = FLAGS.wide_n.load(Ordering::Acquire).min(EARLY_WIDE - 1);
-    for slot in 1..=wide {
-        publish_early_wide(slot);
-    }
     let n = FLAGS.pending_n.swap(0, Ordering::Relaxed).min(PENDING_SIZE);
     for slot in &FLAGS.pending[..n] {
         let w = slot.swap(0, Ordering::Relaxed);
@@ -901,9 +897,9 @@ fn publish_early_wide(slot: usize) {
 /// [`cache_put`] of a whole cache word, into the live cache.
 fn cache_put_word(word: u64) {
     let key = word & KEY_MASK;
-    // A wide slot given out before the cache went live, by a capture the
-    // flush raced with, is published before a word names it (else the
-    // word would name an empty slot, which only costs the slow path).
+    // A wide slot given out before the cache went live (its word in
+    // `FLAGS.wide_early`) is published before a cache word names it; the
+    // flush of the first capture's words comes through here too.
     let packed = (word >> 48) as u16;
     if packed >> 14 == 0 && cfg!(target_arch = "x86_64") {
         publish_early_wide(packed as usize);
