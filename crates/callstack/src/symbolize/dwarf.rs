@@ -185,7 +185,9 @@ pub(crate) struct DwarfIndex {
     scratch: RefCell<Vec<Inlined>>,
     /// Names of DIEs in a dwz supplementary file (`DW_FORM_GNU_ref_alt`).
     sup_names: super::sup::SupNames,
-    /// `.debug_info` (last field: everything above may borrow from it).
+    /// The other inflated sections `dwarf` reads, and `.debug_info`
+    /// (last fields: everything above may borrow from them).
+    _inflated: Vec<Inflating>,
     info: Info,
 }
 
@@ -215,9 +217,16 @@ impl Info {
 
 impl DwarfIndex {
     /// `dwarf.debug_info` is not used: `info` is.
-    pub(crate) fn new(dwarf: gimli::Dwarf<Slice>, info: Info) -> DwarfIndex {
+    /// `inflated`: the sections `dwarf` reads from inflated buffers, kept
+    /// alive as long as it.
+    pub(crate) fn new(
+        dwarf: gimli::Dwarf<Slice>,
+        info: Info,
+        inflated: Vec<Inflating>,
+    ) -> DwarfIndex {
         DwarfIndex {
             dwarf,
+            _inflated: inflated,
             slots: Frozen::new(),
             scan: Cell::new(Some(0)),
             info,
@@ -504,7 +513,12 @@ impl DwarfIndex {
         if self.frames_in(self.aranges(), probe, out, &mut tried) {
             return;
         }
-        if self.aranges_cover_all() {
+        // A unit listed there holds `probe` but has neither a function nor
+        // a line row at it (a signal trampoline written in assembly inside
+        // a C unit): as in `function_at`, no unit `.debug_aranges` leaves
+        // out is looked for, which would read (and, compressed, inflate)
+        // every unit header.
+        if !tried.is_empty() || self.aranges_cover_all() {
             return;
         }
         self.frames_in(self.all_ranges(), probe, out, &mut tried);
@@ -1672,5 +1686,51 @@ mod tests {
         );
         let ranges = gimli::Section::reader(d.dwarf.ranges.debug_ranges());
         assert!(!ranges.is_empty(), "DWARF 4 range lists tested");
+    }
+
+    /// An address inside a unit `.debug_aranges` lists, where that unit
+    /// has neither a function nor a line row (a trampoline in a top-level
+    /// `asm` block of a C file, as glibc's `__restore_rt`), finds no frame
+    /// without reading the unit headers after it: with a compressed
+    /// `.debug_info` that would inflate all of it.
+    #[test]
+    fn a_listed_unit_without_rows_ends_the_search() {
+        let dir = std::env::temp_dir().join(format!("cs-aranges-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = dir.join("a.c");
+        std::fs::write(
+            &a,
+            "__asm__(\".text\\n.globl tramp\\n.type tramp,@function\\ntramp:\\n nop\\n ret\\n.size tramp,2\\n\");\n\
+             int first(int x) { return x + 1; }\n",
+        )
+        .unwrap();
+        let b = dir.join("b.c");
+        std::fs::write(&b, "int second(int x) { return x * 3; }\n").unwrap();
+        let so = dir.join("two.so");
+        let ok = std::process::Command::new("gcc")
+            .args(["-shared", "-fPIC", "-g", "-O2", "-gdwarf-5"])
+            .arg(&a)
+            .arg(&b)
+            .arg("-o")
+            .arg(&so)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "gcc builds the fixture");
+        let m = ElfModule::open(&so, &SearchPaths::none()).unwrap();
+        let d = m.dwarf.as_ref().unwrap();
+        let tramp = m.syms.iter().find(|s| s.name == "tramp").unwrap().addr;
+        let mut out = Vec::new();
+        d.frames(tramp, &mut out);
+        assert!(out.is_empty(), "no DWARF frame for the trampoline");
+        let read = d.slots.len();
+        let all = ElfModule::open(&so, &SearchPaths::none()).unwrap();
+        let all = all.dwarf.as_ref().unwrap().all_slots();
+        assert_eq!(all, 2);
+        assert!(
+            read < all,
+            "stopped at the listed unit: read {read} of {all} unit headers"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

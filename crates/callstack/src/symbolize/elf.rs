@@ -15,6 +15,7 @@ use std::sync::Arc;
 pub(crate) type Slice = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
 
 /// A symbol of `.symtab` or `.dynsym`, for the fallback path.
+#[derive(Clone, Copy)]
 pub(crate) struct Sym {
     pub addr: u64,
     /// End of the symbol's section (binutils never names an address with
@@ -151,19 +152,23 @@ impl ElfModule {
         let mut sup = None;
         let loaded;
         if has_dwarf {
+            let inflating = start_inflating(&obj);
             sup = find_supplementary(path, &obj, search, &mut report);
-            loaded = load_dwarf(&obj, &map, sup.as_ref()).ok();
+            loaded = load_dwarf(&obj, &map, sup.as_ref(), inflating).ok();
             debug_path = Some(path.to_path_buf());
         } else if let Some((dpath, dmap)) =
             find_debug_file(path, &obj, build_id.as_deref(), search, &mut report.skipped)
         {
             let dobj = object::File::parse(dmap.bytes())
                 .map_err(|e| Error::new(ErrorKind::BadObject, &dpath, e.to_string()))?;
+            // The compressed sections inflate on workers while this
+            // thread reads the symbol table.
+            let inflating = start_inflating(&dobj);
             sup = find_supplementary(&dpath, &dobj, search, &mut report);
-            loaded = load_dwarf(&dobj, &dmap, sup.as_ref()).ok();
             if syms.iter().all(|s| s.source != NameSource::Symtab) {
                 collect_syms(&dobj, true, &mut syms);
             }
+            loaded = load_dwarf(&dobj, &dmap, sup.as_ref(), inflating).ok();
             debug_path = Some(dpath);
             debug_map = Some(dmap);
         } else {
@@ -171,15 +176,7 @@ impl ElfModule {
         }
         let dwarf = loaded;
         report.debug_file = dwarf.as_ref().and(debug_path.clone());
-        syms.sort_by(|a, b| {
-            a.addr
-                .cmp(&b.addr)
-                .then(a.source.cmp(&b.source))
-                .then((a.size == 0).cmp(&(b.size == 0)))
-        });
-        // Keep one symbol per address: the best source (symtab over dynsym),
-        // then the sized one.
-        syms.dedup_by(|b, a| a.addr == b.addr);
+        let syms = one_per_address(syms);
         let mut prev_sized = Vec::with_capacity(syms.len());
         let mut last = u32::MAX;
         for (i, s) in syms.iter().enumerate() {
@@ -367,7 +364,33 @@ fn first_load_vaddr(obj: &object::File<'static>) -> u64 {
         .unwrap_or(0)
 }
 
+/// `syms` sorted by address, one per address: the best source (symtab over
+/// dynsym), then a sized one, then the first listed.
+///
+/// Sorts 24-byte keys rather than the symbols themselves, and without a
+/// comparison closure: glibc's debug file lists 10,000 symbols, whose
+/// stable sort took a millisecond of `callstack pstack`.
+fn one_per_address(syms: Vec<Sym>) -> Vec<Sym> {
+    let mut keys: Vec<(u64, NameSource, bool, usize)> = syms
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.addr, s.source, s.size == 0, i))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup_by_key(|k| k.0);
+    keys.iter().map(|k| syms[k.3]).collect()
+}
+
 fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Vec<Sym>) {
+    // The end of each section, by index (looked up once per symbol).
+    let mut section_end: Vec<Option<u64>> = Vec::new();
+    for sec in obj.sections() {
+        let i = sec.index().0;
+        if section_end.len() <= i {
+            section_end.resize(i + 1, None);
+        }
+        section_end[i] = sec.address().checked_add(sec.size());
+    }
     let mut file: Option<&'static str> = None;
     let mut push = |sym: object::Symbol<'static, '_>, source| {
         if sym.kind() == SymbolKind::File {
@@ -384,9 +407,9 @@ fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Ve
         // the symbol is left out.
         let end = match sym
             .section_index()
-            .and_then(|i| obj.section_by_index(i).ok())
+            .and_then(|i| section_end.get(i.0).copied())
         {
-            Some(sec) => sec.address().checked_add(sec.size()),
+            Some(end) => end,
             None if sym.size() > 0 => sym.address().checked_add(sym.size()),
             None => return,
         };
@@ -414,35 +437,93 @@ fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Ve
     }
 }
 
+/// The DWARF sections the symbolizer reads; location lists (variables'
+/// locations) and macros are never read: not loading them spares
+/// inflating them, which in a compressed debug file such as glibc's is
+/// about a sixth of all the DWARF (1.4 of 9.9 MB for libc6-dbg's
+/// libc.so.6).
+fn wanted(id: gimli::SectionId) -> bool {
+    use gimli::SectionId::*;
+    !matches!(
+        id,
+        DebugLoc | DebugLocLists | DebugMacinfo | DebugMacro | DebugNames
+    )
+}
+
+/// Starts inflating the zlib-compressed DWARF sections of `obj` that
+/// [`load_dwarf`] reads, each on a worker thread where one can be started,
+/// `.debug_info` first: [`Inflating::spawn`].
+fn start_inflating(obj: &object::File<'static>) -> Vec<(gimli::SectionId, Inflating)> {
+    use gimli::SectionId::*;
+    // In the order `gimli::Dwarf::load` asks for them.
+    let ids = [
+        DebugInfo,
+        DebugAbbrev,
+        DebugAranges,
+        DebugLine,
+        DebugRngLists,
+        DebugRanges,
+        DebugStr,
+        DebugLineStr,
+        DebugStrOffsets,
+        DebugAddr,
+        DebugTypes,
+    ];
+    let mut streams = Vec::new();
+    for id in ids {
+        debug_assert!(wanted(id));
+        let Some(c) = obj
+            .section_by_name(id.name())
+            .and_then(|s| s.compressed_data().ok())
+        else {
+            continue;
+        };
+        // A declared size the stream cannot hold (a corrupt header) leaves
+        // the section to `load_dwarf`, which treats it as absent.
+        if c.format == object::CompressionFormat::Zlib && crate::elf_section::plausible(&c) {
+            streams.push((id, (c.data, c.uncompressed_size as usize)));
+        }
+    }
+    // Two workers: `.debug_info`, read progressively as units are looked
+    // up, and the sections `gimli::Dwarf::load` takes whole.
+    let (info, whole): (Vec<_>, Vec<_>) = streams
+        .into_iter()
+        .partition(|s| s.0 == gimli::SectionId::DebugInfo);
+    let mut out = Vec::new();
+    for group in [info, whole] {
+        let z: Vec<_> = group.iter().map(|s| s.1).collect();
+        out.extend(group.iter().map(|s| s.0).zip(Inflating::spawn(&z)));
+    }
+    out
+}
+
+/// The DWARF of `obj`; `inflating`: its compressed sections, from
+/// [`start_inflating`].
 fn load_dwarf(
     obj: &object::File<'static>,
     map: &Mapped,
     sup: Option<&(PathBuf, Mapped)>,
+    mut inflating: Vec<(gimli::SectionId, Inflating)>,
 ) -> Result<DwarfIndex, gimli::Error> {
     let endian = if obj.is_little_endian() {
         gimli::RunTimeEndian::Little
     } else {
         gimli::RunTimeEndian::Big
     };
+    // `.debug_info` is read through `Info`: a compressed one is used as
+    // far as it is inflated, waiting only for the units used (the units of
+    // a few frames of glibc sit well before the end of its 6 MB).
+    let info_at = inflating
+        .iter()
+        .position(|(id, _)| *id == gimli::SectionId::DebugInfo);
+    let info_z = info_at.map(|i| inflating.remove(i).1);
     let load = |id: gimli::SectionId| -> Result<Slice, gimli::Error> {
-        // Location lists (variables' locations) are never read by the
-        // symbolizer: not loading them spares inflating them, which in a
-        // compressed debug file such as glibc's is about a sixth of all
-        // the DWARF (1.4 of 9.9 MB for libc6-dbg's libc.so.6).
-        if matches!(
-            id,
-            gimli::SectionId::DebugLoc | gimli::SectionId::DebugLocLists
-        ) {
+        if !wanted(id) || (id == gimli::SectionId::DebugInfo && info_z.is_some()) {
             return Ok(gimli::EndianSlice::new(&[], endian));
         }
-        // A zlib-compressed `.debug_info` is inflated lazily (below).
-        if id == gimli::SectionId::DebugInfo
-            && obj.section_by_name(id.name()).is_some_and(|s| {
-                s.compressed_data()
-                    .is_ok_and(|c| c.format == object::CompressionFormat::Zlib)
-            })
-        {
-            return Ok(gimli::EndianSlice::new(&[], endian));
+        if let Some((_, z)) = inflating.iter().find(|(i, _)| *i == id) {
+            // A stream that breaks before its declared size: absent.
+            return Ok(gimli::EndianSlice::new(z.whole().unwrap_or(&[]), endian));
         }
         let bytes: &'static [u8] = match obj.section_by_name(id.name()) {
             Some(s) => match crate::elf_section::data(&s) {
@@ -468,23 +549,12 @@ fn load_dwarf(
             dwarf.set_sup(sd);
         }
     }
-    // `.debug_info` is read through `Info`: a zlib-compressed one is
-    // inflated only as far as the units used (the units of a few frames of
-    // glibc sit well before the end of its 6 MB).
-    let info = match obj
-        .section_by_name(".debug_info")
-        .map(|s| s.compressed_data())
-    {
-        // A declared size the stream cannot hold (a corrupt header) leaves
-        // `.debug_info` absent rather than allocating that size.
-        Some(Ok(c))
-            if c.format == object::CompressionFormat::Zlib && crate::elf_section::plausible(&c) =>
-        {
-            Info::Inflating(Inflating::new(c.data, c.uncompressed_size as usize), endian)
-        }
-        _ => Info::Plain(*gimli::Section::reader(&dwarf.debug_info)),
+    let info = match info_z {
+        Some(z) => Info::Inflating(z, endian),
+        None => Info::Plain(*gimli::Section::reader(&dwarf.debug_info)),
     };
-    Ok(DwarfIndex::new(dwarf, info))
+    let inflated = inflating.into_iter().map(|(_, z)| z).collect();
+    Ok(DwarfIndex::new(dwarf, info, inflated))
 }
 
 /// The sections of a dwz supplementary file that references into it need.
