@@ -33,13 +33,22 @@ enum Mode {
     Here(RefCell<Stream>),
     /// Inflated to the end by a worker thread, shared by the sections
     /// started together (joined when the last of them is dropped).
-    Worker(#[allow(dead_code)] Arc<Worker>),
+    Worker {
+        worker: Arc<Worker>,
+        input: &'static [u8],
+        /// In a child forked while the worker ran (the child has no
+        /// worker): the stream this thread inflates instead.
+        orphan: RefCell<Option<Stream>>,
+    },
 }
 
 /// A worker thread inflating sections one after the other.
 struct Worker {
     sections: Vec<Arc<Shared>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The process that started the thread: a forked child has no such
+    /// thread, so it neither waits for it nor joins it.
+    pid: u32,
 }
 
 impl Drop for Worker {
@@ -50,7 +59,9 @@ impl Drop for Worker {
             s.cancel.store(true, Ordering::Relaxed);
         }
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            if self.pid == std::process::id() {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -223,6 +234,16 @@ impl Shared {
     /// The worker: inflates to the end (or the first error, or until
     /// cancelled), reporting progress at every step.
     fn run(&self, mut s: Stream) {
+        // `ended` is set however the loop ends (a panic included), so that
+        // no reader waits forever.
+        struct End<'a>(&'a Shared);
+        impl Drop for End<'_> {
+            fn drop(&mut self) {
+                *self.0.ended.lock().unwrap_or_else(|e| e.into_inner()) = true;
+                self.0.moved.notify_all();
+            }
+        }
+        let _end = End(self);
         while !self.cancel.load(Ordering::Relaxed) {
             let done = self.done.load(Ordering::Relaxed);
             if done >= self.len || !self.step(&mut s, (done + STEP).min(self.len)) {
@@ -233,8 +254,14 @@ impl Shared {
             drop(self.ended.lock());
             self.moved.notify_all();
         }
-        *self.ended.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.moved.notify_all();
+    }
+
+    /// Inflates on this thread to cover `end` bytes and `CHUNK` more.
+    fn inflate_here(&self, s: &mut Stream, end: usize) {
+        let target = end.saturating_add(CHUNK).min(self.len);
+        while !s.failed && self.done.load(Ordering::Relaxed) < target {
+            s.failed = !self.step(s, target);
+        }
     }
 
     /// Waits until `end` bytes are inflated or the worker has stopped.
@@ -294,12 +321,18 @@ impl Inflating {
         let worker = Arc::new(Worker {
             sections: shared.clone(),
             thread: Some(thread),
+            pid: std::process::id(),
         });
         shared
             .into_iter()
-            .map(|shared| Inflating {
+            .zip(streams)
+            .map(|(shared, &(input, _))| Inflating {
                 shared,
-                mode: Mode::Worker(worker.clone()),
+                mode: Mode::Worker {
+                    worker: worker.clone(),
+                    input,
+                    orphan: RefCell::new(None),
+                },
             })
             .collect()
     }
@@ -317,14 +350,17 @@ impl Inflating {
         let end = end.min(sh.len);
         if sh.done.load(Ordering::Acquire) < end {
             match &self.mode {
-                Mode::Here(s) => {
-                    let mut s = s.borrow_mut();
-                    let target = end.saturating_add(CHUNK).min(sh.len);
-                    while !s.failed && sh.done.load(Ordering::Relaxed) < target {
-                        s.failed = !sh.step(&mut s, target);
-                    }
+                Mode::Here(s) => sh.inflate_here(&mut s.borrow_mut(), end),
+                Mode::Worker { worker, .. } if worker.pid == std::process::id() => sh.wait_for(end),
+                Mode::Worker { input, orphan, .. } => {
+                    // Forked while the worker ran: go on here, from a
+                    // fresh stream brought to where the worker stopped.
+                    let mut o = orphan.borrow_mut();
+                    let s = o.get_or_insert_with(|| {
+                        Stream::skipping(input, sh.done.load(Ordering::Acquire))
+                    });
+                    sh.inflate_here(s, end);
                 }
-                Mode::Worker(_) => sh.wait_for(end),
             }
         }
         // SAFETY: `[0, done)` lies in the buffer, is initialized (zeroed
@@ -351,6 +387,25 @@ impl Stream {
             input,
             failed: false,
         }
+    }
+
+    /// A stream whose first `skip` output bytes are inflated and dropped.
+    fn skipping(input: &'static [u8], skip: usize) -> Stream {
+        let mut s = Stream::new(input);
+        let mut scratch = vec![0u8; STEP];
+        while !s.failed && (s.z.total_out() as usize) < skip {
+            let want = (skip - s.z.total_out() as usize).min(STEP);
+            let consumed = s.z.total_in() as usize;
+            let before = s.z.total_out();
+            let r = s.z.decompress(
+                s.input.get(consumed..).unwrap_or(&[]),
+                &mut scratch[..want],
+                flate2::FlushDecompress::None,
+            );
+            let moved = s.z.total_out() > before || s.z.total_in() as usize > consumed;
+            s.failed = !matches!(r, Ok(flate2::Status::Ok) if moved);
+        }
+        s
     }
 }
 
@@ -449,6 +504,35 @@ mod tests {
         assert_eq!(p, &data[..p.len()]);
         // Dropped while inflating: the worker stops and is joined.
         drop(Inflating::spawn(&[(full, data.len()), (full, data.len())]));
+    }
+
+    /// A child forked while the worker inflates has no worker: it goes on
+    /// inflating on its own thread, and dropping does not wait for the
+    /// worker it does not have.
+    #[test]
+    fn a_forked_child_inflates_without_the_worker() {
+        let data: Vec<u8> = (0..8_000_000u32).map(|i| (i * 31 % 239) as u8).collect();
+        let full = zlib(&data);
+        let z = Inflating::spawn(&[(full, data.len())]).pop().unwrap();
+        let early = z.prefix(1).len();
+        // SAFETY: the child only inflates, compares and exits; an alarm
+        // ends it if it were to wait for the missing worker.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            unsafe { libc::alarm(20) };
+            let ok = z.whole() == Some(&data[..]);
+            drop(z);
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        assert!(pid > 0);
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child status {status:#x} (forked after {early} bytes)"
+        );
+        assert_eq!(z.whole(), Some(&data[..]));
     }
 
     #[test]
