@@ -11,7 +11,6 @@
 //! ended with a jump to the next), marked `"tail_call":true` in JSON and
 //! printed as ordinary frames in text.
 
-use callstack::remote::symbols::Symbolizer as ImageSymbolizer;
 use callstack::remote::{Lookup, RemoteUnwinder, Snapshot, Unwound};
 use callstack::symbolize::{Address, ModuleInfo, SymbolExtent, Symbolizer};
 use callstack::unwind::Memory;
@@ -300,10 +299,11 @@ fn name_thread(
 }
 
 /// Names frames: the crate's Symbolizer for modules found on disk, and a
-/// small reader of in-memory images (the vDSO) for the others.
+/// the same Symbolizer over the in-memory images (the vDSO) of the others.
 struct Names {
     files: Symbolizer,
-    images: ImageSymbolizer,
+    /// One per in-memory image, by module start (`None`: not an object).
+    images: std::collections::HashMap<u64, Option<Symbolizer>>,
     /// Each module's `main` rule, read once (by module start).
     main_rules: std::collections::HashMap<u64, crate::mainfn::MainRule>,
 }
@@ -332,7 +332,7 @@ impl Names {
         }
         Names {
             files,
-            images: ImageSymbolizer::new(),
+            images: std::collections::HashMap::new(),
             main_rules: std::collections::HashMap::new(),
         }
     }
@@ -378,10 +378,10 @@ impl Names {
         module: Option<&callstack::remote::Module>,
         pc: u64,
         lookup: u64,
-    ) -> Vec<callstack::remote::symbols::Symbol> {
+    ) -> Vec<Symbol> {
         let Some(m) = module else { return Vec::new() };
         if m.image.is_some() {
-            return self.images.symbolize(m, lookup);
+            return self.image_names(m, lookup);
         }
         if m.file.is_none() {
             return Vec::new();
@@ -391,18 +391,49 @@ impl Names {
         } else {
             Address::Return(pc as usize)
         };
-        self.files
-            .symbolize(addr)
-            .frames
-            .iter()
-            .map(|f| callstack::remote::symbols::Symbol {
-                function: f.function.as_deref().map(String::from),
-                file: f.file.as_deref().map(String::from),
-                line: f.line,
-                inlined: f.inlined,
-            })
-            .collect()
+        symbols_of(self.files.symbolize(addr))
     }
+
+    /// The levels at `lookup` in an image read from the target (the vDSO),
+    /// through a Symbolizer of that image at its link-time addresses.
+    fn image_names(&mut self, m: &callstack::remote::Module, lookup: u64) -> Vec<Symbol> {
+        let Some(img) = &m.image else {
+            return Vec::new();
+        };
+        let s = self.images.entry(m.start).or_insert_with(|| {
+            let mut s = Symbolizer::for_bytes(img.to_vec()).ok()?;
+            s.set_symbol_extent(SymbolExtent::Sized);
+            Some(s)
+        });
+        match s {
+            Some(s) => {
+                symbols_of(s.symbolize(Address::Exact(lookup.wrapping_sub(m.bias) as usize)))
+            }
+            None => Vec::new(),
+        }
+    }
+}
+
+/// What is known of one address, one entry per inlined level.
+#[derive(Clone, Debug, Default)]
+struct Symbol {
+    function: Option<String>,
+    file: Option<String>,
+    line: Option<u32>,
+    /// Whether this level was inlined into the next one.
+    inlined: bool,
+}
+
+fn symbols_of(s: &callstack::symbolize::Symbolized) -> Vec<Symbol> {
+    s.frames
+        .iter()
+        .map(|f| Symbol {
+            function: f.function.as_deref().map(String::from),
+            file: f.file.as_deref().map(String::from),
+            line: f.line,
+            inlined: f.inlined,
+        })
+        .collect()
 }
 
 /// Prints warnings of the snapshot on stderr.

@@ -246,10 +246,10 @@ pub fn proc_maps(data: &[u8]) -> usize {
 /// `remote_image`: an in-memory ELF image of another process (the vDSO
 /// read from a core or a live process), as `callstack::remote` reads it:
 /// build-id, load segments and bias, then symbols and DWARF through the
-/// remote symbolizer. Returns how many lookups named something.
+/// Symbolizer of the image. Returns how many lookups named something.
 pub fn remote_image(data: &[u8]) -> usize {
     use callstack::fuzzing::remote as files;
-    use callstack::remote::{symbols, Mapping, Module};
+    use callstack::remote::Mapping;
     let _ = files::build_id(data);
     let _ = files::load_segments(data);
     let _ = callstack::modules::gnu_build_id(data);
@@ -263,18 +263,13 @@ pub fn remote_image(data: &[u8]) -> usize {
         executable: Some(true),
     };
     let bias = files::load_bias(data, std::slice::from_ref(&mapping)).unwrap_or(0);
-    let module = Module {
-        name: "[vdso]".into(),
-        file: None,
-        debug_file: None,
-        start: mapping.start,
-        end: mapping.end,
-        bias,
-        build_id: None,
-        image: Some(std::sync::Arc::new(data.to_vec())),
-        mappings: vec![mapping],
+    let start = mapping.start;
+    // In-memory images are named by the crate's one Symbolizer, over the
+    // image at its link-time addresses (as `callstack core` does).
+    let Ok(mut s) = callstack::symbolize::Symbolizer::for_bytes(data.to_vec()) else {
+        return 0;
     };
-    let mut s = symbols::Symbolizer::new();
+    s.set_symbol_extent(callstack::symbolize::SymbolExtent::Sized);
     // Addresses in and around the executable segments, and a sweep.
     let mut addrs: Vec<u64> = segs
         .iter()
@@ -282,10 +277,11 @@ pub fn remote_image(data: &[u8]) -> usize {
         .flat_map(|&(v, _, sz)| [v, v.wrapping_add(sz / 2), v.wrapping_add(sz)])
         .map(|v| v.wrapping_add(bias))
         .collect();
-    addrs.extend((0..0x2000u64).step_by(0x40).map(|o| module.start + o));
+    addrs.extend((0..0x2000u64).step_by(0x40).map(|o| start + o));
+    let addr = |a: u64| callstack::symbolize::Address::Exact(a.wrapping_sub(bias) as usize);
     addrs
         .into_iter()
-        .filter(|&a| !s.symbolize(&module, a).is_empty())
+        .filter(|&a| !s.symbolize(addr(a)).frames.is_empty())
         .count()
 }
 

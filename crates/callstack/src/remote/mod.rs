@@ -30,7 +30,6 @@ pub mod process;
 #[cfg(target_os = "linux")]
 mod ptrace;
 mod step;
-pub mod symbols;
 
 pub use crate::arch::{Machine, PrstatusLayout, Registers, MAX_REGS};
 pub use files::Lookup;
