@@ -709,28 +709,14 @@ impl CoreFile {
                 let end = seg_end(seg);
                 let mut image = vec![0u8; (end - vdso) as usize];
                 if self.read_bytes(vdso, &mut image) {
-                    let bias = files::load_segments(&image)
-                        .and_then(|(_, s)| {
-                            s.first().map(|s| vdso.wrapping_sub(s.0.wrapping_sub(s.1)))
-                        })
-                        .unwrap_or(vdso);
-                    mods.push(Module {
-                        name: "[vdso]".into(),
-                        file: None,
-                        debug_file: None,
+                    let mapping = Mapping {
                         start: vdso,
                         end,
-                        bias,
-                        build_id: files::build_id(&image),
-                        image: Some(Arc::new(image)),
-                        mappings: vec![Mapping {
-                            start: vdso,
-                            end,
-                            file_offset: 0,
-                            path: "[vdso]".into(),
-                            executable: Some(true),
-                        }],
-                    });
+                        file_offset: 0,
+                        path: "[vdso]".into(),
+                        executable: Some(true),
+                    };
+                    mods.push(files::image_module(mapping, Arc::new(image)));
                 }
             }
         }

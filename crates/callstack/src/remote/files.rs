@@ -161,6 +161,27 @@ pub fn load_bias(data: &[u8], mappings: &[Mapping]) -> Option<u64> {
     None
 }
 
+/// The module of an ELF image read from the target's memory rather than
+/// from a file (the vDSO), mapped at `mapping`: its bias comes from the
+/// image's first `PT_LOAD` (the mapping's start when it has none).
+pub(crate) fn image_module(mapping: Mapping, image: std::sync::Arc<Vec<u8>>) -> Module {
+    let start = mapping.start;
+    let bias = load_segments(&image)
+        .and_then(|(_, s)| s.first().map(|s| start.wrapping_sub(s.0.wrapping_sub(s.1))))
+        .unwrap_or(start);
+    Module {
+        name: mapping.path.clone(),
+        file: None,
+        debug_file: None,
+        start,
+        end: mapping.end,
+        bias,
+        build_id: build_id(&image),
+        image: Some(image),
+        mappings: vec![mapping],
+    }
+}
+
 /// Reads a whole file, for the build-id check and the bias.
 pub(crate) fn map_file(path: &Path) -> std::io::Result<memmap2::Mmap> {
     let f = std::fs::File::open(path)?;

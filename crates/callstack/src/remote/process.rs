@@ -400,20 +400,7 @@ impl LiveProcess {
         if let Some(v) = vdso {
             let mut image = vec![0u8; (v.end - v.start) as usize];
             if live.memory().read_bytes(v.start, &mut image) {
-                let bias = files::load_segments(&image)
-                    .and_then(|(_, s)| s.first().map(|s| v.start.wrapping_sub(s.0 - s.1)))
-                    .unwrap_or(v.start);
-                mods.push(super::Module {
-                    name: "[vdso]".into(),
-                    file: None,
-                    debug_file: None,
-                    start: v.start,
-                    end: v.end,
-                    bias,
-                    build_id: files::build_id(&image),
-                    image: Some(std::sync::Arc::new(image)),
-                    mappings: vec![v],
-                });
+                mods.push(files::image_module(v, std::sync::Arc::new(image)));
                 mods.sort_by_key(|m| m.start);
             }
         }

@@ -302,20 +302,7 @@ fn snapshot_of(mappings: &[Mapping], lookup: &Lookup, pid: u32) -> Snapshot {
     files::resolve_files(&mut mods, lookup, None, &mut warnings);
     if let Some(v) = mappings.iter().find(|m| m.path == "[vdso]") {
         if let Some(image) = own_vdso().filter(|i| i.len() as u64 == v.end - v.start) {
-            let bias = files::load_segments(&image)
-                .and_then(|(_, s)| s.first().map(|s| v.start.wrapping_sub(s.0 - s.1)))
-                .unwrap_or(v.start);
-            mods.push(Module {
-                name: "[vdso]".into(),
-                file: None,
-                debug_file: None,
-                start: v.start,
-                end: v.end,
-                bias,
-                build_id: files::build_id(&image),
-                image: Some(image),
-                mappings: vec![v.clone()],
-            });
+            mods.push(files::image_module(v.clone(), image));
             mods.sort_by_key(|m| m.start);
         }
     }
