@@ -301,7 +301,8 @@ fn call_before_masked<A: RiscArch, C: CodeMemory + ?Sized>(
 }
 
 /// Walks from `regs` (the innermost frame: exact pc, `lr` valid), writing
-/// `(pc, method)` per frame. Returns how many frames were written.
+/// `(pc, method)` per frame. Returns how many frames were written. The loop
+/// is [`crate::arch::insn_walk::walk`]'s.
 pub fn walk<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
     regs: UnwindRegs,
     mem: &mut M,
@@ -309,25 +310,34 @@ pub fn walk<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
     stack_end: u64,
     out: &mut [(u64, Method)],
 ) -> usize {
-    if out.is_empty() {
-        return 0;
+    let mut steps = Steps::<A, M, C> {
+        mem,
+        code,
+        stack_end,
+        arch: core::marker::PhantomData,
+    };
+    crate::arch::insn_walk::walk(&mut steps, regs, true, out).0
+}
+
+/// [`step`] of architecture `A` as the walk's step.
+struct Steps<'a, A, M: ?Sized, C: ?Sized> {
+    mem: &'a mut M,
+    code: &'a mut C,
+    stack_end: u64,
+    arch: core::marker::PhantomData<A>,
+}
+
+impl<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized> crate::arch::insn_walk::InsnStep
+    for Steps<'_, A, M, C>
+{
+    type Regs = UnwindRegs;
+    fn pc(r: &UnwindRegs) -> u64 {
+        r.pc
     }
-    out[0] = (regs.pc, Method::Context);
-    let mut n = 1;
-    let mut cur = regs;
-    let mut first = true;
-    while n < out.len() {
-        let Some(s) = step::<A, M, C>(&cur, mem, code, first, stack_end) else {
-            break;
-        };
-        if s.regs.pc == 0 || (s.regs.sp == cur.sp && s.regs.pc == cur.pc) {
-            break;
-        }
-        out[n] = (s.regs.pc, s.method);
-        n += 1;
-        cur = s.regs;
-        // After a signal frame the pc is exact and lr live.
-        first = s.method == Method::SignalFrame;
+    fn sp(r: &UnwindRegs) -> u64 {
+        r.sp
     }
-    n
+    fn step(&mut self, cur: &UnwindRegs, exact: bool) -> Option<(UnwindRegs, Method)> {
+        step::<A, M, C>(cur, self.mem, self.code, exact, self.stack_end).map(|s| (s.regs, s.method))
+    }
 }

@@ -191,7 +191,8 @@ fn call_before_t<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> Option<CallBe
 }
 
 /// Walks from `regs` (the innermost frame), writing `(pc, method)` per
-/// frame (pcs with the Thumb bit as found). Returns how many.
+/// frame (pcs with the Thumb bit as found). Returns how many. The loop is
+/// [`crate::arch::insn_walk::walk`]'s.
 pub fn walk<M, C>(
     regs: ArmRegs,
     mem: &mut M,
@@ -203,24 +204,34 @@ where
     M: Memory + ?Sized,
     C: CodeMemory + ArmTables + ?Sized,
 {
-    if out.is_empty() {
-        return 0;
+    let mut steps = Steps {
+        mem,
+        code,
+        stack_end,
+    };
+    crate::arch::insn_walk::walk(&mut steps, regs, true, out).0
+}
+
+/// [`step`] as the walk's step.
+struct Steps<'a, M: ?Sized, C: ?Sized> {
+    mem: &'a mut M,
+    code: &'a mut C,
+    stack_end: u64,
+}
+
+impl<M, C> crate::arch::insn_walk::InsnStep for Steps<'_, M, C>
+where
+    M: Memory + ?Sized,
+    C: CodeMemory + ArmTables + ?Sized,
+{
+    type Regs = ArmRegs;
+    fn pc(r: &ArmRegs) -> u64 {
+        r[15] as u64
     }
-    out[0] = (regs[15] as u64, Method::Context);
-    let mut n = 1;
-    let mut cur = regs;
-    let mut first = true;
-    while n < out.len() {
-        let Some((next, m)) = step(&cur, mem, code, first, stack_end) else {
-            break;
-        };
-        if next[15] == 0 || (next[13] == cur[13] && next[15] == cur[15]) {
-            break;
-        }
-        out[n] = (next[15] as u64, m);
-        n += 1;
-        cur = next;
-        first = m == Method::SignalFrame;
+    fn sp(r: &ArmRegs) -> u64 {
+        r[13] as u64
     }
-    n
+    fn step(&mut self, cur: &ArmRegs, exact: bool) -> Option<(ArmRegs, Method)> {
+        step(cur, self.mem, self.code, exact, self.stack_end)
+    }
 }

@@ -227,35 +227,15 @@ unsafe extern "C" fn walk_entry(
         hi: bounds.hi as u64,
     };
     let mut code = Code { snap };
-    if out.is_empty() {
-        return 0;
-    }
-    out[0] = (pc, Method::Context);
-    let mut n = 1;
-    let mut cur = UnwindRegs { pc, sp, fp, lr: 0 };
-    // `pc` is a return address (looked up at pc - 1), except below a signal
-    // frame, where it is the exact interrupted pc.
-    let mut exact = false;
-    while n < out.len() {
-        let Some(s) = super::x86_64::unwinder::step_cached(
-            &cur,
-            &mut mem,
-            &mut code,
-            exact,
-            bounds.hi as u64,
-            Some(super::cache::in_process_cache()),
-        ) else {
-            break;
-        };
-        if s.regs.pc == 0 {
-            break;
-        }
-        out[n] = (s.regs.pc, s.method);
-        n += 1;
-        cur = s.regs;
-        exact = s.method == Method::SignalFrame;
-    }
-    n
+    // `pc` is a return address (looked up at pc - 1), except below a
+    // signal frame, where it is the exact interrupted pc.
+    let mut steps = super::x86_64::unwinder::Steps {
+        mem: &mut mem,
+        code: &mut code,
+        stack_end: bounds.hi as u64,
+        cache: Some(super::cache::in_process_cache()),
+    };
+    crate::arch::insn_walk::walk(&mut steps, UnwindRegs { pc, sp, fp, lr: 0 }, false, out).0
 }
 
 struct Code<'a> {

@@ -29,16 +29,7 @@ use crate::types::Memory;
 use crate::types::{Base, CodeMemory, InsnRule, Method, UnwindRegs};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 
-/// Why a walk stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stop {
-    /// The pc is 0 (the outermost frame's sentinel).
-    End,
-    /// No method found a believable caller.
-    NoCaller,
-    /// The output is full.
-    Full,
-}
+pub use crate::arch::insn_walk::Stop;
 
 /// The call instruction that ends right before `ra`, decoded.
 ///
@@ -601,7 +592,8 @@ where
 /// Walks from `regs` (the innermost frame, its exact pc) using only the
 /// methods of this module, writing `(pc, method)` per frame into `out`
 /// (`out[0]` is `regs.pc` with [`Method::Context`]). Returns how many frames
-/// were written and why the walk stopped.
+/// were written and why the walk stopped. The loop is
+/// [`crate::arch::insn_walk::walk`]'s.
 pub fn walk<M, C>(
     regs: UnwindRegs,
     mem: &mut M,
@@ -613,26 +605,37 @@ where
     M: Memory + ?Sized,
     C: CodeMemory + ?Sized,
 {
-    if out.is_empty() {
-        return (0, Stop::Full);
+    let mut steps = Steps {
+        mem,
+        code,
+        stack_end,
+        cache: None,
+    };
+    crate::arch::insn_walk::walk(&mut steps, regs, true, out)
+}
+
+/// [`step_cached`] as the walk's step.
+pub(crate) struct Steps<'a, M: ?Sized, C: ?Sized> {
+    pub mem: &'a mut M,
+    pub code: &'a mut C,
+    pub stack_end: u64,
+    pub cache: Option<&'a InsnCache>,
+}
+
+impl<M, C> crate::arch::insn_walk::InsnStep for Steps<'_, M, C>
+where
+    M: Memory + ?Sized,
+    C: CodeMemory + ?Sized,
+{
+    type Regs = UnwindRegs;
+    fn pc(r: &UnwindRegs) -> u64 {
+        r.pc
     }
-    out[0] = (regs.pc, Method::Context);
-    let mut n = 1;
-    let mut cur = regs;
-    let mut first = true;
-    loop {
-        if n == out.len() {
-            return (n, Stop::Full);
-        }
-        let Some(s) = step(&cur, mem, code, first, stack_end) else {
-            return (n, Stop::NoCaller);
-        };
-        if s.regs.pc == 0 {
-            return (n, Stop::End);
-        }
-        out[n] = (s.regs.pc, s.method);
-        n += 1;
-        cur = s.regs;
-        first = s.method == Method::SignalFrame;
+    fn sp(r: &UnwindRegs) -> u64 {
+        r.sp
+    }
+    fn step(&mut self, cur: &UnwindRegs, exact: bool) -> Option<(UnwindRegs, Method)> {
+        step_cached(cur, self.mem, self.code, exact, self.stack_end, self.cache)
+            .map(|s| (s.regs, s.method))
     }
 }
