@@ -579,22 +579,26 @@ fn walk<A: crate::arch::Arch, M: Memory + ?Sized, F: unwind::Fallback<A>>(
     let mut out = Unwound::default();
     // A core's or a stopped thread's pc is exact: it was interrupted there.
     let mut u = Unwinder::with_fallback(set, start, true, fallback);
-    while out.frames.len() < max {
-        let Some(f) = u.next(mem) else { break };
-        if f.method == unwind::Method::SignalFrame {
-            // The frame below returned into the signal trampoline: its pc is
-            // the trampoline's first instruction, named as is (not pc - 1).
-            if let Some(t) = out.frames.last_mut() {
-                t.lookup = t.pc;
+    let why = if max == 0 {
+        StopReason::Running
+    } else {
+        u.run(mem, |f| {
+            if f.method == unwind::Method::SignalFrame {
+                // The frame below returned into the signal trampoline: its pc is
+                // the trampoline's first instruction, named as is (not pc - 1).
+                if let Some(t) = out.frames.last_mut() {
+                    t.lookup = t.pc;
+                }
             }
-        }
-        out.frames.push(Frame {
-            pc: f.pc,
-            lookup: f.lookup_address(),
-            method: f.method,
-        });
-    }
-    out.stop = match u.stop_reason() {
+            out.frames.push(Frame {
+                pc: f.pc,
+                lookup: f.lookup_address(),
+                method: f.method,
+            });
+            out.frames.len() < max
+        })
+    };
+    out.stop = match why {
         StopReason::Running if out.frames.len() >= max => {
             Some(format!("stopped after {max} frames"))
         }

@@ -139,6 +139,37 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         }
     }
 
+    /// Walks to the end, handing each frame (the starting one first) to
+    /// `each`, which returns whether to go on: the one loop over frames
+    /// that the walks of this crate drive (in process, from a context, a
+    /// core, a live process). Returns why the walk ended
+    /// ([`StopReason::Running`] when `each` stopped it).
+    ///
+    /// ```
+    /// # use callstack::unwind::*;
+    /// # fn f<A: Arch, S: RuleSource<A>>(u: &mut Unwinder<'_, A, S>, mem: &mut impl Memory) {
+    /// let mut pcs = Vec::new();
+    /// let why = u.run(mem, |f| {
+    ///     pcs.push(f.pc);
+    ///     pcs.len() < 64
+    /// });
+    /// # let _ = why;
+    /// # }
+    /// ```
+    #[inline]
+    pub fn run<M: Memory + ?Sized>(
+        &mut self,
+        mem: &mut M,
+        mut each: impl FnMut(&Frame) -> bool,
+    ) -> StopReason {
+        while let Some(f) = self.next(mem) {
+            if !each(&f) {
+                break;
+            }
+        }
+        self.stop
+    }
+
     /// Why the walk ended ([`StopReason::Running`] until it has).
     pub fn stop_reason(&self) -> StopReason {
         self.stop
