@@ -203,6 +203,38 @@ mod tests {
     }
 }
 
+/// The dynamic loader's counters of objects added and removed so far
+/// (`dlpi_adds`, `dlpi_subs`: every `dlopen`/`dlclose` that maps or unmaps
+/// an object moves them), `None` when the loader keeps none. One
+/// `dl_iterate_phdr` call, which takes the loader's lock: not for a signal
+/// handler. Shared by the capture's module snapshot and the symbolizer.
+pub(crate) fn loader_counters() -> Option<(u64, u64)> {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        let end = core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs)
+            + core::mem::size_of::<libc::c_ulonglong>();
+        if size >= end {
+            // SAFETY: `info` is valid for this call and, as `size` says,
+            // holds the counters; `data` is the `Option` of the caller.
+            unsafe {
+                let info = &*info;
+                *(data as *mut Option<(u64, u64)>) = Some((info.dlpi_adds, info.dlpi_subs));
+            }
+        }
+        1 // the counters are the same in every entry: stop here
+    }
+    let mut out: Option<(u64, u64)> = None;
+    // SAFETY: the callback only reads the `dl_phdr_info` it is handed, for
+    // the duration of the call, and writes into `out`, which outlives it.
+    unsafe {
+        libc::dl_iterate_phdr(Some(first), (&mut out as *mut Option<(u64, u64)>).cast());
+    }
+    out
+}
+
 /// A copy of this process's vDSO image (the whole `[vdso]` mapping: the
 /// kernel maps the same image into every process), if it has one.
 #[cfg(all(target_os = "linux", feature = "symbolize"))]

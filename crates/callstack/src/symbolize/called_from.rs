@@ -90,7 +90,7 @@ fn synced_loader() -> Option<(u64, u64)> {
     static PREPARED: Mutex<Option<Option<(u64, u64)>>> = Mutex::new(None);
     // One early-stopped `dl_iterate_phdr` callback (a few tens of ns): the
     // price of never answering for a library that was unloaded.
-    let loader = super::loader::generation();
+    let loader = crate::modules::loader_counters();
     if LOADER.get() != loader || loader.is_none() {
         let mut p = PREPARED.lock().unwrap_or_else(|e| e.into_inner());
         if *p != Some(loader) {

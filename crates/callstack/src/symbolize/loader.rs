@@ -20,42 +20,12 @@
 use super::{Entry, ModuleInfo, Symbolizer};
 use std::sync::Arc;
 
-/// The loader's (objects added, objects removed) counters, if it keeps
-/// them.
-pub(crate) fn generation() -> Option<(u64, u64)> {
-    let mut out: Option<(u64, u64)> = None;
-    // SAFETY: the callback only reads the `dl_phdr_info` it is handed, for
-    // the duration of the call, and writes into `out`, which outlives it.
-    unsafe {
-        libc::dl_iterate_phdr(Some(first), (&mut out as *mut Option<(u64, u64)>).cast());
-    }
-    out
-}
-
-unsafe extern "C" fn first(
-    info: *mut libc::dl_phdr_info,
-    size: libc::size_t,
-    data: *mut libc::c_void,
-) -> libc::c_int {
-    let end = core::mem::offset_of!(libc::dl_phdr_info, dlpi_subs)
-        + core::mem::size_of::<libc::c_ulonglong>();
-    if size >= end {
-        // SAFETY: `info` is valid for this call and, as `size` says, holds
-        // the counters; `data` is the `Option` of `generation`.
-        unsafe {
-            let info = &*info;
-            *(data as *mut Option<(u64, u64)>) = Some((info.dlpi_adds, info.dlpi_subs));
-        }
-    }
-    1 // the counters are the same in every entry: stop here
-}
-
 impl Symbolizer {
     /// Before resolving a missed address of this process: re-reads the
     /// module list if the loader's counters moved (or, without counters,
     /// if `probe` is outside every known module).
     pub(super) fn sync_with_loader(&mut self, probe: usize) {
-        match generation() {
+        match crate::modules::loader_counters() {
             Some(g) if Some(g) == self.loader_generation => {}
             Some(g) => {
                 self.loader_generation = Some(g);

@@ -381,7 +381,7 @@ impl Symbolizer {
     /// with their cached answers, when a lookup misses the cache (see
     /// [`Symbolizer::refresh_modules`]).
     pub fn new() -> Symbolizer {
-        let generation = loader::generation();
+        let generation = crate::modules::loader_counters();
         let mut s = Self::from_modules(ModuleInfo::loaded());
         s.in_process = true;
         s.loader_generation = generation;
