@@ -197,6 +197,14 @@ mod tests {
     }
 
     #[test]
+    #[cfg(all(target_os = "linux", feature = "symbolize"))]
+    fn the_vdso_image_is_an_elf_object() {
+        let image = super::vdso_image().expect("Linux maps a vDSO");
+        assert_eq!(&image[..4], b"\x7fELF");
+        assert_eq!(image.len() % 4096, 0, "whole pages");
+    }
+
+    #[test]
     fn truncated_notes_give_none() {
         assert_eq!(gnu_build_id(&[1, 0, 0]), None);
         assert_eq!(gnu_build_id(&[0xff; 40]), None);
@@ -239,16 +247,14 @@ pub(crate) fn loader_counters() -> Option<(u64, u64)> {
 /// kernel maps the same image into every process), if it has one.
 #[cfg(all(target_os = "linux", feature = "symbolize"))]
 pub(crate) fn vdso_image() -> Option<Vec<u8>> {
-    let text = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = text.lines().find(|l| l.ends_with("[vdso]"))?;
-    let (s, e) = line.split_whitespace().next()?.split_once('-')?;
-    let (s, e) = (
-        usize::from_str_radix(s, 16).ok()?,
-        usize::from_str_radix(e, 16).ok()?,
-    );
-    if e <= s {
-        return None;
-    }
+    let mut range = None;
+    crate::sys::maps::for_each_line(|line| {
+        if line.ends_with(b"[vdso]") {
+            range = crate::sys::maps::parse_range(line);
+        }
+        range.is_none()
+    });
+    let (s, e) = range.filter(|(s, e)| e > s)?;
     // SAFETY: the vDSO mapping of this process is readable for its whole
     // range and never unmapped.
     let bytes = unsafe { std::slice::from_raw_parts(s as *const u8, e - s) };
