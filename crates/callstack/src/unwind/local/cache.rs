@@ -6,7 +6,9 @@
 use core::sync::atomic::AtomicU16;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
-use super::{SeenModule, Snapshot, A, SEEN_EMPTY};
+use super::snapshot::Snapshot;
+use super::source::{SeenModule, SEEN_EMPTY};
+use super::A;
 use crate::arch::Arch;
 
 #[cfg(target_arch = "x86_64")]

@@ -60,30 +60,30 @@ mod cache;
 mod loader;
 mod memory;
 mod snapshot;
+mod source;
 
-use core::cell::Cell;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 
-use crate::arch::{Applied, Arch};
+#[cfg(all(test, target_arch = "x86_64"))]
+use crate::arch::Arch;
 use crate::stack;
-use crate::unwind::cfi::{self, FdeAt};
-use crate::unwind::{
-    Found, Frame, Memory, NativeArch, ReadError, RuleSource, StopReason, UnwindError, UnwindRegs,
-    Unwinder,
-};
+use crate::unwind::{Frame, NativeArch, ReadError, StopReason, UnwindError, UnwindRegs, Unwinder};
 pub(crate) use cache::FLAGS;
-use cache::{cache_get, cache_go_live, cache_put, cache_rule, clear_cache, unpack_cached, CACHE};
+#[cfg(all(test, target_arch = "x86_64"))]
+use cache::{cache_get, cache_put, cache_rule, flush_pending, Flags};
+use cache::{cache_go_live, CACHE};
 #[cfg(any(test, not(target_arch = "x86_64")))]
 use cache::{cache_set, KEY_MASK};
-#[cfg(all(test, target_arch = "x86_64"))]
-use cache::{flush_pending, Flags};
 use loader::dl_exec_segment;
 pub use loader::has_dl_find_object;
-pub(crate) use loader::{dl_find, exec_segment_in, sections_from_hdr, DlModule};
+#[cfg(test)]
+pub(crate) use loader::sections_from_hdr;
+pub(crate) use loader::{dl_find, exec_segment_in};
 use memory::{main_stack_bounds, StackMemory};
 pub(crate) use snapshot::snapshot_code_range;
 pub use snapshot::{prepare, prepare_in_background, PrepareStats};
-use snapshot::{unloaded, LocalModule, Snapshot};
+use snapshot::{unloaded, Snapshot};
+use source::LocalSource;
 
 type A = NativeArch;
 
@@ -168,260 +168,6 @@ unsafe fn run_same_rule(
     *regs = [pc, sp, fp];
     *o = out;
     (code, word)
-}
-
-// ---------------------------------------------------------------- source
-
-pub(crate) struct LocalSource {
-    snap: Option<&'static Snapshot>,
-    last: Cell<Option<DlModule>>,
-    /// Whether the rule cache held anything when the walk began: if not
-    /// (the first capture of the process), the walk only writes it, so each
-    /// of its pages is faulted in once (a read first would map the zero
-    /// page, and the write then fault again).
-    read_cache: bool,
-    /// The module this walk last noted in [`SEEN`] (frames in a row mostly
-    /// share a module: the table is scanned once per module, not per frame).
-    seen: Cell<Option<DlModule>>,
-    /// The walk's last CIE (see [`crate::unwind::cfi_fast::CieMemo`]).
-    cie: crate::unwind::cfi_fast::CieCache,
-}
-
-impl LocalSource {
-    #[inline(always)]
-    pub(crate) fn new() -> Self {
-        let p = FLAGS.snapshot.load(Ordering::Acquire);
-        LocalSource {
-            // SAFETY: published snapshots are never freed.
-            snap: unsafe { p.as_ref() },
-            last: Cell::new(None),
-            read_cache: FLAGS.cache_used.load(Ordering::Relaxed),
-            seen: Cell::new(None),
-            cie: Default::default(),
-        }
-    }
-
-    /// [`seen_module`], once per module per walk.
-    #[inline]
-    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-    fn note_seen(&self, d: DlModule) -> bool {
-        if self.seen.get() == Some(d) {
-            return true;
-        }
-        let ok = seen_module(d);
-        if ok {
-            self.seen.set(Some(d));
-        }
-        ok
-    }
-
-    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-    fn dl_module(&self, addr: u64) -> Option<DlModule> {
-        if let Some(m) = self.last.get() {
-            if m.start <= addr && addr < m.end {
-                return Some(m);
-            }
-        }
-        let m = dl_find(addr)?;
-        self.last.set(Some(m));
-        Some(m)
-    }
-
-    /// The snapshot's module holding `addr`, if it is still the object
-    /// loaded there (see [`LocalModule::live`]).
-    #[inline]
-    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-    fn module(&self, addr: u64) -> Option<&'static LocalModule> {
-        let s = self.snap?;
-        let m = s.find(addr)?;
-        if m.still_loaded(addr, |a| self.dl_module(a)) {
-            return Some(m);
-        }
-        unloaded(s);
-        None
-    }
-}
-
-impl RuleSource<A> for LocalSource {
-    #[inline(always)]
-    fn return_address(&self, ra: u64, sp: u64) -> u64 {
-        crate::unwind::hook_table::resolve(ra, sp)
-    }
-
-    #[inline(always)]
-    fn rule(&self, addr: u64) -> Found<<A as Arch>::Rule> {
-        if self.read_cache {
-            let p = cache_get(addr);
-            if p != 0 {
-                return Found::Rule(unpack_cached(p));
-            }
-        }
-        self.rule_slow(addr)
-    }
-
-    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-    fn evaluate<M: Memory + ?Sized>(
-        &self,
-        addr: u64,
-        regs: &UnwindRegs,
-        mem: &mut M,
-    ) -> Result<Applied, UnwindError> {
-        // Interrupted in the exit-hook trampoline before it saved the
-        // original return address (its CFI expression holds only at its
-        // first instruction): the frame is still empty, the caller's pc is in
-        // the hook table.
-        if let Some(pc) = crate::unwind::hook_table::in_lookup(addr, regs.sp) {
-            return Ok(Applied::Caller {
-                regs: UnwindRegs { pc, ..*regs },
-                signal: false,
-            });
-        }
-        if let Some(m) = self.module(addr) {
-            let svma = addr.wrapping_sub(m.bias);
-            let t = &m.table;
-            return cfi::evaluate::<A, M>(
-                &t.sections(),
-                t.fde_for_evaluation(svma),
-                svma,
-                regs,
-                mem,
-            );
-        }
-        match self.dl_module(addr) {
-            Some(d) => match sections_from_hdr(d.eh_frame_hdr, d.end) {
-                Some(secs) => cfi::evaluate::<A, M>(&secs, FdeAt::Search, addr, regs, mem),
-                None => Ok(Applied::NoCfi),
-            },
-            None => Ok(Applied::NoCfi),
-        }
-    }
-
-    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-    fn is_signal_trampoline(&self, pc: u64) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let known = match self.snap {
-                Some(s) => s.in_code(pc) && self.module(pc).is_some(),
-                None => false,
-            };
-            if !known {
-                return false;
-            }
-            // SAFETY: `pc` is at least 16 bytes below the end of an
-            // executable segment of a module still loaded (checked with
-            // `_dl_find_object` when glibc has it): mapped and readable.
-            let code = unsafe { core::slice::from_raw_parts(pc as *const u8, 9) };
-            crate::arch::x86_64::exact::is_sigreturn_trampoline(code)
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = pc;
-            false
-        }
-    }
-}
-
-impl LocalSource {
-    #[cold]
-    #[inline(never)]
-    #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-    fn rule_slow(&self, addr: u64) -> Found<<A as Arch>::Rule> {
-        if let Some(m) = self.module(addr) {
-            let rule = m.table.lookup(addr.wrapping_sub(m.bias));
-            cache_put(addr, cache_rule(rule));
-            return Found::Rule(rule);
-        }
-        if let Some(d) = self.dl_module(addr) {
-            if self.seen.get() != Some(d) {
-                FLAGS.stale.store(true, Ordering::Relaxed);
-            }
-            // The rule from the CFI directly, cached like a table's (so the
-            // next capture through here takes the hot loop, prepared or
-            // not) once the module is noted in `SEEN`.
-            let Some(secs) = sections_from_hdr(d.eh_frame_hdr, d.end) else {
-                return Found::Rule(A::EVALUATE);
-            };
-            let rule = cfi::rule_at::<A>(&secs, addr, &self.cie);
-            let p = cache_rule(rule);
-            if p != 0 && rule != A::EVALUATE && self.note_seen(d) {
-                cache_put(addr, p);
-            }
-            return Found::Rule(rule);
-        }
-        Found::Unknown
-    }
-}
-
-/// A module (not in the snapshot) whose rules the cache may hold, as
-/// `_dl_find_object` found it; `start == 0` is a free slot, `end == 0` or
-/// `hdr == 0` a slot being written.
-struct SeenModule {
-    start: AtomicU64,
-    end: AtomicU64,
-    hdr: AtomicU64,
-}
-
-#[allow(clippy::declare_interior_mutable_const)]
-const SEEN_EMPTY: SeenModule = SeenModule {
-    start: AtomicU64::new(0),
-    end: AtomicU64::new(0),
-    hdr: AtomicU64::new(0),
-};
-
-/// Notes that the rules of `d` (found by `_dl_find_object` now) go into the
-/// rule cache; false when they must not (the table of modules is full).
-///
-/// This is how a cached rule of an unloaded library is kept from being
-/// taken for another: if a noted module overlaps `d` but is not `d` (other
-/// mapping or other `.eh_frame_hdr`), it was unloaded (`dlclose`) and `d`
-/// loaded in its place, so the cache, which may hold its rules, is cleared
-/// and its slot given to `d`. Like the snapshot's check, this runs on a
-/// cache miss (the first return address of the new library that is not a
-/// cached key of the old one). Lock-free, async-signal-safe.
-#[cold]
-#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-fn seen_module(d: DlModule) -> bool {
-    if d.start == 0 || d.end <= d.start || d.eh_frame_hdr == 0 {
-        return false;
-    }
-    let mut free = None;
-    for (i, m) in FLAGS.seen.iter().enumerate() {
-        let start = m.start.load(Ordering::Acquire);
-        if start == 0 {
-            free = free.or(Some(i));
-            continue;
-        }
-        let end = m.end.load(Ordering::Acquire);
-        let hdr = m.hdr.load(Ordering::Acquire);
-        if end == 0 || hdr == 0 {
-            continue;
-        }
-        if start == d.start && end == d.end && hdr == d.eh_frame_hdr {
-            return true;
-        }
-        if start < d.end && d.start < end {
-            // Another object was loaded here: not any more.
-            clear_cache();
-            m.end.store(0, Ordering::Release);
-            m.hdr.store(0, Ordering::Release);
-            m.start.store(d.start, Ordering::Release);
-            m.end.store(d.end, Ordering::Release);
-            m.hdr.store(d.eh_frame_hdr, Ordering::Release);
-            return true;
-        }
-    }
-    // A free slot (claimed against concurrent captures).
-    for m in FLAGS.seen.iter().skip(free.unwrap_or(FLAGS.seen.len())) {
-        if m.start
-            .compare_exchange(0, d.start, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            m.end.store(d.end, Ordering::Release);
-            m.hdr.store(d.eh_frame_hdr, Ordering::Release);
-            return true;
-        }
-    }
-    false
 }
 
 // ---------------------------------------------------------------- code
