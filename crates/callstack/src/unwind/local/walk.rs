@@ -1,0 +1,553 @@
+//! The walk in this process: the hot loop over the rule cache (x86-64's
+//! `run_hot`, elsewhere the portable loop below) and the drivers that hand
+//! any other frame to the generic unwinder.
+
+#[cfg(not(target_arch = "x86_64"))]
+use core::sync::atomic::Ordering;
+
+use super::cache::{cache_go_live, CACHE};
+#[cfg(not(target_arch = "x86_64"))]
+use super::cache::{cache_set, KEY_MASK};
+use super::code::insn_fallback;
+use super::memory::{main_stack_bounds, StackMemory};
+use super::source::LocalSource;
+use super::A;
+use crate::stack;
+use crate::unwind::{Frame, ReadError, StopReason, UnwindError, UnwindRegs, Unwinder};
+
+#[cfg(target_arch = "x86_64")]
+use crate::arch::x86_64::exact::{run_exit, run_hot};
+
+#[cfg(target_arch = "aarch64")]
+use crate::arch::native::exact::{decode_fast, PACKED_END};
+
+/// Other targets: no packed rules.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const PACKED_END: u16 = 0;
+
+/// Other targets: no packed rules, every frame takes the generic unwinder.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn decode_fast(_: u16) -> Option<(bool, u64, i64)> {
+    None
+}
+
+/// Exit codes of [`run_same_rule`] (as x86-64's `run_hot`, plus CHANGED).
+#[cfg(not(target_arch = "x86_64"))]
+mod run_exit {
+    pub(crate) const FULL: u64 = 0;
+    pub(crate) const OUTERMOST: u64 = 1;
+    pub(crate) const SLOW: u64 = 2;
+    pub(crate) const CHANGED: u64 = 3;
+}
+
+/// The portable run of frames under one fast rule, while the next frame's
+/// cached word is its key with that rule (x86-64 decodes every rule in its
+/// assembly loop, `run_hot`). No target but x86-64 packs fast rules yet.
+///
+/// # Safety
+/// `*o..end` writable; `[regs[1], hi)` readable stack with `a_max =
+/// hi - ra_at - 8`; `cache` the rule cache.
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn run_same_rule(
+    regs: &mut [u64; 3],
+    o: &mut *mut usize,
+    end: *mut usize,
+    from_fp: bool,
+    tag: u64,
+    off_a: u64,
+    ra_at: u64,
+    a_max: u64,
+    cache: *const u64,
+) -> (u64, u64) {
+    let [mut pc, mut sp, mut fp] = *regs;
+    let mut out = *o;
+    let (code, word) = loop {
+        let a = if from_fp { fp } else { sp }.wrapping_add(off_a);
+        if a < sp || a > a_max {
+            break (run_exit::SLOW, 0);
+        }
+        // SAFETY: sp <= a <= hi - ra_at - 8: inside the readable stack.
+        let ra = unsafe { core::ptr::read_unaligned((a + ra_at) as *const u64) };
+        if ra_at != 0 {
+            // SAFETY: as above, below the return address.
+            fp = unsafe { core::ptr::read_unaligned(a as *const u64) };
+        }
+        if ra == 0 {
+            break (run_exit::OUTERMOST, 0);
+        }
+        // SAFETY: out < end: a slot of the caller's.
+        unsafe {
+            *out = ra as usize;
+            out = out.add(1);
+        }
+        pc = ra;
+        sp = a + ra_at + 8;
+        if out == end {
+            break (run_exit::FULL, 0);
+        }
+        // SAFETY: the index is below CACHE_SIZE.
+        let v = unsafe { core::ptr::read_volatile(cache.add(cache_set(pc))) } ^ pc;
+        if v != tag {
+            break (run_exit::CHANGED, v);
+        }
+    };
+    *regs = [pc, sp, fp];
+    *o = out;
+    (code, word)
+}
+
+/// The registers of the frame a walk is at; `pc` is a return address (its
+/// lookup address is `pc - 1`) unless the walk says it is exact.
+#[derive(Clone, Copy)]
+pub(super) struct Hot {
+    pub(super) pc: u64,
+    pub(super) sp: u64,
+    pub(super) fp: u64,
+}
+
+/// How a run of the hot loop ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum HotEnd {
+    /// The output is full.
+    Full,
+    /// A zero return address or a cached `End` rule: the outermost frame.
+    Outermost,
+    /// The frame at `hot.pc` needs the generic unwinder.
+    Slow,
+}
+
+/// The hot loop: frames whose key (their return address) is in the rule
+/// cache with a rule it applies (`Sp`/`Bp` shapes, narrow or wide), applied
+/// with reads in `[sp, hi)`. Writes up to `len` return addresses at `out`;
+/// returns how many, and why it stopped, with `hot` at the last frame
+/// written (or at the start). Requires `hot.sp` inside the stack whose top
+/// is `hi`, and `hot.pc` a return address.
+///
+/// On x86-64 the whole loop, rule changes included, is `exact::run_hot`
+/// (assembly). Each cache word predicts the word of its caller (the one
+/// found after it last time, `RuleCache::pred`): a frame loads the
+/// predicted word, decodes its rule (a few instructions; a wide one with one
+/// more load) and checks its key against the return address read from the
+/// stack, so the next frame's stack reads wait on the prediction, not on
+/// this frame's stack read; a miss looks the address up by hash. Runs of
+/// frame records (code with frame pointers) have a loop of their own, one
+/// load a frame, with the hash lookup off the critical path. A
+/// non-canonical return address could alias a cached key in the compare;
+/// its frame is then unwound with a wrong rule, which stays inside the
+/// checked stack range like any corrupt frame.
+///
+/// # Safety
+/// `out` must be valid for `len` writes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn hot_loop(
+    hot: &mut Hot,
+    hi: u64,
+    out: *mut usize,
+    len: usize,
+) -> (usize, HotEnd) {
+    if len == 0 {
+        return (0, HotEnd::Full);
+    }
+    let mut regs = [hot.pc, hot.sp, hot.fp];
+    let mut o = out;
+    // SAFETY: `out..out + len` are the caller's slots (len >= 1); `[sp, hi)`
+    // is readable stack; `CACHE` is the rule cache, its wide table right
+    // after its words and its predictions after that (`repr(C)`).
+    let exit = unsafe {
+        run_hot(
+            &mut regs,
+            &mut o,
+            out.add(len),
+            hi,
+            (&raw const CACHE).cast(),
+        )
+    };
+    [hot.pc, hot.sp, hot.fp] = regs;
+    if hot.pc == 0 && o != out {
+        // A zero return address: the outermost frame, which `run_hot`
+        // writes and then stops at (no key is 0); not a frame.
+        // SAFETY: one back, still in the caller's slots (`o != out`).
+        o = unsafe { o.sub(1) };
+        // SAFETY: both in the caller's slots.
+        return (unsafe { o.offset_from(out) } as usize, HotEnd::Outermost);
+    }
+    let why = match exit {
+        run_exit::FULL => HotEnd::Full,
+        run_exit::OUTERMOST => HotEnd::Outermost,
+        run_exit::SLOW => HotEnd::Slow,
+        _ => HotEnd::Slow,
+    };
+    // SAFETY: both in (or one past) the caller's slots.
+    (unsafe { o.offset_from(out) } as usize, why)
+}
+
+/// A fast rule (`decode_fast`) as the hot loop applies it, relative to `a`,
+/// the lowest stack word the frame reads: `a = (fp if from_fp else sp) +
+/// off_a`; the return address is at `a + ra_at`, the caller's stack pointer
+/// (the CFA) is `a + ra_at + 8`, and when `ra_at != 0` the caller's frame
+/// pointer was saved at `a` (when `ra_at == 0` it is unchanged). So one
+/// check, `sp <= a <= a_max`, keeps every read of the frame in `[sp, hi)`.
+#[cfg(not(target_arch = "x86_64"))]
+#[derive(Clone, Copy)]
+struct FastRule {
+    /// The packed rule in place in a cache word (`p << 48`).
+    tag: u64,
+    from_fp: bool,
+    off_a: u64,
+    ra_at: u64,
+    /// `hi - ra_at - 8`.
+    a_max: u64,
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+impl FastRule {
+    #[inline(always)]
+    fn new(p: u16, hi: u64) -> Option<FastRule> {
+        // `cfa >= 8`, `bp <= 0`.
+        let (from_fp, cfa, bp) = decode_fast(p)?;
+        let (off_a, ra_at) = match bp {
+            0 => (cfa - 8, 0),
+            // The caller's rbp below the return address.
+            b if b <= -16 => ((cfa as i64 + b) as u64, (-b - 8) as u64),
+            // Saved at the return address's own slot: not a real rule.
+            _ => return None,
+        };
+        Some(FastRule {
+            tag: (p as u64) << 48,
+            from_fp,
+            off_a,
+            ra_at,
+            a_max: hi.checked_sub(ra_at + 8)?,
+        })
+    }
+}
+
+/// The hot loop: frames whose key (their return address) is in the rule
+/// cache with a fast rule, applied with reads in `[sp, hi)`. Writes up to
+/// `len` return addresses at `out`; returns how many, and why it stopped,
+/// with `hot` at the last frame written (or at the start). Requires
+/// `hot.sp` inside the stack whose top is `hi`, and `hot.pc` a return
+/// address.
+///
+/// A frame costs a cache load, one `xor` and compare of the loaded word
+/// against the current rule (key and rule at once: consecutive frames
+/// usually share a rule, and then nothing is decoded and the stack loads
+/// need not wait for the cache load), one range check and the rule's one or
+/// two stack loads. A non-canonical return address could alias a cached
+/// key in the compare; its frame is then unwound with a wrong rule, which
+/// stays inside the checked stack range like any corrupt frame.
+///
+/// # Safety
+/// `out` must be valid for `len` writes.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+pub(super) unsafe fn hot_loop(
+    hot: &mut Hot,
+    hi: u64,
+    out: *mut usize,
+    len: usize,
+) -> (usize, HotEnd) {
+    let (mut pc, mut sp, mut fp) = (hot.pc, hot.sp, hot.fp);
+    let mut o = out;
+    // SAFETY: one past the end of the caller's `len` slots.
+    let end = unsafe { out.add(len) };
+    let why = 'walk: {
+        if o == end {
+            break 'walk HotEnd::Full;
+        }
+        let mut x = CACHE.words[cache_set(pc)].load(Ordering::Relaxed) ^ pc;
+        loop {
+            // A new rule: find the key in either way, decode.
+            if x & KEY_MASK != 0 {
+                x = CACHE.words[cache_set(pc) + 1].load(Ordering::Relaxed) ^ pc;
+                if x & KEY_MASK != 0 {
+                    break 'walk HotEnd::Slow;
+                }
+            }
+            let p = (x >> 48) as u16;
+            let Some(r) = FastRule::new(p, hi) else {
+                // `_start`, a thread's start: CFI says there is no caller.
+                if p == PACKED_END && PACKED_END != 0 {
+                    break 'walk HotEnd::Outermost;
+                }
+                break 'walk HotEnd::Slow;
+            };
+            // Frames under this rule.
+            let mut regs = [pc, sp, fp];
+            // SAFETY: `o..end` are the caller's slots; `[sp, hi)` is
+            // readable stack and `r.a_max` comes from `hi`; `CACHE` is the
+            // rule cache.
+            let (exit, word) = unsafe {
+                run_same_rule(
+                    &mut regs,
+                    &mut o,
+                    end,
+                    r.from_fp,
+                    r.tag,
+                    r.off_a,
+                    r.ra_at,
+                    r.a_max,
+                    CACHE.words.as_ptr().cast(),
+                )
+            };
+            [pc, sp, fp] = regs;
+            match exit {
+                run_exit::CHANGED => x = word,
+                run_exit::FULL => break 'walk HotEnd::Full,
+                run_exit::OUTERMOST => break 'walk HotEnd::Outermost,
+                run_exit::SLOW => break 'walk HotEnd::Slow,
+                _ => break 'walk HotEnd::Slow,
+            }
+        }
+    };
+    *hot = Hot { pc, sp, fp };
+    // SAFETY: both in (or one past) the caller's slots.
+    (unsafe { o.offset_from(out) } as usize, why)
+}
+
+/// [`hot_loop`] out of line, for the generic walk.
+///
+/// # Safety
+/// As [`hot_loop`].
+#[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+unsafe fn hot_run(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize, HotEnd) {
+    // SAFETY: the caller's promise.
+    unsafe { hot_loop(hot, hi, out, len) }
+}
+
+/// Walks `n` frames through the hot loop without keeping them (through a
+/// small scratch buffer). Returns how many were left unwalked (0: all) and
+/// how the last run ended (`Full` when it walked them all).
+#[inline(always)]
+pub(super) fn hot_skip(hot: &mut Hot, hi: u64, mut n: usize) -> (usize, HotEnd) {
+    let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 16];
+    let mut why = HotEnd::Full;
+    while n > 0 && why == HotEnd::Full {
+        let m = n.min(scratch.len());
+        // SAFETY: `m` slots of `scratch`.
+        let (k, e) = unsafe { hot_loop(hot, hi, scratch.as_mut_ptr().cast(), m) };
+        n -= k;
+        why = e;
+    }
+    (n, why)
+}
+
+/// The stack memory and the rule source of a walk from `sp`, or why there
+/// is no walk (the stack holding `sp` is unknown).
+#[inline(always)]
+pub(super) fn walk_setup(sp: u64) -> Result<(StackMemory, LocalSource), StopReason> {
+    cache_go_live();
+    match StackMemory::for_sp(sp) {
+        Some(m) => Ok((m, LocalSource::new())),
+        None => Err(StopReason::Error(UnwindError::Read(
+            ReadError::OutOfBounds(sp),
+        ))),
+    }
+}
+
+/// The start of [`walk_pcs`] and [`walk_frames`]: nothing to do for an
+/// empty `out`, else [`walk_setup`]; `Err` is what the walk returns.
+#[inline(always)]
+fn walk_start<T>(sp: u64, out: &[T]) -> Result<(StackMemory, LocalSource), (usize, StopReason)> {
+    if out.is_empty() {
+        return Err((0, StopReason::BufferFull));
+    }
+    walk_setup(sp).map_err(|e| (0, e))
+}
+
+/// Walks from `regs`, writing pcs after dropping `skip`. Returns the count
+/// and why the walk ended.
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+pub(crate) fn walk_pcs(
+    regs: UnwindRegs,
+    exact: bool,
+    mut skip: usize,
+    out: &mut [usize],
+) -> (usize, StopReason) {
+    let (mut mem, source) = match walk_start(regs.sp, out) {
+        Ok(s) => s,
+        // No readable stack at sp (a crafted or broken context): the pc
+        // alone.
+        Err((_, stop)) if !out.is_empty() && skip == 0 && regs.pc != 0 => {
+            out[0] = regs.pc as usize;
+            return (1, stop);
+        }
+        Err(end) => return end,
+    };
+    if regs.pc == 0 {
+        return (0, StopReason::Outermost);
+    }
+    let mut n = 0;
+    if skip > 0 {
+        skip -= 1;
+    } else {
+        out[0] = regs.pc as usize;
+        n = 1;
+    }
+    let hot = Hot {
+        pc: regs.pc,
+        sp: regs.sp,
+        fp: regs.fp,
+    };
+    walk_rest(hot, exact, skip, n, out, &mut mem, &source)
+}
+
+/// The rest of a walk whose `n` first pcs are in `out` and whose frame
+/// `hot` (already written or skipped) is next to unwind.
+///
+/// Frames whose rule is in the rule cache go through [`hot_run`]. Any other
+/// frame takes one step of the generic [`Unwinder`].
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+pub(super) fn walk_rest(
+    mut hot: Hot,
+    mut exact: bool,
+    mut skip: usize,
+    mut n: usize,
+    out: &mut [usize],
+    mem: &mut StackMemory,
+    source: &LocalSource,
+) -> (usize, StopReason) {
+    // The stack the walk starts on; frames on another stack (after a signal
+    // frame on an alternate stack) take the generic path. Before the first
+    // rule is cached (this walk may cache the first ones) the cache is not
+    // even read: its pages are then faulted in by writes only.
+    let (lo, hi) = (mem.bounds[0].lo as u64, mem.bounds[0].hi as u64);
+    let has_tables = source.read_cache;
+    // Skipped frames go here (small: the cold capture's stack depth is page
+    // faults).
+    let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 8];
+    let mut code = crate::unwind::code::CodeCheck::new();
+    loop {
+        if n == out.len() {
+            return (n, StopReason::BufferFull);
+        }
+        // Exact pcs (a signal context's first frame, a frame below a signal
+        // frame) are rare: the generic step takes them.
+        if !exact && has_tables && hot.sp >= lo && hot.sp < hi {
+            let end = if skip > 0 {
+                let m = skip.min(scratch.len());
+                // SAFETY: `m` slots of `scratch`.
+                let (k, e) = unsafe { hot_run(&mut hot, hi, scratch.as_mut_ptr().cast(), m) };
+                skip -= k;
+                e
+            } else {
+                // SAFETY: the `out.len() - n` slots after the first `n`.
+                let (k, e) =
+                    unsafe { hot_run(&mut hot, hi, out.as_mut_ptr().add(n), out.len() - n) };
+                n += k;
+                e
+            };
+            match end {
+                HotEnd::Full => continue,
+                HotEnd::Outermost => return (n, StopReason::Outermost),
+                HotEnd::Slow => {}
+            }
+        }
+        // The hot loop stops at a return address it has no rule for, after
+        // writing it: an exit hook's trampoline is one (its rule is a DWARF
+        // expression), which stands for the original return address.
+        if crate::unwind::hook_table::any_live() && !exact {
+            let ra = crate::unwind::hook_table::resolve(hot.pc, hot.sp);
+            if ra != hot.pc {
+                let written = n > 0 && out[n - 1] == hot.pc as usize;
+                if ra == 0 {
+                    return (n - written as usize, StopReason::Outermost);
+                }
+                if written {
+                    out[n - 1] = ra as usize;
+                }
+                hot.pc = ra;
+                continue;
+            }
+        }
+        // One step of the generic unwinder.
+        let regs = UnwindRegs {
+            pc: hot.pc,
+            sp: hot.sp,
+            fp: hot.fp,
+            lr: 0,
+        };
+        let fallback = insn_fallback(mem);
+        let mut u = Unwinder::<A, _, _>::with_fallback(source, regs, exact, fallback);
+        let _ = u.next(mem);
+        match u.next(mem) {
+            Some(f) => {
+                exact = f.method == crate::unwind::Method::SignalFrame;
+                let r = *u.regs();
+                // A caller outside the code of the loaded modules is
+                // garbage read as a return address: the walk ends.
+                if !code.is_code(r.pc as usize) {
+                    return (n, StopReason::UnknownModule(r.pc));
+                }
+                hot.pc = r.pc;
+                hot.sp = r.sp;
+                hot.fp = r.fp;
+                if skip > 0 {
+                    skip -= 1;
+                } else {
+                    out[n] = r.pc as usize;
+                    n += 1;
+                }
+            }
+            None => return (n, u.stop_reason()),
+        }
+    }
+}
+
+/// The end of the stack holding `sp` when it is known without a lookup:
+/// the thread's cached bounds, or the main thread's stack end.
+#[inline(always)]
+pub(super) fn known_stack_end(sp: u64) -> Option<u64> {
+    match stack::cached_stack_end(sp as usize) {
+        Some(hi) => Some(hi as u64),
+        None => main_stack_bounds(sp).map(|b| b.hi as u64),
+    }
+}
+
+/// Like [`walk_pcs`], keeping the whole frames.
+pub(crate) fn walk_frames(
+    regs: UnwindRegs,
+    exact: bool,
+    mut skip: usize,
+    out: &mut [Frame],
+) -> (usize, StopReason) {
+    let (mut mem, source) = match walk_start(regs.sp, out) {
+        Ok(s) => s,
+        // No readable stack at sp: the pc alone.
+        Err((_, stop)) if !out.is_empty() && skip == 0 && regs.pc != 0 => {
+            out[0] = Frame {
+                pc: regs.pc,
+                sp: regs.sp,
+                fp: regs.fp,
+                method: crate::unwind::Method::Context,
+            };
+            return (1, stop);
+        }
+        Err(end) => return end,
+    };
+    let fallback = insn_fallback(&mem);
+    let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
+    let mut n = 0;
+    let mut code = crate::unwind::code::CodeCheck::new();
+    while let Some(f) = u.next(&mut mem) {
+        // Every frame after the first: a caller outside the code of the
+        // loaded modules is garbage read as a return address.
+        if f.method != crate::unwind::Method::Context && !code.is_code(f.pc as usize) {
+            return (n, StopReason::UnknownModule(f.pc));
+        }
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        out[n] = f;
+        n += 1;
+        if n == out.len() {
+            return (n, StopReason::BufferFull);
+        }
+    }
+    (n, u.stop_reason())
+}
