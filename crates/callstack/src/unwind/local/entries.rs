@@ -1,0 +1,217 @@
+//! The entries of exact capture in this process: the naked entries (defined
+//! here by the architecture's macros, beside the functions they jump to),
+//! the warm path of `capture_exact`, and the requests of
+//! `capture_exact_with_info` and of the exit hooks' frame lookup.
+
+use core::sync::atomic::Ordering;
+
+use super::cache::{cache_go_live, FLAGS};
+use super::walk::{
+    hot_loop, hot_skip, known_stack_end, walk_frames, walk_pcs, walk_rest, walk_setup, Hot, HotEnd,
+};
+use crate::unwind::{Frame, StopReason, UnwindRegs};
+
+#[cfg(target_arch = "x86_64")]
+crate::arch::x86_64::exact::define_exact_entry!();
+#[cfg(target_arch = "x86_64")]
+crate::arch::x86_64::exact::request_entry!(
+    /// The naked entry of `capture_exact_with_info` ([`info_from_entry`]).
+    info_entry(*mut InfoRequest) -> usize => info_from_entry
+);
+#[cfg(target_arch = "x86_64")]
+crate::arch::x86_64::exact::request_entry!(
+    /// The naked entry of the exit hooks' frame lookup ([`frame_from_entry`]).
+    frame_entry(*mut FrameRequest) => frame_from_entry
+);
+#[cfg(target_arch = "aarch64")]
+crate::arch::aarch64::exact::define_exact_entry!();
+#[cfg(target_arch = "aarch64")]
+crate::arch::aarch64::exact::request_entry!(
+    /// The naked entry of `capture_exact_with_info` ([`info_from_entry`]).
+    info_entry(*mut InfoRequest) -> usize => info_from_entry
+);
+
+/// Called by the architecture's naked `exact_entry` with the registers of
+/// the caller of the capture: `pc` is the return address into it.
+///
+/// # Safety
+/// `out` must be valid for `max` writes (or null, or `max == 0`).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+// The functions of the first (cold) capture share the section
+// `.text.callstack_unwind`, so that they sit together in the binary and the
+// first capture faults in fewer pages of code (each one costs microseconds).
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+pub(crate) unsafe extern "C" fn exact_from_entry(
+    skip: u32,
+    max: u32,
+    out: *mut usize,
+    pc: usize,
+    sp: usize,
+    fp: usize,
+) -> u32 {
+    if out.is_null() || max == 0 {
+        return 0;
+    }
+    cache_go_live();
+    let mut hot = Hot {
+        pc: pc as u64,
+        sp: sp as u64,
+        fp: fp as u64,
+    };
+    // The warm path: some rule cached (before that, the cache is not even
+    // read), the stack's end known without a lookup. `pc` is a return
+    // address, so never 0.
+    if FLAGS.cache_used.load(Ordering::Relaxed) {
+        if let Some(hi) = known_stack_end(hot.sp) {
+            let max = max as usize;
+            let mut skip = skip as usize;
+            let mut n = 0;
+            if skip == 0 {
+                // SAFETY: `max >= 1` slots at `out`.
+                unsafe { *out = pc };
+                n = 1;
+            } else {
+                skip -= 1;
+            }
+            let (left, mut why) = hot_skip(&mut hot, hi, skip);
+            skip = left;
+            if why == HotEnd::Full && n < max {
+                // SAFETY: the `max - n` slots after the first `n` of `out`.
+                let (k, e) = unsafe { hot_loop(&mut hot, hi, out.add(n), max - n) };
+                n += k;
+                why = e;
+            }
+            return match why {
+                HotEnd::Full | HotEnd::Outermost => n as u32,
+                // SAFETY: as for this function.
+                HotEnd::Slow => unsafe { exact_slow_rest(hot, skip, n, out, max) },
+            };
+        }
+    }
+    // SAFETY: the caller promises `max` writable slots at `out`.
+    let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
+    let regs = UnwindRegs {
+        pc: hot.pc,
+        sp: hot.sp,
+        fp: hot.fp,
+        lr: 0,
+    };
+    walk_pcs(regs, false, skip as usize, out).0 as u32
+}
+
+/// The warm path's way out when a frame is not in the rule cache: the rest
+/// of the walk with the generic unwinder, from `hot` (written or skipped).
+///
+/// # Safety
+/// `out` must be valid for `max` writes.
+#[cold]
+#[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+unsafe fn exact_slow_rest(hot: Hot, skip: usize, n: usize, out: *mut usize, max: usize) -> u32 {
+    // SAFETY: the caller promises `max` writable slots at `out`.
+    let out = unsafe { core::slice::from_raw_parts_mut(out, max) };
+    match walk_setup(hot.sp) {
+        Ok((mut mem, source)) => walk_rest(hot, false, skip, n, out, &mut mem, &source).0 as u32,
+        Err(_) => n as u32,
+    }
+}
+
+/// The arguments of [`info_from_entry`], passed by pointer so that the
+/// naked entry only adds the registers.
+#[repr(C)]
+pub(crate) struct InfoRequest {
+    pub(crate) skip: usize,
+    pub(crate) out: *mut Frame,
+    pub(crate) max: usize,
+    pub(crate) stop: StopReason,
+}
+
+/// Called by the naked `info_entry` (see [`crate::capture_exact_with_info`])
+/// with the caller's registers.
+///
+/// # Safety
+/// `req` must be valid, its `out` valid for `max` writes of `Frame`.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) unsafe extern "C" fn info_from_entry(
+    req: *mut InfoRequest,
+    pc: usize,
+    sp: usize,
+    fp: usize,
+) -> usize {
+    // SAFETY: the caller promises a valid request.
+    let req = unsafe { &mut *req };
+    // SAFETY: the caller promises `max` writable frames at `out`.
+    let out = unsafe { core::slice::from_raw_parts_mut(req.out, req.max) };
+    let regs = UnwindRegs {
+        pc: pc as u64,
+        sp: sp as u64,
+        fp: fp as u64,
+        lr: 0,
+    };
+    let (n, s) = walk_frames(regs, false, req.skip, out);
+    req.stop = s;
+    n
+}
+
+/// The arguments and result of [`frame_from_entry`].
+#[repr(C)]
+pub(crate) struct FrameRequest {
+    /// Which frame: 0 is the caller of the entry, 1 its caller...
+    pub(crate) up: usize,
+    /// The stack pointer of the caller of the entry.
+    pub(crate) here_sp: u64,
+    /// The frame found (`pc` a return address), if `found`.
+    pub(crate) frame: Frame,
+    pub(crate) found: bool,
+}
+
+/// Called by the naked `frame_entry` with the caller's registers: finds the
+/// frame `req.up` callers up, with its stack pointer (what an exit hook
+/// needs to find a return address slot). Warm, through the rule cache's
+/// hot loop; else through the generic walk.
+///
+/// # Safety
+/// `req` must be valid.
+#[cfg(target_arch = "x86_64")]
+pub(crate) unsafe extern "C" fn frame_from_entry(
+    req: *mut FrameRequest,
+    pc: usize,
+    sp: usize,
+    fp: usize,
+) {
+    // SAFETY: the caller promises a valid request.
+    let req = unsafe { &mut *req };
+    req.here_sp = sp as u64;
+    req.found = false;
+    cache_go_live();
+    let mut hot = Hot {
+        pc: pc as u64,
+        sp: sp as u64,
+        fp: fp as u64,
+    };
+    if FLAGS.cache_used.load(Ordering::Relaxed) {
+        if let Some(hi) = known_stack_end(hot.sp) {
+            if hot_skip(&mut hot, hi, req.up).0 == 0 {
+                req.frame = Frame {
+                    pc: hot.pc,
+                    sp: hot.sp,
+                    fp: hot.fp,
+                    method: crate::unwind::Method::Cfi,
+                };
+                req.found = true;
+                return;
+            }
+        }
+    }
+    let regs = UnwindRegs {
+        pc: pc as u64,
+        sp: sp as u64,
+        fp: fp as u64,
+        lr: 0,
+    };
+    let mut one = [req.frame];
+    if walk_frames(regs, false, req.up, &mut one).0 == 1 {
+        req.frame = one[0];
+        req.found = true;
+    }
+}
