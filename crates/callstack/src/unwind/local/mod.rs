@@ -55,6 +55,26 @@
 //! - Without `_dl_find_object` (glibc older than 2.35, or a libc without
 //!   it), only snapshot modules are known: call [`prepare`] once before
 //!   capturing, or captures stop at the first unknown module.
+//!
+//! # Where things are
+//! - `memory.rs`: `StackMemory`, the reads of this thread's stacks.
+//! - `loader.rs`: what the dynamic loader says, lock-free: `_dl_find_object`
+//!   (`dl_find`), the main executable's image, executable segments, CFI
+//!   sections; and `dl_counters`.
+//! - `snapshot.rs`: the module snapshot (`LocalModule`, `Snapshot`, its
+//!   still-loaded check), [`prepare`], [`prepare_in_background`].
+//! - `cache.rs`: the rule cache and the `FLAGS` page (with its
+//!   `.init_array` toucher), and the functions that fill, flush or clear
+//!   them.
+//! - `source.rs`: `LocalSource`, the walk's rule source, and the modules
+//!   whose rules the cache holds without a snapshot (`seen_module`).
+//! - `code.rs`: `LocalCode`, this process's code for the instruction-analysis
+//!   fallback.
+//! - `walk.rs`: the hot loop and the walk drivers (`walk_pcs`, `walk_rest`,
+//!   `walk_frames`).
+//! - `entries.rs`: the naked entries and the functions they jump to
+//!   (`exact_from_entry`, `info_from_entry`, `frame_from_entry`).
+//! - `tests.rs`: the rule cache and the hot loop on fake stacks.
 
 mod cache;
 mod code;
