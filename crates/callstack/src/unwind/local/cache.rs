@@ -50,7 +50,7 @@ pub(super) struct RuleCache {
     /// hashes the value it loaded, with no arithmetic first). 0 is empty.
     /// Rules are never 0, so with the rule in the high bits a frame-record
     /// run checks key and rule with one `xor` and one compare (see
-    /// [`hot_loop`]).
+    /// [`hot_loop`](super::walk::hot_loop)).
     pub(super) words: [AtomicU64; CACHE_SIZE],
     /// Interned wide rules (`exact::wide_word` on x86-64): values only, not
     /// tied to any address, so a slot once set never changes and is never
@@ -128,7 +128,7 @@ pub(crate) struct Flags {
     pending_n: core::sync::atomic::AtomicUsize,
     /// Written once when the library is loaded ([`TOUCH_FLAGS`]).
     pub(super) touched: AtomicBool,
-    /// The published module snapshot (see [`prepare`]); never freed.
+    /// The published module snapshot (see [`prepare`](super::prepare)); never freed.
     pub(super) snapshot: AtomicPtr<Snapshot>,
     /// Slots of the wide-rule table handed out (see [`cache_rule`]).
     wide_n: core::sync::atomic::AtomicUsize,
@@ -140,7 +140,7 @@ pub(crate) struct Flags {
     /// cache word names them ([`cache_put_word`]).
     wide_early: [AtomicU64; EARLY_WIDE],
     /// Modules found by `_dl_find_object` whose rules went into the cache
-    /// (see [`seen_module`]).
+    /// (see `seen_module` in `source.rs`).
     pub(super) seen: [SeenModule; 64],
 }
 

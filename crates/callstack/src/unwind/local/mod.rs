@@ -4,7 +4,7 @@
 //!
 //! # How modules and tables are published
 //! - **Compiled tables** live in an immutable snapshot (every executable
-//!   segment of every loaded module, with its compiled [`UnwindTable`]),
+//!   segment of every loaded module, with its compiled [`UnwindTable`](crate::unwind::UnwindTable)),
 //!   published through an `AtomicPtr`. [`prepare`] builds a new snapshot
 //!   (reusing the tables of modules that did not change) and swaps it in;
 //!   old snapshots are never freed, so a capture that loaded one may read it

@@ -127,7 +127,7 @@ pub(super) struct Snapshot {
     adds: u64,
     subs: u64,
     /// Set by the first capture that finds one of `modules` unloaded: it
-    /// clears the rule cache once (see [`LocalSource::module`]).
+    /// clears the rule cache once (see [`LocalSource::module`](super::source::LocalSource::module)).
     unloaded_seen: AtomicBool,
 }
 
