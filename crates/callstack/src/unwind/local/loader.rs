@@ -1,7 +1,6 @@
 //! What the dynamic loader says about the loaded objects, lock-free:
 //! glibc's `_dl_find_object`, the main executable's image from its program
-//! headers, an object's executable segments and CFI sections, and the
-//! loader's add/remove counters.
+//! headers, an object's executable segments and CFI sections.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -268,26 +267,4 @@ pub(crate) fn sections_from_hdr(hdr: u64, end: u64) -> Option<CfiSections<'stati
         text: 0,
         got: 0,
     })
-}
-
-pub(super) fn dl_counters() -> (u64, u64) {
-    unsafe extern "C" fn cb(
-        info: *mut libc::dl_phdr_info,
-        size: libc::size_t,
-        data: *mut libc::c_void,
-    ) -> libc::c_int {
-        // SAFETY: the loader hands a valid info of `size` bytes; `data` is
-        // our `(u64, u64)`. `dlpi_adds`/`dlpi_subs` exist when `size` covers them.
-        unsafe {
-            let out = &mut *(data as *mut (u64, u64));
-            if size >= core::mem::size_of::<libc::dl_phdr_info>() {
-                *out = ((*info).dlpi_adds, (*info).dlpi_subs);
-            }
-        }
-        1
-    }
-    let mut out = (0u64, 0u64);
-    // SAFETY: the callback only writes `out`, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(cb), (&mut out as *mut (u64, u64)).cast()) };
-    out
 }

@@ -60,7 +60,8 @@
 //! - `memory.rs`: `StackMemory`, the reads of this thread's stacks.
 //! - `loader.rs`: what the dynamic loader says, lock-free: `_dl_find_object`
 //!   (`dl_find`), the main executable's image, executable segments, CFI
-//!   sections; and `dl_counters`.
+//!   sections. (The loader's add/remove counters, which `prepare` compares,
+//!   are `modules::loader_counters`.)
 //! - `snapshot.rs`: the module snapshot (`LocalModule`, `Snapshot`, its
 //!   still-loaded check), [`prepare`], [`prepare_in_background`].
 //! - `cache.rs`: the rule cache and the `FLAGS` page (with its

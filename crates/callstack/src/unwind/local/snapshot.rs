@@ -6,7 +6,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::cache::{clear_cache, FLAGS};
-use super::loader::{dl_counters, dl_find, has_dl_find_object, sections_from_hdr, DlModule};
+use super::loader::{dl_find, has_dl_find_object, sections_from_hdr, DlModule};
 use super::A;
 use crate::unwind::UnwindTable;
 
@@ -257,7 +257,9 @@ pub fn prepare() -> PrepareStats {
     let _g = PREPARE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     // The instruction-analysis fallback's disassembler tables.
     crate::unwind::insn::warm_up();
-    let (adds, subs) = dl_counters();
+    // (0, 0) when the loader keeps no counters: then only a `stale` flag or
+    // the first call builds a snapshot.
+    let (adds, subs) = crate::modules::loader_counters().unwrap_or((0, 0));
     let old = FLAGS.snapshot.load(Ordering::Acquire);
     // SAFETY: snapshots are never freed once published.
     let old = unsafe { old.as_ref() };
