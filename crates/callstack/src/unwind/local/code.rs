@@ -67,6 +67,7 @@ impl crate::unwind::insn::CodeMemory for LocalCode {
     }
 }
 
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub(super) fn insn_fallback(mem: &StackMemory) -> crate::unwind::insn::InsnFallback<LocalCode> {
     crate::unwind::insn::InsnFallback::new(LocalCode::new(), mem.hi())

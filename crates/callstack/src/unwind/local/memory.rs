@@ -25,6 +25,7 @@ unsafe extern "C" {
 /// and `[sp, __libc_stack_end + 8)` is readable. (A `sp` merely near the
 /// stack's top, from a crafted or foreign context, may lie below the
 /// stack's mapping: it takes the lookup.)
+#[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 pub(super) fn main_stack_bounds(sp: u64) -> Option<StackBounds> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -51,10 +52,12 @@ pub(super) fn main_stack_bounds(sp: u64) -> Option<StackBounds> {
 
 impl StackMemory {
     /// One past the top of the stack the walk started on.
+    #[inline]
     pub(crate) fn hi(&self) -> u64 {
         self.bounds[0].hi as u64
     }
 
+    #[inline]
     #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     pub(crate) fn for_sp(sp: u64) -> Option<Self> {
         // The thread's cached bounds when it has them; on the main thread,

@@ -85,6 +85,7 @@ impl LocalModule {
     /// Whether the module is still the object loaded at `addr` (one of its
     /// addresses), by `_dl_find_object` (lock-free) and the build-id.
     /// Always true without `_dl_find_object`. Async-signal-safe.
+    #[inline]
     #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     pub(super) fn still_loaded(
         &self,
