@@ -27,7 +27,7 @@ fn from_wide_word(_: u64) -> <A as Arch>::Rule {
 }
 
 const CACHE_BITS: u32 = 13;
-pub(super) const CACHE_SIZE: usize = 1 << CACHE_BITS;
+const CACHE_SIZE: usize = 1 << CACHE_BITS;
 /// Slots of the wide-rule table (slot 0 unused).
 const WIDE_SIZE: usize = 512;
 #[cfg(target_arch = "x86_64")]
