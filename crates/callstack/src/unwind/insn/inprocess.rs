@@ -14,7 +14,6 @@
 //! (code may have changed since the last snapshot).
 
 use super::{lookup_function, CodeMemory, Method, UnwindRegs};
-use crate::unwind::{Memory, ReadError};
 
 /// A snapshot of executable mappings and function bounds of this process.
 #[derive(Debug, Clone, Default)]
@@ -219,20 +218,19 @@ unsafe extern "C" fn walk_entry(
         )
     };
     let (pc, sp, fp) = (r[0], r[1], r[2]);
-    let Some(bounds) = crate::stack::bounds_for(sp as usize) else {
+    // The stack reader of every in-process capture: reads stay inside this
+    // thread's stacks.
+    let Some(mut mem) = crate::unwind::local::StackMemory::for_sp(sp) else {
         return 0;
     };
-    let mut mem = StackMemory {
-        lo: sp,
-        hi: bounds.hi as u64,
-    };
+    let stack_end = mem.hi();
     let mut code = Code { snap };
     // `pc` is a return address (looked up at pc - 1), except below a
     // signal frame, where it is the exact interrupted pc.
     let mut steps = super::x86_64::unwinder::Steps {
         mem: &mut mem,
         code: &mut code,
-        stack_end: bounds.hi as u64,
+        stack_end,
         cache: Some(super::cache::in_process_cache()),
     };
     crate::arch::insn_walk::walk(&mut steps, UnwindRegs { pc, sp, fp, lr: 0 }, false, out).0
@@ -271,22 +269,5 @@ impl CodeMemory for Code<'_> {
 
     fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
         function_entry_in(&self.snap.functions, &self.snap.cold, addr)
-    }
-}
-
-/// The current thread's stack, bounded.
-struct StackMemory {
-    lo: u64,
-    hi: u64,
-}
-
-impl Memory for StackMemory {
-    fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
-        if addr < self.lo || addr.checked_add(8).is_none_or(|e| e > self.hi) || addr & 7 != 0 {
-            return Err(ReadError::OutOfBounds(addr));
-        }
-        // SAFETY: `[addr, addr + 8)` is aligned and inside the current
-        // thread's stack, at or above the stack pointer of the capture.
-        Ok(unsafe { core::ptr::read_volatile(addr as *const u64) })
     }
 }

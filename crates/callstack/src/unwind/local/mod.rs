@@ -101,6 +101,7 @@ pub use loader::has_dl_find_object;
 #[cfg(test)]
 pub(crate) use loader::sections_from_hdr;
 pub(crate) use loader::{dl_find, exec_segment_in};
+pub(crate) use memory::StackMemory;
 pub(crate) use snapshot::snapshot_code_range;
 pub use snapshot::{prepare, prepare_in_background, PrepareStats};
 pub(crate) use walk::{walk_frames, walk_pcs};

@@ -533,21 +533,25 @@ pub(crate) fn walk_frames(
     let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
     let mut n = 0;
     let mut code = crate::unwind::code::CodeCheck::new();
-    while let Some(f) = u.next(&mut mem) {
+    let mut stop = None;
+    let why = u.run(&mut mem, |f| {
         // Every frame after the first: a caller outside the code of the
         // loaded modules is garbage read as a return address.
         if f.method != crate::unwind::Method::Context && !code.is_code(f.pc as usize) {
-            return (n, StopReason::UnknownModule(f.pc));
+            stop = Some(StopReason::UnknownModule(f.pc));
+            return false;
         }
         if skip > 0 {
             skip -= 1;
-            continue;
+            return true;
         }
-        out[n] = f;
+        out[n] = *f;
         n += 1;
         if n == out.len() {
-            return (n, StopReason::BufferFull);
+            stop = Some(StopReason::BufferFull);
+            return false;
         }
-    }
-    (n, u.stop_reason())
+        true
+    });
+    (n, stop.unwrap_or(why))
 }
