@@ -5,7 +5,7 @@
 //! full buffer. The architectures provide [`InsnStep`]; the loop and its
 //! stopping rules are written once, here.
 
-use crate::types::Method;
+use crate::types::{Method, UnwindRegs};
 
 /// Why [`walk`] stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,15 +18,38 @@ pub enum Stop {
     Full,
 }
 
+/// The registers of a frame, as the walk reads them.
+pub(crate) trait WalkRegs: Copy {
+    /// The program counter, as written to the output (ARM keeps its Thumb
+    /// bit).
+    fn pc(&self) -> u64;
+    /// The stack pointer.
+    fn sp(&self) -> u64;
+}
+
+impl WalkRegs for UnwindRegs {
+    fn pc(&self) -> u64 {
+        self.pc
+    }
+    fn sp(&self) -> u64 {
+        self.sp
+    }
+}
+
+/// 32-bit ARM's sixteen core registers (`r13` is sp, `r15` pc).
+impl WalkRegs for [u32; 16] {
+    fn pc(&self) -> u64 {
+        self[15] as u64
+    }
+    fn sp(&self) -> u64 {
+        self[13] as u64
+    }
+}
+
 /// One architecture's step from a frame to its caller, by reading code.
 pub(crate) trait InsnStep {
     /// The registers a step reads and gives.
-    type Regs: Copy;
-    /// The program counter, as written to the output (ARM keeps its Thumb
-    /// bit).
-    fn pc(r: &Self::Regs) -> u64;
-    /// The stack pointer.
-    fn sp(r: &Self::Regs) -> u64;
+    type Regs: WalkRegs;
     /// The caller of the frame `cur` and how it was found; `exact`: `cur`'s
     /// pc is an exact pc (frame 0, or the frame a signal interrupted)
     /// rather than a return address.
@@ -47,7 +70,7 @@ pub(crate) fn walk<S: InsnStep>(
     if out.is_empty() {
         return (0, Stop::Full);
     }
-    out[0] = (S::pc(&regs), Method::Context);
+    out[0] = (regs.pc(), Method::Context);
     let (mut n, mut cur, mut exact) = (1, regs, exact);
     loop {
         if n == out.len() {
@@ -56,13 +79,13 @@ pub(crate) fn walk<S: InsnStep>(
         let Some((next, method)) = steps.step(&cur, exact) else {
             return (n, Stop::NoCaller);
         };
-        if S::pc(&next) == 0 {
+        if next.pc() == 0 {
             return (n, Stop::End);
         }
-        if S::pc(&next) == S::pc(&cur) && S::sp(&next) == S::sp(&cur) {
+        if next.pc() == cur.pc() && next.sp() == cur.sp() {
             return (n, Stop::NoCaller);
         }
-        out[n] = (S::pc(&next), method);
+        out[n] = (next.pc(), method);
         n += 1;
         cur = next;
         // Below a signal frame the pc is the interrupted one, exact.

@@ -331,12 +331,6 @@ impl<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized> crate::arch::insn_
     for Steps<'_, A, M, C>
 {
     type Regs = UnwindRegs;
-    fn pc(r: &UnwindRegs) -> u64 {
-        r.pc
-    }
-    fn sp(r: &UnwindRegs) -> u64 {
-        r.sp
-    }
     fn step(&mut self, cur: &UnwindRegs, exact: bool) -> Option<(UnwindRegs, Method)> {
         step::<A, M, C>(cur, self.mem, self.code, exact, self.stack_end).map(|s| (s.regs, s.method))
     }

@@ -225,12 +225,6 @@ where
     C: CodeMemory + ArmTables + ?Sized,
 {
     type Regs = ArmRegs;
-    fn pc(r: &ArmRegs) -> u64 {
-        r[15] as u64
-    }
-    fn sp(r: &ArmRegs) -> u64 {
-        r[13] as u64
-    }
     fn step(&mut self, cur: &ArmRegs, exact: bool) -> Option<(ArmRegs, Method)> {
         step(cur, self.mem, self.code, exact, self.stack_end)
     }

@@ -628,12 +628,6 @@ where
     C: CodeMemory + ?Sized,
 {
     type Regs = UnwindRegs;
-    fn pc(r: &UnwindRegs) -> u64 {
-        r.pc
-    }
-    fn sp(r: &UnwindRegs) -> u64 {
-        r.sp
-    }
     fn step(&mut self, cur: &UnwindRegs, exact: bool) -> Option<(UnwindRegs, Method)> {
         step_cached(cur, self.mem, self.code, exact, self.stack_end, self.cache)
             .map(|s| (s.regs, s.method))
