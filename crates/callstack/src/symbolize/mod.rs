@@ -354,6 +354,14 @@ pub const CACHE_CAPACITY: usize = 1 << 16;
 ///
 /// Not `Sync`: give each thread its own, or put one behind a mutex (as
 /// [`called_from`] does).
+///
+/// Threads: opening a module whose debug sections are zlib-compressed
+/// (`SHF_COMPRESSED`, as in Debian's `-dbg` packages) starts up to two
+/// short-lived worker threads that inflate them while lookups proceed;
+/// lookups wait only for the bytes they need. Where no thread can be
+/// started, the sections are inflated on the calling thread instead. A
+/// child forked while a worker runs goes on without it. Dropping the
+/// `Symbolizer` stops and joins its workers.
 pub struct Symbolizer {
     entries: Vec<Entry>,
     in_process: bool,
