@@ -254,3 +254,77 @@ fn tail_calls_follow_the_call_sites() {
         assert_eq!(from_a(&mut s, callee), Vec::<usize>::new());
     }
 }
+
+/// An untyped symbol in code (an assembly label without `.type`, such as
+/// the dynamic loader's `_start`) names its code, as gdb's `info symbol`
+/// and binutils do; a data label does not name anything.
+#[test]
+fn untyped_labels_in_code_are_named_like_gdb() {
+    let dir = scratch_dir("sym-notype");
+    let src = dir.join("notype.c");
+    std::fs::write(
+        &src,
+        "__asm__(\".text\\n.globl entry_label\\nentry_label:\\n call target_fn\\n nop\\n ret\\n\
+         .data\\ndata_label:\\n .quad 0\\n\");\n\
+         __attribute__((noinline)) int target_fn(void) { return 1; }\n",
+    )
+    .unwrap();
+    let so = dir.join("notype.so");
+    let ok = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "gcc builds the fixture");
+    let nm = std::process::Command::new("nm").arg(&so).output().unwrap();
+    let nm = String::from_utf8_lossy(&nm.stdout);
+    let addr = |name: &str| {
+        nm.lines()
+            .find(|l| l.ends_with(&format!(" {name}")))
+            .and_then(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
+            .unwrap_or_else(|| panic!("{name} in nm's output:\n{nm}"))
+    };
+    let entry = addr("entry_label");
+    let readelf = std::process::Command::new("readelf")
+        .args(["-sW"])
+        .arg(&so)
+        .output()
+        .unwrap();
+    let readelf = String::from_utf8_lossy(&readelf.stdout);
+    assert!(
+        readelf
+            .lines()
+            .any(|l| l.contains("NOTYPE") && l.ends_with(" entry_label")),
+        "the label is untyped:\n{readelf}"
+    );
+    // The return address of `call target_fn` (5 bytes), inside the label.
+    let ra = entry + 5;
+    let gdb = std::process::Command::new("gdb")
+        .args(["-nx", "-batch", "-ex"])
+        .arg(format!("info symbol {ra:#x}"))
+        .arg(&so)
+        .output()
+        .unwrap();
+    let gdb = String::from_utf8_lossy(&gdb.stdout);
+    assert!(
+        gdb.starts_with("entry_label + 5 in section .text"),
+        "gdb: {gdb}"
+    );
+    let mut s = Symbolizer::for_file(&so).unwrap();
+    let r = s.symbolize(Address::Exact(ra as usize)).clone();
+    assert_eq!(
+        r.frames.last().and_then(|f| f.function.as_deref()),
+        Some("entry_label"),
+        "{r}"
+    );
+    let data = addr("data_label");
+    let r = s.symbolize(Address::Exact(data as usize)).clone();
+    assert!(
+        r.frames
+            .iter()
+            .all(|f| f.function.as_deref() != Some("data_label")),
+        "{r}"
+    );
+}

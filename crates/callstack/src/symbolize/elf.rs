@@ -382,14 +382,18 @@ fn one_per_address(syms: Vec<Sym>) -> Vec<Sym> {
 }
 
 fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Vec<Sym>) {
-    // The end of each section, by index (looked up once per symbol).
+    // The end of each section and whether it holds code, by index (looked
+    // up once per symbol).
     let mut section_end: Vec<Option<u64>> = Vec::new();
+    let mut section_code: Vec<bool> = Vec::new();
     for sec in obj.sections() {
         let i = sec.index().0;
         if section_end.len() <= i {
             section_end.resize(i + 1, None);
+            section_code.resize(i + 1, false);
         }
         section_end[i] = sec.address().checked_add(sec.size());
+        section_code[i] = sec.kind() == object::SectionKind::Text;
     }
     let mut file: Option<&'static str> = None;
     let mut push = |sym: object::Symbol<'static, '_>, source| {
@@ -397,7 +401,21 @@ fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Ve
             file = sym.name().ok().filter(|n| !n.is_empty());
             return;
         }
-        if sym.kind() != SymbolKind::Text || sym.is_undefined() || sym.address() == 0 {
+        // Functions, and (as gdb and binutils take them) untyped symbols
+        // in code: assembly labels such as the dynamic loader's `_start`.
+        // ARM's mapping symbols (`$a`, `$t`, `$x`, `$d`) mark code and
+        // data, they name nothing.
+        let untyped_code = || {
+            sym.kind() == SymbolKind::Unknown
+                && sym
+                    .section_index()
+                    .is_some_and(|i| section_code.get(i.0).copied().unwrap_or(false))
+                && sym.name_bytes().is_ok_and(|n| !n.starts_with(b"$"))
+        };
+        if !(sym.kind() == SymbolKind::Text || untyped_code())
+            || sym.is_undefined()
+            || sym.address() == 0
+        {
             return;
         }
         // Like binutils, a symbol names every address up to the next
