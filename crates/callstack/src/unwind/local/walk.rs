@@ -350,13 +350,27 @@ pub(super) fn walk_setup(sp: u64) -> Result<(StackMemory, LocalSource), StopReas
 }
 
 /// The start of [`walk_pcs`] and [`walk_frames`]: nothing to do for an
-/// empty `out`, else [`walk_setup`]; `Err` is what the walk returns.
+/// empty `out`, else [`walk_setup`]; `Err` is what the walk returns. With
+/// no readable stack at `regs.sp` (a crafted or broken context) the walk is
+/// the pc alone, written as `lone(regs)` unless skipped.
 #[inline(always)]
-fn walk_start<T>(sp: u64, out: &[T]) -> Result<(StackMemory, LocalSource), (usize, StopReason)> {
+fn walk_start<T>(
+    regs: &UnwindRegs,
+    skip: usize,
+    out: &mut [T],
+    lone: impl FnOnce(&UnwindRegs) -> T,
+) -> Result<(StackMemory, LocalSource), (usize, StopReason)> {
     if out.is_empty() {
         return Err((0, StopReason::BufferFull));
     }
-    walk_setup(sp).map_err(|e| (0, e))
+    match walk_setup(regs.sp) {
+        Ok(s) => Ok(s),
+        Err(stop) if skip == 0 && regs.pc != 0 => {
+            out[0] = lone(regs);
+            Err((1, stop))
+        }
+        Err(stop) => Err((0, stop)),
+    }
 }
 
 /// Walks from `regs`, writing pcs after dropping `skip`. Returns the count
@@ -368,14 +382,8 @@ pub(crate) fn walk_pcs(
     mut skip: usize,
     out: &mut [usize],
 ) -> (usize, StopReason) {
-    let (mut mem, source) = match walk_start(regs.sp, out) {
+    let (mut mem, source) = match walk_start(&regs, skip, out, |r| r.pc as usize) {
         Ok(s) => s,
-        // No readable stack at sp (a crafted or broken context): the pc
-        // alone.
-        Err((_, stop)) if !out.is_empty() && skip == 0 && regs.pc != 0 => {
-            out[0] = regs.pc as usize;
-            return (1, stop);
-        }
         Err(end) => return end,
     };
     if regs.pc == 0 {
@@ -515,18 +523,14 @@ pub(crate) fn walk_frames(
     mut skip: usize,
     out: &mut [Frame],
 ) -> (usize, StopReason) {
-    let (mut mem, source) = match walk_start(regs.sp, out) {
+    let lone = |r: &UnwindRegs| Frame {
+        pc: r.pc,
+        sp: r.sp,
+        fp: r.fp,
+        method: crate::unwind::Method::Context,
+    };
+    let (mut mem, source) = match walk_start(&regs, skip, out, lone) {
         Ok(s) => s,
-        // No readable stack at sp: the pc alone.
-        Err((_, stop)) if !out.is_empty() && skip == 0 && regs.pc != 0 => {
-            out[0] = Frame {
-                pc: regs.pc,
-                sp: regs.sp,
-                fp: regs.fp,
-                method: crate::unwind::Method::Context,
-            };
-            return (1, stop);
-        }
         Err(end) => return end,
     };
     let fallback = insn_fallback(&mem);
