@@ -25,6 +25,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 /// Executable ranges met during a walk. [`CodeCheck::is_code`] tries the
 /// last range found, then the process-wide table of ranges found before
 /// ([`RANGES`]), and only then looks the address up.
+#[derive(Clone, Copy)]
 pub(crate) struct CodeCheck {
     last: (usize, usize),
 }

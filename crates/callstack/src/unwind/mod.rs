@@ -57,7 +57,9 @@ mod unwinder;
 pub use crate::types::memory;
 pub use crate::types::{Frame, Memory, Method, ReadError, StopReason, UnwindError, UnwindRegs};
 pub use table::{SectionsInput, TableError, TableStats, UnwindTable};
-pub use unwinder::{frame_pointer_step, Fallback, Found, NoFallback, RuleSource, Unwinder};
+pub use unwinder::{
+    frame_pointer_step, Fallback, FastEnd, Found, NoFallback, RuleSource, Unwinder,
+};
 
 pub use crate::arch::aarch64::{Aarch64, UnwindRuleAarch64};
 pub use crate::arch::x86_64::{UnwindRuleX86_64, X86_64};

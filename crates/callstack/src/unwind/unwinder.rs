@@ -15,6 +15,18 @@ pub enum Found<R> {
     Unknown,
 }
 
+/// How a [`RuleSource::fast_walk`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FastEnd {
+    /// It filled the slots it was given.
+    Full,
+    /// It reached the outermost frame (a zero return address, or a rule
+    /// that says there is no caller).
+    Outermost,
+    /// The frame it stopped at needs the generic step.
+    Slow,
+}
+
 /// Where the unwinder gets the rule of an address (a runtime address).
 ///
 /// Implemented by [`crate::unwind::ModuleSet`] (compiled tables of modules
@@ -47,6 +59,29 @@ pub trait RuleSource<A: Arch> {
     fn return_address(&self, ra: u64, sp: u64) -> u64 {
         let _ = sp;
         ra
+    }
+
+    /// Whether a caller's return address `ra` lies in code: a walk ends at
+    /// one that does not ([`StopReason::UnknownModule`]), garbage read as a
+    /// return address. The default takes every address.
+    #[inline(always)]
+    fn is_code(&self, ra: u64) -> bool {
+        let _ = ra;
+        true
+    }
+
+    /// The source's fast path, which [`Unwinder::run_pcs`] takes at every
+    /// frame whose pc is a return address: walks the callers it can on its
+    /// own, writing their pcs to `out` (at most `out.len()`, which is never
+    /// 0) and moving `regs` to the last one written. Returns how many it
+    /// wrote and how it ended; [`FastEnd::Slow`] hands the frame at `regs`
+    /// to the generic step. The in-process source runs its rule cache here
+    /// (no Rust per frame on x86-64: `arch/x86_64/exact.rs`); the default
+    /// walks none.
+    #[inline(always)]
+    fn fast_walk(&self, regs: &mut UnwindRegs, out: &mut [usize]) -> (usize, FastEnd) {
+        let _ = (regs, out);
+        (0, FastEnd::Slow)
     }
 }
 
@@ -140,9 +175,7 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
     }
 
     /// Walks to the end, handing each frame (the starting one first) to
-    /// `each`, which returns whether to go on: the one loop over frames
-    /// that the walks of this crate drive (in process, from a context, a
-    /// core, a live process). Returns why the walk ended
+    /// `each`, which returns whether to go on. Returns why the walk ended
     /// ([`StopReason::Running`] when `each` stopped it).
     ///
     /// ```
@@ -160,11 +193,96 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
     pub fn run<M: Memory + ?Sized>(
         &mut self,
         mem: &mut M,
-        mut each: impl FnMut(&Frame) -> bool,
+        each: impl FnMut(&Frame) -> bool,
     ) -> StopReason {
+        self.drive(mem, &mut EachFrame(each))
+    }
+
+    /// Walks to the end writing the frames' pcs (the starting one first) to
+    /// `out`, after dropping the first `skip`, through the rule source's
+    /// fast path ([`RuleSource::fast_walk`]) wherever it has one. Returns
+    /// how many it wrote and why the walk ended
+    /// ([`StopReason::BufferFull`] when `out` filled up).
+    ///
+    /// ```
+    /// # use callstack::unwind::*;
+    /// # fn f<A: Arch, S: RuleSource<A>>(u: &mut Unwinder<'_, A, S>, mem: &mut impl Memory) {
+    /// let mut pcs = [0usize; 64];
+    /// let (n, why) = u.run_pcs(mem, 0, &mut pcs);
+    /// # let _ = (n, why);
+    /// # }
+    /// ```
+    #[inline]
+    pub fn run_pcs<M: Memory + ?Sized>(
+        &mut self,
+        mem: &mut M,
+        skip: usize,
+        out: &mut [usize],
+    ) -> (usize, StopReason) {
+        self.pcs_after(mem, skip, out, 0)
+    }
+
+    /// [`Unwinder::run_pcs`] for a walk that has already written `n` pcs
+    /// to `out`, the starting frame's among them (or skipped): it is not
+    /// written again.
+    #[inline]
+    pub(crate) fn resume_pcs<M: Memory + ?Sized>(
+        &mut self,
+        mem: &mut M,
+        skip: usize,
+        out: &mut [usize],
+        n: usize,
+    ) -> (usize, StopReason) {
+        self.pcs_after(mem, skip + 1, out, n)
+    }
+
+    #[inline(always)]
+    fn pcs_after<M: Memory + ?Sized>(
+        &mut self,
+        mem: &mut M,
+        skip: usize,
+        out: &mut [usize],
+        n: usize,
+    ) -> (usize, StopReason) {
+        if n >= out.len() {
+            return (n, StopReason::BufferFull);
+        }
+        let mut sink = Pcs {
+            skip,
+            out,
+            n,
+            scratch: [0; 8],
+            full: false,
+        };
+        let why = self.drive(mem, &mut sink);
+        let why = if sink.full {
+            StopReason::BufferFull
+        } else {
+            why
+        };
+        (sink.n, why)
+    }
+
+    /// The one loop over frames: every walk of this crate runs here (in
+    /// process, from a context, a core, a live process, the crash
+    /// handler). Each frame goes to `v`; at a frame whose pc is a return
+    /// address, `v` may first walk callers through the rule source's fast
+    /// path; then the generic step ([`Unwinder::next`]).
+    #[inline(always)]
+    fn drive<M: Memory + ?Sized, V: Visit<A, S>>(&mut self, mem: &mut M, v: &mut V) -> StopReason {
         while let Some(f) = self.next(mem) {
-            if !each(&f) {
+            if !v.frame(&f) {
                 break;
+            }
+            if !self.exact {
+                let sp = self.regs.sp;
+                if let Some(stop) = v.fast(self.source, &mut self.regs) {
+                    self.stop = stop;
+                    break;
+                }
+                if self.regs.sp != sp {
+                    self.flat = false;
+                }
             }
         }
         self.stop
@@ -330,6 +448,10 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
             self.stop = StopReason::Outermost;
             return Ok(None);
         }
+        if !self.source.is_code(new.pc) {
+            self.stop = StopReason::UnknownModule(new.pc);
+            return Ok(None);
+        }
         // The stack must move up, except across a signal frame (the handler
         // may run on an alternate stack above or below the thread's), and
         // out of a frame at an exact pc whose return address is still in a
@@ -344,6 +466,107 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         }
         self.flat = flat;
         Ok(Some((new, method)))
+    }
+}
+
+/// What a walk does with its frames ([`Unwinder::drive`]).
+trait Visit<A: Arch, S: RuleSource<A>> {
+    /// Takes a frame; returns whether to go on.
+    fn frame(&mut self, f: &Frame) -> bool;
+
+    /// At a frame whose pc is a return address, before the generic step:
+    /// may walk callers on its own, moving `regs`. `Some` ends the walk.
+    #[inline(always)]
+    fn fast(&mut self, source: &S, regs: &mut UnwindRegs) -> Option<StopReason> {
+        let _ = (source, regs);
+        None
+    }
+}
+
+/// [`Unwinder::run`]'s visitor: whole frames to a closure.
+struct EachFrame<F>(F);
+
+impl<A: Arch, S: RuleSource<A>, F: FnMut(&Frame) -> bool> Visit<A, S> for EachFrame<F> {
+    #[inline(always)]
+    fn frame(&mut self, f: &Frame) -> bool {
+        (self.0)(f)
+    }
+}
+
+/// [`Unwinder::run_pcs`]'s visitor: pcs into a slice, through the rule
+/// source's fast path.
+struct Pcs<'o> {
+    skip: usize,
+    out: &'o mut [usize],
+    /// How many pcs are in `out`.
+    n: usize,
+    /// Where the fast path writes the frames it skips.
+    scratch: [usize; 8],
+    /// `out` filled up.
+    full: bool,
+}
+
+impl<A: Arch, S: RuleSource<A>> Visit<A, S> for Pcs<'_> {
+    #[inline(always)]
+    fn frame(&mut self, f: &Frame) -> bool {
+        if self.skip > 0 {
+            self.skip -= 1;
+            return true;
+        }
+        self.out[self.n] = f.pc as usize;
+        self.n += 1;
+        self.full = self.n == self.out.len();
+        !self.full
+    }
+
+    #[inline(always)]
+    fn fast(&mut self, source: &S, regs: &mut UnwindRegs) -> Option<StopReason> {
+        loop {
+            let end = if self.skip > 0 {
+                let m = self.skip.min(self.scratch.len());
+                let (k, e) = source.fast_walk(regs, &mut self.scratch[..m]);
+                self.skip -= k;
+                e
+            } else {
+                let (k, e) = source.fast_walk(regs, &mut self.out[self.n..]);
+                self.n += k;
+                e
+            };
+            match end {
+                FastEnd::Full if self.n == self.out.len() => {
+                    self.full = true;
+                    return Some(StopReason::BufferFull);
+                }
+                FastEnd::Full => continue,
+                FastEnd::Outermost => return Some(StopReason::Outermost),
+                FastEnd::Slow => {}
+            }
+            // The fast path stops at a return address it has no rule for,
+            // after writing it: an exit hook's trampoline is one, which
+            // stands for the original return address (its own rule, a DWARF
+            // expression, is the slow way to the same caller).
+            let ra = source.return_address(regs.pc, regs.sp);
+            let written = self.n > 0 && self.out[self.n - 1] == regs.pc as usize;
+            if ra == regs.pc {
+                // The fast path writes a return address before it looks for
+                // its rule: one it found none for may be garbage read
+                // through a corrupt frame, which the generic step would not
+                // have given (its callers are checked in `check`).
+                if !source.is_code(regs.pc) {
+                    self.n -= written as usize;
+                    return Some(StopReason::UnknownModule(regs.pc));
+                }
+                return None;
+            }
+            if ra == 0 {
+                self.n -= written as usize;
+                return Some(StopReason::Outermost);
+            }
+            if written {
+                self.out[self.n - 1] = ra as usize;
+            }
+            regs.pc = ra;
+        }
     }
 }
 
@@ -371,4 +594,121 @@ pub fn frame_pointer_step<A: Arch, M: Memory + ?Sized>(
         fp: next_fp,
         lr: 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The loop's handling of a rule source's fast path, with a scripted
+    //! source: which frames it may write, and what the generic step does
+    //! after it.
+    use super::*;
+    use crate::arch::x86_64::X86_64;
+    use crate::types::ReadError;
+
+    const CODE: u64 = 0x40_0000;
+    /// In the code: the fast path writes [`GARBAGE`] from here.
+    const TO_GARBAGE: u64 = CODE + 0x10;
+    /// In the code: the fast path writes [`GOOD`] from here.
+    const TO_GOOD: u64 = CODE + 0x20;
+    const GOOD: u64 = CODE + 0x30;
+    const GARBAGE: u64 = 0x7f98_eed2_0000_5621;
+    const STACK: u64 = 0x10_0000;
+
+    /// Code in `[CODE, CODE + 4096)` without CFI (the frame-pointer rule).
+    struct Scripted;
+
+    impl RuleSource<X86_64> for Scripted {
+        fn rule(&self, addr: u64) -> Found<<X86_64 as Arch>::Rule> {
+            if self.is_code(addr) {
+                Found::Rule(X86_64::NO_CFI)
+            } else {
+                Found::Unknown
+            }
+        }
+
+        fn evaluate<M: Memory + ?Sized>(
+            &self,
+            _: u64,
+            _: &UnwindRegs,
+            _: &mut M,
+        ) -> Result<Applied, UnwindError> {
+            Err(UnwindError::Untracked)
+        }
+
+        fn is_code(&self, ra: u64) -> bool {
+            ra.wrapping_sub(CODE) < 4096
+        }
+
+        fn fast_walk(&self, regs: &mut UnwindRegs, out: &mut [usize]) -> (usize, FastEnd) {
+            let next = match regs.pc {
+                TO_GARBAGE => GARBAGE,
+                TO_GOOD => GOOD,
+                _ => return (0, FastEnd::Slow),
+            };
+            out[0] = next as usize;
+            regs.pc = next;
+            regs.sp += 16;
+            (1, FastEnd::Slow)
+        }
+    }
+
+    /// Words at `STACK`: one frame record, `[0, GOOD]`.
+    struct Record;
+
+    impl Memory for Record {
+        fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
+            match addr.wrapping_sub(STACK) {
+                0 => Ok(0),
+                8 => Ok(GOOD),
+                _ => Err(ReadError::OutOfBounds(addr)),
+            }
+        }
+    }
+
+    fn walk(pc: u64, exact: bool, skip: usize, len: usize) -> (Vec<u64>, StopReason) {
+        let regs = UnwindRegs {
+            pc,
+            sp: STACK,
+            fp: STACK,
+            lr: 0,
+        };
+        let mut out = vec![0usize; len];
+        let (n, why) = Unwinder::new(&Scripted, regs, exact).run_pcs(&mut Record, skip, &mut out);
+        (out[..n].iter().map(|&p| p as u64).collect(), why)
+    }
+
+    #[test]
+    fn a_fast_path_frame_outside_code_is_dropped() {
+        assert_eq!(
+            walk(TO_GARBAGE, false, 0, 8),
+            (vec![TO_GARBAGE], StopReason::UnknownModule(GARBAGE))
+        );
+        assert_eq!(
+            walk(TO_GARBAGE, false, 1, 8),
+            (vec![], StopReason::UnknownModule(GARBAGE))
+        );
+    }
+
+    #[test]
+    fn a_fast_path_frame_in_code_takes_the_generic_step() {
+        // GOOD has no rule but the frame pointer's, and its frame pointer
+        // (STACK) now lies below its stack pointer: the walk ends there.
+        assert_eq!(
+            walk(TO_GOOD, false, 0, 8),
+            (vec![TO_GOOD, GOOD], StopReason::NoRule(GOOD))
+        );
+        assert_eq!(
+            walk(TO_GOOD, false, 0, 1),
+            (vec![TO_GOOD], StopReason::BufferFull)
+        );
+    }
+
+    #[test]
+    fn no_fast_path_at_an_exact_pc() {
+        // From an exact pc the generic step reads the record at STACK.
+        assert_eq!(
+            walk(TO_GARBAGE, true, 0, 8),
+            (vec![TO_GARBAGE, GOOD], StopReason::NoRule(GOOD))
+        );
+    }
 }

@@ -7,9 +7,9 @@ use core::sync::atomic::Ordering;
 
 use super::cache::{cache_go_live, FLAGS};
 use super::walk::{
-    hot_loop, hot_skip, known_stack_end, walk_frames, walk_pcs, walk_rest, walk_setup, Hot, HotEnd,
+    hot_loop, hot_skip, known_stack_end, walk_frames, walk_pcs, walk_pcs_after, Hot,
 };
-use crate::unwind::{Frame, StopReason, UnwindRegs};
+use crate::unwind::{FastEnd, Frame, StopReason, UnwindRegs};
 
 #[cfg(target_arch = "x86_64")]
 crate::arch::x86_64::exact::define_exact_entry!();
@@ -75,16 +75,16 @@ pub(crate) unsafe extern "C" fn exact_from_entry(
             }
             let (left, mut why) = hot_skip(&mut hot, hi, skip);
             skip = left;
-            if why == HotEnd::Full && n < max {
+            if why == FastEnd::Full && n < max {
                 // SAFETY: the `max - n` slots after the first `n` of `out`.
                 let (k, e) = unsafe { hot_loop(&mut hot, hi, out.add(n), max - n) };
                 n += k;
                 why = e;
             }
             return match why {
-                HotEnd::Full | HotEnd::Outermost => n as u32,
+                FastEnd::Full | FastEnd::Outermost => n as u32,
                 // SAFETY: as for this function.
-                HotEnd::Slow => unsafe { exact_slow_rest(hot, skip, n, out, max) },
+                FastEnd::Slow => unsafe { exact_slow_rest(hot, skip, n, out, max) },
             };
         }
     }
@@ -110,10 +110,7 @@ pub(crate) unsafe extern "C" fn exact_from_entry(
 unsafe fn exact_slow_rest(hot: Hot, skip: usize, n: usize, out: *mut usize, max: usize) -> u32 {
     // SAFETY: the caller promises `max` writable slots at `out`.
     let out = unsafe { core::slice::from_raw_parts_mut(out, max) };
-    match walk_setup(hot.sp) {
-        Ok((mut mem, source)) => walk_rest(hot, false, skip, n, out, &mut mem, &source).0 as u32,
-        Err(_) => n as u32,
-    }
+    walk_pcs_after(hot, skip, n, out) as u32
 }
 
 /// The arguments of [`info_from_entry`], passed by pointer so that the

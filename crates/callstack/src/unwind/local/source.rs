@@ -9,10 +9,12 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use super::cache::{cache_get, cache_put, cache_rule, clear_cache, unpack_cached, FLAGS};
 use super::loader::{dl_find, sections_from_hdr, DlModule};
 use super::snapshot::{unloaded, LocalModule, Snapshot};
+use super::walk::{hot_run, Hot};
 use super::A;
 use crate::arch::{Applied, Arch};
 use crate::unwind::cfi::{self, FdeAt};
-use crate::unwind::{Found, Memory, RuleSource, UnwindError, UnwindRegs};
+use crate::unwind::code::CodeCheck;
+use crate::unwind::{FastEnd, Found, Memory, RuleSource, UnwindError, UnwindRegs};
 
 pub(crate) struct LocalSource {
     snap: Option<&'static Snapshot>,
@@ -27,11 +29,18 @@ pub(crate) struct LocalSource {
     seen: Cell<Option<DlModule>>,
     /// The walk's last CIE (see [`crate::unwind::cfi_fast::CieMemo`]).
     cie: crate::unwind::cfi_fast::CieCache,
+    /// The stack the walk starts on, `[lo, hi)`: the rule cache's fast
+    /// path walks frames on it (frames on another, after a signal frame on
+    /// an alternate stack, take the generic step).
+    stack: (u64, u64),
+    /// The executable ranges the walk has met (callers' return addresses
+    /// must lie in one).
+    code: Cell<CodeCheck>,
 }
 
 impl LocalSource {
     #[inline(always)]
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(stack: (u64, u64)) -> Self {
         let p = FLAGS.snapshot.load(Ordering::Acquire);
         LocalSource {
             // SAFETY: published snapshots are never freed.
@@ -40,6 +49,8 @@ impl LocalSource {
             read_cache: FLAGS.cache_used.load(Ordering::Relaxed),
             seen: Cell::new(None),
             cie: Default::default(),
+            stack,
+            code: Cell::new(CodeCheck::new()),
         }
     }
 
@@ -88,6 +99,46 @@ impl RuleSource<A> for LocalSource {
     #[inline(always)]
     fn return_address(&self, ra: u64, sp: u64) -> u64 {
         crate::unwind::hook_table::resolve(ra, sp)
+    }
+
+    /// A caller outside the code of the loaded modules is garbage read as a
+    /// return address.
+    #[inline(always)]
+    fn is_code(&self, ra: u64) -> bool {
+        let mut c = self.code.get();
+        let ok = c.is_code(ra as usize);
+        self.code.set(c);
+        ok
+    }
+
+    /// The rule cache's hot loop ([`hot_run`]) on the walk's first stack.
+    /// Before the first rule is cached (this walk may cache the first ones)
+    /// the cache is not even read: its pages are then faulted in by writes
+    /// only.
+    #[inline(always)]
+    fn fast_walk(&self, regs: &mut UnwindRegs, out: &mut [usize]) -> (usize, FastEnd) {
+        let (lo, hi) = self.stack;
+        if !self.read_cache || regs.sp < lo || regs.sp >= hi {
+            return (0, FastEnd::Slow);
+        }
+        let mut hot = Hot {
+            pc: regs.pc,
+            sp: regs.sp,
+            fp: regs.fp,
+        };
+        // SAFETY: `out.len()` slots at `out`; `regs.sp` lies in the stack
+        // whose top is `hi`, and `regs.pc` is a return address (the
+        // unwinder's promise).
+        let (k, end) = unsafe { hot_run(&mut hot, hi, out.as_mut_ptr(), out.len()) };
+        if k > 0 {
+            *regs = UnwindRegs {
+                pc: hot.pc,
+                sp: hot.sp,
+                fp: hot.fp,
+                lr: 0,
+            };
+        }
+        (k, end)
     }
 
     #[inline(always)]

@@ -5,10 +5,11 @@ use core::sync::atomic::Ordering;
 use super::cache::{
     cache_get, cache_put, cache_rule, cache_set, flush_pending, Flags, CACHE, FLAGS, KEY_MASK,
 };
-use super::walk::{hot_loop, Hot, HotEnd};
+use super::walk::{hot_loop, Hot};
 use super::A;
 use crate::arch::x86_64::UnwindRuleX86_64 as R;
 use crate::arch::Arch;
+use crate::unwind::FastEnd;
 
 /// Fake code addresses: never mapped, so their rule-cache keys are
 /// this test's own (the hot loop never reads code).
@@ -46,7 +47,7 @@ impl Fake {
     fn hi(&self) -> u64 {
         self.at(self.words.len())
     }
-    fn run(&self, hot: &mut Hot, len: usize) -> (Vec<u64>, HotEnd) {
+    fn run(&self, hot: &mut Hot, len: usize) -> (Vec<u64>, FastEnd) {
         let mut out = vec![0usize; len];
         // SAFETY: `len` slots; `[hot.sp, hi)` is the fake stack.
         let (n, why) = unsafe { hot_loop(hot, self.hi(), out.as_mut_ptr(), len) };
@@ -95,7 +96,7 @@ fn hot_loop_walks_mixed_rules_to_the_outermost_frame() {
     let (f, mut hot, RA) = chain(1);
     let (pcs, why) = f.run(&mut hot, 16);
     assert_eq!(pcs, &RA[1..]);
-    assert!(why == HotEnd::Outermost);
+    assert!(why == FastEnd::Outermost);
 }
 
 #[test]
@@ -103,13 +104,13 @@ fn hot_loop_stops_when_full_and_resumes() {
     let (f, mut hot, RA) = chain(2);
     let (pcs, why) = f.run(&mut hot, 2);
     assert_eq!(pcs, &RA[1..3]);
-    assert!(why == HotEnd::Full);
+    assert!(why == FastEnd::Full);
     assert_eq!((hot.pc, hot.sp, hot.fp), (RA[2], f.at(17), 0xdead_beef));
     let (pcs, why) = f.run(&mut hot, 16);
     assert_eq!(pcs, &RA[3..]);
-    assert!(why == HotEnd::Outermost);
+    assert!(why == FastEnd::Outermost);
     let (pcs, why) = f.run(&mut Hot { pc: RA[0], ..hot }, 0);
-    assert!(pcs.is_empty() && why == HotEnd::Full);
+    assert!(pcs.is_empty() && why == FastEnd::Full);
 }
 
 /// Each cache word predicts its caller's word; a prediction is used
@@ -125,7 +126,7 @@ fn hot_loop_checks_its_predictions() {
     for _ in 0..3 {
         let (pcs, why) = walk(&f);
         assert_eq!(pcs, &RA[1..]);
-        assert!(why == HotEnd::Outermost);
+        assert!(why == FastEnd::Outermost);
     }
     // Frame 1 now returns elsewhere (same rule as RA[2]): the
     // prediction made for it misses and is replaced, twice over.
@@ -135,19 +136,19 @@ fn hot_loop_checks_its_predictions() {
     for _ in 0..2 {
         let (pcs, why) = walk(&f);
         assert_eq!(pcs, [RA[1], other, RA[3], RA[4]]);
-        assert!(why == HotEnd::Outermost);
+        assert!(why == FastEnd::Outermost);
     }
     f.words[16] = RA[2];
     for _ in 0..2 {
         let (pcs, why) = walk(&f);
         assert_eq!(pcs, &RA[1..]);
-        assert!(why == HotEnd::Outermost);
+        assert!(why == FastEnd::Outermost);
     }
     // The rule of a predicted word changes: the new one applies.
     put(RA[2], R::End);
     let (pcs, why) = walk(&f);
     assert_eq!(pcs, &RA[1..3]);
-    assert!(why == HotEnd::Outermost);
+    assert!(why == FastEnd::Outermost);
     // Its key is gone (another key in its place): the generic
     // unwinder takes the frame.
     put(RA[2], R::Sp { cfa: 32, bp: -24 });
@@ -162,7 +163,7 @@ fn hot_loop_checks_its_predictions() {
     let old = CACHE.words[w].swap(RA[2] ^ 0x40 | 1 << 62, Ordering::Relaxed);
     let (pcs, why) = walk(&f);
     assert_eq!(pcs, &RA[1..3]);
-    assert!(why == HotEnd::Slow);
+    assert!(why == FastEnd::Slow);
     CACHE.words[w].store(old, Ordering::Relaxed);
 }
 
@@ -187,7 +188,7 @@ fn hot_loop_never_reads_outside_the_stack() {
         let mut hot = hot0;
         let (pcs, why) = f.run(&mut hot, 16);
         assert_eq!(pcs, &RA[1..4], "fp {bad:#x}");
-        assert!(why == HotEnd::Slow, "fp {bad:#x}");
+        assert!(why == FastEnd::Slow, "fp {bad:#x}");
         assert_eq!((hot.pc, hot.fp), (RA[3], bad));
     }
     // The highest record that fits: read, and its zero return address
@@ -196,7 +197,7 @@ fn hot_loop_never_reads_outside_the_stack() {
     let mut hot = hot0;
     let (pcs, why) = f.run(&mut hot, 16);
     assert_eq!(pcs, &RA[1..4]);
-    assert!(why == HotEnd::Outermost);
+    assert!(why == FastEnd::Outermost);
 }
 
 #[test]
@@ -207,7 +208,7 @@ fn hot_loop_declines_rules_that_leave_the_stack() {
     let mut hot = hot0;
     let (pcs, why) = f.run(&mut hot, 16);
     assert_eq!(pcs, &RA[1..2]);
-    assert!(why == HotEnd::Slow && hot.pc == RA[1]);
+    assert!(why == FastEnd::Slow && hot.pc == RA[1]);
     // Wide rules past the top of the stack.
     for rule in [
         R::Sp {
@@ -226,7 +227,7 @@ fn hot_loop_declines_rules_that_leave_the_stack() {
         put(RA[1], rule);
         let mut hot = hot0;
         let (_, why) = f.run(&mut hot, 16);
-        assert!(why == HotEnd::Slow && hot.pc == RA[1], "{rule:?}");
+        assert!(why == FastEnd::Slow && hot.pc == RA[1], "{rule:?}");
     }
     // A CFA from rbp that wraps around: fp + 16 overflows.
     put(RA[1], R::Sp { cfa: 24, bp: 0 });
@@ -235,7 +236,7 @@ fn hot_loop_declines_rules_that_leave_the_stack() {
     let mut hot = hot0;
     let (pcs, why) = f.run(&mut hot, 16);
     assert_eq!(pcs, &RA[1..4]);
-    assert!(why == HotEnd::Slow && hot.pc == RA[3]);
+    assert!(why == FastEnd::Slow && hot.pc == RA[3]);
     // Rules the hot loop does not apply, and a key not in the cache.
     for rule in [
         R::Evaluate,
@@ -247,14 +248,14 @@ fn hot_loop_declines_rules_that_leave_the_stack() {
         let mut hot = hot0;
         let (pcs, why) = f.run(&mut hot, 16);
         assert_eq!(pcs, &RA[1..2]);
-        assert!(why == HotEnd::Slow && hot.pc == RA[1], "{rule:?}");
+        assert!(why == FastEnd::Slow && hot.pc == RA[1], "{rule:?}");
     }
     let mut hot = Hot {
         pc: CODE + 0x5550,
         ..hot0
     };
     let (pcs, why) = f.run(&mut hot, 16);
-    assert!(pcs.is_empty() && why == HotEnd::Slow);
+    assert!(pcs.is_empty() && why == FastEnd::Slow);
 }
 
 /// Frames of every size: narrow rules, 4 KiB and 40 KiB frames (wide
@@ -324,6 +325,6 @@ fn hot_loop_walks_big_frames() {
     };
     let (pcs, why) = f.run(&mut hot, 16);
     assert_eq!(pcs, &RA[2..]);
-    assert!(why == HotEnd::Outermost);
+    assert!(why == FastEnd::Outermost);
     assert_eq!((hot.pc, hot.sp, hot.fp), (RA[5], cfa3 + 16, 0x1234_5678));
 }

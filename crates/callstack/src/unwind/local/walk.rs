@@ -13,7 +13,7 @@ use super::memory::{main_stack_bounds, StackMemory};
 use super::source::LocalSource;
 use super::A;
 use crate::stack;
-use crate::unwind::{Frame, ReadError, StopReason, UnwindError, UnwindRegs, Unwinder};
+use crate::unwind::{FastEnd, Frame, ReadError, StopReason, UnwindError, UnwindRegs, Unwinder};
 
 #[cfg(target_arch = "x86_64")]
 use crate::arch::x86_64::exact::{run_exit, run_hot};
@@ -107,17 +107,6 @@ pub(super) struct Hot {
     pub(super) fp: u64,
 }
 
-/// How a run of the hot loop ended.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum HotEnd {
-    /// The output is full.
-    Full,
-    /// A zero return address or a cached `End` rule: the outermost frame.
-    Outermost,
-    /// The frame at `hot.pc` needs the generic unwinder.
-    Slow,
-}
-
 /// The hot loop: frames whose key (their return address) is in the rule
 /// cache with a rule it applies (`Sp`/`Bp` shapes, narrow or wide), applied
 /// with reads in `[sp, hi)`. Writes up to `len` return addresses at `out`;
@@ -147,9 +136,9 @@ pub(super) unsafe fn hot_loop(
     hi: u64,
     out: *mut usize,
     len: usize,
-) -> (usize, HotEnd) {
+) -> (usize, FastEnd) {
     if len == 0 {
-        return (0, HotEnd::Full);
+        return (0, FastEnd::Full);
     }
     let mut regs = [hot.pc, hot.sp, hot.fp];
     let mut o = out;
@@ -172,13 +161,13 @@ pub(super) unsafe fn hot_loop(
         // SAFETY: one back, still in the caller's slots (`o != out`).
         o = unsafe { o.sub(1) };
         // SAFETY: both in the caller's slots.
-        return (unsafe { o.offset_from(out) } as usize, HotEnd::Outermost);
+        return (unsafe { o.offset_from(out) } as usize, FastEnd::Outermost);
     }
     let why = match exit {
-        run_exit::FULL => HotEnd::Full,
-        run_exit::OUTERMOST => HotEnd::Outermost,
-        run_exit::SLOW => HotEnd::Slow,
-        _ => HotEnd::Slow,
+        run_exit::FULL => FastEnd::Full,
+        run_exit::OUTERMOST => FastEnd::Outermost,
+        run_exit::SLOW => FastEnd::Slow,
+        _ => FastEnd::Slow,
     };
     // SAFETY: both in (or one past) the caller's slots.
     (unsafe { o.offset_from(out) } as usize, why)
@@ -249,14 +238,14 @@ pub(super) unsafe fn hot_loop(
     hi: u64,
     out: *mut usize,
     len: usize,
-) -> (usize, HotEnd) {
+) -> (usize, FastEnd) {
     let (mut pc, mut sp, mut fp) = (hot.pc, hot.sp, hot.fp);
     let mut o = out;
     // SAFETY: one past the end of the caller's `len` slots.
     let end = unsafe { out.add(len) };
     let why = 'walk: {
         if o == end {
-            break 'walk HotEnd::Full;
+            break 'walk FastEnd::Full;
         }
         let mut x = CACHE.words[cache_set(pc)].load(Ordering::Relaxed) ^ pc;
         loop {
@@ -264,16 +253,16 @@ pub(super) unsafe fn hot_loop(
             if x & KEY_MASK != 0 {
                 x = CACHE.words[cache_set(pc) + 1].load(Ordering::Relaxed) ^ pc;
                 if x & KEY_MASK != 0 {
-                    break 'walk HotEnd::Slow;
+                    break 'walk FastEnd::Slow;
                 }
             }
             let p = (x >> 48) as u16;
             let Some(r) = FastRule::new(p, hi) else {
                 // `_start`, a thread's start: CFI says there is no caller.
                 if p == PACKED_END && PACKED_END != 0 {
-                    break 'walk HotEnd::Outermost;
+                    break 'walk FastEnd::Outermost;
                 }
-                break 'walk HotEnd::Slow;
+                break 'walk FastEnd::Slow;
             };
             // Frames under this rule.
             let mut regs = [pc, sp, fp];
@@ -296,10 +285,10 @@ pub(super) unsafe fn hot_loop(
             [pc, sp, fp] = regs;
             match exit {
                 run_exit::CHANGED => x = word,
-                run_exit::FULL => break 'walk HotEnd::Full,
-                run_exit::OUTERMOST => break 'walk HotEnd::Outermost,
-                run_exit::SLOW => break 'walk HotEnd::Slow,
-                _ => break 'walk HotEnd::Slow,
+                run_exit::FULL => break 'walk FastEnd::Full,
+                run_exit::OUTERMOST => break 'walk FastEnd::Outermost,
+                run_exit::SLOW => break 'walk FastEnd::Slow,
+                _ => break 'walk FastEnd::Slow,
             }
         }
     };
@@ -308,13 +297,19 @@ pub(super) unsafe fn hot_loop(
     (unsafe { o.offset_from(out) } as usize, why)
 }
 
-/// [`hot_loop`] out of line, for the generic walk.
+/// [`hot_loop`] out of line, for the unwinder's fast path
+/// (`LocalSource::fast_walk`).
 ///
 /// # Safety
 /// As [`hot_loop`].
 #[inline(never)]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-unsafe fn hot_run(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize, HotEnd) {
+pub(super) unsafe fn hot_run(
+    hot: &mut Hot,
+    hi: u64,
+    out: *mut usize,
+    len: usize,
+) -> (usize, FastEnd) {
     // SAFETY: the caller's promise.
     unsafe { hot_loop(hot, hi, out, len) }
 }
@@ -323,10 +318,10 @@ unsafe fn hot_run(hot: &mut Hot, hi: u64, out: *mut usize, len: usize) -> (usize
 /// small scratch buffer). Returns how many were left unwalked (0: all) and
 /// how the last run ended (`Full` when it walked them all).
 #[inline(always)]
-pub(super) fn hot_skip(hot: &mut Hot, hi: u64, mut n: usize) -> (usize, HotEnd) {
+pub(super) fn hot_skip(hot: &mut Hot, hi: u64, mut n: usize) -> (usize, FastEnd) {
     let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 16];
-    let mut why = HotEnd::Full;
-    while n > 0 && why == HotEnd::Full {
+    let mut why = FastEnd::Full;
+    while n > 0 && why == FastEnd::Full {
         let m = n.min(scratch.len());
         // SAFETY: `m` slots of `scratch`.
         let (k, e) = unsafe { hot_loop(hot, hi, scratch.as_mut_ptr().cast(), m) };
@@ -342,7 +337,10 @@ pub(super) fn hot_skip(hot: &mut Hot, hi: u64, mut n: usize) -> (usize, HotEnd) 
 pub(super) fn walk_setup(sp: u64) -> Result<(StackMemory, LocalSource), StopReason> {
     cache_go_live();
     match StackMemory::for_sp(sp) {
-        Some(m) => Ok((m, LocalSource::new())),
+        Some(m) => {
+            let source = LocalSource::new((m.bounds[0].lo as u64, m.hi()));
+            Ok((m, source))
+        }
         None => Err(StopReason::Error(UnwindError::Read(
             ReadError::OutOfBounds(sp),
         ))),
@@ -379,130 +377,36 @@ fn walk_start<T>(
 pub(crate) fn walk_pcs(
     regs: UnwindRegs,
     exact: bool,
-    mut skip: usize,
+    skip: usize,
     out: &mut [usize],
 ) -> (usize, StopReason) {
     let (mut mem, source) = match walk_start(&regs, skip, out, |r| r.pc as usize) {
         Ok(s) => s,
         Err(end) => return end,
     };
-    if regs.pc == 0 {
-        return (0, StopReason::Outermost);
-    }
-    let mut n = 0;
-    if skip > 0 {
-        skip -= 1;
-    } else {
-        out[0] = regs.pc as usize;
-        n = 1;
-    }
-    let hot = Hot {
-        pc: regs.pc,
-        sp: regs.sp,
-        fp: regs.fp,
-    };
-    walk_rest(hot, exact, skip, n, out, &mut mem, &source)
+    let fallback = insn_fallback(&mem);
+    Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback).run_pcs(&mut mem, skip, out)
 }
 
-/// The rest of a walk whose `n` first pcs are in `out` and whose frame
-/// `hot` (already written or skipped) is next to unwind.
-///
-/// Frames whose rule is in the rule cache go through [`hot_run`]. Any other
-/// frame takes one step of the generic [`Unwinder`].
+/// The rest of a walk from `hot`, whose frame is already written (or
+/// skipped) among the `n` first pcs in `out`: the warm path's way out when
+/// a frame is not in the rule cache.
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-pub(super) fn walk_rest(
-    mut hot: Hot,
-    mut exact: bool,
-    mut skip: usize,
-    mut n: usize,
-    out: &mut [usize],
-    mem: &mut StackMemory,
-    source: &LocalSource,
-) -> (usize, StopReason) {
-    // The stack the walk starts on; frames on another stack (after a signal
-    // frame on an alternate stack) take the generic path. Before the first
-    // rule is cached (this walk may cache the first ones) the cache is not
-    // even read: its pages are then faulted in by writes only.
-    let (lo, hi) = (mem.bounds[0].lo as u64, mem.bounds[0].hi as u64);
-    let has_tables = source.read_cache;
-    // Skipped frames go here (small: the cold capture's stack depth is page
-    // faults).
-    let mut scratch = [core::mem::MaybeUninit::<usize>::uninit(); 8];
-    let mut code = crate::unwind::code::CodeCheck::new();
-    loop {
-        if n == out.len() {
-            return (n, StopReason::BufferFull);
+pub(super) fn walk_pcs_after(hot: Hot, skip: usize, n: usize, out: &mut [usize]) -> usize {
+    let regs = UnwindRegs {
+        pc: hot.pc,
+        sp: hot.sp,
+        fp: hot.fp,
+        lr: 0,
+    };
+    match walk_setup(hot.sp) {
+        Ok((mut mem, source)) => {
+            let fallback = insn_fallback(&mem);
+            Unwinder::<A, _, _>::with_fallback(&source, regs, false, fallback)
+                .resume_pcs(&mut mem, skip, out, n)
+                .0
         }
-        // Exact pcs (a signal context's first frame, a frame below a signal
-        // frame) are rare: the generic step takes them.
-        if !exact && has_tables && hot.sp >= lo && hot.sp < hi {
-            let end = if skip > 0 {
-                let m = skip.min(scratch.len());
-                // SAFETY: `m` slots of `scratch`.
-                let (k, e) = unsafe { hot_run(&mut hot, hi, scratch.as_mut_ptr().cast(), m) };
-                skip -= k;
-                e
-            } else {
-                // SAFETY: the `out.len() - n` slots after the first `n`.
-                let (k, e) =
-                    unsafe { hot_run(&mut hot, hi, out.as_mut_ptr().add(n), out.len() - n) };
-                n += k;
-                e
-            };
-            match end {
-                HotEnd::Full => continue,
-                HotEnd::Outermost => return (n, StopReason::Outermost),
-                HotEnd::Slow => {}
-            }
-        }
-        // The hot loop stops at a return address it has no rule for, after
-        // writing it: an exit hook's trampoline is one (its rule is a DWARF
-        // expression), which stands for the original return address.
-        if crate::unwind::hook_table::any_live() && !exact {
-            let ra = crate::unwind::hook_table::resolve(hot.pc, hot.sp);
-            if ra != hot.pc {
-                let written = n > 0 && out[n - 1] == hot.pc as usize;
-                if ra == 0 {
-                    return (n - written as usize, StopReason::Outermost);
-                }
-                if written {
-                    out[n - 1] = ra as usize;
-                }
-                hot.pc = ra;
-                continue;
-            }
-        }
-        // One step of the generic unwinder.
-        let regs = UnwindRegs {
-            pc: hot.pc,
-            sp: hot.sp,
-            fp: hot.fp,
-            lr: 0,
-        };
-        let fallback = insn_fallback(mem);
-        let mut u = Unwinder::<A, _, _>::with_fallback(source, regs, exact, fallback);
-        let _ = u.next(mem);
-        match u.next(mem) {
-            Some(f) => {
-                exact = f.method == crate::unwind::Method::SignalFrame;
-                let r = *u.regs();
-                // A caller outside the code of the loaded modules is
-                // garbage read as a return address: the walk ends.
-                if !code.is_code(r.pc as usize) {
-                    return (n, StopReason::UnknownModule(r.pc));
-                }
-                hot.pc = r.pc;
-                hot.sp = r.sp;
-                hot.fp = r.fp;
-                if skip > 0 {
-                    skip -= 1;
-                } else {
-                    out[n] = r.pc as usize;
-                    n += 1;
-                }
-            }
-            None => return (n, u.stop_reason()),
-        }
+        Err(_) => n,
     }
 }
 
@@ -536,15 +440,8 @@ pub(crate) fn walk_frames(
     let fallback = insn_fallback(&mem);
     let mut u = Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback);
     let mut n = 0;
-    let mut code = crate::unwind::code::CodeCheck::new();
     let mut stop = None;
     let why = u.run(&mut mem, |f| {
-        // Every frame after the first: a caller outside the code of the
-        // loaded modules is garbage read as a return address.
-        if f.method != crate::unwind::Method::Context && !code.is_code(f.pc as usize) {
-            stop = Some(StopReason::UnknownModule(f.pc));
-            return false;
-        }
         if skip > 0 {
             skip -= 1;
             return true;
