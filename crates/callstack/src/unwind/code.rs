@@ -166,6 +166,19 @@ const PAGE: usize = 12;
 /// Bits of a word that hold the length in pages.
 const LEN_BITS: u32 = 28;
 
+/// Writes the pages of [`RANGES`] and [`HINTS`] once, at load (see
+/// `touch_flags` in `unwind/local/cache.rs`): a first capture reads them
+/// and then writes them, which would fault twice on a page nothing else
+/// has touched (where they land depends on the binary's layout).
+#[cfg(target_os = "linux")]
+pub(crate) fn touch_at_load() {
+    // A compare-exchange writes even when it changes nothing (an idempotent
+    // `fetch_add(0)` would be compiled into a load).
+    for w in [&RANGES.next, &RANGES.words[0], &HINTS[0]] {
+        let _ = w.compare_exchange(0, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
 static RANGES: Ranges = Ranges {
     words: [const { AtomicUsize::new(0) }; RANGE_SLOTS],
     next: AtomicUsize::new(0),

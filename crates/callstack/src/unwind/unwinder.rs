@@ -219,12 +219,12 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         skip: usize,
         out: &mut [usize],
     ) -> (usize, StopReason) {
-        self.pcs_after(mem, skip, out, 0)
+        self.pcs_after(mem, skip, out, 0, false)
     }
 
     /// [`Unwinder::run_pcs`] for a walk that has already written `n` pcs
-    /// to `out`, the starting frame's among them (or skipped): it is not
-    /// written again.
+    /// to `out`, the starting frame's among them (or skipped) as a fast
+    /// path wrote it (unchecked): it is not written again.
     #[inline]
     pub(crate) fn resume_pcs<M: Memory + ?Sized>(
         &mut self,
@@ -233,7 +233,7 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         out: &mut [usize],
         n: usize,
     ) -> (usize, StopReason) {
-        self.pcs_after(mem, skip + 1, out, n)
+        self.pcs_after(mem, skip + 1, out, n, true)
     }
 
     #[inline(always)]
@@ -243,6 +243,7 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         skip: usize,
         out: &mut [usize],
         n: usize,
+        unchecked: bool,
     ) -> (usize, StopReason) {
         if n >= out.len() {
             return (n, StopReason::BufferFull);
@@ -253,6 +254,7 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
             n,
             scratch: [0; 8],
             full: false,
+            unchecked,
         };
         let why = self.drive(mem, &mut sink);
         let why = if sink.full {
@@ -504,6 +506,8 @@ struct Pcs<'o> {
     scratch: [usize; 8],
     /// `out` filled up.
     full: bool,
+    /// The current frame's pc was written by the fast path, unchecked.
+    unchecked: bool,
 }
 
 impl<A: Arch, S: RuleSource<A>> Visit<A, S> for Pcs<'_> {
@@ -522,16 +526,17 @@ impl<A: Arch, S: RuleSource<A>> Visit<A, S> for Pcs<'_> {
     #[inline(always)]
     fn fast(&mut self, source: &S, regs: &mut UnwindRegs) -> Option<StopReason> {
         loop {
-            let end = if self.skip > 0 {
+            let (k, end) = if self.skip > 0 {
                 let m = self.skip.min(self.scratch.len());
                 let (k, e) = source.fast_walk(regs, &mut self.scratch[..m]);
                 self.skip -= k;
-                e
+                (k, e)
             } else {
                 let (k, e) = source.fast_walk(regs, &mut self.out[self.n..]);
                 self.n += k;
-                e
+                (k, e)
             };
+            self.unchecked |= k > 0;
             match end {
                 FastEnd::Full if self.n == self.out.len() => {
                     self.full = true;
@@ -552,7 +557,7 @@ impl<A: Arch, S: RuleSource<A>> Visit<A, S> for Pcs<'_> {
                 // its rule: one it found none for may be garbage read
                 // through a corrupt frame, which the generic step would not
                 // have given (its callers are checked in `check`).
-                if !source.is_code(regs.pc) {
+                if core::mem::take(&mut self.unchecked) && !source.is_code(regs.pc) {
                     self.n -= written as usize;
                     return Some(StopReason::UnknownModule(regs.pc));
                 }
@@ -566,6 +571,7 @@ impl<A: Arch, S: RuleSource<A>> Visit<A, S> for Pcs<'_> {
                 self.out[self.n - 1] = ra as usize;
             }
             regs.pc = ra;
+            self.unchecked = false;
         }
     }
 }

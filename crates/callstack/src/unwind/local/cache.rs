@@ -150,8 +150,9 @@ const _: () = assert!(core::mem::size_of::<Flags>() == 4096);
 /// writes [`FLAGS`]' page once, so that a process's first capture, which
 /// reads it and then writes it, faults on it neither time (a read of an
 /// untouched zero page faults, and the first write after it faults again:
-/// together 2-4 us, a tenth of a cold capture of 17 frames). One page
-/// fault at load, no system call, nothing else.
+/// together 2-4 us, a tenth of a cold capture of 17 frames); and the
+/// executable ranges' table of `unwind/code.rs` likewise. A page fault or
+/// two at load, no system call, nothing else.
 #[cfg(target_os = "linux")]
 #[used]
 #[link_section = ".init_array"]
@@ -160,6 +161,7 @@ static TOUCH_FLAGS: extern "C" fn() = touch_flags;
 #[cfg(target_os = "linux")]
 extern "C" fn touch_flags() {
     FLAGS.touched.store(true, Ordering::Relaxed);
+    crate::unwind::code::touch_at_load();
 }
 
 pub(crate) static FLAGS: Flags = Flags {

@@ -71,8 +71,8 @@
 //!   whose rules the cache holds without a snapshot (`seen_module`).
 //! - `code.rs`: `LocalCode`, this process's code for the instruction-analysis
 //!   fallback.
-//! - `walk.rs`: the hot loop and the walk drivers (`walk_pcs`, `walk_rest`,
-//!   `walk_frames`).
+//! - `walk.rs`: the hot loop and the walk drivers (`walk_pcs`,
+//!   `walk_pcs_after`, `walk_frames`), which run the one `Unwinder` loop.
 //! - `entries.rs`: the naked entries and the functions they jump to
 //!   (`exact_from_entry`, `info_from_entry`, `frame_from_entry`).
 //! - `tests.rs`: the rule cache and the hot loop on fake stacks.

@@ -1,6 +1,7 @@
 //! The walk in this process: the hot loop over the rule cache (x86-64's
-//! `run_hot`, elsewhere the portable loop below) and the drivers that hand
-//! any other frame to the generic unwinder.
+//! `run_hot`, elsewhere the portable loop below), which the generic
+//! unwinder's loop calls as its fast path (`LocalSource::fast_walk`), and
+//! the drivers that start that loop.
 
 #[cfg(not(target_arch = "x86_64"))]
 use core::sync::atomic::Ordering;
