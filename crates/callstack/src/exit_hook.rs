@@ -69,12 +69,18 @@
 //!   it, but a debugger stopped (or libgcc unwinding from a signal) inside
 //!   those dozen instructions may not see past it.
 
+// Exit hooks are x86-64 only for now: elsewhere `install` refuses, and the
+// table it would fill is unused.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+#[cfg(target_arch = "x86_64")]
+use crate::unwind::hook_table::ever;
 use crate::unwind::hook_table::{
-    ever, find, hash, trampoline, CLAIMED, EMPTY, FREE, PROBES, SLOTS, TABLE,
+    find, hash, trampoline, CLAIMED, EMPTY, FREE, PROBES, SLOTS, TABLE,
 };
 
 /// The most hooked frames one thread may have at once.

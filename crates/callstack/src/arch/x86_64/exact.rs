@@ -1,7 +1,15 @@
 //! x86-64 entries of exact capture: the naked entry that hands the caller's
 //! `rip`/`rsp`/`rbp` to the unwinder, and the registers of a signal context.
 
+// The naked entries are defined (by these macros) only where this module is
+// the native architecture; elsewhere it serves cores of x86-64.
+#![cfg_attr(
+    not(target_arch = "x86_64"),
+    allow(unused_macros, unused_imports, dead_code)
+)]
+
 use super::UnwindRuleX86_64;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 use crate::types::UnwindRegs;
 
 /// Defines the naked entry of `capture_exact` (and of the C
@@ -190,6 +198,7 @@ pub(crate) mod run_exit {
 /// # Safety
 /// `*o < end` and `*o..end` writable; `[regs[1], hi)` readable stack,
 /// `hi` below `2^63`; `cache` the rule cache as above.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) unsafe fn run_hot(
     regs: &mut [u64; 3],

@@ -27,6 +27,13 @@
 //! 8-byte link-time offset stored just before the code (read through
 //! `DW_OP_breg16`, the frame's own pc), so the FDE needs no relocation.
 
+// The naked entries are defined (by these macros) only where this module is
+// the native architecture; elsewhere it serves cores of x86-64.
+#![cfg_attr(
+    not(target_arch = "x86_64"),
+    allow(unused_macros, unused_imports, dead_code)
+)]
+
 /// Slots in the hash table; a power of two (the hash is masked with
 /// `SLOTS - 1`).
 pub(crate) const SLOTS: usize = 1024;

@@ -136,6 +136,11 @@ const REGS_MASK: u64 = 0x1ff | (0xff << 16);
 /// The DWARF number of each register of `REGS_MASK`, in order.
 #[cfg(target_arch = "x86_64")]
 const REGS_DWARF: [u16; 17] = [0, 3, 2, 1, 4, 5, 6, 7, 16, 8, 9, 10, 11, 12, 13, 14, 15];
+/// Other architectures: recording refuses before asking for registers.
+#[cfg(not(target_arch = "x86_64"))]
+const REGS_MASK: u64 = 0;
+#[cfg(not(target_arch = "x86_64"))]
+const REGS_DWARF: [u16; 0] = [];
 
 /// The copied top of a thread's stack, as the unwinder's memory.
 struct CopiedStack<'a> {

@@ -13,7 +13,9 @@
 //! a lookup and its stack loads; [`InProcess::new`] clears the caches
 //! (code may have changed since the last snapshot).
 
-use super::{lookup_function, CodeMemory, Method, UnwindRegs};
+#[cfg(target_arch = "x86_64")]
+use super::UnwindRegs;
+use super::{lookup_function, CodeMemory, Method};
 
 /// A snapshot of executable mappings and function bounds of this process.
 #[derive(Debug, Clone, Default)]

@@ -151,6 +151,7 @@ pub(crate) unsafe extern "C" fn info_from_entry(
 }
 
 /// The arguments and result of [`frame_from_entry`].
+#[cfg(target_arch = "x86_64")]
 #[repr(C)]
 pub(crate) struct FrameRequest {
     /// Which frame: 0 is the caller of the entry, 1 its caller...

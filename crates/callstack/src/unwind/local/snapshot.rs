@@ -144,6 +144,7 @@ impl Snapshot {
         }
     }
 
+    #[cfg(target_arch = "x86_64")]
     #[inline]
     pub(super) fn in_code(&self, addr: u64) -> bool {
         let i = self.segments.partition_point(|s| s.0 <= addr);
