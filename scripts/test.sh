@@ -16,3 +16,5 @@ cargo build --release -q -p callstack-capi -p callstack-cli -p callstack-preload
 # Capture must build without the symbolizer and the remote unwinder.
 cargo check -q -p callstack --no-default-features --all-targets
 cargo test --workspace "$@"
+# The in-process capture on AArch64, under qemu-user.
+bash scripts/test-aarch64.sh

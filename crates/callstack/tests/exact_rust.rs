@@ -22,8 +22,13 @@ fn exact_matches_fast_on_frame_pointer_code() {
         }
         let (mut e, mut f) = (Vec::new(), Vec::new());
         recurse(20, &mut e, &mut f);
-        // The frame-pointer walk stops in std (no frame pointers); exact goes on.
-        assert!(e.len() > f.len(), "exact {e:x?}\nfast {f:x?}");
+        // On x86-64 the frame-pointer walk stops in std (built without frame
+        // pointers); exact goes on. AArch64's std keeps its frame records.
+        if cfg!(target_arch = "x86_64") {
+            assert!(e.len() > f.len(), "exact {e:x?}\nfast {f:x?}");
+        } else {
+            assert!(e.len() >= f.len(), "exact {e:x?}\nfast {f:x?}");
+        }
         // Fast's first frames are exact's first frames (same call sites).
         assert_eq!(e[1..21], f[1..21], "exact {e:x?}\nfast {f:x?}");
     }

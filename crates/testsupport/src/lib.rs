@@ -137,7 +137,10 @@ impl Gcc {
         let mut tmp = out.as_os_str().to_owned();
         tmp.push(format!(".tmp{}-{seq}", std::process::id()));
         let tmp = PathBuf::from(tmp);
-        let mut cmd = Command::new("gcc");
+        // `CALLSTACK_TEST_CC`: a cross compiler, when the tests themselves
+        // run under qemu-user (scripts/test-aarch64.sh).
+        let cc = std::env::var("CALLSTACK_TEST_CC").unwrap_or_else(|_| "gcc".into());
+        let mut cmd = Command::new(cc);
         cmd.args(&self.flags)
             .args(&self.sources)
             .arg("-o")
