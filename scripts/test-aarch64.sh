@@ -3,11 +3,13 @@
 # aarch64-unknown-linux-gnu and run under qemu-user on this (x86-64) host.
 # Run by scripts/test.sh; on its own: `bash scripts/test-aarch64.sh`.
 #
-# Which tests: the library's unit tests and the Rust capture tests
-# (capture_fast, capture_exact with and without frame pointers, the
-# no-allocation and signal-safety checks, called_from through a shared
-# library built by the cross compiler). The tests that drive gdb, cores or
-# the C API stay host-only. Needs the aarch64 standard library (rustup
+# Which tests: the library's unit tests and the in-process ones
+# (capture_fast; capture_exact with and without frame pointers, through
+# dlopen/dlclose, on a process's first capture, in a SIGPROF storm; the
+# no-allocation and signal-safety checks; called_from through a shared
+# library built by the cross compiler; Rust crash reports; the sampling
+# profiler; the symbolizer's API). The tests that drive gdb, cores, the CLI
+# or the C API stay host-only. Needs the aarch64 standard library (rustup
 # installs it here when it can; without it the stage says so and is
 # skipped: set CALLSTACK_REQUIRE_AARCH64=1 to make that an error).
 set -euo pipefail
@@ -36,4 +38,6 @@ export CALLSTACK_TEST_QEMU=1
 # dlopen of the cross-built fixtures finds the guest's libc through -L.
 cargo test --target "$target" -p callstack --lib \
     --test capture_fast --test exact_rust --test exact_rust_nofp \
-    --test no_alloc --test signal_safety --test called_from "$@"
+    --test exact_dlopen --test exact_first_capture --test exact_storm \
+    --test no_alloc --test signal_safety --test called_from \
+    --test crash_rust --test profiler --test symbolize_api "$@"

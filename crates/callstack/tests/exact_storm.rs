@@ -196,6 +196,13 @@ fn signal_storm_on_busy_threads() {
         "a handler allocated"
     );
     assert_eq!(outermost, samples, "stops: {other:?}, at {others:?}");
-    // Every walk ended at a thread's first frame: clone3 (glibc's thread start).
-    assert!(last.iter().all(|n| n.contains("clone")), "{last:?}");
+    // Every walk ended at a thread's first frame: clone3 (glibc's thread
+    // start). Under qemu-user (scripts/test-aarch64.sh) the guest's libc
+    // has no symbol table to name it by.
+    let unnamed =
+        |n: &String| n.starts_with("0x") && std::env::var_os("CALLSTACK_TEST_QEMU").is_some();
+    assert!(
+        last.iter().all(|n| n.contains("clone") || unnamed(n)),
+        "{last:?}"
+    );
 }
