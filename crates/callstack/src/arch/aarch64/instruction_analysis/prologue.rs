@@ -185,6 +185,40 @@ fn find_start<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> Option<u64> {
     None
 }
 
+/// Whether `pc` lies in a PLT entry of the standard form (`Some(true)`:
+/// the one of PLT0, right after its `stp x16, x30, [sp, #-16]!`):
+///
+/// ```text
+/// adrp x16, page          90000010 | immediates
+/// ldr  x17, [x16, #off]   f9400211 | offset
+/// add  x16, x16, #off     91000210 | offset
+/// br   x17                d61f0220
+/// ```
+fn plt_entry<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> Option<bool> {
+    const FORM: [(u32, u32); 4] = [
+        (0x9f00_001f, 0x9000_0010),
+        (0xffc0_03ff, 0xf940_0211),
+        (0xffc0_03ff, 0x9100_0210),
+        (0xffff_ffff, 0xd61f_0220),
+    ];
+    const PLT0_STP: u32 = 0xa9bf_7bf0;
+    let pc = pc & !3;
+    let start = (0..4u64).find_map(|k| {
+        let start = pc.checked_sub(4 * k)?;
+        FORM.iter()
+            .enumerate()
+            .all(|(j, &(mask, bits))| {
+                insn_at(code, start + 4 * j as u64).is_some_and(|i| i & mask == bits)
+            })
+            .then_some(start)
+    })?;
+    let plt0 = start
+        .checked_sub(4)
+        .and_then(|a| insn_at(code, a))
+        .is_some_and(|i| i == PLT0_STP);
+    Some(plt0)
+}
+
 /// The rule at `pc`, from the function's `entry` (or the start found by
 /// scanning back). `first`: the pc is exact (an innermost frame), so a
 /// function that has not saved x30 yet returns through the register.
@@ -200,6 +234,35 @@ pub fn analyze<C: CodeMemory + ?Sized>(
     entry: Option<u64>,
     first: bool,
 ) -> Option<InsnRule> {
+    // A PLT entry has no CFI (the linker writes none on AArch64) and no
+    // prologue, and scanning back from it finds PLT0's `stp x16, x30`,
+    // whose frame is not this one's: at any pc of an entry, sp and x30 are
+    // still the caller's (a signal in `memcpy@plt`, say). PLT0 (lazy
+    // binding) runs the same four instructions after that `stp`, which has
+    // pushed 16 bytes with x30 in the upper half.
+    if first {
+        match plt_entry(code, pc) {
+            Some(false) => {
+                return Some(InsnRule {
+                    cfa_base: Base::Sp,
+                    cfa_offset: 0,
+                    ra_at_cfa: None,
+                    ret_pop: 0,
+                    fp: FpRule::Unchanged,
+                })
+            }
+            Some(true) => {
+                return Some(InsnRule {
+                    cfa_base: Base::Sp,
+                    cfa_offset: 16,
+                    ra_at_cfa: Some(-8),
+                    ret_pop: 0,
+                    fp: FpRule::Unchanged,
+                })
+            }
+            None => {}
+        }
+    }
     let start =
         crate::arch::risc::function_start(entry, pc, MAX_FORWARD * 4, || find_start(code, pc))?;
     let mut d: i64 = 0; // sp - entry sp
@@ -359,6 +422,36 @@ mod tests {
         let r = analyze(&mut SliceCode::new(0x1000, &b), 0x100c, Some(0x1000), false).unwrap();
         assert_eq!((r.cfa_offset, r.ra_at_cfa), (0x20, Some(-8)));
         assert_eq!(r.fp, FpRule::At(Base::Sp, 0x10));
+    }
+
+    #[test]
+    fn plt_entries_return_through_lr() {
+        // PLT0, then `memcpy@plt` as ld writes them (an aarch64 PIE):
+        // 1000: a9bf7bf0   stp x16, x30, [sp, #-16]!
+        // 1004..101c: adrp, ldr, add, br x17, nops
+        // 1020: 90001a30   adrp x16, ...
+        // 1024: f944f611   ldr x17, [x16, #2536]
+        // 1028: 9127a210   add x16, x16, #0x9e8
+        // 102c: d61f0220   br x17
+        let b = code(&[
+            0xa9bf7bf0, 0x90001a30, 0xf944f211, 0x91278210, 0xd61f0220, 0xd503201f, 0xd503201f,
+            0xd503201f, 0x90001a30, 0xf944f611, 0x9127a210, 0xd61f0220,
+        ]);
+        for pc in [0x1020, 0x1024, 0x1028, 0x102c] {
+            let r = analyze(&mut SliceCode::new(0x1000, &b), pc, None, true).unwrap();
+            assert_eq!(
+                (r.cfa_base, r.cfa_offset, r.ra_at_cfa),
+                (Base::Sp, 0, None),
+                "{pc:#x}"
+            );
+            assert_eq!(r.fp, FpRule::Unchanged);
+        }
+        // PLT0, after its `stp`: 16 bytes pushed, x30 in the upper half.
+        for pc in [0x1004, 0x1010] {
+            let r = analyze(&mut SliceCode::new(0x1000, &b), pc, None, true).unwrap();
+            assert_eq!((r.cfa_offset, r.ra_at_cfa), (16, Some(-8)), "{pc:#x}");
+        }
+        assert_eq!(plt_entry(&mut SliceCode::new(0x1000, &b), 0x1000), None);
     }
 
     #[test]
