@@ -304,6 +304,12 @@ mod tests {
             if std::env::var_os("CALLSTACK_TEST_QEMU").is_none() {
                 assert!(!c.is_code(&DATA as *const _ as usize));
             }
+            // x86-64's linker keeps read-only data out of the code segment.
+            #[cfg(target_arch = "x86_64")]
+            {
+                static READ_ONLY: [u8; 64] = [1; 64];
+                assert!(!c.is_code(&READ_ONLY as *const _ as usize));
+            }
             assert!(!c.is_code(&*heap as *const u64 as usize));
             assert!(!c.is_code(&local as *const u64 as usize));
             assert!(!c.is_code(0x7fd9_8000_0002));
