@@ -253,14 +253,12 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
             out,
             n,
             scratch: [0; 8],
-            full: false,
             unchecked,
         };
-        let why = self.drive(mem, &mut sink);
-        let why = if sink.full {
-            StopReason::BufferFull
-        } else {
-            why
+        // `Pcs` stops a walk itself only when `out` is full.
+        let why = match self.drive(mem, &mut sink) {
+            StopReason::Running => StopReason::BufferFull,
+            why => why,
         };
         (sink.n, why)
     }
@@ -504,8 +502,6 @@ struct Pcs<'o> {
     n: usize,
     /// Where the fast path writes the frames it skips.
     scratch: [usize; 8],
-    /// `out` filled up.
-    full: bool,
     /// The current frame's pc was written by the fast path, unchecked.
     unchecked: bool,
 }
@@ -519,8 +515,7 @@ impl<A: Arch, S: RuleSource<A>> Visit<A, S> for Pcs<'_> {
         }
         self.out[self.n] = f.pc as usize;
         self.n += 1;
-        self.full = self.n == self.out.len();
-        !self.full
+        self.n < self.out.len()
     }
 
     #[inline(always)]
@@ -538,10 +533,7 @@ impl<A: Arch, S: RuleSource<A>> Visit<A, S> for Pcs<'_> {
             };
             self.unchecked |= k > 0;
             match end {
-                FastEnd::Full if self.n == self.out.len() => {
-                    self.full = true;
-                    return Some(StopReason::BufferFull);
-                }
+                FastEnd::Full if self.n == self.out.len() => return Some(StopReason::BufferFull),
                 FastEnd::Full => continue,
                 FastEnd::Outermost => return Some(StopReason::Outermost),
                 FastEnd::Slow => {}
