@@ -7,8 +7,11 @@
 //! and so does a return address outside the executable code of the loaded
 //! modules (see `code`; one lock-free lookup per module the walk enters).
 
-use crate::arch::FrameRecordLayout;
+use crate::arch::{Applied, Arch, FrameRecordLayout};
 use crate::stack;
+use crate::types::{Memory, UnwindError, UnwindRegs};
+use crate::unwind::local::StackMemory;
+use crate::unwind::{FastEnd, Found, NativeArch, RuleSource, Unwinder};
 
 #[cfg(target_arch = "x86_64")]
 crate::arch::x86_64::define_fast_entry!();
@@ -65,7 +68,10 @@ unsafe fn walk_first_on_this_stack(
     unsafe { walk_bounded(skip, max, out, fp, sp, hi) }
 }
 
-/// The walk with known bounds `[sp, hi)`.
+/// The walk with known bounds `[sp, hi)`, from the entry's own frame
+/// record. [`FrameRecords`]' fast path first, as the loop would take it at
+/// that frame; with exit hooks live, the loop itself
+/// ([`walk_records`]), whose generic step resolves their trampolines.
 ///
 /// # Safety
 /// `out` must be valid for `max` writes and non-null; `[sp, hi)` must be
@@ -82,112 +88,224 @@ unsafe fn walk_bounded(
 ) -> u32 {
     // SAFETY: the caller promises `out` holds `max` writable slots.
     let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
-    // A return address outside code (a frame record reached through a
-    // register that code without frame pointers used for something else)
-    // ends the walk. The executable range the walk is in stays in registers
-    // (a subtraction and a compare per frame, off the walk's chain of
-    // loads); a frame in the other range swaps the two, and one in neither
-    // takes `code_miss`, out of line. The walk starts with the ranges the
-    // process's last walk ended with ([`crate::unwind::code::hints`]), so a warm
-    // walk makes no lookup.
-    let hints = crate::unwind::code::hints();
-    let [mut a, mut b] = hints;
-    let n = walk_frame_records_checked(
-        crate::arch::native::FRAME_RECORD,
-        fp,
-        sp,
-        hi,
-        skip as usize,
-        out,
-        |ra| {
-            if a.contains(ra) {
-                return true;
-            }
-            let r = if b.contains(ra) {
-                b
-            } else {
-                match code_miss(ra, sp, hi) {
-                    Some(r) => r,
-                    None => return false,
-                }
-            };
-            (a, b) = (r, a);
-            true
-        },
-    );
-    if [a, b] != hints {
-        crate::unwind::code::set_hints([a, b]);
-    }
     #[cfg(target_os = "linux")]
     if crate::unwind::hook_table::any_live() {
-        return exit_hooked(fp, sp, hi, skip as usize, &mut out[..n]) as u32;
+        return hooked(fp, sp, hi, skip as usize, out) as u32;
+    }
+    let hints = crate::unwind::code::hints();
+    let source = FrameRecords {
+        lo: sp,
+        hi,
+        code: core::cell::Cell::new(hints),
+    };
+    let n = source.walk(fp, sp, skip as usize, out).n;
+    if source.code.get() != hints {
+        crate::unwind::code::set_hints(source.code.get());
     }
     n as u32
 }
 
-/// `capture_fast`'s walk when exit hooks are live: a frame record whose
-/// return address is the exit-hook trampoline gets the original address
-/// (the record's frame has its CFA at `fp + 16`). The walk is done again,
-/// knowing it ends after `out.len()` frames, to learn each frame's record.
-/// Returns how many frames stay (a trampoline without an entry ends them).
+/// `capture_fast` with exit hooks live: the entry's record read here (its
+/// return address is inside the caller of the capture), then the loop.
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
 #[cold]
 #[inline(never)]
-fn exit_hooked(fp: usize, sp: usize, hi: usize, skip: usize, out: &mut [usize]) -> usize {
-    let Some(t) = crate::unwind::hook_table::trampoline() else {
-        return out.len();
-    };
-    if !out.contains(&(t as usize)) {
-        return out.len();
-    }
+fn hooked(fp: usize, sp: usize, hi: usize, skip: usize, out: &mut [usize]) -> usize {
     let layout = crate::arch::native::FRAME_RECORD;
-    for i in 0..out.len() {
-        if out[i] != t as usize {
-            continue;
-        }
-        // The record of frame `skip + i`: walk again to it.
-        let mut fp_i = fp;
-        let mut ok = true;
-        for _ in 0..skip + i {
-            let next = match read_record_fp(layout, fp_i, sp, hi) {
-                Some(n) => n,
-                None => {
-                    ok = false;
-                    break;
-                }
-            };
-            fp_i = next;
-        }
-        let ra = if ok {
-            crate::unwind::hook_table::resolve(t, (fp_i + 16) as u64)
-        } else {
-            0
-        };
-        if ra == 0 {
-            return i;
-        }
-        out[i] = ra as usize;
+    let record_end = layout.fp_offset.max(layout.ra_offset) + core::mem::size_of::<usize>();
+    if fp < sp || fp.checked_add(record_end).is_none_or(|e| e > hi) || fp % layout.align != 0 {
+        return 0;
     }
-    out.len()
+    // SAFETY: `[fp, fp + record_end)` lies inside `[sp, hi)`, readable stack
+    // memory of this thread (see `walk_bounded`), and `fp` is aligned.
+    let (next, ra) = unsafe {
+        (
+            core::ptr::read_volatile((fp + layout.fp_offset) as *const usize),
+            core::ptr::read_volatile((fp + layout.ra_offset) as *const usize),
+        )
+    };
+    let start = UnwindRegs {
+        pc: ra as u64,
+        sp: (fp + 16) as u64,
+        fp: next as u64,
+        lr: 0,
+    };
+    walk_records(start, false, sp, hi, skip, out)
 }
 
-/// The saved frame pointer of the record at `fp`, if the record lies in
-/// `[sp, hi)` and is aligned (the checks the walk made before reading it).
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
-fn read_record_fp(layout: FrameRecordLayout, fp: usize, sp: usize, hi: usize) -> Option<usize> {
-    let end = layout.fp_offset.max(layout.ra_offset) + core::mem::size_of::<usize>();
-    if fp < sp || fp.checked_add(end)? > hi || fp % layout.align != 0 {
-        return None;
+/// Walks the frame records of the stack `[lo, hi)` from the frame `start`
+/// (its pc exact when `exact`, else a return address) into `out`, after
+/// dropping `skip`: [`Unwinder::run_pcs`] over [`FrameRecords`]. Returns
+/// how many pcs it wrote. Async-signal-safe, never reads outside
+/// `[lo, hi)`.
+///
+/// Used by `capture_fast` with exit hooks live and by the crash handler (a
+/// walk from the interrupted frame pointer where CFI found no caller).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) fn walk_records(
+    start: UnwindRegs,
+    exact: bool,
+    lo: usize,
+    hi: usize,
+    skip: usize,
+    out: &mut [usize],
+) -> usize {
+    let source = FrameRecords::new(lo, hi);
+    let mut mem = StackMemory::with_bounds(lo, hi);
+    let (n, _) = Unwinder::new(&source, start, exact).run_pcs(&mut mem, skip, out);
+    source.keep_hints();
+    n
+}
+
+/// `capture_fast`'s rule source: every frame is a frame record, and no CFI
+/// is read. Its fast path walks the records with
+/// [`walk_frame_records_checked`]; the chain's rules there (inside the
+/// stack, aligned, strictly up, a return address in code) are the ones the
+/// capture promises, so where that walk ends, the capture ends. The one
+/// frame it hands to the generic step is one whose return address is an
+/// exit hook's trampoline, which the loop resolves
+/// ([`RuleSource::return_address`]).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+struct FrameRecords {
+    /// The stack: `[lo, hi)`.
+    lo: usize,
+    hi: usize,
+    /// The two executable ranges the walk is in. A return address in
+    /// neither takes [`code_miss`] (out of line) and replaces the older
+    /// range. The walk starts with the ranges the process's last walk
+    /// ended with ([`crate::unwind::code::hints`]), so a warm walk makes no
+    /// lookup.
+    code: core::cell::Cell<[crate::unwind::code::Range; 2]>,
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl FrameRecords {
+    /// The source for the stack `[lo, hi)`, starting from the executable
+    /// ranges the process's last walk ended with.
+    #[inline(always)]
+    fn new(lo: usize, hi: usize) -> Self {
+        FrameRecords {
+            lo,
+            hi,
+            code: core::cell::Cell::new(crate::unwind::code::hints()),
+        }
     }
-    // SAFETY: `[fp, fp + end)` is inside `[sp, hi)`, readable stack memory
-    // of this thread (see `walk_bounded`).
-    Some(unsafe { core::ptr::read_volatile((fp + layout.fp_offset) as *const usize) })
+
+    /// Leaves the ranges this walk ended with for the next one.
+    #[inline(always)]
+    fn keep_hints(&self) {
+        let code = self.code.get();
+        if code != crate::unwind::code::hints() {
+            crate::unwind::code::set_hints(code);
+        }
+    }
+
+    /// [`FrameRecords::walk`] as a call of its own, for the loop's fast
+    /// path: the kernel then keeps its state in registers.
+    #[inline(never)]
+    fn records(&self, fp: usize, sp: usize, skip: usize, out: &mut [usize]) -> Walked {
+        self.walk(fp, sp, skip, out)
+    }
+
+    /// The kernel of the fast path: walks the records from `fp` (reading
+    /// nothing below `sp`) into `out`, after dropping `skip`.
+    #[inline(always)]
+    fn walk(&self, fp: usize, sp: usize, skip: usize, out: &mut [usize]) -> Walked {
+        let [mut a, mut b] = self.code.get();
+        let w = walk_frame_records_checked(
+            crate::arch::native::FRAME_RECORD,
+            fp,
+            sp.max(self.lo),
+            self.hi,
+            skip,
+            out,
+            |ra| {
+                if a.contains(ra) {
+                    return true;
+                }
+                let r = if b.contains(ra) {
+                    b
+                } else {
+                    match code_miss(ra, self.lo, self.hi) {
+                        Some(r) => r,
+                        None => return false,
+                    }
+                };
+                (a, b) = (r, a);
+                true
+            },
+        );
+        self.code.set([a, b]);
+        w
+    }
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+impl RuleSource<NativeArch> for FrameRecords {
+    #[inline(always)]
+    fn rule(&self, _: u64) -> Found<<NativeArch as Arch>::Rule> {
+        Found::Rule(NativeArch::NO_CFI)
+    }
+
+    fn evaluate<M: Memory + ?Sized>(
+        &self,
+        _: u64,
+        _: &UnwindRegs,
+        _: &mut M,
+    ) -> Result<Applied, UnwindError> {
+        Err(UnwindError::Untracked)
+    }
+
+    #[inline(always)]
+    fn return_address(&self, ra: u64, cfa: u64) -> u64 {
+        #[cfg(target_os = "linux")]
+        {
+            crate::unwind::hook_table::resolve(ra, cfa)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = cfa;
+            ra
+        }
+    }
+
+    #[inline(always)]
+    fn is_code(&self, ra: u64) -> bool {
+        let [a, b] = self.code.get();
+        let ra = ra as usize;
+        a.contains(ra) || b.contains(ra) || code_miss(ra, self.lo, self.hi).is_some()
+    }
+
+    #[inline(always)]
+    fn fast_walk(&self, regs: &mut UnwindRegs, out: &mut [usize]) -> (usize, FastEnd) {
+        // With exit hooks live, a record may hold the trampoline where its
+        // return address was: every frame takes the generic step, which
+        // resolves it ([`RuleSource::return_address`]).
+        #[cfg(target_os = "linux")]
+        if crate::unwind::hook_table::any_live() {
+            return (0, FastEnd::Slow);
+        }
+        let w = self.records(regs.fp as usize, regs.sp as usize, 0, out);
+        if w.n < out.len() {
+            // The chain ended by the kernel's rules, the capture's.
+            return (w.n, FastEnd::Outermost);
+        }
+        // Full: the frame of the last return address written has its
+        // record at `w.next` (0 when that is no record). Its stack pointer
+        // is not known, only that it lies at or below the record: the
+        // lowest a walk from there reads, which keeps "strictly up the
+        // stack" from one call to the next.
+        *regs = UnwindRegs {
+            pc: out[w.n - 1] as u64,
+            sp: w.next as u64,
+            fp: w.next as u64,
+            lr: 0,
+        };
+        (w.n, FastEnd::Full)
+    }
 }
 
 /// The executable range holding `ra` when it is in neither of the walk's
@@ -205,6 +323,7 @@ fn code_miss(ra: usize, sp: usize, hi: usize) -> Option<crate::unwind::code::Ran
 
 /// Walks frame records from `fp`, reading only inside `[lo, hi)`, taking any
 /// non-null return address: [`walk_frame_records_checked`] accepting all.
+/// Returns how many return addresses it wrote.
 #[cfg_attr(not(test), allow(dead_code))]
 #[inline(always)]
 pub(crate) fn walk_frame_records(
@@ -215,17 +334,28 @@ pub(crate) fn walk_frame_records(
     skip: usize,
     out: &mut [usize],
 ) -> usize {
-    walk_frame_records_checked(layout, fp, lo, hi, skip, out, |_| true)
+    walk_frame_records_checked(layout, fp, lo, hi, skip, out, |_| true).n
+}
+
+/// What [`walk_frame_records_checked`] did.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Walked {
+    /// How many return addresses it wrote.
+    pub n: usize,
+    /// When it filled `out`: the saved frame pointer of the record the last
+    /// one was read from (the frame pointer of that return address's frame)
+    /// if it passed the checks of a record to read next (inside the stack,
+    /// aligned, strictly above that record), else 0. Otherwise unspecified.
+    pub next: usize,
 }
 
 /// Walks frame records from `fp`, reading only inside `[lo, hi)`.
 ///
-/// Writes return addresses to `out` after dropping the first `skip`, and
-/// returns how many it wrote. Stops at a null return address, one that
-/// `is_code` rejects (a frame record reached through a register that code
-/// without frame pointers used for something else), a record outside the
-/// bounds, a misaligned record, or a record that does not move strictly up
-/// the stack.
+/// Writes return addresses to `out` after dropping the first `skip`.
+/// Stops at a null return address, one that `is_code` rejects (a frame
+/// record reached through a register that code without frame pointers used
+/// for something else), a record outside the bounds, a misaligned record,
+/// or a record that does not move strictly up the stack.
 ///
 /// Shaped for speed without dropping a check: the skipped records are walked
 /// in a loop of their own, the main loop takes two frames per turn (one
@@ -240,17 +370,18 @@ pub(crate) fn walk_frame_records_checked(
     mut skip: usize,
     out: &mut [usize],
     mut is_code: impl FnMut(usize) -> bool,
-) -> usize {
+) -> Walked {
+    let none = Walked { n: 0, next: 0 };
     let record_end = layout.fp_offset.max(layout.ra_offset) + core::mem::size_of::<usize>();
     let misaligned = layout.align - 1;
     let shift = layout.align.trailing_zeros();
     // `last`: the highest aligned address a whole record may start at.
     let Some(last) = hi.checked_sub(record_end) else {
-        return 0;
+        return none;
     };
     let last = last & !misaligned;
     if fp < lo || fp > last || fp & misaligned != 0 {
-        return 0;
+        return none;
     }
     // From here on the record at `fp` may be read: `lo <= fp <= last`,
     // aligned. Each step accepts `next` by the same rules plus "strictly
@@ -278,7 +409,7 @@ pub(crate) fn walk_frame_records_checked(
         let (next, ra) = read(fp);
         let next_room = room(next);
         if ra == 0 || next_room >= fp_room || !is_code(ra) {
-            return 0;
+            return none;
         }
         skip -= 1;
         fp = next;
@@ -290,34 +421,36 @@ pub(crate) fn walk_frame_records_checked(
     while n + 2 <= len {
         let (next, ra) = read(fp);
         if ra == 0 || !is_code(ra) {
-            return n;
+            return Walked { n, next: fp };
         }
         out[n] = ra;
         let next_room = room(next);
         if next_room >= fp_room {
-            return n + 1;
+            return Walked { n: n + 1, next };
         }
         let (next2, ra2) = read(next);
         if ra2 == 0 || !is_code(ra2) {
-            return n + 1;
+            return Walked { n: n + 1, next };
         }
         out[n + 1] = ra2;
         n += 2;
         let next2_room = room(next2);
         if next2_room >= next_room {
-            return n;
+            return Walked { n, next: 0 };
         }
         fp = next2;
         fp_room = next2_room;
     }
     if n < len {
-        let (_, ra) = read(fp);
+        let (next, ra) = read(fp);
         if ra != 0 && is_code(ra) {
             out[n] = ra;
-            n += 1;
+            // Read on only after checking `next` like any record.
+            let next = if room(next) < fp_room { next } else { 0 };
+            return Walked { n: n + 1, next };
         }
     }
-    n
+    Walked { n, next: fp }
 }
 
 #[cfg(test)]
@@ -592,6 +725,58 @@ mod tests {
             };
             assert_eq!(n, expect, "fp word {fp_w}, delta {delta}");
             fill(&mut f);
+        }
+    }
+
+    /// The loop over [`super::FrameRecords`] (the crash handler's walk, and
+    /// `capture_fast`'s with exit hooks live) gives what the kernel alone
+    /// gives, for every skip and output length: its fast path stops and
+    /// resumes at every frame when skipping (8 frames at a time) and when
+    /// `out` is short, and must keep "strictly up the stack" across those
+    /// stops.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    fn the_loop_over_frame_records_matches_the_kernel() {
+        use crate::types::UnwindRegs;
+        // Return addresses in this binary's code, as the source checks.
+        let code = the_loop_over_frame_records_matches_the_kernel as usize;
+        for records in [1usize, 5, 9, 17] {
+            for end in 0..3 {
+                let mut f = Fake::new(64);
+                for k in 0..records {
+                    let next = if k + 1 < records {
+                        f.at(2 * (k + 1))
+                    } else {
+                        match end {
+                            0 => 0,
+                            1 => f.at(2 * k),
+                            _ => f.at(2 * k) - 16,
+                        }
+                    };
+                    f.record(2 * k, next, code + 1 + k);
+                }
+                let start = UnwindRegs {
+                    pc: code as u64,
+                    sp: f.lo() as u64,
+                    fp: f.at(0) as u64,
+                    lr: 0,
+                };
+                let mut full: Vec<usize> = vec![code];
+                full.extend((0..records).map(|k| code + 1 + k));
+                for skip in 0..=full.len() + 1 {
+                    for len in 1..=full.len() + 1 {
+                        let mut out = vec![0usize; len];
+                        let n = super::walk_records(start, false, f.lo(), f.hi(), skip, &mut out);
+                        let from = skip.min(full.len());
+                        let want = &full[from..(from + len).min(full.len())];
+                        assert_eq!(
+                            &out[..n],
+                            want,
+                            "{records} records, end {end}, skip {skip}, len {len}"
+                        );
+                    }
+                }
+            }
         }
     }
 }

@@ -332,16 +332,15 @@ pub(crate) fn unwind_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize
         let Some((lo, hi)) = bounds else {
             return 1;
         };
-        let mut code = crate::unwind::code::CodeCheck::new();
-        1 + crate::fast::walk_frame_records_checked(
-            crate::arch::native::FRAME_RECORD,
-            fp,
-            lo,
-            hi,
-            0,
-            &mut out[1..],
-            |ra| code.is_code(ra),
-        )
+        // The walk may start below the stack (sp in the guard area): its
+        // first frame's sp is the bottom of what may be read.
+        let start = crate::types::UnwindRegs {
+            pc: pc as u64,
+            sp: lo as u64,
+            fp: fp as u64,
+            lr: 0,
+        };
+        crate::fast::walk_records(start, true, lo, hi, 0, out)
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {

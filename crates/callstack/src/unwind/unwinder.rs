@@ -21,7 +21,9 @@ pub enum FastEnd {
     /// It filled the slots it was given.
     Full,
     /// It reached the outermost frame (a zero return address, or a rule
-    /// that says there is no caller).
+    /// that says there is no caller), or the end its source's rules set
+    /// (`capture_fast`'s frame records: a record that breaks the chain's
+    /// rules ends the capture there).
     Outermost,
     /// The frame it stopped at needs the generic step.
     Slow,
@@ -252,7 +254,6 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
             skip,
             out,
             n,
-            scratch: [0; 8],
             unchecked,
         };
         // `Pcs` stops a walk itself only when `out` is full.
@@ -270,7 +271,17 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
     /// path; then the generic step ([`Unwinder::next`]).
     #[inline(always)]
     fn drive<M: Memory + ?Sized, V: Visit<A, S>>(&mut self, mem: &mut M, v: &mut V) -> StopReason {
-        while let Some(f) = self.next(mem) {
+        // The starting frame here, not through `next`: a walk the fast path
+        // takes to its end makes no call.
+        let mut first = self.start();
+        loop {
+            let f = match first.take() {
+                Some(f) => f,
+                None => match self.next_out_of_line(mem) {
+                    Some(f) => f,
+                    None => break,
+                },
+            };
             if !v.frame(&f) {
                 break;
             }
@@ -298,6 +309,34 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         &self.regs
     }
 
+    /// [`Unwinder::next`] as a call of its own: the generic step stays out
+    /// of the loop's body, which a fast path often takes to the end, and
+    /// out of the registers the loop's callers keep.
+    #[inline(never)]
+    fn next_out_of_line<M: Memory + ?Sized>(&mut self, mem: &mut M) -> Option<Frame> {
+        self.next(mem)
+    }
+
+    /// The starting frame (method [`Method::Context`]) if the walk has not
+    /// started; starts it. `None` when it had, or when the starting pc is 0.
+    #[inline(always)]
+    fn start(&mut self) -> Option<Frame> {
+        if self.started {
+            return None;
+        }
+        self.started = true;
+        if self.regs.pc == 0 {
+            self.stop = StopReason::Outermost;
+            return None;
+        }
+        Some(Frame {
+            pc: self.regs.pc,
+            sp: self.regs.sp,
+            fp: self.regs.fp,
+            method: Method::Context,
+        })
+    }
+
     /// The next frame: the first call gives the starting frame (method
     /// [`Method::Context`]), each later one the caller. `None` when the walk
     /// has ended; see [`Unwinder::stop_reason`].
@@ -305,17 +344,7 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
     #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     pub fn next<M: Memory + ?Sized>(&mut self, mem: &mut M) -> Option<Frame> {
         if !self.started {
-            self.started = true;
-            if self.regs.pc == 0 {
-                self.stop = StopReason::Outermost;
-                return None;
-            }
-            return Some(Frame {
-                pc: self.regs.pc,
-                sp: self.regs.sp,
-                fp: self.regs.fp,
-                method: Method::Context,
-            });
+            return self.start();
         }
         if self.stop != StopReason::Running {
             return None;
@@ -500,8 +529,6 @@ struct Pcs<'o> {
     out: &'o mut [usize],
     /// How many pcs are in `out`.
     n: usize,
-    /// Where the fast path writes the frames it skips.
-    scratch: [usize; 8],
     /// The current frame's pc was written by the fast path, unchecked.
     unchecked: bool,
 }
@@ -522,8 +549,10 @@ impl<A: Arch, S: RuleSource<A>> Visit<A, S> for Pcs<'_> {
     fn fast(&mut self, source: &S, regs: &mut UnwindRegs) -> Option<StopReason> {
         loop {
             let (k, end) = if self.skip > 0 {
-                let m = self.skip.min(self.scratch.len());
-                let (k, e) = source.fast_walk(regs, &mut self.scratch[..m]);
+                // Where the fast path writes the frames it skips.
+                let mut scratch = [0usize; 8];
+                let m = self.skip.min(scratch.len());
+                let (k, e) = source.fast_walk(regs, &mut scratch[..m]);
                 self.skip -= k;
                 (k, e)
             } else {

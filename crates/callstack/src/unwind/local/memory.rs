@@ -57,6 +57,14 @@ impl StackMemory {
         self.bounds[0].hi as u64
     }
 
+    /// Reads of `[lo, hi)` only, a stack whose bounds the caller knows.
+    #[inline(always)]
+    pub(crate) fn with_bounds(lo: usize, hi: usize) -> Self {
+        StackMemory {
+            bounds: [StackBounds { lo, hi }, StackBounds::default()],
+        }
+    }
+
     #[inline]
     #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     pub(crate) fn for_sp(sp: u64) -> Option<Self> {

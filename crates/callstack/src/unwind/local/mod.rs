@@ -101,7 +101,7 @@ pub use loader::has_dl_find_object;
 #[cfg(test)]
 pub(crate) use loader::sections_from_hdr;
 pub(crate) use loader::{dl_find, exec_segment_in};
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) use memory::StackMemory;
 pub(crate) use snapshot::snapshot_code_range;
 pub use snapshot::{prepare, prepare_in_background, PrepareStats};
