@@ -7,7 +7,7 @@
 
 use crate::types::{Method, UnwindRegs};
 
-/// Why [`walk`] stopped.
+/// Why `walk` stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stop {
     /// The pc is 0 (the outermost frame's sentinel).

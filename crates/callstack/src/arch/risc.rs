@@ -302,7 +302,7 @@ fn call_before_masked<A: RiscArch, C: CodeMemory + ?Sized>(
 
 /// Walks from `regs` (the innermost frame: exact pc, `lr` valid), writing
 /// `(pc, method)` per frame. Returns how many frames were written. The loop
-/// is [`crate::arch::insn_walk::walk`]'s.
+/// is `crate::arch::insn_walk::walk`'s.
 pub fn walk<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
     regs: UnwindRegs,
     mem: &mut M,

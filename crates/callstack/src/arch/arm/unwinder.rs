@@ -192,7 +192,7 @@ fn call_before_t<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> Option<CallBe
 
 /// Walks from `regs` (the innermost frame), writing `(pc, method)` per
 /// frame (pcs with the Thumb bit as found). Returns how many. The loop is
-/// [`crate::arch::insn_walk::walk`]'s.
+/// `crate::arch::insn_walk::walk`'s.
 pub fn walk<M, C>(
     regs: ArmRegs,
     mem: &mut M,

@@ -593,7 +593,7 @@ where
 /// methods of this module, writing `(pc, method)` per frame into `out`
 /// (`out[0]` is `regs.pc` with [`Method::Context`]). Returns how many frames
 /// were written and why the walk stopped. The loop is
-/// [`crate::arch::insn_walk::walk`]'s.
+/// `crate::arch::insn_walk::walk`'s.
 pub fn walk<M, C>(
     regs: UnwindRegs,
     mem: &mut M,
