@@ -739,7 +739,7 @@ mod tests {
     fn the_loop_over_frame_records_matches_the_kernel() {
         use crate::types::UnwindRegs;
         // Return addresses in this binary's code, as the source checks.
-        let code = the_loop_over_frame_records_matches_the_kernel as usize;
+        let code = the_loop_over_frame_records_matches_the_kernel as *const () as usize;
         for records in [1usize, 5, 9, 17] {
             for end in 0..3 {
                 let mut f = Fake::new(64);

@@ -147,7 +147,7 @@ pub fn ehabi(data: &[u8]) {
 /// on, also the stack.
 pub fn insn_code(data: &[u8]) {
     use callstack::unwind::insn::{
-        aarch64, arm, mips, risc, x86_64, Method, SliceCode, UnwindRegs,
+        aarch64, arm, mips, walk, x86_64, Method, SliceCode, UnwindRegs,
     };
     if data.len() < 8 {
         return;
@@ -168,9 +168,9 @@ pub fn insn_code(data: &[u8]) {
         lr: pc,
     };
     let mut out = [(0u64, Method::Context); 16];
-    let _ = x86_64::unwinder::walk(regs, &mut Stack(stack_bytes), &mut c, end, &mut out);
-    let _ = risc::walk::<aarch64::Arch, _, _>(regs, &mut Stack(stack_bytes), &mut c, end, &mut out);
-    let _ = risc::walk::<mips::Arch, _, _>(regs, &mut Stack(stack_bytes), &mut c, end, &mut out);
+    let _ = walk::x86_64(regs, &mut Stack(stack_bytes), &mut c, end, &mut out);
+    let _ = walk::risc::<aarch64::Arch, _, _>(regs, &mut Stack(stack_bytes), &mut c, end, &mut out);
+    let _ = walk::risc::<mips::Arch, _, _>(regs, &mut Stack(stack_bytes), &mut c, end, &mut out);
 }
 
 /// `unwind_table`: the CFI table compiler (the input as an ELF image and

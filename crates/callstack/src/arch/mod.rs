@@ -15,7 +15,6 @@
 pub mod aarch64;
 pub mod arm;
 pub mod insn_cache;
-pub(crate) mod insn_walk;
 mod machine;
 pub mod mips;
 pub mod risc;

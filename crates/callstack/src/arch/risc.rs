@@ -299,39 +299,3 @@ fn call_before_masked<A: RiscArch, C: CodeMemory + ?Sized>(
 ) -> Option<CallBefore> {
     A::call_before(code, A::code_addr(ra))
 }
-
-/// Walks from `regs` (the innermost frame: exact pc, `lr` valid), writing
-/// `(pc, method)` per frame. Returns how many frames were written. The loop
-/// is `crate::arch::insn_walk::walk`'s.
-pub fn walk<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
-    regs: UnwindRegs,
-    mem: &mut M,
-    code: &mut C,
-    stack_end: u64,
-    out: &mut [(u64, Method)],
-) -> usize {
-    let mut steps = Steps::<A, M, C> {
-        mem,
-        code,
-        stack_end,
-        arch: core::marker::PhantomData,
-    };
-    crate::arch::insn_walk::walk(&mut steps, regs, true, out).0
-}
-
-/// [`step`] of architecture `A` as the walk's step.
-struct Steps<'a, A, M: ?Sized, C: ?Sized> {
-    mem: &'a mut M,
-    code: &'a mut C,
-    stack_end: u64,
-    arch: core::marker::PhantomData<A>,
-}
-
-impl<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized> crate::arch::insn_walk::InsnStep
-    for Steps<'_, A, M, C>
-{
-    type Regs = UnwindRegs;
-    fn step(&mut self, cur: &UnwindRegs, exact: bool) -> Option<(UnwindRegs, Method)> {
-        step::<A, M, C>(cur, self.mem, self.code, exact, self.stack_end).map(|s| (s.regs, s.method))
-    }
-}

@@ -504,13 +504,13 @@ impl<'s> RemoteUnwinder<'s> {
                     tables: RemoteArmTables::new(&self.snap.modules),
                 };
                 risc_frames(max, |out| {
-                    crate::unwind::insn::arm::unwinder::walk(r16, mem, &mut reader, stack_end, out)
+                    crate::unwind::insn::walk::arm(r16, mem, &mut reader, stack_end, out)
                 })
             }
             Tables::Unsupported(Machine::Mips) => {
                 let mut code = self.code.clone();
                 risc_frames(max, |out| {
-                    crate::unwind::insn::risc::walk::<crate::unwind::insn::mips::Arch, _, _>(
+                    crate::unwind::insn::walk::risc::<crate::unwind::insn::mips::Arch, _, _>(
                         start, mem, &mut code, stack_end, out,
                     )
                 })

@@ -229,13 +229,16 @@ unsafe extern "C" fn walk_entry(
     let mut code = Code { snap };
     // `pc` is a return address (looked up at pc - 1), except below a
     // signal frame, where it is the exact interrupted pc.
-    let mut steps = super::x86_64::unwinder::Steps {
-        mem: &mut mem,
-        code: &mut code,
+    super::walk::x86_64_from(
+        UnwindRegs { pc, sp, fp, lr: 0 },
+        false,
+        &mut mem,
+        &mut code,
         stack_end,
-        cache: Some(super::cache::in_process_cache()),
-    };
-    crate::arch::insn_walk::walk(&mut steps, UnwindRegs { pc, sp, fp, lr: 0 }, false, out).0
+        Some(super::cache::in_process_cache()),
+        out,
+    )
+    .0
 }
 
 struct Code<'a> {

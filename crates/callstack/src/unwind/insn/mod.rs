@@ -35,6 +35,7 @@ pub mod inprocess;
 pub mod modcode;
 pub use crate::arch::{risc, scan};
 pub mod target;
+pub mod walk;
 
 #[cfg(test)]
 mod robustness;

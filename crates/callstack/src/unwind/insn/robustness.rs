@@ -70,7 +70,7 @@ fn x86_64_analyzers_on_random_code() {
             lr: 0,
         };
         let mut out = [(0u64, Method::Context); 32];
-        let (n, _) = x86_64::unwinder::walk(regs, &mut st, &mut c, 0x7000_0000 + 2048, &mut out);
+        let (n, _) = super::walk::x86_64(regs, &mut st, &mut c, 0x7000_0000 + 2048, &mut out);
         assert!(n <= out.len());
         // Every frame after the first moved up the stack and follows a call.
         for f in &out[1..n] {
@@ -142,8 +142,9 @@ fn risc_analyzers_on_random_code() {
             lr: 0x1000 + r.next() % 1024,
         };
         let mut out = [(0u64, Method::Context); 32];
-        let _ = risc::walk::<aarch64::Arch, _, _>(regs, &mut st, &mut c, 0x7000_0800, &mut out);
-        let _ = risc::walk::<mips::Arch, _, _>(regs, &mut st, &mut c, 0x7000_0800, &mut out);
+        let _ =
+            super::walk::risc::<aarch64::Arch, _, _>(regs, &mut st, &mut c, 0x7000_0800, &mut out);
+        let _ = super::walk::risc::<mips::Arch, _, _>(regs, &mut st, &mut c, 0x7000_0800, &mut out);
         let mut arm_regs = [0u32; 16];
         for (i, x) in arm_regs.iter_mut().enumerate() {
             *x = (r.next() as u32) ^ i as u32;
@@ -151,7 +152,7 @@ fn risc_analyzers_on_random_code() {
         arm_regs[13] = 0x7000_0000;
         arm_regs[15] = (pc as u32) | (r.next() as u32 & 1);
         let mut nt = arm::unwinder::NoTables(SliceCode::new(0x1000, &code));
-        let _ = arm::unwinder::walk(arm_regs, &mut st, &mut nt, 0x7000_0800, &mut out);
+        let _ = super::walk::arm(arm_regs, &mut st, &mut nt, 0x7000_0800, &mut out);
     }
 }
 

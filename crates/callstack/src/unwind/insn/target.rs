@@ -21,17 +21,17 @@ pub fn unwind_prstatus<M: Memory + ?Sized>(
     Ok(match arch {
         Machine::X86_64 => {
             let regs = core_regs::x86_64::unwind_regs(prstatus)?;
-            super::x86_64::unwinder::walk(regs, mem, code, stack_end, out).0
+            super::walk::x86_64(regs, mem, code, stack_end, out).0
         }
         Machine::Aarch64 => {
             let regs = core_regs::aarch64::unwind_regs(prstatus)?;
-            super::risc::walk::<super::aarch64::Arch, M, ModuleCode>(
+            super::walk::risc::<super::aarch64::Arch, M, ModuleCode>(
                 regs, mem, code, stack_end, out,
             )
         }
         Machine::Mips => {
             let regs = core_regs::mips::unwind_regs(prstatus)?;
-            super::risc::walk::<super::mips::Arch, M, ModuleCode>(regs, mem, code, stack_end, out)
+            super::walk::risc::<super::mips::Arch, M, ModuleCode>(regs, mem, code, stack_end, out)
         }
         Machine::Arm => {
             let r = core_regs::arm::all_regs(prstatus)?;
@@ -40,7 +40,7 @@ pub fn unwind_prstatus<M: Memory + ?Sized>(
             if r[core_regs::arm::CPSR] as u64 & core_regs::arm::CPSR_T != 0 {
                 regs[15] |= 1;
             }
-            super::arm::unwinder::walk(regs, mem, code, stack_end, out)
+            super::walk::arm(regs, mem, code, stack_end, out)
         }
     })
 }

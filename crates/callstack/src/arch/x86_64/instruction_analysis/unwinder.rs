@@ -29,8 +29,6 @@ use crate::types::Memory;
 use crate::types::{Base, CodeMemory, InsnRule, Method, UnwindRegs};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
 
-pub use crate::arch::insn_walk::Stop;
-
 /// The call instruction that ends right before `ra`, decoded.
 ///
 /// ```text
@@ -587,49 +585,4 @@ where
         method: Method::Scan,
     };
     Some((s, hit.verified))
-}
-
-/// Walks from `regs` (the innermost frame, its exact pc) using only the
-/// methods of this module, writing `(pc, method)` per frame into `out`
-/// (`out[0]` is `regs.pc` with [`Method::Context`]). Returns how many frames
-/// were written and why the walk stopped. The loop is
-/// `crate::arch::insn_walk::walk`'s.
-pub fn walk<M, C>(
-    regs: UnwindRegs,
-    mem: &mut M,
-    code: &mut C,
-    stack_end: u64,
-    out: &mut [(u64, Method)],
-) -> (usize, Stop)
-where
-    M: Memory + ?Sized,
-    C: CodeMemory + ?Sized,
-{
-    let mut steps = Steps {
-        mem,
-        code,
-        stack_end,
-        cache: None,
-    };
-    crate::arch::insn_walk::walk(&mut steps, regs, true, out)
-}
-
-/// [`step_cached`] as the walk's step.
-pub(crate) struct Steps<'a, M: ?Sized, C: ?Sized> {
-    pub mem: &'a mut M,
-    pub code: &'a mut C,
-    pub stack_end: u64,
-    pub cache: Option<&'a InsnCache>,
-}
-
-impl<M, C> crate::arch::insn_walk::InsnStep for Steps<'_, M, C>
-where
-    M: Memory + ?Sized,
-    C: CodeMemory + ?Sized,
-{
-    type Regs = UnwindRegs;
-    fn step(&mut self, cur: &UnwindRegs, exact: bool) -> Option<(UnwindRegs, Method)> {
-        step_cached(cur, self.mem, self.code, exact, self.stack_end, self.cache)
-            .map(|s| (s.regs, s.method))
-    }
 }
