@@ -246,6 +246,7 @@ impl InsnCache {
         &self.lines[h as usize & (SETS - 1)]
     }
 
+    #[inline]
     fn lookup(&self, tag: u64, target: u64) -> Option<Read> {
         let g = self.generation();
         self.set(tag, target)

@@ -277,10 +277,17 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         loop {
             let f = match first.take() {
                 Some(f) => f,
-                None => match self.next_out_of_line(mem) {
-                    Some(f) => f,
-                    None => break,
-                },
+                None => {
+                    let next = if V::FAST {
+                        self.next_out_of_line(mem)
+                    } else {
+                        self.next(mem)
+                    };
+                    match next {
+                        Some(f) => f,
+                        None => break,
+                    }
+                }
             };
             if !v.frame(&f) {
                 break;
@@ -310,8 +317,8 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
     }
 
     /// [`Unwinder::next`] as a call of its own: the generic step stays out
-    /// of the loop's body, which a fast path often takes to the end, and
-    /// out of the registers the loop's callers keep.
+    /// of the loop's body when a fast path takes most frames, and out of
+    /// the registers that path keeps.
     #[inline(never)]
     fn next_out_of_line<M: Memory + ?Sized>(&mut self, mem: &mut M) -> Option<Frame> {
         self.next(mem)
@@ -500,6 +507,11 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
 
 /// What a walk does with its frames ([`Unwinder::drive`]).
 trait Visit<A: Arch, S: RuleSource<A>> {
+    /// Whether the visitor takes the fast path ([`Visit::fast`]): the loop
+    /// then calls the generic step out of line, which keeps the fast path's
+    /// registers free; a walk by generic steps alone has it inline.
+    const FAST: bool = false;
+
     /// Takes a frame; returns whether to go on.
     fn frame(&mut self, f: &Frame) -> bool;
 
@@ -534,6 +546,8 @@ struct Pcs<'o> {
 }
 
 impl<A: Arch, S: RuleSource<A>> Visit<A, S> for Pcs<'_> {
+    const FAST: bool = true;
+
     #[inline(always)]
     fn frame(&mut self, f: &Frame) -> bool {
         if self.skip > 0 {
