@@ -198,26 +198,26 @@ fn name_thread(
     past_main: bool,
 ) -> ThreadOut {
     let mut frames: Vec<FrameOut> = Vec::new();
-    let mut stop = unwound.stop;
+    let mut stop = unwound.stop.clone();
     // The main rule of the module of the last real frame printed.
     let mut rule: Option<crate::mainfn::MainRule> = None;
     for (k, f) in unwound.frames.iter().enumerate() {
-        let signal_trampoline = unwound
-            .frames
-            .get(k + 1)
-            .is_some_and(|n| n.method == callstack::remote::Method::SignalFrame);
+        let signal_trampoline = unwound.returns_to_signal_trampoline(k);
+        let lookup = unwound.lookup(k);
         if !past_main && ends_at_main(&frames, rule.as_ref()) {
             stop = None;
             break;
         }
-        let module = snap.module_at(f.lookup).map(|(_, m)| m);
+        let module = snap.module_at(lookup).map(|(_, m)| m);
         let module_name = module.map(|m| m.name.clone());
         // The tail-call frames between this frame and the one below, when
         // this one was found through the CFI of the one below (as gdb
         // looks for them only then) at a return address.
-        let below = k.checked_sub(1).map(|b| &unwound.frames[b]);
+        let below = k
+            .checked_sub(1)
+            .map(|b| (unwound.frames[b].pc, unwound.lookup(b)));
         if let (Some(below), Some(m)) = (below, module) {
-            if f.method == callstack::remote::Method::Cfi && f.lookup != f.pc {
+            if f.method == callstack::remote::Method::Cfi && lookup != f.pc {
                 for pc in sym.tail_calls(m, f.pc, below) {
                     // One frame per tail call, named (as gdb names it)
                     // after the innermost function at the jump: an
@@ -242,7 +242,7 @@ fn name_thread(
                 }
             }
         }
-        let syms = sym.names(module, f.pc, f.lookup);
+        let syms = sym.names(module, f.pc, lookup);
         if syms.is_empty() {
             frames.push(FrameOut {
                 pc: f.pc,
@@ -349,21 +349,22 @@ impl Names {
     }
 
     /// The return addresses of the tail calls between a caller at `pc`
-    /// (a return address in module `m`) and the frame `below` it,
-    /// innermost first (see [`Symbolizer::tail_calls`]).
+    /// (a return address in module `m`) and the frame below it (its pc and
+    /// the address it is looked up at), innermost first (see
+    /// [`Symbolizer::tail_calls`]).
     fn tail_calls(
         &mut self,
         m: &callstack::remote::Module,
         pc: u64,
-        below: &callstack::remote::Frame,
+        (below_pc, below_lookup): (u64, u64),
     ) -> Vec<u64> {
         if m.image.is_some() || m.file.is_none() {
             return Vec::new();
         }
-        let callee = if below.lookup == below.pc {
-            Address::Exact(below.pc as usize)
+        let callee = if below_lookup == below_pc {
+            Address::Exact(below_pc as usize)
         } else {
-            Address::Return(below.pc as usize)
+            Address::Return(below_pc as usize)
         };
         self.files
             .tail_calls(pc as usize, callee)

@@ -141,18 +141,6 @@ impl Snapshot {
 /// `context`, since its registers come from the saved context).
 pub use crate::unwind::Method;
 
-/// One unwound frame of another process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Frame {
-    /// The pc of the first frame, the return address of the others.
-    pub pc: u64,
-    /// The address to symbolize: `pc` for the first frame (and frames
-    /// interrupted by a signal), `pc - 1` for return addresses.
-    pub lookup: u64,
-    /// How the frame was found.
-    pub method: Method,
-}
-
 /// Why a target could not be read at all.
 #[derive(Debug)]
 pub enum RemoteError {

@@ -8,10 +8,11 @@
 //! out of the target), and maps the target's architecture to the
 //! unwinder's.
 
-use super::{Frame, Machine, Method, Module, Registers, Snapshot, Thread};
+use super::{Machine, Method, Module, Registers, Snapshot, Thread};
 use crate::arch::aarch64::Aarch64;
 use crate::arch::x86_64::X86_64;
 use crate::arch::Applied;
+use crate::types::Frame;
 use crate::unwind::insn::{CodeMemory, InsnFallback};
 use crate::unwind::{
     self, Found, Memory, ModuleSet, RuleSource, StopReason, UnwindError, UnwindRegs, UnwindTable,
@@ -26,6 +27,29 @@ pub struct Unwound {
     pub frames: Vec<Frame>,
     /// Set when the walk stopped before the outermost frame: why.
     pub stop: Option<String>,
+}
+
+impl Unwound {
+    /// The address to symbolize frame `i` at: its
+    /// [`Frame::lookup_address`] (`pc - 1` for a return address), except
+    /// for a frame that returned into a signal trampoline (the next frame
+    /// was found through the signal frame): its pc is the trampoline's
+    /// first instruction, looked up as is.
+    pub fn lookup(&self, i: usize) -> u64 {
+        let f = &self.frames[i];
+        if self.returns_to_signal_trampoline(i) {
+            return f.pc;
+        }
+        f.lookup_address()
+    }
+
+    /// Whether frame `i` is the signal trampoline a handler returned to:
+    /// the frame after it was found through the kernel's signal frame.
+    pub fn returns_to_signal_trampoline(&self, i: usize) -> bool {
+        self.frames
+            .get(i + 1)
+            .is_some_and(|n| n.method == unwind::Method::SignalFrame)
+    }
 }
 
 /// The modules of a snapshot as a [`RuleSource`]: a [`ModuleSet`] whose
@@ -503,22 +527,23 @@ impl<'s> RemoteUnwinder<'s> {
                     code: self.code.clone(),
                     tables: RemoteArmTables::new(&self.snap.modules),
                 };
-                risc_frames(max, |out| {
-                    crate::unwind::insn::walk::arm(r16, mem, &mut reader, stack_end, out)
+                code_frames(max, |each| {
+                    crate::unwind::insn::walk::arm_each(r16, mem, &mut reader, stack_end, each)
                 })
             }
             Tables::Unsupported(Machine::Mips) => {
                 let mut code = self.code.clone();
-                risc_frames(max, |out| {
-                    crate::unwind::insn::walk::risc::<crate::unwind::insn::mips::Arch, _, _>(
-                        start, mem, &mut code, stack_end, out,
+                code_frames(max, |each| {
+                    crate::unwind::insn::walk::risc_each::<crate::unwind::insn::mips::Arch, _, _>(
+                        start, mem, &mut code, stack_end, each,
                     )
                 })
             }
             Tables::Unsupported(a) => Unwound {
                 frames: vec![Frame {
                     pc,
-                    lookup: pc,
+                    sp: start.sp,
+                    fp: start.fp,
                     method: Method::Context,
                 }],
                 stop: Some(format!("no unwinder for {a:?} yet")),
@@ -532,32 +557,27 @@ impl<'s> RemoteUnwinder<'s> {
     }
 }
 
-/// Runs one of the instruction-analysis walkers of 32-bit targets (arm,
-/// mips: no CFI unwinder there yet) into frames. On ARM a Thumb pc carries
-/// bit 0, which is dropped from the printed pc.
-fn risc_frames(max: usize, walk: impl FnOnce(&mut [(u64, unwind::Method)]) -> usize) -> Unwound {
-    let mut buf = vec![(0u64, unwind::Method::Context); max.max(1)];
-    let n = walk(&mut buf);
-    let frames = buf[..n]
-        .iter()
-        .map(|&(pc, m)| {
-            let pc = pc & !1;
-            let method = m;
-            Frame {
-                pc,
-                lookup: if matches!(method, Method::Context | Method::SignalFrame) {
-                    pc
-                } else {
-                    pc.wrapping_sub(1)
-                },
-                method,
-            }
-        })
-        .collect();
-    Unwound {
-        frames,
-        stop: (n >= max).then(|| format!("stopped after {max} frames")),
+/// Runs one of the machine-code walks of 32-bit targets (arm, mips: no CFI
+/// unwinder there yet) into frames, at most `max`. On ARM a Thumb pc
+/// carries bit 0, which is dropped from the frame's pc.
+fn code_frames(
+    max: usize,
+    walk: impl FnOnce(&mut dyn FnMut(&Frame) -> bool) -> StopReason,
+) -> Unwound {
+    let mut out = Unwound::default();
+    if max > 0 {
+        walk(&mut |f| {
+            out.frames.push(Frame {
+                pc: f.pc & !1,
+                ..*f
+            });
+            out.frames.len() < max
+        });
     }
+    if out.frames.len() >= max {
+        out.stop = Some(format!("stopped after {max} frames"));
+    }
+    out
 }
 
 fn lr_of(regs: &Registers) -> u64 {
@@ -583,18 +603,7 @@ fn walk<A: crate::arch::Arch, M: Memory + ?Sized, F: unwind::Fallback<A>>(
         StopReason::Running
     } else {
         u.run(mem, |f| {
-            if f.method == unwind::Method::SignalFrame {
-                // The frame below returned into the signal trampoline: its pc is
-                // the trampoline's first instruction, named as is (not pc - 1).
-                if let Some(t) = out.frames.last_mut() {
-                    t.lookup = t.pc;
-                }
-            }
-            out.frames.push(Frame {
-                pc: f.pc,
-                lookup: f.lookup_address(),
-                method: f.method,
-            });
+            out.frames.push(*f);
             out.frames.len() < max
         })
     };

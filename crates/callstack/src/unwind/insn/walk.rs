@@ -14,7 +14,9 @@ use crate::arch::arm::unwinder::{ArmRegs, ArmTables};
 use crate::arch::insn_cache::InsnCache;
 use crate::arch::risc::RiscArch;
 use crate::arch::{Applied, Arch, FrameRecordLayout};
-use crate::types::{CodeMemory, Memory, Method, RowView, StopReason, UnwindError, UnwindRegs};
+use crate::types::{
+    CodeMemory, Frame, Memory, Method, RowView, StopReason, UnwindError, UnwindRegs,
+};
 use crate::unwind::{Fallback, Found, RuleSource, Unwinder};
 
 /// Why a walk stopped.
@@ -80,12 +82,27 @@ pub fn risc<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
     stack_end: u64,
     out: &mut [(u64, Method)],
 ) -> usize {
+    into_slice(out, |each| {
+        risc_each::<A, M, C>(regs, mem, code, stack_end, each)
+    })
+    .0
+}
+
+/// [`risc`], handing each frame to `each` (which returns whether to go on).
+/// Returns why the walk ended.
+pub fn risc_each<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
+    regs: UnwindRegs,
+    mem: &mut M,
+    code: &mut C,
+    stack_end: u64,
+    each: impl FnMut(&Frame) -> bool,
+) -> StopReason {
     let steps = RiscSteps::<A, C> {
         code,
         stack_end,
         arch: core::marker::PhantomData,
     };
-    run(steps, regs, true, mem, out).0
+    Unwinder::<CodeOnly, _, _>::with_fallback(&NoRules, regs, true, steps).run(mem, each)
 }
 
 /// 32-bit ARM (EHABI tables, then prologue analysis) from `regs` (the
@@ -103,13 +120,29 @@ where
     M: Memory + ?Sized,
     C: CodeMemory + ArmTables + ?Sized,
 {
+    into_slice(out, |each| arm_each(regs, mem, code, stack_end, each)).0
+}
+
+/// [`arm`], handing each frame to `each` (which returns whether to go on).
+/// Returns why the walk ended.
+pub fn arm_each<M, C>(
+    regs: ArmRegs,
+    mem: &mut M,
+    code: &mut C,
+    stack_end: u64,
+    each: impl FnMut(&Frame) -> bool,
+) -> StopReason
+where
+    M: Memory + ?Sized,
+    C: CodeMemory + ArmTables + ?Sized,
+{
     let start = arm_regs(&regs);
     let steps = ArmSteps {
         code,
         stack_end,
         cur: regs,
     };
-    run(steps, start, true, mem, out).0
+    Unwinder::<CodeOnly, _, _>::with_fallback(&NoRules, start, true, steps).run(mem, each)
 }
 
 /// The loop: frames to `out` until it is full or the walk ends.
@@ -124,17 +157,41 @@ fn run<F: Fallback<CodeOnly>, M: Memory + ?Sized>(
         return (0, Stop::Full);
     }
     let mut n = 0;
-    let why = Unwinder::with_fallback(&NoRules, regs, exact, steps).run(mem, |f| {
+    let why =
+        Unwinder::<CodeOnly, _, _>::with_fallback(&NoRules, regs, exact, steps).run(mem, |f| {
+            out[n] = (f.pc, f.method);
+            n += 1;
+            n < out.len()
+        });
+    (n, stop_of(why, n == out.len()))
+}
+
+/// Runs `walk` with a visitor writing `(pc, method)` per frame to `out`
+/// until it is full (through a `dyn` visitor: for cores, off the capture
+/// path). Returns how many it wrote and why the walk stopped.
+fn into_slice(
+    out: &mut [(u64, Method)],
+    walk: impl FnOnce(&mut dyn FnMut(&Frame) -> bool) -> StopReason,
+) -> (usize, Stop) {
+    if out.is_empty() {
+        return (0, Stop::Full);
+    }
+    let mut n = 0;
+    let why = walk(&mut |f| {
         out[n] = (f.pc, f.method);
         n += 1;
         n < out.len()
     });
-    let stop = match why {
+    (n, stop_of(why, n == out.len()))
+}
+
+/// A walk's [`Stop`] from the loop's reason; `full`: the output filled up.
+fn stop_of(why: StopReason, full: bool) -> Stop {
+    match why {
         StopReason::Outermost => Stop::End,
-        StopReason::Running | StopReason::BufferFull if n == out.len() => Stop::Full,
+        StopReason::Running | StopReason::BufferFull if full => Stop::Full,
         _ => Stop::NoCaller,
-    };
-    (n, stop)
+    }
 }
 
 /// The rule source of a walk by machine code: no address has a rule, so
