@@ -7,9 +7,9 @@
 //! and so does a return address outside the executable code of the loaded
 //! modules (see `code`; one lock-free lookup per module the walk enters).
 
-use crate::arch::{Applied, Arch, FrameRecordLayout};
+use crate::arch::{Arch, FrameRecordLayout};
 use crate::stack;
-use crate::types::{Memory, UnwindError, UnwindRegs};
+use crate::types::UnwindRegs;
 use crate::unwind::local::StackMemory;
 use crate::unwind::{FastEnd, Found, NativeArch, RuleSource, Unwinder};
 
@@ -248,15 +248,6 @@ impl RuleSource<NativeArch> for FrameRecords {
     #[inline(always)]
     fn rule(&self, _: u64) -> Found<<NativeArch as Arch>::Rule> {
         Found::Rule(NativeArch::NO_CFI)
-    }
-
-    fn evaluate<M: Memory + ?Sized>(
-        &self,
-        _: u64,
-        _: &UnwindRegs,
-        _: &mut M,
-    ) -> Result<Applied, UnwindError> {
-        Err(UnwindError::Untracked)
     }
 
     #[inline(always)]

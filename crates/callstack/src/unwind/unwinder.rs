@@ -39,13 +39,19 @@ pub trait RuleSource<A: Arch> {
     fn rule(&self, addr: u64) -> Found<A::Rule>;
 
     /// Evaluates the CFI of `addr` directly and applies it (for rows that
-    /// are [`Arch::EVALUATE`]). Must not allocate when used in-process.
+    /// are [`Arch::EVALUATE`]). Must not allocate when used in-process. The
+    /// default, for a source that gives no such rows, has nothing to
+    /// evaluate: [`UnwindError::Untracked`], which sends the frame on as one
+    /// without CFI.
     fn evaluate<M: Memory + ?Sized>(
         &self,
         addr: u64,
         regs: &UnwindRegs,
         mem: &mut M,
-    ) -> Result<Applied, UnwindError>;
+    ) -> Result<Applied, UnwindError> {
+        let _ = (addr, regs, mem);
+        Err(UnwindError::Untracked)
+    }
 
     /// Whether the code at `pc` (without CFI) is a signal-return trampoline.
     fn is_signal_trampoline(&self, pc: u64) -> bool {
@@ -665,15 +671,6 @@ mod tests {
             } else {
                 Found::Unknown
             }
-        }
-
-        fn evaluate<M: Memory + ?Sized>(
-            &self,
-            _: u64,
-            _: &UnwindRegs,
-            _: &mut M,
-        ) -> Result<Applied, UnwindError> {
-            Err(UnwindError::Untracked)
         }
 
         fn is_code(&self, ra: u64) -> bool {

@@ -203,15 +203,6 @@ impl<A: Arch> RuleSource<A> for NoRules {
     fn rule(&self, _: u64) -> Found<A::Rule> {
         Found::Unknown
     }
-
-    fn evaluate<M: Memory + ?Sized>(
-        &self,
-        _: u64,
-        _: &UnwindRegs,
-        _: &mut M,
-    ) -> Result<Applied, UnwindError> {
-        Err(UnwindError::Untracked)
-    }
 }
 
 /// The [`Arch`] of a walk that reads no CFI ([`NoRules`]): its one rule
