@@ -502,18 +502,7 @@ fn evaluate_gimli<A: Arch, M: Memory + ?Sized>(
                 Ok(f) => f,
                 Err(_) => return Err(UnwindError::BadCfi),
             };
-            if !fde.contains(addr) {
-                return Ok(Applied::NoCfi);
-            }
-            if fde.is_signal_trampoline() {
-                let regs = A::signal_frame(regs.sp, mem)?;
-                return Ok(Applied::Caller { regs, signal: true });
-            }
-            let row = fde
-                .unwind_info_for_address(&sec, &bases, &mut ctx, addr)
-                .map_err(|_| UnwindError::BadCfi)?;
-            let view = RowView::from_gimli(row, &sec, A::RA)?;
-            finish::<A, M>(&view, fde.is_signal_trampoline(), regs, mem)
+            apply_fde::<A, M, _>(&sec, &bases, &mut ctx, &fde, addr, regs, mem)
         }
         FdeAt::EhFrame(_) | FdeAt::Search => {
             let Some((bytes, _)) = secs.eh_frame else {
@@ -569,20 +558,35 @@ fn evaluate_gimli<A: Arch, M: Memory + ?Sized>(
                 Err(gimli::Error::NoUnwindInfoForAddress) => return Ok(Applied::NoCfi),
                 Err(_) => return Err(UnwindError::BadCfi),
             };
-            if !fde.contains(addr) {
-                return Ok(Applied::NoCfi);
-            }
-            if fde.is_signal_trampoline() {
-                let regs = A::signal_frame(regs.sp, mem)?;
-                return Ok(Applied::Caller { regs, signal: true });
-            }
-            let row = fde
-                .unwind_info_for_address(&sec, &bases, &mut ctx, addr)
-                .map_err(|_| UnwindError::BadCfi)?;
-            let view = RowView::from_gimli(row, &sec, A::RA)?;
-            finish::<A, M>(&view, fde.is_signal_trampoline(), regs, mem)
+            apply_fde::<A, M, _>(&sec, &bases, &mut ctx, &fde, addr, regs, mem)
         }
     }
+}
+
+/// Applies the row of `addr` in `fde` (of `.eh_frame` or `.debug_frame`,
+/// `sec`): no CFI when the FDE does not cover `addr`, the kernel's signal
+/// frame for a signal trampoline's FDE.
+fn apply_fde<'a, A: Arch, M: Memory + ?Sized, S: UnwindSection<Slice<'a>>>(
+    sec: &S,
+    bases: &gimli::BaseAddresses,
+    ctx: &mut UnwindContext<usize, StackStorage>,
+    fde: &gimli::FrameDescriptionEntry<Slice<'a>>,
+    addr: u64,
+    regs: &UnwindRegs,
+    mem: &mut M,
+) -> Result<Applied, UnwindError> {
+    if !fde.contains(addr) {
+        return Ok(Applied::NoCfi);
+    }
+    if fde.is_signal_trampoline() {
+        let regs = A::signal_frame(regs.sp, mem)?;
+        return Ok(Applied::Caller { regs, signal: true });
+    }
+    let row = fde
+        .unwind_info_for_address(sec, bases, ctx, addr)
+        .map_err(|_| UnwindError::BadCfi)?;
+    let view = RowView::from_gimli(row, sec, A::RA)?;
+    finish::<A, M>(&view, false, regs, mem)
 }
 
 /// What [`hdr_search`] found.

@@ -19,31 +19,33 @@ struct DlFindObject {
 
 type DlFindObjectFn = unsafe extern "C" fn(*mut libc::c_void, *mut DlFindObject) -> libc::c_int;
 
-// A weak reference to `_dl_find_object`: resolved by the dynamic loader when
-// glibc has it (2.35+), null otherwise, without a hard version dependency
-// and without calling `dlsym` (which takes locks) from a capture.
+/// Defines `__callstack_dl_find_object_ptr`: a weak reference to
+/// `_dl_find_object`, resolved by the dynamic loader when glibc has it
+/// (2.35+), null otherwise, without a hard version dependency and without
+/// calling `dlsym` (which takes locks) from a capture. `$progbits` is the
+/// section type as the target's assembler spells it (`@` starts a comment
+/// on AArch64).
+macro_rules! dl_find_object_ptr {
+    ($progbits:literal) => {
+        core::arch::global_asm!(
+            ".weak _dl_find_object",
+            concat!(
+                ".pushsection .data.rel.ro.callstack_dlfo,\"aw\",",
+                $progbits
+            ),
+            ".p2align 3",
+            ".globl __callstack_dl_find_object_ptr",
+            ".hidden __callstack_dl_find_object_ptr",
+            "__callstack_dl_find_object_ptr:",
+            ".quad _dl_find_object",
+            ".popsection",
+        );
+    };
+}
 #[cfg(all(target_os = "linux", target_env = "gnu", target_arch = "x86_64"))]
-core::arch::global_asm!(
-    ".weak _dl_find_object",
-    ".pushsection .data.rel.ro.callstack_dlfo,\"aw\",@progbits",
-    ".p2align 3",
-    ".globl __callstack_dl_find_object_ptr",
-    ".hidden __callstack_dl_find_object_ptr",
-    "__callstack_dl_find_object_ptr:",
-    ".quad _dl_find_object",
-    ".popsection",
-);
+dl_find_object_ptr!("@progbits");
 #[cfg(all(target_os = "linux", target_env = "gnu", target_arch = "aarch64"))]
-core::arch::global_asm!(
-    ".weak _dl_find_object",
-    ".pushsection .data.rel.ro.callstack_dlfo,\"aw\",%progbits",
-    ".p2align 3",
-    ".globl __callstack_dl_find_object_ptr",
-    ".hidden __callstack_dl_find_object_ptr",
-    "__callstack_dl_find_object_ptr:",
-    ".quad _dl_find_object",
-    ".popsection",
-);
+dl_find_object_ptr!("%progbits");
 
 #[cfg(all(
     target_os = "linux",
