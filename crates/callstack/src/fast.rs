@@ -92,16 +92,9 @@ unsafe fn walk_bounded(
     if crate::unwind::hook_table::any_live() {
         return hooked(fp, sp, hi, skip as usize, out) as u32;
     }
-    let hints = crate::unwind::code::hints();
-    let source = FrameRecords {
-        lo: sp,
-        hi,
-        code: core::cell::Cell::new(hints),
-    };
+    let source = FrameRecords::new(sp, hi);
     let n = source.walk(fp, sp, skip as usize, out).n;
-    if source.code.get() != hints {
-        crate::unwind::code::set_hints(source.code.get());
-    }
+    source.keep_hints();
     n as u32
 }
 
@@ -164,10 +157,10 @@ pub(crate) fn walk_records(
 /// is read. Its fast path walks the records with
 /// [`walk_frame_records_checked`]; the chain's rules there (inside the
 /// stack, aligned, strictly up, a return address in code) are the ones the
-/// capture promises, so where that walk ends, the capture ends. The one
-/// frame it hands to the generic step is one whose return address is an
-/// exit hook's trampoline, which the loop resolves
-/// ([`RuleSource::return_address`]).
+/// capture promises, so where that walk ends, the capture ends. With exit
+/// hooks live it walks none: a record may then hold a hook's trampoline
+/// where its return address was, and the generic step (the frame-pointer
+/// rule) resolves it ([`RuleSource::return_address`]).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 struct FrameRecords {
     /// The stack: `[lo, hi)`.
@@ -179,6 +172,8 @@ struct FrameRecords {
     /// ended with ([`crate::unwind::code::hints`]), so a warm walk makes no
     /// lookup.
     code: core::cell::Cell<[crate::unwind::code::Range; 2]>,
+    /// The ranges the walk started with.
+    hints: [crate::unwind::code::Range; 2],
 }
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -187,10 +182,12 @@ impl FrameRecords {
     /// ranges the process's last walk ended with.
     #[inline(always)]
     fn new(lo: usize, hi: usize) -> Self {
+        let hints = crate::unwind::code::hints();
         FrameRecords {
             lo,
             hi,
-            code: core::cell::Cell::new(crate::unwind::code::hints()),
+            code: core::cell::Cell::new(hints),
+            hints,
         }
     }
 
@@ -198,7 +195,7 @@ impl FrameRecords {
     #[inline(always)]
     fn keep_hints(&self) {
         let code = self.code.get();
-        if code != crate::unwind::code::hints() {
+        if code != self.hints {
             crate::unwind::code::set_hints(code);
         }
     }
