@@ -185,31 +185,33 @@ fn find_start<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> Option<u64> {
     None
 }
 
-/// Whether `pc` lies in a PLT entry of the standard form (`Some(true)`:
-/// the one of PLT0, right after its `stp x16, x30, [sp, #-16]!`):
+/// Whether `pc` lies in a PLT entry (`Some(true)`: the one of PLT0, right
+/// after its `stp x16, x30, [sp, #-16]!`), in the forms ld writes: the
+/// standard one, with `bti c` first (`-z force-bti`), with the address
+/// authenticated before the branch (`-z pac-plt`), or both:
 ///
 /// ```text
+/// (bti c)                 d503245f
 /// adrp x16, page          90000010 | immediates
 /// ldr  x17, [x16, #off]   f9400211 | offset
 /// add  x16, x16, #off     91000210 | offset
+/// (autia1716 | autib1716) d503219f | d50321df
 /// br   x17                d61f0220
 /// ```
+///
+/// At PLT0's own `bti c`, before its `stp`, nothing is pushed yet
+/// (`Some(false)`).
 fn plt_entry<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> Option<bool> {
-    const FORM: [(u32, u32); 4] = [
-        (0x9f00_001f, 0x9000_0010),
-        (0xffc0_03ff, 0xf940_0211),
-        (0xffc0_03ff, 0x9100_0210),
-        (0xffff_ffff, 0xd61f_0220),
-    ];
+    const BTI_C: u32 = 0xd503_245f;
     const PLT0_STP: u32 = 0xa9bf_7bf0;
     let pc = pc & !3;
-    let start = (0..4u64).find_map(|k| {
+    if insn_at(code, pc) == Some(BTI_C) && insn_at(code, pc + 4) == Some(PLT0_STP) {
+        return plt_form(code, pc + 8).map(|_| false);
+    }
+    let start = (0..6u64).find_map(|k| {
         let start = pc.checked_sub(4 * k)?;
-        FORM.iter()
-            .enumerate()
-            .all(|(j, &(mask, bits))| {
-                insn_at(code, start + 4 * j as u64).is_some_and(|i| i & mask == bits)
-            })
+        plt_form(code, start)
+            .is_some_and(|len| k < len)
             .then_some(start)
     })?;
     let plt0 = start
@@ -217,6 +219,33 @@ fn plt_entry<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> Option<bool> {
         .and_then(|a| insn_at(code, a))
         .is_some_and(|i| i == PLT0_STP);
     Some(plt0)
+}
+
+/// The number of instructions of a PLT entry's form (see [`plt_entry`])
+/// starting at `start`, if one does.
+fn plt_form<C: CodeMemory + ?Sized>(code: &mut C, start: u64) -> Option<u64> {
+    const BTI_C: u32 = 0xd503_245f;
+    const AUT_1716: [u32; 2] = [0xd503_219f, 0xd503_21df];
+    const CORE: [(u32, u32); 3] = [
+        (0x9f00_001f, 0x9000_0010),
+        (0xffc0_03ff, 0xf940_0211),
+        (0xffc0_03ff, 0x9100_0210),
+    ];
+    const BR_X17: u32 = 0xd61f_0220;
+    let mut at = start;
+    if insn_at(code, at) == Some(BTI_C) {
+        at += 4;
+    }
+    for (mask, bits) in CORE {
+        if insn_at(code, at)? & mask != bits {
+            return None;
+        }
+        at += 4;
+    }
+    if insn_at(code, at).is_some_and(|i| AUT_1716.contains(&i)) {
+        at += 4;
+    }
+    (insn_at(code, at)? == BR_X17).then_some((at + 4 - start) / 4)
 }
 
 /// The rule at `pc`, from the function's `entry` (or the start found by
@@ -452,6 +481,60 @@ mod tests {
             assert_eq!((r.cfa_offset, r.ra_at_cfa), (16, Some(-8)), "{pc:#x}");
         }
         assert_eq!(plt_entry(&mut SliceCode::new(0x1000, &b), 0x1000), None);
+    }
+
+    #[test]
+    fn bti_and_pac_plt_entries_return_through_lr() {
+        const BTI: u32 = 0xd503245f;
+        const AUTIA: u32 = 0xd503219f;
+        const AUTIB: u32 = 0xd50321df;
+        const NOP: u32 = 0xd503201f;
+        let (adrp, ldr, add, br) = (0x90001a30, 0xf944f611, 0x9127a210, 0xd61f0220);
+        // An entry of each form after a PLT0 of the same form, as ld writes
+        // them with `-z force-bti` and `-z pac-plt`.
+        let forms: [(&[u32], &[u32]); 3] = [(&[BTI], &[]), (&[], &[AUTIA]), (&[BTI], &[AUTIB])];
+        for (pre, aut) in forms {
+            let mut words = Vec::new();
+            words.extend_from_slice(pre);
+            words.push(0xa9bf7bf0); // stp x16, x30, [sp, #-16]!
+            words.extend([adrp, ldr, add]);
+            words.extend_from_slice(aut);
+            words.push(br);
+            while words.len() % 8 != 0 {
+                words.push(NOP);
+            }
+            let entry = words.len();
+            words.extend_from_slice(pre);
+            words.extend([adrp, ldr, add]);
+            words.extend_from_slice(aut);
+            words.push(br);
+            let end = words.len();
+            let b = code(&words);
+            let at = |i: usize| 0x1000 + 4 * i as u64;
+            for i in entry..end {
+                let r = analyze(&mut SliceCode::new(0x1000, &b), at(i), None, true).unwrap();
+                assert_eq!(
+                    (r.cfa_base, r.cfa_offset, r.ra_at_cfa),
+                    (Base::Sp, 0, None),
+                    "{pre:x?} {aut:x?} entry word {i}"
+                );
+            }
+            // PLT0: at its `bti c` nothing is pushed; after its `stp`, 16
+            // bytes with x30 in the upper half.
+            let stp = pre.len();
+            let mut c = SliceCode::new(0x1000, &b);
+            if stp == 1 {
+                assert_eq!(plt_entry(&mut c, at(0)), Some(false), "{pre:x?} {aut:x?}");
+            }
+            for i in stp + 1..stp + 5 + aut.len() {
+                let r = analyze(&mut c, at(i), None, true).unwrap();
+                assert_eq!(
+                    (r.cfa_offset, r.ra_at_cfa),
+                    (16, Some(-8)),
+                    "{pre:x?} {aut:x?} PLT0 word {i}"
+                );
+            }
+        }
     }
 
     #[test]
