@@ -751,6 +751,24 @@ mod tests {
                 };
                 let mut full: Vec<usize> = vec![code];
                 full.extend((0..records).map(|k| code + 1 + k));
+                // The crash handler's form: an exact pc (here one in no
+                // module, a jump through a bad pointer), whose frame record
+                // is at the frame pointer; the same chain follows.
+                let mut exact = vec![0usize; full.len() + 1];
+                let n = super::walk_records(
+                    UnwindRegs { pc: 0x10, ..start },
+                    true,
+                    f.lo(),
+                    f.hi(),
+                    0,
+                    &mut exact,
+                );
+                assert_eq!(exact[0], 0x10);
+                assert_eq!(
+                    &exact[1..n],
+                    &full[1..],
+                    "{records} records, end {end}, exact pc"
+                );
                 for skip in 0..=full.len() + 1 {
                     for len in 1..=full.len() + 1 {
                         let mut out = vec![0usize; len];
