@@ -145,7 +145,10 @@ pub enum NameSource {
     Dynsym,
 }
 
-/// One frame at an address: a function, or an inlined function.
+/// One frame at an address: a function, or an inlined function. A source
+/// level (logical) frame, as `addr2line::Frame` is: one address of a
+/// [`crate::unwind::Frame`] (a frame the unwinder walked: pc, sp, fp and
+/// how it was found) names one or more of these.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     /// The demangled function name (Rust legacy and v0 without the hash,
