@@ -8,12 +8,13 @@ use std::sync::Mutex;
 use testsupport::crash::*;
 use testsupport::{scratch_dir, Gcc};
 
-const OURS: [&str; 17] = [
+const OURS: [&str; 18] = [
     "c_null_deref",
     "c_bus_error",
     "c_dlopen_crash",
     "dso_crash",
     "dso_null_deref",
+    "c_call_null",
     "c_abort",
     "c_divide",
     "c_illegal",
@@ -80,6 +81,18 @@ fn crash_c_null_dereference() {
     S.check(&c, libc::SIGSEGV, line, &["c_null_deref"]);
     // The innermost frame is the faulting function itself.
     assert_eq!(c.frames()[0].function, "c_null_deref", "{}", c.stderr);
+}
+
+/// A call through a null function pointer: the crash is at pc 0, in no
+/// module; the caller is named all the same (its return address is on top
+/// of the stack), as gdb names it.
+#[test]
+fn crash_c_call_through_a_null_pointer() {
+    let c = S.run("call-null", &[]);
+    let line =
+        "signal: SIGSEGV: address not mapped, fault address 0x0 (signal 11, code 1 SEGV_MAPERR)";
+    S.check(&c, libc::SIGSEGV, line, &["c_call_null"]);
+    assert!(c.raw().contains("#0 pc 0x0"), "{}", c.stderr);
 }
 
 #[test]

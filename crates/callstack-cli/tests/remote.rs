@@ -1067,6 +1067,58 @@ fn core_alone_finds_the_executable() {
     let _ = std::fs::remove_file(&core);
 }
 
+/// A crash at pc 0, by a call through a null function pointer: the caller
+/// is found where the call left its return address (gdb does the same),
+/// with and without frame pointers.
+#[test]
+fn core_of_a_call_through_a_null_pointer_matches_gdb() {
+    for (tag, flags) in [
+        ("O2", "-O2 -g"),
+        ("O2_fp", "-O2 -g -fno-omit-frame-pointer"),
+        ("O0", "-O0 -g"),
+    ] {
+        let dir = scratch_dir(&format!("remote-call-null-{tag}"));
+        let exe = Gcc::new(&["call_null.c"])
+            .flags(flags)
+            .build(&dir.join("call_null"));
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            if e.file_name().to_string_lossy().starts_with("core") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let st = Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -c unlimited; exec {}", exe.display()))
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(!st.success());
+        let Some(core) = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("core"))
+        else {
+            panic!("no core dumped in {}", dir.display());
+        };
+        let (exe_s, core_s) = (exe.to_str().unwrap(), core.to_str().unwrap());
+        let ours = callstack_json(&["core", "--json", exe_s, core_s]);
+        let gdb = gdb_threads(&[exe_s, core_s]);
+        let want = ["??", "call_null", "above_call_null", "main"];
+        for (tid, chain) in &gdb {
+            assert_eq!(&chain[..4], want, "{tag}: gdb's chain");
+            let (_, got, methods) = &ours.threads[tid];
+            assert_eq!(
+                &got[..4],
+                want,
+                "{tag}: ours {got:?} ({methods:?}) vs gdb {chain:?}"
+            );
+        }
+        let _ = std::fs::remove_file(&core);
+    }
+}
+
 #[test]
 fn core_of_a_crash_names_the_signal_and_the_thread() {
     let dir = scratch_dir("remote-crash");

@@ -107,26 +107,37 @@ unsafe fn walk_bounded(
 #[cold]
 #[inline(never)]
 fn hooked(fp: usize, sp: usize, hi: usize, skip: usize, out: &mut [usize]) -> usize {
+    match record_caller(fp, sp, hi) {
+        Some(start) => walk_records(start, false, sp, hi, skip, out),
+        None => 0,
+    }
+}
+
+/// The caller's frame read from the frame record at `fp` (its return
+/// address, the frame pointer it saved), if that record lies inside the
+/// readable stack `[lo, hi)` and is aligned.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) fn record_caller(fp: usize, lo: usize, hi: usize) -> Option<UnwindRegs> {
     let layout = crate::arch::native::FRAME_RECORD;
     let record_end = layout.fp_offset.max(layout.ra_offset) + core::mem::size_of::<usize>();
-    if fp < sp || fp.checked_add(record_end).is_none_or(|e| e > hi) || fp % layout.align != 0 {
-        return 0;
+    if fp < lo || fp.checked_add(record_end).is_none_or(|e| e > hi) || fp % layout.align != 0 {
+        return None;
     }
-    // SAFETY: `[fp, fp + record_end)` lies inside `[sp, hi)`, readable stack
-    // memory of this thread (see `walk_bounded`), and `fp` is aligned.
+    // SAFETY: `[fp, fp + record_end)` lies inside `[lo, hi)`, readable
+    // stack memory of this thread (the caller's promise), and `fp` is
+    // aligned.
     let (next, ra) = unsafe {
         (
             core::ptr::read_volatile((fp + layout.fp_offset) as *const usize),
             core::ptr::read_volatile((fp + layout.ra_offset) as *const usize),
         )
     };
-    let start = UnwindRegs {
+    Some(UnwindRegs {
         pc: ra as u64,
         sp: (fp + 16) as u64,
         fp: next as u64,
         lr: 0,
-    };
-    walk_records(start, false, sp, hi, skip, out)
+    })
 }
 
 /// Walks the frame records of the stack `[lo, hi)` from the frame `start`
@@ -751,19 +762,22 @@ mod tests {
                 };
                 let mut full: Vec<usize> = vec![code];
                 full.extend((0..records).map(|k| code + 1 + k));
-                // The crash handler's form: an exact pc (here one in no
-                // module, a jump through a bad pointer), whose frame record
-                // is at the frame pointer; the same chain follows.
+                // From an exact pc (here one in no module, above the first
+                // page), whose frame record is at the frame pointer: the
+                // same chain follows.
                 let mut exact = vec![0usize; full.len() + 1];
                 let n = super::walk_records(
-                    UnwindRegs { pc: 0x10, ..start },
+                    UnwindRegs {
+                        pc: 0xdead_0000,
+                        ..start
+                    },
                     true,
                     f.lo(),
                     f.hi(),
                     0,
                     &mut exact,
                 );
-                assert_eq!(exact[0], 0x10);
+                assert_eq!(exact[0], 0xdead_0000);
                 assert_eq!(
                     &exact[1..n],
                     &full[1..],

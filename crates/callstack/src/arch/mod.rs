@@ -86,6 +86,9 @@ pub trait Arch: Copy + Default + core::fmt::Debug + Send + Sync + 'static {
     const EVALUATE: Self::Rule;
     /// The rule of a signal trampoline (an FDE with the `S` augmentation).
     const SIGNAL_FRAME: Self::Rule;
+    /// The rule at a function's first instruction, before it runs (the
+    /// CIE's initial row): the frame as the call left it.
+    const ENTRY: Self::Rule;
     /// The frame record of the frame-pointer fallback.
     const FRAME_RECORD: FrameRecordLayout;
 

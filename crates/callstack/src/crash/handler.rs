@@ -332,15 +332,13 @@ pub(crate) fn unwind_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize
         let Some((lo, hi)) = bounds else {
             return 1;
         };
-        // The walk may start below the stack (sp in the guard area): its
-        // first frame's sp is the bottom of what may be read.
-        let start = crate::types::UnwindRegs {
-            pc: pc as u64,
-            sp: lo as u64,
-            fp: fp as u64,
-            lr: 0,
-        };
-        crate::fast::walk_records(start, true, lo, hi, 0, out)
+        // The interrupted frame's caller from the record at its frame
+        // pointer (the crashing function's, or its caller's if it had not
+        // set one up), then the loop over the records from there.
+        match crate::fast::record_caller(fp, lo, hi) {
+            Some(caller) => 1 + crate::fast::walk_records(caller, false, lo, hi, 0, &mut out[1..]),
+            None => 1,
+        }
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {

@@ -338,7 +338,10 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
             return None;
         }
         self.started = true;
-        if self.regs.pc == 0 {
+        // A return address of 0 is the outermost frame's mark; an exact pc
+        // of 0 is where a context stopped (a call through a null pointer),
+        // which the walk goes on from.
+        if self.regs.pc == 0 && !self.exact {
             self.stop = StopReason::Outermost;
             return None;
         }
@@ -387,6 +390,15 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         mem: &mut M,
     ) -> Result<Option<(UnwindRegs, Method)>, UnwindError> {
         let regs = self.regs;
+        // An exact pc in the first page: a call through a null (or nearly
+        // null) pointer, stopped at its target before anything there ran.
+        // The caller's frame is as the call left it: the rule at a
+        // function's entry.
+        if self.exact && regs.pc < 4096 {
+            if let Applied::Caller { regs: r, .. } = A::apply(A::ENTRY, &regs, mem)? {
+                return self.check(&regs, r, Method::Insn);
+            }
+        }
         let addr = if self.exact {
             regs.pc
         } else {
@@ -747,6 +759,68 @@ mod tests {
         assert_eq!(
             walk(TO_GARBAGE, true, 0, 8),
             (vec![TO_GARBAGE, GOOD], StopReason::NoRule(GOOD))
+        );
+    }
+
+    #[test]
+    fn an_exact_pc_in_the_first_page_is_a_call_through_a_null_pointer() {
+        // The caller's return address is where the call left it, on top of
+        // the stack (at STACK + 8 here: the rule at a function's entry reads
+        // [sp], so start one word lower), not in the frame record.
+        let regs = UnwindRegs {
+            pc: 0,
+            sp: STACK + 8,
+            fp: STACK,
+            lr: 0,
+        };
+        let mut out = [0usize; 8];
+        let (n, _) = Unwinder::new(&Scripted, regs, true).run_pcs(&mut Record, 0, &mut out);
+        assert_eq!(&out[..2], &[0, GOOD as usize]);
+        assert!(n >= 2);
+        // A return address of 0 still ends a walk before it starts.
+        let regs = UnwindRegs { pc: 0, ..regs };
+        let (n, why) = Unwinder::new(&Scripted, regs, false).run_pcs(&mut Record, 0, &mut out);
+        assert_eq!((n, why), (0, StopReason::Outermost));
+    }
+
+    #[test]
+    fn the_entry_rule_is_the_frame_a_call_leaves() {
+        use crate::arch::aarch64::Aarch64;
+        // AArch64: the return address still in x30, sp unchanged.
+        let regs = UnwindRegs {
+            pc: 0,
+            sp: STACK,
+            fp: 7,
+            lr: GOOD,
+        };
+        let want = UnwindRegs {
+            pc: GOOD,
+            sp: STACK,
+            fp: 7,
+            lr: 0,
+        };
+        assert_eq!(
+            Aarch64::apply(Aarch64::ENTRY, &regs, &mut Record),
+            Ok(Applied::Caller {
+                regs: want,
+                signal: false
+            })
+        );
+        // x86-64: the return address on top of the stack, popped.
+        let regs = UnwindRegs {
+            sp: STACK + 8,
+            ..regs
+        };
+        let want = UnwindRegs {
+            sp: STACK + 16,
+            ..want
+        };
+        assert_eq!(
+            X86_64::apply(X86_64::ENTRY, &regs, &mut Record),
+            Ok(Applied::Caller {
+                regs: want,
+                signal: false
+            })
         );
     }
 }

@@ -71,6 +71,12 @@ impl Arch for Aarch64 {
     const NO_CFI: UnwindRuleAarch64 = UnwindRuleAarch64::NoCfi;
     const EVALUATE: UnwindRuleAarch64 = UnwindRuleAarch64::Evaluate;
     const SIGNAL_FRAME: UnwindRuleAarch64 = UnwindRuleAarch64::SignalFrame;
+    /// `CFA = sp`, the return address still in `x30`, `x29` unchanged.
+    const ENTRY: UnwindRuleAarch64 = UnwindRuleAarch64::Sp {
+        cfa: 0,
+        ra: 0,
+        fp: 0,
+    };
     const FRAME_RECORD: FrameRecordLayout = super::FRAME_RECORD;
 
     fn reg(regs: &UnwindRegs, reg: u16) -> Option<u64> {

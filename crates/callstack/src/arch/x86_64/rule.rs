@@ -102,6 +102,8 @@ impl Arch for X86_64 {
     const NO_CFI: UnwindRuleX86_64 = UnwindRuleX86_64::NoCfi;
     const EVALUATE: UnwindRuleX86_64 = UnwindRuleX86_64::Evaluate;
     const SIGNAL_FRAME: UnwindRuleX86_64 = UnwindRuleX86_64::SignalFrame;
+    /// `CFA = rsp + 8`, the return address at `CFA - 8`, `rbp` unchanged.
+    const ENTRY: UnwindRuleX86_64 = UnwindRuleX86_64::Sp { cfa: 8, bp: 0 };
     const FRAME_RECORD: FrameRecordLayout = super::FRAME_RECORD;
 
     #[inline]

@@ -220,6 +220,7 @@ impl Arch for CodeOnly {
     const NO_CFI: () = ();
     const EVALUATE: () = ();
     const SIGNAL_FRAME: () = ();
+    const ENTRY: () = ();
     /// Never read: no frame takes the frame-pointer rule without a rule.
     const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {
         fp_offset: 0,
