@@ -8,13 +8,14 @@ use std::sync::Mutex;
 use testsupport::crash::*;
 use testsupport::{scratch_dir, Gcc};
 
-const OURS: [&str; 18] = [
+const OURS: [&str; 19] = [
     "c_null_deref",
     "c_bus_error",
     "c_dlopen_crash",
     "dso_crash",
     "dso_null_deref",
     "c_call_null",
+    "c_call_bad",
     "c_abort",
     "c_divide",
     "c_illegal",
@@ -93,6 +94,14 @@ fn crash_c_call_through_a_null_pointer() {
         "signal: SIGSEGV: address not mapped, fault address 0x0 (signal 11, code 1 SEGV_MAPERR)";
     S.check(&c, libc::SIGSEGV, line, &["c_call_null"]);
     assert!(c.raw().contains("#0 pc 0x0"), "{}", c.stderr);
+}
+
+/// A call through a pointer to unmapped memory: the caller is named too.
+#[test]
+fn crash_c_call_through_a_bad_pointer() {
+    let c = S.run("call-bad", &[]);
+    let line = "signal: SIGSEGV: address not mapped, fault address 0x12345678 (signal 11, code 1 SEGV_MAPERR)";
+    S.check(&c, libc::SIGSEGV, line, &["c_call_bad"]);
 }
 
 #[test]
