@@ -49,10 +49,23 @@ fn rust_null_deref() {
     unsafe { core::ptr::write_volatile(p, 42) };
 }
 
+/// A call through a null function pointer: the crash is at pc 0.
+#[inline(never)]
+fn rust_call_null() {
+    // SAFETY: not safe at all: this is the crash under test (a null
+    // function pointer, made through an integer the optimizer cannot see).
+    let f: extern "C" fn() =
+        unsafe { core::mem::transmute::<usize, extern "C" fn()>(black_box(0usize)) };
+    f();
+    // Not a tail call: the return address stays inside this function.
+    black_box(());
+}
+
 #[inline(never)]
 fn rust_level_two(what: &str) {
     match what {
         "null" | "prev-handler" => rust_null_deref(),
+        "call-null" => rust_call_null(),
         "alloc-count" => {
             ARMED.store(true, Ordering::SeqCst);
             rust_null_deref()

@@ -52,6 +52,15 @@ fn crash_rust_null_dereference() {
     assert!(c.stderr.contains("thread: "), "{}", c.stderr);
 }
 
+/// A call through a null function pointer: its caller is named (the
+/// return address the call left: on the stack on x86-64, in x30 on
+/// AArch64).
+#[test]
+fn crash_rust_call_through_a_null_pointer() {
+    let c = S.run("call-null", &[]);
+    S.check(&c, libc::SIGSEGV, NULL_LINE, &["rust_call_null"]);
+}
+
 #[test]
 fn crash_rust_abort() {
     let c = S.run("abort", &[]);
