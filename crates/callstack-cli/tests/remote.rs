@@ -162,9 +162,12 @@ fn gdb_threads(args: &[&str]) -> BTreeMap<u32, Vec<String>> {
     out
 }
 
+/// A thread's name, function names and methods.
+type ThreadChain = (Option<String>, Vec<String>, Vec<String>);
+
 struct Ours {
-    /// tid -> (name, function names, methods)
-    threads: BTreeMap<u32, (Option<String>, Vec<String>, Vec<String>)>,
+    /// tid -> its chain
+    threads: BTreeMap<u32, ThreadChain>,
     stderr: String,
 }
 

@@ -177,48 +177,6 @@ pub fn gnu_build_id(mut notes: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lists_the_executable_libc_and_vdso() {
-        let mods = loaded_modules();
-        assert!(mods[0].is_main, "{mods:#?}");
-        assert!(mods[0].contains(lists_the_executable_libc_and_vdso as *const () as usize));
-        assert!(mods
-            .iter()
-            .any(|m| m.path.to_string_lossy().contains("libc.so")));
-        assert!(mods
-            .iter()
-            .all(|m| m.segments.iter().any(|s| s.executable) || m.is_vdso));
-        let exe = &mods[0];
-        assert!(exe.eh_frame_hdr.is_some());
-    }
-
-    #[test]
-    #[cfg(all(target_os = "linux", feature = "symbolize"))]
-    fn the_vdso_image_is_an_elf_object() {
-        let Some(image) = super::vdso_image() else {
-            // qemu-user (scripts/test-aarch64.sh) maps no vDSO for every
-            // guest; Linux always does.
-            assert!(
-                std::env::var_os("CALLSTACK_TEST_QEMU").is_some(),
-                "Linux maps a vDSO"
-            );
-            return;
-        };
-        assert_eq!(&image[..4], b"\x7fELF");
-        assert_eq!(image.len() % 4096, 0, "whole pages");
-    }
-
-    #[test]
-    fn truncated_notes_give_none() {
-        assert_eq!(gnu_build_id(&[1, 0, 0]), None);
-        assert_eq!(gnu_build_id(&[0xff; 40]), None);
-    }
-}
-
 /// The dynamic loader's counters of objects added and removed so far
 /// (`dlpi_adds`, `dlpi_subs`: every `dlopen`/`dlclose` that maps or unmaps
 /// an object moves them), `None` when the loader keeps none. One
@@ -267,4 +225,46 @@ pub(crate) fn vdso_image() -> Option<Vec<u8>> {
     // range and never unmapped.
     let bytes = unsafe { std::slice::from_raw_parts(s as *const u8, e - s) };
     Some(bytes.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_the_executable_libc_and_vdso() {
+        let mods = loaded_modules();
+        assert!(mods[0].is_main, "{mods:#?}");
+        assert!(mods[0].contains(lists_the_executable_libc_and_vdso as *const () as usize));
+        assert!(mods
+            .iter()
+            .any(|m| m.path.to_string_lossy().contains("libc.so")));
+        assert!(mods
+            .iter()
+            .all(|m| m.segments.iter().any(|s| s.executable) || m.is_vdso));
+        let exe = &mods[0];
+        assert!(exe.eh_frame_hdr.is_some());
+    }
+
+    #[test]
+    #[cfg(all(target_os = "linux", feature = "symbolize"))]
+    fn the_vdso_image_is_an_elf_object() {
+        let Some(image) = super::vdso_image() else {
+            // qemu-user (scripts/test-aarch64.sh) maps no vDSO for every
+            // guest; Linux always does.
+            assert!(
+                std::env::var_os("CALLSTACK_TEST_QEMU").is_some(),
+                "Linux maps a vDSO"
+            );
+            return;
+        };
+        assert_eq!(&image[..4], b"\x7fELF");
+        assert_eq!(image.len() % 4096, 0, "whole pages");
+    }
+
+    #[test]
+    fn truncated_notes_give_none() {
+        assert_eq!(gnu_build_id(&[1, 0, 0]), None);
+        assert_eq!(gnu_build_id(&[0xff; 40]), None);
+    }
 }

@@ -324,24 +324,20 @@ impl<R: Read> TraceReader<R> {
     /// Like `next_with_truncation`, also giving the records `Record` does
     /// not hold, as (tag, payload, byte offset).
     pub(crate) fn next_any(&mut self) -> Result<(Option<AnyRecord<'_>>, bool), TraceError> {
-        loop {
-            match self.step()? {
-                Step::Record(r) => return Ok((Some(AnyRecord::Known(r)), false)),
-                Step::Other(tag, at) => {
-                    return Ok((
-                        Some(AnyRecord::Other(
-                            tag,
-                            Payload {
-                                b: &self.payload,
-                                at,
-                            },
-                        )),
-                        false,
-                    ))
-                }
-                Step::Eof => return Ok((None, false)),
-                Step::Truncated => return Ok((None, true)),
-            }
+        match self.step()? {
+            Step::Record(r) => Ok((Some(AnyRecord::Known(r)), false)),
+            Step::Other(tag, at) => Ok((
+                Some(AnyRecord::Other(
+                    tag,
+                    Payload {
+                        b: &self.payload,
+                        at,
+                    },
+                )),
+                false,
+            )),
+            Step::Eof => Ok((None, false)),
+            Step::Truncated => Ok((None, true)),
         }
     }
 

@@ -1,5 +1,9 @@
 //! dlopen a library, capture through it, dlclose it, capture again.
 
+// The statics are reached through raw pointers (`&mut *(&raw mut X)`), as
+// references to a `static mut` may not be made directly.
+#![allow(clippy::deref_addrof)]
+
 use std::ffi::CString;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -362,26 +362,6 @@ pub fn addr2line_inlined(exe: &Path, offsets: &[u64]) -> Vec<Vec<String>> {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn parses_gdb_bt() {
-        let t = "#0  d () at t.c:3\n#1  0x0000555555555171 in c () at t.c:4\n#2  0x00007ffff7dcd24a in __libc_start_call_main (main=main@entry=0x1, argc=1) at ../sysdeps/nptl/libc_start_call_main.h:58\n";
-        assert_eq!(
-            super::parse_gdb_bt(t),
-            vec!["d", "c", "__libc_start_call_main"]
-        );
-    }
-
-    #[test]
-    fn parses_gdb_pcs() {
-        let t = "$1 = 0x401136\n$2 = 0x401136\nwarning: x = 0x5\n  $3 = 0x7ffff7dcd24a\n";
-        let pcs = super::parse_gdb_pcs(t);
-        assert_eq!(pcs, vec![0x401136, 0x401136, 0x7ffff7dcd24a]);
-        assert_eq!(super::fold_repeats(pcs), vec![0x401136, 0x7ffff7dcd24a]);
-    }
-}
-
 /// Splits an `strace -f` log at its `getppid()` markers (calls a test
 /// program makes between the parts it wants to check): section 0 is what
 /// came before the first marker, section `i` what followed marker `i`.
@@ -403,4 +383,24 @@ pub fn strace_sections(log: &str) -> Vec<Vec<String>> {
         }
     }
     sections
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_gdb_bt() {
+        let t = "#0  d () at t.c:3\n#1  0x0000555555555171 in c () at t.c:4\n#2  0x00007ffff7dcd24a in __libc_start_call_main (main=main@entry=0x1, argc=1) at ../sysdeps/nptl/libc_start_call_main.h:58\n";
+        assert_eq!(
+            super::parse_gdb_bt(t),
+            vec!["d", "c", "__libc_start_call_main"]
+        );
+    }
+
+    #[test]
+    fn parses_gdb_pcs() {
+        let t = "$1 = 0x401136\n$2 = 0x401136\nwarning: x = 0x5\n  $3 = 0x7ffff7dcd24a\n";
+        let pcs = super::parse_gdb_pcs(t);
+        assert_eq!(pcs, vec![0x401136, 0x401136, 0x7ffff7dcd24a]);
+        assert_eq!(super::fold_repeats(pcs), vec![0x401136, 0x7ffff7dcd24a]);
+    }
 }

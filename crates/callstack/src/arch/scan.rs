@@ -32,6 +32,9 @@ pub struct ScanHit {
     pub verified: bool,
 }
 
+/// `verify(code, target, slot)` of [`scan`].
+pub type Verify<'a, C> = &'a mut dyn FnMut(&mut C, u64, u64) -> bool;
+
 /// Scans from `sp` upward for the return address of the frame at `pc`.
 ///
 /// - `word`: pointer size (8 or 4);
@@ -53,7 +56,7 @@ pub fn scan<M, C>(
     stack_end: u64,
     word: u8,
     call_before: fn(&mut C, u64) -> Option<CallBefore>,
-    mut verify: Option<&mut dyn FnMut(&mut C, u64, u64) -> bool>,
+    mut verify: Option<Verify<'_, C>>,
 ) -> Option<ScanHit>
 where
     M: Memory + ?Sized,

@@ -243,11 +243,9 @@ impl<A: Arch> UnwindTable<A> {
             // rule before it runs on: padding is never executed and no
             // return address points into it).
             let padding = s > covered_to && (covered_to + 15) & !15 == s;
-            if s > covered_to && !padding {
-                if rules.last() != Some(&A::NO_CFI) {
-                    addrs.push((covered_to - base) as u32);
-                    rules.push(A::NO_CFI);
-                }
+            if s > covered_to && !padding && rules.last() != Some(&A::NO_CFI) {
+                addrs.push((covered_to - base) as u32);
+                rules.push(A::NO_CFI);
             }
             let off = (s - base) as u32;
             if rules.last() == Some(&rule) && (s <= covered_to || padding) && rule != A::EVALUATE {

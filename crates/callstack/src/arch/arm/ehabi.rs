@@ -218,7 +218,7 @@ pub fn execute<M: Memory + ?Sized>(
                    pc_set: &mut bool|
      -> Result<(), EhabiError> {
         let mut sp_popped = None;
-        for r in 0..16 {
+        for (r, reg) in regs.iter_mut().enumerate() {
             if mask & (1 << r) != 0 {
                 let v = mem
                     .read_u32(*vsp as u64)
@@ -226,7 +226,7 @@ pub fn execute<M: Memory + ?Sized>(
                 if r == 13 {
                     sp_popped = Some(v);
                 } else {
-                    regs[r] = v;
+                    *reg = v;
                 }
                 if r == 15 {
                     *pc_set = true;

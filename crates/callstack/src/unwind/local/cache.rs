@@ -75,9 +75,6 @@ pub(super) static CACHE: RuleCache = RuleCache {
     pred: [PRED_EMPTY; crate::arch::x86_64::exact::PRED_SLOTS],
 };
 
-/// Set by the first [`cache_put`]: before it the cache is all empty and a
-/// walk does not even read it (its pages stay unfaulted).
-
 /// The cache is 2-way set associative: a key may sit in either word of its
 /// pair, which starts at this (even) index.
 #[inline(always)]

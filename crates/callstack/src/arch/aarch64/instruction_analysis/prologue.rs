@@ -248,6 +248,10 @@ fn plt_form<C: CodeMemory + ?Sized>(code: &mut C, start: u64) -> Option<u64> {
     (insn_at(code, at)? == BR_X17).then_some((at + 4 - start) / 4)
 }
 
+/// What the analysis tracks: sp - entry sp, whether sp is known, x29 -
+/// entry sp, and the slots of x30 and x29 (relative to the entry sp).
+type Tracked = (i64, bool, Option<i64>, Option<i64>, Option<i64>);
+
 /// The rule at `pc`, from the function's `entry` (or the start found by
 /// scanning back). `first`: the pc is exact (an innermost frame), so a
 /// function that has not saved x30 yet returns through the register.
@@ -303,7 +307,7 @@ pub fn analyze<C: CodeMemory + ?Sized>(
     // The state before a tentative epilogue (loads of x29/x30, sp going
     // up): if a `ret` follows, the code after it is reached by a branch
     // with the frame still set up, so the state is restored from here.
-    let mut pre_epilogue: Option<(i64, bool, Option<i64>, Option<i64>, Option<i64>)> = None;
+    let mut pre_epilogue: Option<Tracked> = None;
     let mut a = start;
     while a < pc {
         let i = insn_at(code, a)?;
@@ -360,14 +364,14 @@ pub fn analyze<C: CodeMemory + ?Sized>(
                     *c = (*c & !(0xffff << sh)) | (v << sh);
                 }
             }
-            Op::Ret => match pre_epilogue.take() {
+            Op::Ret => {
                 // A mid-function epilogue: the code after it runs with the
-                // frame still set up.
-                Some(st) => (d, sp_known, fp_val, ra_slot, fp_slot) = st,
-                // A `ret` with no frame to undo (a frameless path): same
-                // state goes on.
-                None => {}
-            },
+                // frame still set up. (A `ret` with no frame to undo, on a
+                // frameless path: the same state goes on.)
+                if let Some(st) = pre_epilogue.take() {
+                    (d, sp_known, fp_val, ra_slot, fp_slot) = st;
+                }
+            }
             Op::Other => {
                 let rd = (i & 31) as usize;
                 // Writes to a tracked constant register make it unknown.

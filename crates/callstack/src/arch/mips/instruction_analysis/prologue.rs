@@ -128,6 +128,9 @@ impl Consts {
     }
 }
 
+/// A tracked offset from the entry sp, if known.
+type Tracked = Option<i64>;
+
 /// The rule at `pc`, from the function's `entry` (or the allocation found
 /// by scanning back). `first`: the pc is exact, so a function that has not
 /// saved `ra` (a leaf) returns through the register.
@@ -149,7 +152,8 @@ pub fn analyze<C: CodeMemory + ?Sized>(
     let mut ra_slot: Option<i64> = None;
     let mut fp_slot: Option<i64> = None;
     let mut fp_val: Option<i64> = None; // s8 - entry sp
-    let mut pre_epilogue: Option<(i64, Option<i64>, Option<i64>, Option<i64>)> = None;
+                                        // sp - entry sp, the slots of ra and s8, s8 - entry sp.
+    let mut pre_epilogue: Option<(i64, Tracked, Tracked, Tracked)> = None;
     let mut restore_after_slot = false;
     let mut consts = Consts([None; 32]);
     let mut a = start;

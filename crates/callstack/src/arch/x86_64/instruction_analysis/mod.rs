@@ -603,8 +603,9 @@ pub(crate) fn search<C: CodeMemory + ?Sized>(
     bounds: Option<(u64, u64)>,
     mut found: impl FnMut(Found) -> bool,
 ) {
-    let mut pending: [(u64, State, Option<(u64, u64)>); MAX_PENDING] =
-        [(0, st0, None); MAX_PENDING];
+    // (address, state there, bounds of the function being followed)
+    type Pending = (u64, State, Option<(u64, u64)>);
+    let mut pending: [Pending; MAX_PENDING] = [(0, st0, None); MAX_PENDING];
     let mut npending = 1usize;
     pending[0] = (start, st0, bounds);
     let mut visited = Visited::new();
