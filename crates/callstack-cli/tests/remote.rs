@@ -1070,6 +1070,41 @@ fn core_alone_finds_the_executable() {
     let _ = std::fs::remove_file(&core);
 }
 
+/// Runs `exe` (which crashes) in `dir` with core dumps on, and returns the
+/// core it left there (`core` or `core.PID`, as `kernel.core_pattern`
+/// names it). Cores left by earlier runs are removed first.
+fn crash_for_core(exe: &Path, dir: &Path) -> PathBuf {
+    let is_core = |p: &Path| {
+        let n = p.file_name().unwrap().to_string_lossy();
+        n == "core" || n.starts_with("core.")
+    };
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if is_core(&e.path()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -c unlimited; exec {}", exe.display()))
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!st.success(), "{} did not crash", exe.display());
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| is_core(p))
+        .unwrap_or_else(|| {
+            panic!(
+                "no core dumped in {} (kernel.core_pattern is {:?})",
+                dir.display(),
+                std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default()
+            )
+        })
+}
+
 /// A crash at pc 0, by a call through a null function pointer: the caller
 /// is found where the call left its return address (gdb does the same),
 /// with and without frame pointers.
@@ -1084,27 +1119,7 @@ fn core_of_a_call_through_a_null_pointer_matches_gdb() {
         let exe = Gcc::new(&["call_null.c"])
             .flags(flags)
             .build(&dir.join("call_null"));
-        for e in std::fs::read_dir(&dir).unwrap().flatten() {
-            if e.file_name().to_string_lossy().starts_with("core") {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-        let st = Command::new("sh")
-            .arg("-c")
-            .arg(format!("ulimit -c unlimited; exec {}", exe.display()))
-            .current_dir(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(!st.success());
-        let Some(core) = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("core"))
-        else {
-            panic!("no core dumped in {}", dir.display());
-        };
+        let core = crash_for_core(&exe, &dir);
         let (exe_s, core_s) = (exe.to_str().unwrap(), core.to_str().unwrap());
         let ours = callstack_json(&["core", "--json", exe_s, core_s]);
         let gdb = gdb_threads(&[exe_s, core_s]);
@@ -1128,29 +1143,7 @@ fn core_of_a_crash_names_the_signal_and_the_thread() {
     let exe = Gcc::new(&["core_crash.c"])
         .flags("-O0 -g -pthread")
         .build(&dir.join("core_crash"));
-    let st = Command::new("sh")
-        .arg("-c")
-        .arg(format!("ulimit -c unlimited; exec {}", exe.display()))
-        .current_dir(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(!st.success());
-    let core = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            let n = p.file_name().unwrap().to_string_lossy();
-            n == "core" || n.starts_with("core.")
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "no core dumped in {} (kernel.core_pattern is {:?})",
-                dir.display(),
-                std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default()
-            )
-        });
+    let core = crash_for_core(&exe, &dir);
     let (exe_s, core_s) = (exe.to_str().unwrap(), core.to_str().unwrap());
     // gdb's word on the signal and the thread that got it.
     let o = testsupport::gdb_batch("gdb")
