@@ -3,12 +3,8 @@
 //! the warm path of `capture_exact`, and the requests of
 //! `capture_exact_with_info` and of the exit hooks' frame lookup.
 
-use core::sync::atomic::Ordering;
-
-use super::cache::{cache_go_live, FLAGS};
-use super::walk::{
-    hot_loop, hot_skip, known_stack_end, walk_frames, walk_pcs, walk_pcs_after, Hot,
-};
+use super::cache::cache_go_live;
+use super::walk::{hot_loop, hot_skip, walk_frames, walk_pcs, walk_pcs_after, warm_stack_end, Hot};
 use crate::unwind::{FastEnd, Frame, StopReason, UnwindRegs};
 
 #[cfg(target_arch = "x86_64")]
@@ -53,40 +49,32 @@ pub(crate) unsafe extern "C" fn exact_from_entry(
         return 0;
     }
     cache_go_live();
-    let mut hot = Hot {
-        pc: pc as u64,
-        sp: sp as u64,
-        fp: fp as u64,
-    };
-    // The warm path: some rule cached (before that, the cache is not even
-    // read), the stack's end known without a lookup. `pc` is a return
-    // address, so never 0.
-    if FLAGS.cache_used.load(Ordering::Relaxed) {
-        if let Some(hi) = known_stack_end(hot.sp) {
-            let max = max as usize;
-            let mut skip = skip as usize;
-            let mut n = 0;
-            if skip == 0 {
-                // SAFETY: `max >= 1` slots at `out`.
-                unsafe { *out = pc };
-                n = 1;
-            } else {
-                skip -= 1;
-            }
-            let (left, mut why) = hot_skip(&mut hot, hi, skip);
-            skip = left;
-            if why == FastEnd::Full && n < max {
-                // SAFETY: the `max - n` slots after the first `n` of `out`.
-                let (k, e) = unsafe { hot_loop(&mut hot, hi, out.add(n), max - n) };
-                n += k;
-                why = e;
-            }
-            return match why {
-                FastEnd::Full | FastEnd::Outermost => n as u32,
-                // SAFETY: as for this function.
-                FastEnd::Slow => unsafe { exact_slow_rest(hot, skip, n, out, max) },
-            };
+    let mut hot = Hot::at(pc, sp, fp);
+    // The warm path. `pc` is a return address, so never 0.
+    if let Some(hi) = warm_stack_end(hot.sp) {
+        let max = max as usize;
+        let mut skip = skip as usize;
+        let mut n = 0;
+        if skip == 0 {
+            // SAFETY: `max >= 1` slots at `out`.
+            unsafe { *out = pc };
+            n = 1;
+        } else {
+            skip -= 1;
         }
+        let (left, mut why) = hot_skip(&mut hot, hi, skip);
+        skip = left;
+        if why == FastEnd::Full && n < max {
+            // SAFETY: the `max - n` slots after the first `n` of `out`.
+            let (k, e) = unsafe { hot_loop(&mut hot, hi, out.add(n), max - n) };
+            n += k;
+            why = e;
+        }
+        return match why {
+            FastEnd::Full | FastEnd::Outermost => n as u32,
+            // SAFETY: as for this function.
+            FastEnd::Slow => unsafe { exact_slow_rest(hot, skip, n, out, max) },
+        };
     }
     // SAFETY: the caller promises `max` writable slots at `out`.
     let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
@@ -182,23 +170,17 @@ pub(crate) unsafe extern "C" fn frame_from_entry(
     req.here_sp = sp as u64;
     req.found = false;
     cache_go_live();
-    let mut hot = Hot {
-        pc: pc as u64,
-        sp: sp as u64,
-        fp: fp as u64,
-    };
-    if FLAGS.cache_used.load(Ordering::Relaxed) {
-        if let Some(hi) = known_stack_end(hot.sp) {
-            if hot_skip(&mut hot, hi, req.up).0 == 0 {
-                req.frame = Frame {
-                    pc: hot.pc,
-                    sp: hot.sp,
-                    fp: hot.fp,
-                    method: crate::unwind::Method::Cfi,
-                };
-                req.found = true;
-                return;
-            }
+    let mut hot = Hot::at(pc, sp, fp);
+    if let Some(hi) = warm_stack_end(hot.sp) {
+        if hot_skip(&mut hot, hi, req.up).0 == 0 {
+            req.frame = Frame {
+                pc: hot.pc,
+                sp: hot.sp,
+                fp: hot.fp,
+                method: crate::unwind::Method::Cfi,
+            };
+            req.found = true;
+            return;
         }
     }
     let regs = UnwindRegs {

@@ -108,6 +108,18 @@ pub(super) struct Hot {
     pub(super) fp: u64,
 }
 
+impl Hot {
+    /// The frame whose registers a naked entry passed.
+    #[inline(always)]
+    pub(super) fn at(pc: usize, sp: usize, fp: usize) -> Hot {
+        Hot {
+            pc: pc as u64,
+            sp: sp as u64,
+            fp: fp as u64,
+        }
+    }
+}
+
 /// The hot loop: frames whose key (their return address) is in the rule
 /// cache with a rule it applies (`Sp`/`Bp` shapes, narrow or wide), applied
 /// with reads in `[sp, hi)`. Writes up to `len` return addresses at `out`;
@@ -439,6 +451,22 @@ pub(super) fn known_stack_end(sp: u64) -> Option<u64> {
     match stack::cached_stack_end(sp as usize) {
         Some(hi) => Some(hi as u64),
         None => main_stack_bounds(sp).map(|b| b.hi as u64),
+    }
+}
+
+/// The stack's end for the warm path, where there is one: some rule has
+/// been cached (before that the cache is not even read, so that its pages
+/// stay unfaulted) and the end of the stack holding `sp` is known without
+/// a lookup.
+#[inline(always)]
+pub(super) fn warm_stack_end(sp: u64) -> Option<u64> {
+    if super::cache::FLAGS
+        .cache_used
+        .load(core::sync::atomic::Ordering::Relaxed)
+    {
+        known_stack_end(sp)
+    } else {
+        None
     }
 }
 
