@@ -300,19 +300,9 @@ fn context_registers(ctx: &libc::ucontext_t) -> (usize, usize, usize) {
     }
 }
 
-/// Whether the signal is a fault on fetching the instruction at the
-/// interrupted pc (a jump or call to memory that is not mapped or not
-/// executable): a SIGSEGV whose fault address is the pc.
-fn fetch_fault(sig: i32, info: &libc::siginfo_t, ctx: &libc::ucontext_t) -> bool {
-    // SAFETY: si_addr is valid for SIGSEGV.
-    sig == libc::SIGSEGV && unsafe { info.si_addr() } as usize == context_registers(ctx).0
-}
-
 /// Unwinds the interrupted code of a signal context into `out`: `out[0]` is
 /// the interrupted pc, the rest return addresses. The crash handler's one
-/// unwinding call. `fetch_fault`: the signal is a fault on fetching the
-/// instruction at the pc (see [`fetch_fault`]); the caller is then where
-/// the call that went there left it.
+/// unwinding call.
 ///
 /// [`crate::capture_from_context`] (DWARF CFI, per-frame frame-pointer
 /// fallback; no allocation, no lock) first; if it gets no further than the
@@ -321,20 +311,9 @@ fn fetch_fault(sig: i32, info: &libc::siginfo_t, ctx: &libc::ucontext_t) -> bool
 /// interrupted thread's stack (after a stack overflow, sp is in the guard
 /// area below it: the frame pointer's stack is used if it starts just
 /// above sp).
-pub(crate) fn unwind_context(
-    ctx: &libc::ucontext_t,
-    fetch_fault: bool,
-    out: &mut [usize],
-) -> usize {
+pub(crate) fn unwind_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize {
     if out.is_empty() {
         return 0;
-    }
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    if fetch_fault {
-        let regs = crate::arch::native::exact::regs_from_ucontext(ctx);
-        if let Some(n) = crate::unwind::local::walk_pcs_after_bad_call(regs, out) {
-            return n;
-        }
     }
     let n = crate::capture_from_context(ctx, out);
     if n > 1 {
@@ -477,7 +456,7 @@ fn report(sig: i32, info: &libc::siginfo_t, ctx: &libc::ucontext_t, tid: i32, s:
     }
     w.str(")\n");
     write_thread(&mut w, tid);
-    let n = unwind_context(ctx, fetch_fault(sig, info, ctx), &mut s.frames);
+    let n = unwind_context(ctx, &mut s.frames);
     write_frames(&mut w, &s.frames[..n], true, &mut s.maps);
     if n == s.frames.len() {
         w.str("  ... (more frames not shown)\n");

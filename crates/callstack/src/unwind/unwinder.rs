@@ -390,13 +390,18 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         mem: &mut M,
     ) -> Result<Option<(UnwindRegs, Method)>, UnwindError> {
         let regs = self.regs;
-        // An exact pc in the first page: a call through a null (or nearly
-        // null) pointer, stopped at its target before anything there ran.
-        // The caller's frame is as the call left it: the rule at a
-        // function's entry.
-        if self.exact && regs.pc < 4096 {
-            if let Applied::Caller { regs: r, .. } = A::apply(A::ENTRY, &regs, mem)? {
-                return self.check(&regs, r, Method::Insn);
+        // An exact pc outside code (in the first page, or in no module the
+        // source knows): a call through a bad pointer, stopped at its
+        // target before anything there ran. The caller's frame is as the
+        // call left it, the rule at a function's entry, if that gives a
+        // return address in code; else the pc takes the usual way (JIT
+        // code, say, has no module and needs the fallback).
+        if self.exact && (regs.pc < 4096 || !self.source.is_code(regs.pc)) {
+            if let Ok(Applied::Caller { regs: r, .. }) = A::apply(A::ENTRY, &regs, mem) {
+                let ra = self.source.return_address(r.pc, r.sp);
+                if ra != 0 && ra >= 4096 && self.source.is_code(ra) {
+                    return self.check(&regs, r, Method::Insn);
+                }
             }
         }
         let addr = if self.exact {

@@ -105,6 +105,6 @@ pub(crate) use loader::{dl_find, exec_segment_in};
 pub(crate) use memory::StackMemory;
 pub(crate) use snapshot::snapshot_code_range;
 pub use snapshot::{prepare, prepare_in_background, PrepareStats};
-pub(crate) use walk::{walk_frames, walk_pcs, walk_pcs_after_bad_call};
+pub(crate) use walk::{walk_frames, walk_pcs};
 
 type A = NativeArch;

@@ -401,27 +401,6 @@ pub(crate) fn walk_pcs(
     Unwinder::<A, _, _>::with_fallback(&source, regs, exact, fallback).run_pcs(&mut mem, skip, out)
 }
 
-/// Walks from a context stopped at the target of a call that is not code
-/// (an instruction fetch fault: a call through a bad pointer): writes the
-/// pc, then the caller's frame as the call left it (the rule at a
-/// function's entry, [`crate::arch::Arch::ENTRY`]) and the walk from there.
-/// `None` when that frame's pc is not code either (the context was not
-/// such a call): the caller then walks as usual.
-#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-pub(crate) fn walk_pcs_after_bad_call(regs: UnwindRegs, out: &mut [usize]) -> Option<usize> {
-    use crate::arch::{Applied, Arch};
-    let (mut mem, source) = walk_setup(regs.sp).ok()?;
-    let caller = match A::apply(A::ENTRY, &regs, &mut mem) {
-        Ok(Applied::Caller { regs, .. }) => regs,
-        _ => return None,
-    };
-    if out.is_empty() || !crate::unwind::RuleSource::<A>::is_code(&source, caller.pc) {
-        return None;
-    }
-    out[0] = regs.pc as usize;
-    Some(1 + walk_pcs(caller, false, 0, &mut out[1..]).0)
-}
-
 /// The rest of a walk from `hot`, whose frame is already written (or
 /// skipped) among the `n` first pcs in `out`: the warm path's way out when
 /// a frame is not in the rule cache.
