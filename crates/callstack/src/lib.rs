@@ -30,8 +30,9 @@
 //! ## Signal safety
 //! The capture functions allocate nothing, take no lock and make no system
 //! call, except the one-time lookup of a thread's stack bounds (see
-//! [`prepare_thread`]), which uses only `open`/`read`/`close` (none on the
-//! main thread for `capture_exact`). A walk on a stack other than the
+//! [`prepare_thread`]), which uses only `open`/`read`/`close` and
+//! `gettid`/`getpid` (none on the main thread for `capture_exact`), and
+//! reads glibc's record of the thread's stack without its lock. A walk on a stack other than the
 //! thread's own (a `sigaltstack`, a coroutine or fiber stack) looks that
 //! stack's bounds up the same way every time, since it may be unmapped and
 //! another mapping made at its address at any moment. They may be called
@@ -104,6 +105,12 @@ pub struct ReadmeDoctests;
 
 pub use hash::hash_frames;
 pub use stack::{prepare_thread, StackBounds};
+
+/// How many times a capture has looked the bounds of a stack up, rather
+/// than found them cached, in this process. For tests of the caching;
+/// not for Rust users.
+#[doc(hidden)]
+pub use stack::lookups as __stack_lookups;
 #[cfg(feature = "symbolize")]
 pub use symbolize::{called_from, called_from_any, Symbolizer};
 pub use trace::Trace;

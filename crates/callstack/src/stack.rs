@@ -1,14 +1,43 @@
 //! Bounds of the stack a walk runs on, so that no walk reads outside it.
 //!
-//! Only stacks that stay mapped for the life of their thread are cached:
-//! the main thread's `[stack]` and a thread's own stack (the mapping that
-//! holds its thread descriptor, which glibc puts at the top of the thread's
-//! stack; the cached range ends at the descriptor, below which every frame
-//! lives). The thread's own stack is looked up once, by reading
-//! `/proc/self/maps` with `open`/`read`/`close` into a buffer on the stack:
-//! async-signal-safe, no allocation, no lock. It is then kept in a
-//! thread-local `Cell`, so every later capture on that stack costs two
-//! compares and makes no system call.
+//! Only stacks that stay mapped for the life of their thread are cached,
+//! and only as far as they are the thread's own:
+//!
+//! - the main thread's stack is `[stack]`, the `/proc/self/maps` line that
+//!   holds `__libc_stack_end` (the kernel never merges it with another
+//!   mapping, and never unmaps it);
+//! - any other thread's stack is what glibc says it is: the range
+//!   `pthread_getattr_np` reports, `[stackblock + guardsize, stackblock +
+//!   stackblock_size)` from the thread's descriptor (also for a stack given
+//!   with `pthread_attr_setstack`), cut at the descriptor, below which every
+//!   frame lives, and at the maps line holding the walk's sp.
+//!
+//! The maps line that holds a thread's descriptor is *not* its stack: the
+//! kernel merges neighbouring anonymous `rw-p` mappings into one line, and
+//! the first stack a program maps for a coroutine or a `sigaltstack`
+//! usually lands right below the main thread's descriptor mapping (or right
+//! below a `pthread_attr_setstack` stack, which has no guard page). Such a
+//! stack can be unmapped, and a smaller mapping made at its address, at any
+//! time; a range cached over it would let a stale frame pointer fault the
+//! walk.
+//!
+//! How the descriptor is read without a lock: `pthread_getattr_np` takes
+//! the thread's own lock and allocates, so a capture (which may run in a
+//! signal handler that interrupted that very thread) never calls it.
+//! Instead the three words glibc keeps there are read directly, at an
+//! offset learnt once per process: exactly by [`prepare_thread`] (the one
+//! offset where the words give what `pthread_getattr_np` reports), or at a
+//! first lookup by a search of the descriptor that only accepts one
+//! unambiguous, maps-consistent candidate (see `glibc`). Until the offset
+//! is known, the main thread is recognised by `gettid() == getpid()` (two
+//! system calls, on the cold path only), and a thread's stack that cannot
+//! be read with confidence is simply not cached.
+//!
+//! The lookup reads `/proc/self/maps` with `open`/`read`/`close` into a
+//! buffer on the stack: async-signal-safe, no allocation, no lock. Its
+//! result is then kept in a thread-local `Cell`, so every later capture on
+//! that stack costs one thread-local load and two compares and makes no
+//! system call.
 //!
 //! Any other stack (a `sigaltstack`, a `makecontext` coroutine, a fiber or
 //! green thread) can be unmapped, and another mapping made at its address,
@@ -91,6 +120,16 @@ pub(crate) fn cached_bounds_for(sp: usize) -> Option<StackBounds> {
     own.contains(sp).then_some(own)
 }
 
+/// Lookups of a stack's bounds (reads of `/proc/self/maps`) so far, in
+/// this process: what tests check to see that warm captures make none.
+static LOOKUPS: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// How many times a capture has looked a stack's bounds up (not found them
+/// cached) in this process. For tests.
+pub fn lookups() -> usize {
+    LOOKUPS.load(core::sync::atomic::Ordering::Relaxed)
+}
+
 #[cold]
 #[inline(never)]
 fn stack_end_elsewhere(sp: usize) -> usize {
@@ -102,6 +141,7 @@ fn stack_end_elsewhere(sp: usize) -> usize {
 #[cold]
 #[inline(never)]
 fn bounds_elsewhere(sp: usize) -> Option<StackBounds> {
+    LOOKUPS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     let (lo, hi) = crate::sys::maps::stack_mapping_containing(sp)?;
     let b = StackBounds { lo, hi };
     match own_stack(b) {
@@ -120,12 +160,14 @@ unsafe extern "C" {
     static __libc_stack_end: *const libc::c_void;
 }
 
-/// The part of mapping `b` that is the current thread's own stack, if it is:
-/// the main thread's `[stack]` (it holds `__libc_stack_end`), or the mapping
-/// of a thread's stack, which holds the thread's descriptor at its top (glibc
-/// puts it there, also on a stack given with `pthread_attr_setstack`); all
-/// of the thread's frames lie below the descriptor, so that is where the
-/// range ends. Both stay mapped while the thread runs.
+/// The part of mapping `b` (the `rw?p` line holding the walk's sp) that is
+/// the current thread's own stack, if any (see the module docs): the
+/// main thread's `[stack]` (the line holding `__libc_stack_end`), or the
+/// part of `b` inside the stack glibc's descriptor of this thread records,
+/// up to the descriptor. Never a line merely because it holds the
+/// descriptor: the kernel merges neighbouring anonymous mappings into one
+/// line, so that line may hold a coroutine stack or a `sigaltstack` too.
+/// Async-signal-safe.
 fn own_stack(b: StackBounds) -> Option<StackBounds> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -133,14 +175,18 @@ fn own_stack(b: StackBounds) -> Option<StackBounds> {
         // any of our code runs.
         let end = unsafe { core::ptr::read_volatile(&raw const __libc_stack_end) } as usize;
         if b.contains(end) {
+            // `[stack]`: grows down, never unmapped (also after `fork` from
+            // another thread, whose child keeps it).
             return Some(b);
         }
         // SAFETY: pthread_self reads the thread pointer; async-signal-safe.
         let pd = unsafe { libc::pthread_self() } as usize;
-        if b.lo < pd && pd < b.hi {
-            return Some(StackBounds { lo: b.lo, hi: pd });
-        }
-        None
+        let stack = glibc::thread_stack(pd, b)?;
+        let own = StackBounds {
+            lo: stack.lo.max(b.lo),
+            hi: stack.hi.min(pd).min(b.hi),
+        };
+        (own.lo < own.hi).then_some(own)
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
@@ -149,9 +195,194 @@ fn own_stack(b: StackBounds) -> Option<StackBounds> {
     }
 }
 
+/// What glibc's descriptor of a thread (`struct pthread`, at
+/// `pthread_self()`) says about its stack, read directly (async-signal-safe:
+/// plain loads from the calling thread's own descriptor).
+///
+/// glibc keeps three words together there, in every version since 2.5:
+/// `stackblock` (the lowest address of the stack's block, guard included;
+/// null for the initial thread, whose stack glibc did not allocate),
+/// `stackblock_size` and `guardsize`; `pthread_getattr_np` reports the
+/// stack as `[stackblock + guardsize, stackblock + stackblock_size)`. Their
+/// offset is private to glibc, so it is learnt once per process:
+///
+/// - exactly, in [`super::prepare_thread`] on a thread other than the
+///   initial one: the one offset where the words give the bounds that
+///   `pthread_getattr_np` reports (that call takes the thread's lock and
+///   allocates, which is why it runs only there);
+/// - else at the first lookup on such a thread, by looking for the one
+///   place in the descriptor's first 2 KiB where three words describe a
+///   stack consistent with what the kernel shows: a block whose usable
+///   part starts in the descriptor's `/proc/self/maps` line and ends in it,
+///   a little above the descriptor, and a whole number of pages of guard.
+///   Two or no such places: nothing is learnt (nothing is cached then, and
+///   every walk looks its stack up).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod glibc {
+    use super::StackBounds;
+    use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    /// The offset of `stackblock` in `struct pthread`, plus one (0: not
+    /// known yet).
+    static STACKBLOCK_AT: AtomicUsize = AtomicUsize::new(0);
+    /// Whether that offset was confirmed by `pthread_getattr_np`.
+    static CONFIRMED: AtomicUsize = AtomicUsize::new(0);
+
+    /// How much of the descriptor is searched. `struct pthread` is larger
+    /// (2.3 KiB on x86-64 with glibc 2.36; `stackblock` at 0x690) on every
+    /// architecture, or followed by the thread's static TLS, so reading
+    /// `pd + SEARCHED` never leaves mapped memory.
+    const SEARCHED: usize = 2048;
+    /// How far above the descriptor the stack's block may end when the
+    /// offset is searched for (the descriptor, and on some architectures the
+    /// static TLS, sit at its top).
+    const TOP_SLACK: usize = 1 << 20;
+
+    /// Whether the calling thread is the process's initial thread, by the
+    /// kernel's ids (two system calls: for the cold path only). After a
+    /// `fork` from another thread the child's thread also passes; it is
+    /// then treated as the initial one (its stack is not cached) until the
+    /// offset is known.
+    fn initial_thread() -> bool {
+        // SAFETY: plain system calls without arguments.
+        unsafe { libc::syscall(libc::SYS_gettid) == libc::syscall(libc::SYS_getpid) }
+    }
+
+    /// Reads three words at `addr`.
+    ///
+    /// # Safety
+    /// `[addr, addr + 24)` must be readable.
+    unsafe fn words(addr: usize) -> [usize; 3] {
+        // SAFETY: as promised by the caller.
+        unsafe {
+            [
+                core::ptr::read_volatile(addr as *const usize),
+                core::ptr::read_volatile((addr + 8) as *const usize),
+                core::ptr::read_volatile((addr + 16) as *const usize),
+            ]
+        }
+    }
+
+    /// The usable stack `[block + guard, block + size)` of three words,
+    /// if they can describe the stack of a thread whose descriptor is `pd`.
+    fn usable([block, size, guard]: [usize; 3], pd: usize) -> Option<StackBounds> {
+        let top = block.checked_add(size)?;
+        let lo = block.checked_add(guard)?;
+        (block != 0 && guard % 4096 == 0 && lo < pd && pd < top)
+            .then_some(StackBounds { lo, hi: top })
+    }
+
+    /// The calling thread's stack as glibc records it; `None` for the
+    /// initial thread (its stack is `[stack]`) and when the record cannot
+    /// be read with confidence. `line` is an `rw?p` line holding the walk's
+    /// sp (the descriptor's own line when it holds the descriptor).
+    pub(super) fn thread_stack(pd: usize, line: StackBounds) -> Option<StackBounds> {
+        let off = match STACKBLOCK_AT.load(Relaxed) {
+            0 => {
+                if initial_thread() {
+                    return None;
+                }
+                search(pd, line)?
+            }
+            n => n - 1,
+        };
+        // SAFETY: `off + 24 <= SEARCHED`: inside the calling thread's
+        // descriptor (or the static TLS after it), which is mapped.
+        let w = unsafe { words(pd + off) };
+        if w[0] == 0 {
+            // The initial thread: glibc did not allocate its stack.
+            return None;
+        }
+        usable(w, pd)
+    }
+
+    /// Looks for the offset in the descriptor (see the module docs) and
+    /// keeps it if there is exactly one candidate. `line` must hold `pd`
+    /// for anything to be found.
+    #[cold]
+    fn search(pd: usize, line: StackBounds) -> Option<usize> {
+        if !line.contains(pd) {
+            return None;
+        }
+        let end = (pd + SEARCHED).min(line.hi);
+        let mut found = None;
+        let mut off = 0;
+        while pd + off + 24 <= end {
+            // SAFETY: inside `line`, a readable mapping holding `pd`.
+            let w = unsafe { words(pd + off) };
+            if let Some(s) = usable(w, pd) {
+                if s.lo >= line.lo && s.hi <= line.hi && s.hi - pd <= TOP_SLACK {
+                    if found.is_some() {
+                        return None;
+                    }
+                    found = Some(off);
+                }
+            }
+            off += 8;
+        }
+        let off = found?;
+        let _ = STACKBLOCK_AT.compare_exchange(0, off + 1, Relaxed, Relaxed);
+        Some(off)
+    }
+
+    /// Learns the offset exactly from `pthread_getattr_np` (not in a signal
+    /// handler: it takes the thread's lock and allocates). On the initial
+    /// thread nothing is learnt (glibc derives its stack from
+    /// `/proc/self/maps`, not from the descriptor).
+    pub(super) fn learn_exactly() {
+        if CONFIRMED.load(Relaxed) != 0 || initial_thread() {
+            return;
+        }
+        // SAFETY: an attribute object filled by pthread_getattr_np for the
+        // calling thread and destroyed here; the search reads the calling
+        // thread's descriptor within the stack block glibc reported (it
+        // lies at that block's top).
+        unsafe {
+            let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+            let pd = libc::pthread_self();
+            if libc::pthread_getattr_np(pd, &mut attr) != 0 {
+                return;
+            }
+            let mut addr: *mut libc::c_void = core::ptr::null_mut();
+            let mut size = 0usize;
+            let got = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+            libc::pthread_attr_destroy(&mut attr);
+            let (lo, pd) = (addr as usize, pd as usize);
+            let top = lo.wrapping_add(size);
+            if got != 0 || !(lo < pd && pd < top) {
+                return;
+            }
+            let end = (pd + SEARCHED).min(top);
+            let mut found = None;
+            let mut off = 0;
+            while pd + off + 24 <= end {
+                let [block, bsize, guard] = words(pd + off);
+                if block.wrapping_add(bsize) == top && block.wrapping_add(guard) == lo {
+                    if found.is_some() {
+                        return;
+                    }
+                    found = Some(off);
+                }
+                off += 8;
+            }
+            if let Some(off) = found {
+                STACKBLOCK_AT.store(off + 1, Relaxed);
+                CONFIRMED.store(1, Relaxed);
+            }
+        }
+    }
+}
+
 /// Looks up and caches the current thread's stack bounds now, so that the
 /// first capture on this thread makes no system call at all.
+///
+/// Not for signal handlers: on a thread other than the main one it asks
+/// glibc for the thread's stack (`pthread_getattr_np`, which takes the
+/// thread's lock and allocates), to confirm where glibc records a thread's
+/// stack (see the module docs).
 pub fn prepare_thread() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    glibc::learn_exactly();
     let marker = 0u8;
     let _ = bounds_for(core::hint::black_box(&marker) as *const u8 as usize);
 }
