@@ -300,7 +300,7 @@ mod glibc {
     /// keeps it if there is exactly one candidate. `line` must hold `pd`
     /// for anything to be found.
     #[cold]
-    fn search(pd: usize, line: StackBounds) -> Option<usize> {
+    pub(super) fn search(pd: usize, line: StackBounds) -> Option<usize> {
         if !line.contains(pd) {
             return None;
         }
@@ -385,4 +385,104 @@ pub fn prepare_thread() {
     glibc::learn_exactly();
     let marker = 0u8;
     let _ = bounds_for(core::hint::black_box(&marker) as *const u8 as usize);
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    use super::*;
+
+    /// The calling thread's stack as `pthread_getattr_np` reports it.
+    fn reported() -> StackBounds {
+        // SAFETY: an attribute object filled for the calling thread and
+        // destroyed here.
+        unsafe {
+            let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+            assert_eq!(libc::pthread_getattr_np(libc::pthread_self(), &mut attr), 0);
+            let mut addr: *mut libc::c_void = core::ptr::null_mut();
+            let mut size = 0usize;
+            assert_eq!(libc::pthread_attr_getstack(&attr, &mut addr, &mut size), 0);
+            libc::pthread_attr_destroy(&mut attr);
+            StackBounds {
+                lo: addr as usize,
+                hi: addr as usize + size,
+            }
+        }
+    }
+
+    fn descriptor_line() -> (usize, StackBounds) {
+        // SAFETY: reads the thread pointer.
+        let pd = unsafe { libc::pthread_self() } as usize;
+        let (lo, hi) = crate::sys::maps::stack_mapping_containing(pd).expect("descriptor line");
+        (pd, StackBounds { lo, hi })
+    }
+
+    /// On threads with a guard page, none, and a stack of their own
+    /// memory: the descriptor's record, found by the search and by the
+    /// exact way, is what `pthread_getattr_np` reports; the cached range
+    /// ends at the descriptor.
+    #[test]
+    fn a_threads_stack_is_what_glibc_reports() {
+        let check = || {
+            let (pd, line) = descriptor_line();
+            let want = reported();
+            let off = glibc::search(pd, line).expect("one candidate");
+            assert_eq!(glibc::thread_stack(pd, line), Some(want));
+            glibc::learn_exactly();
+            assert_eq!(glibc::thread_stack(pd, line), Some(want));
+            assert_eq!(glibc::search(pd, line), Some(off));
+            let marker = 0u8;
+            let sp = &marker as *const u8 as usize;
+            let own = bounds_for(sp).expect("own stack");
+            assert_eq!(
+                own,
+                StackBounds {
+                    lo: want.lo.max(line.lo),
+                    hi: pd
+                }
+            );
+            assert_eq!(cached_bounds_for(sp), Some(own));
+        };
+        std::thread::spawn(check).join().unwrap();
+        std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(check)
+            .unwrap()
+            .join()
+            .unwrap();
+        // No guard page, and a stack of the test's own memory.
+        extern "C" fn start(arg: *mut libc::c_void) -> *mut libc::c_void {
+            // SAFETY: `arg` is the boxed closure passed below.
+            let f = unsafe { Box::from_raw(arg as *mut Box<dyn Fn()>) };
+            f();
+            core::ptr::null_mut()
+        }
+        let mut mem = vec![0u8; 512 << 10];
+        for own_memory in [false, true] {
+            // SAFETY: an attribute object used for one thread, joined
+            // before `mem` is dropped.
+            unsafe {
+                let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+                assert_eq!(libc::pthread_attr_init(&mut attr), 0);
+                if own_memory {
+                    let base = (mem.as_mut_ptr() as usize + 4095) & !4095;
+                    let len = (mem.len() - 4096) & !4095;
+                    assert_eq!(
+                        libc::pthread_attr_setstack(&mut attr, base as *mut _, len),
+                        0
+                    );
+                } else {
+                    assert_eq!(libc::pthread_attr_setguardsize(&mut attr, 0), 0);
+                }
+                let f: Box<Box<dyn Fn()>> = Box::new(Box::new(check));
+                let mut t: libc::pthread_t = 0;
+                assert_eq!(
+                    libc::pthread_create(&mut t, &attr, start, Box::into_raw(f) as *mut _),
+                    0
+                );
+                assert_eq!(libc::pthread_join(t, core::ptr::null_mut()), 0);
+                libc::pthread_attr_destroy(&mut attr);
+            }
+        }
+        drop(mem);
+    }
 }
