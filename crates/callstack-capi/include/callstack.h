@@ -55,7 +55,8 @@ void callstack_prepare(void);
 uint64_t callstack_hash(const uintptr_t* frames, uint32_t count);
 
 /* Optional: look up the calling thread's stack bounds now, so that its
- * first capture makes no system call either. */
+ * first capture makes no system call either. NOT async-signal-safe (asks
+ * glibc for the thread's stack: takes the thread's lock, allocates). */
 void callstack_prepare_thread(void);
 
 /* Crash reports. Installs handlers for SIGSEGV, SIGBUS, SIGILL, SIGFPE,

@@ -157,7 +157,8 @@ pub unsafe extern "C" fn callstack_hash(frames: *const usize, count: u32) -> u64
 /// `void callstack_prepare_thread(void);`
 ///
 /// Looks up the calling thread's stack bounds now, so that even its first
-/// capture makes no system call. Optional.
+/// capture makes no system call. Optional. Not async-signal-safe (see
+/// `callstack::prepare_thread`).
 #[unsafe(no_mangle)]
 pub extern "C" fn callstack_prepare_thread() {
     callstack::prepare_thread();
