@@ -30,9 +30,10 @@
 //! ## Signal safety
 //! The capture functions allocate nothing, take no lock and make no system
 //! call, except the one-time lookup of a thread's stack bounds (see
-//! [`prepare_thread`]), which uses only `open`/`read`/`close` and
-//! `gettid`/`getpid` (none on the main thread for `capture_exact`), and
-//! reads glibc's record of the thread's stack without its lock. A walk on a stack other than the
+//! [`prepare_thread`]), which uses only `open`/`read`/`close` (none on the
+//! main thread for `capture_exact`; `gettid`/`getpid` too if this library
+//! was `dlopen`ed on a thread other than the main one), and reads glibc's
+//! record of the thread's stack without its lock. A walk on a stack other than the
 //! thread's own (a `sigaltstack`, a coroutine or fiber stack) looks that
 //! stack's bounds up the same way every time, since it may be unmapped and
 //! another mapping made at its address at any moment. They may be called

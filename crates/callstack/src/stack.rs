@@ -29,9 +29,10 @@
 //! offset where the words give what `pthread_getattr_np` reports), or at a
 //! first lookup by a search of the descriptor that only accepts one
 //! unambiguous, maps-consistent candidate (see `glibc`). Until the offset
-//! is known, the main thread is recognised by `gettid() == getpid()` (two
-//! system calls, on the cold path only), and a thread's stack that cannot
-//! be read with confidence is simply not cached.
+//! is known, the main thread is recognised by its descriptor, recorded
+//! when the library is loaded on it (else, for a library `dlopen`ed on
+//! another thread, by `gettid() == getpid()` on the cold path), and a
+//! thread's stack that cannot be read with confidence is simply not cached.
 //!
 //! The lookup reads `/proc/self/maps` with `open`/`read`/`close` into a
 //! buffer on the stack: async-signal-safe, no allocation, no lock. Its
@@ -207,9 +208,10 @@ fn own_stack(b: StackBounds) -> Option<StackBounds> {
 /// offset is private to glibc, so it is learnt once per process:
 ///
 /// - exactly, in [`super::prepare_thread`] on a thread other than the
-///   initial one: the one offset where the words give the bounds that
-///   `pthread_getattr_np` reports (that call takes the thread's lock and
-///   allocates, which is why it runs only there);
+///   initial one, if no capture has learnt it before: the one offset where
+///   the words give the bounds that `pthread_getattr_np` reports (that call
+///   takes the thread's lock, allocates and makes system calls, which is
+///   why it runs only there, and only once);
 /// - else at the first lookup on such a thread, by looking for the one
 ///   place in the descriptor's first 2 KiB where three words describe a
 ///   stack consistent with what the kernel shows: a block whose usable
@@ -225,8 +227,6 @@ mod glibc {
     /// The offset of `stackblock` in `struct pthread`, plus one (0: not
     /// known yet).
     static STACKBLOCK_AT: AtomicUsize = AtomicUsize::new(0);
-    /// Whether that offset was confirmed by `pthread_getattr_np`.
-    static CONFIRMED: AtomicUsize = AtomicUsize::new(0);
 
     /// How much of the descriptor is searched. `struct pthread` is larger
     /// (2.3 KiB on x86-64 with glibc 2.36; `stackblock` at 0x690) on every
@@ -238,27 +238,61 @@ mod glibc {
     /// static TLS, sit at its top).
     const TOP_SLACK: usize = 1 << 20;
 
+    /// The initial thread's descriptor, recorded when the library is
+    /// loaded on it (0: not known).
+    static INITIAL_PD: AtomicUsize = AtomicUsize::new(0);
+
+    /// Run by the loader when the library is loaded (an `.init_array`
+    /// entry): records the initial thread's descriptor if this is that
+    /// thread (not so when a `dlopen` on another thread loads us). Two
+    /// system calls at load; none on any capture afterwards.
+    #[used]
+    #[unsafe(link_section = ".init_array")]
+    static RECORD_INITIAL: extern "C" fn() = record_initial;
+
+    extern "C" fn record_initial() {
+        if ids_say_initial() {
+            // SAFETY: pthread_self reads the thread pointer.
+            INITIAL_PD.store(unsafe { libc::pthread_self() } as usize, Relaxed);
+        }
+    }
+
     /// Whether the calling thread is the process's initial thread, by the
-    /// kernel's ids (two system calls: for the cold path only). After a
-    /// `fork` from another thread the child's thread also passes; it is
-    /// then treated as the initial one (its stack is not cached) until the
-    /// offset is known.
-    fn initial_thread() -> bool {
+    /// kernel's ids (two system calls). After a `fork` from another thread
+    /// the child's thread passes too.
+    fn ids_say_initial() -> bool {
         // SAFETY: plain system calls without arguments.
         unsafe { libc::syscall(libc::SYS_gettid) == libc::syscall(libc::SYS_getpid) }
     }
 
+    /// Whether the thread whose descriptor is `pd` (the calling one) is the
+    /// process's initial thread: its descriptor as recorded at load (no
+    /// system call), else by the kernel's ids (on the cold path only; a
+    /// thread of a `fork` child made from another thread is then treated
+    /// as the initial one: its stack is not cached until the offset is
+    /// known).
+    fn initial_thread(pd: usize) -> bool {
+        match INITIAL_PD.load(Relaxed) {
+            0 => ids_say_initial(),
+            initial => pd == initial,
+        }
+    }
+
+    /// The size of a word, and of the three read together.
+    const WORD: usize = core::mem::size_of::<usize>();
+    const THREE: usize = 3 * WORD;
+
     /// Reads three words at `addr`.
     ///
     /// # Safety
-    /// `[addr, addr + 24)` must be readable.
+    /// `[addr, addr + THREE)` must be readable.
     unsafe fn words(addr: usize) -> [usize; 3] {
         // SAFETY: as promised by the caller.
         unsafe {
             [
                 core::ptr::read_volatile(addr as *const usize),
-                core::ptr::read_volatile((addr + 8) as *const usize),
-                core::ptr::read_volatile((addr + 16) as *const usize),
+                core::ptr::read_volatile((addr + WORD) as *const usize),
+                core::ptr::read_volatile((addr + 2 * WORD) as *const usize),
             ]
         }
     }
@@ -279,14 +313,14 @@ mod glibc {
     pub(super) fn thread_stack(pd: usize, line: StackBounds) -> Option<StackBounds> {
         let off = match STACKBLOCK_AT.load(Relaxed) {
             0 => {
-                if initial_thread() {
+                if initial_thread(pd) {
                     return None;
                 }
                 search(pd, line)?
             }
             n => n - 1,
         };
-        // SAFETY: `off + 24 <= SEARCHED`: inside the calling thread's
+        // SAFETY: `off + THREE <= SEARCHED`: inside the calling thread's
         // descriptor (or the static TLS after it), which is mapped.
         let w = unsafe { words(pd + off) };
         if w[0] == 0 {
@@ -307,7 +341,7 @@ mod glibc {
         let end = (pd + SEARCHED).min(line.hi);
         let mut found = None;
         let mut off = 0;
-        while pd + off + 24 <= end {
+        while pd + off + THREE <= end {
             // SAFETY: inside `line`, a readable mapping holding `pd`.
             let w = unsafe { words(pd + off) };
             if let Some(s) = usable(w, pd) {
@@ -318,7 +352,7 @@ mod glibc {
                     found = Some(off);
                 }
             }
-            off += 8;
+            off += WORD;
         }
         let off = found?;
         let _ = STACKBLOCK_AT.compare_exchange(0, off + 1, Relaxed, Relaxed);
@@ -326,60 +360,75 @@ mod glibc {
     }
 
     /// Learns the offset exactly from `pthread_getattr_np` (not in a signal
-    /// handler: it takes the thread's lock and allocates). On the initial
-    /// thread nothing is learnt (glibc derives its stack from
-    /// `/proc/self/maps`, not from the descriptor).
+    /// handler: it takes the thread's lock and allocates, and makes system
+    /// calls), if no capture has learnt it yet.
     pub(super) fn learn_exactly() {
-        if CONFIRMED.load(Relaxed) != 0 || initial_thread() {
+        if STACKBLOCK_AT.load(Relaxed) != 0 {
             return;
         }
+        if let Some(off) = exact_offset() {
+            STACKBLOCK_AT.store(off + 1, Relaxed);
+        }
+    }
+
+    /// The offset where the calling thread's descriptor holds the stack
+    /// `pthread_getattr_np` reports, if there is exactly one. Nothing on the
+    /// initial thread (glibc derives its stack from `/proc/self/maps`, not
+    /// from the descriptor).
+    pub(super) fn exact_offset() -> Option<usize> {
+        // SAFETY: pthread_self reads the thread pointer.
+        let pd = unsafe { libc::pthread_self() };
+        if initial_thread(pd as usize) {
+            return None;
+        }
         // SAFETY: an attribute object filled by pthread_getattr_np for the
-        // calling thread and destroyed here; the search reads the calling
-        // thread's descriptor within the stack block glibc reported (it
-        // lies at that block's top).
-        unsafe {
+        // calling thread and destroyed here.
+        let (lo, size) = unsafe {
             let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-            let pd = libc::pthread_self();
             if libc::pthread_getattr_np(pd, &mut attr) != 0 {
-                return;
+                return None;
             }
             let mut addr: *mut libc::c_void = core::ptr::null_mut();
             let mut size = 0usize;
             let got = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
             libc::pthread_attr_destroy(&mut attr);
-            let (lo, pd) = (addr as usize, pd as usize);
-            let top = lo.wrapping_add(size);
-            if got != 0 || !(lo < pd && pd < top) {
-                return;
+            if got != 0 {
+                return None;
             }
-            let end = (pd + SEARCHED).min(top);
-            let mut found = None;
-            let mut off = 0;
-            while pd + off + 24 <= end {
-                let [block, bsize, guard] = words(pd + off);
-                if block.wrapping_add(bsize) == top && block.wrapping_add(guard) == lo {
-                    if found.is_some() {
-                        return;
-                    }
-                    found = Some(off);
-                }
-                off += 8;
-            }
-            if let Some(off) = found {
-                STACKBLOCK_AT.store(off + 1, Relaxed);
-                CONFIRMED.store(1, Relaxed);
-            }
+            (addr as usize, size)
+        };
+        let pd = pd as usize;
+        let top = lo.checked_add(size)?;
+        if !(lo < pd && pd < top) {
+            return None;
         }
+        let end = (pd + SEARCHED).min(top);
+        let mut found = None;
+        let mut off = 0;
+        while pd + off + THREE <= end {
+            // SAFETY: inside the calling thread's stack block as glibc
+            // reported it (its descriptor lies at the block's top).
+            let [block, bsize, guard] = unsafe { words(pd + off) };
+            if block.wrapping_add(bsize) == top && block.wrapping_add(guard) == lo {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(off);
+            }
+            off += WORD;
+        }
+        found
     }
 }
 
 /// Looks up and caches the current thread's stack bounds now, so that the
 /// first capture on this thread makes no system call at all.
 ///
-/// Not for signal handlers: on a thread other than the main one it asks
+/// Not for signal handlers: on a thread other than the main one, the first
+/// time in the process (unless a capture has learnt it already), it asks
 /// glibc for the thread's stack (`pthread_getattr_np`, which takes the
-/// thread's lock and allocates), to confirm where glibc records a thread's
-/// stack (see the module docs).
+/// thread's lock, allocates and makes system calls) to learn where glibc
+/// records a thread's stack (see the module docs).
 pub fn prepare_thread() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     glibc::learn_exactly();
@@ -427,9 +476,7 @@ mod tests {
             let want = reported();
             let off = glibc::search(pd, line).expect("one candidate");
             assert_eq!(glibc::thread_stack(pd, line), Some(want));
-            glibc::learn_exactly();
-            assert_eq!(glibc::thread_stack(pd, line), Some(want));
-            assert_eq!(glibc::search(pd, line), Some(off));
+            assert_eq!(glibc::exact_offset(), Some(off));
             let marker = 0u8;
             let sp = &marker as *const u8 as usize;
             let own = bounds_for(sp).expect("own stack");
