@@ -502,7 +502,12 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         mut new: UnwindRegs,
         method: Method,
     ) -> Result<Option<(UnwindRegs, Method)>, UnwindError> {
-        new.pc = self.source.return_address(new.pc, new.sp);
+        // A signal frame's pc is where the signal interrupted, not a return
+        // address: at an exit hook's trampoline it is the trampoline's
+        // first instruction, a frame of its own.
+        if method != Method::SignalFrame {
+            new.pc = self.source.return_address(new.pc, new.sp);
+        }
         if new.pc == 0 {
             self.stop = StopReason::Outermost;
             return Ok(None);
