@@ -7,7 +7,9 @@
 //! captured inside the hooked function), `capture_exact` from the handler
 //! (the same chain after the signal frame) and `capture_fast` from the
 //! handler (the frame-record chain: the real caller while the trampoline's
-//! own record is up, the caller's callers otherwise, never the trampoline).
+//! own record is up, the caller's callers otherwise, never the trampoline)
+//! and glibc's `backtrace()` from the handler (libgcc, through the
+//! trampoline's CFI: the same chain as `capture_exact`'s).
 //! The flag is cleared once the trampoline has jumped to the real caller.
 //! Runs with 0, 1 and 2 values left on the x87 stack by the hooked function
 //! (the trampoline's three paths through its x87 save and restore).
@@ -173,6 +175,27 @@ extern "C" fn on_trap(_: libc::c_int, _: *mut libc::siginfo_t, ctx: *mut libc::c
     if !ok {
         fail(3, pc, chain);
     }
+
+    // libgcc (glibc's backtrace()), from the handler: the same chain after
+    // the signal frame (its pcs are return addresses but for the
+    // interrupted one, exact after a signal frame).
+    let mut bt = [core::ptr::null_mut::<libc::c_void>(); MAX];
+    // SAFETY: `MAX` slots; libgcc is loaded (the test called backtrace()
+    // before stepping).
+    let n = unsafe { backtrace(bt.as_mut_ptr(), MAX as libc::c_int) } as usize;
+    let chain: Vec<usize> = bt[..n].iter().map(|&p| p as usize).collect();
+    let ok = match chain.iter().position(|&a| a == pc) {
+        Some(j) => ends_with(&chain[j + 1..], &BASE[1..base_len]),
+        None => false,
+    };
+    if !ok {
+        fail(4, pc, &chain);
+    }
+}
+
+unsafe extern "C" {
+    /// glibc's `backtrace(3)`, through libgcc's unwinder.
+    fn backtrace(buffer: *mut *mut libc::c_void, size: libc::c_int) -> libc::c_int;
 }
 
 static HOOK_RAN: AtomicU64 = AtomicU64::new(0);
@@ -240,6 +263,10 @@ fn every_trampoline_instruction_unwinds_to_the_real_caller() {
         libc::sigaction(libc::SIGTRAP, &sa, core::ptr::null_mut());
     }
     END.store(trampoline_end(), Ordering::Relaxed);
+    // Loads libgcc for backtrace() outside the handler.
+    let mut bt = [core::ptr::null_mut::<libc::c_void>(); 8];
+    // SAFETY: 8 slots.
+    unsafe { backtrace(bt.as_mut_ptr(), 8) };
     for x87 in [0, 1, 2] {
         ENTERED.store(false, Ordering::Relaxed);
         STEPS.store(0, Ordering::Relaxed);
@@ -251,7 +278,13 @@ fn every_trampoline_instruction_unwinds_to_the_real_caller() {
         assert_eq!(HOOK_RAN.load(Ordering::Relaxed), ran + 1);
         let bad = BAD.load(Ordering::Relaxed);
         if bad > 0 {
-            let what = ["", "capture_from_context", "capture_exact", "capture_fast"]
+            let what = [
+                "",
+                "capture_from_context",
+                "capture_exact",
+                "capture_fast",
+                "backtrace",
+            ]
                 [BAD_WHAT.load(Ordering::Relaxed)];
             let pc = BAD_PC.load(Ordering::Relaxed);
             let all: Vec<String> = BAD_ALL[..(bad as usize).min(32)]
