@@ -3,7 +3,8 @@
 //! and without frame pointers): an exception caught by the hooked frame's
 //! direct caller (`catch (...)`, by type), two frames up (past a handler of
 //! another type, past a destructor), with hooks on both the thrower and its
-//! caller, rethrown by the direct caller or by the hooked frame itself;
+//! caller, rethrown by the direct caller or by the hooked frame itself,
+//! caught above a caller that pushes nothing (assembly);
 //! `pthread_exit` and `pthread_cancel` through a hooked frame. Nothing
 //! aborts (libgcc tells the trampoline's frame from its caller's by their
 //! CFAs, which differ), no skipped hook runs, and each is counted in
@@ -59,6 +60,7 @@ fn check(flags: &str, tag: &str) {
             "CASE both_hooked 5 ran 0 skipped 2",
             "CASE rethrow_caught 6 ran 0 skipped 1",
             "CASE catch_rethrown 7 ran 0 skipped 1",
+            "CASE nopush_caught 11 ran 0 skipped 1",
             "GUARDS 1",
             "FORCED exit 9 ran 0 guards 1 cleanups 1",
             "FORCED cancel -1 ran 0 guards 1 cleanups 1",
@@ -71,6 +73,7 @@ fn check(flags: &str, tag: &str) {
 fn exceptions_through_hooked_frames_at_o0() {
     check("-O0", "O0");
     check("-O0 -fno-omit-frame-pointer", "O0fp");
+    check("-O0 -fomit-frame-pointer", "O0nofp");
 }
 
 #[test]

@@ -129,6 +129,7 @@ pub(crate) fn in_trampoline<M: crate::types::Memory + ?Sized>(
 /// through `mem`, or when `mem`'s bounds start at `sp`, directly if it lies
 /// on the page of `sp` (which `mem` can read: the page is mapped). 0 when
 /// neither reaches it.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[cold]
 fn below_sp<M: crate::types::Memory + ?Sized>(sp: u64, mem: &mut M) -> u64 {
     let at = sp.wrapping_sub(8);

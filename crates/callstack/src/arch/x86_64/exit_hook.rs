@@ -18,14 +18,38 @@
 //!    which keeps the CPU's return-address predictions in step).
 //!
 //! Its CFI makes it transparent to every DWARF unwinder, ours, libgcc's (a
-//! Rust panic or a C++ exception through a hooked frame) and gdb's: the
-//! byte before `TRAMPOLINE` starts the FDE, so the frame "returning to
-//! `TRAMPOLINE`" (looked up at the return address minus one) gets the row
-//! "CFA = rsp, return address = the table's entry for CFA". That row is a
-//! DWARF expression ([`LOOKUP_EXPR`]) that hashes the CFA and probes the
-//! table exactly as [`crate::exit_hook`] does; it finds the table from an
-//! 8-byte link-time offset stored just before the code (read through
-//! `DW_OP_breg16`, the frame's own pc), so the FDE needs no relocation.
+//! Rust panic or a C++ exception through a hooked frame, a forced unwind,
+//! glibc's `backtrace()`) and gdb's, at every instruction. With `S` the
+//! hooked frame's CFA (`rsp` at `TRAMPOLINE`):
+//!
+//! - Where the trampoline's frame holds nothing above `rsp` (before the
+//!   push of the original address, at the final jump) its CFA is `S + 4`:
+//!   strictly between the hooked frame's (`S`) and the lowest its caller
+//!   can have (`S + 8`). libgcc identifies the frame that catches an exception by the CFA it
+//!   reports for it, which is its callee's CFA: with the trampoline's CFA at
+//!   `S` (a frame of size zero) the trampoline and a catching direct caller
+//!   were the same frame to it, and the process aborted. The caller's `rsp`
+//!   is `S`, a rule of its own (`DW_CFA_val_expression rsp: CFA - 4`).
+//! - Before the original address is pushed, the return address is "the
+//!   table's entry for `S`": a DWARF expression ([`LOOKUP_EXPR`]) that
+//!   hashes the key and probes the table exactly as [`crate::exit_hook`]
+//!   does. It finds the table from an 8-byte link-time offset stored just
+//!   before the code (so the FDE needs no relocation), whose address it
+//!   gets from the word at `S - 8`: the hooked frame's return-address slot,
+//!   which still holds `TRAMPOLINE` then. That holds at any pc of those
+//!   instructions (the byte before `TRAMPOLINE` starts the FDE, so the frame
+//!   "returning to `TRAMPOLINE`", looked up at the return address minus
+//!   one, gets the same row as a signal at `TRAMPOLINE`).
+//! - From the push on, the original address is at `S - 8` and stays there
+//!   to the end. While it is at or above `rsp` the frame is an ordinary one
+//!   (CFA = `S`, the return address at CFA - 8, `rbp` saved at CFA - 16),
+//!   which compiled rules and the rule cache take: the frame below it is
+//!   the dispatcher's (a capture inside a hook) or a signal frame, never
+//!   the hooked one, so no two frames share that CFA. At the final
+//!   `jmp r11` it is below `rsp`, in the red zone, which signal frames skip:
+//!   the row is CFA = `S + 4` again, the return address at CFA - 12, so a
+//!   signal there or a core taken there still finds it (the register `r11`
+//!   is not something every unwinder tracks).
 
 // The naked entries are defined (by these macros) only where this module is
 // the native architecture; elsewhere it serves cores of x86-64.
@@ -193,17 +217,19 @@ macro_rules! define_trampoline {
             // The original return address, over the hooked frame's return
             // address slot (S - 8), where it stays to the end.
             "push qword ptr [r10 + 8]",
-            // CFA = rsp + 12; the return address at CFA - 12
-            // (DW_CFA_expression rip: lit12 minus).
-            ".cfi_def_cfa_offset 12",
-            ".cfi_escape 0x10, 0x10, 2, 0x3c, 0x1c",
+            // From here to the final pop, an ordinary frame (which the
+            // unwinders' compiled rules and caches take): CFA = S, the
+            // return address at CFA - 8, the caller's rsp the CFA. The
+            // frame below is the dispatcher's or a signal frame, never the
+            // hooked one (it has returned), so the CFA may be S again.
+            ".cfi_def_cfa_offset 8",
+            ".cfi_offset 16, -8",
+            ".cfi_restore 7",
             // A frame record, so that frame-pointer walks see an ordinary
             // frame returning to the original caller.
             "push rbp",
-            // CFA = rsp + 20; rbp saved at CFA - 20
-            // (DW_CFA_expression rbp: lit20 minus).
-            ".cfi_def_cfa_offset 20",
-            ".cfi_escape 0x10, 0x06, 2, 0x44, 0x1c",
+            ".cfi_def_cfa_offset 16",
+            ".cfi_offset 6, -16",
             "mov rbp, rsp",
             ".cfi_def_cfa_register 6",
             "push rax",
@@ -245,7 +271,7 @@ macro_rules! define_trampoline {
             "pop rdx",
             "pop rax",
             "pop rbp",
-            ".cfi_def_cfa 7, 12",
+            ".cfi_def_cfa 7, 8",
             ".cfi_same_value 6",
             // Jump, not `ret`: the hooked function's `ret` already consumed its
             // entry of the return stack buffer (mispredicted, it went here), so a
@@ -254,8 +280,12 @@ macro_rules! define_trampoline {
             "pop r11",
             // rsp = S again. The return address is in r11 and still at
             // S - 8 (below rsp, in the red zone, which a signal frame
-            // skips): the rule stays CFA - 12, which every unwinder can read.
+            // skips), which every unwinder can read: CFA = S + 4 as at the
+            // start, the return address at CFA - 12 (DW_CFA_expression rip:
+            // lit12 minus), the caller's rsp CFA - 4.
             ".cfi_def_cfa_offset 4",
+            ".cfi_escape 0x10, 0x10, 2, 0x3c, 0x1c",
+            ".cfi_escape 0x16, 0x07, 2, 0x34, 0x1c",
             ".globl __callstack_exit_hook_tail",
             ".hidden __callstack_exit_hook_tail",
             "__callstack_exit_hook_tail:",
