@@ -195,3 +195,64 @@ fn exit_hooks_from_c() {
         false,
     );
 }
+
+/// gdb single-steps the trampoline (`nexti`, over the call of the
+/// dispatcher) of a frame returning to `main`; at every instruction its
+/// `bt` is the trampoline then `main`, and `callstack core` of a `gcore` of
+/// the process stopped there names the same frames (the trampoline's CFI
+/// holds at every instruction, read from the core's memory).
+#[test]
+fn gdb_and_cores_at_every_trampoline_instruction() {
+    let exe = build("-O2 -g", "step_O2");
+    let dir = scratch_dir("exit-hook-c-step");
+    let script = dir.join("step.py");
+    std::fs::write(
+        &script,
+        format!(
+            r#"
+import gdb
+gdb.execute("break *((char*)&__callstack_exit_hook_trampoline + 1)")
+gdb.execute("run gdb")
+lo = int(gdb.parse_and_eval("(long)&__callstack_exit_hook_trampoline"))
+i = 0
+while True:
+    pc = int(gdb.parse_and_eval("$pc"))
+    if not gdb.execute("info symbol $pc", to_string=True).startswith("__callstack_exit_hook"):
+        break
+    print("STEP %d %#x" % (i, pc - lo))
+    gdb.execute("bt")
+    gdb.execute("gcore {dir}/core_%d" % i, to_string=True)
+    i += 1
+    gdb.execute("nexti", to_string=True)
+print("DONE %d" % i)
+"#,
+            dir = dir.display()
+        ),
+    )
+    .unwrap();
+    let out = gdb_batch("gdb").arg("-x").arg(&script).arg(&exe).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let steps: Vec<&str> = text.split("STEP ").skip(1).collect();
+    assert!(steps.len() >= 40, "{} steps: {text}", steps.len());
+    assert!(text.contains(&format!("DONE {}", steps.len())), "{text}");
+    let want = ["__callstack_exit_hook_trampoline", "main"];
+    for (i, step) in steps.iter().enumerate() {
+        let at = step.lines().next().unwrap_or("");
+        assert_eq!(parse_gdb_bt(step), want, "gdb at step {at}: {step}");
+        let core = dir.join(format!("core_{i}"));
+        let ours = Command::new(&release_artifacts().cli)
+            .arg("core")
+            .arg(&exe)
+            .arg(&core)
+            .output()
+            .unwrap();
+        let ours_text = String::from_utf8_lossy(&ours.stdout);
+        assert_eq!(
+            parse_gdb_bt(&ours_text),
+            want,
+            "callstack core at step {at}: {ours_text}{}",
+            String::from_utf8_lossy(&ours.stderr)
+        );
+        let _ = std::fs::remove_file(&core);
+    }
+}

@@ -33,11 +33,22 @@
 //! [`crate::capture_from_context`], the crash handler. The trampoline has
 //! CFI whose return-address rule looks the original address up in the hook
 //! table, so DWARF unwinders outside this crate pass through it too: libgcc
-//! (a Rust panic or a C++ exception unwinding through a hooked frame, glibc's
-//! `backtrace()`), gdb (which shows the trampoline as a frame of its own,
-//! `__callstack_exit_hook_trampoline`, between the hooked function and its
-//! caller), and `callstack pstack`/`core` (which read the table from the
+//! (a Rust panic or a C++ exception unwinding through a hooked frame, caught
+//! by its direct caller or further up; `pthread_exit` and `pthread_cancel`;
+//! glibc's `backtrace()`), gdb (which shows the trampoline as a frame of its
+//! own, `__callstack_exit_hook_trampoline`, between the hooked function and
+//! its caller), and `callstack pstack`/`core` (which read the table from the
 //! target).
+//!
+//! A signal may stop the thread at any instruction of the trampoline:
+//! `capture_from_context`, `capture_exact` from the handler, the crash
+//! handler, libgcc from the handler, gdb and `callstack core`/`pstack` of a
+//! process stopped there all give the trampoline's pc then the hooked
+//! frame's real caller (its CFI holds at every instruction: tested by
+//! single-stepping it). `capture_fast` from a handler, which follows frame
+//! records, gives the real caller while the trampoline's frame record is
+//! up, and the caller's callers elsewhere in it, as for any function
+//! stopped outside its frame record.
 //!
 //! # Limits
 //!
@@ -46,10 +57,12 @@
 //! - The frame to hook is found by this crate's exact unwinder (CFI, or
 //!   instruction analysis in code without CFI); its return address must be
 //!   where the unwinder read it, or the install is refused.
-//! - `longjmp` (or a panic caught above, or `pthread_exit`) over a hooked
-//!   frame skips its hook: the frame never returns. This is detected the
-//!   next time a hook is installed or runs on that thread: the stale entry
-//!   is dropped and counted in [`skipped`]; its hook is not run.
+//! - A panic or C++ exception through a hooked frame (caught anywhere
+//!   above, rethrown or not), `longjmp` over it, or `pthread_exit` or
+//!   `pthread_cancel` through it skip its hook: the frame never returns.
+//!   This is detected the next time a hook is installed or runs on that
+//!   thread: the stale entry is dropped and counted in [`skipped`]; its hook
+//!   is not run.
 //! - At most [`MAX_PER_THREAD`] hooked frames per thread at once, and the
 //!   process-wide table has 1024 slots (an install that finds no free slot
 //!   near its key fails with [`ExitHookError::TableFull`]).
@@ -63,11 +76,13 @@
 //!   still pending in the saved registers.
 //! - Intel CET shadow stacks (when a program enables them) reject a
 //!   patched return address.
-//! - The trampoline's CFI row for its first instructions (before it has
-//!   saved the original return address) holds only at its first
-//!   instruction: this crate's captures handle a signal taken anywhere in
-//!   it, but a debugger stopped (or libgcc unwinding from a signal) inside
-//!   those dozen instructions may not see past it.
+//! - Where the trampoline's frame is empty (returned to, before it pushes
+//!   the original address, at its final jump) its CFA is 4 bytes above the
+//!   hooked frame's, so that no two frames share a CFA (see
+//!   `arch/x86_64/exit_hook.rs`): a DWARF consumer that takes the CFA for
+//!   the caller's stack pointer, rather than applying the rule the CFI
+//!   gives `rsp`, would put the caller's `rsp` 4 bytes off. libgcc, gdb and
+//!   this crate apply it.
 
 // Exit hooks are x86-64 only for now: elsewhere `install` refuses, and the
 // table it would fill is unused.

@@ -342,3 +342,112 @@ fn a_handle_of_a_returned_frame_cancels_nothing() {
     assert!(!h.cancel());
     let _ = h2;
 }
+
+/// The depth, for `install` called by the caller of this function, of the
+/// frame that the innermost `catch_unwind`'s catching frame calls directly.
+/// The catching frame is the one running `__rust_try` (a frame of its own
+/// in a debug build, whose callee is std's `do_call`) or, optimized, the one
+/// `catch_unwind` is inlined into (its callee is then the closure's).
+#[inline(never)]
+fn depth_below_catch() -> u32 {
+    use callstack::symbolize::{Address, Symbolizer};
+    let mut out = [0usize; 64];
+    let n = callstack::capture_exact(0, &mut out);
+    let mut s = Symbolizer::new();
+    // Frame 0 is this function, 1 its caller (depth 0).
+    let catching = (2..n)
+        .find(|&i| {
+            s.symbolize(Address::Return(out[i]))
+                .frames
+                .iter()
+                .filter_map(|f| f.function.as_deref())
+                .any(|name| {
+                    name == "__rust_try"
+                        || ((name.starts_with("std::panicking::catch_unwind")
+                            || name.starts_with("std::panicking::try"))
+                            && !name.contains("do_call"))
+                })
+        })
+        .expect("no catch_unwind frame above");
+    assert!(catching >= 2, "{out:x?}");
+    (catching - 2) as u32
+}
+
+static CAUGHT_RUNS: AtomicU64 = AtomicU64::new(0);
+
+fn caught_hook() {
+    CAUGHT_RUNS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Hooks frames below the catching frame, then panics: `which` 0 hooks the
+/// frame the catching frame calls, 1 the one below it (caught two frames
+/// up), 2 both (hooks on the thrower's side and on its caller).
+#[inline(never)]
+fn panics_below_catch(which: u32) -> u32 {
+    let d = depth_below_catch();
+    if which != 1 {
+        exit_hook::install(d, caught_hook).unwrap();
+    }
+    if which != 0 {
+        assert!(d >= 1, "no frame between the panic and the catching frame");
+        exit_hook::install(d - 1, caught_hook).unwrap();
+    }
+    if black_box(true) {
+        panic!("caught below a hooked frame");
+    }
+    black_box(which)
+}
+
+#[inline(never)]
+fn calls_panics_below_catch(which: u32) -> u32 {
+    black_box(panics_below_catch(which)) + 1
+}
+
+/// Catches a panic of `f` with the panic message silenced; then the next
+/// hooks on the thread run (`nested_outer`). Returns whether it panicked
+/// and how many hooks were counted skipped.
+fn catch_quietly(f: impl FnOnce() -> u32 + std::panic::UnwindSafe) -> (bool, u64) {
+    let before = exit_hook::skipped();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(f);
+    std::panic::set_hook(hook);
+    ORDER.store(0, Ordering::Relaxed);
+    nested_outer();
+    (r.is_err(), exit_hook::skipped() - before)
+}
+
+#[test]
+fn a_panic_caught_by_the_hooked_frames_direct_caller() {
+    let _g = serial();
+    CAUGHT_RUNS.store(0, Ordering::Relaxed);
+    // The frame hooked is the one `catch_unwind`'s catching frame calls:
+    // libgcc must not take the trampoline's frame for the catching one.
+    assert_eq!(catch_quietly(|| calls_panics_below_catch(0)), (true, 1));
+    // The shape of the module's docs: the closure's callee hooks itself.
+    assert_eq!(
+        catch_quietly(|| {
+            #[inline(never)]
+            fn hooked_panics() -> u32 {
+                exit_hook::install(0, caught_hook).unwrap();
+                if black_box(true) {
+                    panic!("caught by the caller");
+                }
+                1
+            }
+            hooked_panics()
+        }),
+        (true, 1)
+    );
+    assert_eq!(CAUGHT_RUNS.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_panic_caught_two_frames_above_a_hooked_frame() {
+    let _g = serial();
+    CAUGHT_RUNS.store(0, Ordering::Relaxed);
+    assert_eq!(catch_quietly(|| calls_panics_below_catch(1)), (true, 1));
+    // Hooks on two frames in a row, the catching frame right above them.
+    assert_eq!(catch_quietly(|| calls_panics_below_catch(2)), (true, 2));
+    assert_eq!(CAUGHT_RUNS.load(Ordering::Relaxed), 0);
+}

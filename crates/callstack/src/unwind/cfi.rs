@@ -329,13 +329,19 @@ pub fn apply_row<A: Arch, M: Memory + ?Sized>(
         return Ok(Applied::End);
     };
     let fp = value(row.reg(A::FP), regs.fp, mem)?.unwrap_or(0);
+    // The caller's stack pointer is the CFA unless the row gives it a rule
+    // of its own (the exit-hook trampoline's CFA lies 4 bytes above it).
+    let sp = match row.reg(A::SP) {
+        RuleView::SameValue | RuleView::Undefined => cfa,
+        rule => value(rule, cfa, mem)?.unwrap_or(cfa),
+    };
     if signal {
         mem.note_stack(cfa);
     }
     Ok(Applied::Caller {
         regs: UnwindRegs {
             pc: ra,
-            sp: cfa,
+            sp,
             fp,
             lr: 0,
         },
@@ -791,14 +797,19 @@ mod tests {
     use crate::arch::x86_64::exit_hook::{hash, LOOKUP_EXPR, PROBES, SLOTS};
     use crate::types::{Memory, ReadError, UnwindRegs};
 
-    /// Memory of a fake table and its offset word.
+    /// Memory of a fake table and its offset word, and the stack words of
+    /// `stack` (address, value).
     struct Fake {
         base: u64,
         words: Vec<u64>,
+        stack: Vec<(u64, u64)>,
     }
 
     impl Memory for Fake {
         fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
+            if let Some(&(_, v)) = self.stack.iter().find(|w| w.0 == addr) {
+                return Ok(v);
+            }
             let i = addr.wrapping_sub(self.base) / 8;
             if addr % 8 != 0 || i >= self.words.len() as u64 {
                 return Err(ReadError::OutOfBounds(addr));
@@ -809,8 +820,11 @@ mod tests {
 
     /// Lays out `[offset word][TRAMPOLINE - 1 ...]` then the table at
     /// `base + 64`, fills `entries` (key, value), and evaluates the
-    /// expression for `cfa`.
-    fn eval(entries: &[(u64, u64)], cfa: u64) -> u64 {
+    /// expression for the trampoline frame of the hooked frame whose CFA is
+    /// `key`: the trampoline's CFA is `key + 4`, and the hooked frame's
+    /// return address slot (`key - 8`) holds `TRAMPOLINE`. The pc plays no
+    /// part (the expression holds at any instruction before the push).
+    fn eval(entries: &[(u64, u64)], key: u64) -> u64 {
         let base = 0x5000_0000u64;
         let table = base + 64;
         let mut words = vec![0u64; 8 + 2 * (SLOTS + PROBES)];
@@ -823,10 +837,14 @@ mod tests {
             words[8 + 2 * i] = k;
             words[8 + 2 * i + 1] = v;
         }
-        let mut mem = Fake { base, words };
+        let mut mem = Fake {
+            base,
+            words,
+            stack: vec![(key - 8, base + 9)],
+        };
         let regs = UnwindRegs {
-            pc: base + 9,
-            sp: cfa,
+            pc: 0x1234,
+            sp: key,
             fp: 0,
             lr: 0,
         };
@@ -834,7 +852,7 @@ mod tests {
             &LOOKUP_EXPR,
             &regs,
             &mut mem,
-            Some(cfa),
+            Some(key + 4),
         )
         .unwrap()
     }

@@ -92,24 +92,56 @@ fn resolve_slow(cfa: u64) -> u64 {
     }
 }
 
-/// For an exact pc `pc` with stack pointer `sp`: when `pc` lies in the
-/// trampoline's first instructions (before it saved the original return
-/// address on its frame), the original return address (0 if the entry is
-/// gone). Async-signal-safe.
+/// For an exact pc `pc` with stack pointer `sp`, where the trampoline's
+/// frame holds nothing of the original return address at or above `sp`:
+/// the original return address (0 if it cannot be had), the caller's stack
+/// pointer being `sp` itself. That is before the trampoline pushes the
+/// original address (it is then only in the table) and at its final jump
+/// (it is then at `sp - 8`, below the stack pointer, which a walk's memory
+/// may not reach: the bounds of the main thread's stack start at the
+/// walk's first `sp`). Everywhere else in the trampoline its CFI, which
+/// reads the stack above `sp`, gives the caller. `None` when `pc` is not in
+/// those windows. Async-signal-safe.
 #[inline]
-pub(crate) fn in_lookup(pc: u64, sp: u64) -> Option<u64> {
+pub(crate) fn in_trampoline<M: crate::types::Memory + ?Sized>(
+    pc: u64,
+    sp: u64,
+    mem: &mut M,
+) -> Option<u64> {
     if !ever().load(Ordering::Relaxed) {
         return None;
     }
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
-        let (lo, hi) = crate::arch::x86_64::exit_hook::lookup_window();
-        if pc >= lo && pc < hi {
+        let (start, found, tail, end) = crate::arch::x86_64::exit_hook::windows();
+        if pc >= start && pc <= found {
             return Some(resolve_slow(sp));
         }
+        if pc >= tail && pc < end {
+            return Some(below_sp(sp, mem));
+        }
     }
-    let _ = (pc, sp);
+    let _ = (pc, sp, mem);
     None
+}
+
+/// The word at `sp - 8` of a frame stopped at the trampoline's final jump:
+/// through `mem`, or when `mem`'s bounds start at `sp`, directly if it lies
+/// on the page of `sp` (which `mem` can read: the page is mapped). 0 when
+/// neither reaches it.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[cold]
+fn below_sp<M: crate::types::Memory + ?Sized>(sp: u64, mem: &mut M) -> u64 {
+    let at = sp.wrapping_sub(8);
+    if let Ok(v) = mem.read_u64(at) {
+        return v;
+    }
+    if at / 4096 == sp / 4096 && at % 8 == 0 && mem.read_u64(sp).is_ok() {
+        // SAFETY: `at` is aligned and on the same page as `sp`, which `mem`
+        // just read: the page is mapped and readable.
+        return unsafe { core::ptr::read_volatile(at as *const u64) };
+    }
+    0
 }
 
 /// Whether a hook was ever installed (captures then check for the

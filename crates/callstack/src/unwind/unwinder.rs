@@ -502,7 +502,12 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         mut new: UnwindRegs,
         method: Method,
     ) -> Result<Option<(UnwindRegs, Method)>, UnwindError> {
-        new.pc = self.source.return_address(new.pc, new.sp);
+        // A signal frame's pc is where the signal interrupted, not a return
+        // address: at an exit hook's trampoline it is the trampoline's
+        // first instruction, a frame of its own.
+        if method != Method::SignalFrame {
+            new.pc = self.source.return_address(new.pc, new.sp);
+        }
         if new.pc == 0 {
             self.stop = StopReason::Outermost;
             return Ok(None);
@@ -516,9 +521,10 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         // out of a frame at an exact pc whose return address is still in a
         // register (a leaf on aarch64: same sp, another pc).
         let leaf = self.exact && new.sp == old.sp && new.pc != old.pc;
-        // A frame of size zero whose CFI says so (CFA = sp): an exit hook's
-        // trampoline, seen from another process or a core. One such step
-        // at a time, to a new pc.
+        // A frame whose CFI gives its caller its own sp: an exit hook's
+        // trampoline returned to (seen from another process or a core), or
+        // stopped before its push or at its final jump. One such step at a
+        // time, to a new pc.
         let flat = method == Method::Cfi && new.sp == old.sp && new.pc != old.pc && !self.flat;
         if method != Method::SignalFrame && new.sp <= old.sp && !leaf && !flat {
             return Err(UnwindError::StackNotAdvancing(new.sp));

@@ -137,6 +137,10 @@ impl Arch for X86_64 {
             }
             _ => return R::Evaluate,
         }
+        // A rule for rsp (the caller's rsp is not the CFA): evaluated.
+        if !matches!(row.reg(RSP), RuleView::SameValue) {
+            return R::Evaluate;
+        }
         let bp = match bp_offset(row.reg(RBP)) {
             Some(b) => b,
             None => return R::Evaluate,

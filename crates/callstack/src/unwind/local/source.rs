@@ -159,11 +159,11 @@ impl RuleSource<A> for LocalSource {
         regs: &UnwindRegs,
         mem: &mut M,
     ) -> Result<Applied, UnwindError> {
-        // Interrupted in the exit-hook trampoline before it saved the
-        // original return address (its CFI expression holds only at its
-        // first instruction): the frame is still empty, the caller's pc is in
-        // the hook table.
-        if let Some(pc) = crate::unwind::hook_table::in_lookup(addr, regs.sp) {
+        // Interrupted in the exit-hook trampoline where its frame is empty
+        // (before it pushes the original return address, at its final
+        // jump): the caller's pc is in the hook table or just below `sp`,
+        // which the CFI also says but a walk's memory may not reach.
+        if let Some(pc) = crate::unwind::hook_table::in_trampoline(addr, regs.sp, mem) {
             return Ok(Applied::Caller {
                 regs: UnwindRegs { pc, ..*regs },
                 signal: false,
