@@ -561,3 +561,166 @@ fn cpp_samples_match_gdb() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// tests/fixtures/c/record_end.c, built once per test.
+fn record_end(dir: &Path) -> PathBuf {
+    Gcc::new(&["record_end.c"])
+        .flags("-O2 -fomit-frame-pointer")
+        .build(&dir.join("record_end"))
+}
+
+/// The folded stacks of a recording.
+fn folded(data: &Path) -> String {
+    run(Command::new(&release_artifacts().cli)
+        .args(["report", "--top", "0", "--folded", "-"])
+        .arg(data))
+}
+
+/// Checks that `data` holds the fixture's spinning: samples in
+/// `spin_before_end` called from `main`.
+fn check_spin(what: &str, data: &Path) {
+    let f = folded(data);
+    let spin: u64 = f
+        .lines()
+        .filter(|l| l.contains(";main;spin_before_end"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert!(spin > 0, "{what}: no samples in main;spin_before_end\n{f}");
+}
+
+/// `record -- COMMAND` ends with the command's status (its exit code, or
+/// 128 + the signal that ended it) whatever way it ends, the recording
+/// holds what was sampled up to its end (`_exit`, `abort`, SIGKILL,
+/// SIGSEGV: nothing is written by the program itself), the program's
+/// standard output is byte for byte what it writes alone, and record's
+/// own lines (to stderr) have no `\r` when stderr is not a terminal.
+#[test]
+fn exit_status_and_end_of_run() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    let dir = scratch_dir("record-end");
+    let exe = record_end(&dir);
+    let bare = Command::new(&exe).args(["exit", "0", "0"]).output().unwrap();
+    assert!(bare.status.success());
+    for (args, want) in [
+        (&["exit", "0"][..], 0),
+        (&["exit", "7"], 7),
+        (&["_exit", "5"], 5),
+        (&["abort"], 128 + libc::SIGABRT),
+        (&["kill"], 128 + libc::SIGKILL),
+        (&["segv"], 128 + libc::SIGSEGV),
+    ] {
+        let data = dir.join(format!("{}.data", args.join("-")));
+        let o = Command::new(&release_artifacts().cli)
+            .args(["record", "-F", "999", "-o"])
+            .arg(&data)
+            .arg("--")
+            .arg(&exe)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(want), "{args:?}: {err}");
+        assert_eq!(
+            o.stdout, bare.stdout,
+            "{args:?}: the program's stdout differs from its bare run"
+        );
+        assert!(!err.contains('\r'), "{args:?}: a progress line on a pipe: {err:?}");
+        assert!(err.contains("wrote"), "{args:?}: {err}");
+        check_spin(&format!("{args:?}"), &data);
+    }
+}
+
+/// A command that cannot be started: a clear error, the shell's exit code
+/// (127 not found, 126 not executable), and no output file, with perf
+/// events and with `--preload`.
+#[test]
+fn command_not_started() {
+    let dir = scratch_dir("record-nocmd");
+    let not_exec = dir.join("not-executable");
+    std::fs::write(&not_exec, "data\n").unwrap();
+    for preload in [false, true] {
+        if !preload && !perf_allowed() {
+            continue;
+        }
+        for (prog, want) in [
+            (dir.join("no-such-program"), 127),
+            (PathBuf::from("no-such-program-in-path-xyz"), 127),
+            (not_exec.clone(), 126),
+        ] {
+            let data = dir.join("nothing.data");
+            let mut cmd = Command::new(&release_artifacts().cli);
+            cmd.args(["record", "-q", "-o"]).arg(&data);
+            if preload {
+                cmd.arg("--preload");
+            }
+            let o = cmd.arg("--").arg(&prog).output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(want), "{prog:?} (preload {preload}): {err}");
+            assert!(
+                err.contains(&*prog.to_string_lossy()) && err.contains("cannot start"),
+                "{prog:?}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{err}");
+            assert!(!data.exists(), "{prog:?} (preload {preload}): an output file was left");
+        }
+    }
+}
+
+/// Starts `record -o DATA -- record_end MODE -1 READY` (spinning until a
+/// signal), waits for the program to be spinning, sends `sig` to record's
+/// pid, and returns record's exit code.
+fn record_signalled(dir: &Path, exe: &Path, mode: &str, sig: i32, data: &Path) -> Option<i32> {
+    let ready = dir.join(format!("{mode}-{sig}.ready"));
+    let _ = std::fs::remove_file(&ready);
+    let mut rec = Command::new(&release_artifacts().cli)
+        .args(["record", "-q", "-o"])
+        .arg(data)
+        .arg("--")
+        .arg(exe)
+        .arg(mode)
+        .arg("-1")
+        .arg(&ready)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The program creates READY once it has spun for a while.
+    let start = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "{mode}: the program never started spinning"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: kill on our child's pid.
+    unsafe { libc::kill(rec.id() as i32, sig) };
+    rec.wait().unwrap().code()
+}
+
+/// SIGTERM and SIGINT sent to record's pid (by `kill`, not a terminal)
+/// are passed on to the command, as `perf record` does: a program that
+/// handles them exits its own way, one that does not dies by them; record
+/// exits with that status and the recording up to then is written.
+#[test]
+fn signals_are_passed_on() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    let dir = scratch_dir("record-signal");
+    let exe = record_end(&dir);
+    for (mode, sig, want) in [
+        ("handle", libc::SIGTERM, 40 + libc::SIGTERM),
+        ("handle", libc::SIGINT, 40 + libc::SIGINT),
+        ("wait", libc::SIGTERM, 128 + libc::SIGTERM),
+        ("wait", libc::SIGINT, 128 + libc::SIGINT),
+    ] {
+        let data = dir.join(format!("{mode}-{sig}.data"));
+        let code = record_signalled(&dir, &exe, mode, sig, &data);
+        assert_eq!(code, Some(want), "{mode} {sig}");
+        check_spin(&format!("{mode} {sig}"), &data);
+    }
+}

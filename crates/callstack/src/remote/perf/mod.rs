@@ -7,11 +7,13 @@
 //! the kernel's mmap events.
 //!
 //! ```no_run
-//! use callstack::remote::perf::{record, RecordOptions, Target};
-//! let stop = std::sync::atomic::AtomicBool::new(false);
+//! use callstack::remote::perf::{record, Control, RecordOptions, Target};
+//! let control = Control::new();
 //! let opts = RecordOptions::new(Target::Command(vec!["./app".into()]));
-//! let profile = record(&opts, &stop, &mut |p| eprint!("\r{} samples", p.samples))?;
-//! profile.write_trace(std::fs::File::create("callstack.data")?)?;
+//! let done = record(&opts, &control, &mut |p| eprint!("\r{} samples", p.samples))?;
+//! done.profile.write_trace(std::fs::File::create("callstack.data")?)?;
+//! // How the command ended (its exit code, or the signal that ended it).
+//! println!("{:?}", done.status);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -25,7 +27,9 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 /// What to record.
@@ -48,7 +52,8 @@ pub struct RecordOptions {
     /// Bytes of user stack copied per sample (default 16384; at most
     /// 65528). Frames beyond the copy are cut.
     pub stack_bytes: u32,
-    /// Stop after this long (default: when the target ends or `stop` is set).
+    /// Stop after this long (default: when the target ends or
+    /// [`Control::stop`] is called).
     pub duration: Option<Duration>,
     /// Where to find the target's files.
     pub lookup: Lookup,
@@ -83,6 +88,55 @@ pub struct Progress {
     pub threads: usize,
     /// Time since recording started.
     pub elapsed: Duration,
+}
+
+/// How a recording is steered from outside while it runs (from a signal
+/// handler: every method is an atomic store, async-signal-safe).
+#[derive(Debug, Default)]
+pub struct Control {
+    stop: AtomicBool,
+    signal: AtomicI32,
+}
+
+impl Control {
+    /// A control that asks nothing yet.
+    pub const fn new() -> Self {
+        Control {
+            stop: AtomicBool::new(false),
+            signal: AtomicI32::new(0),
+        }
+    }
+
+    /// Ends the recording now; a command started for it is killed.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Sends signal `sig` to the recorded command (as `perf record` passes
+    /// on SIGINT and SIGTERM), recording on until the command ends; for a
+    /// recorded running process (`Target::Pid`), ends the recording
+    /// instead (the process is not ours to signal).
+    pub fn forward(&self, sig: i32) {
+        self.signal.store(sig, Ordering::Relaxed);
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// What a recording gives.
+#[derive(Debug)]
+pub struct Recorded {
+    /// The profile: stacks by thread, values `samples/count` and
+    /// `cpu/nanoseconds`, the modules of every process seen, thread
+    /// names, lost samples.
+    pub profile: Profile,
+    /// How the command ended, for a [`Target::Command`] that ended by
+    /// itself (an exit, a signal, including one passed on by
+    /// [`Control::forward`]); `None` for a running process, and for a
+    /// command the recording ended (a duration, [`Control::stop`]).
+    pub status: Option<ExitStatus>,
 }
 
 /// Why recording failed.
@@ -544,16 +598,21 @@ impl Recording<'_> {
     }
 }
 
-/// Records `opts.target` until it exits, `opts.duration` passes or `stop`
-/// is set; calls `progress` about four times a second. Returns the
-/// profile: stacks by thread, values `samples/count` and
-/// `cpu/nanoseconds`, the modules of every process seen, thread names,
-/// lost samples.
+/// Records `opts.target` until it exits, `opts.duration` passes or
+/// `control` stops it; calls `progress` about four times a second. Every
+/// sample the kernel took is kept, up to the target's end however it ends
+/// (`_exit`, a signal, SIGKILL): the rings are drained after it, and the
+/// modules come from the kernel's mmap records, not only from its
+/// `/proc/PID/maps`.
+///
+/// A command that cannot be started (not found, not executable) is
+/// [`RecordError::Spawn`] with the `execvp` error, before anything is
+/// recorded.
 pub fn record(
     opts: &RecordOptions,
-    stop: &AtomicBool,
+    control: &Control,
     progress: &mut dyn FnMut(&Progress),
-) -> Result<Profile, RecordError> {
+) -> Result<Recorded, RecordError> {
     if !cfg!(target_arch = "x86_64") {
         return Err(RecordError::Unsupported("recording on this architecture"));
     }
@@ -623,8 +682,8 @@ pub fn record(
                     std::io::ErrorKind::InvalidInput.into(),
                 ));
             };
-            let (c, go) = spawn_held(argv)
-                .map_err(|e| RecordError::Spawn(prog.to_string_lossy().into_owned(), e))?;
+            let spawn_error = |e| RecordError::Spawn(prog.to_string_lossy().into_owned(), e);
+            let (c, go, exec_result) = spawn_held(argv).map_err(spawn_error)?;
             root_pid = c;
             child = Some(c);
             for cpu in 0..sys::cpus() {
@@ -640,6 +699,10 @@ pub fn record(
             }
             // Let the child exec: the event is enabled at the exec.
             drop(go);
+            if let Some(errno) = exec_error(exec_result) {
+                end_child(c);
+                return Err(spawn_error(std::io::Error::from_raw_os_error(errno)));
+            }
         }
     }
 
@@ -648,7 +711,9 @@ pub fn record(
     let mut buf = Vec::with_capacity(1 << 20);
     let mut last_progress = Instant::now();
     let mut exited = false;
-    let mut exit_code = None;
+    // How the command ended, once reaped; whether the recording ended it.
+    let mut status = None;
+    let mut ended_by_us = false;
     loop {
         sys::poll(&fds, 50);
         for e in &events {
@@ -677,13 +742,37 @@ pub fn record(
         if exited {
             break;
         }
-        let done = stop.load(Ordering::Relaxed)
+        let sig = control.signal.swap(0, Ordering::Relaxed);
+        if sig != 0 {
+            match child {
+                // SAFETY: our child, not yet reaped (`child` is cleared
+                // when it is), so the pid is not reused.
+                Some(c) => unsafe {
+                    libc::kill(c as i32, sig);
+                },
+                None => ended_by_us = true,
+            }
+        }
+        let done = if ended_by_us
+            || control.stopped()
             || opts.duration.is_some_and(|d| started.elapsed() >= d)
-            || match child {
-                Some(c) => child_exited(c, &mut exit_code),
+        {
+            ended_by_us = true;
+            true
+        } else {
+            match child {
+                Some(c) => match child_status(c) {
+                    Some(st) => {
+                        status = st;
+                        child = None;
+                        true
+                    }
+                    None => false,
+                },
                 // SAFETY: kill with signal 0 only checks that the process exists.
                 None => (unsafe { libc::kill(root_pid as i32, 0) }) != 0,
-            };
+            }
+        };
         if done {
             // One more pass drains what the rings still hold.
             exited = true;
@@ -699,24 +788,22 @@ pub fn record(
         threads: rec.threads.len(),
         elapsed: started.elapsed(),
     });
-    if let (Target::Command(argv), Some(EXEC_FAILED), 0) = (&opts.target, exit_code, rec.samples) {
-        return Err(RecordError::Spawn(
-            argv[0].to_string_lossy().into_owned(),
-            std::io::Error::other(
-                "exited with status 127 before any sample (not found, or not executable?)",
-            ),
-        ));
-    }
     rec.profile.modules = rec.modules();
     rec.profile.kernel_symbols = rec.kernel_symbols();
     rec.profile.duration_ns = started.elapsed().as_nanos() as u64;
-    Ok(rec.profile)
+    Ok(Recorded {
+        profile: rec.profile,
+        status: status.filter(|_| !ended_by_us),
+    })
 }
 
 /// Starts `argv` held before its exec until the returned pipe end is
 /// dropped (so that the event can be opened on it first). Forks by hand:
-/// `std::process::Command::spawn` waits for the exec.
-fn spawn_held(argv: &[OsString]) -> std::io::Result<(u32, std::fs::File)> {
+/// `std::process::Command::spawn` waits for the exec. The third value is
+/// the read end of a close-on-exec pipe: it reaches its end at a
+/// successful exec, and gives the `execvp` error (4 bytes) otherwise (see
+/// [`exec_error`]).
+fn spawn_held(argv: &[OsString]) -> std::io::Result<(u32, std::fs::File, std::fs::File)> {
     use std::ffi::CString;
     use std::os::fd::FromRawFd;
     use std::os::unix::ffi::OsStrExt;
@@ -728,14 +815,13 @@ fn spawn_held(argv: &[OsString]) -> std::io::Result<(u32, std::fs::File)> {
     let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
     let mut fds = [0i32; 2];
+    let mut err_fds = [0i32; 2];
     // SAFETY: pipe2 writes two fds.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: fork; the child only calls async-signal-safe functions
-    // (close, read, execvp, _exit) on memory prepared before the fork.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
+    // SAFETY: pipe2 writes two fds.
+    if unsafe { libc::pipe2(err_fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         let e = std::io::Error::last_os_error();
         // SAFETY: our fds.
         unsafe {
@@ -744,24 +830,75 @@ fn spawn_held(argv: &[OsString]) -> std::io::Result<(u32, std::fs::File)> {
         }
         return Err(e);
     }
+    // SAFETY: fork; the child only calls async-signal-safe functions
+    // (close, read, write, execvp, _exit) on memory prepared before the
+    // fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: our fds.
+        unsafe {
+            for fd in fds.into_iter().chain(err_fds) {
+                libc::close(fd);
+            }
+        }
+        return Err(e);
+    }
     if pid == 0 {
         // SAFETY: see above.
         unsafe {
             libc::close(fds[1]);
+            libc::close(err_fds[0]);
+            // The signals this process ignores or blocks are not the
+            // command's business: it starts with the defaults.
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGPIPE] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
             let mut b = [0u8; 1];
             // Blocks until the parent closes its end.
             while libc::read(fds[0], b.as_mut_ptr().cast(), 1) < 0
                 && *libc::__errno_location() == libc::EINTR
             {}
             libc::execvp(ptrs[0], ptrs.as_ptr());
+            let errno = (*libc::__errno_location()).to_ne_bytes();
+            libc::write(err_fds[1], errno.as_ptr().cast(), errno.len());
             libc::_exit(127);
         }
     }
-    // SAFETY: our fds; the read end is the child's.
-    unsafe { libc::close(fds[0]) };
-    // SAFETY: a fresh fd we own.
-    let wr = unsafe { std::fs::File::from_raw_fd(fds[1]) };
-    Ok((pid as u32, wr))
+    // SAFETY: our fds; the read end of the first and the write end of the
+    // second are the child's.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(err_fds[1]);
+    }
+    // SAFETY: fresh fds we own.
+    let (wr, err) = unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[1]),
+            std::fs::File::from_raw_fd(err_fds[0]),
+        )
+    };
+    Ok((pid as u32, wr, err))
+}
+
+/// The `execvp` error of a child started by [`spawn_held`], from its error
+/// pipe (read once the child is let go): `None` when it exec'd.
+fn exec_error(mut pipe: std::fs::File) -> Option<i32> {
+    use std::io::Read;
+    let mut b = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match pipe.read(&mut b[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    (got == 4).then(|| i32::from_ne_bytes(b))
 }
 
 /// Opens an event; when kernel frames are refused (EACCES/EPERM under
@@ -784,28 +921,36 @@ fn open_event(
     }
 }
 
-/// The exit code of a child that could not exec (execvp failed).
-const EXEC_FAILED: i32 = 127;
-
-/// Whether child `pid` has exited (reaps it); sets `code` to its exit code.
-fn child_exited(pid: u32, code: &mut Option<i32>) -> bool {
-    let mut status = 0;
-    // SAFETY: waitpid on our child, without blocking.
-    let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
-    if r == pid as i32 && libc::WIFEXITED(status) {
-        *code = Some(libc::WEXITSTATUS(status));
+/// How child `pid` ended, if it has (reaped then); `None` while it runs.
+/// A child that cannot be waited for (reaped elsewhere) counts as ended,
+/// with no status to give.
+fn child_status(pid: u32) -> Option<Option<ExitStatus>> {
+    let mut st = 0;
+    loop {
+        // SAFETY: waitpid on our child, without blocking.
+        let r = unsafe { libc::waitpid(pid as i32, &mut st, libc::WNOHANG) };
+        if r == pid as i32 {
+            return Some(Some(ExitStatus::from_raw(st)));
+        }
+        if r == 0 {
+            return None;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Some(None);
+        }
     }
-    r == pid as i32 || r < 0
 }
 
 /// Kills and reaps child `pid` if it still runs.
 fn end_child(pid: u32) {
-    if !child_exited(pid, &mut None) {
-        // SAFETY: our child.
+    if child_status(pid).is_none() {
+        // SAFETY: our child, not yet reaped.
         unsafe {
             libc::kill(pid as i32, libc::SIGKILL);
-            let mut status = 0;
-            libc::waitpid(pid as i32, &mut status, 0);
+            let mut st = 0;
+            while libc::waitpid(pid as i32, &mut st, 0) < 0
+                && *libc::__errno_location() == libc::EINTR
+            {}
         }
     }
 }
