@@ -188,10 +188,10 @@ fn parse_digits(s: &[u8], radix: u32) -> u64 {
         let Some(d) = (c as char).to_digit(radix) else {
             break;
         };
-        v = match v.checked_mul(radix as u64).and_then(|x| x.checked_add(d as u64)) {
-            Some(x) => x,
-            None => u64::MAX,
-        };
+        v = v
+            .checked_mul(radix as u64)
+            .and_then(|x| x.checked_add(d as u64))
+            .unwrap_or(u64::MAX);
     }
     v
 }
