@@ -724,3 +724,77 @@ fn signals_are_passed_on() {
         check_spin(&format!("{mode} {sig}"), &data);
     }
 }
+
+/// The `File:` line of `go tool pprof -top` for a recording: the name of
+/// the pprof's first (main) mapping.
+fn pprof_file_line(dir: &Path, data: &Path) -> String {
+    let pb = dir.join(format!(
+        "{}.pb.gz",
+        data.file_stem().unwrap().to_string_lossy()
+    ));
+    run(Command::new(&release_artifacts().cli)
+        .args(["report", "--top", "0", "--pprof"])
+        .arg(&pb)
+        .arg(data));
+    let top = run(Command::new("go")
+        .args(["tool", "pprof", "-top", "-nodecount=1"])
+        .arg(&pb)
+        .env("HOME", dir)
+        .env("PPROF_TMPDIR", dir));
+    top.lines()
+        .find(|l| l.starts_with("File: "))
+        .unwrap_or_else(|| panic!("no File: line\n{top}"))
+        .to_string()
+}
+
+/// A profile's main mapping (pprof's first, `File:` in `go tool pprof`) is
+/// the recorded program, not `[kernel.kallsyms]` (kernel frames are
+/// recorded as root) nor a library: python3 (its interpreter loop), a C
+/// program, and a C program exec'd by a shell (the program is the last
+/// one the process exec'd).
+#[test]
+fn pprof_main_mapping_is_the_program() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    let dir = scratch_dir("record-mainmap");
+    let c = record_end(&dir);
+    let python = std::fs::canonicalize("/usr/bin/python3").expect("/usr/bin/python3");
+    let cases: Vec<(&str, Vec<std::ffi::OsString>, String)> = vec![
+        (
+            "python",
+            vec![
+                "/usr/bin/python3".into(),
+                "-c".into(),
+                "x = 0\nfor i in range(2000000): x += i".into(),
+            ],
+            python.file_name().unwrap().to_string_lossy().into_owned(),
+        ),
+        (
+            "c",
+            vec![c.clone().into(), "exit".into(), "0".into()],
+            "record_end".into(),
+        ),
+        (
+            "shell-exec",
+            vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                format!("exec {} exit 0", c.display()).into(),
+            ],
+            "record_end".into(),
+        ),
+    ];
+    for (name, argv, want) in cases {
+        let data = dir.join(format!("{name}.data"));
+        run(Command::new(&release_artifacts().cli)
+            .args(["record", "-q", "-o"])
+            .arg(&data)
+            .arg("--")
+            .args(&argv)
+            .stdout(std::process::Stdio::null()));
+        let line = pprof_file_line(&dir, &data);
+        assert_eq!(line, format!("File: {want}"), "{name}");
+    }
+}

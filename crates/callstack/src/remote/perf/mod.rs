@@ -182,6 +182,8 @@ const RECORD_MMAP2: u32 = 10;
 /// `PERF_RECORD_MISC_MMAP_BUILD_ID`: an mmap2 record with a build-id in
 /// place of device and inode.
 const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+/// `PERF_RECORD_MISC_COMM_EXEC`: a comm record for an exec.
+const MISC_COMM_EXEC: u16 = 1 << 13;
 
 /// x86-64 user registers asked for: AX BX CX DX SI DI BP SP IP (perf
 /// numbers 0-8) and R8-R15 (16-23), given in that order.
@@ -414,6 +416,14 @@ struct Recording<'o> {
     kernel: bool,
     /// Lowest and highest kernel address seen.
     kernel_range: Option<(u64, u64)>,
+    /// The process recorded (the command's, or `-p`'s).
+    root_pid: u32,
+    /// The program of `root_pid`: the file of its latest exec (the first
+    /// executable mapping after it), or `/proc/PID/exe` of a running
+    /// process. Its module goes first in the profile.
+    main_exe: Option<String>,
+    /// Whether `root_pid` exec'd and its program's mapping is yet to come.
+    exe_pending: bool,
 }
 
 impl Recording<'_> {
@@ -446,6 +456,11 @@ impl Recording<'_> {
                 if prot & libc::PROT_EXEC as u32 == 0 || !path.starts_with('/') {
                     return;
                 }
+                // The kernel maps the program before its interpreter.
+                if pid == self.root_pid && self.exe_pending {
+                    self.exe_pending = false;
+                    self.main_exe = Some(path.clone());
+                }
                 let space = self.spaces.entry(pid).or_default();
                 space.add(Mapping {
                     start: addr,
@@ -456,9 +471,12 @@ impl Recording<'_> {
                 });
             }
             RECORD_COMM => {
-                let (Some(_pid), Some(tid)) = (r.u32(), r.u32()) else {
+                let (Some(pid), Some(tid)) = (r.u32(), r.u32()) else {
                     return;
                 };
+                if misc & MISC_COMM_EXEC != 0 && pid == self.root_pid && tid == pid {
+                    self.exe_pending = true;
+                }
                 let name = r.cstr();
                 self.profile.threads.insert(tid, name);
             }
@@ -573,11 +591,34 @@ impl Recording<'_> {
         crate::profile::kernel_symbols_for(probes).unwrap_or_default()
     }
 
-    /// Module records for the profile: every module of every process seen,
-    /// and the kernel (`[kernel.kallsyms]`, named by
-    /// [`Recording::kernel_symbols`]).
+    /// Module records for the profile: the recorded program's first (a
+    /// profile's first module is its program: pprof's main mapping), then
+    /// every other module of every process seen (the recorded process's,
+    /// then the others' by pid), and the kernel (`[kernel.kallsyms]`,
+    /// named by [`Recording::kernel_symbols`]).
     fn modules(&self) -> Vec<ModuleRecord> {
         let mut out: Vec<ModuleRecord> = Vec::new();
+        let mut pids: Vec<u32> = self.spaces.keys().copied().collect();
+        pids.sort_by_key(|&p| (p != self.root_pid, p));
+        for pid in pids {
+            for rec in self.spaces[&pid].module_records() {
+                if !out.contains(&rec) {
+                    out.push(rec);
+                }
+            }
+        }
+        if let Some(exe) = &self.main_exe {
+            let exe = std::path::Path::new(exe);
+            let is_main = |r: &ModuleRecord| {
+                r.path == exe
+                    || std::fs::canonicalize(&r.path).ok().as_deref()
+                        == std::fs::canonicalize(exe).ok().as_deref()
+            };
+            if let Some(i) = out.iter().position(is_main) {
+                let main = out.remove(i);
+                out.insert(0, main);
+            }
+        }
         if let Some((lo, hi)) = self.kernel_range {
             out.push(ModuleRecord {
                 path: crate::profile::KERNEL_MODULE.into(),
@@ -586,13 +627,6 @@ impl Recording<'_> {
                 end: hi + 1,
                 bias: 0,
             });
-        }
-        for space in self.spaces.values() {
-            for rec in space.module_records() {
-                if !out.contains(&rec) {
-                    out.push(rec);
-                }
-            }
         }
         out
     }
@@ -644,6 +678,9 @@ pub fn record(
         frames: Vec::with_capacity(256),
         kernel: false,
         kernel_range: None,
+        root_pid: 0,
+        main_exe: None,
+        exe_pending: false,
     };
     let started = Instant::now();
     let mut events = Vec::new();
@@ -652,6 +689,10 @@ pub fn record(
     match &opts.target {
         Target::Pid(pid) => {
             root_pid = *pid;
+            rec.root_pid = *pid;
+            rec.main_exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned());
             let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
                 .map_err(|_| RecordError::NoSuchProcess(*pid))?;
             let mut space = Space::default();
@@ -686,6 +727,9 @@ pub fn record(
             let (c, go, exec_result) = spawn_held(argv).map_err(spawn_error)?;
             root_pid = c;
             child = Some(c);
+            rec.root_pid = c;
+            // Its program is the one it execs (the event starts there).
+            rec.exe_pending = true;
             for cpu in 0..sys::cpus() {
                 match open_event(root_pid as i32, cpu, &mut spec, pages) {
                     Ok(e) => events.push(e),
