@@ -798,3 +798,59 @@ fn pprof_main_mapping_is_the_program() {
         assert_eq!(line, format!("File: {want}"), "{name}");
     }
 }
+
+/// The first user frame after a sample's kernel frames is the interrupted
+/// pc (the kernel is entered by a fault, an interrupt or a system call,
+/// never by a call), looked up as it is: page faults taken at
+/// `fault_target`'s first instruction (tests/fixtures/c/fault_entry.c) are
+/// in `fault_target`, not in `fault_prev`, whose last byte is the byte
+/// before (what a return address's lookup at pc - 1 would name). In the
+/// folded stacks and in the pprof read back by `go tool pprof`.
+#[test]
+fn exact_user_pc_after_kernel_frames() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let dir = scratch_dir("record-fault-entry");
+    let exe = Gcc::new(&["fault_entry.c"])
+        .flags("-O2")
+        .build(&dir.join("fault_entry"));
+    let data = dir.join("fault.data");
+    run(Command::new(&release_artifacts().cli)
+        .args(["record", "-q", "-F", "999", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .arg("1"));
+    let f = folded(&data);
+    assert!(
+        !f.contains("fault_prev"),
+        "fault_target's first instruction named as fault_prev:\n{f}"
+    );
+    // As root the kernel's frames are recorded: faults at the entry.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let at_entry: u64 = f
+            .lines()
+            .filter(|l| l.contains(";main;fault_target;") && l.contains("_[k]"))
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        assert!(at_entry > 0, "no kernel frames under fault_target:\n{f}");
+    }
+    let pb = dir.join("fault.pb.gz");
+    run(Command::new(&release_artifacts().cli)
+        .args(["report", "--top", "0", "--pprof"])
+        .arg(&pb)
+        .arg(&data));
+    let top = run(Command::new("go")
+        .args(["tool", "pprof", "-top", "-nodecount=1000"])
+        .arg(&pb)
+        .env("HOME", &dir)
+        .env("PPROF_TMPDIR", &dir));
+    assert!(top.contains("fault_target"), "{top}");
+    assert!(!top.contains("fault_prev"), "{top}");
+}

@@ -149,7 +149,7 @@ pub fn encode(profile: &Profile, names: &Names) -> Vec<u8> {
     for s in &profile.stacks {
         loc_ids.clear();
         for (i, &a) in s.frames.iter().enumerate() {
-            let exact = i == 0 && s.first_is_exact;
+            let exact = s.is_exact(i);
             let next = locations.len() as u64 + 1;
             let id = *locations.entry((a, exact)).or_insert(next);
             if id == next {

@@ -22,7 +22,7 @@ mod sys;
 use super::{files, Lookup, Machine, Mapping, Module, Registers, RemoteUnwinder, Snapshot, Thread};
 use crate::profile::Profile;
 use crate::tracefile::ModuleRecord;
-use crate::unwind::{Memory, ReadError};
+use crate::unwind::{Memory, Method, ReadError};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::mem::ManuallyDrop;
@@ -412,6 +412,8 @@ struct Recording<'o> {
     threads: HashSet<u32>,
     samples: u64,
     frames: Vec<usize>,
+    /// The indices of `frames` past the first that are exact pcs.
+    exact: Vec<u32>,
     /// Whether samples carry a kernel callchain.
     kernel: bool,
     /// Lowest and highest kernel address seen.
@@ -558,15 +560,30 @@ impl Recording<'_> {
         let unwinder = space.unwinder(lookup, pid);
         let mut mem = CopiedStack { base: sp, data };
         let unwound = unwinder.unwind(&mut mem, &thread, 256);
+        // The user frames' exact pcs: the interrupted one (the first user
+        // frame, also after kernel frames: the kernel is entered by an
+        // interrupt, a fault or a system call, never by a call) and those
+        // found through signal frames. Looked up as they are, not at the
+        // byte before like a return address: a fault taken at a
+        // function's first instruction names that function, not the one
+        // before it.
+        let user = self.frames.len();
+        self.exact.clear();
         if unwound.frames.is_empty() {
             self.frames
                 .push(thread.registers.pc().unwrap_or(ip) as usize);
+            self.exact.push(user as u32);
         }
-        self.frames
-            .extend(unwound.frames.iter().map(|f| f.pc as usize));
+        for f in &unwound.frames {
+            if matches!(f.method, Method::Context | Method::SignalFrame) {
+                self.exact.push(self.frames.len() as u32);
+            }
+            self.frames.push(f.pc as usize);
+        }
         let period = self.profile.period;
+        // frames[0] (the kernel's interrupted pc, or the user one) is exact.
         self.profile
-            .add(&self.frames, true, Some(tid), &[1, period]);
+            .add_exact(&self.frames, true, &self.exact, Some(tid), &[1, period]);
         self.samples += 1;
         Some(())
     }
@@ -584,7 +601,7 @@ impl Recording<'_> {
         let probes = self.profile.stacks.iter().flat_map(|s| {
             s.frames.iter().enumerate().filter_map(move |(i, &a)| {
                 let a = a as u64;
-                let exact = i == 0 && s.first_is_exact;
+                let exact = s.is_exact(i);
                 (lo <= a && a <= hi).then(|| a - u64::from(!exact))
             })
         });
@@ -676,6 +693,7 @@ pub fn record(
         threads: HashSet::new(),
         samples: 0,
         frames: Vec::with_capacity(256),
+        exact: Vec::new(),
         kernel: false,
         kernel_range: None,
         root_pid: 0,
