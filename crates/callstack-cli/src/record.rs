@@ -97,12 +97,19 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut li
     }
 }
 
-/// Installs [`on_signal`] for SIGINT and SIGTERM.
+/// Installs [`on_signal`] for SIGINT and SIGTERM, but for one ignored
+/// (`nohup`, a background job of a script): `record` ignores it too, and
+/// the command inherits it ignored, as it would without `record`.
 fn catch_signals() {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: a zeroed sigaction is valid; the handler only does
         // atomic operations (async-signal-safe).
         unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut old);
+            if old.sa_sigaction == libc::SIG_IGN {
+                continue;
+            }
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_signal
                 as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)

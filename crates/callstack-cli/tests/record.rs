@@ -671,7 +671,8 @@ fn command_not_started() {
 
 /// Starts `record -o DATA -- record_end MODE -1 READY` (spinning until a
 /// signal), waits for the program to be spinning, sends `sig` to record's
-/// pid, and returns record's exit code.
+/// pid, and returns record's exit code; the program is killed if it still
+/// runs then.
 fn record_signalled(dir: &Path, exe: &Path, mode: &str, sig: i32, data: &Path) -> Option<i32> {
     let ready = dir.join(format!("{mode}-{sig}.ready"));
     let _ = std::fs::remove_file(&ready);
@@ -697,7 +698,19 @@ fn record_signalled(dir: &Path, exe: &Path, mode: &str, sig: i32, data: &Path) -
     }
     // SAFETY: kill on our child's pid.
     unsafe { libc::kill(rec.id() as i32, sig) };
-    rec.wait().unwrap().code()
+    let code = rec.wait().unwrap().code();
+    // A program record left running (it did not pass the signal on)
+    // spins forever: end it.
+    let pid: i32 = std::fs::read_to_string(&ready)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill on the program's pid; it is not reaped by anyone while
+    // it runs (an orphan's zombie goes to init at once), so at worst the
+    // signal finds no process.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    code
 }
 
 /// SIGTERM and SIGINT sent to record's pid (by `kill`, not a terminal)
@@ -853,4 +866,38 @@ fn exact_user_pc_after_kernel_frames() {
         .env("PPROF_TMPDIR", &dir));
     assert!(top.contains("fault_target"), "{top}");
     assert!(!top.contains("fault_prev"), "{top}");
+}
+
+/// `--preload` (the in-process sampler): the command's exit status too;
+/// a program ending in `_exit` still writes its profile (the sampler
+/// replaces `_exit`); one that dies by a signal leaves no empty file, and
+/// record says so.
+#[test]
+fn preload_exit_status_and_end_of_run() {
+    let dir = scratch_dir("record-preload-end");
+    let exe = record_end(&dir);
+    for (args, want, written) in [
+        (&["exit", "3", "1.0"][..], 3, true),
+        (&["_exit", "5", "1.0"], 5, true),
+        (&["abort", "0.2"], 128 + libc::SIGABRT, false),
+    ] {
+        let data = dir.join(format!("{}.data", args.join("-")));
+        let o = Command::new(&release_artifacts().cli)
+            .args(["record", "--preload", "-o"])
+            .arg(&data)
+            .arg("--")
+            .arg(&exe)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(want), "{args:?}: {err}");
+        assert!(o.stdout.starts_with(b"record_end: out\r\n"), "{args:?}");
+        if written {
+            check_spin(&format!("preload {args:?}"), &data);
+        } else {
+            assert!(!data.exists(), "{args:?}: a file was left: {err}");
+            assert!(err.contains("wrote no profile"), "{args:?}: {err}");
+        }
+    }
 }

@@ -8,8 +8,13 @@
 //! rate (default 999). The first process to start writes the file itself;
 //! a program it execs (which starts a sampler of its own) writes
 //! `FILE.PID`. A forked child that does not exec is not sampled (the
-//! profiler's thread does not survive `fork`), nor is a process that ends
-//! in `_exit` or by a signal (the profile is written at exit).
+//! profiler's thread does not survive `fork`).
+//!
+//! The profile is written at exit (`atexit`) and at `_exit`/`_Exit`
+//! (replaced here: the profile is written, then the process ends as they
+//! would end it). A process that dies by a signal writes none (its file
+//! stays empty, and `callstack record` removes it): perf events, which
+//! record from outside, keep those.
 
 use callstack::profiler::Profiler;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -57,6 +62,33 @@ extern "C" fn init() {
             unsafe { libc::atexit(finish) };
         }
         Err(e) => eprintln!("callstack record: cannot start the in-process sampler: {e}"),
+    }
+}
+
+/// `_exit`, as the program sees it: writes the profile (in the process
+/// that started the sampler only: a `vfork` child shares its memory), then
+/// ends the process as glibc's `_exit` does.
+#[no_mangle]
+pub extern "C" fn _exit(status: libc::c_int) -> ! {
+    end_now(status)
+}
+
+/// `_Exit`: the same as [`_exit`].
+#[no_mangle]
+pub extern "C" fn _Exit(status: libc::c_int) -> ! {
+    end_now(status)
+}
+
+fn end_now(status: libc::c_int) -> ! {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    if me == OWNER_PID.load(Ordering::Relaxed) {
+        finish();
+    }
+    loop {
+        // SAFETY: exit_group ends every thread of the process; it does not
+        // return.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
     }
 }
 

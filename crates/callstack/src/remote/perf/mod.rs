@@ -911,14 +911,6 @@ fn spawn_held(argv: &[OsString]) -> std::io::Result<(u32, std::fs::File, std::fs
         unsafe {
             libc::close(fds[1]);
             libc::close(err_fds[0]);
-            // The signals this process ignores or blocks are not the
-            // command's business: it starts with the defaults.
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGPIPE] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
             let mut b = [0u8; 1];
             // Blocks until the parent closes its end.
             while libc::read(fds[0], b.as_mut_ptr().cast(), 1) < 0
