@@ -673,11 +673,20 @@ fn command_not_started() {
 /// signal), waits for the program to be spinning, sends `sig` to record's
 /// pid, and returns record's exit code; the program is killed if it still
 /// runs then.
-fn record_signalled(dir: &Path, exe: &Path, mode: &str, sig: i32, data: &Path) -> Option<i32> {
-    let ready = dir.join(format!("{mode}-{sig}.ready"));
+fn record_signalled(
+    dir: &Path,
+    exe: &Path,
+    mode: &str,
+    sig: i32,
+    data: &Path,
+    preload: bool,
+) -> Option<i32> {
+    let ready = dir.join(format!("{mode}-{sig}-{preload}.ready"));
     let _ = std::fs::remove_file(&ready);
     let mut rec = Command::new(&release_artifacts().cli)
-        .args(["record", "-q", "-o"])
+        .args(["record", "-q"])
+        .args(if preload { &["--preload"][..] } else { &[] })
+        .arg("-o")
         .arg(data)
         .arg("--")
         .arg(exe)
@@ -732,7 +741,7 @@ fn signals_are_passed_on() {
         ("wait", libc::SIGINT, 128 + libc::SIGINT),
     ] {
         let data = dir.join(format!("{mode}-{sig}.data"));
-        let code = record_signalled(&dir, &exe, mode, sig, &data);
+        let code = record_signalled(&dir, &exe, mode, sig, &data, false);
         assert_eq!(code, Some(want), "{mode} {sig}");
         check_spin(&format!("{mode} {sig}"), &data);
     }
@@ -869,9 +878,10 @@ fn exact_user_pc_after_kernel_frames() {
 }
 
 /// `--preload` (the in-process sampler): the command's exit status too;
-/// a program ending in `_exit` still writes its profile (the sampler
-/// replaces `_exit`); one that dies by a signal leaves no empty file, and
-/// record says so.
+/// a program ending in `_exit` (the sampler replaces it) or by a signal
+/// it leaves to the default action (`abort`, SIGSEGV; SIGTERM and SIGINT
+/// sent to record and passed on) still writes its profile; one killed by
+/// SIGKILL leaves no empty file, and record says so.
 #[test]
 fn preload_exit_status_and_end_of_run() {
     let dir = scratch_dir("record-preload-end");
@@ -879,7 +889,9 @@ fn preload_exit_status_and_end_of_run() {
     for (args, want, written) in [
         (&["exit", "3", "1.0"][..], 3, true),
         (&["_exit", "5", "1.0"], 5, true),
-        (&["abort", "0.2"], 128 + libc::SIGABRT, false),
+        (&["abort", "1.0"], 128 + libc::SIGABRT, true),
+        (&["segv", "1.0"], 128 + libc::SIGSEGV, true),
+        (&["kill", "0.2"], 128 + libc::SIGKILL, false),
     ] {
         let data = dir.join(format!("{}.data", args.join("-")));
         let o = Command::new(&release_artifacts().cli)
@@ -899,5 +911,15 @@ fn preload_exit_status_and_end_of_run() {
             assert!(!data.exists(), "{args:?}: a file was left: {err}");
             assert!(err.contains("wrote no profile"), "{args:?}: {err}");
         }
+    }
+    for (mode, sig, want) in [
+        ("wait", libc::SIGTERM, 128 + libc::SIGTERM),
+        ("wait", libc::SIGINT, 128 + libc::SIGINT),
+        ("handle", libc::SIGTERM, 40 + libc::SIGTERM),
+    ] {
+        let data = dir.join(format!("{mode}-{sig}.data"));
+        let code = record_signalled(&dir, &exe, mode, sig, &data, true);
+        assert_eq!(code, Some(want), "preload {mode} {sig}");
+        check_spin(&format!("preload {mode} {sig}"), &data);
     }
 }
