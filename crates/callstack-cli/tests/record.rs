@@ -923,3 +923,43 @@ fn preload_exit_status_and_end_of_run() {
         check_spin(&format!("preload {mode} {sig}"), &data);
     }
 }
+
+/// On a terminal (util-linux `script` gives the command one), the
+/// progress line is shown, rewritten with `\r`; `-q` hides it. (Not on a
+/// terminal it is not shown: `exit_status_and_end_of_run`.)
+#[test]
+fn progress_line_on_a_terminal() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` (util-linux) to give record a terminal");
+        return;
+    }
+    let dir = scratch_dir("record-tty");
+    let exe = record_end(&dir);
+    for quiet in [false, true] {
+        let data = dir.join(format!("tty-{quiet}.data"));
+        let line = format!(
+            "{} record {} -o {} -- {} exit 0 0.8",
+            release_artifacts().cli.display(),
+            if quiet { "-q" } else { "" },
+            data.display(),
+            exe.display()
+        );
+        let o = Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(
+            out.contains("\rcallstack record: "),
+            !quiet,
+            "quiet {quiet}: {out:?}"
+        );
+        check_spin("tty", &data);
+    }
+}
