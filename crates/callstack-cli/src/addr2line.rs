@@ -3,7 +3,9 @@
 //! Same flags (`-e -a -f -i -C[=STYLE] -p -s -j -b -r -R`), same output formats (`??`, `??:0`
 //! for an address nothing describes, `??:?` for a function without line),
 //! addresses in hex from the arguments or, when there are none, one per
-//! line from standard input. Like binutils, every answer is flushed before
+//! line from standard input (read as bytes, as binutils reads them: a line
+//! that is not UTF-8 is an address like any other, a line longer than 99
+//! bytes is read as several). Like binutils, every answer is flushed before
 //! the next address is read, so it can serve as a pipe-driven child
 //! process; unlike binutils, answers are flushed only when no more input
 //! is already buffered, which keeps bulk runs from making a write per
@@ -73,7 +75,7 @@ pub struct Args {
     #[arg(long = "debug-dir")]
     debug_dirs: Vec<PathBuf>,
     /// Addresses, in hex (with or without 0x). None: read standard input.
-    addrs: Vec<String>,
+    addrs: Vec<std::ffi::OsString>,
 }
 
 /// The demangling styles binutils' `--demangle=STYLE` knows.
@@ -153,23 +155,99 @@ fn check_flags(args: &Args) -> Result<u64, String> {
     }
 }
 
-/// Parses a hex address like binutils' `bfd_scan_vma(s, NULL, 16)`: an
-/// optional `0x`, then hex digits up to the first other character;
-/// nothing valid gives 0.
-pub fn parse_hex(s: &str) -> u64 {
-    let s = s.trim_start();
-    let s = s
-        .strip_prefix("0x")
-        .or_else(|| s.strip_prefix("0X"))
-        .unwrap_or(s);
+/// Parses an address as binutils' addr2line 2.40 does (checked against
+/// it, `tests/addr2line.rs`): after leading ASCII white space, hex digits
+/// with an optional `0x`, up to the first other byte (any byte, UTF-8 or
+/// not; nothing valid gives 0, a value past 64 bits all ones); but after a
+/// `+`, a C number as `strtoul(s, NULL, 0)` reads it (decimal, `0x` hex,
+/// `0` octal, its own white space and sign).
+pub fn parse_hex(s: &[u8]) -> u64 {
+    let s = trim_c_space(s);
+    match s.strip_prefix(b"+") {
+        Some(rest) => parse_c_number(rest),
+        None => parse_digits(strip_0x(s).unwrap_or(s), 16),
+    }
+}
+
+/// `s` less its leading white space as C's `isspace` sees it (vertical
+/// tab included).
+fn trim_c_space(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|c| b" \t\n\x0b\x0c\r".contains(c)).count();
+    &s[n..]
+}
+
+/// `s` less a leading `0x`/`0X`.
+fn strip_0x(s: &[u8]) -> Option<&[u8]> {
+    s.strip_prefix(b"0x").or_else(|| s.strip_prefix(b"0X"))
+}
+
+/// Digits of `radix` up to the first other byte; all ones past 64 bits.
+fn parse_digits(s: &[u8], radix: u32) -> u64 {
     let mut v: u64 = 0;
-    for c in s.chars() {
-        match c.to_digit(16) {
-            Some(d) => v = v.wrapping_shl(4) | d as u64,
-            None => break,
-        }
+    for &c in s {
+        let Some(d) = (c as char).to_digit(radix) else {
+            break;
+        };
+        v = v
+            .checked_mul(radix as u64)
+            .and_then(|x| x.checked_add(d as u64))
+            .unwrap_or(u64::MAX);
     }
     v
+}
+
+/// `strtoul(s, NULL, 0)`: white space, a sign (a `-` negates, modulo
+/// 2^64), then `0x` hex, `0` octal or decimal; all ones on overflow.
+fn parse_c_number(s: &[u8]) -> u64 {
+    let s = trim_c_space(s);
+    let (neg, s) = match s.first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let v = match strip_0x(s).filter(|r| r.first().is_some_and(u8::is_ascii_hexdigit)) {
+        Some(hex) => parse_digits(hex, 16),
+        None if s.first() == Some(&b'0') => parse_digits(s, 8),
+        None => parse_digits(s, 10),
+    };
+    if neg && v != u64::MAX {
+        v.wrapping_neg()
+    } else {
+        v
+    }
+}
+
+/// The longest address line binutils reads at once (`fgets` into a
+/// 100-byte buffer): a longer line is read as several addresses.
+const LINE_MAX: usize = 99;
+
+/// Reads the next address line of standard input into `line` as binutils
+/// does (`fgets`): bytes up to and including a newline, at most
+/// [`LINE_MAX`] of them; whatever the bytes are (not UTF-8 either).
+/// `false` at the end of the input.
+fn read_address_line(input: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<bool> {
+    line.clear();
+    while line.len() < LINE_MAX {
+        let buf = match input.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            break;
+        }
+        let room = (LINE_MAX - line.len()).min(buf.len());
+        let (take, done) = match buf[..room].iter().position(|&c| c == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (room, false),
+        };
+        line.extend_from_slice(&buf[..take]);
+        input.consume(take);
+        if done {
+            break;
+        }
+    }
+    Ok(!line.is_empty())
 }
 
 fn write_answer(
@@ -347,7 +425,7 @@ fn answer_batch(
 
 pub fn run(args: Args) -> Result<(), String> {
     let base = check_flags(&args)?;
-    let parse = |s: &str| parse_hex(s).wrapping_add(base);
+    let parse = |s: &[u8]| parse_hex(s).wrapping_add(base);
     let mut sym =
         open_binutils(&args).map_err(|e| format!("'{}': {}", args.exe.display(), e.message))?;
     let stdout = std::io::stdout();
@@ -358,7 +436,8 @@ pub fn run(args: Args) -> Result<(), String> {
     // each sorted and in parallel; memory stays bounded by one batch's
     // answers however long the input is.
     if !args.addrs.is_empty() {
-        let addrs: Vec<u64> = args.addrs.iter().map(|a| parse(a)).collect();
+        use std::os::unix::ffi::OsStrExt;
+        let addrs: Vec<u64> = args.addrs.iter().map(|a| parse(a.as_bytes())).collect();
         for chunk in addrs.chunks(BATCH) {
             sym = answer_batch(sym, &args, chunk, base, &mut out).map_err(io)?;
         }
@@ -367,11 +446,10 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     if stdin_is_regular_file() {
         let mut input = std::io::BufReader::with_capacity(64 * 1024, std::io::stdin());
-        let mut line = String::new();
+        let mut line = Vec::new();
         let mut chunk = Vec::with_capacity(BATCH);
         loop {
-            line.clear();
-            let eof = input.read_line(&mut line).map_err(io)? == 0;
+            let eof = !read_address_line(&mut input, &mut line).map_err(io)?;
             if !eof {
                 chunk.push(parse(&line));
             }
@@ -387,14 +465,13 @@ pub fn run(args: Args) -> Result<(), String> {
         return out.flush().map_err(io);
     }
     let mut input = std::io::BufReader::with_capacity(64 * 1024, std::io::stdin());
-    let mut line = String::new();
+    let mut line = Vec::new();
     loop {
         // Before blocking for more input, hand out what is answered.
         if input.fill_buf().map_err(io)?.is_empty() {
             break;
         }
-        line.clear();
-        if input.read_line(&mut line).map_err(io)? == 0 {
+        if !read_address_line(&mut input, &mut line).map_err(io)? {
             break;
         }
         let addr = parse(&line);

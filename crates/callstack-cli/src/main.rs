@@ -89,7 +89,10 @@ fn main() -> ExitCode {
         Command::Symbolize(args) => symbolize::run(args),
         Command::CrashReport(args) => crash::run(args),
         Command::Report(args) => report::run(args),
-        Command::Record(args) => record::run(args),
+        Command::Record(args) => match record::run(args) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         Command::Memtrack(args) => match memtrack::run(args) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -9,12 +9,21 @@
 //! next to this binary) is preloaded and runs the in-process profiler
 //! (`callstack::profiler`, CPU-time timers per thread) from the program's
 //! start to its exit, writing the same file.
+//!
+//! Like a shell, `record` exits with the command's status: its exit code,
+//! or 128 + the number of the signal that ended it (127 when the command
+//! is not found, 126 when it cannot be executed; no file is written then).
+//! The command's standard output is its own: `record` writes its lines to
+//! standard error, the progress line (rewritten with `\r`) only when that
+//! is a terminal. SIGINT and SIGTERM sent to `record` are passed on to the
+//! command, and the recording goes on until it ends (see [`on_signal`]).
 
-use callstack::remote::perf::{record, RecordOptions, Target};
+use callstack::remote::perf::{record, Control, RecordError, RecordOptions, Target};
 use std::ffi::OsString;
-use std::io::Write;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
 /// Arguments of `callstack record`.
 #[derive(clap::Args)]
@@ -47,13 +56,96 @@ pub struct Args {
     command: Vec<OsString>,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
+/// The recording's control, reached from the signal handler.
+static CONTROL: Control = Control::new();
+/// Whether the target is a running process (`-p`): a signal ends the
+/// recording instead of being passed on.
+static PID_MODE: AtomicBool = AtomicBool::new(false);
+/// The command run with `--preload` while it runs (0 otherwise): the
+/// signal handler passes signals on to it directly.
+static PRELOAD_CHILD: AtomicI32 = AtomicI32::new(0);
+/// SIGINT/SIGTERM received so far.
+static SIGNALS: AtomicU32 = AtomicU32::new(0);
 
-extern "C" fn on_interrupt(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
+/// SIGINT and SIGTERM: passed on to the command, as `perf record` does,
+/// when another process sent them to `record` (`kill`); one from the
+/// terminal (Ctrl-C) already reached the command, in the same process
+/// group, and is not sent twice. The third one kills the command (one that
+/// ignores them). With `-p`, the recording ends.
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    let n = SIGNALS.fetch_add(1, Ordering::Relaxed) + 1;
+    if PID_MODE.load(Ordering::Relaxed) {
+        CONTROL.stop();
+        return;
+    }
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let code = unsafe { (*info).si_code };
+    let pass = if n >= 3 {
+        libc::SIGKILL
+    } else if code == libc::SI_USER || code == libc::SI_QUEUE || code == libc::SI_TKILL {
+        sig
+    } else {
+        return;
+    };
+    match PRELOAD_CHILD.load(Ordering::Relaxed) {
+        0 => CONTROL.forward(pass),
+        // SAFETY: kill is async-signal-safe; the pid is our child's,
+        // cleared once it is reaped.
+        pid => unsafe {
+            libc::kill(pid, pass);
+        },
+    }
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+/// Installs [`on_signal`] for SIGINT and SIGTERM, but for one ignored
+/// (`nohup`, a background job of a script): `record` ignores it too, and
+/// the command inherits it ignored, as it would without `record`.
+fn catch_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: a zeroed sigaction is valid; the handler only does
+        // atomic operations (async-signal-safe).
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut old);
+            if old.sa_sigaction == libc::SIG_IGN {
+                continue;
+            }
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal
+                as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
+                as libc::sighandler_t;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The exit code a shell gives for `status`: the program's exit code, or
+/// 128 + the signal that ended it.
+fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => ExitCode::from(c as u8),
+        (None, Some(sig)) => ExitCode::from((128 + sig) as u8),
+        _ => ExitCode::FAILURE,
+    }
+}
+
+/// A command that could not be started: the message, and the exit code a
+/// shell gives (127 when not found, 126 when found but not executable).
+fn cannot_start(prog: &str, e: &std::io::Error) -> ExitCode {
+    eprintln!("callstack record: cannot start {prog}: {e}");
+    ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    })
+}
+
+/// Runs `callstack record`; its exit code is the command's (see
+/// [`exit_code_of`]), 0 for `-p` or a command the recording ended.
+pub fn run(args: Args) -> Result<ExitCode, String> {
     if args.preload {
         return run_preloaded(&args);
     }
@@ -68,19 +160,13 @@ pub fn run(args: Args) -> Result<(), String> {
         .duration
         .filter(|d| *d > 0.0)
         .map(std::time::Duration::from_secs_f64);
-    // Ctrl-C ends the recording (and, from a terminal, the command too);
-    // the profile is still written.
-    // SAFETY: a handler that only stores to an atomic.
-    unsafe {
-        libc::signal(
-            libc::SIGINT,
-            on_interrupt as *const () as libc::sighandler_t,
-        );
-    }
-    let quiet = args.quiet;
+    PID_MODE.store(args.pid.is_some(), Ordering::Relaxed);
+    catch_signals();
+    // The progress line rewrites itself with `\r`: only on a terminal.
+    let live = !args.quiet && std::io::stderr().is_terminal();
     let mut shown = false;
-    let profile = record(&opts, &STOP, &mut |p| {
-        if !quiet {
+    let recorded = record(&opts, &CONTROL, &mut |p| {
+        if live {
             eprint!(
                 "\rcallstack record: {:.1}s, {} samples, {} lost, {} threads   ",
                 p.elapsed.as_secs_f64(),
@@ -92,41 +178,54 @@ pub fn run(args: Args) -> Result<(), String> {
             shown = true;
         }
     });
-    let profile = match profile {
-        Ok(p) => p,
-        Err(callstack::remote::perf::RecordError::PerfRefused(e)) if args.pid.is_none() => {
-            if shown {
-                eprintln!();
-            }
+    if shown {
+        eprintln!();
+    }
+    let recorded = match recorded {
+        Ok(r) => r,
+        Err(RecordError::PerfRefused(e)) if args.pid.is_none() => {
             eprintln!(
                 "callstack record: perf events refused ({e}): sampling the command from inside (LD_PRELOAD)"
             );
             return run_preloaded(&args);
         }
+        Err(RecordError::Spawn(prog, e)) => return Ok(cannot_start(&prog, &e)),
         Err(e) => return Err(e.to_string()),
     };
-    if shown {
-        eprintln!();
-    }
-    let f = std::fs::File::create(&args.output)
-        .map_err(|e| format!("{}: {e}", args.output.display()))?;
-    profile
-        .write_trace(std::io::BufWriter::new(f))
-        .map_err(|e| format!("{}: {e}", args.output.display()))?;
-    if !quiet {
+    let profile = &recorded.profile;
+    write_profile(profile, &args.output)?;
+    if !args.quiet {
         eprintln!(
-            "callstack record: wrote {} ({} stacks); see `callstack report {}`",
+            "callstack record: {} samples ({} lost); wrote {} ({} stacks); see `callstack report {}`",
+            profile.stacks.iter().map(|s| s.values[0]).sum::<i64>(),
+            profile.lost,
             args.output.display(),
             profile.stacks.len(),
             args.output.display()
         );
     }
+    Ok(recorded.status.map_or(ExitCode::SUCCESS, exit_code_of))
+}
+
+/// Writes `profile` to `path`; on failure no partial file is left.
+fn write_profile(profile: &callstack::profile::Profile, path: &Path) -> Result<(), String> {
+    let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut w = std::io::BufWriter::new(f);
+    let written = profile
+        .write_trace(&mut w)
+        .map_err(|e| e.to_string())
+        .and_then(|_| w.flush().map_err(|e| e.to_string()));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(path);
+        return Err(format!("{}: {e}", path.display()));
+    }
     Ok(())
 }
 
 /// Runs the command with the in-process sampler preloaded (see the module
-/// docs); the program writes the profile at its exit.
-fn run_preloaded(args: &Args) -> Result<(), String> {
+/// docs); the program writes the profile at its exit. Exits with the
+/// program's status.
+fn run_preloaded(args: &Args) -> Result<ExitCode, String> {
     let Some((prog, rest)) = args.command.split_first() else {
         return Err("--preload needs a command (`-- COMMAND ARGS...`)".into());
     };
@@ -147,18 +246,31 @@ fn run_preloaded(args: &Args) -> Result<(), String> {
     if !args.quiet {
         eprintln!("callstack record: sampling in process at {} Hz", args.hz);
     }
-    let status = std::process::Command::new(prog)
+    let child = std::process::Command::new(prog)
         .args(rest)
         .env("LD_PRELOAD", &preload)
         .env("CALLSTACK_RECORD_OUT", &args.output)
         .env("CALLSTACK_RECORD_HZ", args.hz.to_string())
-        .status()
-        .map_err(|e| format!("cannot start {}: {e}", prog.to_string_lossy()))?;
-    if !args.output.exists() {
-        return Err(format!(
-            "{} wrote no profile ({status}; a program that ends in _exit or by a signal writes none)",
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return Ok(cannot_start(&prog.to_string_lossy(), &e)),
+    };
+    PRELOAD_CHILD.store(child.id() as i32, Ordering::Relaxed);
+    catch_signals();
+    let status = child.wait();
+    PRELOAD_CHILD.store(0, Ordering::Relaxed);
+    let status = status.map_err(|e| format!("waiting for {}: {e}", prog.to_string_lossy()))?;
+    let code = exit_code_of(status);
+    let written = std::fs::metadata(&args.output).is_ok_and(|m| m.len() > 0);
+    if !written {
+        // An empty file is no profile.
+        let _ = std::fs::remove_file(&args.output);
+        eprintln!(
+            "callstack record: {} wrote no profile ({status})",
             prog.to_string_lossy()
-        ));
+        );
+        return Ok(if status.success() { ExitCode::FAILURE } else { code });
     }
     if !args.quiet {
         eprintln!(
@@ -167,5 +279,5 @@ fn run_preloaded(args: &Args) -> Result<(), String> {
             args.output.display()
         );
     }
-    Ok(())
+    Ok(code)
 }

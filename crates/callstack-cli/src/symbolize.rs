@@ -8,6 +8,7 @@
 
 use callstack::symbolize::{Address, ModuleInfo, Symbolizer};
 use callstack::tracefile::{Record, TraceReader};
+use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -42,6 +43,18 @@ fn locate(path: &Path, sysroot: Option<&Path>) -> PathBuf {
     path.to_path_buf()
 }
 
+/// Prints the symbolizer's module errors not printed yet: each once per
+/// run, however many stacks (or rebuilt symbolizers) meet the module.
+fn warn_new(sym: &Option<Symbolizer>, warned: &mut HashSet<String>) {
+    for e in sym.iter().flat_map(|s| s.module_errors()) {
+        let text = e.to_string();
+        if !warned.contains(&text) {
+            eprintln!("callstack: warning: {text}");
+            warned.insert(text);
+        }
+    }
+}
+
 pub fn run(args: Args) -> Result<(), String> {
     let src: Box<dyn Read> = if args.trace.as_os_str() == "-" {
         Box::new(std::io::stdin().lock())
@@ -60,6 +73,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut sym: Option<Symbolizer> = None;
     let mut nstack = 0usize;
     let mut json_stacks: Vec<serde_json::Value> = Vec::new();
+    let mut warned = HashSet::new();
     loop {
         let rec = reader
             .next_record()
@@ -74,7 +88,10 @@ pub fn run(args: Args) -> Result<(), String> {
                     end: m.end as usize,
                     bias: Some(m.bias as usize),
                 });
-                sym = None; // module list changed: rebuild on the next stack
+                // The module list changed: rebuild on the next stack (the
+                // modules it could not open are said before it goes).
+                warn_new(&sym, &mut warned);
+                sym = None;
             }
             Some(Record::Stack(st)) => {
                 let s = sym.get_or_insert_with(|| {
@@ -119,6 +136,7 @@ pub fn run(args: Args) -> Result<(), String> {
                         "frames": frames,
                     }));
                     nstack += 1;
+                    warn_new(&sym, &mut warned);
                     continue;
                 }
                 match st.tag {
@@ -161,14 +179,11 @@ pub fn run(args: Args) -> Result<(), String> {
                 }
                 writeln!(out).map_err(io)?;
                 nstack += 1;
-                if let Some(s) = &sym {
-                    for e in s.module_errors() {
-                        eprintln!("callstack: warning: {e}");
-                    }
-                }
+                warn_new(&sym, &mut warned);
             }
         }
     }
+    warn_new(&sym, &mut warned);
     if args.json {
         let v = serde_json::json!({"schema_version": SCHEMA_VERSION, "stacks": json_stacks});
         serde_json::to_writer(&mut out, &v).map_err(|e| e.to_string())?;

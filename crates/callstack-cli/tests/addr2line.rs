@@ -449,3 +449,138 @@ fn section_target_recurse_and_demangle_style_flags_match_binutils() {
         assert_eq!(msg(&ours), msg(&theirs), "{flags}");
     }
 }
+
+/// Standard input is read as bytes, line by line, as binutils reads it: a
+/// line that is not UTF-8 is answered like any other (its hex prefix, else
+/// 0), and the lines after it too; a line longer than 99 bytes is several
+/// addresses (binutils' `fgets` into 100 bytes); `+`, white space and
+/// values past 64 bits as `bfd_scan_vma` takes them. From a pipe and from
+/// a regular file (the batch path); and the same spellings as arguments.
+#[test]
+fn stdin_bytes_not_utf8_match_binutils() {
+    let exe = gcc("bytes", "-O2");
+    let addrs = instruction_addrs(&exe, C_FUNCS);
+    assert!(addrs.len() > 10);
+    let mut input: Vec<u8> = Vec::new();
+    let real = |i: usize| addrs[i * 7 % addrs.len()].as_bytes().to_vec();
+    input.extend(real(0));
+    input.extend(b"\n\xff\xfe not utf-8\n");
+    input.extend(real(1));
+    input.extend(b"\xc3\x28 after a hex prefix\n");
+    input.extend(b"\x80");
+    input.extend(real(2));
+    input.extend(b"\n");
+    input.extend(real(3));
+    input.extend(b"\n   \t+");
+    input.extend(&real(4)[2..]);
+    input.extend(b"\n-1\n123456789abcdef0123\n");
+    // `+`: a C number (decimal, octal, hex, a sign), as binutils reads it.
+    for odd in [
+        &b"+10"[..],
+        b"+010",
+        b"+0x1a",
+        b"+-12",
+        b"\x0b5",
+        b"-5",
+        b"+ 12",
+        b"++1",
+        b"+++12",
+        b"1+2",
+        b"0x 12",
+        b"+7fffffffffffffffffff",
+        b"+18446744073709551616",
+        b"\x0c\r 0X1f",
+    ] {
+        input.extend(odd);
+        input.push(b'\n');
+    }
+    input.extend(vec![b'0'; 97]);
+    input.extend(real(5)); // split by the 99-byte read
+    input.extend(b"\n");
+    input.extend(vec![b'f'; 98]);
+    input.extend(b"\n"); // exactly 99 bytes: one read
+    input.extend(vec![b'1'; 99]);
+    input.extend(b"\n"); // 100 bytes: the newline alone is read next
+    input.extend(real(6));
+    input.extend(b"\n\n\xe2\x82\n");
+    input.extend(real(7)); // no final newline
+    let dir = scratch_dir("cli-addr2line");
+    let file = dir.join("bytes_input.txt");
+    std::fs::write(&file, &input).unwrap();
+    let flags = ["-a", "-f", "-i", "-e"];
+    let piped = |cmd: &mut Command| -> String {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(&input).unwrap();
+        }
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let from_file = |cmd: &mut Command| -> String {
+        let o = cmd
+            .stdin(std::fs::File::open(&file).unwrap())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let theirs = piped(Command::new("addr2line").args(flags).arg(&exe));
+    assert!(theirs.lines().count() > 40, "{theirs}");
+    let ours = piped(
+        Command::new(&release_artifacts().cli)
+            .arg("addr2line")
+            .args(flags)
+            .arg(&exe),
+    );
+    assert_lines_equal(&theirs, &ours, &exe, "non-UTF-8 stdin (pipe)");
+    let ours = from_file(
+        Command::new(&release_artifacts().cli)
+            .arg("addr2line")
+            .args(flags)
+            .arg(&exe),
+    );
+    assert_lines_equal(&theirs, &ours, &exe, "non-UTF-8 stdin (file)");
+
+    // The same odd spellings as arguments (one a non-UTF-8 byte string).
+    use std::os::unix::ffi::OsStrExt;
+    let args: Vec<&std::ffi::OsStr> = [
+        &b"+10"[..],
+        b" 0x20",
+        b"-1",
+        b"123456789abcdef0123",
+        b"\xff\xfe",
+        b"10\xc3\x28",
+        b"+010",
+        b"+-12",
+        b"+0x1a",
+    ]
+    .iter()
+    .map(|b| std::ffi::OsStr::from_bytes(b))
+    .collect();
+    let out = |prog: &Path| {
+        let o = Command::new(prog)
+            .args(if prog.ends_with("addr2line") {
+                vec![]
+            } else {
+                vec!["addr2line"]
+            })
+            .args(flags)
+            .arg(&exe)
+            .arg("--")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let theirs = out(Path::new("addr2line"));
+    let ours = out(&release_artifacts().cli);
+    assert_lines_equal(&theirs, &ours, &exe, "odd spellings as arguments");
+}

@@ -561,3 +561,405 @@ fn cpp_samples_match_gdb() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// tests/fixtures/c/record_end.c, built once per test.
+fn record_end(dir: &Path) -> PathBuf {
+    Gcc::new(&["record_end.c"])
+        .flags("-O2 -fomit-frame-pointer")
+        .build(&dir.join("record_end"))
+}
+
+/// The folded stacks of a recording.
+fn folded(data: &Path) -> String {
+    run(Command::new(&release_artifacts().cli)
+        .args(["report", "--top", "0", "--folded", "-"])
+        .arg(data))
+}
+
+/// Checks that `data` holds the fixture's spinning: samples in
+/// `spin_before_end` called from `main`.
+fn check_spin(what: &str, data: &Path) {
+    let f = folded(data);
+    let spin: u64 = f
+        .lines()
+        .filter(|l| l.contains(";main;spin_before_end"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert!(spin > 0, "{what}: no samples in main;spin_before_end\n{f}");
+}
+
+/// `record -- COMMAND` ends with the command's status (its exit code, or
+/// 128 + the signal that ended it) whatever way it ends, the recording
+/// holds what was sampled up to its end (`_exit`, `abort`, SIGKILL,
+/// SIGSEGV: nothing is written by the program itself), the program's
+/// standard output is byte for byte what it writes alone, and record's
+/// own lines (to stderr) have no `\r` when stderr is not a terminal.
+#[test]
+fn exit_status_and_end_of_run() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    let dir = scratch_dir("record-end");
+    let exe = record_end(&dir);
+    let bare = Command::new(&exe).args(["exit", "0", "0"]).output().unwrap();
+    assert!(bare.status.success());
+    for (args, want) in [
+        (&["exit", "0"][..], 0),
+        (&["exit", "7"], 7),
+        (&["_exit", "5"], 5),
+        (&["abort"], 128 + libc::SIGABRT),
+        (&["kill"], 128 + libc::SIGKILL),
+        (&["segv"], 128 + libc::SIGSEGV),
+    ] {
+        let data = dir.join(format!("{}.data", args.join("-")));
+        let o = Command::new(&release_artifacts().cli)
+            .args(["record", "-F", "999", "-o"])
+            .arg(&data)
+            .arg("--")
+            .arg(&exe)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(want), "{args:?}: {err}");
+        assert_eq!(
+            o.stdout, bare.stdout,
+            "{args:?}: the program's stdout differs from its bare run"
+        );
+        assert!(!err.contains('\r'), "{args:?}: a progress line on a pipe: {err:?}");
+        assert!(err.contains("wrote"), "{args:?}: {err}");
+        check_spin(&format!("{args:?}"), &data);
+    }
+}
+
+/// A command that cannot be started: a clear error, the shell's exit code
+/// (127 not found, 126 not executable), and no output file, with perf
+/// events and with `--preload`.
+#[test]
+fn command_not_started() {
+    let dir = scratch_dir("record-nocmd");
+    let not_exec = dir.join("not-executable");
+    std::fs::write(&not_exec, "data\n").unwrap();
+    for preload in [false, true] {
+        if !preload && !perf_allowed() {
+            continue;
+        }
+        for (prog, want) in [
+            (dir.join("no-such-program"), 127),
+            (PathBuf::from("no-such-program-in-path-xyz"), 127),
+            (not_exec.clone(), 126),
+        ] {
+            let data = dir.join("nothing.data");
+            let mut cmd = Command::new(&release_artifacts().cli);
+            cmd.args(["record", "-q", "-o"]).arg(&data);
+            if preload {
+                cmd.arg("--preload");
+            }
+            let o = cmd.arg("--").arg(&prog).output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(want), "{prog:?} (preload {preload}): {err}");
+            assert!(
+                err.contains(&*prog.to_string_lossy()) && err.contains("cannot start"),
+                "{prog:?}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{err}");
+            assert!(!data.exists(), "{prog:?} (preload {preload}): an output file was left");
+        }
+    }
+}
+
+/// Starts `record -o DATA -- record_end MODE -1 READY` (spinning until a
+/// signal), waits for the program to be spinning, sends `sig` to record's
+/// pid, and returns record's exit code; the program is killed if it still
+/// runs then.
+fn record_signalled(
+    dir: &Path,
+    exe: &Path,
+    mode: &str,
+    sig: i32,
+    data: &Path,
+    preload: bool,
+) -> Option<i32> {
+    let ready = dir.join(format!("{mode}-{sig}-{preload}.ready"));
+    let _ = std::fs::remove_file(&ready);
+    let mut rec = Command::new(&release_artifacts().cli)
+        .args(["record", "-q"])
+        .args(if preload { &["--preload"][..] } else { &[] })
+        .arg("-o")
+        .arg(data)
+        .arg("--")
+        .arg(exe)
+        .arg(mode)
+        .arg("-1")
+        .arg(&ready)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The program creates READY once it has spun for a while.
+    let start = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "{mode}: the program never started spinning"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: kill on our child's pid.
+    unsafe { libc::kill(rec.id() as i32, sig) };
+    let code = rec.wait().unwrap().code();
+    // A program record left running (it did not pass the signal on)
+    // spins forever: end it.
+    let pid: i32 = std::fs::read_to_string(&ready)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill on the program's pid; it is not reaped by anyone while
+    // it runs (an orphan's zombie goes to init at once), so at worst the
+    // signal finds no process.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    code
+}
+
+/// SIGTERM and SIGINT sent to record's pid (by `kill`, not a terminal)
+/// are passed on to the command, as `perf record` does: a program that
+/// handles them exits its own way, one that does not dies by them; record
+/// exits with that status and the recording up to then is written.
+#[test]
+fn signals_are_passed_on() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    let dir = scratch_dir("record-signal");
+    let exe = record_end(&dir);
+    for (mode, sig, want) in [
+        ("handle", libc::SIGTERM, 40 + libc::SIGTERM),
+        ("handle", libc::SIGINT, 40 + libc::SIGINT),
+        ("wait", libc::SIGTERM, 128 + libc::SIGTERM),
+        ("wait", libc::SIGINT, 128 + libc::SIGINT),
+    ] {
+        let data = dir.join(format!("{mode}-{sig}.data"));
+        let code = record_signalled(&dir, &exe, mode, sig, &data, false);
+        assert_eq!(code, Some(want), "{mode} {sig}");
+        check_spin(&format!("{mode} {sig}"), &data);
+    }
+}
+
+/// The `File:` line of `go tool pprof -top` for a recording: the name of
+/// the pprof's first (main) mapping.
+fn pprof_file_line(dir: &Path, data: &Path) -> String {
+    let pb = dir.join(format!(
+        "{}.pb.gz",
+        data.file_stem().unwrap().to_string_lossy()
+    ));
+    run(Command::new(&release_artifacts().cli)
+        .args(["report", "--top", "0", "--pprof"])
+        .arg(&pb)
+        .arg(data));
+    let top = run(Command::new("go")
+        .args(["tool", "pprof", "-top", "-nodecount=1"])
+        .arg(&pb)
+        .env("HOME", dir)
+        .env("PPROF_TMPDIR", dir));
+    top.lines()
+        .find(|l| l.starts_with("File: "))
+        .unwrap_or_else(|| panic!("no File: line\n{top}"))
+        .to_string()
+}
+
+/// A profile's main mapping (pprof's first, `File:` in `go tool pprof`) is
+/// the recorded program, not `[kernel.kallsyms]` (kernel frames are
+/// recorded as root) nor a library: python3 (its interpreter loop), a C
+/// program, and a C program exec'd by a shell (the program is the last
+/// one the process exec'd).
+#[test]
+fn pprof_main_mapping_is_the_program() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    let dir = scratch_dir("record-mainmap");
+    let c = record_end(&dir);
+    let python = std::fs::canonicalize("/usr/bin/python3").expect("/usr/bin/python3");
+    let cases: Vec<(&str, Vec<std::ffi::OsString>, String)> = vec![
+        (
+            "python",
+            vec![
+                "/usr/bin/python3".into(),
+                "-c".into(),
+                "x = 0\nfor i in range(2000000): x += i".into(),
+            ],
+            python.file_name().unwrap().to_string_lossy().into_owned(),
+        ),
+        (
+            "c",
+            vec![c.clone().into(), "exit".into(), "0".into()],
+            "record_end".into(),
+        ),
+        (
+            "shell-exec",
+            vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                format!("exec {} exit 0", c.display()).into(),
+            ],
+            "record_end".into(),
+        ),
+    ];
+    for (name, argv, want) in cases {
+        let data = dir.join(format!("{name}.data"));
+        run(Command::new(&release_artifacts().cli)
+            .args(["record", "-q", "-o"])
+            .arg(&data)
+            .arg("--")
+            .args(&argv)
+            .stdout(std::process::Stdio::null()));
+        let line = pprof_file_line(&dir, &data);
+        assert_eq!(line, format!("File: {want}"), "{name}");
+    }
+}
+
+/// The first user frame after a sample's kernel frames is the interrupted
+/// pc (the kernel is entered by a fault, an interrupt or a system call,
+/// never by a call), looked up as it is: page faults taken at
+/// `fault_target`'s first instruction (tests/fixtures/c/fault_entry.c) are
+/// in `fault_target`, not in `fault_prev`, whose last byte is the byte
+/// before (what a return address's lookup at pc - 1 would name). In the
+/// folded stacks and in the pprof read back by `go tool pprof`.
+#[test]
+fn exact_user_pc_after_kernel_frames() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let dir = scratch_dir("record-fault-entry");
+    let exe = Gcc::new(&["fault_entry.c"])
+        .flags("-O2")
+        .build(&dir.join("fault_entry"));
+    let data = dir.join("fault.data");
+    run(Command::new(&release_artifacts().cli)
+        .args(["record", "-q", "-F", "999", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .arg("1"));
+    let f = folded(&data);
+    assert!(
+        !f.contains("fault_prev"),
+        "fault_target's first instruction named as fault_prev:\n{f}"
+    );
+    // As root the kernel's frames are recorded: faults at the entry.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let at_entry: u64 = f
+            .lines()
+            .filter(|l| l.contains(";main;fault_target;") && l.contains("_[k]"))
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        assert!(at_entry > 0, "no kernel frames under fault_target:\n{f}");
+    }
+    let pb = dir.join("fault.pb.gz");
+    run(Command::new(&release_artifacts().cli)
+        .args(["report", "--top", "0", "--pprof"])
+        .arg(&pb)
+        .arg(&data));
+    let top = run(Command::new("go")
+        .args(["tool", "pprof", "-top", "-nodecount=1000"])
+        .arg(&pb)
+        .env("HOME", &dir)
+        .env("PPROF_TMPDIR", &dir));
+    assert!(top.contains("fault_target"), "{top}");
+    assert!(!top.contains("fault_prev"), "{top}");
+}
+
+/// `--preload` (the in-process sampler): the command's exit status too;
+/// a program ending in `_exit` (the sampler replaces it) or by a signal
+/// it leaves to the default action (`abort`, SIGSEGV; SIGTERM and SIGINT
+/// sent to record and passed on) still writes its profile; one killed by
+/// SIGKILL leaves no empty file, and record says so.
+#[test]
+fn preload_exit_status_and_end_of_run() {
+    let dir = scratch_dir("record-preload-end");
+    let exe = record_end(&dir);
+    for (args, want, written) in [
+        (&["exit", "3", "1.0"][..], 3, true),
+        (&["_exit", "5", "1.0"], 5, true),
+        (&["abort", "1.0"], 128 + libc::SIGABRT, true),
+        (&["segv", "1.0"], 128 + libc::SIGSEGV, true),
+        (&["kill", "0.2"], 128 + libc::SIGKILL, false),
+    ] {
+        let data = dir.join(format!("{}.data", args.join("-")));
+        let o = Command::new(&release_artifacts().cli)
+            .args(["record", "--preload", "-o"])
+            .arg(&data)
+            .arg("--")
+            .arg(&exe)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(want), "{args:?}: {err}");
+        assert!(o.stdout.starts_with(b"record_end: out\r\n"), "{args:?}");
+        if written {
+            check_spin(&format!("preload {args:?}"), &data);
+        } else {
+            assert!(!data.exists(), "{args:?}: a file was left: {err}");
+            assert!(err.contains("wrote no profile"), "{args:?}: {err}");
+        }
+    }
+    for (mode, sig, want) in [
+        ("wait", libc::SIGTERM, 128 + libc::SIGTERM),
+        ("wait", libc::SIGINT, 128 + libc::SIGINT),
+        ("handle", libc::SIGTERM, 40 + libc::SIGTERM),
+    ] {
+        let data = dir.join(format!("{mode}-{sig}.data"));
+        let code = record_signalled(&dir, &exe, mode, sig, &data, true);
+        assert_eq!(code, Some(want), "preload {mode} {sig}");
+        check_spin(&format!("preload {mode} {sig}"), &data);
+    }
+}
+
+/// On a terminal (util-linux `script` gives the command one), the
+/// progress line is shown, rewritten with `\r`; `-q` hides it. (Not on a
+/// terminal it is not shown: `exit_status_and_end_of_run`.)
+#[test]
+fn progress_line_on_a_terminal() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` (util-linux) to give record a terminal");
+        return;
+    }
+    let dir = scratch_dir("record-tty");
+    let exe = record_end(&dir);
+    for quiet in [false, true] {
+        let data = dir.join(format!("tty-{quiet}.data"));
+        let line = format!(
+            "{} record {} -o {} -- {} exit 0 0.8",
+            release_artifacts().cli.display(),
+            if quiet { "-q" } else { "" },
+            data.display(),
+            exe.display()
+        );
+        let o = Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(
+            out.contains("\rcallstack record: "),
+            !quiet,
+            "quiet {quiet}: {out:?}"
+        );
+        check_spin("tty", &data);
+    }
+}

@@ -122,3 +122,59 @@ fn not_a_trace_is_an_error() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a callstack trace"));
 }
+
+/// A module that cannot be opened (the kernel's `[kernel.kallsyms]` of a
+/// recording, a file gone from this machine) is warned about once per run,
+/// not once per stack that meets it; in text and in JSON.
+#[test]
+fn unopened_module_warned_once() {
+    let mut w = TraceWriter::new(Vec::new()).unwrap();
+    let kernel = 0xffff_ffff_8100_0000u64;
+    w.write_module(&ModuleRecord {
+        path: "[kernel.kallsyms]".into(),
+        build_id: None,
+        start: kernel,
+        end: kernel + 0x100_0000,
+        bias: 0,
+    })
+    .unwrap();
+    w.write_module(&ModuleRecord {
+        path: "/gone/from/this/machine.so".into(),
+        build_id: None,
+        start: 0x7000_0000,
+        end: 0x7010_0000,
+        bias: 0x7000_0000,
+    })
+    .unwrap();
+    for i in 0..20usize {
+        let k = kernel as usize + 0x1000 * i;
+        w.write_stack_tagged(&[k, k + 0x40, 0x7000_1000 + i], true, Some(i as u64))
+            .unwrap();
+    }
+    let bytes = w.finish().unwrap();
+    for json in [false, true] {
+        let mut cmd = Command::new(&release_artifacts().cli);
+        cmd.arg("symbolize");
+        if json {
+            cmd.arg("--json");
+        }
+        let mut child = cmd
+            .arg("-")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(&bytes).unwrap();
+        }
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success());
+        let err = String::from_utf8(o.stderr).unwrap();
+        for name in ["[kernel.kallsyms]", "/gone/from/this/machine.so"] {
+            let n = err.lines().filter(|l| l.contains(name)).count();
+            assert_eq!(n, 1, "json {json}: {name} warned {n} times:\n{err}");
+        }
+    }
+}

@@ -8,12 +8,46 @@
 //! rate (default 999). The first process to start writes the file itself;
 //! a program it execs (which starts a sampler of its own) writes
 //! `FILE.PID`. A forked child that does not exec is not sampled (the
-//! profiler's thread does not survive `fork`), nor is a process that ends
-//! in `_exit` or by a signal (the profile is written at exit).
+//! profiler's thread does not survive `fork`).
+//!
+//! The profile is written at exit (`atexit`), at `_exit`/`_Exit`
+//! (replaced here: the profile is written, then the process ends as they
+//! would end it), and at a signal that would end the process (SIGINT,
+//! SIGTERM, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL)
+//! while the program has left it to its default action: the handler
+//! (installed at start for those signals still at their default) hands the
+//! writing to a thread of the sampler's, waits for it (at most
+//! [`FATAL_WAIT_MS`]: a writer stuck on a lock the dying thread holds must
+//! not keep the process alive), then lets the signal end the process as it
+//! would have. SIGKILL leaves no profile (the file stays empty, and
+//! `callstack record` removes it): perf events, which record from outside,
+//! keep that too.
 
 use callstack::profiler::Profiler;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Mutex;
+
+/// The signals whose default action ends the process that the sampler
+/// writes the profile at.
+const FATAL: [libc::c_int; 9] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGABRT,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+];
+/// How long a fatal signal's handler waits for the profile to be written.
+pub const FATAL_WAIT_MS: libc::c_int = 10_000;
+/// The pipe a fatal signal's handler asks the writer thread through (write
+/// end), and the one it is told "written" through (read end); -1 before.
+static ASK_FD: AtomicI32 = AtomicI32::new(-1);
+static DONE_FD: AtomicI32 = AtomicI32::new(-1);
+/// Whether a fatal signal has asked for the profile already.
+static ASKED: AtomicBool = AtomicBool::new(false);
 
 static RUNNING: Mutex<Option<(Profiler, std::fs::File)>> = Mutex::new(None);
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
@@ -55,8 +89,117 @@ extern "C" fn init() {
             OWNER_PID.store(pid, Ordering::Relaxed);
             // SAFETY: registers a plain extern "C" function.
             unsafe { libc::atexit(finish) };
+            catch_fatal_signals();
         }
         Err(e) => eprintln!("callstack record: cannot start the in-process sampler: {e}"),
+    }
+}
+
+/// Starts the writer thread and installs [`on_fatal`] for the signals of
+/// [`FATAL`] still at their default action.
+fn catch_fatal_signals() {
+    let mut ask = [0i32; 2];
+    let mut done = [0i32; 2];
+    // SAFETY: pipe2 writes two fds into each array.
+    let ok = unsafe {
+        libc::pipe2(ask.as_mut_ptr(), libc::O_CLOEXEC) == 0
+            && libc::pipe2(done.as_mut_ptr(), libc::O_CLOEXEC) == 0
+    };
+    if !ok {
+        return;
+    }
+    let (ask_r, done_w) = (ask[0], done[1]);
+    let writer = std::thread::Builder::new()
+        .name("callstack-rec".into())
+        .spawn(move || loop {
+            let mut b = [0u8; 1];
+            // SAFETY: reads into our buffer from our pipe.
+            let n = unsafe { libc::read(ask_r, b.as_mut_ptr().cast(), 1) };
+            if n == 1 {
+                finish();
+                // SAFETY: writes one byte from our buffer to our pipe.
+                unsafe { libc::write(done_w, b.as_ptr().cast(), 1) };
+            } else if n == 0 {
+                return;
+            }
+        });
+    if writer.is_err() {
+        return;
+    }
+    ASK_FD.store(ask[1], Ordering::Relaxed);
+    DONE_FD.store(done[0], Ordering::Relaxed);
+    for sig in FATAL {
+        // SAFETY: sigaction with zeroed, then filled, structs; the handler
+        // makes only async-signal-safe calls.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0
+                || old.sa_sigaction != libc::SIG_DFL
+            {
+                continue;
+            }
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_fatal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// A signal that ends the process: in the process that started the
+/// sampler, asks the writer thread for the profile and waits for it
+/// (bounded), then ends the process by the signal's default action.
+/// Async-signal-safe: getpid, write, poll, signal, raise.
+extern "C" fn on_fatal(sig: libc::c_int) {
+    // SAFETY: only async-signal-safe calls, on our fds and this signal.
+    unsafe {
+        if libc::getpid() == OWNER_PID.load(Ordering::Relaxed) {
+            if !ASKED.swap(true, Ordering::AcqRel) {
+                let b = [sig as u8];
+                libc::write(ASK_FD.load(Ordering::Relaxed), b.as_ptr().cast(), 1);
+            }
+            // Every thread that meets a fatal signal waits for the one
+            // profile (its byte is never read: each poll sees it).
+            let mut pfd = libc::pollfd {
+                fd: DONE_FD.load(Ordering::Relaxed),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            libc::poll(&mut pfd, 1, FATAL_WAIT_MS);
+        }
+        // The default action, once this handler returns (the signal is
+        // blocked until then): the process ends by the signal, with its
+        // status (and a core, where the signal dumps one).
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// `_exit`, as the program sees it: writes the profile (in the process
+/// that started the sampler only: a `vfork` child shares its memory), then
+/// ends the process as glibc's `_exit` does.
+#[no_mangle]
+pub extern "C" fn _exit(status: libc::c_int) -> ! {
+    end_now(status)
+}
+
+/// `_Exit`: the same as [`_exit`].
+#[no_mangle]
+pub extern "C" fn _Exit(status: libc::c_int) -> ! {
+    end_now(status)
+}
+
+fn end_now(status: libc::c_int) -> ! {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    if me == OWNER_PID.load(Ordering::Relaxed) {
+        finish();
+    }
+    loop {
+        // SAFETY: exit_group ends every thread of the process; it does not
+        // return.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
     }
 }
 

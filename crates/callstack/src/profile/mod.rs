@@ -78,15 +78,32 @@ impl ValueType {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProfileStack {
     /// The addresses, innermost first; return addresses except `frames[0]`
-    /// when `first_is_exact`.
+    /// when `first_is_exact` and the frames `exact` lists.
     pub frames: Vec<usize>,
     /// Whether `frames[0]` is an exact pc (an interrupted instruction).
     pub first_is_exact: bool,
+    /// The indices (ascending, each above 0) of the other frames that are
+    /// exact pcs: a sample's interrupted user pc after its kernel frames,
+    /// a pc found through a signal frame. Looked up as is, not as the
+    /// byte before (see [`ProfileStack::is_exact`]).
+    pub exact: Vec<u32>,
     /// The thread the stack was seen on, when the profile keeps threads
     /// apart (`None`: all threads together).
     pub thread: Option<u32>,
     /// One value per [`Profile::sample_types`] entry.
     pub values: Vec<i64>,
+}
+
+impl ProfileStack {
+    /// Whether `frames[i]` is an exact pc (looked up as is) rather than a
+    /// return address (looked up at the byte before: the call).
+    pub fn is_exact(&self, i: usize) -> bool {
+        if i == 0 {
+            self.first_is_exact
+        } else {
+            u32::try_from(i).is_ok_and(|i| self.exact.binary_search(&i).is_ok())
+        }
+    }
 }
 
 /// A profile: modules, deduplicated stacks and their values. See the
@@ -124,8 +141,11 @@ pub struct Profile {
     index: HashMap<u64, Vec<u32>>,
 }
 
-fn stack_key(frames: &[usize], first_is_exact: bool, thread: Option<u32>) -> u64 {
-    let h = crate::hash_frames(frames);
+fn stack_key(frames: &[usize], first_is_exact: bool, exact: &[u32], thread: Option<u32>) -> u64 {
+    let mut h = crate::hash_frames(frames);
+    for &i in exact {
+        h = (h ^ u64::from(i)).wrapping_mul(0x100_0000_01b3);
+    }
     let t = thread.map_or(0, |t| t as u64 + 1);
     h ^ (first_is_exact as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
         ^ t.wrapping_mul(0xc4ce_b9fe_1a85_ec53)
@@ -183,12 +203,36 @@ impl Profile {
         thread: Option<u32>,
         values: &[i64],
     ) -> usize {
-        let key = stack_key(frames, first_is_exact, thread);
+        self.add_exact(frames, first_is_exact, &[], thread, values)
+    }
+
+    /// [`Profile::add`] for a stack with exact pcs past its first frame:
+    /// `exact`, their indices (see [`ProfileStack::exact`]; sorted here,
+    /// index 0 and indices past the frames dropped).
+    pub fn add_exact(
+        &mut self,
+        frames: &[usize],
+        first_is_exact: bool,
+        exact: &[u32],
+        thread: Option<u32>,
+        values: &[i64],
+    ) -> usize {
+        let mut exact: Vec<u32> = exact
+            .iter()
+            .copied()
+            .filter(|&i| i > 0 && (i as usize) < frames.len())
+            .collect();
+        exact.sort_unstable();
+        exact.dedup();
+        let key = stack_key(frames, first_is_exact, &exact, thread);
         let n = self.sample_types.len();
         let slot = self.index.entry(key).or_default();
         let found = slot.iter().map(|&i| i as usize).find(|&i| {
             let s = &self.stacks[i];
-            s.frames == frames && s.first_is_exact == first_is_exact && s.thread == thread
+            s.frames == frames
+                && s.first_is_exact == first_is_exact
+                && s.exact == exact
+                && s.thread == thread
         });
         let i = match found {
             Some(i) => i,
@@ -198,6 +242,7 @@ impl Profile {
                 self.stacks.push(ProfileStack {
                     frames: frames.to_vec(),
                     first_is_exact,
+                    exact,
                     thread,
                     values: vec![0; n],
                 });
@@ -243,7 +288,7 @@ impl Profile {
         let stacks = std::mem::take(&mut self.stacks);
         self.index.clear();
         for s in stacks {
-            self.add(&s.frames, s.first_is_exact, None, &s.values);
+            self.add_exact(&s.frames, s.first_is_exact, &s.exact, None, &s.values);
         }
     }
 
@@ -300,7 +345,7 @@ impl Names {
         let mut map = HashMap::new();
         for s in &profile.stacks {
             for (i, &a) in s.frames.iter().enumerate() {
-                let exact = i == 0 && s.first_is_exact;
+                let exact = s.is_exact(i);
                 map.entry((a, exact)).or_insert_with(|| {
                     let v = resolve(a, exact);
                     if v.is_empty() {
@@ -376,7 +421,7 @@ impl Names {
                     let probes = profile.stacks.iter().flat_map(|s| {
                         s.frames.iter().enumerate().filter_map(|(i, &a)| {
                             let a = a as u64;
-                            let exact = i == 0 && s.first_is_exact;
+                            let exact = s.is_exact(i);
                             (m.start <= a && a < m.end).then(|| a - u64::from(!exact))
                         })
                     });
@@ -440,7 +485,7 @@ impl Names {
     pub fn stack_names<'a>(&'a self, s: &ProfileStack) -> Vec<&'a str> {
         let mut out = Vec::with_capacity(s.frames.len());
         for (i, &a) in s.frames.iter().enumerate().rev() {
-            let exact = i == 0 && s.first_is_exact;
+            let exact = s.is_exact(i);
             for f in self.of(a, exact).iter().rev() {
                 out.push(f.function.as_str());
             }
@@ -643,6 +688,44 @@ mod tests {
         for cut in 12..buf.len() {
             let _ = Profile::read_trace(&buf[..cut]).unwrap();
         }
+    }
+
+    /// Exact pcs past the first frame (`X` records) survive the file, keep
+    /// stacks apart, and are what the names are looked up with; an old
+    /// reader skips them.
+    #[test]
+    fn exact_frames_round_trip() {
+        let mut p = Profile::cpu(100);
+        let frames = [0xffff_ffff_8100_0010usize, 0x1000, 0x2000];
+        p.add_exact(&frames, true, &[1], Some(3), &[1, 10]);
+        p.add_exact(&frames, true, &[1, 0, 9], Some(3), &[1, 10]);
+        p.add(&frames, true, Some(3), &[1, 10]);
+        assert_eq!(p.stacks.len(), 2, "{:?}", p.stacks);
+        assert_eq!(p.stacks[0].exact, [1]);
+        assert!(p.stacks[0].is_exact(0) && p.stacks[0].is_exact(1));
+        assert!(!p.stacks[0].is_exact(2) && !p.stacks[1].is_exact(1));
+        assert_eq!(p.stacks[0].values, [2, 20]);
+        let mut buf = Vec::new();
+        p.write_trace(&mut buf).unwrap();
+        let q = Profile::read_trace(&buf[..]).unwrap();
+        assert_eq!(q.stacks, p.stacks);
+        let t = crate::tracefile::read_all(&buf[..]).unwrap();
+        assert_eq!(t.stacks.len(), 2);
+        let mut asked = Vec::new();
+        Names::resolve(&q, |a, exact| {
+            asked.push((a, exact));
+            Vec::new()
+        });
+        asked.sort();
+        assert_eq!(
+            asked,
+            [
+                (0x1000, false),
+                (0x1000, true),
+                (0x2000, false),
+                (0xffff_ffff_8100_0010, true)
+            ]
+        );
     }
 
     /// Kernel frames are named from the symbols stored in the profile (at

@@ -78,6 +78,11 @@ impl Strings {
     }
 }
 
+/// Whether `m` names no file: `[kernel.kallsyms]`, `[vdso]`.
+fn is_pseudo_module(m: &crate::tracefile::ModuleRecord) -> bool {
+    m.path.as_os_str().as_encoded_bytes().starts_with(b"[")
+}
+
 /// Encodes the profile as an uncompressed pprof `Profile` message, named
 /// by `names`. Every sample of a stack with a thread gets the labels
 /// `thread_id` (number) and `thread_name` (when known).
@@ -95,10 +100,20 @@ pub fn encode(profile: &Profile, names: &Names) -> Vec<u8> {
         bytes(&mut out, 1, &msg);
     }
 
-    // 3: mapping (ids 1..), one per module.
-    for (i, m) in profile.modules.iter().enumerate() {
+    // 3: mapping (ids 1..), one per module, in the profile's order but
+    // for pseudo-modules (`[kernel.kallsyms]`, `[vdso]`: no file) put
+    // last: viewers take the first mapping for the program (`File:` of
+    // `go tool pprof`), and a profile's modules start with it.
+    let mut order: Vec<usize> = (0..profile.modules.len()).collect();
+    order.sort_by_key(|&i| is_pseudo_module(&profile.modules[i]));
+    let mut mapping_id = vec![0u64; profile.modules.len()];
+    for (n, &i) in order.iter().enumerate() {
+        mapping_id[i] = n as u64 + 1;
+    }
+    for &i in &order {
+        let m = &profile.modules[i];
         msg.clear();
-        uint(&mut msg, 1, i as u64 + 1);
+        uint(&mut msg, 1, mapping_id[i]);
         uint(&mut msg, 2, m.start);
         uint(&mut msg, 3, m.end);
         // The file offset mapped at `start`: for the usual first PT_LOAD at
@@ -120,7 +135,7 @@ pub fn encode(profile: &Profile, names: &Names) -> Vec<u8> {
             .modules
             .iter()
             .rposition(|m| m.start <= a && a < m.end)
-            .map_or(0, |i| i as u64 + 1)
+            .map_or(0, |i| mapping_id[i])
     };
 
     // Functions (by name + file) and locations (by address + exactness).
@@ -134,7 +149,7 @@ pub fn encode(profile: &Profile, names: &Names) -> Vec<u8> {
     for s in &profile.stacks {
         loc_ids.clear();
         for (i, &a) in s.frames.iter().enumerate() {
-            let exact = i == 0 && s.first_is_exact;
+            let exact = s.is_exact(i);
             let next = locations.len() as u64 + 1;
             let id = *locations.entry((a, exact)).or_insert(next);
             if id == next {

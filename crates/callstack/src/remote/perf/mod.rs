@@ -7,11 +7,13 @@
 //! the kernel's mmap events.
 //!
 //! ```no_run
-//! use callstack::remote::perf::{record, RecordOptions, Target};
-//! let stop = std::sync::atomic::AtomicBool::new(false);
+//! use callstack::remote::perf::{record, Control, RecordOptions, Target};
+//! let control = Control::new();
 //! let opts = RecordOptions::new(Target::Command(vec!["./app".into()]));
-//! let profile = record(&opts, &stop, &mut |p| eprint!("\r{} samples", p.samples))?;
-//! profile.write_trace(std::fs::File::create("callstack.data")?)?;
+//! let done = record(&opts, &control, &mut |p| eprint!("\r{} samples", p.samples))?;
+//! done.profile.write_trace(std::fs::File::create("callstack.data")?)?;
+//! // How the command ended (its exit code, or the signal that ended it).
+//! println!("{:?}", done.status);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -20,12 +22,14 @@ mod sys;
 use super::{files, Lookup, Machine, Mapping, Module, Registers, RemoteUnwinder, Snapshot, Thread};
 use crate::profile::Profile;
 use crate::tracefile::ModuleRecord;
-use crate::unwind::{Memory, ReadError};
+use crate::unwind::{Memory, Method, ReadError};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 /// What to record.
@@ -48,7 +52,8 @@ pub struct RecordOptions {
     /// Bytes of user stack copied per sample (default 16384; at most
     /// 65528). Frames beyond the copy are cut.
     pub stack_bytes: u32,
-    /// Stop after this long (default: when the target ends or `stop` is set).
+    /// Stop after this long (default: when the target ends or
+    /// [`Control::stop`] is called).
     pub duration: Option<Duration>,
     /// Where to find the target's files.
     pub lookup: Lookup,
@@ -83,6 +88,55 @@ pub struct Progress {
     pub threads: usize,
     /// Time since recording started.
     pub elapsed: Duration,
+}
+
+/// How a recording is steered from outside while it runs (from a signal
+/// handler: every method is an atomic store, async-signal-safe).
+#[derive(Debug, Default)]
+pub struct Control {
+    stop: AtomicBool,
+    signal: AtomicI32,
+}
+
+impl Control {
+    /// A control that asks nothing yet.
+    pub const fn new() -> Self {
+        Control {
+            stop: AtomicBool::new(false),
+            signal: AtomicI32::new(0),
+        }
+    }
+
+    /// Ends the recording now; a command started for it is killed.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Sends signal `sig` to the recorded command (as `perf record` passes
+    /// on SIGINT and SIGTERM), recording on until the command ends; for a
+    /// recorded running process (`Target::Pid`), ends the recording
+    /// instead (the process is not ours to signal).
+    pub fn forward(&self, sig: i32) {
+        self.signal.store(sig, Ordering::Relaxed);
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// What a recording gives.
+#[derive(Debug)]
+pub struct Recorded {
+    /// The profile: stacks by thread, values `samples/count` and
+    /// `cpu/nanoseconds`, the modules of every process seen, thread
+    /// names, lost samples.
+    pub profile: Profile,
+    /// How the command ended, for a [`Target::Command`] that ended by
+    /// itself (an exit, a signal, including one passed on by
+    /// [`Control::forward`]); `None` for a running process, and for a
+    /// command the recording ended (a duration, [`Control::stop`]).
+    pub status: Option<ExitStatus>,
 }
 
 /// Why recording failed.
@@ -128,6 +182,8 @@ const RECORD_MMAP2: u32 = 10;
 /// `PERF_RECORD_MISC_MMAP_BUILD_ID`: an mmap2 record with a build-id in
 /// place of device and inode.
 const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+/// `PERF_RECORD_MISC_COMM_EXEC`: a comm record for an exec.
+const MISC_COMM_EXEC: u16 = 1 << 13;
 
 /// x86-64 user registers asked for: AX BX CX DX SI DI BP SP IP (perf
 /// numbers 0-8) and R8-R15 (16-23), given in that order.
@@ -356,10 +412,20 @@ struct Recording<'o> {
     threads: HashSet<u32>,
     samples: u64,
     frames: Vec<usize>,
+    /// The indices of `frames` past the first that are exact pcs.
+    exact: Vec<u32>,
     /// Whether samples carry a kernel callchain.
     kernel: bool,
     /// Lowest and highest kernel address seen.
     kernel_range: Option<(u64, u64)>,
+    /// The process recorded (the command's, or `-p`'s).
+    root_pid: u32,
+    /// The program of `root_pid`: the file of its latest exec (the first
+    /// executable mapping after it), or `/proc/PID/exe` of a running
+    /// process. Its module goes first in the profile.
+    main_exe: Option<String>,
+    /// Whether `root_pid` exec'd and its program's mapping is yet to come.
+    exe_pending: bool,
 }
 
 impl Recording<'_> {
@@ -392,6 +458,11 @@ impl Recording<'_> {
                 if prot & libc::PROT_EXEC as u32 == 0 || !path.starts_with('/') {
                     return;
                 }
+                // The kernel maps the program before its interpreter.
+                if pid == self.root_pid && self.exe_pending {
+                    self.exe_pending = false;
+                    self.main_exe = Some(path.clone());
+                }
                 let space = self.spaces.entry(pid).or_default();
                 space.add(Mapping {
                     start: addr,
@@ -402,9 +473,12 @@ impl Recording<'_> {
                 });
             }
             RECORD_COMM => {
-                let (Some(_pid), Some(tid)) = (r.u32(), r.u32()) else {
+                let (Some(pid), Some(tid)) = (r.u32(), r.u32()) else {
                     return;
                 };
+                if misc & MISC_COMM_EXEC != 0 && pid == self.root_pid && tid == pid {
+                    self.exe_pending = true;
+                }
                 let name = r.cstr();
                 self.profile.threads.insert(tid, name);
             }
@@ -486,15 +560,30 @@ impl Recording<'_> {
         let unwinder = space.unwinder(lookup, pid);
         let mut mem = CopiedStack { base: sp, data };
         let unwound = unwinder.unwind(&mut mem, &thread, 256);
+        // The user frames' exact pcs: the interrupted one (the first user
+        // frame, also after kernel frames: the kernel is entered by an
+        // interrupt, a fault or a system call, never by a call) and those
+        // found through signal frames. Looked up as they are, not at the
+        // byte before like a return address: a fault taken at a
+        // function's first instruction names that function, not the one
+        // before it.
+        let user = self.frames.len();
+        self.exact.clear();
         if unwound.frames.is_empty() {
             self.frames
                 .push(thread.registers.pc().unwrap_or(ip) as usize);
+            self.exact.push(user as u32);
         }
-        self.frames
-            .extend(unwound.frames.iter().map(|f| f.pc as usize));
+        for f in &unwound.frames {
+            if matches!(f.method, Method::Context | Method::SignalFrame) {
+                self.exact.push(self.frames.len() as u32);
+            }
+            self.frames.push(f.pc as usize);
+        }
         let period = self.profile.period;
+        // frames[0] (the kernel's interrupted pc, or the user one) is exact.
         self.profile
-            .add(&self.frames, true, Some(tid), &[1, period]);
+            .add_exact(&self.frames, true, &self.exact, Some(tid), &[1, period]);
         self.samples += 1;
         Some(())
     }
@@ -512,18 +601,41 @@ impl Recording<'_> {
         let probes = self.profile.stacks.iter().flat_map(|s| {
             s.frames.iter().enumerate().filter_map(move |(i, &a)| {
                 let a = a as u64;
-                let exact = i == 0 && s.first_is_exact;
+                let exact = s.is_exact(i);
                 (lo <= a && a <= hi).then(|| a - u64::from(!exact))
             })
         });
         crate::profile::kernel_symbols_for(probes).unwrap_or_default()
     }
 
-    /// Module records for the profile: every module of every process seen,
-    /// and the kernel (`[kernel.kallsyms]`, named by
-    /// [`Recording::kernel_symbols`]).
+    /// Module records for the profile: the recorded program's first (a
+    /// profile's first module is its program: pprof's main mapping), then
+    /// every other module of every process seen (the recorded process's,
+    /// then the others' by pid), and the kernel (`[kernel.kallsyms]`,
+    /// named by [`Recording::kernel_symbols`]).
     fn modules(&self) -> Vec<ModuleRecord> {
         let mut out: Vec<ModuleRecord> = Vec::new();
+        let mut pids: Vec<u32> = self.spaces.keys().copied().collect();
+        pids.sort_by_key(|&p| (p != self.root_pid, p));
+        for pid in pids {
+            for rec in self.spaces[&pid].module_records() {
+                if !out.contains(&rec) {
+                    out.push(rec);
+                }
+            }
+        }
+        if let Some(exe) = &self.main_exe {
+            let exe = std::path::Path::new(exe);
+            let is_main = |r: &ModuleRecord| {
+                r.path == exe
+                    || std::fs::canonicalize(&r.path).ok().as_deref()
+                        == std::fs::canonicalize(exe).ok().as_deref()
+            };
+            if let Some(i) = out.iter().position(is_main) {
+                let main = out.remove(i);
+                out.insert(0, main);
+            }
+        }
         if let Some((lo, hi)) = self.kernel_range {
             out.push(ModuleRecord {
                 path: crate::profile::KERNEL_MODULE.into(),
@@ -533,27 +645,25 @@ impl Recording<'_> {
                 bias: 0,
             });
         }
-        for space in self.spaces.values() {
-            for rec in space.module_records() {
-                if !out.contains(&rec) {
-                    out.push(rec);
-                }
-            }
-        }
         out
     }
 }
 
-/// Records `opts.target` until it exits, `opts.duration` passes or `stop`
-/// is set; calls `progress` about four times a second. Returns the
-/// profile: stacks by thread, values `samples/count` and
-/// `cpu/nanoseconds`, the modules of every process seen, thread names,
-/// lost samples.
+/// Records `opts.target` until it exits, `opts.duration` passes or
+/// `control` stops it; calls `progress` about four times a second. Every
+/// sample the kernel took is kept, up to the target's end however it ends
+/// (`_exit`, a signal, SIGKILL): the rings are drained after it, and the
+/// modules come from the kernel's mmap records, not only from its
+/// `/proc/PID/maps`.
+///
+/// A command that cannot be started (not found, not executable) is
+/// [`RecordError::Spawn`] with the `execvp` error, before anything is
+/// recorded.
 pub fn record(
     opts: &RecordOptions,
-    stop: &AtomicBool,
+    control: &Control,
     progress: &mut dyn FnMut(&Progress),
-) -> Result<Profile, RecordError> {
+) -> Result<Recorded, RecordError> {
     if !cfg!(target_arch = "x86_64") {
         return Err(RecordError::Unsupported("recording on this architecture"));
     }
@@ -583,8 +693,12 @@ pub fn record(
         threads: HashSet::new(),
         samples: 0,
         frames: Vec::with_capacity(256),
+        exact: Vec::new(),
         kernel: false,
         kernel_range: None,
+        root_pid: 0,
+        main_exe: None,
+        exe_pending: false,
     };
     let started = Instant::now();
     let mut events = Vec::new();
@@ -593,6 +707,10 @@ pub fn record(
     match &opts.target {
         Target::Pid(pid) => {
             root_pid = *pid;
+            rec.root_pid = *pid;
+            rec.main_exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned());
             let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
                 .map_err(|_| RecordError::NoSuchProcess(*pid))?;
             let mut space = Space::default();
@@ -623,10 +741,13 @@ pub fn record(
                     std::io::ErrorKind::InvalidInput.into(),
                 ));
             };
-            let (c, go) = spawn_held(argv)
-                .map_err(|e| RecordError::Spawn(prog.to_string_lossy().into_owned(), e))?;
+            let spawn_error = |e| RecordError::Spawn(prog.to_string_lossy().into_owned(), e);
+            let (c, go, exec_result) = spawn_held(argv).map_err(spawn_error)?;
             root_pid = c;
             child = Some(c);
+            rec.root_pid = c;
+            // Its program is the one it execs (the event starts there).
+            rec.exe_pending = true;
             for cpu in 0..sys::cpus() {
                 match open_event(root_pid as i32, cpu, &mut spec, pages) {
                     Ok(e) => events.push(e),
@@ -640,6 +761,10 @@ pub fn record(
             }
             // Let the child exec: the event is enabled at the exec.
             drop(go);
+            if let Some(errno) = exec_error(exec_result) {
+                end_child(c);
+                return Err(spawn_error(std::io::Error::from_raw_os_error(errno)));
+            }
         }
     }
 
@@ -648,7 +773,9 @@ pub fn record(
     let mut buf = Vec::with_capacity(1 << 20);
     let mut last_progress = Instant::now();
     let mut exited = false;
-    let mut exit_code = None;
+    // How the command ended, once reaped; whether the recording ended it.
+    let mut status = None;
+    let mut ended_by_us = false;
     loop {
         sys::poll(&fds, 50);
         for e in &events {
@@ -677,13 +804,37 @@ pub fn record(
         if exited {
             break;
         }
-        let done = stop.load(Ordering::Relaxed)
+        let sig = control.signal.swap(0, Ordering::Relaxed);
+        if sig != 0 {
+            match child {
+                // SAFETY: our child, not yet reaped (`child` is cleared
+                // when it is), so the pid is not reused.
+                Some(c) => unsafe {
+                    libc::kill(c as i32, sig);
+                },
+                None => ended_by_us = true,
+            }
+        }
+        let done = if ended_by_us
+            || control.stopped()
             || opts.duration.is_some_and(|d| started.elapsed() >= d)
-            || match child {
-                Some(c) => child_exited(c, &mut exit_code),
+        {
+            ended_by_us = true;
+            true
+        } else {
+            match child {
+                Some(c) => match child_status(c) {
+                    Some(st) => {
+                        status = st;
+                        child = None;
+                        true
+                    }
+                    None => false,
+                },
                 // SAFETY: kill with signal 0 only checks that the process exists.
                 None => (unsafe { libc::kill(root_pid as i32, 0) }) != 0,
-            };
+            }
+        };
         if done {
             // One more pass drains what the rings still hold.
             exited = true;
@@ -699,24 +850,22 @@ pub fn record(
         threads: rec.threads.len(),
         elapsed: started.elapsed(),
     });
-    if let (Target::Command(argv), Some(EXEC_FAILED), 0) = (&opts.target, exit_code, rec.samples) {
-        return Err(RecordError::Spawn(
-            argv[0].to_string_lossy().into_owned(),
-            std::io::Error::other(
-                "exited with status 127 before any sample (not found, or not executable?)",
-            ),
-        ));
-    }
     rec.profile.modules = rec.modules();
     rec.profile.kernel_symbols = rec.kernel_symbols();
     rec.profile.duration_ns = started.elapsed().as_nanos() as u64;
-    Ok(rec.profile)
+    Ok(Recorded {
+        profile: rec.profile,
+        status: status.filter(|_| !ended_by_us),
+    })
 }
 
 /// Starts `argv` held before its exec until the returned pipe end is
 /// dropped (so that the event can be opened on it first). Forks by hand:
-/// `std::process::Command::spawn` waits for the exec.
-fn spawn_held(argv: &[OsString]) -> std::io::Result<(u32, std::fs::File)> {
+/// `std::process::Command::spawn` waits for the exec. The third value is
+/// the read end of a close-on-exec pipe: it reaches its end at a
+/// successful exec, and gives the `execvp` error (4 bytes) otherwise (see
+/// [`exec_error`]).
+fn spawn_held(argv: &[OsString]) -> std::io::Result<(u32, std::fs::File, std::fs::File)> {
     use std::ffi::CString;
     use std::os::fd::FromRawFd;
     use std::os::unix::ffi::OsStrExt;
@@ -728,14 +877,13 @@ fn spawn_held(argv: &[OsString]) -> std::io::Result<(u32, std::fs::File)> {
     let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
     let mut fds = [0i32; 2];
+    let mut err_fds = [0i32; 2];
     // SAFETY: pipe2 writes two fds.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: fork; the child only calls async-signal-safe functions
-    // (close, read, execvp, _exit) on memory prepared before the fork.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
+    // SAFETY: pipe2 writes two fds.
+    if unsafe { libc::pipe2(err_fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         let e = std::io::Error::last_os_error();
         // SAFETY: our fds.
         unsafe {
@@ -744,24 +892,67 @@ fn spawn_held(argv: &[OsString]) -> std::io::Result<(u32, std::fs::File)> {
         }
         return Err(e);
     }
+    // SAFETY: fork; the child only calls async-signal-safe functions
+    // (close, read, write, execvp, _exit) on memory prepared before the
+    // fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: our fds.
+        unsafe {
+            for fd in fds.into_iter().chain(err_fds) {
+                libc::close(fd);
+            }
+        }
+        return Err(e);
+    }
     if pid == 0 {
         // SAFETY: see above.
         unsafe {
             libc::close(fds[1]);
+            libc::close(err_fds[0]);
             let mut b = [0u8; 1];
             // Blocks until the parent closes its end.
             while libc::read(fds[0], b.as_mut_ptr().cast(), 1) < 0
                 && *libc::__errno_location() == libc::EINTR
             {}
             libc::execvp(ptrs[0], ptrs.as_ptr());
+            let errno = (*libc::__errno_location()).to_ne_bytes();
+            libc::write(err_fds[1], errno.as_ptr().cast(), errno.len());
             libc::_exit(127);
         }
     }
-    // SAFETY: our fds; the read end is the child's.
-    unsafe { libc::close(fds[0]) };
-    // SAFETY: a fresh fd we own.
-    let wr = unsafe { std::fs::File::from_raw_fd(fds[1]) };
-    Ok((pid as u32, wr))
+    // SAFETY: our fds; the read end of the first and the write end of the
+    // second are the child's.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(err_fds[1]);
+    }
+    // SAFETY: fresh fds we own.
+    let (wr, err) = unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[1]),
+            std::fs::File::from_raw_fd(err_fds[0]),
+        )
+    };
+    Ok((pid as u32, wr, err))
+}
+
+/// The `execvp` error of a child started by [`spawn_held`], from its error
+/// pipe (read once the child is let go): `None` when it exec'd.
+fn exec_error(mut pipe: std::fs::File) -> Option<i32> {
+    use std::io::Read;
+    let mut b = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match pipe.read(&mut b[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    (got == 4).then(|| i32::from_ne_bytes(b))
 }
 
 /// Opens an event; when kernel frames are refused (EACCES/EPERM under
@@ -784,28 +975,36 @@ fn open_event(
     }
 }
 
-/// The exit code of a child that could not exec (execvp failed).
-const EXEC_FAILED: i32 = 127;
-
-/// Whether child `pid` has exited (reaps it); sets `code` to its exit code.
-fn child_exited(pid: u32, code: &mut Option<i32>) -> bool {
-    let mut status = 0;
-    // SAFETY: waitpid on our child, without blocking.
-    let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
-    if r == pid as i32 && libc::WIFEXITED(status) {
-        *code = Some(libc::WEXITSTATUS(status));
+/// How child `pid` ended, if it has (reaped then); `None` while it runs.
+/// A child that cannot be waited for (reaped elsewhere) counts as ended,
+/// with no status to give.
+fn child_status(pid: u32) -> Option<Option<ExitStatus>> {
+    let mut st = 0;
+    loop {
+        // SAFETY: waitpid on our child, without blocking.
+        let r = unsafe { libc::waitpid(pid as i32, &mut st, libc::WNOHANG) };
+        if r == pid as i32 {
+            return Some(Some(ExitStatus::from_raw(st)));
+        }
+        if r == 0 {
+            return None;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Some(None);
+        }
     }
-    r == pid as i32 || r < 0
 }
 
 /// Kills and reaps child `pid` if it still runs.
 fn end_child(pid: u32) {
-    if !child_exited(pid, &mut None) {
-        // SAFETY: our child.
+    if child_status(pid).is_none() {
+        // SAFETY: our child, not yet reaped.
         unsafe {
             libc::kill(pid as i32, libc::SIGKILL);
-            let mut status = 0;
-            libc::waitpid(pid as i32, &mut status, 0);
+            let mut st = 0;
+            while libc::waitpid(pid as i32, &mut st, 0) < 0
+                && *libc::__errno_location() == libc::EINTR
+            {}
         }
     }
 }
