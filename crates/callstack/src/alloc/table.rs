@@ -635,4 +635,35 @@ mod tests {
             2000 * 3
         );
     }
+
+    /// A second recorder over the storage of a first reads what the first
+    /// recorded (what `callstack memtrack` does with a dead process's
+    /// tables file); blocks of size 0 are counted apart.
+    #[test]
+    fn storage_handed_over_and_read_back() {
+        let a = Recorder::with_capacity(4, 6);
+        let len = a.storage_len();
+        assert_eq!(len % 4096, 0);
+        let base = map(len);
+        assert!(!base.is_null());
+        // SAFETY: a fresh zero-filled mapping of `len` bytes, never unmapped.
+        assert!(unsafe { a.use_storage(base) });
+        // SAFETY: as above; `a` has storage already, so this is refused.
+        assert!(!unsafe { a.use_storage(base) });
+        a.record_alloc(&[1, 2], 0x100, 0);
+        a.record_alloc(&[1, 2], 0x200, 0);
+        a.record_alloc(&[1, 2], 0x300, 24);
+        a.record_free(0x100);
+        a.record_free(0x9990);
+        let b = Recorder::with_capacity(4, 6);
+        // SAFETY: the same storage, made for this capacity.
+        assert!(unsafe { b.use_storage(base) });
+        let s = b.snapshot();
+        assert_eq!(s, a.snapshot());
+        assert_eq!(s.sites.len(), 1);
+        let t = &s.sites[0];
+        assert_eq!((t.allocs, t.frees, t.live_bytes(), t.zero_live), (3, 1, 24, 1));
+        assert_eq!((t.live_blocks(), t.leaked_blocks()), (2, 1));
+        assert_eq!(s.counters.unknown_frees, 1);
+    }
 }
