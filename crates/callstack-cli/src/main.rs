@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod addr2line;
+mod child;
 mod core;
 mod crash;
 mod demo;
@@ -64,8 +65,9 @@ enum Command {
     CrashReport(crash::Args),
     /// Run a program recording every allocation by call stack (malloc,
     /// calloc, realloc, memalign, posix_memalign, aligned_alloc, valloc,
-    /// pvalloc; C++ new/delete through them), then print the top sites by
-    /// live bytes and by allocations, and the leaks.
+    /// pvalloc; C++ new/delete through them), then print to standard error
+    /// the top sites by live bytes and by allocations, the leaks, and every
+    /// process recorded. Exits with the program's status (128 + signal).
     Memtrack(memtrack::Args),
 }
 

@@ -5,7 +5,9 @@
 //!   calloc, realloc, reallocarray, memalign, posix_memalign,
 //!   aligned_alloc, valloc, pvalloc; C++ `operator new`/`delete` reach them
 //!   through libstdc++), records each block by call stack in a
-//!   [`callstack::alloc::Recorder`] and writes the recording at exit.
+//!   [`callstack::alloc::Recorder`] (in a shared file mapping that
+//!   outlives the process, under `callstack memtrack`) and writes the
+//!   recording at exit.
 //!
 //! - [`sampler`]: the in-process CPU sampler `callstack record` falls back
 //!   to where perf events are refused; writes a profile at exit.

@@ -11,27 +11,42 @@
 //! - Bootstrap: `dlsym` may itself call `calloc`/`malloc` before the real
 //!   functions are known; those requests are served from a static arena
 //!   (never freed, never recorded).
-//! - Start (a constructor): reads `CALLSTACK_MEMTRACK_OUT`; the first
-//!   process to create that file (`O_EXCL`) owns it. Recording starts here,
-//!   so blocks allocated before (by the loader and libc's start-up) are
-//!   unknown to the recorder: their frees are counted and ignored.
+//! - Start (a constructor): reads `CALLSTACK_MEMTRACK_OUT`. Recording
+//!   starts here, so blocks allocated before (by the loader and libc's
+//!   start-up) are unknown to the recorder: their frees are counted and
+//!   ignored.
+//! - With `CALLSTACK_MEMTRACK_DIR` (what `callstack memtrack` sets), the
+//!   recorder's tables live in `DIR/PID.tables`, a shared file mapping
+//!   laid out as [`callstack::alloc::shared`] says, locked (`fcntl`) for
+//!   the life of the process: whatever ends the process (`_exit`, abort,
+//!   a fatal signal, SIGKILL), `callstack memtrack` finds the lock free and
+//!   reads every record from the file. The process's live and peak heap
+//!   bytes are counted there too, and their sum over all processes of the
+//!   run in `DIR/global`. A forked child (`pthread_atfork`) copies the
+//!   tables into its own file and maps it in place of its parent's; a
+//!   program exec'd by a tracked one takes over the file of its pid.
 //! - Exit (`atexit`): recording stops and the [`HeapSnapshot`] is written
-//!   to the owned file; a forked child, or a program exec'd by the traced
-//!   one (it inherits the environment), writes `FILE.PID` instead.
+//!   to `FILE.PID` (with `CALLSTACK_MEMTRACK_DIR`; `callstack memtrack`
+//!   renames the recording of the program it started to FILE). Without
+//!   it, the first process to create FILE (`O_EXCL`) writes FILE, others
+//!   `FILE.PID`.
 //!
 //! [`capture_exact`]: callstack::capture_exact
 //! [`HeapSnapshot`]: callstack::alloc::HeapSnapshot
 
+use callstack::alloc::shared::{self, GlobalHeap, TablesHeader};
 use callstack::alloc::{Capture, Recorder, MAX_DEPTH};
 use libc::{c_int, c_void, size_t};
 use std::cell::{Cell, UnsafeCell};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicUsize, Ordering::*};
 
 /// The environment variable naming the recording file.
 pub const ENV_OUT: &str = "CALLSTACK_MEMTRACK_OUT";
 /// `fast` or `exact` (the default): how stacks are captured.
 pub const ENV_CAPTURE: &str = "CALLSTACK_MEMTRACK_CAPTURE";
+/// The directory of the shared tables files (`PID.tables`, `global`).
+pub const ENV_DIR: &str = "CALLSTACK_MEMTRACK_DIR";
 
 static RECORDER: Recorder = Recorder::new();
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -43,6 +58,47 @@ struct PathBuf4k(UnsafeCell<[u8; 4096]>);
 // SAFETY: written once by the constructor (single-threaded), then only read.
 unsafe impl Sync for PathBuf4k {}
 static OUT_PATH: PathBuf4k = PathBuf4k(UnsafeCell::new([0; 4096]));
+static DIR_PATH: PathBuf4k = PathBuf4k(UnsafeCell::new([0; 4096]));
+
+/// The tables file's mapping (null: the recorder maps its own tables).
+static TABLES: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+static TABLES_FD: AtomicI32 = AtomicI32::new(-1);
+/// The run's [`GlobalHeap`] page (null: none).
+static GLOBAL: AtomicPtr<GlobalHeap> = AtomicPtr::new(std::ptr::null_mut());
+
+#[inline(always)]
+fn header() -> Option<&'static TablesHeader> {
+    let p = TABLES.load(Relaxed);
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: a tables mapping, set up before recording starts and
+        // never unmapped (a fork maps the child's file at the same place).
+        Some(unsafe { shared::header(p) })
+    }
+}
+
+#[inline(always)]
+fn global() -> Option<&'static GlobalHeap> {
+    // SAFETY: null or the run's global page, mapped for good.
+    unsafe { GLOBAL.load(Relaxed).as_ref() }
+}
+
+/// Counts a recorded block's bytes as live in this process (and the run).
+#[inline(always)]
+fn live_add(size: usize) {
+    if let Some(h) = header() {
+        h.add(size as u64, global());
+    }
+}
+
+/// Counts a recorded block's bytes as freed.
+#[inline(always)]
+fn live_sub(size: u64) {
+    if let Some(h) = header() {
+        h.sub(size, global());
+    }
+}
 
 // ---- the next allocator's functions -------------------------------------
 
@@ -165,6 +221,7 @@ fn track(p: *mut c_void, size: usize) {
         callstack::capture_fast(1, &mut frames)
     };
     RECORDER.record_alloc(&frames[..n], p as usize, size);
+    live_add(size);
     IN_HOOK.set(false);
 }
 
@@ -205,6 +262,8 @@ pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: size_t, size: size_t) -> *mut c_void {
     let Some(total) = n.checked_mul(size) else {
+        // SAFETY: setting errno, as glibc does.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
         return std::ptr::null_mut();
     };
     let Some(f) = real(CALLOC) else {
@@ -230,7 +289,11 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         return;
     }
     if ACTIVE.load(Relaxed) {
-        RECORDER.record_free(p as usize);
+        if let Some(t) = RECORDER.take(p as usize) {
+            let size = t.size();
+            RECORDER.commit_free(t);
+            live_sub(size);
+        }
     }
     if let Some(f) = real(FREE) {
         // SAFETY: `f` is the next `free`; `p` came from the next allocator.
@@ -299,7 +362,9 @@ unsafe fn realloc_impl(p: *mut c_void, size: size_t) -> *mut c_void {
         if q.is_null() && size != 0 {
             RECORDER.put_back(p as usize, t); // failed: the old block stays
         } else {
+            let size = t.size();
             RECORDER.commit_free(t);
+            live_sub(size);
         }
     }
     track(q, size);
@@ -410,6 +475,291 @@ pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;
 
+/// `DIR/NAME` as a NUL-terminated path in `buf`; `None` if too long.
+fn dir_file<'a>(buf: &'a mut [u8; 4200], name: &[u8]) -> Option<&'a std::ffi::CStr> {
+    // SAFETY: DIR_PATH is written once by the constructor, NUL-terminated.
+    let dir = unsafe { std::ffi::CStr::from_ptr((*DIR_PATH.0.get()).as_ptr().cast()) }.to_bytes();
+    let n = dir.len() + 1 + name.len();
+    if dir.is_empty() || n + 1 > buf.len() {
+        return None;
+    }
+    buf[..dir.len()].copy_from_slice(dir);
+    buf[dir.len()] = b'/';
+    buf[dir.len() + 1..n].copy_from_slice(name);
+    buf[n] = 0;
+    std::ffi::CStr::from_bytes_with_nul(&buf[..=n]).ok()
+}
+
+/// `PID.tables` without allocating.
+fn tables_name(pid: i32, out: &mut [u8; 32]) -> &[u8] {
+    let mut digits = [0u8; 12];
+    let mut n = 0;
+    let mut v = pid.unsigned_abs();
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let mut len = 0;
+    for d in digits[..n].iter().rev() {
+        out[len] = *d;
+        len += 1;
+    }
+    out[len..len + 7].copy_from_slice(b".tables");
+    &out[..len + 7]
+}
+
+/// Takes a write lock on the whole file: held while the process lives
+/// (a `fcntl` lock is the process's, released by the kernel however it
+/// ends, and not inherited by a fork).
+fn lock(fd: c_int) -> bool {
+    // SAFETY: a zeroed flock describing the whole file, for fcntl.
+    unsafe {
+        let mut fl: libc::flock = std::mem::zeroed();
+        fl.l_type = libc::F_WRLCK as _;
+        fl.l_whence = libc::SEEK_SET as _;
+        libc::fcntl(fd, libc::F_SETLK, &fl) == 0
+    }
+}
+
+/// Maps the run's global page `DIR/global` (made by `callstack memtrack`).
+fn map_global() {
+    let mut buf = [0u8; 4200];
+    let Some(path) = dir_file(&mut buf, b"global") else {
+        return;
+    };
+    // SAFETY: open/fstat/ftruncate/mmap of our own file; the mapping is
+    // kept for good.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o600);
+        if fd < 0 {
+            return;
+        }
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) == 0 && st.st_size < 4096 {
+            libc::ftruncate(fd, 4096);
+        }
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        libc::close(fd);
+        if p != libc::MAP_FAILED {
+            GLOBAL.store(p.cast(), Relaxed);
+        }
+    }
+}
+
+/// Opens `DIR/PID.tables` for this process, empty and sized, locked.
+/// An image that exec'd into this one (same pid) left its tables there:
+/// its heap is gone, so the run's sum loses it.
+fn open_tables(pid: i32, len: usize) -> Option<c_int> {
+    let mut name = [0u8; 32];
+    let name = tables_name(pid, &mut name);
+    let mut buf = [0u8; 4200];
+    let path = dir_file(&mut buf, name)?;
+    // SAFETY: open/pread/ftruncate of our own file.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o600);
+        if fd < 0 {
+            return None;
+        }
+        let mut head = [0u64; 9];
+        let want = std::mem::size_of_val(&head);
+        if libc::pread(fd, head.as_mut_ptr().cast(), want, 0) == want as isize
+            && head[0] == shared::TABLES_MAGIC
+            && head[6] == shared::STATE_RUNNING
+        {
+            if let Some(g) = global() {
+                g.live.fetch_sub(head[7], Relaxed);
+            }
+        }
+        if libc::ftruncate(fd, 0) != 0 || libc::ftruncate(fd, len as libc::off_t) != 0 || !lock(fd) {
+            libc::close(fd);
+            return None;
+        }
+        Some(fd)
+    }
+}
+
+/// Fills the header of a fresh tables mapping (the magic last).
+fn fill_header(base: *mut u8, pid: i32) {
+    // SAFETY: `base` maps a tables file; this process is its only writer.
+    let h = unsafe { shared::header(base) };
+    let (sb, lb) = RECORDER.capacity_bits();
+    h.pid.store(pid as u64, Relaxed);
+    // SAFETY: getppid has no preconditions.
+    h.ppid.store(unsafe { libc::getppid() } as u64, Relaxed);
+    h.capture.store(EXACT.load(Relaxed) as u64, Relaxed);
+    h.site_bits.store(sb as u64, Relaxed);
+    h.live_bits.store(lb as u64, Relaxed);
+    h.state.store(shared::STATE_RUNNING, Relaxed);
+    if let Ok(cmd) = std::fs::read("/proc/self/cmdline") {
+        // SAFETY: as above.
+        unsafe { shared::set_command(base, &cmd) };
+    }
+    h.magic.store(shared::TABLES_MAGIC, Release);
+}
+
+/// Sets up this process's tables file and hands its storage to the
+/// recorder. `false`: the recorder keeps its own (anonymous) tables.
+fn setup_tables() -> bool {
+    map_global();
+    let len = shared::tables_len(&RECORDER);
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let Some(fd) = open_tables(pid, len) else {
+        return false;
+    };
+    // SAFETY: a shared mapping of the file just sized to `len`.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        // SAFETY: our descriptor.
+        unsafe { libc::close(fd) };
+        return false;
+    }
+    let base = p as *mut u8;
+    fill_header(base, pid);
+    // SAFETY: the storage part of the mapping, page-aligned, mapped for
+    // good; nothing has recorded yet.
+    if !unsafe { RECORDER.use_storage(base.add(shared::RECORDER_OFFSET)) } {
+        return false;
+    }
+    TABLES_FD.store(fd, Relaxed);
+    TABLES.store(base, Release);
+    true
+}
+
+/// Writes the current module list into the tables file.
+fn publish_modules() {
+    let base = TABLES.load(Acquire);
+    if base.is_null() {
+        return;
+    }
+    if let Ok(bytes) = shared::modules_bytes() {
+        // SAFETY: our tables mapping; called at start only (one thread).
+        unsafe { shared::publish_modules(base, &bytes) };
+    }
+}
+
+/// In a forked child: its own tables file, a copy of its parent's at the
+/// moment of the fork, mapped over the parent's at the same address (the
+/// recorder's pointers stay valid). If that fails the child records
+/// nothing (it must not write into its parent's tables).
+extern "C" fn after_fork_child() {
+    let base = TABLES.load(Acquire);
+    if base.is_null() || !ACTIVE.swap(false, AcqRel) {
+        return;
+    }
+    if fork_tables(base) {
+        ACTIVE.store(true, Release);
+    } else {
+        RECORDER.set_enabled(false);
+        TABLES.store(std::ptr::null_mut(), Release);
+    }
+}
+
+fn fork_tables(base: *mut u8) -> bool {
+    let len = shared::tables_len(&RECORDER);
+    let old = TABLES_FD.load(Relaxed);
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let Some(fd) = open_tables(pid, len) else {
+        return false;
+    };
+    // SAFETY: copying the parts of the parent's file that hold data (its
+    // holes stay holes) from the mapping into the new file, then mapping
+    // the new file in place of the old one; this thread is the only one.
+    unsafe {
+        let mut off: libc::off_t = 0;
+        let end = len as libc::off_t;
+        while off < end {
+            let data = libc::lseek(old, off, libc::SEEK_DATA);
+            if data < 0 {
+                if *libc::__errno_location() == libc::ENXIO {
+                    break; // no data after `off`
+                }
+                // No SEEK_DATA here: copy everything.
+                if !copy_range(fd, base, off, end) {
+                    libc::close(fd);
+                    return false;
+                }
+                break;
+            }
+            let hole = libc::lseek(old, data, libc::SEEK_HOLE).clamp(data, end);
+            if hole <= data || !copy_range(fd, base, data, hole) {
+                if hole <= data {
+                    break;
+                }
+                libc::close(fd);
+                return false;
+            }
+            off = hole;
+        }
+        let p = libc::mmap(
+            base.cast(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            0,
+        );
+        if p != base.cast() {
+            libc::close(fd);
+            return false;
+        }
+        libc::close(old);
+    }
+    TABLES_FD.store(fd, Relaxed);
+    fill_header(base, pid);
+    // The child holds a copy of its parent's heap.
+    if let (Some(h), Some(g)) = (header(), global()) {
+        g.add(h.live.load(Relaxed));
+    }
+    true
+}
+
+/// Writes `[from, to)` of the mapping at `base` into `fd` at the same
+/// offsets.
+///
+/// # Safety
+/// `base` maps at least `to` bytes.
+unsafe fn copy_range(fd: c_int, base: *mut u8, from: libc::off_t, to: libc::off_t) -> bool {
+    let mut at = from;
+    while at < to {
+        // SAFETY: [at, to) is inside the mapping.
+        let n = unsafe {
+            libc::pwrite(
+                fd,
+                base.add(at as usize).cast(),
+                (to - at) as usize,
+                at,
+            )
+        };
+        if n <= 0 {
+            return false;
+        }
+        at += n as libc::off_t;
+    }
+    true
+}
+
 extern "C" fn init() {
     resolve();
     // SAFETY: getenv with NUL-terminated names; the constructor runs before
@@ -429,14 +779,27 @@ extern "C" fn init() {
         let cap = libc::getenv(c"CALLSTACK_MEMTRACK_CAPTURE".as_ptr());
         let fast = !cap.is_null() && std::ffi::CStr::from_ptr(cap).to_bytes() == b"fast";
         EXACT.store(!fast, Relaxed);
-        let fd = libc::open(
-            out,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-            0o644,
-        );
-        if fd >= 0 {
-            OWNER_FD.store(fd, Relaxed);
-            OWNER_PID.store(libc::getpid(), Relaxed);
+        let dir = libc::getenv(c"CALLSTACK_MEMTRACK_DIR".as_ptr());
+        let mut tables = false;
+        if !dir.is_null() {
+            let d = std::ffi::CStr::from_ptr(dir).to_bytes();
+            if !d.is_empty() && d.len() < 4000 {
+                let buf = &mut *DIR_PATH.0.get();
+                buf[..d.len()].copy_from_slice(d);
+                buf[d.len()] = 0;
+                tables = setup_tables();
+            }
+        }
+        if !tables {
+            let fd = libc::open(
+                out,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o644,
+            );
+            if fd >= 0 {
+                OWNER_FD.store(fd, Relaxed);
+                OWNER_PID.store(libc::getpid(), Relaxed);
+            }
         }
         // Build the disassembler's tables now (this library's own
         // constructor for them may run after this one): not recorded.
@@ -445,7 +808,9 @@ extern "C" fn init() {
             // Compile every module's CFI now (allocates: not recorded yet).
             callstack::prepare();
         }
+        publish_modules();
         libc::atexit(finish);
+        libc::pthread_atfork(None, None, Some(after_fork_child));
     }
     ACTIVE.store(true, Release);
 }
@@ -476,7 +841,21 @@ extern "C" fn finish() {
         p.push(format!(".{pid}"));
         std::fs::File::create(p)
     };
-    if let Ok(f) = file {
-        let _ = snap.write_to(std::io::BufWriter::new(f));
+    let written = match file {
+        Ok(f) => {
+            use std::io::Write;
+            let mut w = std::io::BufWriter::new(f);
+            snap.write_to(&mut w).is_ok() && w.flush().is_ok()
+        }
+        Err(_) => false,
+    };
+    if let Some(h) = header() {
+        if written {
+            h.state.store(shared::STATE_WRITTEN, Release);
+        }
+        // The process's heap goes away with it.
+        if let Some(g) = global() {
+            g.live.fetch_sub(h.live.load(Relaxed), Relaxed);
+        }
     }
 }

@@ -37,13 +37,15 @@
 //! and ignored.
 //!
 //! ## Heap recording file
-//! `CSHEAP\0\0`, a version byte (1), three zero bytes; varints: the
+//! `CSHEAP\0\0`, a version byte (2), three zero bytes; varints: the
 //! capture kind (0 fast, 1 exact), the number of sites, the four
-//! [`HeapCounters`]; per site five varints (allocations, allocated bytes,
-//! frees, freed bytes, peak live bytes); then a trace file
+//! [`HeapCounters`]; per site six varints (allocations, allocated bytes,
+//! frees, freed bytes, peak live bytes, live blocks of size 0; version 1
+//! has the first five); then a trace file
 //! (`docs/trace-format.md`) with the process's modules and one stack per
 //! site, in site order.
 
+pub mod shared;
 mod table;
 
 pub use table::{Recorder, Taken, MAX_DEPTH, MAX_PROBE};
@@ -330,6 +332,9 @@ pub struct SiteStats {
     pub free_bytes: u64,
     /// Highest live bytes seen (approximate when threads race).
     pub peak_bytes: u64,
+    /// Live blocks of size 0 (`malloc(0)` kept): among
+    /// [`SiteStats::live_blocks`], but no leak.
+    pub zero_live: u64,
 }
 
 impl SiteStats {
@@ -341,6 +346,11 @@ impl SiteStats {
     /// Blocks allocated here and not freed.
     pub fn live_blocks(&self) -> u64 {
         self.allocs.saturating_sub(self.frees)
+    }
+
+    /// Live blocks that hold memory (size 0 left out): at exit, the leaks.
+    pub fn leaked_blocks(&self) -> u64 {
+        self.live_blocks().saturating_sub(self.zero_live)
     }
 }
 
@@ -386,6 +396,7 @@ impl HeapSnapshot {
     /// let mut snap = callstack::alloc::HeapSnapshot::default();
     /// snap.sites.push(callstack::alloc::SiteStats {
     ///     frames: vec![0x1000], allocs: 3, alloc_bytes: 300, frees: 1, free_bytes: 100, peak_bytes: 300,
+    ///     zero_live: 0,
     /// });
     /// let p = snap.to_profile();
     /// assert_eq!(p.stacks[0].values, vec![3, 300, 2, 200]);
@@ -427,12 +438,12 @@ impl HeapSnapshot {
         })
     }
 
-    /// Writes the heap recording (format in the module docs) with this
-    /// process's loaded modules.
+    /// Writes the heap recording (format in the module docs) with the
+    /// snapshot's modules, or this process's loaded modules if it has none.
     pub fn write_to(&self, mut w: impl Write) -> io::Result<()> {
         let mut b = Vec::with_capacity(64 + self.sites.len() * 16);
         b.extend_from_slice(&HEAP_MAGIC);
-        b.extend_from_slice(&[1, 0, 0, 0]);
+        b.extend_from_slice(&[2, 0, 0, 0]);
         let c = &self.counters;
         for v in [
             (self.capture == Capture::Exact) as u64,
@@ -445,13 +456,26 @@ impl HeapSnapshot {
             put_varint(&mut b, v);
         }
         for s in &self.sites {
-            for v in [s.allocs, s.alloc_bytes, s.frees, s.free_bytes, s.peak_bytes] {
+            for v in [
+                s.allocs,
+                s.alloc_bytes,
+                s.frees,
+                s.free_bytes,
+                s.peak_bytes,
+                s.zero_live,
+            ] {
                 put_varint(&mut b, v);
             }
         }
         w.write_all(&b)?;
         let mut t = crate::tracefile::TraceWriter::new(&mut w)?;
-        t.write_loaded_modules()?;
+        if self.modules.is_empty() {
+            t.write_loaded_modules()?;
+        } else {
+            for m in &self.modules {
+                t.write_module(m)?;
+            }
+        }
         for s in &self.sites {
             t.write_stack(&s.frames, false)?;
         }
@@ -467,7 +491,8 @@ impl HeapSnapshot {
         if head[..8] != HEAP_MAGIC {
             return Err("not a heap recording (bad magic)".into());
         }
-        if head[8] != 1 {
+        let version = head[8];
+        if version != 1 && version != 2 {
             return Err(format!("heap recording version {} not supported", head[8]));
         }
         let mut next = || get_varint(&mut r);
@@ -495,6 +520,7 @@ impl HeapSnapshot {
                 frees: next()?,
                 free_bytes: next()?,
                 peak_bytes: next()?,
+                zero_live: if version >= 2 { next()? } else { 0 },
             });
         }
         let trace =

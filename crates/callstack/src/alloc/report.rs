@@ -157,7 +157,7 @@ impl HeapSnapshot {
                 .then(b.allocs.cmp(&a.allocs))
         });
         let bytes: u64 = leaks.iter().map(|s| s.live_bytes()).sum();
-        let blocks: u64 = leaks.iter().map(|s| s.live_blocks()).sum();
+        let blocks: u64 = leaks.iter().map(|s| s.leaked_blocks()).sum();
         let _ = writeln!(
             o,
             "leaks: {bytes} bytes in {blocks} blocks from {} sites",
@@ -175,7 +175,7 @@ impl HeapSnapshot {
             o,
             "heap: {allocs} allocations, {abytes} bytes; {frees} frees, {fbytes} bytes; live {} bytes in {} blocks; {} sites ({:?} capture)",
             abytes.saturating_sub(fbytes),
-            allocs.saturating_sub(frees),
+            self.sites.iter().map(|s| s.leaked_blocks()).sum::<u64>(),
             self.sites.len(),
             self.capture
         );
@@ -194,7 +194,7 @@ impl HeapSnapshot {
             o,
             "  {} bytes live in {} blocks (peak {}), {} allocations of {} bytes, {} frees",
             s.live_bytes(),
-            s.live_blocks(),
+            s.leaked_blocks(),
             s.peak_bytes,
             s.allocs,
             s.alloc_bytes,

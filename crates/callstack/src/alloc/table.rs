@@ -13,8 +13,20 @@
 //!   block: counted and ignored), and an insert with no free slot in reach
 //!   is counted as a live overflow.
 //!
-//! Both tables are anonymous `mmap`s made on first use (pages are touched
-//! only as slots are), never through the allocator being tracked.
+//! The recorder's storage is one region: its own counters, then the site
+//! table, then the live table ([`Recorder::storage_len`] bytes). It is an
+//! anonymous `mmap` made on first use (pages are touched only as slots
+//! are), never through the allocator being tracked, or memory the caller
+//! hands over ([`Recorder::use_storage`]): `callstack memtrack` gives it a
+//! shared file mapping that outlives the process, and reads it back with
+//! a second `Recorder` over a copy of the file.
+//!
+//! Every update is a single aligned atomic store or read-modify-write on
+//! one word, so a process killed at any point leaves the region readable:
+//! at most the one update each thread was in the middle of is lost or
+//! half-done (a block counted as allocated at its site but missing from
+//! the live table, or taken out of the live table but not yet counted as
+//! freed at its site: either way its site keeps it as live).
 
 use std::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
@@ -40,7 +52,18 @@ pub(crate) struct SiteSlot {
     pub frees: AtomicU64,
     pub free_bytes: AtomicU64,
     pub peak: AtomicU64,
+    /// Allocations of size 0, and frees of such blocks.
+    pub zero_allocs: AtomicU64,
+    pub zero_frees: AtomicU64,
     pub frames: [AtomicUsize; MAX_DEPTH],
+}
+
+/// The recorder's own counters, at the start of its storage.
+#[repr(C)]
+struct Counters {
+    live_overflow: AtomicU64,
+    unknown_frees: AtomicU64,
+    _pad: [u64; 6],
 }
 
 #[repr(C)]
@@ -77,10 +100,11 @@ pub struct Recorder {
     enabled: AtomicBool,
     site_bits: u32,
     live_bits: u32,
+    counters: AtomicPtr<Counters>,
     sites: AtomicPtr<SiteSlot>,
     live: AtomicPtr<LiveSlot>,
-    live_overflow: AtomicU64,
-    unknown_frees: AtomicU64,
+    /// Records dropped while the storage was not there (being mapped by
+    /// another thread, or failed).
     dropped: AtomicU64,
 }
 
@@ -124,10 +148,9 @@ impl Recorder {
             enabled: AtomicBool::new(true),
             site_bits,
             live_bits,
+            counters: AtomicPtr::new(std::ptr::null_mut()),
             sites: AtomicPtr::new(std::ptr::null_mut()),
             live: AtomicPtr::new(std::ptr::null_mut()),
-            live_overflow: AtomicU64::new(0),
-            unknown_frees: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
         }
     }
@@ -152,6 +175,68 @@ impl Recorder {
         1 << self.live_bits
     }
 
+    /// `(site_bits, live_bits)` after clamping: what a second recorder
+    /// over the same storage must be made with.
+    pub fn capacity_bits(&self) -> (u32, u32) {
+        (self.site_bits, self.live_bits)
+    }
+
+    fn sites_offset() -> usize {
+        std::mem::size_of::<Counters>()
+    }
+
+    fn live_offset(&self) -> usize {
+        Self::sites_offset() + std::mem::size_of::<SiteSlot>() * (self.site_cap() + 1)
+    }
+
+    /// Bytes of the recorder's storage (counters, sites, live blocks): the
+    /// length [`Recorder::use_storage`] needs. A multiple of 4096.
+    pub fn storage_len(&self) -> usize {
+        let n = self.live_offset() + std::mem::size_of::<LiveSlot>() * self.live_cap();
+        (n + 4095) & !4095
+    }
+
+    /// Makes the recorder keep its tables in `base` (zero-filled, or the
+    /// storage of a recorder made with the same capacity, whose records it
+    /// then continues or reads) instead of mapping its own. Returns `false`
+    /// (and changes nothing) if the recorder already has storage.
+    ///
+    /// # Safety
+    /// `base` must be 4096-aligned, readable and writable for
+    /// [`Recorder::storage_len`] bytes, used by nothing but recorders of
+    /// this capacity, and stay mapped as long as this recorder is used.
+    pub unsafe fn use_storage(&self, base: *mut u8) -> bool {
+        if self
+            .state
+            .compare_exchange(UNINIT, MAPPING, Acquire, Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        self.set_storage(base);
+        true
+    }
+
+    fn set_storage(&self, base: *mut u8) {
+        self.counters.store(base.cast(), Relaxed);
+        // SAFETY: the offsets are inside the region of storage_len() bytes
+        // the caller vouched for (or `map_tables` mapped).
+        unsafe {
+            self.sites
+                .store(base.add(Self::sites_offset()).cast(), Relaxed);
+            self.live.store(base.add(self.live_offset()).cast(), Relaxed);
+        }
+        self.state.store(READY, Release);
+    }
+
+    /// The counters in the storage (only once READY).
+    fn counters(&self) -> &Counters {
+        // SAFETY: READY was stored (Release, loaded Acquire by every caller
+        // through `tables`) after the pointer was set to zero-filled or
+        // recorder-written storage, never unmapped.
+        unsafe { &*self.counters.load(Relaxed) }
+    }
+
     /// The tables, mapped on first use; `None` while another thread maps
     /// them or if mapping failed.
     #[inline]
@@ -165,8 +250,9 @@ impl Recorder {
         let s = self.sites.load(Relaxed);
         let l = self.live.load(Relaxed);
         // SAFETY: READY is stored (Release) after both pointers point at
-        // zero-filled mappings of `site_cap() + 1` and `live_cap()` slots,
-        // never unmapped; all-zero bytes are valid atomics.
+        // `site_cap() + 1` and `live_cap()` slots of zero-filled (or
+        // recorder-written) storage, never unmapped; all-zero bytes are
+        // valid atomics.
         unsafe {
             Some((
                 std::slice::from_raw_parts(s, self.site_cap() + 1),
@@ -184,15 +270,12 @@ impl Recorder {
         {
             return;
         }
-        let s = map(std::mem::size_of::<SiteSlot>() * (self.site_cap() + 1));
-        let l = map(std::mem::size_of::<LiveSlot>() * self.live_cap());
-        if s.is_null() || l.is_null() {
+        let base = map(self.storage_len());
+        if base.is_null() {
             self.state.store(FAILED, Release);
             return;
         }
-        self.sites.store(s.cast(), Relaxed);
-        self.live.store(l.cast(), Relaxed);
-        self.state.store(READY, Release);
+        self.set_storage(base);
     }
 
     /// Records a new block of `size` bytes at `ptr`, allocated at the stack
@@ -221,6 +304,9 @@ impl Recorder {
         if now <= total && now > site.peak.load(Relaxed) {
             site.peak.fetch_max(now, Relaxed);
         }
+        if size == 0 {
+            site.zero_allocs.fetch_add(1, Relaxed);
+        }
         let val = ((idx as u64) << SIZE_BITS) | size.min(SIZE_MASK);
         let mask = self.live_cap() - 1;
         let mut i = addr_slot(ptr, self.live_bits);
@@ -238,7 +324,7 @@ impl Recorder {
             }
             i = (i + 1) & mask;
         }
-        self.live_overflow.fetch_add(1, Relaxed);
+        self.counters().live_overflow.fetch_add(1, Relaxed);
     }
 
     /// Records the free of the block at `ptr` (a block not recorded, e.g.
@@ -281,7 +367,7 @@ impl Recorder {
             }
             i = (i + 1) & mask;
         }
-        self.unknown_frees.fetch_add(1, Relaxed);
+        self.counters().unknown_frees.fetch_add(1, Relaxed);
         None
     }
 
@@ -292,6 +378,9 @@ impl Recorder {
             let site = &sites[t.site as usize];
             site.frees.fetch_add(1, Relaxed);
             site.free_bytes.fetch_add(t.size, Relaxed);
+            if t.size == 0 {
+                site.zero_frees.fetch_add(1, Relaxed);
+            }
         }
     }
 
@@ -303,6 +392,9 @@ impl Recorder {
             let site = &sites[t.site as usize];
             site.allocs.fetch_sub(1, Relaxed);
             site.alloc_bytes.fetch_sub(t.size, Relaxed);
+            if t.size == 0 {
+                site.zero_allocs.fetch_sub(1, Relaxed);
+            }
             self.add_live(sites, live, t.site, ptr, t.size);
         }
     }
@@ -311,8 +403,6 @@ impl Recorder {
     /// counters. Allocates (not for use inside an allocator).
     pub fn snapshot(&self) -> crate::alloc::HeapSnapshot {
         let mut snap = crate::alloc::HeapSnapshot::default();
-        snap.counters.live_overflow = self.live_overflow.load(Relaxed);
-        snap.counters.unknown_frees = self.unknown_frees.load(Relaxed);
         snap.counters.dropped = self.dropped.load(Relaxed);
         if self.state.load(Acquire) != READY {
             return snap;
@@ -320,6 +410,9 @@ impl Recorder {
         let Some((sites, _)) = self.tables() else {
             return snap;
         };
+        let c = self.counters();
+        snap.counters.live_overflow = c.live_overflow.load(Relaxed);
+        snap.counters.unknown_frees = c.unknown_frees.load(Relaxed);
         for (i, s) in sites.iter().enumerate() {
             let overflow = i == sites.len() - 1;
             if !overflow && s.hash.load(Acquire) == 0 {
@@ -346,6 +439,10 @@ impl Recorder {
                     .peak
                     .load(Relaxed)
                     .max(alloc_bytes.saturating_sub(free_bytes)),
+                zero_live: s
+                    .zero_allocs
+                    .load(Relaxed)
+                    .saturating_sub(s.zero_frees.load(Relaxed)),
             });
             if overflow {
                 snap.counters.overflow_site_allocs = allocs;
@@ -537,5 +634,36 @@ mod tests {
             s.sites.iter().map(|s| s.live_bytes()).sum::<u64>(),
             2000 * 3
         );
+    }
+
+    /// A second recorder over the storage of a first reads what the first
+    /// recorded (what `callstack memtrack` does with a dead process's
+    /// tables file); blocks of size 0 are counted apart.
+    #[test]
+    fn storage_handed_over_and_read_back() {
+        let a = Recorder::with_capacity(4, 6);
+        let len = a.storage_len();
+        assert_eq!(len % 4096, 0);
+        let base = map(len);
+        assert!(!base.is_null());
+        // SAFETY: a fresh zero-filled mapping of `len` bytes, never unmapped.
+        assert!(unsafe { a.use_storage(base) });
+        // SAFETY: as above; `a` has storage already, so this is refused.
+        assert!(!unsafe { a.use_storage(base) });
+        a.record_alloc(&[1, 2], 0x100, 0);
+        a.record_alloc(&[1, 2], 0x200, 0);
+        a.record_alloc(&[1, 2], 0x300, 24);
+        a.record_free(0x100);
+        a.record_free(0x9990);
+        let b = Recorder::with_capacity(4, 6);
+        // SAFETY: the same storage, made for this capacity.
+        assert!(unsafe { b.use_storage(base) });
+        let s = b.snapshot();
+        assert_eq!(s, a.snapshot());
+        assert_eq!(s.sites.len(), 1);
+        let t = &s.sites[0];
+        assert_eq!((t.allocs, t.frees, t.live_bytes(), t.zero_live), (3, 1, 24, 1));
+        assert_eq!((t.live_blocks(), t.leaked_blocks()), (2, 1));
+        assert_eq!(s.counters.unknown_frees, 1);
     }
 }
