@@ -137,6 +137,152 @@ struct UnitData {
     /// The call sites of each function asked for (by subprogram DIE
     /// offset), read on first use (`tailcall.rs`).
     call_sites: RefCell<IntMap<usize, Arc<[CallSiteRec]>>>,
+    /// The unit's scopes, for C++ names without a linkage name: built on
+    /// the first such name.
+    scopes: OnceCell<Box<[Scope]>>,
+}
+
+/// A DIE with children that names a scope (namespace, class, structure,
+/// union), or a function (whose local classes gdb names without it).
+struct Scope {
+    /// Unit offsets of the DIE and of the end of its children.
+    begin: usize,
+    end: usize,
+    /// Index of the enclosing scope, `u32::MAX` for none.
+    parent: u32,
+    /// `None`: a function (the qualification stops there).
+    part: Option<ScopeName>,
+}
+
+enum ScopeName {
+    Named(RawName),
+    /// A namespace without a name.
+    AnonymousNamespace,
+    /// A class, structure or union without a name: not part of the name.
+    Unnamed,
+}
+
+/// Whether names of `lang` are qualified by their enclosing scopes.
+fn scoped_language(lang: Option<gimli::DwLang>) -> bool {
+    matches!(
+        lang,
+        Some(
+            gimli::DW_LANG_C_plus_plus
+                | gimli::DW_LANG_C_plus_plus_03
+                | gimli::DW_LANG_C_plus_plus_11
+                | gimli::DW_LANG_C_plus_plus_14
+                | gimli::DW_LANG_ObjC_plus_plus
+        )
+    )
+}
+
+/// The scopes of a unit, in DIE order (a walk of the whole unit).
+#[inline(never)]
+fn parse_scopes(dwarf: &gimli::Dwarf<Slice>, u: &UnitData) -> Box<[Scope]> {
+    let mut out: Vec<Scope> = Vec::new();
+    let _ = (|| -> Option<()> {
+        let unit = &u.unit;
+        let mut c = Cursor::new(&unit.header, u.abbrevs()?, unit.header.root_offset())?;
+        // (tree depth, index in `out`) of the open scopes.
+        let mut stack: Vec<(isize, usize)> = Vec::new();
+        while !c.is_empty() {
+            let depth = c.depth();
+            let off = c.offset().0;
+            while let Some(&(d, i)) = stack.last() {
+                if d < depth {
+                    break;
+                }
+                out[i].end = off;
+                stack.pop();
+            }
+            let abbrev = match c.read_abbrev()? {
+                Some(a) => a,
+                None => continue,
+            };
+            let kind = match abbrev.tag {
+                gimli::DW_TAG_namespace => 1,
+                gimli::DW_TAG_class_type
+                | gimli::DW_TAG_structure_type
+                | gimli::DW_TAG_union_type => 2,
+                gimli::DW_TAG_subprogram => 3,
+                _ => 0,
+            };
+            if kind == 0 || !abbrev.children {
+                c.skip_attributes(abbrev)?;
+                continue;
+            }
+            let mut name = None;
+            let mut declaration = false;
+            c.attributes(abbrev, |at, v| match at {
+                gimli::DW_AT_name => name = dwarf.attr_string(unit, v).ok().map(|s| s.slice()),
+                gimli::DW_AT_declaration => declaration = matches!(v, AttributeValue::Flag(true)),
+                _ => {}
+            })?;
+            let part = match (kind, name) {
+                (3, _) => None,
+                (_, Some(n)) => Some(ScopeName::Named(n)),
+                (1, None) => Some(ScopeName::AnonymousNamespace),
+                _ => Some(ScopeName::Unnamed),
+            };
+            // A function's declaration in a class is no function scope.
+            let part = if kind == 3 && declaration {
+                Some(ScopeName::Unnamed)
+            } else {
+                part
+            };
+            out.push(Scope {
+                begin: off,
+                end: usize::MAX,
+                parent: stack.last().map_or(u32::MAX, |&(_, i)| i as u32),
+                part,
+            });
+            stack.push((depth, out.len() - 1));
+        }
+        Some(())
+    })();
+    out.into_boxed_slice()
+}
+
+/// `name` preceded by the scopes around the DIE at `die` (`a::b::name`),
+/// up to the unit or the first enclosing function; `None` when there is
+/// no scope to add.
+fn qualified(scopes: &[Scope], die: usize, name: &[u8]) -> Option<Vec<u8>> {
+    let mut i = scopes.partition_point(|s| s.begin < die).checked_sub(1)?;
+    // The innermost scope holding `die`.
+    loop {
+        let s = &scopes[i];
+        if s.begin < die && die < s.end {
+            break;
+        }
+        i = s.parent as usize;
+        if i >= scopes.len() {
+            return None;
+        }
+    }
+    let mut parts: Vec<&[u8]> = Vec::new();
+    loop {
+        let s = &scopes[i];
+        match &s.part {
+            None => break,
+            Some(ScopeName::Named(n)) => parts.push(n),
+            Some(ScopeName::AnonymousNamespace) => parts.push(b"(anonymous namespace)"),
+            Some(ScopeName::Unnamed) => {}
+        }
+        i = s.parent as usize;
+        if i >= scopes.len() {
+            break;
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(name.len() + parts.iter().map(|p| p.len() + 2).sum::<usize>());
+    for p in parts.iter().rev() {
+        out.extend_from_slice(p);
+        out.extend_from_slice(b"::");
+    }
+    out.extend_from_slice(name);
+    Some(out)
 }
 
 impl UnitData {
@@ -226,6 +372,8 @@ pub(crate) struct DwarfIndex {
     /// The `.dwo` files and `.dwp` package of split units (last: the
     /// split units above borrow from its mappings).
     split: super::split::SplitLoader,
+    /// Names made here (qualified C++ names), as long as the index.
+    owned: super::mapped::Mapped,
 }
 
 /// `.debug_info`: as mapped, or inflated on demand.
@@ -264,6 +412,7 @@ impl DwarfIndex {
         let endian = gimli::Reader::endian(gimli::Section::reader(&dwarf.debug_abbrev));
         DwarfIndex {
             split: super::split::SplitLoader::new(endian),
+            owned: super::mapped::Mapped::from_bytes(Vec::new()),
             dwarf,
             _inflated: inflated,
             slots: Frozen::new(),
@@ -408,6 +557,7 @@ impl DwarfIndex {
             functions: OnceCell::new(),
             details: RefCell::new(IntMap::default()),
             call_sites: RefCell::new(IntMap::default()),
+            scopes: OnceCell::new(),
         }))
     }
 
@@ -820,8 +970,19 @@ impl DwarfIndex {
         if linkage.is_some() {
             return linkage;
         }
-        if name.is_some() {
-            return name;
+        if let Some(n) = name {
+            // C++ without a linkage name (a function of internal linkage,
+            // a method of a local class): qualified by its scopes, as gdb
+            // names it.
+            if scoped_language(u.lang) {
+                let scopes = u
+                    .scopes
+                    .get_or_init(|| parse_scopes(u.dw(&self.dwarf), u));
+                if let Some(q) = qualified(scopes, die.0, n) {
+                    return Some(self.owned.stash(q));
+                }
+            }
+            return Some(n);
         }
         match next? {
             AttributeValue::UnitRef(o) => self.die_name(slot, o, depth - 1),
