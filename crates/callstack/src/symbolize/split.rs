@@ -59,6 +59,8 @@ pub(crate) struct SplitUnit {
 /// Finds and opens the split units of one object, lazily.
 pub(crate) struct SplitLoader {
     places: Option<SplitPlaces>,
+    /// [`SplitLoader::objects`].
+    objects: OnceCell<Vec<PathBuf>>,
     endian: gimli::RunTimeEndian,
     package: OnceCell<Option<gimli::DwarfPackage<Slice>>>,
     /// `.dwo` files already read, by path (a file holds one unit, but
@@ -74,6 +76,7 @@ impl SplitLoader {
     pub(crate) fn new(endian: gimli::RunTimeEndian) -> SplitLoader {
         SplitLoader {
             places: None,
+            objects: OnceCell::new(),
             endian,
             package: OnceCell::new(),
             dwo: RefCell::new(Vec::new()),
@@ -127,7 +130,14 @@ impl SplitLoader {
         let comp_dir = skeleton
             .comp_dir
             .map(|s| s.to_string_lossy().into_owned());
-        let candidates = dwo_candidates(&name, comp_dir.as_deref(), &places.object);
+        let mut candidates = Vec::new();
+        for object in self.objects(places) {
+            for c in dwo_candidates(&name, comp_dir.as_deref(), object) {
+                if !candidates.contains(&c) {
+                    candidates.push(c);
+                }
+            }
+        }
         for c in &candidates {
             if let Some(d) = self.open_dwo(c, main) {
                 if let Some(u) = unit_with_id(d, id, skeleton) {
@@ -143,6 +153,21 @@ impl SplitLoader {
         None
     }
 
+    /// The object's path as given, then with its links resolved when
+    /// that differs (a live process's `/proc/PID/root/...` or
+    /// `map_files` path: its neighbours are those of the real file).
+    fn objects<'a>(&'a self, places: &'a SplitPlaces) -> &'a [PathBuf] {
+        self.objects.get_or_init(|| {
+            let mut v = vec![places.object.clone()];
+            if let Ok(real) = std::fs::canonicalize(&places.object) {
+                if real != places.object {
+                    v.push(real);
+                }
+            }
+            v
+        })
+    }
+
     fn report(&self, path: &Path) {
         let mut m = self.missing.borrow_mut();
         if !m.1.iter().any(|p| p == path) {
@@ -155,7 +180,11 @@ impl SplitLoader {
     fn package(&self, places: &SplitPlaces) -> Option<&gimli::DwarfPackage<Slice>> {
         self.package
             .get_or_init(|| {
-                let mut candidates = vec![with_suffix(&places.object, ".dwp")];
+                let mut candidates: Vec<PathBuf> = self
+                    .objects(places)
+                    .iter()
+                    .map(|o| with_suffix(o, ".dwp"))
+                    .collect();
                 if let Some(d) = &places.debug_file {
                     let s = d.to_string_lossy();
                     let base = s.strip_suffix(".debug").unwrap_or(&s);
