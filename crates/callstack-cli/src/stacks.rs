@@ -170,6 +170,15 @@ pub fn collect<M: Memory + Send>(
                 name_thread(snap, &snap.threads[i], u, &mut sym, past_main)
             })
             .collect();
+        // Split DWARF found missing while naming (a `.dwo` moved away):
+        // one warning per file.
+        for (_, report) in sym.files.debug_info() {
+            for e in &report.degraded {
+                if e.kind == callstack::symbolize::ErrorKind::MissingSplitDwarf {
+                    eprintln!("callstack: warning: {e}");
+                }
+            }
+        }
         // The process ends right after printing: tearing down parsed debug
         // info would only cost time.
         std::mem::forget(sym);

@@ -90,13 +90,22 @@ impl Inlined {
 /// The attributes of an inlined call's DIE that a frame needs.
 #[derive(Default)]
 struct CallSite {
-    /// `.debug_info` offset of the DIE its name comes from (its abstract
-    /// origin), or 0 to read the name from the DIE itself: the names of
-    /// every inlined copy of a function then share one cache entry.
-    origin: usize,
+    /// The DIE its name comes from (its abstract origin), or `None` to
+    /// read the name from the DIE itself: the names of every inlined copy
+    /// of a function then share one cache entry.
+    origin: Option<Origin>,
     file: Option<u64>,
     line: u32,
     column: u32,
+}
+
+/// Where an abstract origin is.
+#[derive(Clone, Copy)]
+enum Origin {
+    /// In the same unit.
+    Unit(UnitOffset),
+    /// At this offset of `.debug_info` (not in a split unit).
+    Info(usize),
 }
 
 struct Function {
@@ -106,7 +115,12 @@ struct Function {
 }
 
 struct UnitData {
+    /// The unit whose DIEs are walked: the split unit of a skeleton
+    /// whose `.dwo` was found (`split.rs`), else the unit itself.
     unit: gimli::Unit<Slice>,
+    /// For a split unit: its DWARF and the skeleton (whose line table and
+    /// ranges are the object's). `None` for every other unit.
+    split: Option<Box<(Arc<gimli::Dwarf<Slice>>, gimli::Unit<Slice>)>>,
     /// Where each abbreviation starts (a cheap scan, always made).
     index: AbbrevIndex,
     /// The unit's abbreviations with their skip plans (`die.rs`), built
@@ -123,9 +137,175 @@ struct UnitData {
     /// The call sites of each function asked for (by subprogram DIE
     /// offset), read on first use (`tailcall.rs`).
     call_sites: RefCell<IntMap<usize, Arc<[CallSiteRec]>>>,
+    /// The unit's scopes, for C++ names without a linkage name: built on
+    /// the first such name.
+    scopes: OnceCell<Box<[Scope]>>,
+}
+
+/// A DIE with children that names a scope (namespace, class, structure,
+/// union), or a function (whose local classes gdb names without it).
+struct Scope {
+    /// Unit offsets of the DIE and of the end of its children.
+    begin: usize,
+    end: usize,
+    /// Index of the enclosing scope, `u32::MAX` for none.
+    parent: u32,
+    /// `None`: a function (the qualification stops there).
+    part: Option<ScopeName>,
+}
+
+enum ScopeName {
+    Named(RawName),
+    /// A namespace without a name.
+    AnonymousNamespace,
+    /// A class, structure or union without a name: not part of the name.
+    Unnamed,
+}
+
+/// Whether names of `lang` are qualified by their enclosing scopes.
+fn scoped_language(lang: Option<gimli::DwLang>) -> bool {
+    matches!(
+        lang,
+        Some(
+            gimli::DW_LANG_C_plus_plus
+                | gimli::DW_LANG_C_plus_plus_03
+                | gimli::DW_LANG_C_plus_plus_11
+                | gimli::DW_LANG_C_plus_plus_14
+                | gimli::DW_LANG_ObjC_plus_plus
+        )
+    )
+}
+
+/// The scopes of a unit, in DIE order (a walk of the whole unit).
+#[inline(never)]
+fn parse_scopes(dwarf: &gimli::Dwarf<Slice>, u: &UnitData) -> Box<[Scope]> {
+    let mut out: Vec<Scope> = Vec::new();
+    let _ = (|| -> Option<()> {
+        let unit = &u.unit;
+        let mut c = Cursor::new(&unit.header, u.abbrevs()?, unit.header.root_offset())?;
+        // (tree depth, index in `out`) of the open scopes.
+        let mut stack: Vec<(isize, usize)> = Vec::new();
+        while !c.is_empty() {
+            let depth = c.depth();
+            let off = c.offset().0;
+            while let Some(&(d, i)) = stack.last() {
+                if d < depth {
+                    break;
+                }
+                out[i].end = off;
+                stack.pop();
+            }
+            let abbrev = match c.read_abbrev()? {
+                Some(a) => a,
+                None => continue,
+            };
+            let kind = match abbrev.tag {
+                gimli::DW_TAG_namespace => 1,
+                gimli::DW_TAG_class_type
+                | gimli::DW_TAG_structure_type
+                | gimli::DW_TAG_union_type => 2,
+                gimli::DW_TAG_subprogram => 3,
+                _ => 0,
+            };
+            if kind == 0 || !abbrev.children {
+                c.skip_attributes(abbrev)?;
+                continue;
+            }
+            let mut name = None;
+            let mut declaration = false;
+            c.attributes(abbrev, |at, v| match at {
+                gimli::DW_AT_name => name = dwarf.attr_string(unit, v).ok().map(|s| s.slice()),
+                gimli::DW_AT_declaration => declaration = matches!(v, AttributeValue::Flag(true)),
+                _ => {}
+            })?;
+            let part = match (kind, name) {
+                (3, _) => None,
+                (_, Some(n)) => Some(ScopeName::Named(n)),
+                (1, None) => Some(ScopeName::AnonymousNamespace),
+                _ => Some(ScopeName::Unnamed),
+            };
+            // A function's declaration in a class is no function scope.
+            let part = if kind == 3 && declaration {
+                Some(ScopeName::Unnamed)
+            } else {
+                part
+            };
+            out.push(Scope {
+                begin: off,
+                end: usize::MAX,
+                parent: stack.last().map_or(u32::MAX, |&(_, i)| i as u32),
+                part,
+            });
+            stack.push((depth, out.len() - 1));
+        }
+        Some(())
+    })();
+    out.into_boxed_slice()
+}
+
+/// `name` preceded by the scopes around the DIE at `die` (`a::b::name`),
+/// up to the unit or the first enclosing function; `None` when there is
+/// no scope to add.
+fn qualified(scopes: &[Scope], die: usize, name: &[u8]) -> Option<Vec<u8>> {
+    let mut i = scopes.partition_point(|s| s.begin < die).checked_sub(1)?;
+    // The innermost scope holding `die`.
+    loop {
+        let s = &scopes[i];
+        if s.begin < die && die < s.end {
+            break;
+        }
+        i = s.parent as usize;
+        if i >= scopes.len() {
+            return None;
+        }
+    }
+    let mut parts: Vec<&[u8]> = Vec::new();
+    loop {
+        let s = &scopes[i];
+        match &s.part {
+            None => break,
+            Some(ScopeName::Named(n)) => parts.push(n),
+            Some(ScopeName::AnonymousNamespace) => parts.push(b"(anonymous namespace)"),
+            Some(ScopeName::Unnamed) => {}
+        }
+        i = s.parent as usize;
+        if i >= scopes.len() {
+            break;
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(name.len() + parts.iter().map(|p| p.len() + 2).sum::<usize>());
+    for p in parts.iter().rev() {
+        out.extend_from_slice(p);
+        out.extend_from_slice(b"::");
+    }
+    out.extend_from_slice(name);
+    Some(out)
 }
 
 impl UnitData {
+    /// The DWARF `unit`'s attributes are read in: `main`, or the split
+    /// unit's.
+    #[inline]
+    fn dw<'a>(&'a self, main: &'a gimli::Dwarf<Slice>) -> &'a gimli::Dwarf<Slice> {
+        match &self.split {
+            None => main,
+            Some(s) => &s.0,
+        }
+    }
+
+    /// The unit of the object's DWARF (the skeleton of a split unit): its
+    /// line table and address ranges.
+    #[inline]
+    fn own_unit(&self) -> &gimli::Unit<Slice> {
+        match &self.split {
+            None => &self.unit,
+            Some(s) => &s.1,
+        }
+    }
+
     /// The unit's full abbreviation table, parsed on first use.
     fn abbrevs(&self) -> Option<&Abbrevs> {
         self.abbrevs
@@ -189,6 +369,11 @@ pub(crate) struct DwarfIndex {
     /// (last fields: everything above may borrow from them).
     _inflated: Vec<Inflating>,
     info: Info,
+    /// The `.dwo` files and `.dwp` package of split units (last: the
+    /// split units above borrow from its mappings).
+    split: super::split::SplitLoader,
+    /// Names made here (qualified C++ names), as long as the index.
+    owned: super::mapped::Mapped,
 }
 
 /// `.debug_info`: as mapped, or inflated on demand.
@@ -224,7 +409,10 @@ impl DwarfIndex {
         info: Info,
         inflated: Vec<Inflating>,
     ) -> DwarfIndex {
+        let endian = gimli::Reader::endian(gimli::Section::reader(&dwarf.debug_abbrev));
         DwarfIndex {
+            split: super::split::SplitLoader::new(endian),
+            owned: super::mapped::Mapped::from_bytes(Vec::new()),
             dwarf,
             _inflated: inflated,
             slots: Frozen::new(),
@@ -236,6 +424,20 @@ impl DwarfIndex {
             scratch: RefCell::new(Vec::new()),
             sup_names: super::sup::SupNames::new(),
         }
+    }
+
+    /// Where split units' `.dwo` files and package may be (without it,
+    /// skeleton units answer alone).
+    pub(crate) fn set_split_places(&mut self, places: super::split::SplitPlaces) {
+        self.split.set_places(places);
+    }
+
+    /// Split-DWARF files found missing since the last call.
+    pub(crate) fn take_missing_split(&self) -> Vec<std::path::PathBuf> {
+        if !self.split.has_missing() {
+            return Vec::new();
+        }
+        self.split.take_missing()
     }
 
     /// Reads unit headers until one starts past `info_offset` (or all).
@@ -315,6 +517,18 @@ impl DwarfIndex {
             }
             None => self.dwarf.unit(s.header).ok()?,
         };
+        // A skeleton: the DIEs are those of its split unit, when found.
+        let (unit, split, index, section) = match unit
+            .dwo_id
+            .and_then(|_| self.split.load(&self.dwarf, &unit))
+        {
+            None => (unit, None, index, section),
+            Some(su) => {
+                let section = gimli::Section::reader(&su.dwarf.debug_abbrev).slice();
+                let index = AbbrevIndex::scan(section, su.unit.header.debug_abbrev_offset().0)?;
+                (su.unit, Some(Box::new((su.dwarf, unit))), index, section)
+            }
+        };
         let lang = unit
             .entries_raw(None)
             .ok()
@@ -334,6 +548,7 @@ impl DwarfIndex {
             .flatten();
         Some(Box::new(UnitData {
             unit,
+            split,
             index,
             abbrevs: OnceCell::new(),
             abbrev_section: section,
@@ -342,6 +557,7 @@ impl DwarfIndex {
             functions: OnceCell::new(),
             details: RefCell::new(IntMap::default()),
             call_sites: RefCell::new(IntMap::default()),
+            scopes: OnceCell::new(),
         }))
     }
 
@@ -387,7 +603,7 @@ impl DwarfIndex {
                     continue;
                 }
                 let Some(u) = self.unit(i) else { continue };
-                let ur = gimli::UnitRef::new(&self.dwarf, &u.unit);
+                let ur = gimli::UnitRef::new(&self.dwarf, u.own_unit());
                 if let Ok(mut it) = ur.unit_ranges() {
                     while let Ok(Some(r)) = it.next() {
                         // Ranges at 0 are code the linker discarded.
@@ -587,18 +803,18 @@ impl DwarfIndex {
         };
         let lines = u
             .lines
-            .get_or_init(|| parse_lines(&self.dwarf, &u.unit))
+            .get_or_init(|| parse_lines(&self.dwarf, u.own_unit()))
             .as_ref();
         let row = lines.and_then(|l| l.find(probe));
         let function = u
             .functions
-            .get_or_init(|| parse_functions(&self.dwarf, u))
+            .get_or_init(|| parse_functions(u.dw(&self.dwarf), u))
             .as_ref();
         let func = find_range(function, probe);
         if func.is_none() && row.is_none() {
             return false;
         }
-        let file = |idx: u64| lines.and_then(|l| l.file(&self.dwarf, &u.unit, idx));
+        let file = |idx: u64| lines.and_then(|l| l.file(&self.dwarf, u.own_unit(), idx));
         let (mut file0, mut line0, mut col0, mut disc0) = (None, 0, 0, 0);
         if let Some(r) = row {
             file0 = file(r.file as u64);
@@ -623,7 +839,7 @@ impl DwarfIndex {
                 Some(d) => d,
                 None => {
                     let mut scratch = self.scratch.borrow_mut();
-                    let d = Arc::new(parse_function(&self.dwarf, u, fdie, &mut scratch));
+                    let d = Arc::new(parse_function(u.dw(&self.dwarf), u, fdie, &mut scratch));
                     u.details.borrow_mut().insert(fdie.0, d.clone());
                     d
                 }
@@ -659,13 +875,13 @@ impl DwarfIndex {
         for inl in chain.iter().rev() {
             let site = call_site(u, inl.die()).unwrap_or_default();
             out.push(RawFrame {
-                name: if site.origin != 0 {
-                    self.slot_at(site.origin).and_then(|t| {
-                        let off = site.origin - self.slot(t)?.offset;
+                name: match site.origin {
+                    Some(Origin::Unit(o)) => self.die_name(slot, o, NAME_DEPTH - 1),
+                    Some(Origin::Info(at)) => self.slot_at(at).and_then(|t| {
+                        let off = at - self.slot(t)?.offset;
                         self.die_name(t, UnitOffset(off), NAME_DEPTH - 1)
-                    })
-                } else {
-                    self.die_name(slot, inl.die(), NAME_DEPTH)
+                    }),
+                    None => self.die_name(slot, inl.die(), NAME_DEPTH),
                 },
                 lang: u.lang,
                 file: f,
@@ -689,10 +905,20 @@ impl DwarfIndex {
         true
     }
 
+    /// Whether the unit of `slot` is read from a split file.
+    fn is_split(&self, slot: usize) -> bool {
+        self.unit(slot).is_some_and(|u| u.split.is_some())
+    }
+
     /// The name of a DIE: linkage name, else name, else its origin's.
     fn die_name(&self, slot: usize, die: UnitOffset, depth: usize) -> Option<RawName> {
         let s = self.slot(slot)?;
-        let key = (s.offset + die.0) as u64;
+        // A split unit's offsets are its file's: keyed apart by slot.
+        let key = if self.is_split(slot) {
+            (1 << 63) | ((slot as u64) << 32) | die.0 as u64
+        } else {
+            (s.offset + die.0) as u64
+        };
         if let Some(n) = self.names.borrow().get(&key) {
             return *n;
         }
@@ -727,12 +953,12 @@ impl DwarfIndex {
         let (mut linkage, mut name, mut next) = (None, None, None);
         c.attributes(abbrev, |at, value| match at {
             gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name if linkage.is_none() => {
-                if let Ok(s) = self.dwarf.attr_string(&u.unit, value) {
+                if let Ok(s) = u.dw(&self.dwarf).attr_string(&u.unit, value) {
                     linkage = Some(s.slice());
                 }
             }
             gimli::DW_AT_name => {
-                if let Ok(s) = self.dwarf.attr_string(&u.unit, value) {
+                if let Ok(s) = u.dw(&self.dwarf).attr_string(&u.unit, value) {
                     name = Some(s.slice());
                 }
             }
@@ -744,11 +970,23 @@ impl DwarfIndex {
         if linkage.is_some() {
             return linkage;
         }
-        if name.is_some() {
-            return name;
+        if let Some(n) = name {
+            // C++ without a linkage name (a function of internal linkage,
+            // a method of a local class): qualified by its scopes, as gdb
+            // names it.
+            if scoped_language(u.lang) {
+                let scopes = u
+                    .scopes
+                    .get_or_init(|| parse_scopes(u.dw(&self.dwarf), u));
+                if let Some(q) = qualified(scopes, die.0, n) {
+                    return Some(self.owned.stash(q));
+                }
+            }
+            return Some(n);
         }
         match next? {
             AttributeValue::UnitRef(o) => self.die_name(slot, o, depth - 1),
+            AttributeValue::DebugInfoRef(_) if u.split.is_some() => None,
             AttributeValue::DebugInfoRef(o) => {
                 let target = self.slot_at(o.0)?;
                 let off = o.0 - self.slot(target)?.offset;
@@ -1207,9 +1445,9 @@ fn call_site(u: &UnitData, die: UnitOffset) -> Option<CallSite> {
     c.attributes(abbrev, |name, value| match name {
         gimli::DW_AT_abstract_origin | gimli::DW_AT_specification => {
             site.origin = match value {
-                AttributeValue::UnitRef(o) => unit.header.offset().0 + o.0,
-                AttributeValue::DebugInfoRef(o) => o.0,
-                _ => 0,
+                AttributeValue::UnitRef(o) => Some(Origin::Unit(o)),
+                AttributeValue::DebugInfoRef(o) if u.split.is_none() => Some(Origin::Info(o.0)),
+                _ => None,
             }
         }
         gimli::DW_AT_name | gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name => {
@@ -1231,7 +1469,7 @@ fn call_site(u: &UnitData, die: UnitOffset) -> Option<CallSite> {
         _ => {}
     })?;
     if named {
-        site.origin = 0;
+        site.origin = None;
     }
     Some(site)
 }
@@ -1296,7 +1534,9 @@ impl DwarfIndex {
     ) -> Option<FuncRef> {
         self.first_unit_at(index, probe, tried, |slot| {
             let u = self.unit(slot)?;
-            let functions = u.functions.get_or_init(|| parse_functions(&self.dwarf, u));
+            let functions = u
+                .functions
+                .get_or_init(|| parse_functions(u.dw(&self.dwarf), u));
             find_range(functions, probe).map(|die| FuncRef { slot, die })
         })
     }
@@ -1357,8 +1597,8 @@ impl DwarfIndex {
                         abbrev,
                         super::die::call_site_attribute,
                         |name, v| match name {
-                            gimli::DW_AT_call_return_pc => ret = self.address(unit, v),
-                            gimli::DW_AT_low_pc => low = self.address(unit, v),
+                            gimli::DW_AT_call_return_pc => ret = self.address(u, v),
+                            gimli::DW_AT_low_pc => low = self.address(u, v),
                             gimli::DW_AT_call_tail_call | gimli::DW_AT_GNU_tail_call => {
                                 tail = matches!(v, AttributeValue::Flag(true))
                             }
@@ -1390,10 +1630,10 @@ impl DwarfIndex {
         }
     }
 
-    fn address(&self, unit: &gimli::Unit<Slice>, v: AttributeValue<Slice>) -> Option<u64> {
+    fn address(&self, u: &UnitData, v: AttributeValue<Slice>) -> Option<u64> {
         match v {
             AttributeValue::Addr(a) => Some(a),
-            AttributeValue::DebugAddrIndex(i) => self.dwarf.address(unit, i).ok(),
+            AttributeValue::DebugAddrIndex(i) => u.dw(&self.dwarf).address(&u.unit, i).ok(),
             _ => None,
         }
     }
@@ -1407,6 +1647,8 @@ impl DwarfIndex {
     ) -> CallTarget {
         let (t, die) = match v {
             AttributeValue::UnitRef(o) => (slot, o),
+            // An offset in the split file's `.debug_info`, not ours.
+            AttributeValue::DebugInfoRef(_) if self.is_split(slot) => return CallTarget::Unknown,
             AttributeValue::DebugInfoRef(o) => {
                 let Some(t) = self.slot_at(o.0) else {
                     return CallTarget::Unknown;
@@ -1435,7 +1677,7 @@ impl DwarfIndex {
                 if name == gimli::DW_AT_declaration {
                     declaration = matches!(v, AttributeValue::Flag(true));
                 } else {
-                    pc.take(&self.dwarf, unit, name, v);
+                    pc.take(u.dw(&self.dwarf), unit, name, v);
                 }
             })?;
             if declaration {
@@ -1446,7 +1688,7 @@ impl DwarfIndex {
             }
             let mut entry = None;
             if pc.ranges.is_some() {
-                pc.each(&self.dwarf, unit, |b, _| {
+                pc.each(u.dw(&self.dwarf), unit, |b, _| {
                     entry.get_or_insert(b);
                 });
             } else {

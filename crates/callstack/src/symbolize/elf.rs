@@ -174,7 +174,15 @@ impl ElfModule {
         } else {
             loaded = None;
         }
-        let dwarf = loaded;
+        let mut dwarf = loaded;
+        if let Some(d) = dwarf.as_mut().filter(|_| !search.disabled) {
+            d.set_split_places(super::split::SplitPlaces {
+                object: path.to_path_buf(),
+                debug_file: debug_path.clone().filter(|p| p != path),
+                build_id: build_id.clone(),
+                roots: roots(search),
+            });
+        }
         report.debug_file = dwarf.as_ref().and(debug_path.clone());
         let syms = one_per_address(syms);
         let mut prev_sized = Vec::with_capacity(syms.len());
@@ -624,7 +632,9 @@ pub struct DebugInfoReport {
     /// [`ErrorKind::BuildIdMismatch`], unreadable or not an object).
     pub skipped: Vec<Error>,
     /// What is missing and makes answers less complete than the DWARF
-    /// would allow, such as [`ErrorKind::MissingSupplementary`].
+    /// would allow, such as [`ErrorKind::MissingSupplementary`] and
+    /// [`ErrorKind::MissingSplitDwarf`] (added as lookups find them: a
+    /// split unit is looked for when an address first falls in it).
     pub degraded: Vec<Error>,
 }
 

@@ -81,6 +81,7 @@ mod lines;
 mod loader;
 mod mapped;
 mod shared;
+mod split;
 mod sup;
 mod tailcall;
 
@@ -286,6 +287,11 @@ pub enum ErrorKind {
     /// The DWARF was processed by dwz and refers into a supplementary file
     /// (`.gnu_debugaltlink`) that was not found or does not match.
     MissingSupplementary,
+    /// A unit's DWARF is split (`-gsplit-dwarf`) and neither its `.dwo`
+    /// file nor a `.dwp` package holding it was found: its frames have the
+    /// skeleton's files and lines and the symbol tables' names, without
+    /// inlined frames. The path is the first place looked at.
+    MissingSplitDwarf,
 }
 
 /// A module that could not be used, and why.
@@ -604,6 +610,7 @@ impl Symbolizer {
             Some(m) => frames_at(m, offset, extent),
             None => Vec::new(),
         };
+        self.note_missing_split(i);
         let info = self.entries[i].info.clone();
 
         Symbolized {
@@ -611,6 +618,23 @@ impl Symbolizer {
             module: Some(info),
             offset,
             frames,
+        }
+    }
+
+    /// Moves the split-DWARF files that lookups in module `i` found
+    /// missing into its report.
+    fn note_missing_split(&mut self, i: usize) {
+        if let Some(Ok(m)) = &mut self.entries[i].opened {
+            let Some(d) = &m.dwarf else { return };
+            for p in d.take_missing_split() {
+                m.report.degraded.push(Error::new(
+                    ErrorKind::MissingSplitDwarf,
+                    &p,
+                    "split DWARF not found (no .dwo file there, no .dwp package holds the unit): \
+                     names from the symbol table, no inlined frames"
+                        .to_string(),
+                ));
+            }
         }
     }
 

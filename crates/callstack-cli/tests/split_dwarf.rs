@@ -1,0 +1,344 @@
+//! Split DWARF (`-gsplit-dwarf`) and C++ names: `callstack core` and
+//! `callstack pstack` give gdb's frames, inlined and tail-call frames
+//! included, with gdb's names, files and lines, frame for frame.
+//!
+//! Fixtures (built here, `-O2 -g`): `split_inline.c` (main -> outer ->
+//! mid, inlined -> inner blocked in `read`; with an argument, main ->
+//! tail_from -> tail_to -> inner through two jumps) and `split_names.cpp`
+//! (a static function in a namespace, an inlined one, an anonymous
+//! namespace, a lambda, a class template's method, a method of a class
+//! defined in a function). Layouts: `.dwo` files in DWARF 4 (GNU's
+//! extension) and DWARF 5, an absolute and a relative (`.`) comp_dir with
+//! the program run from another directory, a `.dwp` package (binutils'
+//! `dwp`, DWARF 4) with the `.dwo` files gone, a `.dwo` missing, and full
+//! (not split) debug info for the C++ names.
+//!
+//! The oracle is gdb's Python API on a core of the blocked process (name,
+//! file, line and kind of every frame). gdb prints C++ function names
+//! without their parameters, except a lambda's `operator()`: names are
+//! compared without a final parameter list. Clang is not installed on
+//! the machine these were written on: gcc only.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use testsupport::{release_artifacts, scratch_dir};
+
+/// One frame: name, file's last component, line, inlined.
+type F = (String, String, u32, bool);
+
+const GDB_PY: &str = r#"
+import gdb, os
+f = gdb.newest_frame()
+while f is not None:
+    sal = f.find_sal()
+    fn = os.path.basename(sal.symtab.filename) if sal.symtab else "??"
+    print("FRAME %s|%s|%d|%d" % (f.name() or "??", fn, sal.line, int(f.type() == gdb.INLINE_FRAME)))
+    f = f.older()
+"#;
+
+/// `name` without a final parameter list (and ` const`).
+fn bare(name: &str) -> String {
+    let n = name.strip_suffix(" const").unwrap_or(name);
+    if !n.ends_with(')') {
+        return n.to_string();
+    }
+    let mut depth = 0;
+    for (i, c) in n.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth -= 1;
+                if depth == 0 {
+                    // `(anonymous namespace)` is no parameter list.
+                    return if i == 0 { n.to_string() } else { n[..i].to_string() };
+                }
+            }
+            _ => {}
+        }
+    }
+    n.to_string()
+}
+
+fn sh(dir: &Path, cmd: &str) {
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Builds `src` in `dir` as `exe` (compiled to `<exe>.o` there, so the
+/// `.dwo` is `<exe>.dwo`), with `flags`.
+fn build(dir: &Path, src: &str, exe: &str, flags: &str) -> PathBuf {
+    let path = testsupport::workspace_root().join("tests/fixtures/c").join(src);
+    let cc = if src.ends_with(".cpp") { "g++" } else { "gcc" };
+    sh(
+        dir,
+        &format!("{cc} -O2 -g {flags} -c {} -o {exe}.o && {cc} {exe}.o -o {exe}", path.display()),
+    );
+    dir.join(exe)
+}
+
+struct Running {
+    child: Child,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `exe` (from `cwd`) and waits until it blocks in `read`.
+fn start(exe: &Path, args: &[&str], cwd: &Path) -> Running {
+    let mut child = Command::new(exe)
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("ready"), "fixture said {line:?}");
+    let pid = child.id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let sc = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+        if sc.split_whitespace().next() == Some("0") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never blocked");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Running { child }
+}
+
+fn gcore(pid: u32, dir: &Path) -> PathBuf {
+    let prefix = dir.join("core");
+    let o = Command::new("gcore")
+        .arg("-o")
+        .arg(&prefix)
+        .arg(pid.to_string())
+        .output()
+        .expect("run gcore");
+    let core = PathBuf::from(format!("{}.{pid}", prefix.display()));
+    assert!(core.is_file(), "gcore: {}", String::from_utf8_lossy(&o.stderr));
+    core
+}
+
+/// gdb's frames of the core's thread (gdb run from `cwd`).
+fn gdb_frames(exe: &Path, core: &Path, cwd: &Path) -> Vec<F> {
+    let script = core.with_extension("py");
+    std::fs::write(&script, GDB_PY).unwrap();
+    let o = testsupport::gdb_batch("gdb")
+        .current_dir(cwd)
+        .arg("-x")
+        .arg(&script)
+        .arg(exe)
+        .arg(core)
+        .output()
+        .expect("run gdb");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let out: Vec<F> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("FRAME "))
+        .map(|l| {
+            let p: Vec<&str> = l.split('|').collect();
+            (bare(p[0]), p[1].to_string(), p[2].parse().unwrap(), p[3] == "1")
+        })
+        .collect();
+    assert!(!out.is_empty(), "gdb: {text} {}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// Our frames (`callstack ARGS --json`, run from `cwd`) and stderr.
+fn our_frames(args: &[&str], cwd: &Path) -> (Vec<F>, String) {
+    let o = Command::new(&release_artifacts().cli)
+        .args(args)
+        .arg("--json")
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "callstack {args:?}: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let frames = v["threads"][0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let file = f["file"].as_str().unwrap_or("??");
+            (
+                bare(f["function"].as_str().unwrap_or("??")),
+                file.rsplit('/').next().unwrap().to_string(),
+                f["line"].as_u64().unwrap_or(0) as u32,
+                f["inlined"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    (frames, stderr)
+}
+
+/// The frames from the fixture's own functions up (libc's `read` and
+/// what calls it inside libc are left out: their debug info is not the
+/// subject).
+fn own(frames: &[F]) -> Vec<F> {
+    let first = frames
+        .iter()
+        .position(|f| f.1.starts_with("split_"))
+        .unwrap_or(frames.len());
+    frames[first..].to_vec()
+}
+
+/// gdb's frames and ours, from a core and from the live process, for
+/// `exe args` run from `cwd`; returns gdb's (own frames).
+fn compare(what: &str, exe: &Path, args: &[&str], cwd: &Path) -> Vec<F> {
+    let dir = exe.parent().unwrap();
+    let run = start(exe, args, cwd);
+    let pid = run.child.id();
+    let core = gcore(pid, dir);
+    let gdb = own(&gdb_frames(exe, &core, cwd));
+    let (ours, stderr) = our_frames(&["core", exe.to_str().unwrap(), core.to_str().unwrap()], cwd);
+    assert_eq!(own(&ours), gdb, "{what}: core, ours vs gdb\n{stderr}");
+    assert!(!stderr.contains("warning"), "{what}: {stderr}");
+    let (ours, stderr) = our_frames(&["pstack", &pid.to_string()], cwd);
+    assert_eq!(own(&ours), gdb, "{what}: pstack, ours vs gdb\n{stderr}");
+    let _ = std::fs::remove_file(&core);
+    gdb
+}
+
+fn names(frames: &[F]) -> Vec<&str> {
+    frames.iter().map(|f| f.0.as_str()).collect()
+}
+
+#[test]
+fn split_dwarf_frames_like_gdb() {
+    let dir = scratch_dir("split-dwarf");
+    let elsewhere = scratch_dir("split-dwarf-elsewhere");
+    for v in [4, 5] {
+        let flags = format!("-gsplit-dwarf -gdwarf-{v}");
+        let c = build(&dir, "split_inline.c", &format!("inl{v}"), &flags);
+        assert!(dir.join(format!("inl{v}.dwo")).is_file());
+        let gdb = compare(&format!("C, DWARF {v}"), &c, &[], &elsewhere);
+        assert_eq!(names(&gdb), ["inner", "mid", "outer", "main"], "{gdb:?}");
+        let gdb = compare(&format!("C tail calls, DWARF {v}"), &c, &["t"], &elsewhere);
+        assert_eq!(names(&gdb), ["inner", "tail_to", "tail_from", "main"], "{gdb:?}");
+        let cpp = build(&dir, "split_names.cpp", &format!("names{v}"), &flags);
+        let gdb = compare(&format!("C++, DWARF {v}"), &cpp, &[], &elsewhere);
+        assert_eq!(
+            names(&gdb),
+            [
+                "shop::wait_here",
+                "shop::stock",
+                "(anonymous namespace)::helper",
+                "Basket<int>::weigh(int)::{lambda(int)#1}::operator()",
+                "Basket<int>::weigh",
+                "Local::run",
+                "run_local",
+                "main"
+            ],
+            "{gdb:?}"
+        );
+    }
+}
+
+#[test]
+fn cxx_names_with_full_debug_info_like_gdb() {
+    let dir = scratch_dir("split-dwarf-full");
+    let cpp = build(&dir, "split_names.cpp", "names_full", "");
+    let gdb = compare("C++, full debug info", &cpp, &[], &dir);
+    assert_eq!(gdb[0].0, "shop::wait_here", "{gdb:?}");
+    assert_eq!(gdb[2].0, "(anonymous namespace)::helper", "{gdb:?}");
+    assert_eq!(gdb[5].0, "Local::run", "{gdb:?}");
+}
+
+/// comp_dir `.` (`-fdebug-prefix-map`): the `.dwo` is found beside the
+/// program when it runs, and is inspected, from another directory.
+#[test]
+fn relative_comp_dir_run_from_elsewhere() {
+    let dir = scratch_dir("split-dwarf-rel");
+    let elsewhere = scratch_dir("split-dwarf-rel-elsewhere");
+    let flags = format!("-gsplit-dwarf -fdebug-prefix-map={}=.", dir.display());
+    let c = build(&dir, "split_inline.c", "inl_rel", &flags);
+    // gdb looks relative to its own directory: run it from the build's.
+    let run = start(&c, &[], &elsewhere);
+    let core = gcore(run.child.id(), &dir);
+    let gdb = own(&gdb_frames(&c, &core, &dir));
+    assert_eq!(names(&gdb), ["inner", "mid", "outer", "main"], "{gdb:?}");
+    let (ours, stderr) = our_frames(&["core", c.to_str().unwrap(), core.to_str().unwrap()], &elsewhere);
+    assert_eq!(own(&ours), gdb, "core\n{stderr}");
+    let (ours, stderr) = our_frames(&["pstack", &run.child.id().to_string()], &elsewhere);
+    assert_eq!(own(&ours), gdb, "pstack\n{stderr}");
+}
+
+/// A `.dwp` package beside the program, the `.dwo` files gone.
+#[test]
+fn dwp_package() {
+    if !have("dwp") {
+        eprintln!("skipped: binutils' dwp is not installed");
+        return;
+    }
+    let dir = scratch_dir("split-dwarf-dwp");
+    for (src, exe) in [("split_inline.c", "inl_dwp"), ("split_names.cpp", "names_dwp")] {
+        let p = build(&dir, src, exe, "-gsplit-dwarf -gdwarf-4");
+        sh(&dir, &format!("dwp -e {exe} -o {exe}.dwp && rm {exe}.dwo"));
+        let gdb = compare(&format!("{exe}, .dwp"), &p, &[], &dir);
+        assert!(gdb.iter().any(|f| f.3), "{exe}: gdb shows an inlined frame: {gdb:?}");
+    }
+}
+
+/// The `.dwo` missing: the skeleton's lines, the symbol table's names, no
+/// inlined frame, and one warning naming the file. Expected: gdb's frames
+/// with the `.dwo` there, each inlined frame folded into the real frame
+/// below it, which takes the line of the innermost frame of its group
+/// (the line table's row at its pc).
+#[test]
+fn missing_dwo_warns_once_and_keeps_lines() {
+    let dir = scratch_dir("split-dwarf-missing");
+    for v in [4, 5] {
+        let exe = format!("inl_missing{v}");
+        let c = build(&dir, "split_inline.c", &exe, &format!("-gsplit-dwarf -gdwarf-{v}"));
+        let with = compare("with the .dwo", &c, &[], &dir);
+        let mut want: Vec<F> = Vec::new();
+        let mut line = None;
+        for f in &with {
+            let l = *line.get_or_insert(f.2);
+            if !f.3 {
+                want.push((f.0.clone(), f.1.clone(), l, false));
+                line = None;
+            }
+        }
+        let dwo = dir.join(format!("{exe}.dwo"));
+        std::fs::remove_file(&dwo).unwrap();
+        let run = start(&c, &[], &dir);
+        let core = gcore(run.child.id(), &dir);
+        let (ours, stderr) =
+            our_frames(&["core", c.to_str().unwrap(), core.to_str().unwrap()], &dir);
+        assert_eq!(names(&want), ["inner", "outer", "main"], "{want:?}");
+        assert_eq!(own(&ours), want, "DWARF {v}\n{stderr}");
+        let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
+        assert_eq!(warnings.len(), 1, "{stderr}");
+        assert!(warnings[0].contains(dwo.to_str().unwrap()), "{stderr}");
+        let (ours, _) = our_frames(&["pstack", &run.child.id().to_string()], &dir);
+        assert_eq!(own(&ours), want, "DWARF {v}: pstack");
+    }
+}
