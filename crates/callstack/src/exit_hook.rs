@@ -227,8 +227,7 @@ impl Installed {
                     }
                 }
                 free_slot(i);
-                p.keys.copy_within(at + 1..p.n, at);
-                p.n -= 1;
+                p.remove_at(at);
             }
             true
         })
@@ -258,16 +257,204 @@ pub fn skipped() -> u64 {
     SKIPPED.load(Ordering::Relaxed)
 }
 
-/// This thread's hooked frames, by key, innermost (lowest) last.
+/// This thread's hooked frames, by key (highest first, so the innermost
+/// frame of a single stack is last), each with the stack it lives on.
 struct Pending {
     n: usize,
     keys: [u64; MAX_PER_THREAD],
+    /// The stack of each entry's frame: [`OWN_STACK`], or the tag of another
+    /// stack (see [`stack_tags`]). An entry is left behind (stale) only by
+    /// a frame of its own stack.
+    stacks: [u64; MAX_PER_THREAD],
+    /// Whether the thread-exit cleanup ([`ExitCleanup`]) is registered.
+    registered: bool,
+}
+
+impl Pending {
+    /// Removes entry `at` from the list (not from the table).
+    fn remove_at(&mut self, at: usize) {
+        self.keys.copy_within(at + 1..self.n, at);
+        self.stacks.copy_within(at + 1..self.n, at);
+        self.n -= 1;
+    }
 }
 
 thread_local! {
+    // Const and without `Drop`: a plain `#[thread_local]` slot that
+    // `dispatch` reaches with one `fs`-relative address, never torn down.
     static PENDING: UnsafeCell<Pending> = const {
-        UnsafeCell::new(Pending { n: 0, keys: [0; MAX_PER_THREAD] })
+        UnsafeCell::new(Pending {
+            n: 0,
+            keys: [0; MAX_PER_THREAD],
+            stacks: [0; MAX_PER_THREAD],
+            registered: false,
+        })
     };
+    // Registered at the thread's first install (its one allocation, in the
+    // C library's list of thread-exit destructors).
+    static CLEANUP: ExitCleanup = const { ExitCleanup };
+}
+
+/// The stack tag of frames on the thread's own stack (the one it was
+/// created with, whose bounds `crate::stack` caches).
+const OWN_STACK: u64 = 0;
+
+/// Dropped when its thread exits: the hooks still pending then never run
+/// (the thread ended by `pthread_exit`, cancellation, or returned from its
+/// start function after a `longjmp` or a caught panic over hooked frames).
+/// Their state is dropped, they are counted in [`skipped`], and their table
+/// slots freed.
+struct ExitCleanup;
+
+impl Drop for ExitCleanup {
+    fn drop(&mut self) {
+        PENDING.with(|p| {
+            // SAFETY: only this thread touches its own list; no hook runs
+            // while this does.
+            let p = unsafe { &mut *p.get() };
+            while p.n > 0 {
+                p.n -= 1;
+                // An entry whose frame the unwinder passed may be gone
+                // already: each is dropped (and counted) once.
+                if let Some(i) = find(p.keys[p.n]) {
+                    drop_entry(i);
+                }
+            }
+            // An install later in this thread's teardown registers again
+            // (or, past the destructors, finds the key gone and leaves its
+            // entries to be dropped where a frame reuses their keys).
+            p.registered = false;
+        });
+    }
+}
+
+/// Registers this thread's [`ExitCleanup`] (once per thread, at its first
+/// install: it may allocate).
+#[cold]
+#[inline(never)]
+fn register_cleanup(p: &mut Pending) {
+    if CLEANUP.try_with(|_| ()).is_ok() {
+        p.registered = true;
+    }
+}
+
+/// Whether `sp` is on this thread's own stack (looked up once per thread,
+/// then two compares).
+#[inline(always)]
+fn on_own_stack(sp: u64) -> bool {
+    crate::stack::cached_bounds_for(sp as usize).is_some() || on_own_stack_slow(sp)
+}
+
+#[cold]
+#[inline(never)]
+fn on_own_stack_slow(sp: u64) -> bool {
+    // The lookup caches the thread's own stack when it holds `sp`.
+    let _ = crate::stack::bounds_for(sp as usize);
+    crate::stack::cached_bounds_for(sp as usize).is_some()
+}
+
+/// The alternate signal stack `[lo, hi)` when this thread runs on it now.
+fn current_altstack() -> Option<(u64, u64)> {
+    // SAFETY: sigaltstack(2) with no new stack only writes `ss`.
+    let mut ss: libc::stack_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::sigaltstack(core::ptr::null(), &mut ss) } != 0
+        || ss.ss_flags & libc::SS_ONSTACK == 0
+    {
+        return None;
+    }
+    let lo = ss.ss_sp as u64;
+    Some((lo, lo + ss.ss_size as u64))
+}
+
+/// The stack tags of `here` (a stack pointer of the caller's frame) and of
+/// `key` (a hooked frame's CFA, on the caller's chain), when they are not
+/// both on the thread's own stack, or when an entry may be dropped. Tags:
+/// - the alternate signal stack the thread runs on (its end), for an
+///   address on it: nested handlers grow it like any stack, and it may sit
+///   anywhere, also inside the thread's own stack;
+/// - [`OWN_STACK`] for the thread's own stack;
+/// - otherwise (a `makecontext` coroutine, a fiber: any number of them in
+///   one mapping, a heap or an array) the top of the run of frames that
+///   holds the address: frames found by walking up from here while each
+///   caller's stack pointer is above its callee's (a walk ends at a
+///   coroutine's first frame; a jump down, through a signal frame, leaves
+///   the run). Two coroutines have two tops.
+///
+/// Not async-signal-safe (the walk may read `/proc/self/maps`); only
+/// installs on switched stacks, and installs that may drop entries, pay it.
+#[cold]
+#[inline(never)]
+fn stack_tags(here: u64, key: u64) -> (u64, u64) {
+    let alt = current_altstack();
+    let mut tags = [None::<u64>; 2];
+    let want = [here, key];
+    for (t, &a) in tags.iter_mut().zip(&want) {
+        if let Some((lo, hi)) = alt {
+            if lo <= a && a < hi {
+                *t = Some(hi);
+                continue;
+            }
+        }
+        if on_own_stack(a) {
+            *t = Some(OWN_STACK);
+        }
+    }
+    if tags.iter().any(Option::is_none) {
+        walk_tags(&want, &mut tags);
+    }
+    // An address on no run found (a walk cut short): a tag of its own, so
+    // that nothing else is ever taken for its stack.
+    (tags[0].unwrap_or(here | 1), tags[1].unwrap_or(key | 1))
+}
+
+/// Fills the tags left `None` for `want` with the tops of the runs of frames
+/// (see [`stack_tags`]) that hold them, walking from the caller.
+#[inline(never)]
+fn walk_tags(want: &[u64; 2], tags: &mut [Option<u64>; 2]) {
+    const CHUNK: usize = 32;
+    const MAX_FRAMES: usize = 1024;
+    let blank = crate::unwind::Frame {
+        pc: 0,
+        sp: 0,
+        fp: 0,
+        method: crate::unwind::Method::Cfi,
+    };
+    let mut frames = [blank; CHUNK];
+    // The run being read: its lowest and highest stack pointers.
+    let (mut lo, mut top) = (0u64, 0u64);
+    let mut open = false;
+    let close = |lo: u64, top: u64, tags: &mut [Option<u64>; 2]| {
+        for (t, &a) in tags.iter_mut().zip(want) {
+            if t.is_none() && lo <= a && a <= top {
+                *t = Some(top);
+            }
+        }
+    };
+    let mut skip = 0;
+    'walk: while skip < MAX_FRAMES {
+        let (n, stop) = crate::capture_exact_with_info(skip, &mut frames);
+        for f in &frames[..n] {
+            if f.sp == 0 {
+                break 'walk;
+            }
+            if open && f.sp < top {
+                close(lo, top, tags);
+                open = false;
+            }
+            if !open {
+                (lo, top, open) = (f.sp, f.sp, true);
+            }
+            top = top.max(f.sp);
+        }
+        if n < CHUNK || stop != crate::StopReason::BufferFull {
+            break;
+        }
+        skip += n;
+    }
+    if open {
+        close(lo, top, tags);
+    }
 }
 
 /// The address a hooked frame returns to while its hook is pending (`None`
@@ -303,15 +490,29 @@ fn drop_entry(i: usize) {
     free_slot(i);
 }
 
-/// Drops this thread's entries for frames whose CFA is at or below `sp`
-/// (the stack pointer of a live frame): they were left without returning.
-fn drop_stale(p: &mut Pending, sp: u64) {
-    while p.n > 0 && p.keys[p.n - 1] <= sp {
-        p.n -= 1;
-        if let Some(i) = find(p.keys[p.n]) {
-            drop_entry(i);
+/// Drops this thread's entries for frames on stack `stack` whose CFA is at
+/// or below `sp` (the stack pointer of a live frame of that stack): they
+/// were left without returning. Entries of other stacks stay.
+fn drop_stale(p: &mut Pending, stack: u64, sp: u64) {
+    // Entries are sorted by key, highest first: those at or below `sp` are
+    // the last ones.
+    let mut w = p.n;
+    while w > 0 && p.keys[w - 1] <= sp {
+        w -= 1;
+    }
+    let mut keep = w;
+    for r in w..p.n {
+        if p.stacks[r] == stack {
+            if let Some(i) = find(p.keys[r]) {
+                drop_entry(i);
+            }
+        } else {
+            p.keys[keep] = p.keys[r];
+            p.stacks[keep] = p.stacks[r];
+            keep += 1;
         }
     }
+    p.n = keep;
 }
 
 /// Installs `hook` to run when the frame `depth` levels up returns: depth 0
@@ -483,7 +684,22 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitH
         // SAFETY: only this thread touches its own list, and not re-entrantly
         // (hooks run after `dispatch` is done with it).
         let p = unsafe { &mut *p.get() };
-        drop_stale(p, here);
+        if !p.registered {
+            register_cleanup(p);
+        }
+        // Which stack the hooked frame is on: the thread's own in the common
+        // case (two compares each); a lookup otherwise, or when an entry
+        // lies at or below `here` and may have been left behind.
+        let may_drop = p.n > 0 && p.keys[p.n - 1] <= here;
+        let stack = if !may_drop && on_own_stack(here) && on_own_stack(key) {
+            OWN_STACK
+        } else {
+            let (here_stack, stack) = stack_tags(here, key);
+            if may_drop {
+                drop_stale(p, here_stack, here);
+            }
+            stack
+        };
         if current == tramp {
             // A second hook on an already hooked frame.
             let i = find(key).ok_or(ExitHookError::NotPatchable(depth))?;
@@ -510,8 +726,7 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitH
             // another frame now occupies.
             drop_entry(i);
             if let Some(j) = p.keys[..p.n].iter().position(|&k| k == key) {
-                p.keys.copy_within(j + 1..p.n, j);
-                p.n -= 1;
+                p.remove_at(j);
             }
         }
         if p.n == MAX_PER_THREAD {
@@ -528,13 +743,15 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitH
             ever().store(true, Ordering::Relaxed);
         }
         TABLE[i].key.store(key, Ordering::Release);
-        // Keep the list sorted, innermost (lowest key) last.
+        // Keep the list sorted, lowest key last.
         let mut j = p.n;
         while j > 0 && p.keys[j - 1] < key {
             p.keys[j] = p.keys[j - 1];
+            p.stacks[j] = p.stacks[j - 1];
             j -= 1;
         }
         p.keys[j] = key;
+        p.stacks[j] = stack;
         p.n += 1;
         // SAFETY: as for the read above. From here the frame returns to the
         // trampoline, which finds slot `i` by `key`.
@@ -579,10 +796,11 @@ pub(crate) unsafe extern "C" fn dispatch(key: u64) {
         // SAFETY: as in `install_x86_64`.
         let p = unsafe { &mut *p.get() };
         if p.n > 0 && p.keys[p.n - 1] == key {
+            // The common case: the lowest entry returned, none below it.
             p.n -= 1;
+        } else {
+            dispatch_rest(p, key);
         }
-        // Frames below this one that never returned (a longjmp).
-        drop_stale(p, key);
     });
     for h in hooks[..n].iter_mut().rev() {
         // SAFETY: initialized above; each hook's state is read once.
@@ -593,6 +811,22 @@ pub(crate) unsafe extern "C" fn dispatch(key: u64) {
             }
         }
     }
+}
+
+/// The rest of [`dispatch`] when the frame that returned (`key`) is not the
+/// lowest entry: frames of other stacks lie below it (coroutines, an
+/// alternate signal stack), or frames of its own stack that never returned
+/// (a `longjmp`): those are dropped, the others stay. No lookup: each
+/// entry's stack was found at its install.
+#[cold]
+#[inline(never)]
+fn dispatch_rest(p: &mut Pending, key: u64) {
+    let Some(at) = p.keys[..p.n].iter().position(|&k| k == key) else {
+        return;
+    };
+    let stack = p.stacks[at];
+    p.remove_at(at);
+    drop_stale(p, stack, key);
 }
 
 /// Called by the trampoline when a frame returned to it with no entry: the
