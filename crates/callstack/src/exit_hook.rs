@@ -580,7 +580,7 @@ pub fn install<F: FnOnce() + Send + 'static>(
     // for them; it is moved in and read back exactly once by `call`.
     unsafe { h.data.as_mut_ptr().cast::<F>().write(hook) };
     let mut result = Err(ExitHookError::Unsupported);
-    install_at(0, depth, h, &mut result);
+    install_at(depth, h, &mut result);
     if result.is_err() {
         // The hook will never run: drop its state.
         // SAFETY: written above, not consumed.
@@ -590,10 +590,15 @@ pub fn install<F: FnOnce() + Send + 'static>(
 }
 
 /// Installs `hook(arg)` to run when the frame `depth` levels up from the
-/// caller of the function `extra` levels up from this one returns (the C
-/// API's entry). See [`install`].
+/// caller of the function this is inlined into returns: the C API's entry,
+/// a function of its own called directly by the C code. See [`install`].
+///
+/// Inlined into that entry, so that the entry itself plays the part of
+/// `install_at` and the frame walk starts from the C caller, as it does
+/// from a Rust caller of [`install`]: two frames less to walk than through
+/// a call of a call.
 #[doc(hidden)]
-#[inline(never)]
+#[inline(always)]
 pub fn install_c(
     depth: u32,
     hook: unsafe extern "C" fn(*mut core::ffi::c_void),
@@ -618,40 +623,46 @@ pub fn install_c(
         ],
         live: true,
     };
-    let mut result = Err(ExitHookError::Unsupported);
-    // One more frame than `install`: the C entry that calls this.
-    install_at(2, depth, h, &mut result);
-    result
-}
-
-/// The common part of [`install`] and [`install_c`]: the frame to hook is
-/// `extra + depth + 1` frames above the caller of this function. The result
-/// goes through `out` (so that the callers' calls are not tail calls, which
-/// would remove their frames).
-#[inline(never)]
-fn install_at(extra: u32, depth: u32, hook: Hook, out: &mut Result<Installed, ExitHookError>) {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
-        *out = install_x86_64(extra, depth, hook);
+        install_x86_64(depth, h)
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
     {
-        let _ = (extra, depth, hook);
+        let _ = (depth, h);
+        Err(ExitHookError::Unsupported)
+    }
+}
+
+/// [`install`]'s frame of its own: the frame to hook is `depth + 1` frames
+/// above the caller of this function. The result goes through `out` (so
+/// that the caller's call is not a tail call, which would remove its
+/// frame).
+#[inline(never)]
+fn install_at(depth: u32, hook: Hook, out: &mut Result<Installed, ExitHookError>) {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        *out = install_x86_64(depth, hook);
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        let _ = (depth, hook);
         *out = Err(ExitHookError::Unsupported);
     }
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
-fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitHookError> {
+fn install_x86_64(depth: u32, hook: Hook) -> Result<Installed, ExitHookError> {
     use crate::unwind::local::FrameRequest;
     use crate::unwind::{Frame, Method};
-    // Frame 0: the return address into `install_at`; frame 1 + extra: into
-    // the function calling `install`; frame 2 + extra + depth is the one the
+    // Frame 0: the return address into `install_at` (or the C entry that
+    // `install_c` is inlined into); frame 1: into the function calling
+    // `install` (or the C entry); frame 2 + depth is the one the
     // hooked frame returns to: its return address slot lies just below that
     // frame's sp (the hooked frame's CFA).
     let mut req = FrameRequest {
-        up: 2 + extra as usize + depth as usize,
+        up: 2 + depth as usize,
         here_sp: 0,
         frame: Frame {
             pc: 0,
@@ -668,12 +679,14 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitH
     }
     // On x86-64 a return address is always at the caller's sp minus 8,
     // whatever found the frame; a signal frame's "return" is a sigreturn.
-    let f = req.frame;
-    if matches!(f.method, Method::SignalFrame | Method::Context) {
+    // Field by field, as `frame_from_entry` wrote them: a copy of the whole
+    // frame is loaded 16 bytes at a time, which the CPU cannot forward from
+    // the 8-byte stores just made (a stall of a dozen cycles each).
+    let (ret, key, method) = (req.frame.pc, req.frame.sp, req.frame.method);
+    if matches!(method, Method::SignalFrame | Method::Context) {
         return Err(ExitHookError::NotPatchable(depth));
     }
     let here = req.here_sp;
-    let key = f.sp;
     let slot = (key - 8) as *mut u64;
     let tramp = crate::arch::x86_64::exit_hook::trampoline();
     // SAFETY: `key - 8` is inside this thread's stack (the unwinder read the
@@ -717,7 +730,7 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitH
                 generation: GENERATIONS[i].load(Ordering::Relaxed),
             });
         }
-        if current != f.pc {
+        if current != ret {
             return Err(ExitHookError::NotPatchable(depth));
         }
         if let Some(i) = find(key) {
