@@ -46,10 +46,29 @@
 //! - The frame to hook is found by this crate's exact unwinder (CFI, or
 //!   instruction analysis in code without CFI); its return address must be
 //!   where the unwinder read it, or the install is refused.
-//! - `longjmp` (or a panic caught above, or `pthread_exit`) over a hooked
-//!   frame skips its hook: the frame never returns. This is detected the
-//!   next time a hook is installed or runs on that thread: the stale entry
-//!   is dropped and counted in [`skipped`]; its hook is not run.
+//! - `longjmp` (or a panic caught above) over a hooked frame skips its
+//!   hook: the frame never returns. This is detected the next time a hook
+//!   is installed or runs on a frame of the same stack above the stale
+//!   entry, or when the thread ends: the entry is dropped, its hook's state
+//!   dropped without running it, and counted in [`skipped`] (once).
+//! - A thread that ends with hooks pending (`pthread_exit`, cancellation,
+//!   its start function returning after a `longjmp` or a caught panic)
+//!   drops them as it ends (a thread-exit destructor registered at the
+//!   thread's first install, its one allocation): counted in [`skipped`],
+//!   their table slots freed for other threads.
+//! - Hooks may be pending on several stacks of one thread at once (the
+//!   thread's own, `makecontext` coroutines or fibers, an alternate signal
+//!   stack) and return in any order: an entry is taken for stale only by a
+//!   later frame of its own stack. Each entry records its stack at install:
+//!   the thread's own stack (two compares), the alternate signal stack the
+//!   thread runs on (`sigaltstack(2)`, also one carved from the thread's own
+//!   stack), or else the top of the run of frames that holds it (a walk up
+//!   to the coroutine's first frame, which reads `/proc/self/maps`: an
+//!   install on a coroutine's stack costs microseconds; a hooked return
+//!   never looks anything up). A coroutine whose stack is carved from the
+//!   thread's own stack (an array in one of its frames) is taken for that
+//!   stack: hooks pending on both at once may be dropped early, and the
+//!   process aborts when such a frame returns.
 //! - At most [`MAX_PER_THREAD`] hooked frames per thread at once, and the
 //!   process-wide table has 1024 slots (an install that finds no free slot
 //!   near its key fails with [`ExitHookError::TableFull`]).
@@ -251,8 +270,9 @@ static GENERATIONS: [AtomicU64; SLOTS + PROBES] = [const { AtomicU64::new(0) }; 
 static SKIPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Hooks never run because their frame was left without returning
-/// (`longjmp`, a panic caught further up, `pthread_exit`), since the
-/// process started. See the module's limits.
+/// (`longjmp`, a panic caught further up, `pthread_exit`, the end of the
+/// thread), since the process started; each counted once. See the module's
+/// limits.
 pub fn skipped() -> u64 {
     SKIPPED.load(Ordering::Relaxed)
 }
@@ -351,6 +371,18 @@ fn on_own_stack_slow(sp: u64) -> bool {
     // The lookup caches the thread's own stack when it holds `sp`.
     let _ = crate::stack::bounds_for(sp as usize);
     crate::stack::cached_bounds_for(sp as usize).is_some()
+}
+
+/// Whether an entry at or below `sp` may be of a stack that holds `sp`
+/// when `sp` is on the thread's own stack: tagged [`OWN_STACK`], or with a
+/// tag inside it (an alternate stack or coroutine carved from it).
+#[cold]
+#[inline(never)]
+fn own_tagged_at_or_below(p: &Pending, sp: u64) -> bool {
+    (0..p.n).rev().take_while(|&i| p.keys[i] <= sp).any(|i| {
+        let t = p.stacks[i];
+        t == OWN_STACK || crate::stack::cached_bounds_for(t as usize).is_some()
+    })
 }
 
 /// The alternate signal stack `[lo, hi)` when this thread runs on it now.
@@ -704,7 +736,12 @@ fn install_x86_64(depth: u32, hook: Hook) -> Result<Installed, ExitHookError> {
         // case (two compares each); a lookup otherwise, or when an entry
         // lies at or below `here` and may have been left behind.
         let may_drop = p.n > 0 && p.keys[p.n - 1] <= here;
-        let stack = if !may_drop && on_own_stack(here) && on_own_stack(key) {
+        let stack = if on_own_stack(here)
+            && on_own_stack(key)
+            && (!may_drop || !own_tagged_at_or_below(p, here))
+        {
+            // Nothing below `here` can be of this stack (the entries there
+            // are of coroutines or alternate stacks outside it).
             OWN_STACK
         } else {
             let (here_stack, stack) = stack_tags(here, key);
