@@ -213,7 +213,8 @@ fn run_fixture(source: &str, flags: &str, tag: &str, args: &[&str]) -> String {
 
 /// Hooks pending on several stacks of one thread (tests/fixtures/c/
 /// exit_hook_stacks.c): main and two `makecontext` coroutines (stacks in
-/// one `.bss` mapping, or two heap blocks, either way round) switch back
+/// one `.bss` mapping, two heap blocks either way round, or two arrays in
+/// main's frame on the thread's own stack) switch back
 /// and forth with hooks pending on each and return in interleaved order;
 /// a longjmp inside a coroutine is counted once. A SIGUSR1 handler on an
 /// alternate stack above the thread's frames (a mapping, or an array in
@@ -223,7 +224,7 @@ fn run_fixture(source: &str, flags: &str, tag: &str, args: &[&str]) -> String {
 fn hooks_pending_on_several_stacks_of_a_thread() {
     for (flags, tag) in [("-O0 -g", "O0"), ("-O2 -g", "O2")] {
         let tag = format!("exit_hook_stacks_{tag}");
-        for mode in ["coro-static", "coro-heap", "coro-heap-rev"] {
+        for mode in ["coro-static", "coro-heap", "coro-heap-rev", "coro-local"] {
             assert_eq!(
                 run_fixture("exit_hook_stacks.c", flags, &tag, &[mode]),
                 "CORO nmBb2Aa1 skipped 1",
@@ -231,6 +232,8 @@ fn hooks_pending_on_several_stacks_of_a_thread() {
             );
         }
         for (mode, want) in [
+            ("late-local", "LATE a1m skipped 0"),
+            ("late-heap", "LATE a1m skipped 0"),
             ("alt-mapped", "ALT mapped sHhjio skipped 0"),
             ("alt-local", "ALT local sHhjio skipped 0"),
         ] {

@@ -65,10 +65,13 @@
 //!   stack), or else the top of the run of frames that holds it (a walk up
 //!   to the coroutine's first frame, which reads `/proc/self/maps`: an
 //!   install on a coroutine's stack costs microseconds; a hooked return
-//!   never looks anything up). A coroutine whose stack is carved from the
-//!   thread's own stack (an array in one of its frames) is taken for that
-//!   stack: hooks pending on both at once may be dropped early, and the
-//!   process aborts when such a frame returns.
+//!   looks nothing up unless it may drop an entry). A `makecontext`
+//!   coroutine whose stack is carved from the thread's own stack (an array
+//!   in one of its frames) is told apart by its first frame (returning to
+//!   glibc's `__start_context`); a fiber of another library carved from the
+//!   thread's own stack is taken for that stack: with hooks pending on both
+//!   at once, an entry may be dropped early and the process aborts when its
+//!   frame returns.
 //! - At most [`MAX_PER_THREAD`] hooked frames per thread at once, and the
 //!   process-wide table has 1024 slots (an install that finds no free slot
 //!   near its key fails with [`ExitHookError::TableFull`]).
@@ -405,7 +408,9 @@ fn current_altstack() -> Option<(u64, u64)> {
 /// - the alternate signal stack the thread runs on (its end), for an
 ///   address on it: nested handlers grow it like any stack, and it may sit
 ///   anywhere, also inside the thread's own stack;
-/// - [`OWN_STACK`] for the thread's own stack;
+/// - [`OWN_STACK`] for the thread's own stack, unless the address is on a
+///   `makecontext` coroutine carved from it (an array in one of its frames:
+///   a run, as below, that starts from `__start_context`);
 /// - otherwise (a `makecontext` coroutine, a fiber: any number of them in
 ///   one mapping, a heap or an array) the top of the run of frames that
 ///   holds the address: frames found by walking up from here while each
@@ -419,33 +424,44 @@ fn current_altstack() -> Option<(u64, u64)> {
 #[inline(never)]
 fn stack_tags(here: u64, key: u64) -> (u64, u64) {
     let alt = current_altstack();
-    let mut tags = [None::<u64>; 2];
     let want = [here, key];
+    let mut runs = None;
+    let mut tags = [0u64; 2];
     for (t, &a) in tags.iter_mut().zip(&want) {
         if let Some((lo, hi)) = alt {
             if lo <= a && a < hi {
-                *t = Some(hi);
+                *t = hi;
                 continue;
             }
         }
-        if on_own_stack(a) {
-            *t = Some(OWN_STACK);
-        }
+        let run = runs.get_or_insert_with(|| runs_of(&want))[(a == key) as usize];
+        *t = match run {
+            Some(r) if on_own_stack(a) && !r.coroutine => OWN_STACK,
+            Some(r) => r.top,
+            // On no run found (a walk cut short): a tag of its own, so that
+            // nothing else is ever taken for its stack.
+            None => a | 1,
+        };
     }
-    if tags.iter().any(Option::is_none) {
-        walk_tags(&want, &mut tags);
-    }
-    // An address on no run found (a walk cut short): a tag of its own, so
-    // that nothing else is ever taken for its stack.
-    (tags[0].unwrap_or(here | 1), tags[1].unwrap_or(key | 1))
+    (tags[0], tags[1])
 }
 
-/// Fills the tags left `None` for `want` with the tops of the runs of frames
-/// (see [`stack_tags`]) that hold them, walking from the caller.
+/// A run of frames (see [`stack_tags`]).
+#[derive(Clone, Copy)]
+struct Run {
+    /// Its highest stack pointer.
+    top: u64,
+    /// Whether it starts from `__start_context`: a `makecontext` coroutine.
+    coroutine: bool,
+}
+
+/// The runs of frames (see [`stack_tags`]) that hold each of `want`,
+/// walking from the caller.
 #[inline(never)]
-fn walk_tags(want: &[u64; 2], tags: &mut [Option<u64>; 2]) {
+fn runs_of(want: &[u64; 2]) -> [Option<Run>; 2] {
     const CHUNK: usize = 32;
     const MAX_FRAMES: usize = 1024;
+    let start = start_context_pc();
     let blank = crate::unwind::Frame {
         pc: 0,
         sp: 0,
@@ -453,13 +469,14 @@ fn walk_tags(want: &[u64; 2], tags: &mut [Option<u64>; 2]) {
         method: crate::unwind::Method::Cfi,
     };
     let mut frames = [blank; CHUNK];
-    // The run being read: its lowest and highest stack pointers.
-    let (mut lo, mut top) = (0u64, 0u64);
-    let mut open = false;
-    let close = |lo: u64, top: u64, tags: &mut [Option<u64>; 2]| {
-        for (t, &a) in tags.iter_mut().zip(want) {
-            if t.is_none() && lo <= a && a <= top {
-                *t = Some(top);
+    let mut found = [None; 2];
+    // The run being read: its lowest stack pointer.
+    let mut lo = 0u64;
+    let mut run: Option<Run> = None;
+    let close = |lo: u64, r: Run, found: &mut [Option<Run>; 2]| {
+        for (t, &a) in found.iter_mut().zip(want) {
+            if t.is_none() && lo <= a && a <= r.top {
+                *t = Some(r);
             }
         }
     };
@@ -470,23 +487,66 @@ fn walk_tags(want: &[u64; 2], tags: &mut [Option<u64>; 2]) {
             if f.sp == 0 {
                 break 'walk;
             }
-            if open && f.sp < top {
-                close(lo, top, tags);
-                open = false;
-            }
-            if !open {
-                (lo, top, open) = (f.sp, f.sp, true);
-            }
-            top = top.max(f.sp);
+            let r = match run {
+                Some(r) if f.sp >= r.top => r,
+                _ => {
+                    if let Some(r) = run {
+                        close(lo, r, &mut found);
+                    }
+                    lo = f.sp;
+                    Run {
+                        top: f.sp,
+                        coroutine: false,
+                    }
+                }
+            };
+            run = Some(Run {
+                top: f.sp,
+                coroutine: r.coroutine || (start != 0 && f.pc == start),
+            });
         }
         if n < CHUNK || stop != crate::StopReason::BufferFull {
             break;
         }
         skip += n;
     }
-    if open {
-        close(lo, top, tags);
+    if let Some(r) = run {
+        close(lo, r, &mut found);
     }
+    found
+}
+
+/// The address of glibc's `__start_context` (where a `makecontext`
+/// coroutine's function returns to: its first frame's return address), or
+/// 0 when unknown. Found once, by reading the return address `makecontext`
+/// writes on a stack of our own.
+fn start_context_pc() -> u64 {
+    static PC: AtomicU64 = AtomicU64::new(u64::MAX);
+    let pc = PC.load(Ordering::Relaxed);
+    if pc != u64::MAX {
+        return pc;
+    }
+    extern "C" fn never() {}
+    let mut stack = [0u64; 256];
+    let mut pc = 0;
+    // SAFETY: a zeroed context filled by getcontext, given a stack of ours
+    // for makecontext to write its first frame on; nothing switches to it.
+    unsafe {
+        let mut uc: libc::ucontext_t = core::mem::zeroed();
+        if libc::getcontext(&mut uc) == 0 {
+            uc.uc_stack.ss_sp = stack.as_mut_ptr().cast();
+            uc.uc_stack.ss_size = core::mem::size_of_val(&stack);
+            uc.uc_link = core::ptr::null_mut();
+            libc::makecontext(&mut uc, never, 0);
+            let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
+            let base = stack.as_ptr() as usize;
+            if sp >= base && sp + 8 <= base + core::mem::size_of_val(&stack) {
+                pc = (sp as *const u64).read();
+            }
+        }
+    }
+    PC.store(pc, Ordering::Relaxed);
+    pc
 }
 
 /// The address a hooked frame returns to while its hook is pending (`None`
@@ -876,6 +936,15 @@ fn dispatch_rest(p: &mut Pending, key: u64) {
     };
     let stack = p.stacks[at];
     p.remove_at(at);
+    if stack == OWN_STACK
+        && (at..p.n).any(|i| p.stacks[i] == OWN_STACK)
+        && stack_tags(key, key).0 != OWN_STACK
+    {
+        // Taken for the thread's own stack when installed (nothing lay below
+        // it then), the frame was on a coroutine carved from it: the entries
+        // of the own stack below are not its.
+        return;
+    }
     drop_stale(p, stack, key);
 }
 
