@@ -134,7 +134,10 @@ int callstack_print_trace(const uintptr_t* frames, uint32_t count, uint32_t flag
  * `callstack pstack`) report the original return address; the trampoline
  * has CFI, so C++ exceptions, glibc backtrace() and gdb pass through it.
  * longjmp (or an exception caught further up) over a hooked frame skips its
- * hook: counted by callstack_exit_hook_skipped(). A hook must not unwind
+ * hook: counted by callstack_exit_hook_skipped(), as are the hooks still
+ * pending when a thread ends (pthread_exit, cancellation). Hooks may be
+ * pending on several stacks of a thread (makecontext coroutines, a
+ * sigaltstack) and return in any order. A hook must not unwind
  * (throw). Returns 0, or -1 when the frame cannot be hooked. Not
  * async-signal-safe. */
 int callstack_exit_hook_install(uint32_t depth, void (*hook)(void*), void* arg);

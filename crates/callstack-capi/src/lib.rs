@@ -401,8 +401,9 @@ pub unsafe extern "C" fn callstack_exit_hook_install(
 /// `uint64_t callstack_exit_hook_skipped(void);`
 ///
 /// How many hooks never ran because their frame was left without returning
-/// (`longjmp`, an exception caught further up, `pthread_exit`); counted when
-/// the thread next installs or runs a hook.
+/// (`longjmp`, an exception caught further up, `pthread_exit`, the end of
+/// the thread); counted once, when a frame of the same stack next installs
+/// or runs a hook, or when the thread ends.
 #[cfg(target_os = "linux")]
 #[unsafe(no_mangle)]
 pub extern "C" fn callstack_exit_hook_skipped() -> u64 {

@@ -256,3 +256,70 @@ print("DONE %d" % i)
         let _ = std::fs::remove_file(&core);
     }
 }
+
+fn run_fixture(source: &str, flags: &str, tag: &str, args: &[&str]) -> String {
+    let exe = Gcc::new(&[source])
+        .flags(flags)
+        .link_callstack()
+        .build(&scratch_dir("exit-hook-c").join(tag));
+    let out = Command::new(&exe).args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{tag} {args:?}: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.trim().to_string()
+}
+
+/// Hooks pending on several stacks of one thread (tests/fixtures/c/
+/// exit_hook_stacks.c): main and two `makecontext` coroutines (stacks in
+/// one `.bss` mapping, two heap blocks either way round, or two arrays in
+/// main's frame on the thread's own stack) switch back
+/// and forth with hooks pending on each and return in interleaved order;
+/// a longjmp inside a coroutine is counted once. A SIGUSR1 handler on an
+/// alternate stack above the thread's frames (a mapping, or an array in
+/// the thread's start function) hooks frames while the interrupted ones
+/// have hooks pending. No entry of another stack is taken for stale.
+#[test]
+fn hooks_pending_on_several_stacks_of_a_thread() {
+    for (flags, tag) in [("-O0 -g", "O0"), ("-O2 -g", "O2")] {
+        let tag = format!("exit_hook_stacks_{tag}");
+        for mode in ["coro-static", "coro-heap", "coro-heap-rev", "coro-local"] {
+            assert_eq!(
+                run_fixture("exit_hook_stacks.c", flags, &tag, &[mode]),
+                "CORO nmBb2Aa1 skipped 1",
+                "{flags} {mode}"
+            );
+        }
+        for (mode, want) in [
+            ("late-local", "LATE a1m skipped 0"),
+            ("late-heap", "LATE a1m skipped 0"),
+            ("alt-mapped", "ALT mapped sHhjio skipped 0"),
+            ("alt-local", "ALT local sHhjio skipped 0"),
+        ] {
+            assert_eq!(
+                run_fixture("exit_hook_stacks.c", flags, &tag, &[mode]),
+                want,
+                "{flags} {mode}"
+            );
+        }
+    }
+}
+
+/// 12,000 threads end with four hooks pending each (pthread_exit,
+/// cancellation, or a longjmp over the hooked frames and a return from the
+/// start function; tests/fixtures/c/exit_hook_threads.c): every skipped
+/// hook is counted exactly once, none runs, and the table never fills
+/// (fresh threads still install).
+#[test]
+fn threads_ending_with_hooks_pending_free_and_count_them() {
+    for (flags, tag) in [("-O0 -g", "O0"), ("-O2 -g", "O2")] {
+        let tag = format!("exit_hook_threads_{tag}");
+        assert_eq!(
+            run_fixture("exit_hook_threads.c", flags, &tag, &["12000"]),
+            "THREADS ran 12064 skipped 48000 never 0",
+            "{flags}"
+        );
+    }
+}

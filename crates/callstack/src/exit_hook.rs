@@ -58,11 +58,32 @@
 //!   instruction analysis in code without CFI); its return address must be
 //!   where the unwinder read it, or the install is refused.
 //! - A panic or C++ exception through a hooked frame (caught anywhere
-//!   above, rethrown or not), `longjmp` over it, or `pthread_exit` or
-//!   `pthread_cancel` through it skip its hook: the frame never returns.
-//!   This is detected the next time a hook is installed or runs on that
-//!   thread: the stale entry is dropped and counted in [`skipped`]; its hook
-//!   is not run.
+//!   above, rethrown or not), or `longjmp` over it, skips its hook: the
+//!   frame never returns. This is detected the next time a hook is
+//!   installed or runs on a frame of the same stack above the stale entry,
+//!   or when the thread ends: the entry is dropped, its hook's state dropped
+//!   without running it, and counted in [`skipped`] (once).
+//! - A thread that ends with hooks pending (`pthread_exit`, cancellation,
+//!   its start function returning after a `longjmp` or a caught panic)
+//!   drops them as it ends (a thread-exit destructor registered at the
+//!   thread's first install, its one allocation): counted in [`skipped`],
+//!   their table slots freed for other threads.
+//! - Hooks may be pending on several stacks of one thread at once (the
+//!   thread's own, `makecontext` coroutines or fibers, an alternate signal
+//!   stack) and return in any order: an entry is taken for stale only by a
+//!   later frame of its own stack. Each entry records its stack at install:
+//!   the thread's own stack (two compares), the alternate signal stack the
+//!   thread runs on (`sigaltstack(2)`, also one carved from the thread's own
+//!   stack), or else the top of the run of frames that holds it (a walk up
+//!   to the coroutine's first frame, which reads `/proc/self/maps`: an
+//!   install on a coroutine's stack costs microseconds; a hooked return
+//!   looks nothing up unless it may drop an entry). A `makecontext`
+//!   coroutine whose stack is carved from the thread's own stack (an array
+//!   in one of its frames) is told apart by its first frame (returning to
+//!   glibc's `__start_context`); a fiber of another library carved from the
+//!   thread's own stack is taken for that stack: with hooks pending on both
+//!   at once, an entry may be dropped early and the process aborts when its
+//!   frame returns.
 //! - At most [`MAX_PER_THREAD`] hooked frames per thread at once, and the
 //!   process-wide table has 1024 slots (an install that finds no free slot
 //!   near its key fails with [`ExitHookError::TableFull`]).
@@ -242,8 +263,7 @@ impl Installed {
                     }
                 }
                 free_slot(i);
-                p.keys.copy_within(at + 1..p.n, at);
-                p.n -= 1;
+                p.remove_at(at);
             }
             true
         })
@@ -267,22 +287,280 @@ static GENERATIONS: [AtomicU64; SLOTS + PROBES] = [const { AtomicU64::new(0) }; 
 static SKIPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Hooks never run because their frame was left without returning
-/// (`longjmp`, a panic caught further up, `pthread_exit`), since the
-/// process started. See the module's limits.
+/// (`longjmp`, a panic caught further up, `pthread_exit`, the end of the
+/// thread), since the process started; each counted once. See the module's
+/// limits.
 pub fn skipped() -> u64 {
     SKIPPED.load(Ordering::Relaxed)
 }
 
-/// This thread's hooked frames, by key, innermost (lowest) last.
+/// This thread's hooked frames, by key (highest first, so the innermost
+/// frame of a single stack is last), each with the stack it lives on.
 struct Pending {
     n: usize,
     keys: [u64; MAX_PER_THREAD],
+    /// The stack of each entry's frame: [`OWN_STACK`], or the tag of another
+    /// stack (see [`stack_tags`]). An entry is left behind (stale) only by
+    /// a frame of its own stack.
+    stacks: [u64; MAX_PER_THREAD],
+    /// Whether the thread-exit cleanup ([`ExitCleanup`]) is registered.
+    registered: bool,
+}
+
+impl Pending {
+    /// Removes entry `at` from the list (not from the table).
+    fn remove_at(&mut self, at: usize) {
+        self.keys.copy_within(at + 1..self.n, at);
+        self.stacks.copy_within(at + 1..self.n, at);
+        self.n -= 1;
+    }
 }
 
 thread_local! {
+    // Const and without `Drop`: a plain `#[thread_local]` slot that
+    // `dispatch` reaches with one `fs`-relative address, never torn down.
     static PENDING: UnsafeCell<Pending> = const {
-        UnsafeCell::new(Pending { n: 0, keys: [0; MAX_PER_THREAD] })
+        UnsafeCell::new(Pending {
+            n: 0,
+            keys: [0; MAX_PER_THREAD],
+            stacks: [0; MAX_PER_THREAD],
+            registered: false,
+        })
     };
+    // Registered at the thread's first install (its one allocation, in the
+    // C library's list of thread-exit destructors).
+    static CLEANUP: ExitCleanup = const { ExitCleanup };
+}
+
+/// The stack tag of frames on the thread's own stack (the one it was
+/// created with, whose bounds `crate::stack` caches).
+const OWN_STACK: u64 = 0;
+
+/// Dropped when its thread exits: the hooks still pending then never run
+/// (the thread ended by `pthread_exit`, cancellation, or returned from its
+/// start function after a `longjmp` or a caught panic over hooked frames).
+/// Their state is dropped, they are counted in [`skipped`], and their table
+/// slots freed.
+struct ExitCleanup;
+
+impl Drop for ExitCleanup {
+    fn drop(&mut self) {
+        PENDING.with(|p| {
+            // SAFETY: only this thread touches its own list; no hook runs
+            // while this does.
+            let p = unsafe { &mut *p.get() };
+            while p.n > 0 {
+                p.n -= 1;
+                // An entry whose frame the unwinder passed may be gone
+                // already: each is dropped (and counted) once.
+                if let Some(i) = find(p.keys[p.n]) {
+                    drop_entry(i);
+                }
+            }
+            // An install later in this thread's teardown registers again
+            // (or, past the destructors, finds the key gone and leaves its
+            // entries to be dropped where a frame reuses their keys).
+            p.registered = false;
+        });
+    }
+}
+
+/// Registers this thread's [`ExitCleanup`] (once per thread, at its first
+/// install: it may allocate).
+#[cold]
+#[inline(never)]
+fn register_cleanup(p: &mut Pending) {
+    if CLEANUP.try_with(|_| ()).is_ok() {
+        p.registered = true;
+    }
+}
+
+/// Whether `sp` is on this thread's own stack (looked up once per thread,
+/// then two compares).
+#[inline(always)]
+fn on_own_stack(sp: u64) -> bool {
+    crate::stack::cached_bounds_for(sp as usize).is_some() || on_own_stack_slow(sp)
+}
+
+#[cold]
+#[inline(never)]
+fn on_own_stack_slow(sp: u64) -> bool {
+    // The lookup caches the thread's own stack when it holds `sp`.
+    let _ = crate::stack::bounds_for(sp as usize);
+    crate::stack::cached_bounds_for(sp as usize).is_some()
+}
+
+/// Whether an entry at or below `sp` may be of a stack that holds `sp`
+/// when `sp` is on the thread's own stack: tagged [`OWN_STACK`], or with a
+/// tag inside it (an alternate stack or coroutine carved from it).
+#[cold]
+#[inline(never)]
+fn own_tagged_at_or_below(p: &Pending, sp: u64) -> bool {
+    (0..p.n).rev().take_while(|&i| p.keys[i] <= sp).any(|i| {
+        let t = p.stacks[i];
+        t == OWN_STACK || crate::stack::cached_bounds_for(t as usize).is_some()
+    })
+}
+
+/// The alternate signal stack `[lo, hi)` when this thread runs on it now.
+fn current_altstack() -> Option<(u64, u64)> {
+    // SAFETY: sigaltstack(2) with no new stack only writes `ss`.
+    let mut ss: libc::stack_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::sigaltstack(core::ptr::null(), &mut ss) } != 0
+        || ss.ss_flags & libc::SS_ONSTACK == 0
+    {
+        return None;
+    }
+    let lo = ss.ss_sp as u64;
+    Some((lo, lo + ss.ss_size as u64))
+}
+
+/// The stack tags of `here` (a stack pointer of the caller's frame) and of
+/// `key` (a hooked frame's CFA, on the caller's chain), when they are not
+/// both on the thread's own stack, or when an entry may be dropped. Tags:
+/// - the alternate signal stack the thread runs on (its end), for an
+///   address on it: nested handlers grow it like any stack, and it may sit
+///   anywhere, also inside the thread's own stack;
+/// - [`OWN_STACK`] for the thread's own stack, unless the address is on a
+///   `makecontext` coroutine carved from it (an array in one of its frames:
+///   a run, as below, that starts from `__start_context`);
+/// - otherwise (a `makecontext` coroutine, a fiber: any number of them in
+///   one mapping, a heap or an array) the top of the run of frames that
+///   holds the address: frames found by walking up from here while each
+///   caller's stack pointer is above its callee's (a walk ends at a
+///   coroutine's first frame; a jump down, through a signal frame, leaves
+///   the run). Two coroutines have two tops.
+///
+/// Not async-signal-safe (the walk may read `/proc/self/maps`); only
+/// installs on switched stacks, and installs that may drop entries, pay it.
+#[cold]
+#[inline(never)]
+fn stack_tags(here: u64, key: u64) -> (u64, u64) {
+    let alt = current_altstack();
+    let want = [here, key];
+    let mut runs = None;
+    let mut tags = [0u64; 2];
+    for (t, &a) in tags.iter_mut().zip(&want) {
+        if let Some((lo, hi)) = alt {
+            if lo <= a && a < hi {
+                *t = hi;
+                continue;
+            }
+        }
+        let run = runs.get_or_insert_with(|| runs_of(&want))[(a == key) as usize];
+        *t = match run {
+            Some(r) if on_own_stack(a) && !r.coroutine => OWN_STACK,
+            Some(r) => r.top,
+            // On no run found (a walk cut short): a tag of its own, so that
+            // nothing else is ever taken for its stack.
+            None => a | 1,
+        };
+    }
+    (tags[0], tags[1])
+}
+
+/// A run of frames (see [`stack_tags`]).
+#[derive(Clone, Copy)]
+struct Run {
+    /// Its highest stack pointer.
+    top: u64,
+    /// Whether it starts from `__start_context`: a `makecontext` coroutine.
+    coroutine: bool,
+}
+
+/// The runs of frames (see [`stack_tags`]) that hold each of `want`,
+/// walking from the caller.
+#[inline(never)]
+fn runs_of(want: &[u64; 2]) -> [Option<Run>; 2] {
+    const CHUNK: usize = 32;
+    const MAX_FRAMES: usize = 1024;
+    let start = start_context_pc();
+    let blank = crate::unwind::Frame {
+        pc: 0,
+        sp: 0,
+        fp: 0,
+        method: crate::unwind::Method::Cfi,
+    };
+    let mut frames = [blank; CHUNK];
+    let mut found = [None; 2];
+    // The run being read: its lowest stack pointer.
+    let mut lo = 0u64;
+    let mut run: Option<Run> = None;
+    let close = |lo: u64, r: Run, found: &mut [Option<Run>; 2]| {
+        for (t, &a) in found.iter_mut().zip(want) {
+            if t.is_none() && lo <= a && a <= r.top {
+                *t = Some(r);
+            }
+        }
+    };
+    let mut skip = 0;
+    'walk: while skip < MAX_FRAMES {
+        let (n, stop) = crate::capture_exact_with_info(skip, &mut frames);
+        for f in &frames[..n] {
+            if f.sp == 0 {
+                break 'walk;
+            }
+            let r = match run {
+                Some(r) if f.sp >= r.top => r,
+                _ => {
+                    if let Some(r) = run {
+                        close(lo, r, &mut found);
+                    }
+                    lo = f.sp;
+                    Run {
+                        top: f.sp,
+                        coroutine: false,
+                    }
+                }
+            };
+            run = Some(Run {
+                top: f.sp,
+                coroutine: r.coroutine || (start != 0 && f.pc == start),
+            });
+        }
+        if n < CHUNK || stop != crate::StopReason::BufferFull {
+            break;
+        }
+        skip += n;
+    }
+    if let Some(r) = run {
+        close(lo, r, &mut found);
+    }
+    found
+}
+
+/// The address of glibc's `__start_context` (where a `makecontext`
+/// coroutine's function returns to: its first frame's return address), or
+/// 0 when unknown. Found once, by reading the return address `makecontext`
+/// writes on a stack of our own.
+fn start_context_pc() -> u64 {
+    static PC: AtomicU64 = AtomicU64::new(u64::MAX);
+    let pc = PC.load(Ordering::Relaxed);
+    if pc != u64::MAX {
+        return pc;
+    }
+    extern "C" fn never() {}
+    let mut stack = [0u64; 256];
+    let mut pc = 0;
+    // SAFETY: a zeroed context filled by getcontext, given a stack of ours
+    // for makecontext to write its first frame on; nothing switches to it.
+    unsafe {
+        let mut uc: libc::ucontext_t = core::mem::zeroed();
+        if libc::getcontext(&mut uc) == 0 {
+            uc.uc_stack.ss_sp = stack.as_mut_ptr().cast();
+            uc.uc_stack.ss_size = core::mem::size_of_val(&stack);
+            uc.uc_link = core::ptr::null_mut();
+            libc::makecontext(&mut uc, never, 0);
+            let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
+            let base = stack.as_ptr() as usize;
+            if sp >= base && sp + 8 <= base + core::mem::size_of_val(&stack) {
+                pc = (sp as *const u64).read();
+            }
+        }
+    }
+    PC.store(pc, Ordering::Relaxed);
+    pc
 }
 
 /// The address a hooked frame returns to while its hook is pending (`None`
@@ -318,15 +596,29 @@ fn drop_entry(i: usize) {
     free_slot(i);
 }
 
-/// Drops this thread's entries for frames whose CFA is at or below `sp`
-/// (the stack pointer of a live frame): they were left without returning.
-fn drop_stale(p: &mut Pending, sp: u64) {
-    while p.n > 0 && p.keys[p.n - 1] <= sp {
-        p.n -= 1;
-        if let Some(i) = find(p.keys[p.n]) {
-            drop_entry(i);
+/// Drops this thread's entries for frames on stack `stack` whose CFA is at
+/// or below `sp` (the stack pointer of a live frame of that stack): they
+/// were left without returning. Entries of other stacks stay.
+fn drop_stale(p: &mut Pending, stack: u64, sp: u64) {
+    // Entries are sorted by key, highest first: those at or below `sp` are
+    // the last ones.
+    let mut w = p.n;
+    while w > 0 && p.keys[w - 1] <= sp {
+        w -= 1;
+    }
+    let mut keep = w;
+    for r in w..p.n {
+        if p.stacks[r] == stack {
+            if let Some(i) = find(p.keys[r]) {
+                drop_entry(i);
+            }
+        } else {
+            p.keys[keep] = p.keys[r];
+            p.stacks[keep] = p.stacks[r];
+            keep += 1;
         }
     }
+    p.n = keep;
 }
 
 /// Installs `hook` to run when the frame `depth` levels up returns: depth 0
@@ -394,7 +686,7 @@ pub fn install<F: FnOnce() + Send + 'static>(
     // for them; it is moved in and read back exactly once by `call`.
     unsafe { h.data.as_mut_ptr().cast::<F>().write(hook) };
     let mut result = Err(ExitHookError::Unsupported);
-    install_at(0, depth, h, &mut result);
+    install_at(depth, h, &mut result);
     if result.is_err() {
         // The hook will never run: drop its state.
         // SAFETY: written above, not consumed.
@@ -404,10 +696,15 @@ pub fn install<F: FnOnce() + Send + 'static>(
 }
 
 /// Installs `hook(arg)` to run when the frame `depth` levels up from the
-/// caller of the function `extra` levels up from this one returns (the C
-/// API's entry). See [`install`].
+/// caller of the function this is inlined into returns: the C API's entry,
+/// a function of its own called directly by the C code. See [`install`].
+///
+/// Inlined into that entry, so that the entry itself plays the part of
+/// `install_at` and the frame walk starts from the C caller, as it does
+/// from a Rust caller of [`install`]: two frames less to walk than through
+/// a call of a call.
 #[doc(hidden)]
-#[inline(never)]
+#[inline(always)]
 pub fn install_c(
     depth: u32,
     hook: unsafe extern "C" fn(*mut core::ffi::c_void),
@@ -432,40 +729,46 @@ pub fn install_c(
         ],
         live: true,
     };
-    let mut result = Err(ExitHookError::Unsupported);
-    // One more frame than `install`: the C entry that calls this.
-    install_at(2, depth, h, &mut result);
-    result
-}
-
-/// The common part of [`install`] and [`install_c`]: the frame to hook is
-/// `extra + depth + 1` frames above the caller of this function. The result
-/// goes through `out` (so that the callers' calls are not tail calls, which
-/// would remove their frames).
-#[inline(never)]
-fn install_at(extra: u32, depth: u32, hook: Hook, out: &mut Result<Installed, ExitHookError>) {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
-        *out = install_x86_64(extra, depth, hook);
+        install_x86_64(depth, h)
     }
     #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
     {
-        let _ = (extra, depth, hook);
+        let _ = (depth, h);
+        Err(ExitHookError::Unsupported)
+    }
+}
+
+/// [`install`]'s frame of its own: the frame to hook is `depth + 1` frames
+/// above the caller of this function. The result goes through `out` (so
+/// that the caller's call is not a tail call, which would remove its
+/// frame).
+#[inline(never)]
+fn install_at(depth: u32, hook: Hook, out: &mut Result<Installed, ExitHookError>) {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        *out = install_x86_64(depth, hook);
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        let _ = (depth, hook);
         *out = Err(ExitHookError::Unsupported);
     }
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
-fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitHookError> {
+fn install_x86_64(depth: u32, hook: Hook) -> Result<Installed, ExitHookError> {
     use crate::unwind::local::FrameRequest;
     use crate::unwind::{Frame, Method};
-    // Frame 0: the return address into `install_at`; frame 1 + extra: into
-    // the function calling `install`; frame 2 + extra + depth is the one the
+    // Frame 0: the return address into `install_at` (or the C entry that
+    // `install_c` is inlined into); frame 1: into the function calling
+    // `install` (or the C entry); frame 2 + depth is the one the
     // hooked frame returns to: its return address slot lies just below that
     // frame's sp (the hooked frame's CFA).
     let mut req = FrameRequest {
-        up: 2 + extra as usize + depth as usize,
+        up: 2 + depth as usize,
         here_sp: 0,
         frame: Frame {
             pc: 0,
@@ -482,12 +785,14 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitH
     }
     // On x86-64 a return address is always at the caller's sp minus 8,
     // whatever found the frame; a signal frame's "return" is a sigreturn.
-    let f = req.frame;
-    if matches!(f.method, Method::SignalFrame | Method::Context) {
+    // Field by field, as `frame_from_entry` wrote them: a copy of the whole
+    // frame is loaded 16 bytes at a time, which the CPU cannot forward from
+    // the 8-byte stores just made (a stall of a dozen cycles each).
+    let (ret, key, method) = (req.frame.pc, req.frame.sp, req.frame.method);
+    if matches!(method, Method::SignalFrame | Method::Context) {
         return Err(ExitHookError::NotPatchable(depth));
     }
     let here = req.here_sp;
-    let key = f.sp;
     let slot = (key - 8) as *mut u64;
     let tramp = crate::arch::x86_64::exit_hook::trampoline();
     // SAFETY: `key - 8` is inside this thread's stack (the unwinder read the
@@ -498,7 +803,27 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitH
         // SAFETY: only this thread touches its own list, and not re-entrantly
         // (hooks run after `dispatch` is done with it).
         let p = unsafe { &mut *p.get() };
-        drop_stale(p, here);
+        if !p.registered {
+            register_cleanup(p);
+        }
+        // Which stack the hooked frame is on: the thread's own in the common
+        // case (two compares each); a lookup otherwise, or when an entry
+        // lies at or below `here` and may have been left behind.
+        let may_drop = p.n > 0 && p.keys[p.n - 1] <= here;
+        let stack = if on_own_stack(here)
+            && on_own_stack(key)
+            && (!may_drop || !own_tagged_at_or_below(p, here))
+        {
+            // Nothing below `here` can be of this stack (the entries there
+            // are of coroutines or alternate stacks outside it).
+            OWN_STACK
+        } else {
+            let (here_stack, stack) = stack_tags(here, key);
+            if may_drop {
+                drop_stale(p, here_stack, here);
+            }
+            stack
+        };
         if current == tramp {
             // A second hook on an already hooked frame.
             let i = find(key).ok_or(ExitHookError::NotPatchable(depth))?;
@@ -516,7 +841,7 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitH
                 generation: GENERATIONS[i].load(Ordering::Relaxed),
             });
         }
-        if current != f.pc {
+        if current != ret {
             return Err(ExitHookError::NotPatchable(depth));
         }
         if let Some(i) = find(key) {
@@ -525,8 +850,7 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitH
             // another frame now occupies.
             drop_entry(i);
             if let Some(j) = p.keys[..p.n].iter().position(|&k| k == key) {
-                p.keys.copy_within(j + 1..p.n, j);
-                p.n -= 1;
+                p.remove_at(j);
             }
         }
         if p.n == MAX_PER_THREAD {
@@ -543,13 +867,15 @@ fn install_x86_64(extra: u32, depth: u32, hook: Hook) -> Result<Installed, ExitH
             ever().store(true, Ordering::Relaxed);
         }
         TABLE[i].key.store(key, Ordering::Release);
-        // Keep the list sorted, innermost (lowest key) last.
+        // Keep the list sorted, lowest key last.
         let mut j = p.n;
         while j > 0 && p.keys[j - 1] < key {
             p.keys[j] = p.keys[j - 1];
+            p.stacks[j] = p.stacks[j - 1];
             j -= 1;
         }
         p.keys[j] = key;
+        p.stacks[j] = stack;
         p.n += 1;
         // SAFETY: as for the read above. From here the frame returns to the
         // trampoline, which finds slot `i` by `key`.
@@ -594,10 +920,11 @@ pub(crate) unsafe extern "C" fn dispatch(key: u64) {
         // SAFETY: as in `install_x86_64`.
         let p = unsafe { &mut *p.get() };
         if p.n > 0 && p.keys[p.n - 1] == key {
+            // The common case: the lowest entry returned, none below it.
             p.n -= 1;
+        } else {
+            dispatch_rest(p, key);
         }
-        // Frames below this one that never returned (a longjmp).
-        drop_stale(p, key);
     });
     for h in hooks[..n].iter_mut().rev() {
         // SAFETY: initialized above; each hook's state is read once.
@@ -608,6 +935,31 @@ pub(crate) unsafe extern "C" fn dispatch(key: u64) {
             }
         }
     }
+}
+
+/// The rest of [`dispatch`] when the frame that returned (`key`) is not the
+/// lowest entry: frames of other stacks lie below it (coroutines, an
+/// alternate signal stack), or frames of its own stack that never returned
+/// (a `longjmp`): those are dropped, the others stay. No lookup: each
+/// entry's stack was found at its install.
+#[cold]
+#[inline(never)]
+fn dispatch_rest(p: &mut Pending, key: u64) {
+    let Some(at) = p.keys[..p.n].iter().position(|&k| k == key) else {
+        return;
+    };
+    let stack = p.stacks[at];
+    p.remove_at(at);
+    if stack == OWN_STACK
+        && (at..p.n).any(|i| p.stacks[i] == OWN_STACK)
+        && stack_tags(key, key).0 != OWN_STACK
+    {
+        // Taken for the thread's own stack when installed (nothing lay below
+        // it then), the frame was on a coroutine carved from it: the entries
+        // of the own stack below are not its.
+        return;
+    }
+    drop_stale(p, stack, key);
 }
 
 /// Called by the trampoline when a frame returned to it with no entry: the
