@@ -66,8 +66,7 @@
 //!   to the coroutine's first frame, which reads `/proc/self/maps`: an
 //!   install on a coroutine's stack reads it twice, once to find the frame
 //!   and once to find its stack, a hundred microseconds or more; a hooked
-//!   return
-//!   looks nothing up unless it may drop an entry). A `makecontext`
+//!   return looks nothing up unless it may drop an entry). A `makecontext`
 //!   coroutine whose stack is carved from the thread's own stack (an array
 //!   in one of its frames) is told apart by its first frame (returning to
 //!   glibc's `__start_context`); a fiber of another library carved from the
