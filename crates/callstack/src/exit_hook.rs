@@ -76,8 +76,9 @@
 //!   thread runs on (`sigaltstack(2)`, also one carved from the thread's own
 //!   stack), or else the top of the run of frames that holds it (a walk up
 //!   to the coroutine's first frame, which reads `/proc/self/maps`: an
-//!   install on a coroutine's stack costs microseconds; a hooked return
-//!   looks nothing up unless it may drop an entry). A `makecontext`
+//!   install on a coroutine's stack reads it twice, once to find the frame
+//!   and once to find its stack, a hundred microseconds or more; a hooked
+//!   return looks nothing up unless it may drop an entry). A `makecontext`
 //!   coroutine whose stack is carved from the thread's own stack (an array
 //!   in one of its frames) is told apart by its first frame (returning to
 //!   glibc's `__start_context`); a fiber of another library carved from the
@@ -370,23 +371,18 @@ impl Drop for ExitCleanup {
 #[cold]
 #[inline(never)]
 fn register_cleanup(p: &mut Pending) {
+    // So that `on_own_stack` never needs a lookup, even on a thread whose
+    // first install is on another stack.
+    crate::stack::cache_own_stack();
     if CLEANUP.try_with(|_| ()).is_ok() {
         p.registered = true;
     }
 }
 
-/// Whether `sp` is on this thread's own stack (looked up once per thread,
-/// then two compares).
+/// Whether `sp` is on this thread's own stack: two compares (its bounds are
+/// cached at the thread's first install, [`register_cleanup`]).
 #[inline(always)]
 fn on_own_stack(sp: u64) -> bool {
-    crate::stack::cached_bounds_for(sp as usize).is_some() || on_own_stack_slow(sp)
-}
-
-#[cold]
-#[inline(never)]
-fn on_own_stack_slow(sp: u64) -> bool {
-    // The lookup caches the thread's own stack when it holds `sp`.
-    let _ = crate::stack::bounds_for(sp as usize);
     crate::stack::cached_bounds_for(sp as usize).is_some()
 }
 

@@ -421,6 +421,30 @@ mod glibc {
     }
 }
 
+/// Looks up and caches the current thread's own stack (see the module docs)
+/// if it is not cached yet, from wherever the thread runs (also on another
+/// stack): the mapping holding `__libc_stack_end` on the main thread, the
+/// one holding the thread's descriptor on another. Async-signal-safe.
+pub(crate) fn cache_own_stack() {
+    if OWN.get().hi != 0 {
+        return;
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: getpid/gettid have no preconditions.
+        let main = unsafe { libc::getpid() == libc::gettid() };
+        let at = if main {
+            // SAFETY: as in `own_stack`.
+            unsafe { core::ptr::read_volatile(&raw const __libc_stack_end) as usize }
+        } else {
+            // SAFETY: pthread_self reads the thread pointer.
+            (unsafe { libc::pthread_self() } as usize).wrapping_sub(1)
+        };
+        // Caches it when the mapping found is the thread's own stack.
+        let _ = bounds_for(at);
+    }
+}
+
 /// Looks up and caches the current thread's stack bounds now, so that the
 /// first capture on this thread makes no system call at all.
 ///
