@@ -209,10 +209,31 @@ fn elf_without_interpreter(exe: &Path, head: &[u8]) -> Option<bool> {
     Some(true)
 }
 
+/// Free bytes of the file system holding `dir`.
+fn free_bytes(dir: &Path) -> u64 {
+    let mut c = dir.as_os_str().as_bytes().to_vec();
+    c.push(0);
+    // SAFETY: statvfs with a NUL-terminated path and a zeroed struct.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr().cast(), &mut st) != 0 {
+            return 0;
+        }
+        st.f_bavail as u64 * st.f_frsize as u64
+    }
+}
+
 /// The run's directory of tables files: under `/dev/shm` (memory, like the
-/// anonymous tables it replaces) when it is there, else next to `out`.
+/// anonymous tables it replaces) when it has room for a few processes'
+/// tables (a write to a shared file mapping on a full file system is a
+/// SIGBUS in the program: a container's 64 MiB `/dev/shm` is too small),
+/// else next to `out`.
 fn make_dir(out: &Path) -> Result<PathBuf, String> {
-    let mut bases = vec![PathBuf::from("/dev/shm")];
+    let mut bases = Vec::new();
+    let shm = PathBuf::from("/dev/shm");
+    if free_bytes(&shm) >= 1 << 30 {
+        bases.push(shm);
+    }
     bases.push(out.parent().unwrap_or(Path::new(".")).to_path_buf());
     let mut last = String::new();
     for base in bases {
