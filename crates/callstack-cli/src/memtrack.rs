@@ -149,11 +149,19 @@ fn elf_without_interpreter(exe: &Path, head: &[u8]) -> Option<bool> {
     let le = head[5] == 1;
     let u16_at = |b: &[u8], o: usize| -> usize {
         let v = [b[o], b[o + 1]];
-        (if le { u16::from_le_bytes(v) } else { u16::from_be_bytes(v) }) as usize
+        (if le {
+            u16::from_le_bytes(v)
+        } else {
+            u16::from_be_bytes(v)
+        }) as usize
     };
     let u32_at = |b: &[u8], o: usize| -> u64 {
         let v = [b[o], b[o + 1], b[o + 2], b[o + 3]];
-        (if le { u32::from_le_bytes(v) } else { u32::from_be_bytes(v) }) as u64
+        (if le {
+            u32::from_le_bytes(v)
+        } else {
+            u32::from_be_bytes(v)
+        }) as u64
     };
     let u64_at = |b: &[u8], o: usize| -> u64 {
         let mut v = [0u8; 8];
@@ -201,17 +209,41 @@ fn elf_without_interpreter(exe: &Path, head: &[u8]) -> Option<bool> {
     Some(true)
 }
 
+/// Free bytes of the file system holding `dir`.
+fn free_bytes(dir: &Path) -> u64 {
+    let mut c = dir.as_os_str().as_bytes().to_vec();
+    c.push(0);
+    // SAFETY: statvfs with a NUL-terminated path and a zeroed struct.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr().cast(), &mut st) != 0 {
+            return 0;
+        }
+        st.f_bavail as u64 * st.f_frsize as u64
+    }
+}
+
 /// The run's directory of tables files: under `/dev/shm` (memory, like the
-/// anonymous tables it replaces) when it is there, else next to `out`.
+/// anonymous tables it replaces) when it has room for a few processes'
+/// tables (a write to a shared file mapping on a full file system is a
+/// SIGBUS in the program: a container's 64 MiB `/dev/shm` is too small),
+/// else next to `out`.
 fn make_dir(out: &Path) -> Result<PathBuf, String> {
-    let mut bases = vec![PathBuf::from("/dev/shm")];
+    let mut bases = Vec::new();
+    let shm = PathBuf::from("/dev/shm");
+    if free_bytes(&shm) >= 1 << 30 {
+        bases.push(shm);
+    }
     bases.push(out.parent().unwrap_or(Path::new(".")).to_path_buf());
     let mut last = String::new();
     for base in bases {
         if !base.is_dir() {
             continue;
         }
-        let mut tmpl = base.join("callstack-memtrack.XXXXXX").into_os_string().into_vec();
+        let mut tmpl = base
+            .join("callstack-memtrack.XXXXXX")
+            .into_os_string()
+            .into_vec();
         tmpl.push(0);
         // SAFETY: mkdtemp fills the NUL-terminated template in place.
         let r = unsafe { libc::mkdtemp(tmpl.as_mut_ptr().cast()) };
@@ -221,10 +253,9 @@ fn make_dir(out: &Path) -> Result<PathBuf, String> {
         }
         tmpl.pop();
         let dir = PathBuf::from(OsString::from_vec(tmpl));
-        // The processes of the run may change user (su, sudo): they must
-        // reach it. Nothing in it is secret beyond what FILE will hold.
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777));
+        // mkdtemp makes it 0700: a process of the run that changes user
+        // (su, sudo) cannot reach it and keeps its tables in memory (it
+        // writes FILE.PID only if it exits).
         std::fs::write(dir.join("global"), [0u8; 4096])
             .map_err(|e| format!("{}: {e}", dir.display()))?;
         return Ok(dir);
@@ -245,7 +276,8 @@ fn locked(path: &Path) -> bool {
         let mut fl: libc::flock = std::mem::zeroed();
         fl.l_type = libc::F_WRLCK as _;
         fl.l_whence = libc::SEEK_SET as _;
-        libc::fcntl(f.as_raw_fd(), libc::F_GETLK, &mut fl) == 0 && fl.l_type != libc::F_UNLCK as libc::c_short
+        libc::fcntl(f.as_raw_fd(), libc::F_GETLK, &mut fl) == 0
+            && fl.l_type != libc::F_UNLCK as libc::c_short
     }
 }
 
@@ -338,7 +370,7 @@ fn short(cmd: &str, max: usize) -> String {
 }
 
 /// The list of processes and the overall peak.
-fn processes_text(procs: &[Proc], overall_peak: u64) -> String {
+fn processes_text(procs: &[Proc], out: &Path, overall_peak: u64) -> String {
     let mut o = format!("processes recorded: {}\n", procs.len());
     for p in procs {
         let t = &p.tables;
@@ -355,7 +387,10 @@ fn processes_text(procs: &[Proc], overall_peak: u64) -> String {
             t.peak,
             match &p.file {
                 Some(f) => f.display().to_string(),
-                None => format!("(still running: it writes {} at exit)", "FILE.PID"),
+                None => format!(
+                    "(still running: it writes {} if it exits)",
+                    with_pid(out, t.pid).display()
+                ),
             }
         ));
     }
@@ -412,7 +447,15 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .unwrap_or(0);
     let procs = collect(&dir, &out, pid);
     remove_dir(&dir);
-    if let Err(e) = report(&args, pid, &procs, overall_peak, ended, reason.is_some()) {
+    if let Err(e) = report(
+        &args,
+        &out,
+        pid,
+        &procs,
+        overall_peak,
+        ended,
+        reason.is_some(),
+    ) {
         eprintln!("callstack memtrack: {e}");
     }
     Ok(ended.exit_code())
@@ -421,6 +464,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
 /// Writes the summary (to stderr or `--summary FILE`).
 fn report(
     args: &Args,
+    out: &Path,
     pid: u32,
     procs: &[Proc],
     overall_peak: u64,
@@ -455,11 +499,9 @@ fn report(
         }
     }
     text.push('\n');
-    text.push_str(&processes_text(procs, overall_peak));
+    text.push_str(&processes_text(procs, out, overall_peak));
     match &args.summary {
-        Some(path) => {
-            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
-        }
+        Some(path) => std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display())),
         None => {
             let mut e = std::io::stderr().lock();
             e.write_all(text.as_bytes())

@@ -42,7 +42,11 @@ fn memtrack(exe: &Path, capture: &str, out: &Path) -> (String, HeapSnapshot) {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    assert!(o.status.success(), "memtrack failed: {}\n{stdout}", o.status);
+    assert!(
+        o.status.success(),
+        "memtrack failed: {}\n{stdout}",
+        o.status
+    );
     let snap = HeapSnapshot::read_from(std::fs::File::open(out).unwrap()).unwrap();
     (stdout, snap)
 }
@@ -269,7 +273,10 @@ fn exec_wrapper_and_exit_without_handlers() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(3), "{err}");
-    assert!(err.contains("ended with exit status 3; recording: "), "{err}");
+    assert!(
+        err.contains("ended with exit status 3; recording: "),
+        "{err}"
+    );
     HeapSnapshot::read_from(std::fs::File::open(&out).unwrap()).unwrap();
 }
 

@@ -33,7 +33,11 @@ fn site(snap: &HeapSnapshot, f: &str) -> (u64, u64, u64, u64) {
     let mut sym = snap.symbolizer();
     let mut t = (0, 0, 0, 0);
     for s in &snap.sites {
-        if snap.site_frames(&mut sym, s).iter().any(|x| x.function == f) {
+        if snap
+            .site_frames(&mut sym, s)
+            .iter()
+            .any(|x| x.function == f)
+        {
             t = (
                 t.0 + s.allocs,
                 t.1 + s.alloc_bytes,
@@ -94,7 +98,10 @@ fn status_and_recording_whatever_the_ending() {
             .unwrap_or_else(|e| panic!("{args:?}: {e}\n{err}"));
         assert_eq!(site(&snap, "end_leak"), (3, 3000, 0, 0), "{args:?}\n{err}");
         assert_eq!(site(&snap, "end_temp"), (10, 640, 10, 640), "{args:?}");
-        assert!(err.contains("leaks: 3000 bytes in 3 blocks"), "{args:?}\n{err}");
+        assert!(
+            err.contains("leaks: 3000 bytes in 3 blocks"),
+            "{args:?}\n{err}"
+        );
         // Nothing else is left behind: no empty file, no tables.
         assert_eq!(files(&sub), ["out.heap"], "{args:?}");
     }
@@ -169,7 +176,10 @@ fn streams_are_the_programs() {
     assert!(o.stdout == direct.stdout, "binary output differs");
     let err = text(&o.stderr);
     // (stdio's buffer of stdout is live at exit too)
-    assert!(err.contains("leaks: ") && err.contains("end_leak at "), "{err}");
+    assert!(
+        err.contains("leaks: ") && err.contains("end_leak at "),
+        "{err}"
+    );
     assert!(!err.contains('\r'), "{err:?}");
 
     // xz -c f > f.xz, with and without memtrack.
@@ -237,7 +247,12 @@ fn signal_to_memtrack_reaches_the_program() {
     // SAFETY: kill of the process we started.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let st = child.wait().unwrap();
     assert_eq!(st.code(), Some(128 + libc::SIGTERM), "{err}");
     let snap = HeapSnapshot::read_from(std::fs::File::open(&out).unwrap()).unwrap();
@@ -256,7 +271,9 @@ fn calloc_overflow_sets_enomem() {
          void *p = calloc(n, 4); printf(\"%d %d\\n\", p == NULL, errno); return 0; }\n",
     )
     .unwrap();
-    let exe = Gcc::new(&[src.to_str().unwrap()]).flags("-O0").build(&dir.join("c"));
+    let exe = Gcc::new(&[src.to_str().unwrap()])
+        .flags("-O0")
+        .build(&dir.join("c"));
     let o = memtrack_cmd(&dir.join("out.heap"))
         .arg("--")
         .arg(&exe)
@@ -296,8 +313,11 @@ fn zero_size_blocks_are_not_leaks() {
 fn gcc_driver_and_its_children() {
     let dir = scratch_dir("memtrack-gcc");
     let src = dir.join("hello.c");
-    std::fs::write(&src, "#include <stdio.h>\nint main(void) { puts(\"hi\"); return 0; }\n")
-        .unwrap();
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\nint main(void) { puts(\"hi\"); return 0; }\n",
+    )
+    .unwrap();
     let out = dir.join("out.heap");
     let o = memtrack_cmd(&out)
         .args(["--", "gcc", "-O2", "-o"])
@@ -318,7 +338,11 @@ fn gcc_driver_and_its_children() {
         let mut w = head.split_whitespace();
         let _pid: u32 = w.next().unwrap().parse().unwrap();
         let cmd = w.next().unwrap().trim_end_matches(':');
-        let name = Path::new(cmd).file_name().unwrap().to_string_lossy().into_owned();
+        let name = Path::new(cmd)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         seen.insert(name, PathBuf::from(file));
     }
     for name in ["gcc", "cc1", "as", "collect2", "ld"] {
@@ -338,4 +362,43 @@ fn gcc_driver_and_its_children() {
     assert!(list.contains("overall peak heap: "), "{list}");
     // The driver's summary comes first; the children's are not printed.
     assert_eq!(err.matches("top sites by live bytes").count(), 1, "{err}");
+}
+
+/// Children of the program that end without `exit` (SIGKILL, `_exit`)
+/// keep their recordings too, each in `FILE.PID`, listed with the
+/// program's own; memtrack exits with the program's status.
+#[test]
+fn children_that_die_keep_their_recordings() {
+    let dir = scratch_dir("memtrack-children");
+    let exe = fixture(&dir);
+    let out = dir.join("out.heap");
+    assert_eq!(exe, dir.join("end"));
+    let script = "./end kill; ./end _exit 4; ./end segv 0; exit 9";
+    let o = memtrack_cmd(&out)
+        .current_dir(&dir)
+        .args(["--", "/bin/sh", "-c", script])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(9), "{err}");
+    let list = &err[err.find("processes recorded: 4\n").expect("4 processes")..];
+    let mut children = 0;
+    for l in list.lines().skip(1) {
+        let Some((head, file)) = l.trim().split_once(" -> ") else {
+            continue;
+        };
+        // "PID ./end ARGS: ..." (not the shell's line, which names them too)
+        if head.split_whitespace().nth(1) != Some("./end") {
+            continue;
+        }
+        children += 1;
+        assert!(
+            head.contains(": 13 allocations, 3640 bytes, peak 3064 bytes, leaked 3000 bytes"),
+            "{head}"
+        );
+        let snap = HeapSnapshot::read_from(std::fs::File::open(file).unwrap()).unwrap();
+        assert_eq!(site(&snap, "end_leak"), (3, 3000, 0, 0), "{file}");
+        assert_eq!(site(&snap, "end_temp"), (10, 640, 10, 640), "{file}");
+    }
+    assert_eq!(children, 3, "{list}");
 }

@@ -534,7 +534,11 @@ fn map_global() {
     // SAFETY: open/fstat/ftruncate/mmap of our own file; the mapping is
     // kept for good.
     unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o600);
+        let fd = libc::open(
+            path.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            0o600,
+        );
         if fd < 0 {
             return;
         }
@@ -567,7 +571,11 @@ fn open_tables(pid: i32, len: usize) -> Option<c_int> {
     let path = dir_file(&mut buf, name)?;
     // SAFETY: open/pread/ftruncate of our own file.
     unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o600);
+        let fd = libc::open(
+            path.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            0o600,
+        );
         if fd < 0 {
             return None;
         }
@@ -581,7 +589,8 @@ fn open_tables(pid: i32, len: usize) -> Option<c_int> {
                 g.live.fetch_sub(head[7], Relaxed);
             }
         }
-        if libc::ftruncate(fd, 0) != 0 || libc::ftruncate(fd, len as libc::off_t) != 0 || !lock(fd) {
+        if libc::ftruncate(fd, 0) != 0 || libc::ftruncate(fd, len as libc::off_t) != 0 || !lock(fd)
+        {
             libc::close(fd);
             return None;
         }
@@ -744,14 +753,7 @@ unsafe fn copy_range(fd: c_int, base: *mut u8, from: libc::off_t, to: libc::off_
     let mut at = from;
     while at < to {
         // SAFETY: [at, to) is inside the mapping.
-        let n = unsafe {
-            libc::pwrite(
-                fd,
-                base.add(at as usize).cast(),
-                (to - at) as usize,
-                at,
-            )
-        };
+        let n = unsafe { libc::pwrite(fd, base.add(at as usize).cast(), (to - at) as usize, at) };
         if n <= 0 {
             return false;
         }

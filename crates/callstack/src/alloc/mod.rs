@@ -7,6 +7,8 @@
 //!   allocation and free counts.
 //! - [`Recorder`]: the tables behind it, also used by the `LD_PRELOAD`
 //!   library of `callstack memtrack` (crate `callstack-preload`).
+//! - [`shared`]: a recorder kept in a shared file mapping, read back after
+//!   its process is gone however it ended (`callstack memtrack`).
 //! - [`HeapSnapshot`]: a copy of the counters; written to and read from a
 //!   heap recording file ([`HeapSnapshot::write_to`], [`HeapSnapshot::read_from`]),
 //!   (feature `symbolize`) reported as text: top sites by live bytes

@@ -224,7 +224,8 @@ impl Recorder {
         unsafe {
             self.sites
                 .store(base.add(Self::sites_offset()).cast(), Relaxed);
-            self.live.store(base.add(self.live_offset()).cast(), Relaxed);
+            self.live
+                .store(base.add(self.live_offset()).cast(), Relaxed);
         }
         self.state.store(READY, Release);
     }
@@ -662,7 +663,10 @@ mod tests {
         assert_eq!(s, a.snapshot());
         assert_eq!(s.sites.len(), 1);
         let t = &s.sites[0];
-        assert_eq!((t.allocs, t.frees, t.live_bytes(), t.zero_live), (3, 1, 24, 1));
+        assert_eq!(
+            (t.allocs, t.frees, t.live_bytes(), t.zero_live),
+            (3, 1, 24, 1)
+        );
         assert_eq!((t.live_blocks(), t.leaked_blocks()), (2, 1));
         assert_eq!(s.counters.unknown_frees, 1);
     }
