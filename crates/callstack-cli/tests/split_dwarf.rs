@@ -51,7 +51,11 @@ fn bare(name: &str) -> String {
                 depth -= 1;
                 if depth == 0 {
                     // `(anonymous namespace)` is no parameter list.
-                    return if i == 0 { n.to_string() } else { n[..i].to_string() };
+                    return if i == 0 {
+                        n.to_string()
+                    } else {
+                        n[..i].to_string()
+                    };
                 }
             }
             _ => {}
@@ -85,11 +89,16 @@ fn have(tool: &str) -> bool {
 /// Builds `src` in `dir` as `exe` (compiled to `<exe>.o` there, so the
 /// `.dwo` is `<exe>.dwo`), with `flags`.
 fn build(dir: &Path, src: &str, exe: &str, flags: &str) -> PathBuf {
-    let path = testsupport::workspace_root().join("tests/fixtures/c").join(src);
+    let path = testsupport::workspace_root()
+        .join("tests/fixtures/c")
+        .join(src);
     let cc = if src.ends_with(".cpp") { "g++" } else { "gcc" };
     sh(
         dir,
-        &format!("{cc} -O2 -g {flags} -c {} -o {exe}.o && {cc} {exe}.o -o {exe}", path.display()),
+        &format!(
+            "{cc} -O2 -g {flags} -c {} -o {exe}.o && {cc} {exe}.o -o {exe}",
+            path.display()
+        ),
     );
     dir.join(exe)
 }
@@ -141,7 +150,11 @@ fn gcore(pid: u32, dir: &Path) -> PathBuf {
         .output()
         .expect("run gcore");
     let core = PathBuf::from(format!("{}.{pid}", prefix.display()));
-    assert!(core.is_file(), "gcore: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        core.is_file(),
+        "gcore: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     core
 }
 
@@ -163,10 +176,19 @@ fn gdb_frames(exe: &Path, core: &Path, cwd: &Path) -> Vec<F> {
         .filter_map(|l| l.strip_prefix("FRAME "))
         .map(|l| {
             let p: Vec<&str> = l.split('|').collect();
-            (bare(p[0]), p[1].to_string(), p[2].parse().unwrap(), p[3] == "1")
+            (
+                bare(p[0]),
+                p[1].to_string(),
+                p[2].parse().unwrap(),
+                p[3] == "1",
+            )
         })
         .collect();
-    assert!(!out.is_empty(), "gdb: {text} {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        !out.is_empty(),
+        "gdb: {text} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     out
 }
 
@@ -217,7 +239,10 @@ fn compare(what: &str, exe: &Path, args: &[&str], cwd: &Path) -> Vec<F> {
     let pid = run.child.id();
     let core = gcore(pid, dir);
     let gdb = own(&gdb_frames(exe, &core, cwd));
-    let (ours, stderr) = our_frames(&["core", exe.to_str().unwrap(), core.to_str().unwrap()], cwd);
+    let (ours, stderr) = our_frames(
+        &["core", exe.to_str().unwrap(), core.to_str().unwrap()],
+        cwd,
+    );
     assert_eq!(own(&ours), gdb, "{what}: core, ours vs gdb\n{stderr}");
     assert!(!stderr.contains("warning"), "{what}: {stderr}");
     let (ours, stderr) = our_frames(&["pstack", &pid.to_string()], cwd);
@@ -241,7 +266,11 @@ fn split_dwarf_frames_like_gdb() {
         let gdb = compare(&format!("C, DWARF {v}"), &c, &[], &elsewhere);
         assert_eq!(names(&gdb), ["inner", "mid", "outer", "main"], "{gdb:?}");
         let gdb = compare(&format!("C tail calls, DWARF {v}"), &c, &["t"], &elsewhere);
-        assert_eq!(names(&gdb), ["inner", "tail_to", "tail_from", "main"], "{gdb:?}");
+        assert_eq!(
+            names(&gdb),
+            ["inner", "tail_to", "tail_from", "main"],
+            "{gdb:?}"
+        );
         let cpp = build(&dir, "split_names.cpp", &format!("names{v}"), &flags);
         let gdb = compare(&format!("C++, DWARF {v}"), &cpp, &[], &elsewhere);
         assert_eq!(
@@ -284,7 +313,10 @@ fn relative_comp_dir_run_from_elsewhere() {
     let core = gcore(run.child.id(), &dir);
     let gdb = own(&gdb_frames(&c, &core, &dir));
     assert_eq!(names(&gdb), ["inner", "mid", "outer", "main"], "{gdb:?}");
-    let (ours, stderr) = our_frames(&["core", c.to_str().unwrap(), core.to_str().unwrap()], &elsewhere);
+    let (ours, stderr) = our_frames(
+        &["core", c.to_str().unwrap(), core.to_str().unwrap()],
+        &elsewhere,
+    );
     assert_eq!(own(&ours), gdb, "core\n{stderr}");
     let (ours, stderr) = our_frames(&["pstack", &run.child.id().to_string()], &elsewhere);
     assert_eq!(own(&ours), gdb, "pstack\n{stderr}");
@@ -298,11 +330,17 @@ fn dwp_package() {
         return;
     }
     let dir = scratch_dir("split-dwarf-dwp");
-    for (src, exe) in [("split_inline.c", "inl_dwp"), ("split_names.cpp", "names_dwp")] {
+    for (src, exe) in [
+        ("split_inline.c", "inl_dwp"),
+        ("split_names.cpp", "names_dwp"),
+    ] {
         let p = build(&dir, src, exe, "-gsplit-dwarf -gdwarf-4");
         sh(&dir, &format!("dwp -e {exe} -o {exe}.dwp && rm {exe}.dwo"));
         let gdb = compare(&format!("{exe}, .dwp"), &p, &[], &dir);
-        assert!(gdb.iter().any(|f| f.3), "{exe}: gdb shows an inlined frame: {gdb:?}");
+        assert!(
+            gdb.iter().any(|f| f.3),
+            "{exe}: gdb shows an inlined frame: {gdb:?}"
+        );
     }
 }
 
@@ -316,7 +354,12 @@ fn missing_dwo_warns_once_and_keeps_lines() {
     let dir = scratch_dir("split-dwarf-missing");
     for v in [4, 5] {
         let exe = format!("inl_missing{v}");
-        let c = build(&dir, "split_inline.c", &exe, &format!("-gsplit-dwarf -gdwarf-{v}"));
+        let c = build(
+            &dir,
+            "split_inline.c",
+            &exe,
+            &format!("-gsplit-dwarf -gdwarf-{v}"),
+        );
         let with = compare("with the .dwo", &c, &[], &dir);
         let mut want: Vec<F> = Vec::new();
         let mut line = None;
@@ -340,5 +383,119 @@ fn missing_dwo_warns_once_and_keeps_lines() {
         assert!(warnings[0].contains(dwo.to_str().unwrap()), "{stderr}");
         let (ours, _) = our_frames(&["pstack", &run.child.id().to_string()], &dir);
         assert_eq!(own(&ours), want, "DWARF {v}: pstack");
+    }
+}
+
+/// The instruction addresses of `funcs` in `exe` (objdump).
+fn instructions(exe: &Path, funcs: &[&str]) -> Vec<String> {
+    let o = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn", "-C"])
+        .arg(exe)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut out = Vec::new();
+    let mut on = false;
+    for l in text.lines() {
+        if l.ends_with(">:") && l.contains(" <") {
+            on = funcs.iter().any(|f| l.contains(f));
+            continue;
+        }
+        if l.is_empty() {
+            on = false;
+        } else if on {
+            if let Some((a, _)) = l.trim_start().split_once(':') {
+                out.push(a.to_string());
+            }
+        }
+    }
+    out
+}
+
+fn addr2line(program: &Path, exe: &Path, addrs: &[String]) -> String {
+    let o = Command::new(program)
+        .args(["addr2line", "-i", "-f", "-C", "-e"])
+        .arg(exe)
+        .args(addrs)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn binutils_addr2line(exe: &Path, addrs: &[String]) -> String {
+    let o = Command::new("addr2line")
+        .args(["-i", "-f", "-C", "-e"])
+        .arg(exe)
+        .args(addrs)
+        .output()
+        .unwrap();
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn text_of(exe: &Path) -> Vec<u8> {
+    let out = exe.with_extension("text");
+    let o = Command::new("objcopy")
+        .args(["-O", "binary", "--only-section=.text"])
+        .arg(exe)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    std::fs::read(out).unwrap()
+}
+
+/// `callstack addr2line -i` on a split build answers for every
+/// instruction of the fixture's functions what binutils' addr2line (which
+/// does not read `.dwo` files) answers on the same code built with full
+/// debug info: same functions, inlined chains, files and lines. C++: the
+/// same as ours on the full build (binutils names a local class's method
+/// by its symbol, with `[clone .isra.0]`, where DWARF and gdb say
+/// `Local::run`).
+#[test]
+fn addr2line_inlined_chains_of_split_builds() {
+    let dir = scratch_dir("split-dwarf-a2l");
+    let cli = &release_artifacts().cli;
+    for v in [4, 5] {
+        let full = build(
+            &dir,
+            "split_inline.c",
+            &format!("c_full{v}"),
+            &format!("-gdwarf-{v}"),
+        );
+        let split = build(
+            &dir,
+            "split_inline.c",
+            &format!("c_split{v}"),
+            &format!("-gdwarf-{v} -gsplit-dwarf"),
+        );
+        assert_eq!(text_of(&full), text_of(&split), "same code");
+        let addrs = instructions(
+            &full,
+            &["<inner>", "<outer>", "<main>", "<tail_to>", "<tail_from>"],
+        );
+        assert!(addrs.len() > 30, "{addrs:?}");
+        let want = binutils_addr2line(&full, &addrs);
+        assert!(want.contains("\nmid\n"), "{want}");
+        assert_eq!(addr2line(cli, &split, &addrs), want, "C, DWARF {v}");
+
+        let full = build(
+            &dir,
+            "split_names.cpp",
+            &format!("cc_full{v}"),
+            &format!("-gdwarf-{v}"),
+        );
+        let split = build(
+            &dir,
+            "split_names.cpp",
+            &format!("cc_split{v}"),
+            &format!("-gdwarf-{v} -gsplit-dwarf"),
+        );
+        assert_eq!(text_of(&full), text_of(&split), "same code");
+        let addrs = instructions(&full, &["wait_here", "helper", "weigh", "run", "main"]);
+        assert!(addrs.len() > 30, "{addrs:?}");
+        let want = addr2line(cli, &full, &addrs);
+        assert!(want.contains("\nshop::stock\n"), "{want}");
+        assert_eq!(addr2line(cli, &split, &addrs), want, "C++, DWARF {v}");
     }
 }

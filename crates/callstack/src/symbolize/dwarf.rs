@@ -975,9 +975,7 @@ impl DwarfIndex {
             // a method of a local class): qualified by its scopes, as gdb
             // names it.
             if scoped_language(u.lang) {
-                let scopes = u
-                    .scopes
-                    .get_or_init(|| parse_scopes(u.dw(&self.dwarf), u));
+                let scopes = u.scopes.get_or_init(|| parse_scopes(u.dw(&self.dwarf), u));
                 if let Some(q) = qualified(scopes, die.0, n) {
                     return Some(self.owned.stash(q));
                 }

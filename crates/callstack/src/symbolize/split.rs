@@ -127,9 +127,7 @@ impl SplitLoader {
             self.report(Path::new("<unnamed .dwo>"));
             return None;
         };
-        let comp_dir = skeleton
-            .comp_dir
-            .map(|s| s.to_string_lossy().into_owned());
+        let comp_dir = skeleton.comp_dir.map(|s| s.to_string_lossy().into_owned());
         let mut candidates = Vec::new();
         for object in self.objects(places) {
             for c in dwo_candidates(&name, comp_dir.as_deref(), object) {
@@ -225,7 +223,11 @@ impl SplitLoader {
 
     /// The DWARF of the `.dwo` at `path` (read once), made a split file
     /// of `main`.
-    fn open_dwo(&self, path: &Path, main: &gimli::Dwarf<Slice>) -> Option<Arc<gimli::Dwarf<Slice>>> {
+    fn open_dwo(
+        &self,
+        path: &Path,
+        main: &gimli::Dwarf<Slice>,
+    ) -> Option<Arc<gimli::Dwarf<Slice>>> {
         if let Some((_, d)) = self.dwo.borrow().iter().find(|(p, _)| p == path) {
             return d.clone();
         }
@@ -286,8 +288,7 @@ fn unit_with_id(
             continue;
         }
         unit.copy_relocated_attributes(skeleton);
-        return Some(SplitUnit { dwarf, unit,
-        });
+        return Some(SplitUnit { dwarf, unit });
     }
     None
 }
