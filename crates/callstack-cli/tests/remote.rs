@@ -1269,3 +1269,58 @@ fn rust_backtrace_ends_at_main_as_gdb() {
         assert!(beyond.len() >= got.len(), "{tag}");
     }
 }
+
+/// A handler built with frame pointers and no CFI whose last call never
+/// returns (`ns_die`, which calls `abort`), reached through a PLT stub: the
+/// return addresses follow calls that prologue analysis of their target
+/// cannot check, and the frame records at `rbp` are the truth. The chain
+/// must go through `<signal handler called>` into the interrupted code, as
+/// gdb's does (issue 24: the scan's guess after a call that does not return
+/// had won over a valid frame record, and the walk went astray in ld.so's
+/// stale frames).
+#[test]
+fn core_of_a_noreturn_call_in_a_frame_pointer_handler_matches_gdb() {
+    let flags = "-O2 -g0 -fno-omit-frame-pointer -fno-asynchronous-unwind-tables -fno-unwind-tables";
+    let dir = scratch_dir("remote-noreturn-sig");
+    let lib = Gcc::new(&["noreturn_sig_lib.c"])
+        .flags(flags)
+        .flags("-fPIC -shared")
+        .build(&dir.join("libnoreturn_sig.so"));
+    // The library by path (it has no soname).
+    let exe = Gcc::new(&["noreturn_sig_main.c", lib.to_str().unwrap()])
+        .flags(flags)
+        .build(&dir.join("noreturn_sig"));
+    for (arg, handler) in [
+        ("lib", &["ns_die", "ns_lib_handler"][..]),
+        ("exe", &["ns_die", "ns_fatal", "exe_handler"][..]),
+    ] {
+        let wrapper = dir.join(format!("run_{arg}.sh"));
+        std::fs::write(&wrapper, format!("#!/bin/sh\nexec {} {arg}\n", exe.display())).unwrap();
+        let mut perm = std::fs::metadata(&wrapper).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+        std::fs::set_permissions(&wrapper, perm).unwrap();
+        let core = crash_for_core(&wrapper, &dir);
+        let (exe_s, core_s) = (exe.to_str().unwrap(), core.to_str().unwrap());
+        let ours = callstack_json(&["core", "--json", exe_s, core_s]);
+        let gdb = gdb_threads(&[exe_s, core_s]);
+        assert_eq!(gdb.len(), 1, "{arg}: one thread");
+        for (tid, chain) in &gdb {
+            let chain: Vec<String> = chain
+                .iter()
+                .map(|f| if f == "<signal" { "__restore_rt".into() } else { f.clone() })
+                .collect();
+            // gdb's own chain is the one the fixture says.
+            let at = chain
+                .iter()
+                .position(|f| f == "ns_die")
+                .unwrap_or_else(|| panic!("{arg}: gdb {chain:?}"));
+            let mut want: Vec<&str> = handler.to_vec();
+            want.extend(["__restore_rt"]);
+            assert_eq!(&chain[at..at + want.len()], &want[..], "{arg}: gdb {chain:?}");
+            assert_eq!(&chain[chain.len() - 3..], ["victim", "outer", "main"], "{arg}: gdb {chain:?}");
+            let (_, got, methods) = &ours.threads[tid];
+            assert_eq!(got, &chain, "{arg}: ours ({methods:?}) vs gdb");
+        }
+        let _ = std::fs::remove_file(&core);
+    }
+}

@@ -77,16 +77,30 @@ fn build(dir: &Path, a: Arch, cfi: bool, opt: &str, strip: bool) -> PathBuf {
 }
 
 fn build_src(dir: &Path, a: Arch, cfi: bool, opt: &str, strip: bool, src: &str) -> PathBuf {
+    build_with(dir, a, cfi, opt, strip, src, "")
+}
+
+/// [`build_src`] with extra compiler flags `extra` (`-DNAME`), named after them.
+fn build_with(
+    dir: &Path,
+    a: Arch,
+    cfi: bool,
+    opt: &str,
+    strip: bool,
+    src: &str,
+    extra: &str,
+) -> PathBuf {
     let out = dir.join(format!(
-        "{}-{}-{}-{}{}",
+        "{}{}-{}-{}-{}{}",
         src.trim_end_matches(".c"),
+        extra.replace(['-', ' ', '='], ""),
         a.name(),
         opt.trim_start_matches('-'),
         if cfi { "cfi" } else { "nocfi" },
         if strip { "-s" } else { "" }
     ));
     let mut cmd = Command::new(a.gcc());
-    cmd.arg(opt).arg("-static");
+    cmd.arg(opt).arg("-static").args(extra.split_whitespace());
     if cfi {
         cmd.args(a.cfi_flags());
     } else {
@@ -275,6 +289,75 @@ fn aarch64_o2_stripped() {
 #[test]
 fn aarch64_o0() {
     check(Arch::Aarch64, "-O0", false);
+}
+
+/// gdb-multiarch's frame pcs past `main` (to `_start`).
+fn gdb_pcs_past_main(exe: &Path, core: &Path) -> Vec<u64> {
+    let gdb = [
+        "timeout",
+        "60",
+        "gdb-multiarch",
+        "-ex",
+        "set backtrace past-main on",
+    ];
+    testsupport::fold_repeats(testsupport::gdb_core_pcs(&gdb, exe, core))
+}
+
+/// AArch64 `main` that allocates more stack after its prologue (a
+/// variable-length array, `alloca`), built without unwind tables and
+/// without frame pointers at -O2: the whole chain, past `main` to
+/// `_start`, must equal gdb-multiarch's on the build with tables. Without
+/// symbols (a core's code reader has none), prologue analysis once started
+/// at the `sub sp, sp, xN` nearest the pc, found no saved x30, and the frame
+/// record's guess gave `__libc_start_call_main` a wrong stack pointer
+/// (issue 24).
+#[test]
+fn aarch64_o2_main_with_dynamic_allocation() {
+    let a = Arch::Aarch64;
+    if !tools_present(a) {
+        return;
+    }
+    let dir = testsupport::scratch_dir("insn-cross-aarch64-dynalloc");
+    for extra in ["-DVLA_MAIN", "-DALLOCA_MAIN"] {
+        for strip in [false, true] {
+            let src = "insn_cross_vla.c";
+            let opt = "-O2";
+            let truth_exe = build_with(&dir, a, true, opt, false, src, extra);
+            let exe = build_with(&dir, a, false, opt, false, src, extra);
+            let test_exe = if strip {
+                build_with(&dir, a, false, opt, true, src, extra)
+            } else {
+                exe.clone()
+            };
+            let truth_core = qemu_core(a, &truth_exe);
+            let core = qemu_core(a, &test_exe);
+            let truth = by_symbol(&truth_exe, &gdb_pcs_past_main(&truth_exe, &truth_core));
+            let names = |v: &[(String, u64)]| v.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
+            let tn = names(&truth);
+            let at = tn.iter().position(|n| n == "g").expect("g in gdb's chain");
+            assert_eq!(
+                &tn[at..at + 4],
+                ["g", "f", "main", "__libc_start_call_main"],
+                "{extra}: gdb-multiarch's chain {tn:?}"
+            );
+            let ours_raw = our_chain(a, &test_exe, &core);
+            let pcs: Vec<u64> = ours_raw.iter().map(|f| f.0).collect();
+            let ours = by_symbol(&exe, &pcs);
+            assert!(
+                ours.len() >= truth.len() && ours[..truth.len()] == truth[..],
+                "{extra} strip={strip}: chain differs\n truth: {tn:?}\n  ours: {:?}\n methods: {ours_raw:x?}",
+                names(&ours)
+            );
+            let (_, cli_pcs) =
+                cores::cli_core_json(&["--past-main", "--methods"], &test_exe, &core);
+            let cli = by_symbol(&exe, &cli_pcs);
+            assert!(
+                cli.len() >= truth.len() && cli[..truth.len()] == truth[..],
+                "{extra} strip={strip}: callstack core differs\n truth: {tn:?}\n   cli: {:?}",
+                names(&cli)
+            );
+        }
+    }
 }
 
 #[test]

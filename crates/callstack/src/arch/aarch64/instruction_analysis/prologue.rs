@@ -25,6 +25,9 @@ enum Op {
     SpMinusReg(u32),
     /// sp += xN.
     SpPlusReg(u32),
+    /// sp -= or += a register extended or shifted (`sub sp, sp, w0,
+    /// sxtw`): an amount the analysis does not follow. `true`: a `sub`.
+    SpByExtended(bool),
     /// Stores of (reg, offset from sp after any writeback) with writeback
     /// delta first.
     Store {
@@ -123,10 +126,15 @@ fn decode(i: u32) -> Op {
         }
         return Op::Other;
     }
-    // ADD/SUB (extended register, 64-bit) sp, sp, xM
-    if i & 0xbfe0_fc00 == 0x8b20_6000 && rn == SP && rd == SP {
+    // ADD/SUB (extended register, 64-bit) sp, sp, xM (uxtx, no shift);
+    // other extensions (`w0, sxtw`) or shifts: an amount not followed.
+    if i & 0xbfe0_0000 == 0x8b20_0000 && rn == SP && rd == SP {
         let rm = (i >> 16) & 31;
-        return if i & 0x4000_0000 != 0 {
+        let sub = i & 0x4000_0000 != 0;
+        if i & 0xfc00 != 0x6000 {
+            return Op::SpByExtended(sub);
+        }
+        return if sub {
             Op::SpMinusReg(rm)
         } else {
             Op::SpPlusReg(rm)
@@ -151,7 +159,7 @@ fn decode(i: u32) -> Op {
 fn allocates(i: u32) -> bool {
     match decode(i) {
         Op::Sp(d) => d < 0,
-        Op::SpMinusReg(_) => true,
+        Op::SpMinusReg(_) | Op::SpByExtended(true) => true,
         Op::Store { wb, .. } => wb < 0,
         _ => false,
     }
@@ -298,6 +306,51 @@ pub fn analyze<C: CodeMemory + ?Sized>(
     }
     let start =
         crate::arch::risc::function_start(entry, pc, MAX_FORWARD * 4, || find_start(code, pc))?;
+    let found = from_start(code, start, pc, first);
+    if entry.is_some() || found.as_ref().is_some_and(|r| r.ra_at_cfa.is_some()) {
+        return found;
+    }
+    // Without a symbol, the start is the nearest allocation before the pc,
+    // which may be a later one of the same function: `sub sp, sp, xN` for
+    // a variable-length array or `alloca` (x29 then locates the frame), or
+    // locals allocated after `stp x29, x30, [sp, #-N]!` and other work. No
+    // x30 saved on the path from it: look further back, to an allocation
+    // that saves it, as long as no `ret` lies between (another function's
+    // end). A frame that saves nothing keeps the first answer (a leaf, at
+    // an exact pc, returns through x30).
+    let mut at = start;
+    for _ in 0..MAX_EARLIER_STARTS {
+        let Some(earlier) = find_start(code, at).filter(|&e| pc - e <= MAX_FORWARD * 4) else {
+            break;
+        };
+        if (earlier..at).step_by(4).any(|a| insn_at(code, a).is_some_and(is_ret)) {
+            break;
+        }
+        let r = from_start(code, earlier, pc, first);
+        if r.as_ref().is_some_and(|r| r.ra_at_cfa.is_some()) {
+            return r;
+        }
+        at = earlier;
+    }
+    found
+}
+
+/// How many allocations before the nearest one [`analyze`] tries as the
+/// function's start when the nearest saves no return address.
+const MAX_EARLIER_STARTS: usize = 4;
+
+/// Whether `i` is `ret` (to x30, or `retaa`/`retab`).
+fn is_ret(i: u32) -> bool {
+    matches!(decode(i), Op::Ret)
+}
+
+/// [`analyze`] from a given start: the path from `start` to `pc`.
+fn from_start<C: CodeMemory + ?Sized>(
+    code: &mut C,
+    start: u64,
+    pc: u64,
+    first: bool,
+) -> Option<InsnRule> {
     let mut d: i64 = 0; // sp - entry sp
     let mut sp_known = true;
     let mut fp_val: Option<i64> = None; // x29 - entry sp
@@ -314,7 +367,7 @@ pub fn analyze<C: CodeMemory + ?Sized>(
         let op = decode(i);
         let epilogue_op = match &op {
             Op::Sp(k) => *k > 0,
-            Op::SpPlusReg(_) => true,
+            Op::SpPlusReg(_) | Op::SpByExtended(false) => true,
             Op::Load { wb, regs, n } => {
                 *wb > 0 || regs[..*n].iter().any(|r| r.0 == LR || r.0 == FP)
             }
@@ -336,6 +389,7 @@ pub fn analyze<C: CodeMemory + ?Sized>(
                 Some(k) => d += k,
                 None => sp_known = false,
             },
+            Op::SpByExtended(_) => sp_known = false,
             Op::Store { wb, regs, n } => {
                 d += wb;
                 for &(r, off) in &regs[..n] {
@@ -455,6 +509,71 @@ mod tests {
         let r = analyze(&mut SliceCode::new(0x1000, &b), 0x100c, Some(0x1000), false).unwrap();
         assert_eq!((r.cfa_offset, r.ra_at_cfa), (0x20, Some(-8)));
         assert_eq!(r.fp, FpRule::At(Base::Sp, 0x10));
+    }
+
+    /// gcc -O2 `main` with a variable-length array, then with `alloca`:
+    /// the array is allocated by `sub sp, sp, xN` (or `w0, sxtw`) after the
+    /// prologue, the frame is located through x29. Without a symbol, the
+    /// nearest allocation before the return address is that `sub`: the
+    /// analysis must go back to the `stp x29, x30` that saved x30.
+    #[test]
+    fn dynamic_allocation_after_the_prologue_without_a_symbol() {
+        let previous = [0x9400_0000u32, 0xd65f_03c0, 0xd503_201f]; // bl; ret; nop
+        let vla = [
+            0x52800c82, // mov w2, #100
+            0xa9be7bfd, // stp x29, x30, [sp, #-32]!
+            0x52800021, // mov w1, #1
+            0x1b027c02, // mul w2, w0, w2
+            0x910003fd, // mov x29, sp
+            0x11004042, // add w2, w2, #0x10
+            0xf9000bf3, // str x19, [sp, #16]
+            0x2a0003f3, // mov w19, w0
+            0x93407c42, // sxtw x2, w2
+            0x91003c40, // add x0, x2, #0xf
+            0x927cec00, // and x0, x0, #~15
+            0xcb2063ff, // sub sp, sp, x0
+            0x910003e0, // mov x0, sp
+            0x97ffff57, // bl memset
+            0x2a1303e1, // mov w1, w19
+            0x910003e0, // mov x0, sp
+            0x94000078, // bl f
+            0xd0000482, // adrp x2, ...   <- return address
+        ];
+        let alloca = [
+            0xa9be7bfd, // stp x29, x30, [sp, #-32]!
+            0x2a0003e1, // mov w1, w0
+            0x531a6400, // lsl w0, w0, #6
+            0x11004000, // add w0, w0, #0x10
+            0x910003fd, // mov x29, sp
+            0x4f00e440, // movi v0.16b, #2
+            0xf9000bf3, // str x19, [sp, #16]
+            0xcb20c3ff, // sub sp, sp, w0, sxtw
+            0x910003f3, // mov x19, sp
+            0xaa1303e0, // mov x0, x19
+            0x3d800260, // str q0, [x19]
+            0x9400007d, // bl f
+            0xd0000482, // adrp x2, ...   <- return address
+        ];
+        for main in [&vla[..], &alloca[..]] {
+            let words: Vec<u32> = previous.iter().chain(main).copied().collect();
+            let b = code(&words);
+            let ra = 0x1000 + 4 * (words.len() as u64 - 1);
+            let r = analyze(&mut SliceCode::new(0x1000, &b), ra, None, false).unwrap();
+            assert_eq!(r.cfa_base, Base::Fp);
+            assert_eq!((r.cfa_offset, r.ra_at_cfa), (32, Some(-24)));
+            assert_eq!(r.fp, FpRule::At(Base::Fp, 0));
+        }
+        // A `ret` between the nearest allocation and an earlier one: the
+        // earlier one is another function's, the answer stays the first.
+        let words = [
+            0xa9bf7bfd, // stp x29, x30, [sp, #-16]! (another function)
+            0xd65f03c0, // ret
+            0xcb2063ff, // sub sp, sp, x0
+            0x94000000, // bl
+            0xd503201f, // nop   <- return address
+        ];
+        let b = code(&words);
+        assert_eq!(analyze(&mut SliceCode::new(0x1000, &b), 0x1010, None, false), None);
     }
 
     #[test]

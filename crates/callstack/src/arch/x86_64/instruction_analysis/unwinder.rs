@@ -19,8 +19,11 @@
 //! A return address that follows a call that never returns (`abort`, a
 //! `.cold` part's last call: the bytes after it are padding) says nothing
 //! through the code after it, and in code without frame pointers `rbp` may
-//! hold an outer frame's record: such a frame skips 2 and 3 and is scanned,
-//! the frame pointer serving only when scanning finds nothing.
+//! hold an outer frame's record: such a frame skips 3 and is scanned. A
+//! frame record at `rbp` that passes the strict check still wins when
+//! scanning found no candidate below its return-address slot (the scan
+//! reached that slot, or passed it: a signal trampoline is no scan
+//! candidate); only a candidate below the record makes `rbp` doubtful.
 
 use super::{epilogue, prologue};
 use crate::arch::insn_cache::{FrameAnalysis, InsnCache, RaInfo};
@@ -412,16 +415,28 @@ where
     // 4. Scanning, verified by prologue analysis from the call's target.
     let scanned = scan_step(regs, mem, code, cache, pc, stack_end);
     if !noreturn {
-        return scanned.map(|s| s.0);
+        return scanned.map(|s| s.step);
     }
-    // After a call that may not return: a verified scan, else what the
-    // epilogue found, else scanning's guess, else the frame pointer.
+    // After a call that may not return. A frame record at `rbp` whose
+    // return address passes the strict check is this frame's when scanning
+    // found no candidate below its return-address slot: scanning stopped
+    // at that very slot (its answer keeps `rbp`, the record restores the
+    // caller's), went past it (a signal trampoline follows no call, so it
+    // is no scan candidate, and stale words lie above it), or found
+    // nothing. A candidate below the slot means `rbp` may be an outer
+    // frame's record (code without frame pointers): then a verified scan,
+    // else what the epilogue found, else scanning's guess, else the record.
+    let mut fp_lenient = None;
+    let record = frame_pointer(&mut fp_lenient, mem, code);
+    if let Some(r) = record {
+        let slot = regs.fp + 8;
+        if scanned.as_ref().is_none_or(|s| s.slot >= slot) {
+            return Some(r);
+        }
+    }
     match scanned {
-        Some((s, true)) => Some(s),
-        s => lenient.or(s.map(|s| s.0)).or_else(|| {
-            let mut fp_lenient = None;
-            frame_pointer(&mut fp_lenient, mem, code).or(fp_lenient)
-        }),
+        Some(s) if s.verified => Some(s.step),
+        s => lenient.or(s.map(|s| s.step)).or(record).or(fp_lenient),
     }
 }
 
@@ -467,7 +482,9 @@ where
     M: Memory + ?Sized,
     C: CodeMemory + ?Sized,
 {
-    if regs.fp > regs.sp
+    // `rbp == rsp`: the record at the frame's bottom (`push rbp; mov rbp,
+    // rsp` and no locals, as before a last call that does not return).
+    if regs.fp >= regs.sp
         && regs.fp & 7 == 0
         && regs.fp.checked_add(16).is_some_and(|e| e <= stack_end)
     {
@@ -496,9 +513,18 @@ where
     None
 }
 
+/// What [`scan_step`] found.
+struct Scanned {
+    /// The caller.
+    step: StepResult,
+    /// Whether prologue analysis from the call's target checked the hit.
+    verified: bool,
+    /// Where the return address was on the stack.
+    slot: u64,
+}
+
 /// Step 4 of [`step_cached`]: stack scanning, each candidate verified by
-/// prologue analysis from the call's target where it can be. Also says
-/// whether the hit was verified.
+/// prologue analysis from the call's target where it can be.
 fn scan_step<M, C>(
     regs: &UnwindRegs,
     mem: &mut M,
@@ -506,7 +532,7 @@ fn scan_step<M, C>(
     cache: CacheRef<'_>,
     pc: u64,
     stack_end: u64,
-) -> Option<(StepResult, bool)>
+) -> Option<Scanned>
 where
     M: Memory + ?Sized,
     C: CodeMemory + ?Sized,
@@ -567,22 +593,28 @@ where
     if let Some(rule) = found_rule.filter(|_| hit.verified) {
         if let Some(n) = read_rule(&rule, regs, mem) {
             if above(&n) && n.pc == hit.ra {
-                let s = StepResult {
-                    regs: n,
-                    method: Method::Scan,
-                };
-                return Some((s, true));
+                return Some(Scanned {
+                    step: StepResult {
+                        regs: n,
+                        method: Method::Scan,
+                    },
+                    verified: true,
+                    slot: hit.slot,
+                });
             }
         }
     }
-    let s = StepResult {
-        regs: UnwindRegs {
-            pc: hit.ra,
-            sp: hit.slot + 8,
-            fp: regs.fp,
-            lr: 0,
+    Some(Scanned {
+        step: StepResult {
+            regs: UnwindRegs {
+                pc: hit.ra,
+                sp: hit.slot + 8,
+                fp: regs.fp,
+                lr: 0,
+            },
+            method: Method::Scan,
         },
-        method: Method::Scan,
-    };
-    Some((s, hit.verified))
+        verified: hit.verified,
+        slot: hit.slot,
+    })
 }
