@@ -104,7 +104,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 if args.json {
                     let mut frames = Vec::new();
                     for (i, &a) in st.frames.iter().enumerate() {
-                        let addr = if i == 0 && st.first_is_exact {
+                        let addr = if st.is_exact(i) {
                             Address::Exact(a)
                         } else {
                             Address::Return(a)
@@ -145,7 +145,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 }
                 .map_err(io)?;
                 for (i, &a) in st.frames.iter().enumerate() {
-                    let addr = if i == 0 && st.first_is_exact {
+                    let addr = if st.is_exact(i) {
                         Address::Exact(a)
                     } else {
                         Address::Return(a)

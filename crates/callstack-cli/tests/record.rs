@@ -875,6 +875,12 @@ fn exact_user_pc_after_kernel_frames() {
         .env("PPROF_TMPDIR", &dir));
     assert!(top.contains("fault_target"), "{top}");
     assert!(!top.contains("fault_prev"), "{top}");
+    // `callstack symbolize` of the recording too (its `I` records).
+    let sym = run(Command::new(&release_artifacts().cli)
+        .arg("symbolize")
+        .arg(&data));
+    assert!(sym.contains(" in fault_target"), "{sym}");
+    assert!(!sym.contains("fault_prev"), "{sym}");
 }
 
 /// `--preload` (the in-process sampler): the command's exit status too;

@@ -34,6 +34,8 @@ pub const VERSION: u8 = 1;
 
 const TAG_MODULE: u8 = b'M';
 const TAG_STACK: u8 = b'S';
+/// `I`: the exact (interrupted) pcs past the first frame of the stack record just before.
+pub(crate) const TAG_EXACT: u8 = b'I';
 const FLAG_FIRST_EXACT: u64 = 1;
 const FLAG_HAS_TAG: u64 = 2;
 
@@ -63,6 +65,23 @@ pub struct StackRecord {
     pub first_is_exact: bool,
     /// A user value (thread id, sample weight, allocation size...), if any.
     pub tag: Option<u64>,
+    /// The indices (ascending, each above 0) of the other frames that are
+    /// exact pcs (an `I` record after the stack's: a profile's interrupted
+    /// user pc after kernel frames, a pc through a signal frame); empty
+    /// for most stacks. See [`StackRecord::is_exact`].
+    pub exact: Vec<u32>,
+}
+
+impl StackRecord {
+    /// Whether `frames[i]` is an exact pc (looked up as is) rather than a
+    /// return address (looked up at the byte before).
+    pub fn is_exact(&self, i: usize) -> bool {
+        if i == 0 {
+            self.first_is_exact
+        } else {
+            u32::try_from(i).is_ok_and(|i| self.exact.binary_search(&i).is_ok())
+        }
+    }
 }
 
 /// One record of a trace file.
@@ -274,6 +293,17 @@ pub struct TraceReader<R: Read> {
     src: R,
     offset: u64,
     payload: Vec<u8>,
+    /// A record read past a stack record to look for its `I` record, not
+    /// one: its raw form, given by the next read.
+    stashed: Option<Raw>,
+}
+
+/// A record as read, before decoding: its payload is in
+/// `TraceReader::payload`, or in the `Vec` of a stashed one.
+enum Raw {
+    Record(u8, u64, Vec<u8>),
+    Eof,
+    Truncated,
 }
 
 /// The outcome of reading one record.
@@ -301,6 +331,7 @@ impl<R: Read> TraceReader<R> {
             src,
             offset: 12,
             payload: Vec::new(),
+            stashed: None,
         })
     }
 
@@ -341,17 +372,18 @@ impl<R: Read> TraceReader<R> {
         }
     }
 
-    fn step(&mut self) -> Result<Step, TraceError> {
+    /// Reads the next record's tag, offset and payload (into `payload`).
+    fn read_raw(&mut self) -> Result<Raw, TraceError> {
         let mut tag = [0u8; 1];
         if read_full(&mut self.src, &mut tag)? == 0 {
-            return Ok(Step::Eof);
+            return Ok(Raw::Eof);
         }
         let mut len: u64 = 0;
         let mut shift = 0;
         loop {
             let mut b = [0u8; 1];
             if read_full(&mut self.src, &mut b)? == 0 {
-                return Ok(Step::Truncated);
+                return Ok(Raw::Truncated);
             }
             if shift > 63 {
                 return Err(TraceError::Corrupt("record length overflows", self.offset));
@@ -371,15 +403,63 @@ impl<R: Read> TraceReader<R> {
         self.payload.clear();
         let got = read_up_to(&mut self.src, &mut self.payload, len)?;
         if got < len {
-            return Ok(Step::Truncated);
+            return Ok(Raw::Truncated);
         }
         let at = self.offset;
         self.offset += 1 + len + shift as u64 / 7;
+        Ok(Raw::Record(tag[0], at, Vec::new()))
+    }
+
+    fn step(&mut self) -> Result<Step, TraceError> {
+        let raw = match self.stashed.take() {
+            Some(Raw::Record(tag, at, payload)) => {
+                self.payload = payload;
+                Raw::Record(tag, at, Vec::new())
+            }
+            Some(r) => r,
+            None => self.read_raw()?,
+        };
+        let (tag, at) = match raw {
+            Raw::Record(tag, at, _) => (tag, at),
+            Raw::Eof => return Ok(Step::Eof),
+            Raw::Truncated => return Ok(Step::Truncated),
+        };
+        let mut step = self.decode(tag, at)?;
+        if let Step::Record(Record::Stack(st)) = &mut step {
+            // Its `I` record, if it has one, comes next.
+            match self.read_raw()? {
+                Raw::Record(TAG_EXACT, xat, _) => {
+                    let mut p = Payload {
+                        b: &self.payload,
+                        at: xat,
+                    };
+                    let n = p.varint()? as usize;
+                    if n > p.b.len() {
+                        return Err(TraceError::Corrupt("exact count exceeds record", xat));
+                    }
+                    st.exact = (0..n)
+                        .map(|_| p.varint().map(|i| u32::try_from(i).unwrap_or(u32::MAX)))
+                        .collect::<Result<_, _>>()?;
+                    st.exact.retain(|&i| i > 0 && (i as usize) < st.frames.len());
+                    st.exact.sort_unstable();
+                    st.exact.dedup();
+                }
+                Raw::Record(t, a, _) => {
+                    self.stashed = Some(Raw::Record(t, a, std::mem::take(&mut self.payload)));
+                }
+                other => self.stashed = Some(other),
+            }
+        }
+        Ok(step)
+    }
+
+    /// Decodes the record in `payload`.
+    fn decode(&mut self, tag: u8, at: u64) -> Result<Step, TraceError> {
         let mut p = Payload {
             b: &self.payload,
             at,
         };
-        match tag[0] {
+        match tag {
             TAG_MODULE => {
                 let start = p.varint()?;
                 let size = p.varint()?;
@@ -418,6 +498,7 @@ impl<R: Read> TraceReader<R> {
                     frames,
                     first_is_exact: flags & FLAG_FIRST_EXACT != 0,
                     tag,
+                    exact: Vec::new(),
                 })))
             }
             t => Ok(Step::Other(t, at)),

@@ -1,5 +1,5 @@
 //! A profile in the callstack trace file (`docs/trace-format.md`): the
-//! `P` (profile), `T` (thread), `X` (exact frames), `V` (values) and `E`
+//! `P` (profile), `T` (thread), `I` (exact frames), `V` (values) and `E`
 //! (end) records beside the `M` and `S` records that every reader knows.
 
 use super::{Profile, ValueType};
@@ -19,8 +19,9 @@ pub(crate) const TAG_VALUES: u8 = b'V';
 pub(crate) const TAG_END: u8 = b'E';
 /// `K`: a kernel function the profile's kernel frames fall in.
 pub(crate) const TAG_KERNEL_SYMBOL: u8 = b'K';
-/// `X`: the exact pcs past the first frame of the stack record just before.
-pub(crate) const TAG_EXACT: u8 = b'X';
+// `I`: the exact pcs past the first frame of the stack record just before
+// (read by `TraceReader` into the stack's `StackRecord::exact`).
+use crate::tracefile::TAG_EXACT;
 
 /// `V` flag: the preceding stack record's tag is its thread id.
 const VALUES_TAG_IS_THREAD: u64 = 1;
@@ -38,7 +39,7 @@ fn get_str(p: &mut Payload<'_>) -> Result<String, TraceError> {
 impl Profile {
     /// Writes the profile as a callstack trace file: header, `P`, the
     /// modules, the thread names, each stack (`S`, its thread as the tag)
-    /// followed by its exact frames past the first (`X`, if any) and its
+    /// followed by its exact frames past the first (`I`, if any) and its
     /// values (`V`), and `E`.
     pub fn write_trace(&self, sink: impl Write) -> io::Result<()> {
         let mut w = TraceWriter::new(sink)?;
@@ -120,12 +121,11 @@ impl Profile {
     pub fn read_trace(src: impl Read) -> Result<Profile, TraceError> {
         let mut r = TraceReader::new(src)?;
         let mut p = Profile::new(vec![ValueType::new("samples", "count")]);
-        // The last stack read, waiting for its `V` record, with the exact
-        // frames of its `X` record.
-        let mut pending: Option<(StackRecord, Vec<u32>)> = None;
-        let flush = |p: &mut Profile, s: Option<(StackRecord, Vec<u32>)>| {
-            if let Some((s, exact)) = s {
-                p.add_exact(&s.frames, s.first_is_exact, &exact, None, &[1]);
+        // The last stack read, waiting for its `V` record.
+        let mut pending: Option<StackRecord> = None;
+        let flush = |p: &mut Profile, s: Option<StackRecord>| {
+            if let Some(s) = s {
+                p.add_exact(&s.frames, s.first_is_exact, &s.exact, None, &[1]);
             }
         };
         loop {
@@ -138,20 +138,7 @@ impl Profile {
                 }
                 Some(AnyRecord::Known(Record::Stack(s))) => {
                     flush(&mut p, pending.take());
-                    pending = Some((s, Vec::new()));
-                }
-                Some(AnyRecord::Other(TAG_EXACT, mut b)) => {
-                    let n = b.varint()? as usize;
-                    if n > b.b.len() {
-                        return Err(TraceError::Corrupt("exact count exceeds record", b.at));
-                    }
-                    let mut exact = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        exact.push(u32::try_from(b.varint()?).unwrap_or(u32::MAX));
-                    }
-                    if let Some((_, e)) = &mut pending {
-                        *e = exact;
-                    }
+                    pending = Some(s);
                 }
                 Some(AnyRecord::Other(TAG_VALUES, mut b)) => {
                     let flags = b.varint()?;
@@ -163,13 +150,13 @@ impl Profile {
                     for _ in 0..n {
                         vals.push(unzigzag(b.varint()?));
                     }
-                    if let Some((s, exact)) = pending.take() {
+                    if let Some(s) = pending.take() {
                         let thread = if flags & VALUES_TAG_IS_THREAD != 0 {
                             s.tag.map(|t| t as u32)
                         } else {
                             None
                         };
-                        p.add_exact(&s.frames, s.first_is_exact, &exact, thread, &vals);
+                        p.add_exact(&s.frames, s.first_is_exact, &s.exact, thread, &vals);
                     }
                 }
                 Some(AnyRecord::Other(tag, mut b)) => {

@@ -690,9 +690,8 @@ mod tests {
         }
     }
 
-    /// Exact pcs past the first frame (`X` records) survive the file, keep
-    /// stacks apart, and are what the names are looked up with; an old
-    /// reader skips them.
+    /// Exact pcs past the first frame (`I` records) survive the file, keep
+    /// stacks apart, and are what the names are looked up with.
     #[test]
     fn exact_frames_round_trip() {
         let mut p = Profile::cpu(100);
@@ -709,8 +708,11 @@ mod tests {
         p.write_trace(&mut buf).unwrap();
         let q = Profile::read_trace(&buf[..]).unwrap();
         assert_eq!(q.stacks, p.stacks);
+        // The trace reader gives them with the stack.
         let t = crate::tracefile::read_all(&buf[..]).unwrap();
         assert_eq!(t.stacks.len(), 2);
+        assert_eq!(t.stacks[0].exact, [1]);
+        assert!(t.stacks[0].is_exact(1) && !t.stacks[1].is_exact(1));
         let mut asked = Vec::new();
         Names::resolve(&q, |a, exact| {
             asked.push((a, exact));
