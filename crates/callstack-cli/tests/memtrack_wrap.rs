@@ -402,3 +402,41 @@ fn children_that_die_keep_their_recordings() {
     }
     assert_eq!(children, 3, "{list}");
 }
+
+/// The tables file of a process stays as sparse as its records at exit:
+/// on tmpfs a read of a hole of a shared mapping allocates it, so the
+/// snapshot at exit reads only the file's data extents (a full scan of
+/// the site table filled 22 MB per process).
+#[test]
+fn tables_stay_sparse_on_tmpfs() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("no /dev/shm");
+        return;
+    }
+    let dir = scratch_dir("memtrack-sparse");
+    let exe = fixture(&dir);
+    let tables = shm.join(format!("callstack-memtrack-test-{}", std::process::id()));
+    std::fs::create_dir_all(&tables).unwrap();
+    let o = Command::new(&exe)
+        .arg("exit")
+        .env("LD_PRELOAD", &release_artifacts().preload_lib)
+        .env("CALLSTACK_MEMTRACK_OUT", dir.join("out.heap"))
+        .env("CALLSTACK_MEMTRACK_DIR", &tables)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(&tables).unwrap() {
+        let e = e.unwrap();
+        use std::os::unix::fs::MetadataExt;
+        files.push((e.file_name(), e.metadata().unwrap().blocks() * 512));
+    }
+    std::fs::remove_dir_all(&tables).unwrap();
+    let t: Vec<_> = files
+        .iter()
+        .filter(|(n, _)| n.to_string_lossy().ends_with(".tables"))
+        .collect();
+    assert_eq!(t.len(), 1, "{files:?}");
+    assert!(t[0].1 < 2 << 20, "{} bytes allocated", t[0].1);
+}

@@ -822,7 +822,21 @@ extern "C" fn finish() {
         return;
     }
     RECORDER.set_enabled(false);
-    let mut snap = RECORDER.snapshot();
+    // Only the data of the tables file: reading its holes would allocate
+    // them (tmpfs).
+    let extents = if TABLES.load(Acquire).is_null() {
+        None
+    } else {
+        shared::data_extents(
+            TABLES_FD.load(Relaxed),
+            shared::RECORDER_OFFSET,
+            RECORDER.storage_len(),
+        )
+    };
+    let mut snap = match extents {
+        Some(e) => RECORDER.snapshot_of_extents(&e),
+        None => RECORDER.snapshot(),
+    };
     snap.capture = if EXACT.load(Relaxed) {
         Capture::Exact
     } else {

@@ -190,6 +190,37 @@ pub unsafe fn publish_modules(base: *mut u8, bytes: &[u8]) -> bool {
     true
 }
 
+/// The data extents of `[from, from + len)` of the file `fd` (its parts
+/// that are not holes), relative to `from`, sorted; `None` if the file
+/// system cannot tell (no `SEEK_DATA`). Allocates.
+pub fn data_extents(fd: libc::c_int, from: usize, len: usize) -> Option<Vec<(usize, usize)>> {
+    let mut out = Vec::new();
+    let end = (from + len) as libc::off_t;
+    let mut off = from as libc::off_t;
+    while off < end {
+        // SAFETY: lseek on a descriptor the caller owns.
+        let data = unsafe { libc::lseek(fd, off, libc::SEEK_DATA) };
+        if data < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) {
+                break;
+            }
+            return None;
+        }
+        if data >= end {
+            break;
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        if hole <= data {
+            return None;
+        }
+        let hole = hole.min(end);
+        out.push(((data as usize) - from, (hole as usize) - from));
+        off = hole;
+    }
+    Some(out)
+}
+
 /// A process's recording read from its tables file.
 #[derive(Debug)]
 pub struct ProcessTables {
@@ -241,8 +272,9 @@ pub fn read_tables(path: &std::path::Path) -> Result<ProcessTables, String> {
         ));
     }
     let base = base as *mut u8;
+    let extents = data_extents(f.as_raw_fd(), RECORDER_OFFSET, len - RECORDER_OFFSET);
     // SAFETY: `base` maps `len` >= RECORDER_OFFSET bytes until the munmap.
-    let r = unsafe { read_mapped(base, len) };
+    let r = unsafe { read_mapped(base, len, extents.as_deref()) };
     // SAFETY: the mapping made above, no longer used.
     unsafe { libc::munmap(base.cast(), len) };
     r.map_err(|e| format!("{}: {e}", path.display()))
@@ -250,7 +282,11 @@ pub fn read_tables(path: &std::path::Path) -> Result<ProcessTables, String> {
 
 /// # Safety
 /// `base` maps `len` >= [`RECORDER_OFFSET`] bytes, page-aligned.
-unsafe fn read_mapped(base: *mut u8, len: usize) -> Result<ProcessTables, String> {
+unsafe fn read_mapped(
+    base: *mut u8,
+    len: usize,
+    extents: Option<&[(usize, usize)]>,
+) -> Result<ProcessTables, String> {
     // SAFETY: the caller's contract.
     let h = unsafe { header(base) };
     if h.magic.load(Acquire) != TABLES_MAGIC {
@@ -268,7 +304,10 @@ unsafe fn read_mapped(base: *mut u8, len: usize) -> Result<ProcessTables, String
     // page-aligned (RECORDER_OFFSET is), and outlives `rec`, dropped at
     // the end of this function.
     unsafe { rec.use_storage(base.add(RECORDER_OFFSET)) };
-    let mut snapshot = rec.snapshot();
+    let mut snapshot = match extents {
+        Some(e) => rec.snapshot_of_extents(e),
+        None => rec.snapshot(),
+    };
     snapshot.capture = if h.capture.load(Relaxed) == 1 {
         Capture::Exact
     } else {

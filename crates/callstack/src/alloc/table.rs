@@ -403,6 +403,20 @@ impl Recorder {
     /// A copy of every site's counters and frames, and the recorder's own
     /// counters. Allocates (not for use inside an allocator).
     pub fn snapshot(&self) -> crate::alloc::HeapSnapshot {
+        self.snapshot_in(None)
+    }
+
+    /// [`Recorder::snapshot`] reading only the site slots that overlap
+    /// `data`: sorted byte ranges of the storage (as
+    /// [`Recorder::use_storage`] was given it) outside which it is all
+    /// zero, such as a sparse file's data extents. A read of a hole of a
+    /// shared file mapping allocates a page on tmpfs; the full scan of a
+    /// file-backed table would fill it.
+    pub fn snapshot_of_extents(&self, data: &[(usize, usize)]) -> crate::alloc::HeapSnapshot {
+        self.snapshot_in(Some(data))
+    }
+
+    fn snapshot_in(&self, data: Option<&[(usize, usize)]>) -> crate::alloc::HeapSnapshot {
         let mut snap = crate::alloc::HeapSnapshot::default();
         snap.counters.dropped = self.dropped.load(Relaxed);
         if self.state.load(Acquire) != READY {
@@ -414,7 +428,18 @@ impl Recorder {
         let c = self.counters();
         snap.counters.live_overflow = c.live_overflow.load(Relaxed);
         snap.counters.unknown_frees = c.unknown_frees.load(Relaxed);
+        let slot_len = std::mem::size_of::<SiteSlot>();
+        let mut extent = 0;
         for (i, s) in sites.iter().enumerate() {
+            if let Some(data) = data {
+                let start = Self::sites_offset() + i * slot_len;
+                while extent < data.len() && data[extent].1 <= start {
+                    extent += 1;
+                }
+                if extent == data.len() || data[extent].0 >= start + slot_len {
+                    continue; // all zero: never claimed
+                }
+            }
             let overflow = i == sites.len() - 1;
             if !overflow && s.hash.load(Acquire) == 0 {
                 continue;
@@ -669,5 +694,18 @@ mod tests {
         );
         assert_eq!((t.live_blocks(), t.leaked_blocks()), (2, 1));
         assert_eq!(s.counters.unknown_frees, 1);
+        // Read by extents: none, the whole storage, the site's part only.
+        assert!(b.snapshot_of_extents(&[]).sites.is_empty());
+        assert_eq!(b.snapshot_of_extents(&[(0, len)]), s);
+        let (slot, o) = (std::mem::size_of::<SiteSlot>(), Recorder::sites_offset());
+        let idx = (0..17)
+            .find(|&i| {
+                let one = [(o + i * slot, o + (i + 1) * slot)];
+                b.snapshot_of_extents(&one).sites.len() == 1
+            })
+            .expect("one slot holds the site");
+        // One byte of the slot in an extent is enough.
+        let one = [(o + idx * slot + 8, o + idx * slot + 9)];
+        assert_eq!(b.snapshot_of_extents(&one), s);
     }
 }
