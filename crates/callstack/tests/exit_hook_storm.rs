@@ -139,8 +139,18 @@ fn captures_from_sigprof_stay_true_while_hooks_come_and_go() {
     let threads: Vec<_> = (0..WORKERS)
         .map(|i| std::thread::spawn(move || worker_loop(i)))
         .collect();
+    // 1.5 s, and on a loaded machine (the timer counts CPU time, which the
+    // workers then get less of) longer, until enough samples are in.
     let start = Instant::now();
-    while start.elapsed() < Duration::from_millis(1500) {
+    let samples = || {
+        WORKERS_STATE
+            .iter()
+            .map(|w| w.checked.load(Ordering::Relaxed))
+            .sum::<u64>()
+    };
+    while start.elapsed() < Duration::from_millis(1500)
+        || (samples() <= 200 && start.elapsed() < Duration::from_secs(30))
+    {
         std::thread::sleep(Duration::from_millis(50));
     }
     STOP.store(true, Ordering::Relaxed);
