@@ -1920,7 +1920,11 @@ mod tests {
                             x.end,
                             x.depth,
                             x.die as usize,
-                            s.origin,
+                            match s.origin {
+                                Some(Origin::Unit(o)) => u.unit.header.offset().0 + o.0,
+                                Some(Origin::Info(at)) => at,
+                                None => 0,
+                            },
                             s.file,
                             s.line,
                             s.column,
