@@ -336,6 +336,8 @@ impl Names {
         let mut files = Symbolizer::from_modules(infos);
         // gdb's names: an address past a symbol's size is `??`.
         files.set_symbol_extent(SymbolExtent::Sized);
+        // gdb's C++ names: `ns::f` for a function without a linkage name.
+        files.set_scoped_names(true);
         for d in debug_dirs {
             files.add_debug_dir(d);
         }

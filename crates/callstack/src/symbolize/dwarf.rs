@@ -372,6 +372,9 @@ pub(crate) struct DwarfIndex {
     /// The `.dwo` files and `.dwp` package of split units (last: the
     /// split units above borrow from its mappings).
     split: super::split::SplitLoader,
+    /// Whether C++ names without a linkage name are qualified by their
+    /// scopes (gdb's names) or not (binutils' and llvm's).
+    scoped: Cell<bool>,
     /// Names made here (qualified C++ names), as long as the index.
     owned: super::mapped::Mapped,
 }
@@ -412,6 +415,7 @@ impl DwarfIndex {
         let endian = gimli::Reader::endian(gimli::Section::reader(&dwarf.debug_abbrev));
         DwarfIndex {
             split: super::split::SplitLoader::new(endian),
+            scoped: Cell::new(false),
             owned: super::mapped::Mapped::from_bytes(Vec::new()),
             dwarf,
             _inflated: inflated,
@@ -430,6 +434,15 @@ impl DwarfIndex {
     /// skeleton units answer alone).
     pub(crate) fn set_split_places(&mut self, places: super::split::SplitPlaces) {
         self.split.set_places(places);
+    }
+
+    /// Names C++ functions without a linkage name as gdb does
+    /// (`ns::f`, `(anonymous namespace)::f`, `Local::run`), or by their
+    /// bare `DW_AT_name` as binutils and llvm do.
+    pub(crate) fn set_scoped_names(&self, on: bool) {
+        if self.scoped.replace(on) != on {
+            self.names.borrow_mut().clear();
+        }
     }
 
     /// Split-DWARF files found missing since the last call.
@@ -974,7 +987,7 @@ impl DwarfIndex {
             // C++ without a linkage name (a function of internal linkage,
             // a method of a local class): qualified by its scopes, as gdb
             // names it.
-            if scoped_language(u.lang) {
+            if self.scoped.get() && scoped_language(u.lang) {
                 let scopes = u.scopes.get_or_init(|| parse_scopes(u.dw(&self.dwarf), u));
                 if let Some(q) = qualified(scopes, die.0, n) {
                     return Some(self.owned.stash(q));
@@ -1907,7 +1920,11 @@ mod tests {
                             x.end,
                             x.depth,
                             x.die as usize,
-                            s.origin,
+                            match s.origin {
+                                Some(Origin::Unit(o)) => u.unit.header.offset().0 + o.0,
+                                Some(Origin::Info(at)) => at,
+                                None => 0,
+                            },
                             s.file,
                             s.line,
                             s.column,

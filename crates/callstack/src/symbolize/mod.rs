@@ -381,6 +381,8 @@ pub struct Symbolizer {
     tail_cache: HashMap<(u64, u64), Vec<usize>>,
     /// How far a symbol-table name reaches (see [`SymbolExtent`]).
     extent: SymbolExtent,
+    /// See [`Symbolizer::set_scoped_names`].
+    scoped_names: bool,
     /// The loader's (added, removed) counters when the module list was
     /// last read (in-process only; see `loader.rs`).
     loader_generation: Option<(u64, u64)>,
@@ -426,6 +428,7 @@ impl Symbolizer {
             cache: IntMap::default(),
             tail_cache: HashMap::new(),
             extent: SymbolExtent::default(),
+            scoped_names: false,
             loader_generation: None,
         }
     }
@@ -469,6 +472,7 @@ impl Symbolizer {
             cache: IntMap::default(),
             tail_cache: HashMap::new(),
             extent: SymbolExtent::default(),
+            scoped_names: false,
             loader_generation: None,
         }
     }
@@ -503,6 +507,26 @@ impl Symbolizer {
     pub fn set_symbol_extent(&mut self, extent: SymbolExtent) {
         self.extent = extent;
         self.cache.clear();
+    }
+
+    /// How C++ functions without a linkage name in the DWARF (functions
+    /// of internal linkage: `static` ones, those of an anonymous
+    /// namespace; methods of local classes) are named: `false` (the
+    /// default), by their bare name as binutils' `addr2line` and
+    /// llvm-symbolizer do (`wait_here`); `true`, qualified by the
+    /// namespaces and classes around their DIE as gdb does
+    /// (`shop::wait_here`, `(anonymous namespace)::helper`, `Local::run`
+    /// for a class defined in a function). Empties the cache.
+    pub fn set_scoped_names(&mut self, on: bool) {
+        self.scoped_names = on;
+        self.cache.clear();
+        for e in &self.entries {
+            if let Some(Ok(m)) = &e.opened {
+                if let Some(d) = &m.dwarf {
+                    d.set_scoped_names(on);
+                }
+            }
+        }
     }
 
     /// The modules this symbolizer knows.
@@ -642,8 +666,15 @@ impl Symbolizer {
     /// it cannot be), and its load bias.
     fn open(&mut self, i: usize) -> (Option<&ElfModule>, usize) {
         let search = &self.search;
+        let scoped = self.scoped_names;
         let e = &mut self.entries[i];
-        e.opened.get_or_insert_with(|| open_entry(&e.info, search));
+        e.opened.get_or_insert_with(|| {
+            let m = open_entry(&e.info, search);
+            if let Ok(Some(d)) = m.as_ref().map(|m| m.dwarf.as_ref()) {
+                d.set_scoped_names(scoped);
+            }
+            m
+        });
         let e = &self.entries[i];
         (e.opened.as_ref().and_then(|o| o.as_ref().ok()), bias_of(e))
     }

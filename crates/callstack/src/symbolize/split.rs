@@ -346,13 +346,13 @@ mod tests {
                 PathBuf::from("/opt/bin/t.dwo")
             ]
         );
+        // (`/opt/bin/./obj/t.dwo` and `/opt/bin/obj/t.dwo` are one path.)
         let c = dwo_candidates("obj/t.dwo", Some("."), Path::new("/opt/bin/t"));
         assert_eq!(
             c,
             vec![
                 PathBuf::from("./obj/t.dwo"),
                 PathBuf::from("/opt/bin/./obj/t.dwo"),
-                PathBuf::from("/opt/bin/obj/t.dwo"),
                 PathBuf::from("/opt/bin/t.dwo"),
             ]
         );
