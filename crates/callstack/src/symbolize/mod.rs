@@ -12,7 +12,10 @@
 //!    debug file, found by build-id (`/usr/lib/debug/.build-id/xx/yyyy.debug`)
 //!    or by `.gnu_debuglink` (beside the object, in its `.debug/` subdir,
 //!    under `/usr/lib/debug/<dir>/`, or any [`Symbolizer::add_debug_dir`]);
-//! 2. `.symtab` (of the object or of its debug file);
+//! 2. `.symtab` (of the object or of its debug file); without either, the
+//!    symbol table of the object's MiniDebugInfo (`.gnu_debugdata`, an
+//!    xz-compressed object of the local functions' symbols, as Fedora,
+//!    RHEL and CentOS ship every package), as gdb reads it;
 //! 3. `.dynsym`.
 //!
 //! A split debug file is used only if it comes from the same build as the
