@@ -8,6 +8,7 @@ use std::process::ExitCode;
 mod addr2line;
 mod core;
 mod crash;
+mod debuginfod;
 mod demo;
 mod mainfn;
 mod memtrack;

@@ -1,6 +1,7 @@
 //! One ELF object opened for symbolization: its DWARF (possibly in a
 //! separate debug file), its symbol tables, its build-id.
 
+use super::debuginfod::{Artifact, Debuginfod};
 use super::dwarf::{DwarfIndex, Info};
 use super::lazy::Inflating;
 use super::mapped::Mapped;
@@ -102,6 +103,8 @@ pub(crate) struct SearchPaths {
     pub debug_dirs: Vec<PathBuf>,
     /// Do not look for debug files at all (objects from memory).
     pub disabled: bool,
+    /// Where to fetch what is not on this machine (`DEBUGINFOD_URLS`).
+    pub debuginfod: Option<Arc<Debuginfod>>,
 }
 
 impl SearchPaths {
@@ -109,6 +112,7 @@ impl SearchPaths {
         SearchPaths {
             debug_dirs: Vec::new(),
             disabled: true,
+            debuginfod: None,
         }
     }
 }
@@ -777,6 +781,9 @@ fn open_candidate(candidate: &Path, skipped: &mut Vec<Error>) -> Option<(Mapped,
 /// a debug file rewritten after linking, e.g. by dwz, keeps its build-id
 /// but not its CRC), otherwise the CRC32 of the whole candidate must be
 /// the one `.gnu_debuglink` records. Others go to `skipped`, with why.
+///
+/// When none is on this machine, the debuginfod servers (if any) are asked
+/// for the build-id's debug file.
 fn find_debug_file(
     path: &Path,
     obj: &object::File<'static>,
@@ -787,6 +794,35 @@ fn find_debug_file(
     if search.disabled {
         return None;
     }
+    if let Some(found) = find_local_debug_file(path, obj, build_id, search, skipped) {
+        return Some(found);
+    }
+    let (client, id) = (search.debuginfod.as_ref()?, build_id?);
+    let p = client.fetch(id, Artifact::Debuginfo)?;
+    let (map, have) = open_candidate(&p, skipped)?;
+    if have.as_deref() != Some(id) {
+        skipped.push(Error::new(
+            ErrorKind::BuildIdMismatch,
+            &p,
+            format!(
+                "build-id {} is not the object's {}",
+                have.as_deref().map(hex).unwrap_or_else(|| "(none)".into()),
+                hex(id)
+            ),
+        ));
+        return None;
+    }
+    Some((p, map))
+}
+
+/// [`find_debug_file`] on this machine only.
+fn find_local_debug_file(
+    path: &Path,
+    obj: &object::File<'static>,
+    build_id: Option<&[u8]>,
+    search: &SearchPaths,
+    skipped: &mut Vec<Error>,
+) -> Option<(PathBuf, Mapped)> {
     let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let is_self = |c: &Path| c == path || c == real.as_path();
     if let Some(id) = build_id {

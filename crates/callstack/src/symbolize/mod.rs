@@ -75,6 +75,7 @@
 //! handler. Capture there, symbolize later.
 
 mod called_from;
+pub mod debuginfod;
 mod demangle;
 mod die;
 mod dwarf;
@@ -92,6 +93,7 @@ pub use demangle::demangle;
 pub use elf::{DebugInfoReport, SymbolExtent};
 pub use shared::{with_process_symbolizer, SymbolizedTrace};
 
+pub use debuginfod::Debuginfod;
 use elf::{ElfModule, SearchPaths};
 use std::collections::HashMap;
 use std::fmt;
@@ -419,7 +421,10 @@ impl Symbolizer {
             entries,
             in_process: false,
             whole_file: false,
-            search: SearchPaths::default(),
+            search: SearchPaths {
+                debuginfod: debuginfod::from_env_shared(),
+                ..SearchPaths::default()
+            },
             cache: IntMap::default(),
             tail_cache: HashMap::new(),
             extent: SymbolExtent::default(),
@@ -476,13 +481,49 @@ impl Symbolizer {
         path: impl AsRef<Path>,
         debug_dirs: &[PathBuf],
     ) -> Result<Symbolizer, Error> {
+        Self::for_file_with_debuginfod(path, debug_dirs, debuginfod::from_env_shared())
+    }
+
+    /// [`Symbolizer::for_file_with_debug_dirs`] with the given debuginfod
+    /// client (`None`: none, whatever `DEBUGINFOD_URLS` says) instead of
+    /// the environment's.
+    pub fn for_file_with_debuginfod(
+        path: impl AsRef<Path>,
+        debug_dirs: &[PathBuf],
+        client: Option<Arc<Debuginfod>>,
+    ) -> Result<Symbolizer, Error> {
         let path = path.as_ref();
         let search = SearchPaths {
             debug_dirs: debug_dirs.to_vec(),
             disabled: false,
+            debuginfod: client,
         };
-        let m = ElfModule::open(path, &search)?;
+        let m = open_entry(
+            &ModuleInfo {
+                path: path.to_path_buf(),
+                build_id: None,
+                start: 0,
+                end: usize::MAX,
+                bias: Some(0),
+            },
+            &search,
+        )?;
         Ok(Self::single(path, m, search))
+    }
+
+    /// Fetch what is not on this machine from `client`'s debuginfod
+    /// servers, or (`None`) from none. By default a symbolizer uses the
+    /// servers of `DEBUGINFOD_URLS` ([`Debuginfod::from_env`]; none when
+    /// it is unset or empty, or without the `debuginfod` feature). Affects
+    /// modules not opened yet.
+    pub fn set_debuginfod(&mut self, client: Option<Arc<Debuginfod>>) {
+        self.search.debuginfod = client;
+    }
+
+    /// The debuginfod client in use, if any (its
+    /// [`Debuginfod::take_warnings`] tell what could not be fetched).
+    pub fn debuginfod(&self) -> Option<&Arc<Debuginfod>> {
+        self.search.debuginfod.as_ref()
     }
 
     /// Also look for split debug files under `dir` (like `/usr/lib/debug`:
@@ -750,6 +791,16 @@ fn open_entry(info: &ModuleInfo, search: &SearchPaths) -> Result<ElfModule, Erro
                         return Ok(m);
                     }
                 }
+            }
+        }
+        // Nor under a debug dir: the debuginfod servers' copy.
+        if let Some(p) = search
+            .debuginfod
+            .as_ref()
+            .and_then(|c| c.fetch(id, debuginfod::Artifact::Executable))
+        {
+            if let Ok(m) = ElfModule::open(&p, search) {
+                return Ok(m);
             }
         }
     }
