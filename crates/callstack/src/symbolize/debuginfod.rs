@@ -546,3 +546,97 @@ fn transport_failure(t: &ureq::Transport) -> Answer {
 pub(crate) fn from_env_shared() -> Option<Arc<Debuginfod>> {
     Debuginfod::from_env().map(Arc::new)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client of one server on a port of 127.0.0.1 nobody listens on,
+    /// with its own cache.
+    fn client(tag: &str) -> (Debuginfod, PathBuf) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let cache = std::env::temp_dir().join(format!(
+            "callstack-debuginfod-unit-{tag}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&cache);
+        std::fs::create_dir_all(&cache).unwrap();
+        let mut c = Debuginfod::new([format!("http://127.0.0.1:{port}/")]);
+        c.set_cache_dir(&cache);
+        c.set_progress(false);
+        (c, cache)
+    }
+
+    #[test]
+    fn urls_are_trimmed_and_empty_ones_dropped() {
+        let c = Debuginfod::new(["http://a/ ", "", "https://b"]);
+        assert_eq!(c.urls(), ["http://a", "https://b"]);
+    }
+
+    #[test]
+    fn a_live_negative_hit_sends_no_request() {
+        let (c, cache) = client("negative");
+        let id = [0x12u8, 0x34, 0x56];
+        let p = c.cache_path(&id, Artifact::Debuginfo);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::File::create(&p).unwrap();
+        assert_eq!(c.fetch(&id, Artifact::Debuginfo), None);
+        assert_eq!(c.requests(), 0);
+        assert!(c.take_warnings().is_empty());
+        // The other artifact of the same build-id is not covered by it.
+        assert_eq!(c.fetch(&id, Artifact::Executable), None);
+        assert_eq!(c.requests(), 1);
+        let _ = std::fs::remove_dir_all(cache);
+    }
+
+    #[test]
+    fn an_expired_negative_hit_is_asked_again() {
+        let (c, cache) = client("expired");
+        std::fs::write(cache.join("cache_miss_s"), "0\n").unwrap();
+        let id = [0xabu8, 0xcd];
+        let p = c.cache_path(&id, Artifact::Debuginfo);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::File::create(&p).unwrap();
+        assert_eq!(c.fetch(&id, Artifact::Debuginfo), None);
+        assert_eq!(c.requests(), 1);
+        // The server could not be reached: nothing is cached for it.
+        assert!(!p.exists());
+        let _ = std::fs::remove_dir_all(cache);
+    }
+
+    #[test]
+    fn a_refused_server_is_named_once_and_asked_once() {
+        let (c, cache) = client("refused");
+        let wants: Vec<(Vec<u8>, Artifact)> = (0u8..5)
+            .map(|i| (vec![i, 1, 2, 3], Artifact::Debuginfo))
+            .collect();
+        let got = c.fetch_all(&wants);
+        assert!(got.iter().all(Option::is_none));
+        // Asked again: remembered, no request.
+        let n = c.requests();
+        assert_eq!(c.fetch(&[0, 1, 2, 3], Artifact::Debuginfo), None);
+        assert_eq!(c.requests(), n);
+        let w = c.take_warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("5 files not fetched"), "{w:?}");
+        assert!(c.take_warnings().is_empty());
+        let _ = std::fs::remove_dir_all(cache);
+    }
+
+    #[test]
+    fn a_cached_file_of_another_build_is_not_used() {
+        let (c, cache) = client("mismatch");
+        let id = [0x55u8, 0x66, 0x77];
+        let p = c.cache_path(&id, Artifact::Executable);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        // This test program: an object, but not of that build-id.
+        std::fs::copy(std::env::current_exe().unwrap(), &p).unwrap();
+        assert_eq!(c.fetch(&id, Artifact::Executable), None);
+        assert!(!p.exists(), "the wrong file stayed in the cache");
+        let _ = std::fs::remove_dir_all(cache);
+    }
+}
