@@ -28,6 +28,10 @@
 //! `cache_miss_s` seconds ago (the number in `<cache>/cache_miss_s`, 600
 //! when absent), and no request is made until it expires. Failures other
 //! than "not found" (a refused connection, a timeout) are not cached.
+//! The first fetch of a client cleans the cache when
+//! `cache_clean_interval_s` (a day) has passed since the last cleaning:
+//! files unused for `max_unused_age_s` (a week) go
+//! ([`Debuginfod::clean_cache`]).
 //!
 //! ## Failures
 //! None is fatal: the module keeps the names it has without the file.
@@ -73,6 +77,12 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
 const DEFAULT_DEADLINE: Duration = Duration::from_secs(120);
 /// How long a negative hit stands when `cache_miss_s` is absent.
 const DEFAULT_CACHE_MISS: Duration = Duration::from_secs(600);
+/// How often the cache is cleaned when `cache_clean_interval_s` is absent
+/// (elfutils' day).
+const DEFAULT_CLEAN_INTERVAL: Duration = Duration::from_secs(86_400);
+/// How long an unused file stays when `max_unused_age_s` is absent
+/// (elfutils' week).
+const DEFAULT_MAX_UNUSED: Duration = Duration::from_secs(604_800);
 /// The most files fetched at once.
 const MAX_PARALLEL: usize = 8;
 
@@ -100,6 +110,8 @@ struct State {
     failures: Vec<(String, String, String)>,
     /// HTTP requests sent.
     requests: u64,
+    /// Whether the cache was looked at for cleaning (once per client).
+    cleaned: bool,
     /// When the first request was sent (the deadline counts from there).
     started: Option<Instant>,
 }
@@ -346,13 +358,84 @@ impl Debuginfod {
         self.cache.join(hex(build_id)).join(kind.name())
     }
 
-    /// How long a negative hit stands: `<cache>/cache_miss_s`.
-    fn cache_miss(&self) -> Duration {
-        std::fs::read_to_string(self.cache.join("cache_miss_s"))
+    /// A setting of the cache: the seconds in `<cache>/<name>`.
+    fn setting(&self, name: &str, default: Duration) -> Duration {
+        std::fs::read_to_string(self.cache.join(name))
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
             .map(Duration::from_secs)
-            .unwrap_or(DEFAULT_CACHE_MISS)
+            .unwrap_or(default)
+    }
+
+    /// How long a negative hit stands: `<cache>/cache_miss_s`.
+    fn cache_miss(&self) -> Duration {
+        self.setting("cache_miss_s", DEFAULT_CACHE_MISS)
+    }
+
+    /// Cleans the cache as elfutils' client does, at most once per
+    /// `cache_clean_interval_s` (the file's modification time is the last
+    /// cleaning; it is written when absent): files not used for
+    /// `max_unused_age_s`, and negative hits past `cache_miss_s`, are
+    /// removed, then their emptied build-id directories. Only what this
+    /// layout holds is touched (a directory named by a hex build-id, and
+    /// in it `debuginfo` or `executable`), whatever else the directory has.
+    pub fn clean_cache(&self) {
+        let stamp = self.cache.join("cache_clean_interval_s");
+        let interval = self.setting("cache_clean_interval_s", DEFAULT_CLEAN_INTERVAL);
+        let age = |m: &std::fs::Metadata, used: bool| {
+            let t = if used {
+                m.accessed().or_else(|_| m.modified())
+            } else {
+                m.modified()
+            };
+            t.ok()
+                .and_then(|t| SystemTime::now().duration_since(t).ok())
+                .unwrap_or_default()
+        };
+        match std::fs::metadata(&stamp) {
+            Ok(m) if age(&m, false) < interval => return,
+            Ok(_) => {}
+            Err(_) => {
+                // First use of this cache: the interval's file, as elfutils
+                // writes it; the next cleaning is an interval away.
+                if std::fs::create_dir_all(&self.cache).is_ok() {
+                    let _ = std::fs::write(&stamp, format!("{}\n", interval.as_secs()));
+                }
+                return;
+            }
+        }
+        let max_unused = self.setting("max_unused_age_s", DEFAULT_MAX_UNUSED);
+        let miss = self.cache_miss();
+        let Ok(dirs) = std::fs::read_dir(&self.cache) else {
+            return;
+        };
+        for d in dirs.flatten() {
+            let name = d.file_name();
+            let is_id = name
+                .to_str()
+                .is_some_and(|n| n.len() >= 4 && n.bytes().all(|b| b.is_ascii_hexdigit()));
+            if !is_id || !d.path().is_dir() {
+                continue;
+            }
+            for kind in [Artifact::Debuginfo, Artifact::Executable] {
+                let f = d.path().join(kind.name());
+                let Ok(m) = std::fs::symlink_metadata(&f) else {
+                    continue;
+                };
+                let stale = if m.len() == 0 {
+                    age(&m, false) >= miss
+                } else {
+                    age(&m, true) >= max_unused
+                };
+                if m.is_file() && stale {
+                    let _ = std::fs::remove_file(&f);
+                }
+            }
+            // Removed only when empty.
+            let _ = std::fs::remove_dir(d.path());
+        }
+        // Touch the stamp: the cleaning is done.
+        let _ = std::fs::write(&stamp, format!("{}\n", interval.as_secs()));
     }
 
     /// The cache's answer: `Some(Some(path))` a file, `Some(None)` a live
@@ -378,6 +461,10 @@ impl Debuginfod {
     fn fetch_uncached(&self, build_id: &[u8], kind: Artifact) -> Option<PathBuf> {
         if build_id.is_empty() {
             return None;
+        }
+        let clean = !std::mem::replace(&mut self.lock().cleaned, true);
+        if clean {
+            self.clean_cache();
         }
         match self.cached(build_id, kind) {
             Some(Some(p)) => {
@@ -569,6 +656,26 @@ mod tests {
         c.set_cache_dir(&cache);
         c.set_progress(false);
         (c, cache)
+    }
+
+    #[test]
+    fn cleaning_removes_old_entries_of_the_layout_only() {
+        let (c, cache) = client("clean");
+        // First use: the interval's file is written, nothing removed.
+        let id_dir = cache.join("0011223344");
+        std::fs::create_dir_all(&id_dir).unwrap();
+        std::fs::write(id_dir.join("debuginfo"), b"x").unwrap();
+        std::fs::write(cache.join("notes.txt"), b"mine").unwrap();
+        c.clean_cache();
+        assert!(cache.join("cache_clean_interval_s").is_file());
+        assert!(id_dir.join("debuginfo").is_file());
+        // Every interval passed, every file unused for too long.
+        std::fs::write(cache.join("cache_clean_interval_s"), "0\n").unwrap();
+        std::fs::write(cache.join("max_unused_age_s"), "0\n").unwrap();
+        c.clean_cache();
+        assert!(!id_dir.exists());
+        assert!(cache.join("notes.txt").is_file());
+        let _ = std::fs::remove_dir_all(cache);
     }
 
     #[test]
