@@ -2,8 +2,11 @@
 //! files are gone, whose executable) only a local debuginfod server has.
 //! The server is elfutils' `debuginfod`, started by each test on a free
 //! port of 127.0.0.1 over a folder of files, and stopped at its end; only
-//! 127.0.0.1 is contacted. Every run of the CLI has its debuginfod
-//! environment set here, whatever the machine's.
+//! 127.0.0.1 is contacted. Where the machine allows it (`unshare -n`),
+//! each test runs again inside a network namespace of its own with only
+//! the loopback up, so that the server listens there and nowhere else.
+//! Every run of the CLI has its debuginfod environment set here, whatever
+//! the machine's.
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -12,6 +15,41 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 use testsupport::{release_artifacts, scratch_dir, Gcc};
+
+/// Set in the copy of a test that runs inside its network namespace.
+const IN_NETNS: &str = "CALLSTACK_TEST_IN_NETNS";
+
+/// Runs the test `name` again in a new network namespace (loopback only)
+/// and checks it passed; `false` when that cannot be done here (no
+/// `unshare`, not allowed), and then the caller runs the test itself.
+fn rerun_in_netns(name: &str) -> bool {
+    if std::env::var_os(IN_NETNS).is_some() {
+        return false;
+    }
+    let probe = Command::new("unshare")
+        .args(["-n", "ip", "link", "set", "lo", "up"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        return false;
+    }
+    // Built out here, where cargo may reach what it needs.
+    release_artifacts();
+    let me = std::env::current_exe().unwrap();
+    let o = Command::new("unshare")
+        .args(["-n", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\""])
+        .arg(&me)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(IN_NETNS, "1")
+        .output()
+        .expect("run unshare");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && out.contains("1 passed"),
+        "{name} in its network namespace:\n{out}\n{err}"
+    );
+    true
+}
 
 /// elfutils' debuginfod serving `dir`, on a free port of this machine.
 struct Server {
@@ -279,6 +317,9 @@ fn split(tag: &str) -> (PathBuf, Split) {
 /// output is that without debuginfod, with one warning line.
 #[test]
 fn stripped_program_named_through_a_local_server() {
+    if rerun_in_netns("stripped_program_named_through_a_local_server") {
+        return;
+    }
     let (dir, sp) = split("main");
     let server = Server::start(&sp.srv, &dir.join("db.sqlite"), 1, 1);
     let none = Env {
@@ -424,6 +465,9 @@ fn json_frames(text: &str) -> Vec<Vec<(String, String, u64)>> {
 /// frames are those of the program present with its debug file.
 #[test]
 fn core_of_a_program_whose_file_is_gone() {
+    if rerun_in_netns("core_of_a_program_whose_file_is_gone") {
+        return;
+    }
     let (dir, sp) = split("gone");
     let server = Server::start(&sp.srv, &dir.join("db.sqlite"), 1, 1);
     let gone_dir = dir.join("gone");
