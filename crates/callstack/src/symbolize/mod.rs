@@ -11,7 +11,10 @@
 //!    compressed sections included), in the object itself or in its split
 //!    debug file, found by build-id (`/usr/lib/debug/.build-id/xx/yyyy.debug`)
 //!    or by `.gnu_debuglink` (beside the object, in its `.debug/` subdir,
-//!    under `/usr/lib/debug/<dir>/`, or any [`Symbolizer::add_debug_dir`]);
+//!    under `/usr/lib/debug/<dir>/`, or any [`Symbolizer::add_debug_dir`]),
+//!    else, with the `debuginfod` feature and `DEBUGINFOD_URLS` set, from
+//!    a debuginfod server ([`debuginfod`], [`Symbolizer::set_debuginfod`]),
+//!    which also gives the object of a module whose file is missing;
 //! 2. `.symtab` (of the object or of its debug file); without either, the
 //!    symbol table of the object's MiniDebugInfo (`.gnu_debugdata`, an
 //!    xz-compressed object of the local functions' symbols, as Fedora,
