@@ -22,7 +22,7 @@ pub struct Lookup {
     pub debug_dirs: Vec<PathBuf>,
     /// The debuginfod client that fetches, by build-id, the objects not on
     /// this machine and the debug files of those without any here (all
-    /// the modules' at once: [`resolve_files`]). `None`: none. Pass the
+    /// the modules' at once, when a core or process is opened). `None`: none. Pass the
     /// same client to the symbolizer of the modules
     /// ([`crate::symbolize::Symbolizer::set_debuginfod`]) so that what
     /// was fetched, or failed, is not asked for again.
