@@ -260,6 +260,34 @@ struct Split {
     local: PathBuf,
     srv: PathBuf,
     addrs: Vec<String>,
+    /// The build-id, in hex.
+    id: String,
+}
+
+/// A trace file (`callstack symbolize`'s input) of one stack through
+/// `sp.addrs` in the program, recorded as loaded at `path`.
+fn trace_file(sp: &Split, path: &str, out: &Path) {
+    use callstack::tracefile::{ModuleRecord, TraceWriter};
+    let id: Vec<u8> = (0..sp.id.len() / 2)
+        .map(|i| u8::from_str_radix(&sp.id[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let bias = 0x5555_0000_0000u64;
+    let mut w = TraceWriter::new(Vec::new()).unwrap();
+    w.write_module(&ModuleRecord {
+        path: path.into(),
+        build_id: Some(id),
+        start: bias,
+        end: bias + 0x10_0000,
+        bias,
+    })
+    .unwrap();
+    let frames: Vec<usize> = sp
+        .addrs
+        .iter()
+        .map(|a| (u64::from_str_radix(a.trim_start_matches("0x"), 16).unwrap() + bias) as usize)
+        .collect();
+    w.write_stack(&frames, true).unwrap();
+    std::fs::write(out, w.finish().unwrap()).unwrap();
 }
 
 fn split(tag: &str) -> (PathBuf, Split) {
@@ -307,6 +335,7 @@ fn split(tag: &str) -> (PathBuf, Split) {
             local,
             srv,
             addrs,
+            id,
         },
     )
 }
@@ -358,6 +387,15 @@ fn stripped_program_named_through_a_local_server() {
     let bare_a2l = a2l(&[], &none);
     assert!(!bare_pstack.contains("remote_threads.c:"), "{bare_pstack}");
     assert!(!bare_a2l.contains("remote_threads.c:"), "{bare_a2l}");
+    // A trace of the program, whose file is not at the recorded path:
+    // found by build-id in the local debug dir; through the server, the
+    // object (`/executable`) and its debug file.
+    let gone = dir.join("gone.trace");
+    trace_file(&sp, "/gone/from/this/machine/prog", &gone);
+    let want_sym = callstack(&["symbolize", "--debug-dir", local, s(&gone)], &none).0;
+    assert!(want_sym.contains("remote_threads.c:"), "{want_sym}");
+    let bare_sym = callstack(&["symbolize", s(&gone)], &none).0;
+    assert!(!bare_sym.contains("remote_threads.c:"), "{bare_sym}");
 
     // Through the server, then again from the cache.
     for round in 0..2 {
@@ -367,6 +405,8 @@ fn stripped_program_named_through_a_local_server() {
         let (got, err) = callstack(&["core", exe, core_s], &served);
         assert_eq!(got, want_core, "core, round {round}: {err}");
         assert_eq!(a2l(&[], &served), want_a2l, "addr2line, round {round}");
+        let (got, err) = callstack(&["symbolize", s(&gone)], &served);
+        assert_eq!(got, want_sym, "symbolize, round {round}: {err}");
         let asked = server.file_requests() - before;
         if round == 0 {
             assert!(asked >= 1, "nothing asked of the server");
