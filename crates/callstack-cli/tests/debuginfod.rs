@@ -340,10 +340,11 @@ fn split(tag: &str) -> (PathBuf, Split) {
     )
 }
 
-/// `pstack`, `core` and `addr2line` give with the local debuginfod what
-/// they give with the debug file installed; a second run is served from
-/// the cache (the server counts no request); with the server down, the
-/// output is that without debuginfod, with one warning line.
+/// `pstack`, `core`, `addr2line` and `symbolize` give with the local
+/// debuginfod what they give with the debug file installed; a second run
+/// is served from the cache (the server counts no request), which gdb
+/// reads too; with the server down, the output is that without
+/// debuginfod, with one warning line.
 #[test]
 fn stripped_program_named_through_a_local_server() {
     if rerun_in_netns("stripped_program_named_through_a_local_server") {
@@ -463,6 +464,21 @@ fn stripped_program_named_through_a_local_server() {
             "{err}"
         );
     }
+    // gdb reads what we cached: the same layout, one cache (the server
+    // is down, so nothing else could give it the lines).
+    let o = Command::new("gdb")
+        .args(["-nx", "-batch", "-iex", "set debuginfod enabled on"])
+        .args(["-ex", "info line block_here"])
+        .arg(exe)
+        .env("DEBUGINFOD_URLS", &url)
+        .env("DEBUGINFOD_CACHE_PATH", &cache)
+        .output()
+        .expect("run gdb");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("Line ") && text.contains("remote_threads.c"),
+        "gdb did not find our cache's debug file: {text}"
+    );
     let mut args = vec!["addr2line", "-f", "-e", exe];
     args.extend(sp.addrs.iter().map(String::as_str));
     let (got, err) = callstack(&args, &down);
