@@ -27,6 +27,9 @@ have gdb-multiarch || need+=(gdb-multiarch)
 # dwz: the symbolizer's test of dwz-processed debug files with a
 # supplementary file (.gnu_debugaltlink).
 have dwz || need+=(dwz)
+# debuginfod (elfutils' server): the debuginfod client's tests serve debug
+# files from it on 127.0.0.1.
+have debuginfod || need+=(debuginfod)
 # go tool pprof: reads back the pprof files of `callstack report --pprof`.
 have go || need+=(golang-go)
 # heaptrack: the oracle of `callstack memtrack`'s allocation totals.

@@ -74,6 +74,11 @@ pub struct Args {
     /// Extra directory to search for split debug info (repeatable).
     #[arg(long = "debug-dir")]
     debug_dirs: Vec<PathBuf>,
+    #[command(flatten)]
+    debuginfod: crate::debuginfod::DebuginfodArgs,
+    /// The debuginfod client, made once for every thread's symbolizer.
+    #[arg(skip)]
+    client: std::sync::OnceLock<Option<std::sync::Arc<callstack::symbolize::Debuginfod>>>,
     /// Addresses, in hex (with or without 0x). None: read standard input.
     addrs: Vec<std::ffi::OsString>,
 }
@@ -397,7 +402,8 @@ fn resolve_batch(
 /// The executable's symbolizer, naming addresses as binutils does: a
 /// symbol reaches up to the next one, past its size.
 fn open_binutils(args: &Args) -> Result<Symbolizer, callstack::symbolize::Error> {
-    let mut s = Symbolizer::for_file_with_debug_dirs(&args.exe, &args.debug_dirs)?;
+    let client = args.client.get_or_init(|| args.debuginfod.client());
+    let mut s = Symbolizer::for_file_with_debuginfod(&args.exe, &args.debug_dirs, client.clone())?;
     s.set_symbol_extent(callstack::symbolize::SymbolExtent::Section);
     Ok(s)
 }
@@ -428,6 +434,8 @@ pub fn run(args: Args) -> Result<(), String> {
     let parse = |s: &[u8]| parse_hex(s).wrapping_add(base);
     let mut sym =
         open_binutils(&args).map_err(|e| format!("'{}': {}", args.exe.display(), e.message))?;
+    // The file is opened: whatever was to be fetched has been.
+    crate::debuginfod::warn(sym.debuginfod());
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
     let io = |e: std::io::Error| e.to_string();

@@ -9,6 +9,7 @@ mod addr2line;
 mod child;
 mod core;
 mod crash;
+mod debuginfod;
 mod demo;
 mod mainfn;
 mod memtrack;

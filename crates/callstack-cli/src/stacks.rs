@@ -12,11 +12,12 @@
 //! printed as ordinary frames in text.
 
 use callstack::remote::{Lookup, RemoteUnwinder, Snapshot, Unwound};
-use callstack::symbolize::{Address, ModuleInfo, SymbolExtent, Symbolizer};
+use callstack::symbolize::{Address, Debuginfod, ModuleInfo, SymbolExtent, Symbolizer};
 use callstack::unwind::Memory;
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The options `callstack core` and `callstack pstack` share: where to find
 /// the target's files, and what to print.
@@ -38,6 +39,12 @@ pub struct ReportArgs {
     /// A directory of separate debug files (`.build-id/xx/rest.debug`); repeatable.
     #[arg(long = "debug-dir", value_name = "DIR")]
     debug_dir: Vec<PathBuf>,
+    #[command(flatten)]
+    debuginfod: crate::debuginfod::DebuginfodArgs,
+    /// The debuginfod client, made once: the lookup of the files and the
+    /// symbolizer share it (and so its cache of answers and failures).
+    #[arg(skip)]
+    client: std::sync::OnceLock<Option<Arc<Debuginfod>>>,
 }
 
 impl ReportArgs {
@@ -46,7 +53,13 @@ impl ReportArgs {
         Lookup {
             sysroot: self.sysroot.clone(),
             debug_dirs: self.debug_dir.clone(),
+            debuginfod: self.client().clone(),
         }
+    }
+
+    /// The debuginfod client of the options, if any.
+    fn client(&self) -> &Option<Arc<Debuginfod>> {
+        self.client.get_or_init(|| self.debuginfod.client())
     }
 
     /// Unwinds and symbolizes every thread of `snap` ([`collect`]) and prints
@@ -62,7 +75,15 @@ impl ReportArgs {
         header: &Header,
     ) -> Result<(), String> {
         let progress = Progress::new(snap.threads.len(), size);
-        let threads = collect(snap, mem, &progress, self.past_main, &self.debug_dir);
+        let threads = collect(
+            snap,
+            mem,
+            &progress,
+            self.past_main,
+            &self.debug_dir,
+            self.client().clone(),
+        );
+        crate::debuginfod::warn(self.client().as_ref());
         print_methods(&threads, self.json, self.methods, header)
     }
 }
@@ -149,6 +170,7 @@ pub fn collect<M: Memory + Send>(
     progress: &Progress,
     past_main: bool,
     debug_dirs: &[PathBuf],
+    debuginfod: Option<Arc<Debuginfod>>,
 ) -> Vec<ThreadOut> {
     let out = std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::channel::<(usize, Unwound)>();
@@ -162,7 +184,7 @@ pub fn collect<M: Memory + Send>(
                 }
             }
         });
-        let mut sym = Names::new(snap, debug_dirs);
+        let mut sym = Names::new(snap, debug_dirs, debuginfod);
         let out: Vec<ThreadOut> = rx
             .into_iter()
             .map(|(i, u)| {
@@ -318,7 +340,7 @@ struct Names {
 }
 
 impl Names {
-    fn new(snap: &Snapshot, debug_dirs: &[PathBuf]) -> Names {
+    fn new(snap: &Snapshot, debug_dirs: &[PathBuf], debuginfod: Option<Arc<Debuginfod>>) -> Names {
         let infos: Vec<ModuleInfo> = snap
             .modules
             .iter()
@@ -341,6 +363,7 @@ impl Names {
         for d in debug_dirs {
             files.add_debug_dir(d);
         }
+        files.set_debuginfod(debuginfod);
         Names {
             files,
             images: std::collections::HashMap::new(),

@@ -28,6 +28,8 @@ pub struct Args {
     /// Print JSON (schema: docs/schema/symbolize.schema.json) instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    debuginfod: crate::debuginfod::DebuginfodArgs,
 }
 
 /// The `schema_version` of the JSON output (docs/schema/symbolize.schema.json).
@@ -71,6 +73,8 @@ pub fn run(args: Args) -> Result<(), String> {
     let io = |e: std::io::Error| e.to_string();
     let mut modules: Vec<ModuleInfo> = Vec::new();
     let mut sym: Option<Symbolizer> = None;
+    // One client for every module list: each file is asked for once.
+    let client = args.debuginfod.client();
     let mut nstack = 0usize;
     let mut json_stacks: Vec<serde_json::Value> = Vec::new();
     let mut warned = HashSet::new();
@@ -99,6 +103,7 @@ pub fn run(args: Args) -> Result<(), String> {
                     for d in &args.debug_dirs {
                         s.add_debug_dir(d.clone());
                     }
+                    s.set_debuginfod(client.clone());
                     s
                 });
                 if args.json {
@@ -184,6 +189,7 @@ pub fn run(args: Args) -> Result<(), String> {
         }
     }
     warn_new(&sym, &mut warned);
+    crate::debuginfod::warn(client.as_ref());
     if args.json {
         let v = serde_json::json!({"schema_version": SCHEMA_VERSION, "stacks": json_stacks});
         serde_json::to_writer(&mut out, &v).map_err(|e| e.to_string())?;

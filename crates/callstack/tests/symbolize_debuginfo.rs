@@ -413,3 +413,216 @@ fn stale_file_at_the_build_id_path_is_skipped() {
         assert_eq!(got[i].frames, expected[i].frames, "{:#x}", addrs[i]);
     }
 }
+
+/// Builds `<dir>/prog` from `minidebug.c` and strips it as Fedora's
+/// find-debuginfo does, with MiniDebugInfo: the debug file split off
+/// (`--only-keep-debug`), the program stripped of every symbol but
+/// `.dynsym`, the function symbols that `.dynsym` lacks (`nm` of the debug
+/// file minus `nm -D` of the program) kept in a copy of the debug file
+/// stripped of everything else, that copy xz'd into `.gnu_debugdata`. The
+/// debug file is then removed, as on a machine without the debuginfo
+/// package. Returns the program, the copy without `.gnu_debugdata`, and
+/// the function symbols of the unstripped build.
+fn fedora_minidebuginfo(tag: &str, flags: &str) -> (PathBuf, PathBuf, Vec<(u64, String)>) {
+    let dir = scratch_dir(&format!("symbolize-minidebug-{tag}"));
+    let exe = dir.join("prog");
+    // Exported functions must be in .dynsym, as in a shared library.
+    Gcc::new(&["minidebug.c"])
+        .flags(&format!("{flags} -rdynamic"))
+        .build(&exe);
+    let nm_all = |file: &Path, dynamic: bool| -> Vec<(String, String, String)> {
+        let mut cmd = Command::new("nm");
+        if dynamic {
+            cmd.arg("-D");
+        }
+        let o = cmd
+            .args(["--format=posix", "--defined-only"])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                Some((
+                    it.next()?.into(),
+                    it.next()?.into(),
+                    it.next().unwrap_or("").into(),
+                ))
+            })
+            .collect()
+    };
+    let all: Vec<(u64, String)> = nm_all(&exe, false)
+        .into_iter()
+        .filter(|(_, t, _)| matches!(t.as_str(), "T" | "t"))
+        .map(|(n, _, a)| (u64::from_str_radix(&a, 16).unwrap(), n))
+        .collect();
+    let debug = dir.join("prog.debug");
+    run(&["objcopy", "--only-keep-debug", s(&exe), s(&debug)]);
+    run(&["strip", "--strip-all", s(&exe)]);
+    run(&[
+        "objcopy",
+        &format!("--add-gnu-debuglink={}", s(&debug)),
+        s(&exe),
+    ]);
+    let plain = dir.join("prog.plain");
+    std::fs::copy(&exe, &plain).unwrap();
+    let dynsyms: Vec<String> = nm_all(&exe, true).into_iter().map(|x| x.0).collect();
+    let keep: Vec<String> = nm_all(&debug, false)
+        .into_iter()
+        .filter(|(_, t, _)| matches!(t.as_str(), "T" | "t" | "D"))
+        .map(|x| x.0)
+        .filter(|n| !dynsyms.contains(n))
+        .collect();
+    assert!(
+        keep.iter().any(|n| n == "md_local_leaf"),
+        "the locals to keep: {keep:?}"
+    );
+    let keep_file = dir.join("keep_symbols");
+    std::fs::write(&keep_file, keep.join("\n") + "\n").unwrap();
+    let mini = dir.join("mini_debuginfo");
+    let _ = std::fs::remove_file(dir.join("mini_debuginfo.xz"));
+    run(&[
+        "objcopy",
+        "-S",
+        "--remove-section",
+        ".gdb_index",
+        "--remove-section",
+        ".comment",
+        &format!("--keep-symbols={}", s(&keep_file)),
+        s(&debug),
+        s(&mini),
+    ]);
+    run(&["xz", s(&mini)]);
+    run(&[
+        "objcopy",
+        &format!("--add-section=.gnu_debugdata={}.xz", s(&mini)),
+        s(&exe),
+    ]);
+    std::fs::remove_file(&debug).unwrap();
+    (exe, plain, all)
+}
+
+/// gdb's name of each address (`info symbol`) in `exe`, at its link-time
+/// addresses; `None` where gdb has none.
+fn gdb_info_symbol(exe: &Path, addrs: &[u64]) -> Vec<Option<String>> {
+    let mut cmd = testsupport::gdb_batch("gdb");
+    for a in addrs {
+        cmd.args(["-ex", &format!("info symbol {a:#x}")]);
+    }
+    let o = cmd.arg(exe).output().expect("run gdb");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("No symbol matches") || l.contains(" in section "))
+        .collect();
+    assert_eq!(lines.len(), addrs.len(), "gdb said:\n{text}");
+    lines
+        .iter()
+        .map(|l| {
+            (!l.starts_with("No symbol")).then(|| l.split_whitespace().next().unwrap().to_string())
+        })
+        .collect()
+}
+
+/// Whether this machine's gdb reads MiniDebugInfo (built with lzma).
+fn gdb_has_lzma() -> bool {
+    Command::new("gdb")
+        .arg("--configuration")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--with-lzma"))
+}
+
+/// A program stripped as Fedora strips its packages: the names of its
+/// static functions come only from `.gnu_debugdata`, and each function's
+/// addresses are named as gdb names them; without the
+/// section, the static functions have no name (gdb's sized-symbol rule).
+#[test]
+fn minidebuginfo_names_local_functions_as_gdb_does() {
+    for (tag, flags) in [("O0", "-O0"), ("O2", "-O2 -fno-inline")] {
+        let (exe, plain, all) = fedora_minidebuginfo(tag, flags);
+        let ours: Vec<(u64, String)> = all
+            .iter()
+            .filter(|(_, n)| n.starts_with("md_") || n == "main")
+            .cloned()
+            .collect();
+        assert!(ours.len() >= 5, "{ours:?}");
+        // Each function of the fixture (a `.cold` part included) at its
+        // start, in its middle and at its second byte.
+        let mut starts: Vec<u64> = all.iter().map(|x| x.0).collect();
+        starts.sort();
+        let mut addrs = Vec::new();
+        for (a, _) in &ours {
+            let next = starts.iter().copied().find(|&b| b > *a).unwrap_or(a + 16);
+            addrs.extend([*a, a + (next - a) / 2, a + 1]);
+        }
+        let mut sym = Symbolizer::for_file(&exe).unwrap();
+        let got: Vec<Option<String>> = answers(&mut sym, &addrs)
+            .iter()
+            .map(|x| x.function().map(String::from))
+            .collect();
+        let report = sym.debug_info().next().unwrap().1.clone();
+        assert!(report.mini_debuginfo, "{report:?}");
+        assert!(report.degraded.is_empty(), "{report:?}");
+        for (i, (a, name)) in ours.iter().enumerate() {
+            assert_eq!(got[3 * i].as_deref(), Some(name.as_str()), "{tag} {a:#x}");
+            assert_eq!(
+                got[3 * i + 2].as_deref(),
+                Some(name.as_str()),
+                "{tag} {a:#x}+1"
+            );
+        }
+        if gdb_has_lzma() {
+            // gdb prints a `.cold` part of `f` as `f[cold]`, a display
+            // convention of its own for the symbol table's `f.cold`.
+            let gdb: Vec<Option<String>> = gdb_info_symbol(&exe, &addrs)
+                .into_iter()
+                .map(|n| n.map(|n| n.replace("[cold]", ".cold")))
+                .collect();
+            assert_eq!(got, gdb, "{tag}: {addrs:x?}");
+        }
+        // The same program without .gnu_debugdata: the locals are unnamed.
+        let mut bare = Symbolizer::for_file(&plain).unwrap();
+        let leaf = ours.iter().find(|x| x.1 == "md_local_leaf").unwrap().0;
+        assert_eq!(
+            bare.symbolize(Address::Exact(leaf as usize)).function(),
+            None,
+            "{tag}"
+        );
+        assert!(!bare.debug_info().next().unwrap().1.mini_debuginfo);
+    }
+}
+
+/// A `.gnu_debugdata` that is not an xz stream: reported as degraded, the
+/// `.dynsym` names still given, no panic.
+#[test]
+fn corrupt_minidebuginfo_is_reported_not_fatal() {
+    let (exe, _, all) = fedora_minidebuginfo("corrupt", "-O0");
+    let bad = exe.with_file_name("prog.bad");
+    let junk = exe.with_file_name("junk.xz");
+    let mut bytes = std::fs::read(format!(
+        "{}.xz",
+        exe.with_file_name("mini_debuginfo").display()
+    ))
+    .unwrap();
+    let half = bytes.len() / 2;
+    bytes.truncate(half);
+    std::fs::write(&junk, &bytes).unwrap();
+    std::fs::copy(&exe, &bad).unwrap();
+    run(&[
+        "objcopy",
+        &format!("--update-section=.gnu_debugdata={}", s(&junk)),
+        s(&bad),
+    ]);
+    let mut sym = Symbolizer::for_file(&bad).unwrap();
+    let middle = all.iter().find(|x| x.1 == "md_exported_middle").unwrap().0;
+    assert_eq!(
+        sym.symbolize(Address::Exact(middle as usize)).function(),
+        Some("md_exported_middle")
+    );
+    let report = sym.debug_info().next().unwrap().1.clone();
+    assert!(!report.mini_debuginfo);
+    assert_eq!(report.degraded.len(), 1, "{report:?}");
+    assert_eq!(report.degraded[0].kind, ErrorKind::BadObject);
+}

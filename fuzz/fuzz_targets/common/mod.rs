@@ -85,6 +85,7 @@ pub fn core_file(data: &[u8]) -> Option<usize> {
     let lookup = Lookup {
         sysroot: Some("/nonexistent-fuzz-sysroot".into()),
         debug_dirs: Vec::new(),
+        debuginfod: None,
     };
     let core = CoreFile::from_vec(data.to_vec(), None, &lookup).ok()?;
     let mut mem = core.memory();

@@ -65,9 +65,10 @@ impl Resolver {
                 }),
             }
         }
-        Resolver {
-            sym: Symbolizer::from_modules(mods),
-        }
+        let mut sym = Symbolizer::from_modules(mods);
+        // A crash report never waits on the network.
+        sym.set_debuginfod(None);
+        Resolver { sym }
     }
 
     /// Resolves one frame: a return address is looked up at `addr - 1`, the

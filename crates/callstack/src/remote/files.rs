@@ -5,6 +5,9 @@ use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::{Endianness, FileKind};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::symbolize::debuginfod::{Artifact, Debuginfod};
 
 use super::{Mapping, Module};
 
@@ -17,6 +20,13 @@ pub struct Lookup {
     /// Directories holding separate debug files as `.build-id/xx/rest.debug`
     /// (`--debug-dir`); `/usr/lib/debug` is always tried last.
     pub debug_dirs: Vec<PathBuf>,
+    /// The debuginfod client that fetches, by build-id, the objects not on
+    /// this machine and the debug files of those without any here (all
+    /// the modules' at once, when a core or process is opened). `None`: none. Pass the
+    /// same client to the symbolizer of the modules
+    /// ([`crate::symbolize::Symbolizer::set_debuginfod`]) so that what
+    /// was fetched, or failed, is not asked for again.
+    pub debuginfod: Option<Arc<Debuginfod>>,
 }
 
 impl Lookup {
@@ -229,7 +239,9 @@ pub fn resolve_files(
     exe: Option<(&Path, &str)>,
     warnings: &mut Vec<String>,
 ) {
-    for m in mods.iter_mut() {
+    // Per module, what to say if its file stays missing.
+    let mut missing: Vec<Option<String>> = vec![None; mods.len()];
+    for (m, missing) in mods.iter_mut().zip(missing.iter_mut()) {
         if m.image.is_some() {
             continue;
         }
@@ -266,28 +278,134 @@ pub fn resolve_files(
         // without execute permission holds no frames (a core does not
         // record permissions: there, every file counts).
         let may_hold_code = m.mappings.iter().any(|x| x.executable != Some(false));
-        match (&found, mismatch) {
-            (None, _) if !may_hold_code => {}
+        *missing = match (&found, mismatch) {
+            (None, _) if !may_hold_code => None,
             // Not ELF: nothing could name its frames, whatever the user
             // did; and it exists, so "not found" would be wrong.
-            (None, None) if not_elf => {}
-            (None, Some((p, have))) => warnings.push(format!(
+            (None, None) if not_elf => None,
+            (None, Some((p, have))) => Some(format!(
                 "{}: build-id {} does not match the target's {} (another build of {}?): ignoring it, its frames are unnamed",
                 p.display(),
                 have,
                 hex(m.build_id.as_deref().unwrap_or(&[])),
                 m.name
             )),
-            (None, None) => warnings.push(format!(
+            (None, None) => Some(format!(
                 "{}: not found{}: its frames are unnamed",
                 m.name,
                 if lookup.sysroot.is_some() { " under --sysroot" } else { "" }
             )),
-            _ => {}
-        }
+            _ => None,
+        };
         m.file = found;
         if let Some(id) = &m.build_id {
             m.debug_file = lookup.debug_file(id);
         }
     }
+    if let Some(client) = &lookup.debuginfod {
+        fetch_missing(mods, client, lookup, &mut missing);
+        warnings.extend(missing.into_iter().flatten());
+        warnings.extend(client.take_warnings());
+    } else {
+        warnings.extend(missing.into_iter().flatten());
+    }
+}
+
+/// Fetches from `client`, all at once, the objects of `mods` not found
+/// here (`missing` says which: their warning is dropped when the fetch
+/// succeeds) and the debug files of those without debug info here.
+fn fetch_missing(
+    mods: &mut [Module],
+    client: &Debuginfod,
+    lookup: &Lookup,
+    missing: &mut [Option<String>],
+) {
+    let mut wants: Vec<(Vec<u8>, Artifact)> = Vec::new();
+    for (m, miss) in mods.iter().zip(missing.iter()) {
+        let Some(id) = m.build_id.clone().filter(|id| id.len() >= 2) else {
+            continue;
+        };
+        if m.image.is_some() {
+            continue;
+        }
+        let need_debug = match &m.file {
+            None if miss.is_some() => {
+                wants.push((id.clone(), Artifact::Executable));
+                true
+            }
+            None => false,
+            Some(f) => m.debug_file.is_none() && !has_local_debug_info(f, lookup),
+        };
+        if need_debug
+            && !wants
+                .iter()
+                .any(|w| w.0 == id && w.1 == Artifact::Debuginfo)
+        {
+            wants.push((id, Artifact::Debuginfo));
+        }
+    }
+    let got = client.fetch_all(&wants);
+    for ((id, kind), path) in wants.iter().zip(got) {
+        let Some(path) = path else { continue };
+        for (m, miss) in mods.iter_mut().zip(missing.iter_mut()) {
+            if m.build_id.as_deref() != Some(id.as_slice()) || m.image.is_some() {
+                continue;
+            }
+            match kind {
+                Artifact::Executable if m.file.is_none() => {
+                    let Ok(data) = map_file(&path) else { continue };
+                    m.bias = load_bias(&data, &m.mappings).unwrap_or(m.start);
+                    m.file = Some(path.clone());
+                    *miss = None;
+                }
+                Artifact::Debuginfo if m.debug_file.is_none() => {
+                    m.debug_file = Some(path.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Whether the object at `path` has its DWARF in itself or in a debug file
+/// that `.gnu_debuglink` names in one of the places the symbolizer looks
+/// (beside it, in its `.debug/`, under the debug dirs): then there is
+/// nothing to fetch for it.
+fn has_local_debug_info(path: &Path, lookup: &Lookup) -> bool {
+    use object::{Object, ObjectSection};
+    let Ok(data) = map_file(path) else {
+        return true;
+    };
+    let Ok(obj) = object::File::parse(&*data) else {
+        return true;
+    };
+    if obj
+        .section_by_name(".debug_info")
+        .is_some_and(|s| s.size() > 0)
+    {
+        return true;
+    }
+    let Some(name) = obj
+        .gnu_debuglink()
+        .ok()
+        .flatten()
+        .and_then(|(n, _)| std::str::from_utf8(n).ok())
+    else {
+        return false;
+    };
+    let Some(dir) = path.parent() else {
+        return false;
+    };
+    let rel = dir.strip_prefix("/").unwrap_or(dir);
+    let mut places = vec![dir.join(name), dir.join(".debug").join(name)];
+    for root in lookup
+        .debug_dirs
+        .iter()
+        .cloned()
+        .chain([PathBuf::from("/usr/lib/debug")])
+    {
+        places.push(root.join(rel).join(name));
+        places.push(root.join(name));
+    }
+    places.iter().any(|p| p.is_file() && p != path)
 }

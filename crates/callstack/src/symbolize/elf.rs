@@ -1,6 +1,7 @@
 //! One ELF object opened for symbolization: its DWARF (possibly in a
 //! separate debug file), its symbol tables, its build-id.
 
+use super::debuginfod::{Artifact, Debuginfod};
 use super::dwarf::{DwarfIndex, Info};
 use super::lazy::Inflating;
 use super::mapped::Mapped;
@@ -87,6 +88,9 @@ pub(crate) struct ElfModule {
     /// search asks, for a few names, so the symbol tables are scanned per
     /// name rather than indexed.
     by_name: RefCell<ByName>,
+    /// The inflated `.gnu_debugdata` image (MiniDebugInfo), stashed in
+    /// `_map`, when its symbols were used.
+    mini: Option<&'static [u8]>,
     /// The dwz supplementary file (`.gnu_debugaltlink`), if found.
     _sup_map: Option<Mapped>,
     _debug_map: Option<Mapped>,
@@ -99,6 +103,8 @@ pub(crate) struct SearchPaths {
     pub debug_dirs: Vec<PathBuf>,
     /// Do not look for debug files at all (objects from memory).
     pub disabled: bool,
+    /// Where to fetch what is not on this machine (`DEBUGINFOD_URLS`).
+    pub debuginfod: Option<Arc<Debuginfod>>,
 }
 
 impl SearchPaths {
@@ -106,6 +112,7 @@ impl SearchPaths {
         SearchPaths {
             debug_dirs: Vec::new(),
             disabled: true,
+            debuginfod: None,
         }
     }
 }
@@ -184,6 +191,27 @@ impl ElfModule {
             });
         }
         report.debug_file = dwarf.as_ref().and(debug_path.clone());
+        // MiniDebugInfo: a stripped object whose symbol table, object's or
+        // debug file's, is missing may carry the names of its local
+        // functions in `.gnu_debugdata`, as gdb reads them.
+        let mut mini = None;
+        if syms.iter().all(|s| s.source != NameSource::Symtab) {
+            match mini_debuginfo(&obj, &map) {
+                Ok(Some(bytes)) => match object::File::parse(bytes) {
+                    Ok(mobj) => {
+                        collect_syms(&mobj, true, &mut syms);
+                        report.mini_debuginfo = true;
+                        mini = Some(bytes);
+                    }
+                    Err(e) => report.degraded.push(err(
+                        ErrorKind::BadObject,
+                        format!(".gnu_debugdata: the inflated image is not an object: {e}"),
+                    )),
+                },
+                Ok(None) => {}
+                Err(e) => report.degraded.push(err(ErrorKind::BadObject, e)),
+            }
+        }
         let syms = one_per_address(syms);
         let mut prev_sized = Vec::with_capacity(syms.len());
         let mut last = u32::MAX;
@@ -206,6 +234,7 @@ impl ElfModule {
             alloc,
             report,
             by_name: RefCell::new(HashMap::new()),
+            mini,
             _sup_map: sup.map(|(_, m)| m),
             _debug_map: debug_map,
             _map: map,
@@ -284,8 +313,12 @@ impl ElfModule {
             return *a;
         }
         let mut found: Option<(u64, bool)> = None;
-        let maps = [Some(&self._map), self._debug_map.as_ref()];
-        for bytes in maps.into_iter().flatten().map(Mapped::bytes) {
+        let maps = [
+            Some(self._map.bytes()),
+            self._debug_map.as_ref().map(Mapped::bytes),
+            self.mini,
+        ];
+        for bytes in maps.into_iter().flatten() {
             let here = match object::FileKind::parse(bytes) {
                 Ok(object::FileKind::Elf64) => {
                     find_symbol::<object::elf::FileHeader64<object::Endianness>>(bytes, name)
@@ -360,6 +393,61 @@ fn find_symbol<Elf: object::read::elf::FileHeader<Endian = object::Endianness>>(
         }
     }
     local
+}
+
+/// The most a `.gnu_debugdata` image may inflate to: Fedora's are a few
+/// hundred kilobytes (a symbol table and its strings); a stream that
+/// claims more is refused rather than filling memory.
+const MINI_DEBUGINFO_MAX: usize = 256 << 20;
+
+/// The ELF image that `.gnu_debugdata` (MiniDebugInfo: an xz stream of an
+/// object holding only a symbol table, as Fedora, RHEL and CentOS strip
+/// their packages) inflates to, stashed in `map`; `Ok(None)` without the
+/// section, `Err` (why) when the stream is bad.
+fn mini_debuginfo(
+    obj: &object::File<'static>,
+    map: &Mapped,
+) -> Result<Option<&'static [u8]>, String> {
+    let Some(sec) = obj.section_by_name(".gnu_debugdata") else {
+        return Ok(None);
+    };
+    let data = sec
+        .data()
+        .map_err(|e| format!(".gnu_debugdata: unreadable section: {e}"))?;
+    if data.is_empty() {
+        return Ok(None);
+    }
+    let out = inflate_xz(data, MINI_DEBUGINFO_MAX)
+        .map_err(|e| format!(".gnu_debugdata: bad xz stream: {e}"))?;
+    Ok(Some(map.stash(out)))
+}
+
+/// An xz stream inflated, refused past `max` bytes.
+pub(crate) fn inflate_xz(data: &[u8], max: usize) -> Result<Vec<u8>, String> {
+    /// A `Write` into a vector that fails past a bound.
+    struct Capped {
+        out: Vec<u8>,
+        max: usize,
+    }
+    impl std::io::Write for Capped {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.out.len().saturating_add(buf.len()) > self.max {
+                return Err(std::io::Error::other("inflates past the size limit"));
+            }
+            self.out.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = Capped {
+        out: Vec::new(),
+        max,
+    };
+    let mut input = data;
+    lzma_rs::xz_decompress(&mut input, &mut w).map_err(|e| e.to_string())?;
+    Ok(w.out)
 }
 
 fn first_load_vaddr(obj: &object::File<'static>) -> u64 {
@@ -632,10 +720,15 @@ pub struct DebugInfoReport {
     /// [`ErrorKind::BuildIdMismatch`], unreadable or not an object).
     pub skipped: Vec<Error>,
     /// What is missing and makes answers less complete than the DWARF
-    /// would allow, such as [`ErrorKind::MissingSupplementary`] and
+    /// would allow, such as [`ErrorKind::MissingSupplementary`],
     /// [`ErrorKind::MissingSplitDwarf`] (added as lookups find them: a
-    /// split unit is looked for when an address first falls in it).
+    /// split unit is looked for when an address first falls in it), or a
+    /// `.gnu_debugdata` section that could not be read.
     pub degraded: Vec<Error>,
+    /// Whether the symbols of the object's MiniDebugInfo (`.gnu_debugdata`,
+    /// an xz-compressed object of local function symbols) were used: the
+    /// object has no `.symtab` and no debug file gave one.
+    pub mini_debuginfo: bool,
 }
 
 fn hex(id: &[u8]) -> String {
@@ -698,6 +791,9 @@ fn open_candidate(candidate: &Path, skipped: &mut Vec<Error>) -> Option<(Mapped,
 /// a debug file rewritten after linking, e.g. by dwz, keeps its build-id
 /// but not its CRC), otherwise the CRC32 of the whole candidate must be
 /// the one `.gnu_debuglink` records. Others go to `skipped`, with why.
+///
+/// When none is on this machine, the debuginfod servers (if any) are asked
+/// for the build-id's debug file.
 fn find_debug_file(
     path: &Path,
     obj: &object::File<'static>,
@@ -708,6 +804,35 @@ fn find_debug_file(
     if search.disabled {
         return None;
     }
+    if let Some(found) = find_local_debug_file(path, obj, build_id, search, skipped) {
+        return Some(found);
+    }
+    let (client, id) = (search.debuginfod.as_ref()?, build_id?);
+    let p = client.fetch(id, Artifact::Debuginfo)?;
+    let (map, have) = open_candidate(&p, skipped)?;
+    if have.as_deref() != Some(id) {
+        skipped.push(Error::new(
+            ErrorKind::BuildIdMismatch,
+            &p,
+            format!(
+                "build-id {} is not the object's {}",
+                have.as_deref().map(hex).unwrap_or_else(|| "(none)".into()),
+                hex(id)
+            ),
+        ));
+        return None;
+    }
+    Some((p, map))
+}
+
+/// [`find_debug_file`] on this machine only.
+fn find_local_debug_file(
+    path: &Path,
+    obj: &object::File<'static>,
+    build_id: Option<&[u8]>,
+    search: &SearchPaths,
+    skipped: &mut Vec<Error>,
+) -> Option<(PathBuf, Mapped)> {
     let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let is_self = |c: &Path| c == path || c == real.as_path();
     if let Some(id) = build_id {

@@ -11,8 +11,14 @@
 //!    compressed sections included), in the object itself or in its split
 //!    debug file, found by build-id (`/usr/lib/debug/.build-id/xx/yyyy.debug`)
 //!    or by `.gnu_debuglink` (beside the object, in its `.debug/` subdir,
-//!    under `/usr/lib/debug/<dir>/`, or any [`Symbolizer::add_debug_dir`]);
-//! 2. `.symtab` (of the object or of its debug file);
+//!    under `/usr/lib/debug/<dir>/`, or any [`Symbolizer::add_debug_dir`]),
+//!    else, with the `debuginfod` feature and `DEBUGINFOD_URLS` set, from
+//!    a debuginfod server ([`debuginfod`], [`Symbolizer::set_debuginfod`]),
+//!    which also gives the object of a module whose file is missing;
+//! 2. `.symtab` (of the object or of its debug file); without either, the
+//!    symbol table of the object's MiniDebugInfo (`.gnu_debugdata`, an
+//!    xz-compressed object of the local functions' symbols, as Fedora,
+//!    RHEL and CentOS ship every package), as gdb reads it;
 //! 3. `.dynsym`.
 //!
 //! A split debug file is used only if it comes from the same build as the
@@ -72,6 +78,7 @@
 //! handler. Capture there, symbolize later.
 
 mod called_from;
+pub mod debuginfod;
 mod demangle;
 mod die;
 mod dwarf;
@@ -90,6 +97,7 @@ pub use demangle::demangle;
 pub use elf::{DebugInfoReport, SymbolExtent};
 pub use shared::{with_process_symbolizer, SymbolizedTrace};
 
+pub use debuginfod::Debuginfod;
 use elf::{ElfModule, SearchPaths};
 use std::collections::HashMap;
 use std::fmt;
@@ -424,7 +432,10 @@ impl Symbolizer {
             entries,
             in_process: false,
             whole_file: false,
-            search: SearchPaths::default(),
+            search: SearchPaths {
+                debuginfod: debuginfod::from_env_shared(),
+                ..SearchPaths::default()
+            },
             cache: IntMap::default(),
             tail_cache: HashMap::new(),
             extent: SymbolExtent::default(),
@@ -483,13 +494,49 @@ impl Symbolizer {
         path: impl AsRef<Path>,
         debug_dirs: &[PathBuf],
     ) -> Result<Symbolizer, Error> {
+        Self::for_file_with_debuginfod(path, debug_dirs, debuginfod::from_env_shared())
+    }
+
+    /// [`Symbolizer::for_file_with_debug_dirs`] with the given debuginfod
+    /// client (`None`: none, whatever `DEBUGINFOD_URLS` says) instead of
+    /// the environment's.
+    pub fn for_file_with_debuginfod(
+        path: impl AsRef<Path>,
+        debug_dirs: &[PathBuf],
+        client: Option<Arc<Debuginfod>>,
+    ) -> Result<Symbolizer, Error> {
         let path = path.as_ref();
         let search = SearchPaths {
             debug_dirs: debug_dirs.to_vec(),
             disabled: false,
+            debuginfod: client,
         };
-        let m = ElfModule::open(path, &search)?;
+        let m = open_entry(
+            &ModuleInfo {
+                path: path.to_path_buf(),
+                build_id: None,
+                start: 0,
+                end: usize::MAX,
+                bias: Some(0),
+            },
+            &search,
+        )?;
         Ok(Self::single(path, m, search))
+    }
+
+    /// Fetch what is not on this machine from `client`'s debuginfod
+    /// servers, or (`None`) from none. By default a symbolizer uses the
+    /// servers of `DEBUGINFOD_URLS` ([`Debuginfod::from_env`]; none when
+    /// it is unset or empty, or without the `debuginfod` feature). Affects
+    /// modules not opened yet.
+    pub fn set_debuginfod(&mut self, client: Option<Arc<Debuginfod>>) {
+        self.search.debuginfod = client;
+    }
+
+    /// The debuginfod client in use, if any (its
+    /// [`Debuginfod::take_warnings`] tell what could not be fetched).
+    pub fn debuginfod(&self) -> Option<&Arc<Debuginfod>> {
+        self.search.debuginfod.as_ref()
     }
 
     /// Also look for split debug files under `dir` (like `/usr/lib/debug`:
@@ -802,6 +849,16 @@ fn open_entry(info: &ModuleInfo, search: &SearchPaths) -> Result<ElfModule, Erro
                         return Ok(m);
                     }
                 }
+            }
+        }
+        // Nor under a debug dir: the debuginfod servers' copy.
+        if let Some(p) = search
+            .debuginfod
+            .as_ref()
+            .and_then(|c| c.fetch(id, debuginfod::Artifact::Executable))
+        {
+            if let Ok(m) = ElfModule::open(&p, search) {
+                return Ok(m);
             }
         }
     }
