@@ -1280,7 +1280,8 @@ fn rust_backtrace_ends_at_main_as_gdb() {
 /// stale frames).
 #[test]
 fn core_of_a_noreturn_call_in_a_frame_pointer_handler_matches_gdb() {
-    let flags = "-O2 -g0 -fno-omit-frame-pointer -fno-asynchronous-unwind-tables -fno-unwind-tables";
+    let flags =
+        "-O2 -g0 -fno-omit-frame-pointer -fno-asynchronous-unwind-tables -fno-unwind-tables";
     let dir = scratch_dir("remote-noreturn-sig");
     let lib = Gcc::new(&["noreturn_sig_lib.c"])
         .flags(flags)
@@ -1295,7 +1296,11 @@ fn core_of_a_noreturn_call_in_a_frame_pointer_handler_matches_gdb() {
         ("exe", &["ns_die", "ns_fatal", "exe_handler"][..]),
     ] {
         let wrapper = dir.join(format!("run_{arg}.sh"));
-        std::fs::write(&wrapper, format!("#!/bin/sh\nexec {} {arg}\n", exe.display())).unwrap();
+        std::fs::write(
+            &wrapper,
+            format!("#!/bin/sh\nexec {} {arg}\n", exe.display()),
+        )
+        .unwrap();
         let mut perm = std::fs::metadata(&wrapper).unwrap().permissions();
         std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
         std::fs::set_permissions(&wrapper, perm).unwrap();
@@ -1307,7 +1312,13 @@ fn core_of_a_noreturn_call_in_a_frame_pointer_handler_matches_gdb() {
         for (tid, chain) in &gdb {
             let chain: Vec<String> = chain
                 .iter()
-                .map(|f| if f == "<signal" { "__restore_rt".into() } else { f.clone() })
+                .map(|f| {
+                    if f == "<signal" {
+                        "__restore_rt".into()
+                    } else {
+                        f.clone()
+                    }
+                })
                 .collect();
             // gdb's own chain is the one the fixture says.
             let at = chain
@@ -1316,8 +1327,16 @@ fn core_of_a_noreturn_call_in_a_frame_pointer_handler_matches_gdb() {
                 .unwrap_or_else(|| panic!("{arg}: gdb {chain:?}"));
             let mut want: Vec<&str> = handler.to_vec();
             want.extend(["__restore_rt"]);
-            assert_eq!(&chain[at..at + want.len()], &want[..], "{arg}: gdb {chain:?}");
-            assert_eq!(&chain[chain.len() - 3..], ["victim", "outer", "main"], "{arg}: gdb {chain:?}");
+            assert_eq!(
+                &chain[at..at + want.len()],
+                &want[..],
+                "{arg}: gdb {chain:?}"
+            );
+            assert_eq!(
+                &chain[chain.len() - 3..],
+                ["victim", "outer", "main"],
+                "{arg}: gdb {chain:?}"
+            );
             let (_, got, methods) = &ours.threads[tid];
             assert_eq!(got, &chain, "{arg}: ours ({methods:?}) vs gdb");
         }

@@ -323,7 +323,10 @@ pub fn analyze<C: CodeMemory + ?Sized>(
         let Some(earlier) = find_start(code, at).filter(|&e| pc - e <= MAX_FORWARD * 4) else {
             break;
         };
-        if (earlier..at).step_by(4).any(|a| insn_at(code, a).is_some_and(is_ret)) {
+        if (earlier..at)
+            .step_by(4)
+            .any(|a| insn_at(code, a).is_some_and(is_ret))
+        {
             break;
         }
         let r = from_start(code, earlier, pc, first);
@@ -573,7 +576,10 @@ mod tests {
             0xd503201f, // nop   <- return address
         ];
         let b = code(&words);
-        assert_eq!(analyze(&mut SliceCode::new(0x1000, &b), 0x1010, None, false), None);
+        assert_eq!(
+            analyze(&mut SliceCode::new(0x1000, &b), 0x1010, None, false),
+            None
+        );
     }
 
     #[test]
