@@ -120,7 +120,7 @@ struct UnitData {
     unit: gimli::Unit<Slice>,
     /// For a split unit: its DWARF and the skeleton (whose line table and
     /// ranges are the object's). `None` for every other unit.
-    split: Option<Box<(Arc<gimli::Dwarf<Slice>>, gimli::Unit<Slice>)>>,
+    split: Option<Box<Split>>,
     /// Where each abbreviation starts (a cheap scan, always made).
     index: AbbrevIndex,
     /// The unit's abbreviations with their skip plans (`die.rs`), built
@@ -285,6 +285,12 @@ fn qualified(scopes: &[Scope], die: usize, name: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// A split unit's DWARF and its skeleton.
+struct Split {
+    dwarf: Arc<gimli::Dwarf<Slice>>,
+    skeleton: gimli::Unit<Slice>,
+}
+
 impl UnitData {
     /// The DWARF `unit`'s attributes are read in: `main`, or the split
     /// unit's.
@@ -292,7 +298,7 @@ impl UnitData {
     fn dw<'a>(&'a self, main: &'a gimli::Dwarf<Slice>) -> &'a gimli::Dwarf<Slice> {
         match &self.split {
             None => main,
-            Some(s) => &s.0,
+            Some(s) => &s.dwarf,
         }
     }
 
@@ -302,7 +308,7 @@ impl UnitData {
     fn own_unit(&self) -> &gimli::Unit<Slice> {
         match &self.split {
             None => &self.unit,
-            Some(s) => &s.1,
+            Some(s) => &s.skeleton,
         }
     }
 
@@ -539,7 +545,15 @@ impl DwarfIndex {
             Some(su) => {
                 let section = gimli::Section::reader(&su.dwarf.debug_abbrev).slice();
                 let index = AbbrevIndex::scan(section, su.unit.header.debug_abbrev_offset().0)?;
-                (su.unit, Some(Box::new((su.dwarf, unit))), index, section)
+                (
+                    su.unit,
+                    Some(Box::new(Split {
+                        dwarf: su.dwarf,
+                        skeleton: unit,
+                    })),
+                    index,
+                    section,
+                )
             }
         };
         let lang = unit
