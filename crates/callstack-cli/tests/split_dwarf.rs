@@ -519,3 +519,71 @@ fn addr2line_inlined_chains_of_split_builds() {
         assert_eq!(addr2line(cli, &split, &addrs), want, "C++, DWARF {v}");
     }
 }
+
+/// Without `.debug_aranges` (clang does not emit it; removed here), the
+/// units' ranges come from the skeletons alone: a `.dwo` is opened only
+/// when an address falls in its unit. Two units, the second's `.dwo`
+/// missing: the first's addresses get their inlined frames and no warning
+/// is printed, the second's get the skeleton's lines and one warning.
+#[test]
+fn dwo_opened_only_for_units_asked_without_aranges() {
+    let dir = scratch_dir("split-dwarf-lazy");
+    std::fs::write(
+        dir.join("other.c"),
+        "__attribute__((noinline)) int other_unit(int x) { return x * 2 + 1; }\n",
+    )
+    .unwrap();
+    let src = testsupport::workspace_root().join("tests/fixtures/c/split_inline.c");
+    sh(
+        &dir,
+        &format!(
+            "gcc -O2 -g -gsplit-dwarf -c {} -o lazy.o && gcc -O2 -g -gsplit-dwarf -c other.c -o other.o \
+             && gcc lazy.o other.o -o lazy_full && objcopy --remove-section .debug_aranges lazy_full lazy \
+             && rm other.dwo",
+            src.display()
+        ),
+    );
+    let exe = dir.join("lazy");
+    let full = dir.join("lazy_full");
+    let addrs = instructions(&exe, &["<outer>"]);
+    let cli = &release_artifacts().cli;
+    let o = Command::new(cli)
+        .args(["addr2line", "-i", "-f", "-e"])
+        .arg(&exe)
+        .args(&addrs)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("other.dwo"), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        addr2line(cli, &full, &addrs),
+        "without .debug_aranges"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\nmid\n"));
+
+    // The Symbolizer's report: nothing missing until the second unit is
+    // asked about, then its `.dwo`, once.
+    use callstack::symbolize::{Address, ErrorKind, Symbolizer};
+    let missing = |s: &Symbolizer| -> Vec<PathBuf> {
+        s.debug_info()
+            .flat_map(|(_, r)| r.degraded.iter())
+            .filter(|e| e.kind == ErrorKind::MissingSplitDwarf)
+            .map(|e| e.path.clone())
+            .collect()
+    };
+    let mut sym = Symbolizer::for_file(&exe).unwrap();
+    for a in &addrs {
+        let r = sym.symbolize(Address::Exact(usize::from_str_radix(a, 16).unwrap()));
+        assert!(!r.frames.is_empty());
+    }
+    assert_eq!(missing(&sym), Vec::<PathBuf>::new());
+    let other = instructions(&exe, &["<other_unit>"]);
+    for a in &other {
+        let r = sym.symbolize(Address::Exact(usize::from_str_radix(a, 16).unwrap()));
+        let f = &r.frames[0];
+        assert_eq!(f.function.as_deref(), Some("other_unit"), "{r}");
+        assert!(f.file.as_deref().unwrap().ends_with("other.c"), "{r}");
+    }
+    assert_eq!(missing(&sym), vec![dir.join("other.dwo")]);
+}

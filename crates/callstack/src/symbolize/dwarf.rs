@@ -626,11 +626,24 @@ impl DwarfIndex {
                 if a.covered.binary_search(&s.offset).is_ok() {
                     continue;
                 }
-                if self.quick_unit_ranges(i, &mut out).is_some() {
+                let mut split = false;
+                if self.quick_unit_ranges(i, &mut out, &mut split).is_some() {
                     continue;
                 }
-                let Some(u) = self.unit(i) else { continue };
-                let ur = gimli::UnitRef::new(&self.dwarf, u.own_unit());
+                // A skeleton's ranges are its own: read without looking
+                // for its split unit (which `self.unit` would open).
+                let skeleton;
+                let own = if split && s.data.get().is_none() {
+                    skeleton = match self.dwarf.unit(s.header) {
+                        Ok(u) => u,
+                        Err(_) => continue,
+                    };
+                    &skeleton
+                } else {
+                    let Some(u) = self.unit(i) else { continue };
+                    u.own_unit()
+                };
+                let ur = gimli::UnitRef::new(&self.dwarf, own);
                 if let Ok(mut it) = ur.unit_ranges() {
                     while let Ok(Some(r)) = it.next() {
                         // Ranges at 0 are code the linker discarded.
@@ -648,8 +661,13 @@ impl DwarfIndex {
     /// abbreviation it uses instead of the unit's whole abbreviation table
     /// (which is what `gimli::Dwarf::unit` parses, and most of the cost of
     /// indexing units `.debug_aranges` does not list). `None`: use the
-    /// full path.
-    fn quick_unit_ranges(&self, slot: usize, out: &mut Vec<(u64, u64, usize)>) -> Option<()> {
+    /// full path (with `split` set for a skeleton unit).
+    fn quick_unit_ranges(
+        &self,
+        slot: usize,
+        out: &mut Vec<(u64, u64, usize)>,
+        split: &mut bool,
+    ) -> Option<()> {
         use gimli::{Reader, Section};
         let s = self.slot(slot)?;
         let (h, offset) = (s.header, s.offset);
@@ -730,6 +748,7 @@ impl DwarfIndex {
                 | (gimli::DW_AT_GNU_dwo_id, _)
                 | (gimli::DW_AT_dwo_name, _) => {
                     // Split units: leave them to gimli's full path.
+                    *split = true;
                     return None;
                 }
                 _ => attrs.push(a),
