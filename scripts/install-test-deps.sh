@@ -27,6 +27,9 @@ have gdb-multiarch || need+=(gdb-multiarch)
 # dwz: the symbolizer's test of dwz-processed debug files with a
 # supplementary file (.gnu_debugaltlink).
 have dwz || need+=(dwz)
+# llvm-dwp: the split-DWARF test's DWARF 5 .dwp package (binutils' dwp,
+# from binutils, makes DWARF 4 ones only).
+have llvm-dwp || need+=(llvm)
 # go tool pprof: reads back the pprof files of `callstack report --pprof`.
 have go || need+=(golang-go)
 # heaptrack: the oracle of `callstack memtrack`'s allocation totals.
