@@ -587,3 +587,42 @@ fn dwo_opened_only_for_units_asked_without_aranges() {
     }
     assert_eq!(missing(&sym), vec![dir.join("other.dwo")]);
 }
+
+/// Rust built with `-C split-debuginfo=unpacked` (`.dwo` files) and
+/// `=packed` (a `.dwp` made by rustc): `addr2line -i` answers as on the
+/// same code with its debug info in the executable, inlined frames
+/// included.
+#[test]
+fn rust_split_debuginfo() {
+    if !have("rustc") {
+        eprintln!("skipped: rustc is not installed");
+        return;
+    }
+    let dir = scratch_dir("split-dwarf-rust");
+    std::fs::write(
+        dir.join("m.rs"),
+        "#[inline(never)]\nfn inner(x: u64) -> u64 { std::hint::black_box(x * 3) }\n\
+         #[inline(always)]\nfn mid(x: u64) -> u64 { inner(x + 1) + 2 }\n\
+         #[inline(never)]\nfn outer(x: u64) -> u64 { mid(x * 5) + 7 }\n\
+         fn main() { println!(\"{}\", outer(std::env::args().count() as u64)); }\n",
+    )
+    .unwrap();
+    let cli = &release_artifacts().cli;
+    sh(&dir, "rustc -g -C opt-level=2 m.rs -o m_full");
+    let full = dir.join("m_full");
+    let addrs = instructions(&full, &["<m::outer>", "<m::inner>"]);
+    assert!(addrs.len() > 5, "{addrs:?}");
+    let want = addr2line(cli, &full, &addrs);
+    assert!(want.contains("\nm::mid\n"), "{want}");
+    for kind in ["unpacked", "packed"] {
+        let exe = format!("m_{kind}");
+        sh(
+            &dir,
+            &format!("rustc -g -C opt-level=2 -C split-debuginfo={kind} m.rs -o {exe}"),
+        );
+        let p = dir.join(&exe);
+        assert_eq!(text_of(&full), text_of(&p), "same code");
+        assert_eq!(addr2line(cli, &p, &addrs), want, "{kind}");
+    }
+    assert!(dir.join("m_packed.dwp").is_file());
+}
