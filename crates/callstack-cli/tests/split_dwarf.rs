@@ -626,3 +626,44 @@ fn rust_split_debuginfo() {
     }
     assert!(dir.join("m_packed.dwp").is_file());
 }
+
+/// A `.dwo` truncated or with bytes overwritten: answers (the skeleton's
+/// at worst), never a panic.
+#[test]
+fn corrupt_dwo_gives_answers_not_panics() {
+    let dir = scratch_dir("split-dwarf-corrupt");
+    let exe = build(&dir, "split_inline.c", "inl_bad", "-gsplit-dwarf");
+    let dwo = dir.join("inl_bad.dwo");
+    let good = std::fs::read(&dwo).unwrap();
+    let addrs = instructions(&exe, &["<outer>", "<inner>", "<main>"]);
+    let cli = &release_artifacts().cli;
+    let mut variants: Vec<Vec<u8>> = [16, 64, good.len() / 3, good.len() / 2, good.len() - 1]
+        .iter()
+        .map(|&n| good[..n].to_vec())
+        .collect();
+    // Bytes overwritten at spread-out places (a fixed pattern: no
+    // randomness in tests).
+    for k in 1..24usize {
+        let mut v = good.clone();
+        for j in 0..16usize {
+            let at = 64 + (k * 7919 + j * 104_729) % (good.len() - 64);
+            v[at] = (k * 31 + j * 17) as u8;
+        }
+        variants.push(v);
+    }
+    for (i, v) in variants.iter().enumerate() {
+        std::fs::write(&dwo, v).unwrap();
+        let o = Command::new(cli)
+            .args(["addr2line", "-i", "-f", "-e"])
+            .arg(&exe)
+            .args(&addrs)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success() && !stderr.contains("panicked"),
+            "variant {i}: {stderr}"
+        );
+        assert!(!o.stdout.is_empty(), "variant {i}");
+    }
+}
