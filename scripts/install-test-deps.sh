@@ -30,6 +30,9 @@ have dwz || need+=(dwz)
 # debuginfod (elfutils' server): the debuginfod client's tests serve debug
 # files from it on 127.0.0.1.
 have debuginfod || need+=(debuginfod)
+# llvm-dwp: the split-DWARF test's DWARF 5 .dwp package (binutils' dwp,
+# from binutils, makes DWARF 4 ones only).
+have llvm-dwp || need+=(llvm)
 # go tool pprof: reads back the pprof files of `callstack report --pprof`.
 have go || need+=(golang-go)
 # heaptrack: the oracle of `callstack memtrack`'s allocation totals.

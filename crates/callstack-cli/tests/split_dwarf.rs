@@ -519,3 +519,151 @@ fn addr2line_inlined_chains_of_split_builds() {
         assert_eq!(addr2line(cli, &split, &addrs), want, "C++, DWARF {v}");
     }
 }
+
+/// Without `.debug_aranges` (clang does not emit it; removed here), the
+/// units' ranges come from the skeletons alone: a `.dwo` is opened only
+/// when an address falls in its unit. Two units, the second's `.dwo`
+/// missing: the first's addresses get their inlined frames and no warning
+/// is printed, the second's get the skeleton's lines and one warning.
+#[test]
+fn dwo_opened_only_for_units_asked_without_aranges() {
+    let dir = scratch_dir("split-dwarf-lazy");
+    std::fs::write(
+        dir.join("other.c"),
+        "__attribute__((noinline)) int other_unit(int x) { return x * 2 + 1; }\n",
+    )
+    .unwrap();
+    let src = testsupport::workspace_root().join("tests/fixtures/c/split_inline.c");
+    sh(
+        &dir,
+        &format!(
+            "gcc -O2 -g -gsplit-dwarf -c {} -o lazy.o && gcc -O2 -g -gsplit-dwarf -c other.c -o other.o \
+             && gcc lazy.o other.o -o lazy_full && objcopy --remove-section .debug_aranges lazy_full lazy \
+             && rm other.dwo",
+            src.display()
+        ),
+    );
+    let exe = dir.join("lazy");
+    let full = dir.join("lazy_full");
+    let addrs = instructions(&exe, &["<outer>"]);
+    let cli = &release_artifacts().cli;
+    let o = Command::new(cli)
+        .args(["addr2line", "-i", "-f", "-e"])
+        .arg(&exe)
+        .args(&addrs)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("other.dwo"), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        addr2line(cli, &full, &addrs),
+        "without .debug_aranges"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\nmid\n"));
+
+    // The Symbolizer's report: nothing missing until the second unit is
+    // asked about, then its `.dwo`, once.
+    use callstack::symbolize::{Address, ErrorKind, Symbolizer};
+    let missing = |s: &Symbolizer| -> Vec<PathBuf> {
+        s.debug_info()
+            .flat_map(|(_, r)| r.degraded.iter())
+            .filter(|e| e.kind == ErrorKind::MissingSplitDwarf)
+            .map(|e| e.path.clone())
+            .collect()
+    };
+    let mut sym = Symbolizer::for_file(&exe).unwrap();
+    for a in &addrs {
+        let r = sym.symbolize(Address::Exact(usize::from_str_radix(a, 16).unwrap()));
+        assert!(!r.frames.is_empty());
+    }
+    assert_eq!(missing(&sym), Vec::<PathBuf>::new());
+    let other = instructions(&exe, &["<other_unit>"]);
+    for a in &other {
+        let r = sym.symbolize(Address::Exact(usize::from_str_radix(a, 16).unwrap()));
+        let f = &r.frames[0];
+        assert_eq!(f.function.as_deref(), Some("other_unit"), "{r}");
+        assert!(f.file.as_deref().unwrap().ends_with("other.c"), "{r}");
+    }
+    assert_eq!(missing(&sym), vec![dir.join("other.dwo")]);
+}
+
+/// Rust built with `-C split-debuginfo=unpacked` (`.dwo` files) and
+/// `=packed` (a `.dwp` made by rustc): `addr2line -i` answers as on the
+/// same code with its debug info in the executable, inlined frames
+/// included.
+#[test]
+fn rust_split_debuginfo() {
+    if !have("rustc") {
+        eprintln!("skipped: rustc is not installed");
+        return;
+    }
+    let dir = scratch_dir("split-dwarf-rust");
+    std::fs::write(
+        dir.join("m.rs"),
+        "#[inline(never)]\nfn inner(x: u64) -> u64 { std::hint::black_box(x * 3) }\n\
+         #[inline(always)]\nfn mid(x: u64) -> u64 { inner(x + 1) + 2 }\n\
+         #[inline(never)]\nfn outer(x: u64) -> u64 { mid(x * 5) + 7 }\n\
+         fn main() { println!(\"{}\", outer(std::env::args().count() as u64)); }\n",
+    )
+    .unwrap();
+    let cli = &release_artifacts().cli;
+    sh(&dir, "rustc -g -C opt-level=2 m.rs -o m_full");
+    let full = dir.join("m_full");
+    let addrs = instructions(&full, &["<m::outer>", "<m::inner>"]);
+    assert!(addrs.len() > 5, "{addrs:?}");
+    let want = addr2line(cli, &full, &addrs);
+    assert!(want.contains("\nm::mid\n"), "{want}");
+    for kind in ["unpacked", "packed"] {
+        let exe = format!("m_{kind}");
+        sh(
+            &dir,
+            &format!("rustc -g -C opt-level=2 -C split-debuginfo={kind} m.rs -o {exe}"),
+        );
+        let p = dir.join(&exe);
+        assert_eq!(text_of(&full), text_of(&p), "same code");
+        assert_eq!(addr2line(cli, &p, &addrs), want, "{kind}");
+    }
+    assert!(dir.join("m_packed.dwp").is_file());
+}
+
+/// A `.dwo` truncated or with bytes overwritten: answers (the skeleton's
+/// at worst), never a panic.
+#[test]
+fn corrupt_dwo_gives_answers_not_panics() {
+    let dir = scratch_dir("split-dwarf-corrupt");
+    let exe = build(&dir, "split_inline.c", "inl_bad", "-gsplit-dwarf");
+    let dwo = dir.join("inl_bad.dwo");
+    let good = std::fs::read(&dwo).unwrap();
+    let addrs = instructions(&exe, &["<outer>", "<inner>", "<main>"]);
+    let cli = &release_artifacts().cli;
+    let mut variants: Vec<Vec<u8>> = [16, 64, good.len() / 3, good.len() / 2, good.len() - 1]
+        .iter()
+        .map(|&n| good[..n].to_vec())
+        .collect();
+    // Bytes overwritten at spread-out places (a fixed pattern: no
+    // randomness in tests).
+    for k in 1..24usize {
+        let mut v = good.clone();
+        for j in 0..16usize {
+            let at = 64 + (k * 7919 + j * 104_729) % (good.len() - 64);
+            v[at] = (k * 31 + j * 17) as u8;
+        }
+        variants.push(v);
+    }
+    for (i, v) in variants.iter().enumerate() {
+        std::fs::write(&dwo, v).unwrap();
+        let o = Command::new(cli)
+            .args(["addr2line", "-i", "-f", "-e"])
+            .arg(&exe)
+            .args(&addrs)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success() && !stderr.contains("panicked"),
+            "variant {i}: {stderr}"
+        );
+        assert!(!o.stdout.is_empty(), "variant {i}");
+    }
+}

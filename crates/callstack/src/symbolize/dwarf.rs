@@ -120,7 +120,7 @@ struct UnitData {
     unit: gimli::Unit<Slice>,
     /// For a split unit: its DWARF and the skeleton (whose line table and
     /// ranges are the object's). `None` for every other unit.
-    split: Option<Box<(Arc<gimli::Dwarf<Slice>>, gimli::Unit<Slice>)>>,
+    split: Option<Box<Split>>,
     /// Where each abbreviation starts (a cheap scan, always made).
     index: AbbrevIndex,
     /// The unit's abbreviations with their skip plans (`die.rs`), built
@@ -285,6 +285,12 @@ fn qualified(scopes: &[Scope], die: usize, name: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// A split unit's DWARF and its skeleton.
+struct Split {
+    dwarf: Arc<gimli::Dwarf<Slice>>,
+    skeleton: gimli::Unit<Slice>,
+}
+
 impl UnitData {
     /// The DWARF `unit`'s attributes are read in: `main`, or the split
     /// unit's.
@@ -292,7 +298,7 @@ impl UnitData {
     fn dw<'a>(&'a self, main: &'a gimli::Dwarf<Slice>) -> &'a gimli::Dwarf<Slice> {
         match &self.split {
             None => main,
-            Some(s) => &s.0,
+            Some(s) => &s.dwarf,
         }
     }
 
@@ -302,7 +308,7 @@ impl UnitData {
     fn own_unit(&self) -> &gimli::Unit<Slice> {
         match &self.split {
             None => &self.unit,
-            Some(s) => &s.1,
+            Some(s) => &s.skeleton,
         }
     }
 
@@ -539,7 +545,15 @@ impl DwarfIndex {
             Some(su) => {
                 let section = gimli::Section::reader(&su.dwarf.debug_abbrev).slice();
                 let index = AbbrevIndex::scan(section, su.unit.header.debug_abbrev_offset().0)?;
-                (su.unit, Some(Box::new((su.dwarf, unit))), index, section)
+                (
+                    su.unit,
+                    Some(Box::new(Split {
+                        dwarf: su.dwarf,
+                        skeleton: unit,
+                    })),
+                    index,
+                    section,
+                )
             }
         };
         let lang = unit
@@ -612,11 +626,24 @@ impl DwarfIndex {
                 if a.covered.binary_search(&s.offset).is_ok() {
                     continue;
                 }
-                if self.quick_unit_ranges(i, &mut out).is_some() {
+                let mut split = false;
+                if self.quick_unit_ranges(i, &mut out, &mut split).is_some() {
                     continue;
                 }
-                let Some(u) = self.unit(i) else { continue };
-                let ur = gimli::UnitRef::new(&self.dwarf, u.own_unit());
+                // A skeleton's ranges are its own: read without looking
+                // for its split unit (which `self.unit` would open).
+                let skeleton;
+                let own = if split && s.data.get().is_none() {
+                    skeleton = match self.dwarf.unit(s.header) {
+                        Ok(u) => u,
+                        Err(_) => continue,
+                    };
+                    &skeleton
+                } else {
+                    let Some(u) = self.unit(i) else { continue };
+                    u.own_unit()
+                };
+                let ur = gimli::UnitRef::new(&self.dwarf, own);
                 if let Ok(mut it) = ur.unit_ranges() {
                     while let Ok(Some(r)) = it.next() {
                         // Ranges at 0 are code the linker discarded.
@@ -634,8 +661,13 @@ impl DwarfIndex {
     /// abbreviation it uses instead of the unit's whole abbreviation table
     /// (which is what `gimli::Dwarf::unit` parses, and most of the cost of
     /// indexing units `.debug_aranges` does not list). `None`: use the
-    /// full path.
-    fn quick_unit_ranges(&self, slot: usize, out: &mut Vec<(u64, u64, usize)>) -> Option<()> {
+    /// full path (with `split` set for a skeleton unit).
+    fn quick_unit_ranges(
+        &self,
+        slot: usize,
+        out: &mut Vec<(u64, u64, usize)>,
+        split: &mut bool,
+    ) -> Option<()> {
         use gimli::{Reader, Section};
         let s = self.slot(slot)?;
         let (h, offset) = (s.header, s.offset);
@@ -716,6 +748,7 @@ impl DwarfIndex {
                 | (gimli::DW_AT_GNU_dwo_id, _)
                 | (gimli::DW_AT_dwo_name, _) => {
                     // Split units: leave them to gimli's full path.
+                    *split = true;
                     return None;
                 }
                 _ => attrs.push(a),

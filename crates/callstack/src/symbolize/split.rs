@@ -56,6 +56,9 @@ pub(crate) struct SplitUnit {
     pub unit: gimli::Unit<Slice>,
 }
 
+/// The DWARF of a `.dwo` file, made a split file of the object's.
+type SplitDwarf = Arc<gimli::Dwarf<Slice>>;
+
 /// Finds and opens the split units of one object, lazily.
 pub(crate) struct SplitLoader {
     places: Option<SplitPlaces>,
@@ -65,7 +68,7 @@ pub(crate) struct SplitLoader {
     package: OnceCell<Option<gimli::DwarfPackage<Slice>>>,
     /// `.dwo` files already read, by path (a file holds one unit, but
     /// several skeletons could name the same file).
-    dwo: RefCell<Vec<(PathBuf, Option<Arc<gimli::Dwarf<Slice>>>)>>,
+    dwo: RefCell<Vec<(PathBuf, Option<SplitDwarf>)>>,
     /// The missing files not reported yet, and all reported ones.
     missing: RefCell<(Vec<PathBuf>, Vec<PathBuf>)>,
     /// The mappings everything above borrows from (last: dropped after).
