@@ -548,7 +548,11 @@ fn start_context_pc() -> u64 {
             uc.uc_stack.ss_size = core::mem::size_of_val(&stack);
             uc.uc_link = core::ptr::null_mut();
             libc::makecontext(&mut uc, never, 0);
+            #[cfg(target_arch = "x86_64")]
             let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
+            // Exit hooks are x86-64 only: elsewhere nothing is hooked.
+            #[cfg(not(target_arch = "x86_64"))]
+            let sp = 0usize;
             let base = stack.as_ptr() as usize;
             if sp >= base && sp + 8 <= base + core::mem::size_of_val(&stack) {
                 pc = (sp as *const u64).read();
