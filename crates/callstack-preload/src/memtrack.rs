@@ -696,12 +696,10 @@ fn fork_tables(base: *mut u8) -> bool {
     // holes stay holes) into the new file, then mapping the new file in
     // place of the old one; this thread is the only one.
     unsafe {
-        let copied = if no_swap() {
-            copy_resident(fd, base, len)
-        } else {
-            copy_extents(fd, old, base, len)
-        };
-        if !copied {
+        // The recorder keeps the pages it touches few (dense site
+        // records, a small index, live slots in address order): a dozen
+        // extents for a shell's heap.
+        if !copy_extents(fd, old, base, len) {
             libc::close(fd);
             return false;
         }
@@ -726,78 +724,6 @@ fn fork_tables(base: *mut u8) -> bool {
         g.add(h.live.load(Relaxed));
     }
     true
-}
-
-/// Whether the system has no swap: then every page of a tmpfs file that
-/// holds data is in the page cache, and `mincore` tells exactly which.
-fn no_swap() -> bool {
-    // SAFETY: sysinfo fills the zeroed struct it is given.
-    unsafe {
-        let mut si: libc::sysinfo = std::mem::zeroed();
-        libc::sysinfo(&mut si) == 0 && si.totalswap == 0
-    }
-}
-
-/// Copies the pages of the mapping at `base` (`len` bytes) whose file
-/// pages are in the page cache into the file `fd` (already `len` bytes),
-/// through a temporary shared mapping of `fd`: one `mincore` call per
-/// 64 MiB and a `memcpy` per run of pages, where a walk with `SEEK_DATA`
-/// costs two `lseek` and a `pwrite` per run. The caller makes sure a page
-/// with data cannot be elsewhere (no swap).
-///
-/// # Safety
-/// `base` maps `len` bytes of a file, page-aligned.
-unsafe fn copy_resident(fd: c_int, base: *mut u8, len: usize) -> bool {
-    const PAGE: usize = 4096;
-    const CHUNK: usize = 16384; // pages per mincore call
-    // SAFETY: a fresh shared mapping of `fd`, unmapped below.
-    let dst = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if dst == libc::MAP_FAILED {
-        return false;
-    }
-    let dst = dst as *mut u8;
-    let pages = len.div_ceil(PAGE);
-    let mut vec = [0u8; CHUNK];
-    let mut ok = true;
-    let mut first = 0;
-    while first < pages {
-        let n = (pages - first).min(CHUNK);
-        let bytes = (n * PAGE).min(len - first * PAGE);
-        // SAFETY: [first, first + n) pages are inside the mapping at `base`.
-        if unsafe { libc::mincore(base.add(first * PAGE).cast(), bytes, vec.as_mut_ptr()) } != 0 {
-            ok = false;
-            break;
-        }
-        let mut i = 0;
-        while i < n {
-            if vec[i] & 1 == 0 {
-                i += 1;
-                continue;
-            }
-            let run = i;
-            while i < n && vec[i] & 1 != 0 {
-                i += 1;
-            }
-            let from = (first + run) * PAGE;
-            let to = ((first + i) * PAGE).min(len);
-            // SAFETY: [from, to) is inside both mappings, which do not
-            // overlap.
-            unsafe { std::ptr::copy_nonoverlapping(base.add(from), dst.add(from), to - from) };
-        }
-        first += n;
-    }
-    // SAFETY: the mapping made above; the file keeps the data.
-    unsafe { libc::munmap(dst.cast(), len) };
-    ok
 }
 
 /// Copies the data extents of the file `old` (found with `SEEK_DATA` and
