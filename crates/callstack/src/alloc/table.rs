@@ -132,7 +132,7 @@ impl Default for Recorder {
 
 impl Recorder {
     /// A recorder with room for 65 536 sites and 4 Mi live blocks
-    /// (20 MiB and 64 MiB of address space, touched as used).
+    /// (21 MiB and 64 MiB of address space, touched as used).
     pub const fn new() -> Recorder {
         Recorder::with_capacity(16, 22)
     }
