@@ -34,7 +34,10 @@
 //! at most the one update each thread was in the middle of is lost or
 //! half-done (a block counted as allocated at its site but missing from
 //! the live table, or taken out of the live table but not yet counted as
-//! freed at its site: either way its site keeps it as live).
+//! freed at its site: either way its site keeps it as live). A site
+//! record handed out but not yet published in the index has no allocation
+//! counted: a snapshot skips it, as it skips a record given up after a
+//! lost race.
 
 use std::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
