@@ -491,3 +491,48 @@ fn forked_child_frees_its_parents_blocks() {
     }
     assert_eq!(seen, (1, 1), "{list}");
 }
+
+/// The parent allocates and frees at once after a fork: its child's
+/// tables are a copy of the parent's at the fork (the parent waits for
+/// the copy), whatever the parent does next.
+#[test]
+fn forked_child_copies_the_tables_of_the_fork() {
+    let dir = scratch_dir("memtrack-fork-race");
+    let exe = Gcc::new(&["memtrack_fork_race.c"])
+        .flags("-O0")
+        .build(&dir.join("end"));
+    let out = dir.join("out.heap");
+    for _ in 0..3 {
+        let o = memtrack_cmd(&out)
+            .current_dir(&dir)
+            .arg("--")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        let list = &err[err.find("processes recorded: 2\n").expect("2 processes")..];
+        let mut children = 0;
+        for l in list.lines().skip(1) {
+            let Some((head, file)) = l.trim().split_once(" -> ") else {
+                continue;
+            };
+            let snap = HeapSnapshot::read_from(std::fs::File::open(file).unwrap()).unwrap();
+            if file == out.to_str().unwrap() {
+                assert_eq!(site(&snap, "before_fork"), (10000, 640000, 5000, 320000));
+                assert_eq!(site(&snap, "after_fork"), (10000, 640000, 0, 0));
+            } else {
+                children += 1;
+                assert_eq!(site(&snap, "before_fork"), (10000, 640000, 0, 0), "{head}");
+                assert_eq!(site(&snap, "after_fork"), (0, 0, 0, 0), "{head}");
+            }
+        }
+        assert_eq!(children, 1, "{list}");
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let p = f.unwrap().path();
+            if p != exe {
+                std::fs::remove_file(p).unwrap();
+            }
+        }
+    }
+}

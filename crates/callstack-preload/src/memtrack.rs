@@ -234,6 +234,9 @@ thread_local! {
     // the program dlopens a library with TLS, the first access may take
     // the slow path; test `dlopen_of_a_tls_library` runs that case.
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+    // The pipe of the fork this thread is making (see `before_fork`):
+    // read end, write end; -1 when none.
+    static FORK_PIPE: Cell<[c_int; 2]> = const { Cell::new([-1, -1]) };
 }
 
 // ---- the hooks ----------------------------------------------------------
@@ -671,16 +674,82 @@ fn publish_modules() {
 /// moment of the fork, mapped over the parent's at the same address (the
 /// recorder's pointers stay valid). If that fails the child records
 /// nothing (it must not write into its parent's tables).
+///
+/// The copy is of the tables at the fork only if the parent does not
+/// change them meanwhile: the parent waits in [`after_fork_parent`] until
+/// the child has copied them (or died), through a pipe made in
+/// [`before_fork`] that the child writes one byte to. (Other threads of a
+/// multithreaded parent go on allocating during the copy; the blocks they
+/// make or free then may be in the child's copy or not.)
 extern "C" fn after_fork_child() {
+    let [rd, wr] = FORK_PIPE.replace([-1, -1]);
+    if rd >= 0 {
+        // SAFETY: the read end, ours in this process.
+        unsafe { libc::close(rd) };
+    }
     let base = TABLES.load(Acquire);
-    if base.is_null() || !ACTIVE.swap(false, AcqRel) {
+    if !base.is_null() && ACTIVE.swap(false, AcqRel) {
+        if fork_tables(base) {
+            ACTIVE.store(true, Release);
+        } else {
+            RECORDER.set_enabled(false);
+            TABLES.store(std::ptr::null_mut(), Release);
+        }
+    }
+    if wr >= 0 {
+        // SAFETY: one byte from the stack to the write end, then closed.
+        unsafe {
+            libc::write(wr, b"c".as_ptr().cast(), 1);
+            libc::close(wr);
+        }
+    }
+}
+
+/// Before a fork of a tracked process: the pipe through which the child
+/// tells its parent that it has copied the tables.
+extern "C" fn before_fork() {
+    if TABLES.load(Acquire).is_null() || !ACTIVE.load(Acquire) {
         return;
     }
-    if fork_tables(base) {
-        ACTIVE.store(true, Release);
-    } else {
-        RECORDER.set_enabled(false);
-        TABLES.store(std::ptr::null_mut(), Release);
+    let mut fds = [-1 as c_int; 2];
+    // SAFETY: pipe2 fills the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+        FORK_PIPE.set(fds);
+    }
+}
+
+/// In the parent after a fork: waits until the child has copied the
+/// tables (its byte), or has died or failed (end of file), before the
+/// parent changes them. A child of another thread forking meanwhile may
+/// hold the write end too (until it execs or exits): the wait is bounded.
+extern "C" fn after_fork_parent() {
+    let [rd, wr] = FORK_PIPE.replace([-1, -1]);
+    if rd < 0 {
+        return;
+    }
+    // SAFETY: our pipe's descriptors: the write end closed, the read end
+    // polled, read and closed; errno of this thread kept.
+    unsafe {
+        let errno = *libc::__errno_location();
+        libc::close(wr);
+        let mut pfd = libc::pollfd {
+            fd: rd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        for _ in 0..100 {
+            let n = libc::poll(&mut pfd, 1, 100);
+            if n > 0 {
+                let mut b = 0u8;
+                libc::read(rd, (&mut b as *mut u8).cast(), 1);
+                break;
+            }
+            if n < 0 && *libc::__errno_location() != libc::EINTR {
+                break;
+            }
+        }
+        libc::close(rd);
+        *libc::__errno_location() = errno;
     }
 }
 
@@ -829,7 +898,11 @@ extern "C" fn init() {
         }
         publish_modules();
         libc::atexit(finish);
-        libc::pthread_atfork(None, None, Some(after_fork_child));
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_parent),
+            Some(after_fork_child),
+        );
     }
     ACTIVE.store(true, Release);
 }
