@@ -23,7 +23,8 @@
 //!   reads every record from the file. The process's live and peak heap
 //!   bytes are counted there too, and their sum over all processes of the
 //!   run in `DIR/global`. A forked child (`pthread_atfork`) copies the
-//!   tables into its own file and maps it in place of its parent's; a
+//!   tables into its own file and maps it in place of its parent's (the
+//!   parent waits for the copy); a
 //!   program exec'd by a tracked one takes over the file of its pid.
 //! - Exit (`atexit`): recording stops and the [`HeapSnapshot`] is written
 //!   to `FILE.PID` (with `CALLSTACK_MEMTRACK_DIR`; `callstack memtrack`
