@@ -738,7 +738,10 @@ extern "C" fn after_fork_parent() {
             events: libc::POLLIN,
             revents: 0,
         };
-        for _ in 0..100 {
+        // At most 2 s: the child writes its byte as soon as it has
+        // copied; only a child killed meanwhile whose write end another
+        // child also holds leaves the whole wait.
+        for _ in 0..20 {
             let n = libc::poll(&mut pfd, 1, 100);
             if n > 0 {
                 let mut b = 0u8;
