@@ -440,3 +440,99 @@ fn tables_stay_sparse_on_tmpfs() {
     assert_eq!(t.len(), 1, "{files:?}");
     assert!(t[0].1 < 2 << 20, "{} bytes allocated", t[0].1);
 }
+
+/// A forked child that frees blocks of its parent and ends in `_exit`:
+/// its recording (read back from its tables file) holds the parent's
+/// blocks as they were at the fork, less the ones it freed, plus its own;
+/// the parent's recording is untouched by the child. A child that execs
+/// at once is a new image with nothing inherited.
+#[test]
+fn forked_child_frees_its_parents_blocks() {
+    let dir = scratch_dir("memtrack-fork-free");
+    let exe = Gcc::new(&["memtrack_fork_free.c"])
+        .flags("-O0")
+        .build(&dir.join("end"));
+    let out = dir.join("out.heap");
+    let o = memtrack_cmd(&out)
+        .current_dir(&dir)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let list = &err[err.find("processes recorded: 3\n").expect("3 processes")..];
+    let mut seen = (0, 0);
+    for l in list.lines().skip(1) {
+        let Some((head, file)) = l.trim().split_once(" -> ") else {
+            continue;
+        };
+        let snap = HeapSnapshot::read_from(std::fs::File::open(file).unwrap()).unwrap();
+        // "PID COMMAND: counts"
+        let command = head.split_once(": ").map(|x| x.0).unwrap_or(head);
+        if command.ends_with(" true") {
+            seen.1 += 1;
+            assert_eq!(site(&snap, "from_a"), (0, 0, 0, 0), "{head}");
+            continue;
+        }
+        let a = (100, (16..116).sum::<u64>(), 0, 0);
+        assert_eq!(site(&snap, "from_a"), a, "{head}");
+        if file == out.to_str().unwrap() {
+            // The parent.
+            assert_eq!(site(&snap, "from_b"), (100, 10000, 0, 0), "{head}");
+            assert_eq!(site(&snap, "from_c"), (100, 100000, 100, 100000));
+            assert_eq!(site(&snap, "in_child"), (0, 0, 0, 0));
+        } else {
+            seen.0 += 1;
+            assert_eq!(site(&snap, "from_b"), (100, 10000, 100, 10000), "{head}");
+            assert_eq!(site(&snap, "from_c"), (100, 100000, 0, 0));
+            assert_eq!(site(&snap, "in_child"), (50, 400, 0, 0));
+        }
+    }
+    assert_eq!(seen, (1, 1), "{list}");
+}
+
+/// The parent allocates and frees at once after a fork: its child's
+/// tables are a copy of the parent's at the fork (the parent waits for
+/// the copy), whatever the parent does next.
+#[test]
+fn forked_child_copies_the_tables_of_the_fork() {
+    let dir = scratch_dir("memtrack-fork-race");
+    let exe = Gcc::new(&["memtrack_fork_race.c"])
+        .flags("-O0")
+        .build(&dir.join("end"));
+    let out = dir.join("out.heap");
+    for _ in 0..3 {
+        let o = memtrack_cmd(&out)
+            .current_dir(&dir)
+            .arg("--")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        let list = &err[err.find("processes recorded: 2\n").expect("2 processes")..];
+        let mut children = 0;
+        for l in list.lines().skip(1) {
+            let Some((head, file)) = l.trim().split_once(" -> ") else {
+                continue;
+            };
+            let snap = HeapSnapshot::read_from(std::fs::File::open(file).unwrap()).unwrap();
+            if file == out.to_str().unwrap() {
+                assert_eq!(site(&snap, "before_fork"), (10000, 640000, 5000, 320000));
+                assert_eq!(site(&snap, "after_fork"), (10000, 640000, 0, 0));
+            } else {
+                children += 1;
+                assert_eq!(site(&snap, "before_fork"), (10000, 640000, 0, 0), "{head}");
+                assert_eq!(site(&snap, "after_fork"), (0, 0, 0, 0), "{head}");
+            }
+        }
+        assert_eq!(children, 1, "{list}");
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let p = f.unwrap().path();
+            if p != exe {
+                std::fs::remove_file(p).unwrap();
+            }
+        }
+    }
+}

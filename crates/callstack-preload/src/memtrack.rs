@@ -23,7 +23,8 @@
 //!   reads every record from the file. The process's live and peak heap
 //!   bytes are counted there too, and their sum over all processes of the
 //!   run in `DIR/global`. A forked child (`pthread_atfork`) copies the
-//!   tables into its own file and maps it in place of its parent's; a
+//!   tables into its own file and maps it in place of its parent's (the
+//!   parent waits for the copy); a
 //!   program exec'd by a tracked one takes over the file of its pid.
 //! - Exit (`atexit`): recording stops and the [`HeapSnapshot`] is written
 //!   to `FILE.PID` (with `CALLSTACK_MEMTRACK_DIR`; `callstack memtrack`
@@ -234,6 +235,9 @@ thread_local! {
     // the program dlopens a library with TLS, the first access may take
     // the slow path; test `dlopen_of_a_tls_library` runs that case.
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+    // The pipe of the fork this thread is making (see `before_fork`):
+    // read end, write end; -1 when none.
+    static FORK_PIPE: Cell<[c_int; 2]> = const { Cell::new([-1, -1]) };
 }
 
 // ---- the hooks ----------------------------------------------------------
@@ -671,16 +675,85 @@ fn publish_modules() {
 /// moment of the fork, mapped over the parent's at the same address (the
 /// recorder's pointers stay valid). If that fails the child records
 /// nothing (it must not write into its parent's tables).
+///
+/// The copy is of the tables at the fork only if the parent does not
+/// change them meanwhile: the parent waits in [`after_fork_parent`] until
+/// the child has copied them (or died), through a pipe made in
+/// [`before_fork`] that the child writes one byte to. (Other threads of a
+/// multithreaded parent go on allocating during the copy; the blocks they
+/// make or free then may be in the child's copy or not.)
 extern "C" fn after_fork_child() {
+    let [rd, wr] = FORK_PIPE.replace([-1, -1]);
+    if rd >= 0 {
+        // SAFETY: the read end, ours in this process.
+        unsafe { libc::close(rd) };
+    }
     let base = TABLES.load(Acquire);
-    if base.is_null() || !ACTIVE.swap(false, AcqRel) {
+    if !base.is_null() && ACTIVE.swap(false, AcqRel) {
+        if fork_tables(base) {
+            ACTIVE.store(true, Release);
+        } else {
+            RECORDER.set_enabled(false);
+            TABLES.store(std::ptr::null_mut(), Release);
+        }
+    }
+    if wr >= 0 {
+        // SAFETY: one byte from the stack to the write end, then closed.
+        unsafe {
+            libc::write(wr, b"c".as_ptr().cast(), 1);
+            libc::close(wr);
+        }
+    }
+}
+
+/// Before a fork of a tracked process: the pipe through which the child
+/// tells its parent that it has copied the tables.
+extern "C" fn before_fork() {
+    if TABLES.load(Acquire).is_null() || !ACTIVE.load(Acquire) {
         return;
     }
-    if fork_tables(base) {
-        ACTIVE.store(true, Release);
-    } else {
-        RECORDER.set_enabled(false);
-        TABLES.store(std::ptr::null_mut(), Release);
+    let mut fds = [-1 as c_int; 2];
+    // SAFETY: pipe2 fills the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+        FORK_PIPE.set(fds);
+    }
+}
+
+/// In the parent after a fork: waits until the child has copied the
+/// tables (its byte), or has died or failed (end of file), before the
+/// parent changes them. A child of another thread forking meanwhile may
+/// hold the write end too (until it execs or exits): the wait is bounded.
+extern "C" fn after_fork_parent() {
+    let [rd, wr] = FORK_PIPE.replace([-1, -1]);
+    if rd < 0 {
+        return;
+    }
+    // SAFETY: our pipe's descriptors: the write end closed, the read end
+    // polled, read and closed; errno of this thread kept.
+    unsafe {
+        let errno = *libc::__errno_location();
+        libc::close(wr);
+        let mut pfd = libc::pollfd {
+            fd: rd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // At most 2 s: the child writes its byte as soon as it has
+        // copied; only a child killed meanwhile whose write end another
+        // child also holds leaves the whole wait.
+        for _ in 0..20 {
+            let n = libc::poll(&mut pfd, 1, 100);
+            if n > 0 {
+                let mut b = 0u8;
+                libc::read(rd, (&mut b as *mut u8).cast(), 1);
+                break;
+            }
+            if n < 0 && *libc::__errno_location() != libc::EINTR {
+                break;
+            }
+        }
+        libc::close(rd);
+        *libc::__errno_location() = errno;
     }
 }
 
@@ -692,34 +765,16 @@ fn fork_tables(base: *mut u8) -> bool {
     let Some(fd) = open_tables(pid, len) else {
         return false;
     };
-    // SAFETY: copying the parts of the parent's file that hold data (its
-    // holes stay holes) from the mapping into the new file, then mapping
-    // the new file in place of the old one; this thread is the only one.
+    // SAFETY: copying the pages of the parent's file that hold data (its
+    // holes stay holes) into the new file, then mapping the new file in
+    // place of the old one; this thread is the only one.
     unsafe {
-        let mut off: libc::off_t = 0;
-        let end = len as libc::off_t;
-        while off < end {
-            let data = libc::lseek(old, off, libc::SEEK_DATA);
-            if data < 0 {
-                if *libc::__errno_location() == libc::ENXIO {
-                    break; // no data after `off`
-                }
-                // No SEEK_DATA here: copy everything.
-                if !copy_range(fd, base, off, end) {
-                    libc::close(fd);
-                    return false;
-                }
-                break;
-            }
-            let hole = libc::lseek(old, data, libc::SEEK_HOLE).clamp(data, end);
-            if hole <= data || !copy_range(fd, base, data, hole) {
-                if hole <= data {
-                    break;
-                }
-                libc::close(fd);
-                return false;
-            }
-            off = hole;
+        // The recorder keeps the pages it touches few (dense site
+        // records, a small index, live slots in address order): a dozen
+        // extents for a shell's heap.
+        if !copy_extents(fd, old, base, len) {
+            libc::close(fd);
+            return false;
         }
         let p = libc::mmap(
             base.cast(),
@@ -740,6 +795,41 @@ fn fork_tables(base: *mut u8) -> bool {
     // The child holds a copy of its parent's heap.
     if let (Some(h), Some(g)) = (header(), global()) {
         g.add(h.live.load(Relaxed));
+    }
+    true
+}
+
+/// Copies the data extents of the file `old` (found with `SEEK_DATA` and
+/// `SEEK_HOLE`) from its mapping at `base` into `fd` at the same offsets;
+/// without `SEEK_DATA`, all `len` bytes.
+///
+/// # Safety
+/// `base` maps `len` bytes of `old`.
+unsafe fn copy_extents(fd: c_int, old: c_int, base: *mut u8, len: usize) -> bool {
+    let mut off: libc::off_t = 0;
+    let end = len as libc::off_t;
+    while off < end {
+        // SAFETY: lseek on our descriptor.
+        let data = unsafe { libc::lseek(old, off, libc::SEEK_DATA) };
+        if data < 0 {
+            // SAFETY: errno of this thread.
+            if unsafe { *libc::__errno_location() } == libc::ENXIO {
+                return true; // no data after `off`
+            }
+            // No SEEK_DATA here: copy everything.
+            // SAFETY: [off, end) is inside the mapping.
+            return unsafe { copy_range(fd, base, off, end) };
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(old, data, libc::SEEK_HOLE) }.clamp(data, end);
+        if hole <= data {
+            return true;
+        }
+        // SAFETY: [data, hole) is inside the mapping.
+        if !unsafe { copy_range(fd, base, data, hole) } {
+            return false;
+        }
+        off = hole;
     }
     true
 }
@@ -812,7 +902,11 @@ extern "C" fn init() {
         }
         publish_modules();
         libc::atexit(finish);
-        libc::pthread_atfork(None, None, Some(after_fork_child));
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_parent),
+            Some(after_fork_child),
+        );
     }
     ACTIVE.store(true, Release);
 }

@@ -1,10 +1,18 @@
 //! The recorder's tables: fixed-size, lock-free, allocation-free.
 //!
-//! - Sites: open addressing keyed by the stack hash. A slot is claimed
-//!   once (compare-and-swap of its hash from 0) and never released; its
-//!   counters are plain atomics. When no slot is free within
-//!   [`MAX_PROBE`] steps, the allocation is counted in the overflow site
-//!   (the last slot, without frames).
+//! - Sites: records kept dense, in the order the sites are first met (a
+//!   counter hands out the next record, which its thread fills: hash,
+//!   frames, then `ready`), found through an index: open addressing keyed
+//!   by the stack hash, one 4-byte slot per site holding its record's
+//!   number plus one. An index slot is claimed once (compare-and-swap from
+//!   0 to the filled record) and never released; a thread that loses the
+//!   race for a slot keeps its record for the next free slot, or clears
+//!   its hash if the winner holds the same stack. The counters of a record
+//!   are plain atomics. When no slot is free within [`MAX_PROBE`] steps,
+//!   or no record is left, the allocation is counted in the overflow site
+//!   (the last record, without frames). Dense records and a small index
+//!   keep the pages a program touches few: a shared file of the tables
+//!   holds, and a fork copies, a few dozen pages for a few hundred sites.
 //! - Live blocks: open addressing keyed by address, one 16-byte slot per
 //!   block (address; site index and size packed in one word). A freed
 //!   block's slot becomes a tombstone that a later insert may reuse; a slot
@@ -14,7 +22,7 @@
 //!   is counted as a live overflow.
 //!
 //! The recorder's storage is one region: its own counters, then the site
-//! table, then the live table ([`Recorder::storage_len`] bytes). It is an
+//! index, then the site records, then the live table ([`Recorder::storage_len`] bytes). It is an
 //! anonymous `mmap` made on first use (pages are touched only as slots
 //! are), never through the allocator being tracked, or memory the caller
 //! hands over ([`Recorder::use_storage`]): `callstack memtrack` gives it a
@@ -26,7 +34,10 @@
 //! at most the one update each thread was in the middle of is lost or
 //! half-done (a block counted as allocated at its site but missing from
 //! the live table, or taken out of the live table but not yet counted as
-//! freed at its site: either way its site keeps it as live).
+//! freed at its site: either way its site keeps it as live). A site
+//! record handed out but not yet published in the index has no allocation
+//! counted: a snapshot skips it, as it skips a record given up after a
+//! lost race.
 
 use std::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
@@ -63,7 +74,9 @@ pub(crate) struct SiteSlot {
 struct Counters {
     live_overflow: AtomicU64,
     unknown_frees: AtomicU64,
-    _pad: [u64; 6],
+    /// Site records handed out (may exceed the capacity: then none is).
+    next_site: AtomicU64,
+    _pad: [u64; 5],
 }
 
 #[repr(C)]
@@ -101,6 +114,7 @@ pub struct Recorder {
     site_bits: u32,
     live_bits: u32,
     counters: AtomicPtr<Counters>,
+    index: AtomicPtr<AtomicU32>,
     sites: AtomicPtr<SiteSlot>,
     live: AtomicPtr<LiveSlot>,
     /// Records dropped while the storage was not there (being mapped by
@@ -121,7 +135,7 @@ impl Default for Recorder {
 
 impl Recorder {
     /// A recorder with room for 65 536 sites and 4 Mi live blocks
-    /// (20 MiB and 64 MiB of address space, touched as used).
+    /// (21 MiB and 64 MiB of address space, touched as used).
     pub const fn new() -> Recorder {
         Recorder::with_capacity(16, 22)
     }
@@ -149,6 +163,7 @@ impl Recorder {
             site_bits,
             live_bits,
             counters: AtomicPtr::new(std::ptr::null_mut()),
+            index: AtomicPtr::new(std::ptr::null_mut()),
             sites: AtomicPtr::new(std::ptr::null_mut()),
             live: AtomicPtr::new(std::ptr::null_mut()),
             dropped: AtomicU64::new(0),
@@ -181,12 +196,17 @@ impl Recorder {
         (self.site_bits, self.live_bits)
     }
 
-    fn sites_offset() -> usize {
+    fn index_offset() -> usize {
         std::mem::size_of::<Counters>()
     }
 
+    fn records_offset(&self) -> usize {
+        // site_cap() >= 16: the records start 64-aligned.
+        Self::index_offset() + 4 * self.site_cap()
+    }
+
     fn live_offset(&self) -> usize {
-        Self::sites_offset() + std::mem::size_of::<SiteSlot>() * (self.site_cap() + 1)
+        self.records_offset() + std::mem::size_of::<SiteSlot>() * (self.site_cap() + 1)
     }
 
     /// Bytes of the recorder's storage (counters, sites, live blocks): the
@@ -222,8 +242,10 @@ impl Recorder {
         // SAFETY: the offsets are inside the region of storage_len() bytes
         // the caller vouched for (or `map_tables` mapped).
         unsafe {
+            self.index
+                .store(base.add(Self::index_offset()).cast(), Relaxed);
             self.sites
-                .store(base.add(Self::sites_offset()).cast(), Relaxed);
+                .store(base.add(self.records_offset()).cast(), Relaxed);
             self.live
                 .store(base.add(self.live_offset()).cast(), Relaxed);
         }
@@ -236,6 +258,14 @@ impl Recorder {
         // through `tables`) after the pointer was set to zero-filled or
         // recorder-written storage, never unmapped.
         unsafe { &*self.counters.load(Relaxed) }
+    }
+
+    /// The site index, once READY (which `tables` returned).
+    fn index(&self) -> &[AtomicU32] {
+        // SAFETY: READY was stored (Release, loaded Acquire by `tables`)
+        // after the pointer was set to `site_cap()` zero-filled (or
+        // recorder-written) slots, never unmapped.
+        unsafe { std::slice::from_raw_parts(self.index.load(Relaxed), self.site_cap()) }
     }
 
     /// The tables, mapped on first use; `None` while another thread maps
@@ -292,7 +322,13 @@ impl Recorder {
             return;
         };
         let frames = &frames[..frames.len().min(MAX_DEPTH)];
-        let idx = find_site(sites, self.site_bits, frames);
+        let idx = find_site(
+            self.index(),
+            sites,
+            &self.counters().next_site,
+            self.site_bits,
+            frames,
+        );
         self.add_live(sites, live, idx, ptr, size as u64);
     }
 
@@ -429,10 +465,15 @@ impl Recorder {
         snap.counters.live_overflow = c.live_overflow.load(Relaxed);
         snap.counters.unknown_frees = c.unknown_frees.load(Relaxed);
         let slot_len = std::mem::size_of::<SiteSlot>();
+        let used = (c.next_site.load(Acquire) as usize).min(self.site_cap());
         let mut extent = 0;
         for (i, s) in sites.iter().enumerate() {
+            let overflow = i == sites.len() - 1;
+            if i >= used && !overflow {
+                continue; // never handed out
+            }
             if let Some(data) = data {
-                let start = Self::sites_offset() + i * slot_len;
+                let start = self.records_offset() + i * slot_len;
                 while extent < data.len() && data[extent].1 <= start {
                     extent += 1;
                 }
@@ -440,13 +481,12 @@ impl Recorder {
                     continue; // all zero: never claimed
                 }
             }
-            let overflow = i == sites.len() - 1;
             if !overflow && s.hash.load(Acquire) == 0 {
-                continue;
+                continue; // not filled, or given up
             }
             let allocs = s.allocs.load(Relaxed);
-            if allocs == 0 && overflow {
-                continue;
+            if allocs == 0 {
+                continue; // not (or no longer) used
             }
             let mut frames = Vec::new();
             if s.ready.load(Acquire) == 1 {
@@ -478,39 +518,77 @@ impl Recorder {
     }
 }
 
-/// The site of `frames`: its slot index, claimed if new; the overflow
-/// slot (the last) when none is free within reach.
+/// The site of `frames`: its record's number, a new record if the stack
+/// is new; the overflow record (the last) when no index slot is free
+/// within reach or no record is left.
 #[inline]
-fn find_site(sites: &[SiteSlot], bits: u32, frames: &[usize]) -> u32 {
+fn find_site(
+    index: &[AtomicU32],
+    sites: &[SiteSlot],
+    next: &AtomicU64,
+    bits: u32,
+    frames: &[usize],
+) -> u32 {
     let h = match site_hash(frames) {
         0 => 1,
         h => h,
     };
+    let overflow = (sites.len() - 1) as u32;
     let mask = (1usize << bits) - 1;
     let mut i = (h >> (64 - bits)) as usize;
+    // A record this thread filled and has not published yet.
+    let mut mine: Option<u32> = None;
     for _ in 0..MAX_PROBE {
-        let slot = &sites[i];
-        let cur = slot.hash.load(Acquire);
-        if cur == h {
-            return i as u32;
-        }
+        let mut cur = index[i].load(Acquire);
         if cur == 0 {
-            match slot.hash.compare_exchange(0, h, AcqRel, Acquire) {
-                Ok(_) => {
-                    for (d, &f) in slot.frames.iter().zip(frames) {
-                        d.store(f, Relaxed);
+            let r = match mine {
+                Some(r) => r,
+                None => match new_record(sites, next, h, frames) {
+                    Some(r) => {
+                        mine = Some(r);
+                        r
                     }
-                    slot.nframes.store(frames.len() as u32, Relaxed);
-                    slot.ready.store(1, Release);
-                    return i as u32;
-                }
-                Err(other) if other == h => return i as u32,
-                Err(_) => {}
+                    None => return overflow,
+                },
+            };
+            match index[i].compare_exchange(0, r + 1, AcqRel, Acquire) {
+                Ok(_) => return r,
+                Err(other) => cur = other,
             }
+        }
+        // The Acquire load (or failed exchange) of `cur` sees the record
+        // filled before it was published.
+        let r = cur - 1;
+        if sites[r as usize].hash.load(Relaxed) == h {
+            if let Some(m) = mine {
+                sites[m as usize].hash.store(0, Relaxed); // given up
+            }
+            return r;
         }
         i = (i + 1) & mask;
     }
-    (mask + 1) as u32
+    if let Some(m) = mine {
+        sites[m as usize].hash.store(0, Relaxed);
+    }
+    overflow
+}
+
+/// Hands out the next site record and fills it with `h` and `frames`;
+/// `None` when all are taken.
+#[cold]
+fn new_record(sites: &[SiteSlot], next: &AtomicU64, h: u64, frames: &[usize]) -> Option<u32> {
+    let r = next.fetch_add(1, Relaxed);
+    if r >= (sites.len() - 1) as u64 {
+        return None;
+    }
+    let slot = &sites[r as usize];
+    slot.hash.store(h, Relaxed);
+    for (d, &f) in slot.frames.iter().zip(frames) {
+        d.store(f, Relaxed);
+    }
+    slot.nframes.store(frames.len() as u32, Relaxed);
+    slot.ready.store(1, Release);
+    Some(r as u32)
 }
 
 /// The site key of a stack: like [`crate::hash_frames`] but in four
@@ -543,9 +621,21 @@ fn site_hash(frames: &[usize]) -> u64 {
     h ^ (h >> 33)
 }
 
+/// The first slot tried for the block at `ptr` in a live table of
+/// `2^bits` slots. The addresses of a window of `2^(bits + 4)` bytes map
+/// in order onto the table (from a start hashed from the window's
+/// number): blocks near one another in memory fill slots near one another,
+/// so a heap of a few hundred KiB touches a few dozen pages of the table,
+/// not one page per block (what a fork copies, and what a file-backed
+/// table keeps, is the pages touched). Two blocks of one window never
+/// share a slot (they are at least 16 bytes apart); blocks of different
+/// windows meet only where the windows' hashed starts bring them.
 #[inline]
 fn addr_slot(ptr: usize, bits: u32) -> usize {
-    ((ptr as u64 >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+    let p = ptr as u64 >> 4;
+    let window = p >> bits;
+    let start = window.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits);
+    (p.wrapping_add(start) & ((1u64 << bits) - 1)) as usize
 }
 
 fn map(len: usize) -> *mut u8 {
@@ -587,6 +677,29 @@ mod tests {
         );
         assert_eq!(a.live_bytes(), 20);
         assert_eq!(s.counters.unknown_frees, 1);
+    }
+
+    #[test]
+    fn nearby_blocks_fill_nearby_live_slots() {
+        // 2000 blocks of a 64 KiB heap, 32 bytes apart: distinct slots,
+        // all within 64 KiB / 16 slots of the first (a few pages of the
+        // table, not one page per block).
+        let base = 0x5555_5555_0000usize;
+        let slots: Vec<usize> = (0..2000).map(|i| addr_slot(base + i * 32, 22)).collect();
+        let mut sorted = slots.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 2000);
+        let first = slots[0];
+        assert!(slots.iter().all(|&s| (s.wrapping_sub(first) & ((1 << 22) - 1)) < 4096));
+        // Windows far apart start at different places.
+        assert_ne!(addr_slot(base, 22), addr_slot(base + (1 << 26), 22));
+        // Every slot is inside the table, whatever the address.
+        for p in [0usize, 16, usize::MAX & !15, 0x7fff_ffff_fff0] {
+            for bits in [4, 10, 22, 30] {
+                assert!(addr_slot(p, bits) < 1 << bits);
+            }
+        }
     }
 
     #[test]
@@ -662,6 +775,37 @@ mod tests {
         );
     }
 
+    /// Threads meeting the same new stacks at once: one site per stack,
+    /// whichever thread's record wins (a lost race's record is given up
+    /// and not listed).
+    #[test]
+    fn threads_race_for_new_sites() {
+        static R: Recorder = Recorder::with_capacity(10, 16);
+        let go = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let hs: Vec<_> = (0..8usize)
+            .map(|t| {
+                let go = go.clone();
+                std::thread::spawn(move || {
+                    go.wait();
+                    for k in 0..200usize {
+                        R.record_alloc(&[k + 1, 7], (t + 1) << 32 | k << 5, 5);
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let s = R.snapshot();
+        assert_eq!(s.sites.len(), 200);
+        for k in 0..200usize {
+            let site: Vec<_> = s.sites.iter().filter(|x| x.frames == [k + 1, 7]).collect();
+            assert_eq!(site.len(), 1, "stack {k}");
+            assert_eq!((site[0].allocs, site[0].live_bytes()), (8, 40));
+        }
+        assert_eq!(s.counters.overflow_site_allocs, 0);
+    }
+
     /// A second recorder over the storage of a first reads what the first
     /// recorded (what `callstack memtrack` does with a dead process's
     /// tables file); blocks of size 0 are counted apart.
@@ -697,7 +841,7 @@ mod tests {
         // Read by extents: none, the whole storage, the site's part only.
         assert!(b.snapshot_of_extents(&[]).sites.is_empty());
         assert_eq!(b.snapshot_of_extents(&[(0, len)]), s);
-        let (slot, o) = (std::mem::size_of::<SiteSlot>(), Recorder::sites_offset());
+        let (slot, o) = (std::mem::size_of::<SiteSlot>(), b.records_offset());
         let idx = (0..17)
             .find(|&i| {
                 let one = [(o + i * slot, o + (i + 1) * slot)];
