@@ -230,7 +230,12 @@ print("DONE %d" % i)
         ),
     )
     .unwrap();
-    let out = gdb_batch("gdb").arg("-x").arg(&script).arg(&exe).output().unwrap();
+    let out = gdb_batch("gdb")
+        .arg("-x")
+        .arg(&script)
+        .arg(&exe)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let steps: Vec<&str> = text.split("STEP ").skip(1).collect();
     assert!(steps.len() >= 40, "{} steps: {text}", steps.len());

@@ -177,7 +177,10 @@ pub fn parse_hex(s: &[u8]) -> u64 {
 /// `s` less its leading white space as C's `isspace` sees it (vertical
 /// tab included).
 fn trim_c_space(s: &[u8]) -> &[u8] {
-    let n = s.iter().take_while(|c| b" \t\n\x0b\x0c\r".contains(c)).count();
+    let n = s
+        .iter()
+        .take_while(|c| b" \t\n\x0b\x0c\r".contains(c))
+        .count();
     &s[n..]
 }
 

@@ -270,7 +270,11 @@ fn run_preloaded(args: &Args) -> Result<ExitCode, String> {
             "callstack record: {} wrote no profile ({status})",
             prog.to_string_lossy()
         );
-        return Ok(if status.success() { ExitCode::FAILURE } else { code });
+        return Ok(if status.success() {
+            ExitCode::FAILURE
+        } else {
+            code
+        });
     }
     if !args.quiet {
         eprintln!(

@@ -520,7 +520,11 @@ fn stdin_bytes_not_utf8_match_binutils() {
             child.stdin.take().unwrap().write_all(&input).unwrap();
         }
         let o = child.wait_with_output().unwrap();
-        assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8(o.stdout).unwrap()
     };
     let from_file = |cmd: &mut Command| -> String {
@@ -528,7 +532,11 @@ fn stdin_bytes_not_utf8_match_binutils() {
             .stdin(std::fs::File::open(&file).unwrap())
             .output()
             .unwrap();
-        assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8(o.stdout).unwrap()
     };
     let theirs = piped(Command::new("addr2line").args(flags).arg(&exe));

@@ -614,7 +614,10 @@ fn exit_status_and_end_of_run() {
     }
     let dir = scratch_dir("record-end");
     let exe = record_end(&dir);
-    let bare = Command::new(&exe).args(["exit", "0", "0"]).output().unwrap();
+    let bare = Command::new(&exe)
+        .args(["exit", "0", "0"])
+        .output()
+        .unwrap();
     assert!(bare.status.success());
     for (args, want) in [
         (&["exit", "0"][..], 0),
@@ -639,7 +642,10 @@ fn exit_status_and_end_of_run() {
             o.stdout, bare.stdout,
             "{args:?}: the program's stdout differs from its bare run"
         );
-        assert!(!err.contains('\r'), "{args:?}: a progress line on a pipe: {err:?}");
+        assert!(
+            !err.contains('\r'),
+            "{args:?}: a progress line on a pipe: {err:?}"
+        );
         assert!(err.contains("wrote"), "{args:?}: {err}");
         check_spin(&format!("{args:?}"), &data);
     }
@@ -670,13 +676,20 @@ fn command_not_started() {
             }
             let o = cmd.arg("--").arg(&prog).output().unwrap();
             let err = String::from_utf8_lossy(&o.stderr);
-            assert_eq!(o.status.code(), Some(want), "{prog:?} (preload {preload}): {err}");
+            assert_eq!(
+                o.status.code(),
+                Some(want),
+                "{prog:?} (preload {preload}): {err}"
+            );
             assert!(
                 err.contains(&*prog.to_string_lossy()) && err.contains("cannot start"),
                 "{prog:?}: {err}"
             );
             assert!(!err.contains("panicked"), "{err}");
-            assert!(!data.exists(), "{prog:?} (preload {preload}): an output file was left");
+            assert!(
+                !data.exists(),
+                "{prog:?} (preload {preload}): an output file was left"
+            );
         }
     }
 }

@@ -440,7 +440,8 @@ impl<R: Read> TraceReader<R> {
                     st.exact = (0..n)
                         .map(|_| p.varint().map(|i| u32::try_from(i).unwrap_or(u32::MAX)))
                         .collect::<Result<_, _>>()?;
-                    st.exact.retain(|&i| i > 0 && (i as usize) < st.frames.len());
+                    st.exact
+                        .retain(|&i| i > 0 && (i as usize) < st.frames.len());
                     st.exact.sort_unstable();
                     st.exact.dedup();
                 }

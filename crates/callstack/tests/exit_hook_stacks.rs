@@ -129,7 +129,10 @@ fn run_coros(stacks: &mut [u8], a_first: bool) -> (String, u64) {
     }
     let (lo, hi) = stacks.split_at_mut(STACK);
     let (sa, sb) = if a_first { (lo, hi) } else { (hi, lo) };
-    for (w, s, f) in [(Who::A, sa, coro_a as extern "C" fn()), (Who::B, sb, coro_b)] {
+    for (w, s, f) in [
+        (Who::A, sa, coro_a as extern "C" fn()),
+        (Who::B, sb, coro_b),
+    ] {
         let c = ctx(w);
         // SAFETY: `c` is a live context; the stack outlives the coroutine
         // (both end before this function returns).
@@ -240,7 +243,10 @@ fn a_handler_on_an_alternate_stack_hooks_frames() {
     .unwrap();
     // SAFETY: unmaps the alternate stack, no longer in use.
     unsafe { libc::munmap(alt as *mut libc::c_void, ALT) };
-    assert!(order.1 < alt, "the thread's stack is above the alternate one");
+    assert!(
+        order.1 < alt,
+        "the thread's stack is above the alternate one"
+    );
     assert_eq!(order.0, "sHhjio");
     assert_eq!(exit_hook::skipped(), before);
 }

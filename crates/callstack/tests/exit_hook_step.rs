@@ -140,9 +140,8 @@ extern "C" fn on_trap(_: libc::c_int, _: *mut libc::siginfo_t, ctx: *mut libc::c
     // From the interrupted context: [pc, caller, the caller's callers].
     let mut out = [0usize; MAX];
     let n = callstack::capture_from_context(uc, &mut out);
-    let ok = n == base_len
-        && out[0] == pc
-        && (1..n).all(|i| out[i] == BASE[i].load(Ordering::Relaxed));
+    let ok =
+        n == base_len && out[0] == pc && (1..n).all(|i| out[i] == BASE[i].load(Ordering::Relaxed));
     if !ok {
         fail(1, pc, &out[..n]);
     }
@@ -284,8 +283,7 @@ fn every_trampoline_instruction_unwinds_to_the_real_caller() {
                 "capture_exact",
                 "capture_fast",
                 "backtrace",
-            ]
-                [BAD_WHAT.load(Ordering::Relaxed)];
+            ][BAD_WHAT.load(Ordering::Relaxed)];
             let pc = BAD_PC.load(Ordering::Relaxed);
             let all: Vec<String> = BAD_ALL[..(bad as usize).min(32)]
                 .iter()

@@ -691,7 +691,9 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted.len(), 2000);
         let first = slots[0];
-        assert!(slots.iter().all(|&s| (s.wrapping_sub(first) & ((1 << 22) - 1)) < 4096));
+        assert!(slots
+            .iter()
+            .all(|&s| (s.wrapping_sub(first) & ((1 << 22) - 1)) < 4096));
         // Windows far apart start at different places.
         assert_ne!(addr_slot(base, 22), addr_slot(base + (1 << 26), 22));
         // Every slot is inside the table, whatever the address.

@@ -26,9 +26,9 @@ use crate::unwind::{Memory, Method, ReadError};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::mem::ManuallyDrop;
-use std::ptr::NonNull;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
