@@ -14,7 +14,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
-use testsupport::{release_artifacts, scratch_dir, Gcc};
+use testsupport::{gcore, release_artifacts, scratch_dir, Gcc};
 
 /// Set in the copy of a test that runs inside its network namespace.
 const IN_NETNS: &str = "CALLSTACK_TEST_IN_NETNS";
@@ -231,23 +231,6 @@ impl Drop for Fixture {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn gcore(pid: u32, dir: &Path) -> PathBuf {
-    let prefix = dir.join("core");
-    let o = Command::new("gcore")
-        .arg("-o")
-        .arg(&prefix)
-        .arg(pid.to_string())
-        .output()
-        .expect("run gcore");
-    let core = PathBuf::from(format!("{}.{pid}", prefix.display()));
-    assert!(
-        core.is_file(),
-        "gcore: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    core
 }
 
 /// The fixture built with debug info, then split: `<dir>/prog` stripped

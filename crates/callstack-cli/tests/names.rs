@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use testsupport::{release_artifacts, scratch_dir, Gcc};
+use testsupport::{gcore, release_artifacts, scratch_dir, Gcc};
 
 /// tid -> (pc, name, tail-call frame) of each frame, innermost first.
 type Chains = BTreeMap<u32, Vec<(u64, String, bool)>>;
@@ -153,23 +153,6 @@ fn wait_blocked(pid: u32, nrs: &[&str], threads: usize) {
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-}
-
-fn gcore(pid: u32, dir: &Path) -> PathBuf {
-    let prefix = dir.join("core");
-    let o = Command::new("gcore")
-        .arg("-o")
-        .arg(&prefix)
-        .arg(pid.to_string())
-        .output()
-        .expect("run gcore");
-    let core = PathBuf::from(format!("{}.{pid}", prefix.display()));
-    assert!(
-        core.is_file(),
-        "gcore failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    core
 }
 
 struct Killed(Child);

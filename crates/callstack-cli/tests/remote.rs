@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use testsupport::{release_artifacts, scratch_dir, Gcc};
+use testsupport::{gcore, release_artifacts, scratch_dir, Gcc};
 
 /// Functions of the fixture itself.
 const OWN: &[&str] = &[
@@ -280,23 +280,6 @@ fn modes() -> Vec<(&'static str, &'static str)> {
         m.truncate(1);
     }
     m
-}
-
-fn gcore(pid: u32, dir: &Path) -> PathBuf {
-    let prefix = dir.join("core");
-    let o = Command::new("gcore")
-        .arg("-o")
-        .arg(&prefix)
-        .arg(pid.to_string())
-        .output()
-        .expect("run gcore");
-    let core = PathBuf::from(format!("{}.{pid}", prefix.display()));
-    assert!(
-        core.is_file(),
-        "gcore failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    core
 }
 
 #[test]

@@ -23,7 +23,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use testsupport::{release_artifacts, scratch_dir};
+use testsupport::{gcore, release_artifacts, scratch_dir};
 
 /// One frame: name, file's last component, line, inlined.
 type F = (String, String, u32, bool);
@@ -140,23 +140,6 @@ fn start(exe: &Path, args: &[&str], cwd: &Path) -> Running {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     Running { child }
-}
-
-fn gcore(pid: u32, dir: &Path) -> PathBuf {
-    let prefix = dir.join("core");
-    let o = Command::new("gcore")
-        .arg("-o")
-        .arg(&prefix)
-        .arg(pid.to_string())
-        .output()
-        .expect("run gcore");
-    let core = PathBuf::from(format!("{}.{pid}", prefix.display()));
-    assert!(
-        core.is_file(),
-        "gcore: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    core
 }
 
 /// gdb's frames of the core's thread (gdb run from `cwd`).
