@@ -307,7 +307,8 @@ fn gdb_pcs_past_main(exe: &Path, core: &Path) -> Vec<u64> {
 /// variable-length array, `alloca`), built without unwind tables and
 /// without frame pointers at -O2: the whole chain, past `main` to
 /// `_start`, must equal gdb-multiarch's on the build with tables. Without
-/// symbols (a core's code reader has none), prologue analysis once started
+/// symbols (a stripped build; before issue 24 any core, whose code reader
+/// had none), prologue analysis once started
 /// at the `sub sp, sp, xN` nearest the pc, found no saved x30, and the frame
 /// record's guess gave `__libc_start_call_main` a wrong stack pointer
 /// (issue 24).
