@@ -288,6 +288,10 @@ impl CodeBytes {
     }
 }
 
+/// Where [`RemoteCode::segments_of`] appends function symbols: the
+/// functions' `[start, end)` and the cold parts `(start, end, parent start)`.
+type SymbolLists<'a> = (&'a mut Vec<(u64, u64)>, &'a mut Vec<(u64, u64, u64)>);
+
 /// The code of the target's modules, read from their files on disk (or the
 /// vDSO image), for instruction analysis and stack scanning, with the
 /// function bounds of their symbol tables (none for a stripped module, where
@@ -359,7 +363,7 @@ impl RemoteCode {
     fn segments_of(
         mods: &[Module],
         segs: fn(&[u8]) -> Vec<super::files::FileSegment>,
-        mut symbols: Option<(&mut Vec<(u64, u64)>, &mut Vec<(u64, u64, u64)>)>,
+        mut symbols: Option<SymbolLists<'_>>,
     ) -> Vec<CodeSegment> {
         let mut segments = Vec::new();
         for m in mods {
