@@ -307,7 +307,8 @@ fn gdb_pcs_past_main(exe: &Path, core: &Path) -> Vec<u64> {
 /// variable-length array, `alloca`), built without unwind tables and
 /// without frame pointers at -O2: the whole chain, past `main` to
 /// `_start`, must equal gdb-multiarch's on the build with tables. Without
-/// symbols (a core's code reader has none), prologue analysis once started
+/// symbols (a stripped build; before issue 24 any core, whose code reader
+/// had none), prologue analysis once started
 /// at the `sub sp, sp, xN` nearest the pc, found no saved x30, and the frame
 /// record's guess gave `__libc_start_call_main` a wrong stack pointer
 /// (issue 24).
@@ -671,6 +672,73 @@ fn qemu_core_args(a: Arch, exe: &Path, mode: &str) -> PathBuf {
 
 /// `function+offset` of a frame (`exact`: its pc is where it stopped, not
 /// a return address, so it is looked up as is), or the marker.
+/// AArch64, -O2, no unwind tables, no frame pointer: the fault is in a
+/// leaf with no stack frame placed right after a function that saves x30
+/// and ends in a tail call. A core's code reader once had no function
+/// symbols, so prologue analysis guessed the leaf's start by searching
+/// backwards, landed in the previous function's `stp x19, x30`, and the
+/// chain went from the leaf straight to `__libc_start_main_impl`, skipping
+/// `main` (issue 24). The chain of `callstack core` (and of the library's
+/// own core walk) must equal gdb-multiarch's on the build with tables.
+#[test]
+fn aarch64_o2_frameless_leaf_after_tail_call() {
+    let a = Arch::Aarch64;
+    if !tools_present(a) {
+        return;
+    }
+    let dir = testsupport::scratch_dir("insn-cross-aarch64-leaf");
+    let (src, opt, extra) = (
+        "insn_cross_leaf.c",
+        "-O2",
+        "-fomit-frame-pointer -fno-reorder-functions",
+    );
+    let truth_exe = build_with(&dir, a, true, opt, false, src, extra);
+    let exe = build_with(&dir, a, false, opt, false, src, extra);
+    // The layout the test is about: leaf is the next function after
+    // before_leaf, which has no `ret`.
+    let data = std::fs::read(&exe).unwrap();
+    let f = {
+        use object::Object;
+        object::File::parse(&*data).unwrap()
+    };
+    let sym = |name: &str| {
+        use object::{Object, ObjectSymbol};
+        let s = f.symbols().find(|s| s.name() == Ok(name)).unwrap();
+        (s.address(), s.size())
+    };
+    let (bl, bl_size) = sym("before_leaf");
+    let (leaf, _) = sym("leaf");
+    assert!(
+        leaf >= bl + bl_size && leaf - (bl + bl_size) < 16,
+        "layout: before_leaf {bl:#x}+{bl_size:#x}, leaf {leaf:#x}"
+    );
+    let truth_core = qemu_core(a, &truth_exe);
+    let core = qemu_core(a, &exe);
+    let truth = by_symbol(&truth_exe, &gdb_pcs_past_main(&truth_exe, &truth_core));
+    let names = |v: &[(String, u64)]| v.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
+    let tn = names(&truth);
+    assert_eq!(
+        &tn[..3],
+        ["leaf", "main", "__libc_start_call_main"],
+        "gdb-multiarch's chain {tn:?}"
+    );
+    let ours_raw = our_chain(a, &exe, &core);
+    let pcs: Vec<u64> = ours_raw.iter().map(|f| f.0).collect();
+    let ours = by_symbol(&exe, &pcs);
+    assert!(
+        ours.len() >= truth.len() && ours[..truth.len()] == truth[..],
+        "chain differs\n truth: {tn:?}\n  ours: {:?}\n methods: {ours_raw:x?}",
+        names(&ours)
+    );
+    let (_, cli_pcs) = cores::cli_core_json(&["--past-main", "--methods"], &exe, &core);
+    let cli = by_symbol(&exe, &cli_pcs);
+    assert!(
+        cli.len() >= truth.len() && cli[..truth.len()] == truth[..],
+        "callstack core differs\n truth: {tn:?}\n   cli: {:?}",
+        names(&cli)
+    );
+}
+
 fn named(exe: &Path, f: &GFrame, exact: bool) -> String {
     match f {
         GFrame::Marker => "<signal handler called>".to_string(),

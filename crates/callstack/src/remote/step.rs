@@ -288,18 +288,34 @@ impl CodeBytes {
     }
 }
 
+/// Where [`RemoteCode::segments_of`] appends function symbols: the
+/// functions' `[start, end)` and the cold parts `(start, end, parent start)`.
+type SymbolLists<'a> = (&'a mut Vec<(u64, u64)>, &'a mut Vec<(u64, u64, u64)>);
+
 /// The code of the target's modules, read from their files on disk (or the
-/// vDSO image), for instruction analysis and stack scanning.
+/// vDSO image), for instruction analysis and stack scanning, with the
+/// function bounds of their symbol tables (none for a stripped module, where
+/// the analyzers guess a function's start as they do without symbols).
 #[derive(Clone)]
 struct RemoteCode {
     segments: Arc<Vec<CodeSegment>>,
+    /// Sorted `[start, end)` of every function symbol, at the load bias.
+    functions: Arc<Vec<(u64, u64)>>,
+    /// Cold parts `(start, end, parent start)`, sorted.
+    cold: Arc<Vec<(u64, u64, u64)>>,
 }
 
 impl RemoteCode {
     /// The code of `snap`: its modules' executable segments plus the
     /// executable memory in no module (qemu-user's signal trampolines).
     fn of_snapshot(snap: &Snapshot) -> RemoteCode {
-        let mut segments = Self::segments_of(&snap.modules, super::files::exec_segments);
+        let mut functions = Vec::new();
+        let mut cold = Vec::new();
+        let mut segments = Self::segments_of(
+            &snap.modules,
+            super::files::exec_segments,
+            Some((&mut functions, &mut cold)),
+        );
         for (start, bytes) in &snap.anon_code {
             segments.push(CodeSegment {
                 start: *start,
@@ -309,8 +325,13 @@ impl RemoteCode {
             });
         }
         segments.sort_by_key(|s| s.start);
+        functions.sort_unstable();
+        functions.dedup_by_key(|f| f.0);
+        cold.sort_unstable();
         RemoteCode {
             segments: Arc::new(segments),
+            functions: Arc::new(functions),
+            cold: Arc::new(cold),
         }
     }
 
@@ -327,16 +348,22 @@ impl RemoteCode {
         mods: &[Module],
         segs: fn(&[u8]) -> Vec<super::files::FileSegment>,
     ) -> RemoteCode {
-        let mut segments = Self::segments_of(mods, segs);
+        let mut segments = Self::segments_of(mods, segs, None);
         segments.sort_by_key(|s| s.start);
         RemoteCode {
             segments: Arc::new(segments),
+            functions: Arc::new(Vec::new()),
+            cold: Arc::new(Vec::new()),
         }
     }
 
+    /// The segments `segs` picks out of each module's file (or image), at
+    /// its load bias; with `symbols`, also appends each module's function
+    /// symbols there (`.symtab` and `.dynsym`, read once per module).
     fn segments_of(
         mods: &[Module],
         segs: fn(&[u8]) -> Vec<super::files::FileSegment>,
+        mut symbols: Option<SymbolLists<'_>>,
     ) -> Vec<CodeSegment> {
         let mut segments = Vec::new();
         for m in mods {
@@ -348,6 +375,14 @@ impl RemoteCode {
                 },
                 (None, None) => continue,
             };
+            if let Some((functions, cold)) = symbols.as_mut() {
+                crate::unwind::insn::inprocess::function_symbols_split(
+                    bytes.get(),
+                    m.bias,
+                    functions,
+                    cold,
+                );
+            }
             for (vaddr, off, filesz) in segs(bytes.get()) {
                 let bytes = match &bytes {
                     CodeBytes::File(m) => CodeBytes::File(m.clone()),
@@ -383,6 +418,14 @@ impl CodeMemory for RemoteCode {
             }
             None => 0,
         }
+    }
+
+    fn function_bounds(&mut self, addr: u64) -> Option<(u64, u64)> {
+        crate::unwind::insn::lookup_function(&self.functions, addr)
+    }
+
+    fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
+        crate::unwind::insn::inprocess::function_entry_in(&self.functions, &self.cold, addr)
     }
 }
 
