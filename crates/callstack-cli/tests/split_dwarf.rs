@@ -411,9 +411,10 @@ fn dwp_package() {
 #[test]
 fn missing_dwo_warns_once_and_keeps_lines() {
     let dir = scratch_dir("split-dwarf-missing");
-    for v in [4, 5] {
-        let exe = format!("inl_missing{v}");
-        let c = build(
+    for (cc, v) in compilers().into_iter().flat_map(|c| [(c, 4), (c, 5)]) {
+        let exe = format!("inl_missing_{cc}{v}");
+        let c = build_by(
+            cc,
             &dir,
             "split_inline.c",
             &exe,
@@ -436,12 +437,12 @@ fn missing_dwo_warns_once_and_keeps_lines() {
         let (ours, stderr) =
             our_frames(&["core", c.to_str().unwrap(), core.to_str().unwrap()], &dir);
         assert_eq!(names(&want), ["inner", "outer", "main"], "{want:?}");
-        assert_eq!(own(&ours), want, "DWARF {v}\n{stderr}");
+        assert_eq!(own(&ours), want, "{cc} DWARF {v}\n{stderr}");
         let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
         assert_eq!(warnings.len(), 1, "{stderr}");
         assert!(warnings[0].contains(dwo.to_str().unwrap()), "{stderr}");
         let (ours, _) = our_frames(&["pstack", &run.child.id().to_string()], &dir);
-        assert_eq!(own(&ours), want, "DWARF {v}: pstack");
+        assert_eq!(own(&ours), want, "{cc} DWARF {v}: pstack");
     }
 }
 
@@ -571,14 +572,21 @@ fn addr2line_inlined_chains_of_split_builds() {
     }
 }
 
-/// Without `.debug_aranges` (clang does not emit it; removed here), the
+/// Without `.debug_aranges` (clang emits none; removed from gcc's), the
 /// units' ranges come from the skeletons alone: a `.dwo` is opened only
 /// when an address falls in its unit. Two units, the second's `.dwo`
 /// missing: the first's addresses get their inlined frames and no warning
 /// is printed, the second's get the skeleton's lines and one warning.
 #[test]
 fn dwo_opened_only_for_units_asked_without_aranges() {
-    let dir = scratch_dir("split-dwarf-lazy");
+    for cc in compilers() {
+        lazy_units(cc);
+    }
+}
+
+/// [`dwo_opened_only_for_units_asked_without_aranges`], built by `cc`.
+fn lazy_units(cc: &str) {
+    let dir = scratch_dir(&format!("split-dwarf-lazy-{cc}"));
     std::fs::write(
         dir.join("other.c"),
         "__attribute__((noinline)) int other_unit(int x) { return x * 2 + 1; }\n",
@@ -588,8 +596,8 @@ fn dwo_opened_only_for_units_asked_without_aranges() {
     sh(
         &dir,
         &format!(
-            "gcc -O2 -g -gsplit-dwarf -c {} -o lazy.o && gcc -O2 -g -gsplit-dwarf -c other.c -o other.o \
-             && gcc lazy.o other.o -o lazy_full && objcopy --remove-section .debug_aranges lazy_full lazy \
+            "{cc} -O2 -g -gsplit-dwarf -c {} -o lazy.o && {cc} -O2 -g -gsplit-dwarf -c other.c -o other.o \
+             && {cc} lazy.o other.o -o lazy_full && objcopy --remove-section .debug_aranges lazy_full lazy \
              && rm other.dwo",
             src.display()
         ),
