@@ -33,6 +33,8 @@ have debuginfod || need+=(debuginfod)
 # llvm-dwp: the split-DWARF test's DWARF 5 .dwp package (binutils' dwp,
 # from binutils, makes DWARF 4 ones only).
 have llvm-dwp || need+=(llvm)
+# clang: the split-DWARF tests also build their fixtures with clang/clang++.
+have clang || need+=(clang)
 # go tool pprof: reads back the pprof files of `callstack report --pprof`.
 have go || need+=(golang-go)
 # heaptrack: the oracle of `callstack memtrack`'s allocation totals.

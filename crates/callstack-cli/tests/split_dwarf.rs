@@ -17,8 +17,10 @@
 //! The oracle is gdb's Python API on a core of the blocked process (name,
 //! file, line and kind of every frame). gdb prints C++ function names
 //! without their parameters, except a lambda's `operator()`: names are
-//! compared without a final parameter list. Clang is not installed on
-//! the machine these were written on: gcc only.
+//! compared without a final parameter list. The frames, `.dwp` and
+//! `addr2line -i` cases are built by gcc, and by clang too when it is installed (clang's DWARF 5 split units: skeleton and
+//! split_compile units, `.debug_addr`, `DW_FORM_rnglistx`, loclists,
+//! `DW_FORM_strx*`, no `.debug_aranges`; its `.dwp` by `llvm-dwp`).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -88,12 +90,35 @@ fn have(tool: &str) -> bool {
 }
 
 /// Builds `src` in `dir` as `exe` (compiled to `<exe>.o` there, so the
-/// `.dwo` is `<exe>.dwo`), with `flags`.
+/// `.dwo` is `<exe>.dwo`), with `flags`, by gcc.
 fn build(dir: &Path, src: &str, exe: &str, flags: &str) -> PathBuf {
+    build_by("gcc", dir, src, exe, flags)
+}
+
+/// The compilers to build the split fixtures with: gcc, and clang when
+/// it is installed (scripts/install-test-deps.sh installs it).
+fn compilers() -> Vec<&'static str> {
+    if have("clang") && have("clang++") {
+        vec!["gcc", "clang"]
+    } else {
+        eprintln!("clang is not installed: gcc only");
+        vec!["gcc"]
+    }
+}
+
+/// [`build`] by `compiler` (`gcc` or `clang`; `g++` or `clang++` for
+/// C++).
+fn build_by(compiler: &str, dir: &Path, src: &str, exe: &str, flags: &str) -> PathBuf {
     let path = testsupport::workspace_root()
         .join("tests/fixtures/c")
         .join(src);
-    let cc = if src.ends_with(".cpp") { "g++" } else { "gcc" };
+    let cc = match (compiler, src.ends_with(".cpp")) {
+        ("gcc", false) => "gcc",
+        ("gcc", true) => "g++",
+        ("clang", false) => "clang",
+        ("clang", true) => "clang++",
+        _ => panic!("unknown compiler {compiler}"),
+    };
     sh(
         dir,
         &format!(
@@ -243,20 +268,41 @@ fn names(frames: &[F]) -> Vec<&str> {
 fn split_dwarf_frames_like_gdb() {
     let dir = scratch_dir("split-dwarf");
     let elsewhere = scratch_dir("split-dwarf-elsewhere");
-    for v in [4, 5] {
+    for (cc, v) in compilers().into_iter().flat_map(|c| [(c, 4), (c, 5)]) {
         let flags = format!("-gsplit-dwarf -gdwarf-{v}");
-        let c = build(&dir, "split_inline.c", &format!("inl{v}"), &flags);
-        assert!(dir.join(format!("inl{v}.dwo")).is_file());
-        let gdb = compare(&format!("C, DWARF {v}"), &c, &[], &elsewhere);
-        assert_eq!(names(&gdb), ["inner", "mid", "outer", "main"], "{gdb:?}");
-        let gdb = compare(&format!("C tail calls, DWARF {v}"), &c, &["t"], &elsewhere);
+        let c = build_by(cc, &dir, "split_inline.c", &format!("inl_{cc}{v}"), &flags);
+        assert!(dir.join(format!("inl_{cc}{v}.dwo")).is_file());
+        let gdb = compare(&format!("{cc} C, DWARF {v}"), &c, &[], &elsewhere);
         assert_eq!(
             names(&gdb),
-            ["inner", "tail_to", "tail_from", "main"],
-            "{gdb:?}"
+            ["inner", "mid", "outer", "main"],
+            "{cc} DWARF {v}: {gdb:?}"
         );
-        let cpp = build(&dir, "split_names.cpp", &format!("names{v}"), &flags);
-        let gdb = compare(&format!("C++, DWARF {v}"), &cpp, &[], &elsewhere);
+        let gdb = compare(
+            &format!("{cc} C tail calls, DWARF {v}"),
+            &c,
+            &["t"],
+            &elsewhere,
+        );
+        // clang's DWARF 5 tail-call sites carry `DW_AT_call_pc` (the
+        // jump's address) and no return pc: gdb 13 drops such sites and
+        // shows no tail-call frame; so do we (a known gap). Ours still
+        // equals gdb's there.
+        if (cc, v) != ("clang", 5) {
+            assert_eq!(
+                names(&gdb),
+                ["inner", "tail_to", "tail_from", "main"],
+                "{cc} DWARF {v}: {gdb:?}"
+            );
+        }
+        let cpp = build_by(
+            cc,
+            &dir,
+            "split_names.cpp",
+            &format!("names_{cc}{v}"),
+            &flags,
+        );
+        let gdb = compare(&format!("{cc} C++, DWARF {v}"), &cpp, &[], &elsewhere);
         assert_eq!(
             names(&gdb),
             [
@@ -265,7 +311,13 @@ fn split_dwarf_frames_like_gdb() {
                 "(anonymous namespace)::helper",
                 "Basket<int>::weigh(int)::{lambda(int)#1}::operator()",
                 "Basket<int>::weigh",
-                "Local::run",
+                // gdb qualifies a local class's method by its enclosing
+                // function when clang nests the class's DIE in it.
+                if cc == "clang" {
+                    "run_local(int)::Local::run"
+                } else {
+                    "Local::run"
+                },
                 "run_local",
                 "main"
             ],
@@ -307,20 +359,25 @@ fn relative_comp_dir_run_from_elsewhere() {
 }
 
 /// A `.dwp` package beside the program, the `.dwo` files gone: DWARF 4
-/// packed by binutils' `dwp` (gdb reads it: compared with gdb on it),
-/// DWARF 5 by `llvm-dwp` (binutils' `dwp` makes none, gdb 13 fails on
-/// it: compared with gdb's frames of the same program with its `.dwo`).
+/// packed by binutils' `dwp` from gcc's `.dwo` and by `llvm-dwp` from
+/// clang's (gdb reads both: compared with gdb on it), DWARF 5 by
+/// `llvm-dwp` (binutils' `dwp` makes none, gdb 13 fails on it: compared
+/// with gdb's frames of the same program with its `.dwo`).
 #[test]
 fn dwp_package() {
     let dir = scratch_dir("split-dwarf-dwp");
-    for (v, tool) in [(4, "dwp"), (5, "llvm-dwp")] {
+    let mut cases = vec![("gcc", 4, "dwp"), ("gcc", 5, "llvm-dwp")];
+    if compilers().contains(&"clang") {
+        cases.extend([("clang", 4, "llvm-dwp"), ("clang", 5, "llvm-dwp")]);
+    }
+    for (cc, v, tool) in cases {
         if !have(tool) {
             eprintln!("skipped: {tool} is not installed");
             continue;
         }
         for src in ["split_inline.c", "split_names.cpp"] {
-            let exe = format!("{}_dwp{v}", &src[..src.find('.').unwrap()]);
-            let p = build(&dir, src, &exe, &format!("-gsplit-dwarf -gdwarf-{v}"));
+            let exe = format!("{}_{cc}_dwp{v}", &src[..src.find('.').unwrap()]);
+            let p = build_by(cc, &dir, src, &exe, &format!("-gsplit-dwarf -gdwarf-{v}"));
             let with_dwo = compare(&format!("{exe}, .dwo"), &p, &[], &dir);
             assert!(
                 with_dwo.iter().any(|f| f.3),
@@ -354,9 +411,10 @@ fn dwp_package() {
 #[test]
 fn missing_dwo_warns_once_and_keeps_lines() {
     let dir = scratch_dir("split-dwarf-missing");
-    for v in [4, 5] {
-        let exe = format!("inl_missing{v}");
-        let c = build(
+    for (cc, v) in compilers().into_iter().flat_map(|c| [(c, 4), (c, 5)]) {
+        let exe = format!("inl_missing_{cc}{v}");
+        let c = build_by(
+            cc,
             &dir,
             "split_inline.c",
             &exe,
@@ -379,12 +437,12 @@ fn missing_dwo_warns_once_and_keeps_lines() {
         let (ours, stderr) =
             our_frames(&["core", c.to_str().unwrap(), core.to_str().unwrap()], &dir);
         assert_eq!(names(&want), ["inner", "outer", "main"], "{want:?}");
-        assert_eq!(own(&ours), want, "DWARF {v}\n{stderr}");
+        assert_eq!(own(&ours), want, "{cc} DWARF {v}\n{stderr}");
         let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
         assert_eq!(warnings.len(), 1, "{stderr}");
         assert!(warnings[0].contains(dwo.to_str().unwrap()), "{stderr}");
         let (ours, _) = our_frames(&["pstack", &run.child.id().to_string()], &dir);
-        assert_eq!(own(&ours), want, "DWARF {v}: pstack");
+        assert_eq!(own(&ours), want, "{cc} DWARF {v}: pstack");
     }
 }
 
@@ -459,17 +517,19 @@ fn text_of(exe: &Path) -> Vec<u8> {
 fn addr2line_inlined_chains_of_split_builds() {
     let dir = scratch_dir("split-dwarf-a2l");
     let cli = &release_artifacts().cli;
-    for v in [4, 5] {
-        let full = build(
+    for (cc, v) in compilers().into_iter().flat_map(|c| [(c, 4), (c, 5)]) {
+        let full = build_by(
+            cc,
             &dir,
             "split_inline.c",
-            &format!("c_full{v}"),
+            &format!("c_full_{cc}{v}"),
             &format!("-gdwarf-{v}"),
         );
-        let split = build(
+        let split = build_by(
+            cc,
             &dir,
             "split_inline.c",
-            &format!("c_split{v}"),
+            &format!("c_split_{cc}{v}"),
             &format!("-gdwarf-{v} -gsplit-dwarf"),
         );
         assert_eq!(text_of(&full), text_of(&split), "same code");
@@ -480,37 +540,53 @@ fn addr2line_inlined_chains_of_split_builds() {
         assert!(addrs.len() > 30, "{addrs:?}");
         let want = binutils_addr2line(&full, &addrs);
         assert!(want.contains("\nmid\n"), "{want}");
-        assert_eq!(addr2line(cli, &split, &addrs), want, "C, DWARF {v}");
+        assert_eq!(addr2line(cli, &split, &addrs), want, "{cc} C, DWARF {v}");
 
-        let full = build(
+        let full = build_by(
+            cc,
             &dir,
             "split_names.cpp",
-            &format!("cc_full{v}"),
+            &format!("cc_full_{cc}{v}"),
             &format!("-gdwarf-{v}"),
         );
-        let split = build(
+        let split = build_by(
+            cc,
             &dir,
             "split_names.cpp",
-            &format!("cc_split{v}"),
+            &format!("cc_split_{cc}{v}"),
             &format!("-gdwarf-{v} -gsplit-dwarf"),
         );
         assert_eq!(text_of(&full), text_of(&split), "same code");
         let addrs = instructions(&full, &["wait_here", "helper", "weigh", "run", "main"]);
         assert!(addrs.len() > 30, "{addrs:?}");
         let want = addr2line(cli, &full, &addrs);
-        assert!(want.contains("\nstock\n"), "{want}");
-        assert_eq!(addr2line(cli, &split, &addrs), want, "C++, DWARF {v}");
+        // clang gives the inlined function a linkage name, which
+        // binutils (and we) demangle with its namespace and parameters.
+        let stock = if cc == "clang" {
+            "\nshop::stock(int)\n"
+        } else {
+            "\nstock\n"
+        };
+        assert!(want.contains(stock), "{want}");
+        assert_eq!(addr2line(cli, &split, &addrs), want, "{cc} C++, DWARF {v}");
     }
 }
 
-/// Without `.debug_aranges` (clang does not emit it; removed here), the
+/// Without `.debug_aranges` (clang emits none; removed from gcc's), the
 /// units' ranges come from the skeletons alone: a `.dwo` is opened only
 /// when an address falls in its unit. Two units, the second's `.dwo`
 /// missing: the first's addresses get their inlined frames and no warning
 /// is printed, the second's get the skeleton's lines and one warning.
 #[test]
 fn dwo_opened_only_for_units_asked_without_aranges() {
-    let dir = scratch_dir("split-dwarf-lazy");
+    for cc in compilers() {
+        lazy_units(cc);
+    }
+}
+
+/// [`dwo_opened_only_for_units_asked_without_aranges`], built by `cc`.
+fn lazy_units(cc: &str) {
+    let dir = scratch_dir(&format!("split-dwarf-lazy-{cc}"));
     std::fs::write(
         dir.join("other.c"),
         "__attribute__((noinline)) int other_unit(int x) { return x * 2 + 1; }\n",
@@ -520,8 +596,8 @@ fn dwo_opened_only_for_units_asked_without_aranges() {
     sh(
         &dir,
         &format!(
-            "gcc -O2 -g -gsplit-dwarf -c {} -o lazy.o && gcc -O2 -g -gsplit-dwarf -c other.c -o other.o \
-             && gcc lazy.o other.o -o lazy_full && objcopy --remove-section .debug_aranges lazy_full lazy \
+            "{cc} -O2 -g -gsplit-dwarf -c {} -o lazy.o && {cc} -O2 -g -gsplit-dwarf -c other.c -o other.o \
+             && {cc} lazy.o other.o -o lazy_full && objcopy --remove-section .debug_aranges lazy_full lazy \
              && rm other.dwo",
             src.display()
         ),
