@@ -697,10 +697,7 @@ fn aarch64_o2_frameless_leaf_after_tail_call() {
     // The layout the test is about: leaf is the next function after
     // before_leaf, which has no `ret`.
     let data = std::fs::read(&exe).unwrap();
-    let f = {
-        use object::Object;
-        object::File::parse(&*data).unwrap()
-    };
+    let f = object::File::parse(&*data).unwrap();
     let sym = |name: &str| {
         use object::{Object, ObjectSymbol};
         let s = f.symbols().find(|s| s.name() == Ok(name)).unwrap();

@@ -385,6 +385,25 @@ pub fn strace_sections(log: &str) -> Vec<Vec<String>> {
     sections
 }
 
+/// A core of live process `pid` written by gdb's `gcore` into `dir`
+/// (`dir/core.PID`); panics with gcore's words if none was written.
+pub fn gcore(pid: u32, dir: &Path) -> PathBuf {
+    let prefix = dir.join("core");
+    let o = Command::new("gcore")
+        .arg("-o")
+        .arg(&prefix)
+        .arg(pid.to_string())
+        .output()
+        .expect("run gcore");
+    let core = PathBuf::from(format!("{}.{pid}", prefix.display()));
+    assert!(
+        core.is_file(),
+        "gcore wrote no core: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    core
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -403,23 +422,4 @@ mod tests {
         assert_eq!(pcs, vec![0x401136, 0x401136, 0x7ffff7dcd24a]);
         assert_eq!(super::fold_repeats(pcs), vec![0x401136, 0x7ffff7dcd24a]);
     }
-}
-
-/// A core of live process `pid` written by gdb's `gcore` into `dir`
-/// (`dir/core.PID`); panics with gcore's words if none was written.
-pub fn gcore(pid: u32, dir: &Path) -> PathBuf {
-    let prefix = dir.join("core");
-    let o = Command::new("gcore")
-        .arg("-o")
-        .arg(&prefix)
-        .arg(pid.to_string())
-        .output()
-        .expect("run gcore");
-    let core = PathBuf::from(format!("{}.{pid}", prefix.display()));
-    assert!(
-        core.is_file(),
-        "gcore wrote no core: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    core
 }
