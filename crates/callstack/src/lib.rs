@@ -80,6 +80,8 @@ mod fast;
 #[doc(hidden)]
 pub mod fuzzing;
 mod hash;
+#[cfg(all(feature = "remote", target_os = "linux"))]
+pub mod minidump;
 pub mod modules;
 pub mod profile;
 #[cfg(all(
