@@ -164,7 +164,7 @@ const CONTEXT_ARM64_CONTROL_INTEGER: u32 = 0x0040_0003;
 const CONTEXT_AMD64_SIZE: usize = 1232;
 const CONTEXT_ARM64_SIZE: usize = 912;
 /// `MDCVInfoELF`'s signature, "BpEL".
-const CV_SIGNATURE_ELF: u32 = 0x4c45_7042;
+const CV_SIGNATURE_ELF: u32 = 0x4270_454c;
 /// Bytes kept below the stack pointer (the x86-64 red zone).
 const RED_ZONE: u64 = 128;
 /// Bytes kept around the crashing pc and around each pointer in its registers.
@@ -257,6 +257,9 @@ struct ModuleIn {
     build_id: Option<Vec<u8>>,
 }
 
+/// An x86 CPU as `/proc/cpuinfo` names it: (vendor, family, model, stepping).
+type X86Cpu = ([u8; 12], u32, u32, u32);
+
 /// Everything a dump is made of, gathered from either source.
 struct DumpIn {
     arch: Machine,
@@ -267,8 +270,8 @@ struct DumpIn {
     memory: Vec<(u64, Vec<u8>)>,
     exception: Option<Exception>,
     cpus: u8,
-    /// (vendor, family, model, stepping) of an x86 CPU (`/proc/cpuinfo`).
-    x86_cpu: Option<([u8; 12], u32, u32, u32)>,
+    /// The x86 CPU (`/proc/cpuinfo`).
+    x86_cpu: Option<X86Cpu>,
     /// `/proc/sys/kernel/osrelease` and the rest of the version string.
     os: Option<(String, String)>,
     /// Process start, in seconds since the epoch.
@@ -301,7 +304,7 @@ fn context(regs: &Registers) -> Vec<u8> {
             let mut c = vec![0u8; CONTEXT_AMD64_SIZE];
             put32(&mut c, 48, CONTEXT_AMD64_CONTROL_INTEGER);
             put32(&mut c, 52, 0x1f80); // mxcsr: its reset value
-            // rax rcx rdx rbx rsp rbp rsi rdi r8..r15 rip, by DWARF number.
+                                       // rax rcx rdx rbx rsp rbp rsi rdi r8..r15 rip, by DWARF number.
             const ORDER: [u16; 17] = [0, 2, 1, 3, 7, 6, 4, 5, 8, 9, 10, 11, 12, 13, 14, 15, 16];
             for (i, d) in ORDER.iter().enumerate() {
                 put64(&mut c, 120 + 8 * i, r(*d));
@@ -498,11 +501,10 @@ fn assemble(d: &DumpIn) -> Result<Vec<u8>, MinidumpError> {
 
     // SystemInfo.
     let csd = o.string(&d.os.as_ref().map(|(_, v)| v.clone()).unwrap_or_default());
-    let (major, minor, build) = d
-        .os
-        .as_ref()
-        .map(|(release, _)| kernel_version(release))
-        .unwrap_or((0, 0, 0));
+    let (major, minor, build) =
+        d.os.as_ref()
+            .map(|(release, _)| kernel_version(release))
+            .unwrap_or((0, 0, 0));
     let at = o.here();
     o.u16(match d.arch {
         Machine::Aarch64 => PROCESSOR_ARCHITECTURE_ARM64,
@@ -590,20 +592,18 @@ fn kernel_version(release: &str) -> (u32, u32, u32) {
     )
 }
 
-/// Writes `bytes` to `out`, readable by its owner only (a dump holds the
-/// process's memory).
-fn write_file(out: &Path, bytes: &[u8]) -> Result<(), MinidumpError> {
+/// Creates `out`, readable by its owner only (a dump holds the process's
+/// memory). Done before the target is read: a path that cannot be written
+/// fails first.
+fn create(out: &Path) -> Result<std::fs::File, MinidumpError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let io = |e| MinidumpError::Io(out.to_path_buf(), e);
-    let mut f = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(out)
-        .map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    Ok(())
+        .map_err(|e| MinidumpError::Io(out.to_path_buf(), e))
 }
 
 /// The modules a dump lists: the ELF objects among `snap`'s mapped files
@@ -767,7 +767,7 @@ fn read_file(path: &str) -> Option<Vec<u8>> {
 
 /// (vendor, family, model, stepping) from an x86 `/proc/cpuinfo`'s first
 /// processor, and the number of processors.
-fn parse_cpuinfo(text: &str) -> (u8, Option<([u8; 12], u32, u32, u32)>) {
+fn parse_cpuinfo(text: &str) -> (u8, Option<X86Cpu>) {
     let count = text
         .lines()
         .filter(|l| l.starts_with("processor") && l.contains(':'))
@@ -798,6 +798,7 @@ pub fn write_live_process(
     opts: &WriteOptions,
     lookup: &Lookup,
 ) -> Result<WriteStats, MinidumpError> {
+    let file = create(out)?;
     let live = LiveProcess::capture(pid, lookup)?;
     let snap = live.snapshot();
     context_size(snap.arch)?;
@@ -881,12 +882,13 @@ pub fn write_live_process(
         linux,
         threads,
     };
-    finish(&dump, out)
+    finish(&dump, file, out)
 }
 
-fn finish(dump: &DumpIn, out: &Path) -> Result<WriteStats, MinidumpError> {
+fn finish(dump: &DumpIn, mut file: std::fs::File, out: &Path) -> Result<WriteStats, MinidumpError> {
     let bytes = assemble(dump)?;
-    write_file(out, &bytes)?;
+    file.write_all(&bytes)
+        .map_err(|e| MinidumpError::Io(out.to_path_buf(), e))?;
     Ok(WriteStats {
         threads: dump.threads.len(),
         modules: dump.modules.len(),
@@ -921,6 +923,7 @@ pub fn write_core(
 ) -> Result<WriteStats, MinidumpError> {
     let snap = core.snapshot();
     context_size(snap.arch)?;
+    let file = create(out)?;
     let src: &dyn Source = core;
     let segs = core.load_segments();
     let regions: Vec<Region> = segs
@@ -994,7 +997,7 @@ pub fn write_core(
         linux,
         threads,
     };
-    finish(&dump, out)
+    finish(&dump, file, out)
 }
 
 /// `/proc/PID/maps` as it was, rebuilt from the core's segments: their
@@ -1014,8 +1017,11 @@ fn core_maps(core: &CoreFile, segs: &[crate::remote::corefile::LoadSegment]) -> 
         .iter()
         .find(|t| t.tid == snap.pid)
         .and_then(|t| t.registers.sp());
-    let files: Vec<&crate::remote::Mapping> =
-        snap.modules.iter().flat_map(|m| m.mappings.iter()).collect();
+    let files: Vec<&crate::remote::Mapping> = snap
+        .modules
+        .iter()
+        .flat_map(|m| m.mappings.iter())
+        .collect();
     let mut s = String::new();
     for g in segs {
         let perm = |bit: u32, c: char| if g.flags & bit != 0 { c } else { '-' };
@@ -1133,10 +1139,16 @@ mod tests {
                 readable: true,
             },
         ];
-        assert_eq!(stack_range(&regions, 0x7000, 1 << 20), Some((0x7000 - 128, 0x8000)));
+        assert_eq!(
+            stack_range(&regions, 0x7000, 1 << 20),
+            Some((0x7000 - 128, 0x8000))
+        );
         assert_eq!(stack_range(&regions, 0x2010, 0x100), Some((0x2000, 0x2100)));
         // In the guard below: the stack above it.
-        assert_eq!(stack_range(&regions, 0x1ff0, 1 << 20), Some((0x2000, 0x8000)));
+        assert_eq!(
+            stack_range(&regions, 0x1ff0, 1 << 20),
+            Some((0x2000, 0x8000))
+        );
         assert_eq!(stack_range(&regions, 0x9000, 1 << 20), None);
     }
 
