@@ -758,7 +758,13 @@ fn core_minidump_of_an_aarch64_crash_holds_arm64_contexts() {
     let dir = scratch_dir("md-write-a64");
     let exe = dir.join("minidump_crash_a64");
     let o = Command::new("aarch64-linux-gnu-gcc")
-        .args(["-O2", "-g", "-static", "-pthread", "-fasynchronous-unwind-tables"])
+        .args([
+            "-O2",
+            "-g",
+            "-static",
+            "-pthread",
+            "-fasynchronous-unwind-tables",
+        ])
         .arg(testsupport::c_fixtures().join("minidump_crash.c"))
         .arg("-o")
         .arg(&exe)
@@ -771,7 +777,10 @@ fn core_minidump_of_an_aarch64_crash_holds_arm64_contexts() {
     let _ = Command::new("sh")
         .current_dir(&run)
         .arg("-c")
-        .arg(format!("ulimit -c unlimited; exec qemu-aarch64 {} segv", exe.display()))
+        .arg(format!(
+            "ulimit -c unlimited; exec qemu-aarch64 {} segv",
+            exe.display()
+        ))
         .output()
         .unwrap();
     // qemu leaves a host core of itself too: not ours.
@@ -824,7 +833,11 @@ fn core_minidump_of_an_aarch64_crash_holds_arm64_contexts() {
             panic!("thread {tid}: not CONTEXT_ARM64: {:?}", ctx.raw)
         };
         let [pc, sp, lr] = want[&tid];
-        assert_eq!((raw.pc, raw.sp, raw.iregs[30]), (pc, sp, lr), "thread {tid}");
+        assert_eq!(
+            (raw.pc, raw.sp, raw.iregs[30]),
+            (pc, sp, lr),
+            "thread {tid}"
+        );
         let stack = t.stack_memory(&memory).expect("stack memory");
         let start = t.raw.stack.start_of_memory_range;
         assert!(start <= sp && sp < start + stack.bytes().len() as u64);
@@ -850,6 +863,85 @@ fn core_minidump_of_an_aarch64_crash_holds_arm64_contexts() {
     );
     let json = stackwalk_json(&out);
     assert_eq!(json["system_info"]["cpu_arch"], "arm64");
-    assert_eq!(json["crash_info"]["type"].as_str().map(|s| &s[..7]), Some("SIGSEGV"));
+    assert_eq!(
+        json["crash_info"]["type"].as_str().map(|s| &s[..7]),
+        Some("SIGSEGV")
+    );
     let _ = std::fs::remove_dir_all(&run);
+}
+
+/// The crash handler's path: `write_live_process` with a [`Crash`] whose
+/// registers stand in for what ptrace reads of the crashing thread. Here
+/// thread B is given thread A's registers: B's context in the dump is A's,
+/// B's stack is taken from A's stack pointer, the exception stream names B
+/// with the signal, and the memory around the pc (the fixture's code) is in
+/// the dump, byte for byte.
+#[test]
+fn write_live_process_takes_the_crash_registers_and_keeps_memory_around_the_pc() {
+    use callstack::minidump::{write_live_process, Crash, WriteOptions};
+    use callstack::remote::{process::LiveProcess, Lookup};
+    let dir = scratch_dir("md-write-crash-regs");
+    let exe = Gcc::new(&["remote_threads.c"])
+        .flags("-O2 -g -pthread")
+        .build(&dir.join("remote_threads"));
+    let fx = Fixture::start(&exe, 2, 2);
+    let live = LiveProcess::capture(fx.pid, &Lookup::default()).unwrap();
+    let threads = live.snapshot().threads.clone();
+    let (a, b) = (&threads[1], &threads[2]);
+    let regs = a.registers;
+    let (pc, sp) = (regs.pc().unwrap(), regs.sp().unwrap());
+    drop(live);
+    let out = dir.join("crash.dmp");
+    let opts = WriteOptions {
+        crash: Some(Crash {
+            tid: b.tid,
+            signal: 11,
+            code: 1,
+            address: 0x10,
+            registers: Some(regs),
+        }),
+        ..WriteOptions::default()
+    };
+    let stats = write_live_process(fx.pid, &out, &opts, &Lookup::default()).unwrap();
+    assert_eq!(stats.threads, 5);
+    assert_eq!(stats.bytes, std::fs::metadata(&out).unwrap().len());
+
+    let dump = Minidump::read_path(&out).unwrap();
+    let sys: MinidumpSystemInfo = dump.get_stream().unwrap();
+    let list: MinidumpThreadList = dump.get_stream().unwrap();
+    let t = list
+        .threads
+        .iter()
+        .find(|t| t.raw.thread_id == b.tid)
+        .unwrap();
+    let ctx = t.context(&sys, None).unwrap();
+    assert_eq!(
+        (ctx.get_instruction_pointer(), ctx.get_stack_pointer()),
+        (pc, sp)
+    );
+    assert_eq!(t.raw.stack.start_of_memory_range, sp - 128);
+    let ex: MinidumpException = dump.get_stream().unwrap();
+    assert_eq!(ex.raw.thread_id, b.tid);
+    assert_eq!(ex.raw.exception_record.exception_code, 11);
+    assert_eq!(ex.raw.exception_record.exception_flags, 1);
+    assert_eq!(ex.raw.exception_record.exception_address, 0x10);
+    assert_eq!(
+        ex.context(&sys, None).unwrap().get_instruction_pointer(),
+        pc
+    );
+    let memory = dump.get_memory().unwrap();
+    let m = memory.memory_at_address(pc).expect("memory around the pc");
+    let base = m.base_address();
+    let bytes = m.bytes();
+    assert!(base <= pc - 64 && pc + 64 <= base + bytes.len() as u64);
+    let mut want = vec![0u8; bytes.len()];
+    {
+        use std::os::unix::fs::FileExt;
+        std::fs::File::open(format!("/proc/{}/mem", fx.pid))
+            .unwrap()
+            .read_exact_at(&mut want, base)
+            .unwrap();
+    }
+    assert_eq!(bytes, &want[..]);
+    drop(fx);
 }

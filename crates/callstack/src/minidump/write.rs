@@ -241,6 +241,20 @@ struct Exception {
     signal: u32,
     code: i32,
     address: u64,
+    /// The registers to write when the thread is not in the thread list.
+    registers: Option<Registers>,
+}
+
+impl From<&Crash> for Exception {
+    fn from(c: &Crash) -> Self {
+        Exception {
+            tid: c.tid,
+            signal: c.signal as u32,
+            code: c.code,
+            address: c.address,
+            registers: c.registers,
+        }
+    }
 }
 
 struct ThreadIn {
@@ -479,12 +493,13 @@ fn assemble(d: &DumpIn) -> Result<Vec<u8>, MinidumpError> {
 
     // Exception.
     if let Some(e) = &d.exception {
-        let ctx = d
-            .threads
-            .iter()
-            .position(|t| t.tid == e.tid)
-            .map(|i| ctx_locs[i])
-            .unwrap_or((0, 0));
+        let ctx = match d.threads.iter().position(|t| t.tid == e.tid) {
+            Some(i) => ctx_locs[i],
+            None => match &e.registers {
+                Some(r) => o.blob(&context(r)),
+                None => (0, 0),
+            },
+        };
         let at = o.here();
         o.u32(e.tid);
         o.u32(0);
@@ -869,12 +884,7 @@ pub fn write_live_process(
         pid,
         modules: modules(snap, src),
         memory,
-        exception: opts.crash.as_ref().map(|c| Exception {
-            tid: c.tid,
-            signal: c.signal as u32,
-            code: c.code,
-            address: c.address,
-        }),
+        exception: opts.crash.as_ref().map(Exception::from),
         cpus,
         x86_cpu,
         os,
@@ -936,17 +946,13 @@ pub fn write_core(
         .collect();
     let threads = threads(snap, opts.crash.as_ref(), &regions, opts.stack_limit, src);
     let exception = match &opts.crash {
-        Some(c) => Some(Exception {
-            tid: c.tid,
-            signal: c.signal as u32,
-            code: c.code,
-            address: c.address,
-        }),
+        Some(c) => Some(Exception::from(c)),
         None => core.signal().map(|s| Exception {
             tid: s.tid,
             signal: s.number,
             code: s.code.unwrap_or(0),
             address: s.address.unwrap_or(0),
+            registers: None,
         }),
     };
     let memory = extra_memory(
