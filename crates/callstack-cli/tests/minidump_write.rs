@@ -945,3 +945,37 @@ fn write_live_process_takes_the_crash_registers_and_keeps_memory_around_the_pc()
     assert_eq!(bytes, &want[..]);
     drop(fx);
 }
+
+/// A truncated core gives a dump of what it holds, or an error: never a
+/// panic, and any dump written is one rust-minidump reads.
+#[test]
+fn core_minidump_of_a_truncated_core_is_a_dump_or_an_error() {
+    let dir = scratch_dir("md-write-truncated");
+    let exe = Gcc::new(&["minidump_crash.c"])
+        .flags("-O2 -g -pthread")
+        .build(&dir.join("minidump_crash"));
+    let core = crash_for_core(&exe, "segv", &dir);
+    let data = std::fs::read(&core).unwrap();
+    let _ = std::fs::remove_file(&core);
+    for cut in [64, 4096, data.len() / 3, data.len() / 2, data.len() - 1] {
+        let part = dir.join(format!("part-{cut}"));
+        std::fs::write(&part, &data[..cut]).unwrap();
+        let out = dir.join(format!("part-{cut}.dmp"));
+        let o = Command::new(&release_artifacts().cli)
+            .args(["core", "--minidump"])
+            .arg(&out)
+            .arg(&exe)
+            .arg(&part)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!stderr.contains("panicked"), "cut {cut}: {stderr}");
+        assert!(o.status.code().is_some(), "cut {cut}: killed: {stderr}");
+        if o.status.success() {
+            Minidump::read_path(&out).unwrap_or_else(|e| panic!("cut {cut}: unreadable dump: {e}"));
+        } else {
+            assert!(stderr.contains("callstack:"), "cut {cut}: {stderr}");
+        }
+        let _ = std::fs::remove_file(&part);
+    }
+}

@@ -173,6 +173,11 @@ const AROUND: u64 = 256;
 /// the guard) takes the readable mapping starting at most this far above it.
 const GUARD_SLACK: u64 = 64 * 1024;
 
+/// The most of one stack a dump keeps, whatever the limit asked for.
+const MAX_STACK: u64 = 256 << 20;
+/// The most of the vDSO a dump keeps (it is 8 KiB on today's kernels).
+const MAX_VDSO: u64 = 1 << 20;
+
 /// A mapping of the target, for bounding the reads.
 #[derive(Clone, Copy, Debug)]
 struct Region {
@@ -231,7 +236,7 @@ fn stack_range(regions: &[Region], sp: u64, limit: u64) -> Option<(u64, u64)> {
             .copied()
     })?;
     let lo = sp.saturating_sub(RED_ZONE).max(r.start);
-    let hi = r.end.min(lo.saturating_add(limit.max(16)));
+    let hi = r.end.min(lo.saturating_add(limit.clamp(16, MAX_STACK)));
     (hi > lo).then_some((lo, hi))
 }
 
@@ -635,7 +640,7 @@ fn modules(snap: &Snapshot, src: &dyn Source) -> Vec<ModuleIn> {
                 m.name.clone()
             },
             start: m.start,
-            size: (m.end - m.start).min(u32::MAX as u64) as u32,
+            size: m.end.saturating_sub(m.start).min(u32::MAX as u64) as u32,
             build_id: m.build_id.clone(),
         })
         .collect()
@@ -764,10 +769,11 @@ fn extra_memory(
     // pointer memory overlaps it is dropped in its favour.
     if let Some(v) = snap.modules.iter().find(|m| m.name == "[vdso]") {
         if let Some(image) = v.image.as_deref() {
+            let image = &image[..image.len().min(MAX_VDSO as usize)];
             let (s, e) = (v.start, v.start + image.len() as u64);
             mem.retain(|(a, b)| a + b.len() as u64 <= s || *a >= e);
-            mem.push((v.start, image.clone()));
-        } else if let Some(image) = read_prefix(src, v.start, v.end) {
+            mem.push((v.start, image.to_vec()));
+        } else if let Some(image) = read_prefix(src, v.start, v.end.min(v.start + MAX_VDSO)) {
             let (s, e) = (v.start, v.start + image.len() as u64);
             mem.retain(|(a, b)| a + b.len() as u64 <= s || *a >= e);
             mem.push((v.start, image));
@@ -940,7 +946,14 @@ pub fn write_core(
         .iter()
         .map(|s| Region {
             start: s.start,
-            end: s.end,
+            // What the core holds of an anonymous mapping (a stack) is all
+            // that can be read of it; a file's mapping the core left out is
+            // read from the file.
+            end: if s.in_core > 0 {
+                s.start.saturating_add(s.in_core)
+            } else {
+                s.end
+            },
             readable: s.flags & 4 != 0 || s.in_core > 0,
         })
         .collect();
@@ -1099,6 +1112,11 @@ fn initial_args(core: &CoreFile, regions: &[Region], sp: u64) -> Option<(Vec<u8>
         }
     }
     if j == 0 || words[j - 1] != argc {
+        return None;
+    }
+    // Every pointer points into the stack, where execve copied the strings.
+    let on_stack = |p: &u64| *p >= r.start && *p < r.end;
+    if !words[j..argv_end].iter().all(on_stack) || !words[env_start..env_end].iter().all(on_stack) {
         return None;
     }
     let strings = |ptrs: &[u64]| -> Vec<u8> {
