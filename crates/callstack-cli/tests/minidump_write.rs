@@ -979,3 +979,52 @@ fn core_minidump_of_a_truncated_core_is_a_dump_or_an_error() {
         let _ = std::fs::remove_file(&part);
     }
 }
+
+/// A thread that overflowed its stack (-O2, no frame pointers): the
+/// crashing thread's stack is kept whole (its stack pointer is in the guard
+/// page, the stack starts just above it), and `minidump-stackwalk` walks
+/// every one of gdb's 2000-odd frames, through the thread's start.
+#[test]
+fn core_minidump_of_a_stack_overflow_keeps_the_whole_stack() {
+    let dir = scratch_dir("md-write-overflow");
+    let exe = Gcc::new(&["minidump_crash.c"])
+        .flags("-O2 -g -pthread -fomit-frame-pointer")
+        .build(&dir.join("minidump_crash"));
+    let core = crash_for_core(&exe, "overflow", &dir);
+    let out = dir.join("overflow.dmp");
+    let (exe_s, core_s) = (exe.to_str().unwrap(), core.to_str().unwrap());
+    callstack(&["core", "--minidump", out.to_str().unwrap(), exe_s, core_s]);
+    let regs = gdb_pc_sp(&exe, &core);
+    let dump = Minidump::read_path(&out).unwrap();
+    let ex: MinidumpException = dump.get_stream().unwrap();
+    assert_eq!(ex.raw.exception_record.exception_code, 11);
+    let crashed = ex.raw.thread_id;
+    let list: MinidumpThreadList = dump.get_stream().unwrap();
+    let t = list
+        .threads
+        .iter()
+        .find(|t| t.raw.thread_id == crashed)
+        .unwrap();
+    let sp = regs[&crashed].1;
+    let start = t.raw.stack.start_of_memory_range;
+    let len = t.raw.stack.memory.data_size as u64;
+    assert!(
+        start <= sp + 4096 && start + 128 >= sp,
+        "stack {start:#x} vs sp {sp:#x}"
+    );
+    assert!(len > 4 << 20, "only {len} bytes of the overflowed stack");
+
+    let walk = walk_frames(&stackwalk_json(&out));
+    let gdb = gdb_frames(&exe, &core);
+    assert!(
+        gdb[&crashed].len() > 1000,
+        "gdb: {} frames",
+        gdb[&crashed].len()
+    );
+    let exe_name = exe.to_string_lossy();
+    for (tid, g) in &gdb {
+        check_thread("overflow", *tid, g, &walk[tid], &exe_name);
+    }
+    assert_eq!(walk[&crashed].len(), gdb[&crashed].len());
+    let _ = std::fs::remove_file(&core);
+}

@@ -7,7 +7,7 @@
 //!
 //! | stream | what it holds |
 //! |---|---|
-//! | `ThreadList` | every thread: id, registers (`CONTEXT_AMD64`, or the Windows-layout `CONTEXT_ARM64` with `PROCESSOR_ARCHITECTURE_ARM64`, which rust-minidump and Breakpad both read), and its stack from the stack pointer minus 128 bytes (the x86-64 red zone) up to the end of the stack's mapping, at most [`WriteOptions::stack_limit`] bytes |
+//! | `ThreadList` | every thread: id, registers (`CONTEXT_AMD64`, or the Windows-layout `CONTEXT_ARM64` with `PROCESSOR_ARCHITECTURE_ARM64`, which rust-minidump and Breakpad both read), and its stack from the stack pointer minus 128 bytes (the x86-64 red zone) up to the end of the stack's mapping, at most [`WriteOptions::stack_limit`] bytes (the crashing thread's, [`CRASH_STACK`] at least); a stack pointer in a guard page (a stack overflow) takes the stack just above |
 //! | `ThreadNames` | each thread's name (`/proc/PID/task/TID/comm`; in a core, the main thread's) |
 //! | `ModuleList` | every mapped ELF object and the vDSO (named `linux-gate.so`, as Breakpad names it): base, size, path, and a CodeView record `MDCVInfoELF` (`BpEL` then the build-id bytes), from which rust-minidump and Breakpad derive the code id (the build-id in hex) and the debug id (its first 16 bytes as a GUID) that symbol servers index |
 //! | `MemoryList` | the stacks, the vDSO's image, and for the crashing thread 256 bytes around its pc and around each register that points into readable memory (a live process; in a core, what the core holds) |
@@ -66,7 +66,8 @@ pub struct WriteOptions {
     pub crash: Option<Crash>,
     /// Bytes of each thread's stack kept, from its stack pointer (minus the
     /// red zone) up, and never past the end of the stack's mapping
-    /// (default [`DEFAULT_STACK_LIMIT`]).
+    /// (default [`DEFAULT_STACK_LIMIT`]; the crashing thread's, at least
+    /// [`CRASH_STACK`]).
     pub stack_limit: u64,
     /// Include `MD_LINUX_ENVIRON` (off by default: environments hold secrets).
     pub environ: bool,
@@ -170,9 +171,16 @@ const RED_ZONE: u64 = 128;
 /// Bytes kept around the crashing pc and around each pointer in its registers.
 const AROUND: u64 = 256;
 /// A stack pointer in no readable mapping (a stack overflow: it points into
-/// the guard) takes the readable mapping starting at most this far above it.
-const GUARD_SLACK: u64 = 64 * 1024;
+/// the guard) takes the readable mapping starting at most this far above it:
+/// the kernel keeps a gap of 1 MiB (`stack_guard_gap`, since Linux 4.12)
+/// below a growing stack, and glibc a guard mapping of a page or more below
+/// a thread's.
+const GUARD_SLACK: u64 = 1 << 20;
 
+/// The crashing thread's stack is kept up to this at least, whatever the
+/// limit: a stack overflow fills its stack, and the outermost frames (where
+/// the recursion began) are as telling as the innermost.
+pub const CRASH_STACK: u64 = 16 << 20;
 /// The most of one stack a dump keeps, whatever the limit asked for.
 const MAX_STACK: u64 = 256 << 20;
 /// The most of the vDSO a dump keeps (it is 8 KiB on today's kernels).
@@ -718,10 +726,12 @@ fn memory_around(
 }
 
 /// The threads with their stacks, the crash's registers standing in for
-/// the crashing thread's.
+/// the crashing thread's (`crash_tid`), whose stack is kept up to
+/// [`CRASH_STACK`] at least.
 fn threads(
     snap: &Snapshot,
-    crash: Option<&Crash>,
+    crash_tid: Option<u32>,
+    crash_registers: Option<&Registers>,
     regions: &[Region],
     limit: u64,
     src: &dyn Source,
@@ -729,10 +739,16 @@ fn threads(
     snap.threads
         .iter()
         .map(|t| {
-            let registers = crash
-                .filter(|c| c.tid == t.tid)
-                .and_then(|c| c.registers)
-                .unwrap_or(t.registers);
+            let crashed = crash_tid == Some(t.tid);
+            let registers = match crash_registers {
+                Some(r) if crashed => *r,
+                _ => t.registers,
+            };
+            let limit = if crashed {
+                limit.max(CRASH_STACK)
+            } else {
+                limit
+            };
             let stack = registers
                 .sp()
                 .and_then(|sp| stack_range(regions, sp, limit))
@@ -862,8 +878,16 @@ pub fn write_live_process(
         .collect();
     regions.sort_by_key(|r| r.start);
 
-    let threads = threads(snap, opts.crash.as_ref(), &regions, opts.stack_limit, src);
     let crash_tid = opts.crash.as_ref().map(|c| c.tid);
+    let crash_registers = opts.crash.as_ref().and_then(|c| c.registers.as_ref());
+    let threads = threads(
+        snap,
+        crash_tid,
+        crash_registers,
+        &regions,
+        opts.stack_limit,
+        src,
+    );
     let memory = extra_memory(snap, &threads, crash_tid, &regions, src);
     let cpuinfo = read_file("/proc/cpuinfo").unwrap_or_default();
     let (cpus, x86_cpu) = parse_cpuinfo(&String::from_utf8_lossy(&cpuinfo));
@@ -977,7 +1001,6 @@ pub fn write_core(
             readable: s.flags & 4 != 0 || s.in_core > 0,
         })
         .collect();
-    let threads = threads(snap, opts.crash.as_ref(), &regions, opts.stack_limit, src);
     let exception = match &opts.crash {
         Some(c) => Some(Exception::from(c)),
         None => core.signal().map(|s| Exception {
@@ -988,6 +1011,15 @@ pub fn write_core(
             registers: None,
         }),
     };
+    let crash_registers = opts.crash.as_ref().and_then(|c| c.registers.as_ref());
+    let threads = threads(
+        snap,
+        exception.as_ref().map(|e| e.tid),
+        crash_registers,
+        &regions,
+        opts.stack_limit,
+        src,
+    );
     let memory = extra_memory(
         snap,
         &threads,
