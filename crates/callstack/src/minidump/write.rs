@@ -96,6 +96,9 @@ pub struct WriteStats {
     pub modules: usize,
     /// The file's size in bytes.
     pub bytes: u64,
+    /// What could not be captured, one sentence each (a thread that did not
+    /// stop, or exited while being stopped, is missing from the dump).
+    pub warnings: Vec<String>,
 }
 
 /// Why a dump could not be written.
@@ -635,8 +638,9 @@ fn create(out: &Path) -> Result<std::fs::File, MinidumpError> {
 }
 
 /// The modules a dump lists: the ELF objects among `snap`'s mapped files
-/// (an object whose first page is in memory must start with the ELF magic;
-/// when it is not, one whose file was found counts), and the vDSO.
+/// with code (an object whose first page is in memory must start with the
+/// ELF magic; when it is not, one whose file was found counts), and the
+/// vDSO.
 fn modules(snap: &Snapshot, src: &dyn Source) -> Vec<ModuleIn> {
     snap.modules
         .iter()
@@ -657,6 +661,11 @@ fn modules(snap: &Snapshot, src: &dyn Source) -> Vec<ModuleIn> {
 fn is_elf(m: &Module, src: &dyn Source) -> bool {
     if m.image.is_some() {
         return true;
+    }
+    // An object mapped without execute permission holds no code (a core
+    // does not say: there, every ELF counts).
+    if m.mappings.iter().all(|x| x.executable == Some(false)) {
+        return false;
     }
     let Some(first) = m.mappings.iter().find(|x| x.file_offset == 0) else {
         return false;
@@ -943,10 +952,15 @@ pub fn write_live_process(
         linux,
         threads,
     };
-    finish(&dump, file, out)
+    finish(&dump, file, out, snap)
 }
 
-fn finish(dump: &DumpIn, mut file: std::fs::File, out: &Path) -> Result<WriteStats, MinidumpError> {
+fn finish(
+    dump: &DumpIn,
+    mut file: std::fs::File,
+    out: &Path,
+    snap: &Snapshot,
+) -> Result<WriteStats, MinidumpError> {
     let bytes = assemble(dump)?;
     file.write_all(&bytes)
         .map_err(|e| MinidumpError::Io(out.to_path_buf(), e))?;
@@ -954,6 +968,14 @@ fn finish(dump: &DumpIn, mut file: std::fs::File, out: &Path) -> Result<WriteSta
         threads: dump.threads.len(),
         modules: dump.modules.len(),
         bytes: bytes.len() as u64,
+        // The snapshot's words on threads; those on files (not found, another
+        // build) do not concern a dump, which holds build-ids, not files.
+        warnings: snap
+            .warnings
+            .iter()
+            .filter(|w| w.starts_with("thread "))
+            .cloned()
+            .collect(),
     })
 }
 
@@ -1068,7 +1090,7 @@ pub fn write_core(
         linux,
         threads,
     };
-    finish(&dump, file, out)
+    finish(&dump, file, out, snap)
 }
 
 /// `/proc/PID/maps` as it was, rebuilt from the core's segments: their
