@@ -1028,3 +1028,53 @@ fn core_minidump_of_a_stack_overflow_keeps_the_whole_stack() {
     assert_eq!(walk[&crashed].len(), gdb[&crashed].len());
     let _ = std::fs::remove_file(&core);
 }
+
+/// A core of an architecture without a minidump context here (32-bit ARM,
+/// from qemu-user) is an error that says so, and no dump is left behind.
+#[test]
+fn core_minidump_of_an_arm_core_is_an_error_naming_the_architecture() {
+    let dir = scratch_dir("md-write-arm");
+    let exe = dir.join("minidump_crash_arm");
+    let o = Command::new("arm-linux-gnueabihf-gcc")
+        .args(["-O2", "-g", "-static", "-pthread"])
+        .arg(testsupport::c_fixtures().join("minidump_crash.c"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("arm-linux-gnueabihf-gcc (scripts/install-test-deps.sh installs it)");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run = dir.join("run");
+    let _ = std::fs::remove_dir_all(&run);
+    std::fs::create_dir_all(&run).unwrap();
+    let _ = Command::new("sh")
+        .current_dir(&run)
+        .arg("-c")
+        .arg(format!(
+            "ulimit -c unlimited; exec qemu-arm {} segv",
+            exe.display()
+        ))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(run.join("core"));
+    let core = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "core"))
+        .expect("qemu wrote no guest core");
+    let out = dir.join("arm.dmp");
+    let o = Command::new(&release_artifacts().cli)
+        .args(["core", "--minidump"])
+        .arg(&out)
+        .arg(&exe)
+        .arg(&core)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("minidumps of Arm targets are not supported"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "a dump was left behind");
+    let _ = std::fs::remove_dir_all(&run);
+}
