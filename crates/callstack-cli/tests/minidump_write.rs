@@ -698,6 +698,24 @@ fn core_minidump_of_a_crash_names_the_signal_and_walks_like_gdb() {
                 ["crash_inner", "crash_outer", "crash_worker"],
                 "{tag}"
             );
+            // The environment, read from the core's main stack when asked for.
+            let out_env = dir.join(format!("{how}-env.dmp"));
+            callstack(&[
+                "core",
+                "--minidump",
+                out_env.to_str().unwrap(),
+                "--minidump-environ",
+                exe_s,
+                core_s,
+            ]);
+            let dump = Minidump::read_path(&out_env).unwrap();
+            let env = dump.get_raw_stream(LINUX_ENVIRON).expect("environ stream");
+            let path = format!("PATH={}", std::env::var("PATH").unwrap());
+            assert!(
+                env.split(|b| *b == 0).any(|v| v == path.as_bytes()),
+                "{tag}: {}",
+                String::from_utf8_lossy(env)
+            );
             let _ = std::fs::remove_file(&core);
         }
     }
