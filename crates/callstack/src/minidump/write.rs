@@ -439,6 +439,17 @@ fn assemble(d: &DumpIn) -> Result<Vec<u8>, MinidumpError> {
         mem_locs.push((*a, o.blob(b)));
     }
     mem_locs.sort_by_key(|m| m.0);
+    // No two regions of the list may overlap (Breakpad's reader rejects the
+    // whole list then): two stacks in one mapping (threads that share a
+    // stack) are listed once; each thread still points at its own copy.
+    let mut end = 0u64;
+    mem_locs.retain(|(start, (size, _))| {
+        let keep = *start >= end;
+        if keep {
+            end = start + *size as u64;
+        }
+        keep
+    });
 
     // ThreadList.
     let at = o.here();
@@ -1215,6 +1226,63 @@ fn initial_args(core: &CoreFile, regions: &[Region], sp: u64) -> Option<(Vec<u8>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The (type, size, offset) of every stream of a dump.
+    fn directory(b: &[u8]) -> Vec<(u32, u32, u32)> {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let (n, at) = (u32_at(8) as usize, u32_at(12) as usize);
+        (0..n)
+            .map(|i| {
+                let e = at + 12 * i;
+                (u32_at(e), u32_at(e + 4), u32_at(e + 8))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn overlapping_stacks_are_listed_once_in_the_memory_list() {
+        let mut regs = Registers::new(Machine::X86_64);
+        regs.set(7, 0x1010);
+        let thread = |tid, start| ThreadIn {
+            tid,
+            name: None,
+            registers: regs,
+            stack: Some((start, vec![7u8; 64])),
+        };
+        let d = DumpIn {
+            arch: Machine::X86_64,
+            pid: 1,
+            threads: vec![thread(1, 0x1000), thread(2, 0x1010), thread(3, 0x2000)],
+            modules: Vec::new(),
+            memory: Vec::new(),
+            exception: None,
+            cpus: 1,
+            x86_cpu: None,
+            os: None,
+            start_time: None,
+            linux: Vec::new(),
+        };
+        let b = assemble(&d).unwrap();
+        let (_, _, at) = directory(&b)
+            .into_iter()
+            .find(|e| e.0 == MEMORY_LIST)
+            .unwrap();
+        let at = at as usize;
+        let count = u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        assert_eq!(count, 2);
+        let start =
+            |i: usize| u64::from_le_bytes(b[at + 4 + 16 * i..at + 12 + 16 * i].try_into().unwrap());
+        assert_eq!((start(0), start(1)), (0x1000, 0x2000));
+        // The thread list still has three stacks.
+        let (_, _, t) = directory(&b)
+            .into_iter()
+            .find(|e| e.0 == THREAD_LIST)
+            .unwrap();
+        assert_eq!(
+            u32::from_le_bytes(b[t as usize..t as usize + 4].try_into().unwrap()),
+            3
+        );
+    }
 
     #[test]
     fn kernel_versions_parse() {
