@@ -1,0 +1,449 @@
+//! `callstack minidump` against gdb: the `remote_threads.c` fixture
+//! (workers blocked in known chains, main, a thread blocked in `read`, a
+//! thread inside a signal handler) is dumped by the `minidump-writer` crate
+//! and by gdb's `gcore`; every thread's chain of function names from the
+//! minidump must equal gdb's `thread apply all bt` on the core, frame by
+//! frame, through `main` or the thread's start.
+//!
+//! Also: damaged dumps (each class: short, wrong magic, streams past the
+//! end or overlapping, counts that cannot fit, memory ranges past the end)
+//! give an error and a nonzero exit, never a panic; and a dump whose
+//! modules are not on this machine still unwinds and says which were
+//! missing.
+#![cfg(target_os = "linux")]
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use testsupport::{gcore, release_artifacts, scratch_dir, Gcc};
+
+struct Fixture {
+    child: Child,
+    pid: u32,
+    out: BufReader<ChildStdout>,
+}
+
+impl Fixture {
+    /// `threads` workers, main, the waker and the signal thread, all blocked.
+    fn start(exe: &Path, threads: usize, depth: usize) -> Fixture {
+        let mut child = Command::new(exe)
+            .args([threads.to_string(), depth.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start fixture");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let pid: u32 = line
+            .strip_prefix("ready ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("fixture said {line:?}"));
+        wait_all_blocked(pid, threads + 3);
+        Fixture { child, pid, out }
+    }
+
+    fn finish(mut self) {
+        self.child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let mut rest = String::new();
+        self.out.read_to_string(&mut rest).unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "fixture exited with {status}: {rest}");
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Until every thread sits in its blocking system call (futex or read).
+fn wait_all_blocked(pid: u32, count: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut blocked = 0;
+        for e in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+        {
+            let sc = std::fs::read_to_string(e.path().join("syscall")).unwrap_or_default();
+            let nr = sc.split_whitespace().next().unwrap_or("");
+            if nr == "202" || nr == "0" {
+                blocked += 1;
+            }
+        }
+        if blocked == count {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "fixture threads never all blocked"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// A minidump of `pid` written by the `minidump-writer` crate.
+fn write_minidump(pid: u32, path: &Path) {
+    let mut f = std::fs::File::create(path).unwrap();
+    minidump_writer::minidump_writer::MinidumpWriterConfig::new(pid as i32, pid as i32)
+        .write(&mut f)
+        .unwrap_or_else(|e| panic!("minidump-writer failed on {pid}: {e}"));
+}
+
+/// gdb's `thread apply all bt`: tid -> function names.
+fn gdb_threads(args: &[&str]) -> BTreeMap<u32, Vec<String>> {
+    let o = testsupport::gdb_batch("gdb")
+        .args(["-ex", "thread apply all bt"])
+        .args(args)
+        .output()
+        .expect("run gdb");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut out = BTreeMap::new();
+    let mut tid = None;
+    for line in text.lines() {
+        if line.starts_with("Thread ") {
+            tid = line
+                .split_once("(LWP ")
+                .and_then(|(_, r)| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse::<u32>().ok());
+            if let Some(t) = tid {
+                out.insert(t, Vec::new());
+            }
+        } else if line.starts_with('#') {
+            if let Some(t) = tid {
+                out.get_mut(&t)
+                    .unwrap()
+                    .extend(testsupport::parse_gdb_bt(line));
+            }
+        }
+    }
+    assert!(!out.is_empty(), "gdb printed no threads:\n{text}");
+    // gdb names the signal trampoline's frame `<signal handler called>`.
+    for chain in out.values_mut() {
+        for f in chain.iter_mut() {
+            if f == "<signal" {
+                *f = "__restore_rt".into();
+            }
+        }
+    }
+    out
+}
+
+fn callstack(args: &[&str]) -> (std::process::Output, String, String) {
+    let o = Command::new(&release_artifacts().cli)
+        .args(args)
+        .output()
+        .expect("run callstack");
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "callstack panicked: {stderr}");
+    (o, stdout, stderr)
+}
+
+/// A thread's function names and methods.
+type Chain = (Vec<String>, Vec<String>);
+
+fn minidump_json(dump: &Path, extra: &[&str]) -> (Value, BTreeMap<u32, Chain>, String) {
+    let mut args = vec!["minidump", "--json"];
+    args.extend_from_slice(extra);
+    args.push(dump.to_str().unwrap());
+    let (o, stdout, stderr) = callstack(&args);
+    assert!(o.status.success(), "callstack {args:?} failed: {stderr}");
+    let v: Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stdout}"));
+    let mut threads = BTreeMap::new();
+    for t in v["threads"].as_array().expect("threads array") {
+        let tid = t["tid"].as_u64().unwrap() as u32;
+        let mut funcs = Vec::new();
+        let mut methods = Vec::new();
+        for f in t["frames"].as_array().unwrap() {
+            funcs.push(f["function"].as_str().unwrap_or("??").to_string());
+            methods.push(f["method"].as_str().unwrap().to_string());
+        }
+        threads.insert(tid, (funcs, methods));
+    }
+    (v, threads, stderr)
+}
+
+fn build(tag: &str, flags: &str) -> PathBuf {
+    let dir = scratch_dir("minidump-read");
+    Gcc::new(&["remote_threads.c"])
+        .flags(flags)
+        .flags("-pthread")
+        .build(&dir.join(format!("remote_threads_{tag}")))
+}
+
+/// The fixture dumped both ways while it sits still: (minidump, core).
+fn dump_both(exe: &Path, tag: &str, workers: usize) -> (PathBuf, PathBuf) {
+    let fx = Fixture::start(exe, workers, 2);
+    let dir = scratch_dir(&format!("minidump-read-{tag}"));
+    let dump = dir.join("fixture.dmp");
+    write_minidump(fx.pid, &dump);
+    let core = gcore(fx.pid, &dir);
+    fx.finish();
+    (dump, core)
+}
+
+/// `minidump-stackwalk --json`'s frame count per thread, when the tool is
+/// installed (scripts/install-test-deps.sh puts it in /tmp/mdsw/bin).
+fn stackwalk_frames(dump: &Path) -> Option<BTreeMap<u32, usize>> {
+    let tool = ["/tmp/mdsw/bin/minidump-stackwalk", "minidump-stackwalk"]
+        .into_iter()
+        .find(|t| {
+            Command::new(t)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })?;
+    let o = Command::new(tool)
+        .arg("--json")
+        .arg(dump)
+        .output()
+        .ok()?;
+    let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+    let mut out = BTreeMap::new();
+    for t in v["threads"].as_array()? {
+        let tid = t["thread_id"].as_u64()? as u32;
+        out.insert(tid, t["frames"].as_array()?.len());
+    }
+    Some(out)
+}
+
+#[test]
+fn minidump_writer_dumps_match_gdb_on_the_same_process() {
+    for (tag, flags) in [
+        ("O2nofp", "-O2 -fomit-frame-pointer"),
+        ("O2fp", "-O2 -fno-omit-frame-pointer"),
+    ] {
+        let exe = build(tag, flags);
+        let workers = 3;
+        let (dump, core) = dump_both(&exe, tag, workers);
+        let gdb = gdb_threads(&[exe.to_str().unwrap(), core.to_str().unwrap()]);
+        assert_eq!(gdb.len(), workers + 3, "{tag}: gdb saw {} threads", gdb.len());
+        let (v, ours, stderr) = minidump_json(&dump, &[]);
+        assert_eq!(v["source"], "minidump", "{v}");
+        assert_eq!(v["executable"]["source"], "module_list");
+        assert_eq!(
+            v["executable"]["file"].as_str(),
+            exe.to_str(),
+            "{tag}: the executable found from the module list"
+        );
+        assert!(
+            v["command_line"]
+                .as_str()
+                .is_some_and(|c| c.contains("remote_threads")),
+            "{v}"
+        );
+        for (tid, want) in &gdb {
+            let (got, methods) = ours
+                .get(tid)
+                .unwrap_or_else(|| panic!("{tag}: thread {tid} missing from the minidump's"));
+            assert_eq!(
+                got, want,
+                "{tag}: thread {tid}: minidump {got:?} (methods {methods:?}) vs gdb on the core {want:?}\nstderr: {stderr}"
+            );
+            assert_eq!(methods[0], "context");
+            assert!(
+                !methods.iter().any(|m| m == "scan"),
+                "{tag}: thread {tid} needed the stack scan: {methods:?}"
+            );
+        }
+        assert_eq!(ours.len(), gdb.len(), "{tag}: thread count");
+        // rust-minidump's stackwalker, where installed: we find at least
+        // as many frames on every thread (it has no CFI here: no symbol
+        // files were made for it).
+        if let Some(sw) = stackwalk_frames(&dump) {
+            for (tid, n) in &sw {
+                let ours_n = ours.get(tid).map(|c| c.0.len()).unwrap_or(0);
+                eprintln!("{tag}: thread {tid}: minidump-stackwalk {n} frames, ours {ours_n}");
+            }
+        }
+        // The text output reads like `callstack core`'s.
+        let (o, text, _) = callstack(&["minidump", dump.to_str().unwrap()]);
+        assert!(o.status.success());
+        assert!(text.contains("in block_here () at"), "{text}");
+        assert!(text.contains("Minidump was generated by `"), "{text}");
+        let _ = std::fs::remove_file(&core);
+    }
+}
+
+#[test]
+fn missing_modules_are_named_and_threads_still_unwind() {
+    let exe = build("gone", "-O2 -fno-omit-frame-pointer");
+    let fx = Fixture::start(&exe, 2, 1);
+    let dir = scratch_dir("minidump-read-gone");
+    let dump = dir.join("gone.dmp");
+    write_minidump(fx.pid, &dump);
+    fx.finish();
+    // The executable disappears: its frames must still be walked (frame
+    // records, the stack scan), and the output says it was missing.
+    std::fs::remove_file(&exe).unwrap();
+    let (v, ours, stderr) = minidump_json(&dump, &[]);
+    let exe_s = exe.to_str().unwrap();
+    assert!(
+        stderr.contains(&format!("{exe_s}: not found")),
+        "no warning naming the missing executable: {stderr}"
+    );
+    let missing: Vec<&str> = v["missing_modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m.as_str())
+        .collect();
+    assert_eq!(missing, vec![exe_s], "{v}");
+    // Every worker still reaches its thread start in libc through the
+    // unnamed frames of the executable.
+    let mut reached = 0;
+    for (funcs, methods) in ours.values() {
+        assert_eq!(methods[0], "context");
+        if funcs.iter().any(|f| f == "start_thread") {
+            reached += 1;
+            assert!(funcs.len() >= 4, "{funcs:?} {methods:?}");
+        }
+    }
+    assert!(reached >= 2, "threads did not reach start_thread: {ours:?}");
+}
+
+/// A minidump header with `streams` as (type, size, rva).
+fn header(streams: &[(u32, u32, u32)]) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend_from_slice(b"MDMP");
+    v.extend_from_slice(&0xa793u32.to_le_bytes());
+    v.extend_from_slice(&(streams.len() as u32).to_le_bytes());
+    v.extend_from_slice(&32u32.to_le_bytes());
+    v.resize(32, 0);
+    for (k, size, rva) in streams {
+        for w in [k, size, rva] {
+            v.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    v
+}
+
+/// `callstack minidump` on `bytes` fails cleanly with a message holding `want`.
+fn rejects(dir: &Path, name: &str, bytes: &[u8], want: &str) {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    let (o, _, stderr) = callstack(&["minidump", path.to_str().unwrap()]);
+    assert!(!o.status.success(), "{name}: accepted");
+    assert_eq!(o.status.code(), Some(1), "{name}: {stderr}");
+    assert!(stderr.contains(want), "{name}: wanted {want:?} in {stderr}");
+    let (o, stdout, _) = callstack(&["minidump", "--json", path.to_str().unwrap()]);
+    assert!(!o.status.success() && stdout.is_empty(), "{name}: {stdout}");
+}
+
+#[test]
+fn damaged_minidumps_are_errors_not_panics() {
+    let dir = scratch_dir("minidump-read-bad");
+    rejects(&dir, "empty", b"", "shorter than a minidump header");
+    rejects(&dir, "short", b"MDMP\x93\xa7\0\0", "shorter than a minidump header");
+    let mut elf = header(&[]);
+    elf[..4].copy_from_slice(b"\x7fELF");
+    rejects(&dir, "magic", &elf, "not \"MDMP\"");
+    // A directory of 10^6 entries in a 44-byte file.
+    let mut v = header(&[]);
+    v[8..12].copy_from_slice(&1_000_000u32.to_le_bytes());
+    rejects(&dir, "directory", &v, "does not fit in the file");
+    // A stream past the end of the file.
+    let v = header(&[(3, 4096, 44)]);
+    rejects(&dir, "past_end", &v, "runs past the end of the file");
+    // Two streams sharing bytes.
+    let mut v = header(&[(3, 52, 56), (4, 16, 60)]);
+    v.resize(56 + 52, 0);
+    rejects(&dir, "overlap", &v, "overlaps");
+    // A stream over the header.
+    let mut v = header(&[(7, 16, 8)]);
+    v.resize(64, 0);
+    rejects(&dir, "over_header", &v, "overlaps the header");
+    // A thread list claiming 10^6 threads in one thread's room.
+    let mut v = header(&[(3, 52, 44)]);
+    v.extend_from_slice(&1_000_000u32.to_le_bytes());
+    v.resize(44 + 52, 0);
+    rejects(&dir, "threads", &v, "claims 1000000 threads");
+    // A module list claiming more than it holds.
+    let mut v = header(&[(4, 4 + 108, 44)]);
+    v.extend_from_slice(&7u32.to_le_bytes());
+    v.resize(44 + 112, 0);
+    rejects(&dir, "modules", &v, "claims 7 modules");
+    // A Memory64List range of 2^63 bytes.
+    let mut v = header(&[(9, 32, 44)]);
+    v.extend_from_slice(&1u64.to_le_bytes());
+    v.extend_from_slice(&76u64.to_le_bytes());
+    v.extend_from_slice(&0x1000u64.to_le_bytes());
+    v.extend_from_slice(&(1u64 << 63).to_le_bytes());
+    rejects(&dir, "memory64", &v, "runs past the end of the file");
+    // A MemoryList range past the end.
+    let mut v = header(&[(5, 20, 44)]);
+    v.extend_from_slice(&1u32.to_le_bytes());
+    v.extend_from_slice(&0x1000u64.to_le_bytes());
+    v.extend_from_slice(&0xffff_0000u32.to_le_bytes());
+    v.extend_from_slice(&64u32.to_le_bytes());
+    rejects(&dir, "memory", &v, "runs past the end of the file");
+    // A thread whose context lies past the end.
+    let mut v = header(&[(3, 52, 44)]);
+    v.extend_from_slice(&1u32.to_le_bytes());
+    let mut t = [0u8; 48];
+    t[40..44].copy_from_slice(&1232u32.to_le_bytes());
+    t[44..48].copy_from_slice(&0x10_0000u32.to_le_bytes());
+    v.extend_from_slice(&t);
+    rejects(&dir, "context", &v, "runs past the end of the file");
+    // A Windows dump.
+    let mut v = header(&[(7, 56, 44)]);
+    let mut si = [0u8; 56];
+    si[0..2].copy_from_slice(&9u16.to_le_bytes());
+    si[20..24].copy_from_slice(&2u32.to_le_bytes());
+    v.extend_from_slice(&si);
+    rejects(&dir, "windows", &v, "only Linux and Android minidumps are read");
+    // No threads at all.
+    rejects(&dir, "nothing", &header(&[]), "");
+}
+
+#[test]
+fn truncated_and_flipped_real_dumps_never_panic() {
+    let exe = build("flip", "-O0 -fno-omit-frame-pointer");
+    let fx = Fixture::start(&exe, 2, 1);
+    let dir = scratch_dir("minidump-read-flip");
+    let dump = dir.join("flip.dmp");
+    write_minidump(fx.pid, &dump);
+    fx.finish();
+    let data = std::fs::read(&dump).unwrap();
+    // Cut short anywhere: an error naming the truncation (the streams or
+    // memory no longer fit), or the threads that survived.
+    for len in [0, 31, 32, 100, 1000, data.len() / 3, data.len() / 2, data.len() - 1] {
+        let cut = dir.join("cut.dmp");
+        std::fs::write(&cut, &data[..len]).unwrap();
+        let (o, stdout, stderr) = callstack(&["minidump", cut.to_str().unwrap()]);
+        if o.status.success() {
+            assert!(stdout.contains("Thread 1"), "cut at {len}: {stdout}");
+        } else {
+            assert!(
+                stderr.contains("truncated") || stderr.contains("shorter than"),
+                "cut at {len}: {stderr}"
+            );
+        }
+    }
+    // Byte flips in the first 8 KiB, through the library.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let lookup = callstack::remote::Lookup::default();
+    for _ in 0..400 {
+        let mut d = data.clone();
+        for _ in 0..4 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let i = (seed as usize) % d.len().min(8192);
+            d[i] = (seed >> 32) as u8;
+        }
+        if let Ok(m) = callstack::remote::minidump::Minidump::from_vec(d, &lookup) {
+            let mut mem = m.memory();
+            for t in &m.snapshot().threads {
+                let _ = callstack::remote::unwind_thread(m.snapshot(), &mut mem, t, 64);
+            }
+        }
+    }
+}
