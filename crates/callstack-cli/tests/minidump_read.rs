@@ -226,7 +226,9 @@ fn stackwalk_frames(dump: &Path) -> Option<BTreeMap<u32, Vec<u64>>> {
         let addrs = t["frames"]
             .as_array()?
             .iter()
-            .filter_map(|f| u64::from_str_radix(f["offset"].as_str()?.trim_start_matches("0x"), 16).ok())
+            .filter_map(|f| {
+                u64::from_str_radix(f["offset"].as_str()?.trim_start_matches("0x"), 16).ok()
+            })
             .collect();
         out.insert(tid, addrs);
     }
@@ -261,7 +263,12 @@ fn minidump_writer_dumps_match_gdb_on_the_same_process() {
         let workers = 3;
         let (dump, core) = dump_both(&exe, tag, workers);
         let gdb = gdb_threads(&[exe.to_str().unwrap(), core.to_str().unwrap()]);
-        assert_eq!(gdb.len(), workers + 3, "{tag}: gdb saw {} threads", gdb.len());
+        assert_eq!(
+            gdb.len(),
+            workers + 3,
+            "{tag}: gdb saw {} threads",
+            gdb.len()
+        );
         let (v, ours, stderr) = minidump_json(&dump, &[]);
         assert_eq!(v["source"], "minidump", "{v}");
         assert_eq!(v["executable"]["source"], "module_list");
@@ -430,7 +437,9 @@ fn missing_modules_are_named_and_threads_still_unwind() {
         let start = funcs
             .iter()
             .position(|f| f == "start_thread" || f == "__libc_start_call_main")
-            .unwrap_or_else(|| panic!("thread {tid} did not reach its start: {funcs:?} {methods:?}"));
+            .unwrap_or_else(|| {
+                panic!("thread {tid} did not reach its start: {funcs:?} {methods:?}")
+            });
         assert!(
             methods[1..=start].iter().any(|m| m == "scan"),
             "thread {tid}: {funcs:?} {methods:?}"
@@ -484,7 +493,12 @@ fn rejects(dir: &Path, name: &str, bytes: &[u8], want: &str) {
 fn damaged_minidumps_are_errors_not_panics() {
     let dir = scratch_dir("minidump-read-bad");
     rejects(&dir, "empty", b"", "shorter than a minidump header");
-    rejects(&dir, "short", b"MDMP\x93\xa7\0\0", "shorter than a minidump header");
+    rejects(
+        &dir,
+        "short",
+        b"MDMP\x93\xa7\0\0",
+        "shorter than a minidump header",
+    );
     let mut elf = header(&[]);
     elf[..4].copy_from_slice(b"\x7fELF");
     rejects(&dir, "magic", &elf, "not \"MDMP\"");
@@ -541,7 +555,12 @@ fn damaged_minidumps_are_errors_not_panics() {
     si[0..2].copy_from_slice(&9u16.to_le_bytes());
     si[20..24].copy_from_slice(&2u32.to_le_bytes());
     v.extend_from_slice(&si);
-    rejects(&dir, "windows", &v, "only Linux and Android minidumps are read");
+    rejects(
+        &dir,
+        "windows",
+        &v,
+        "only Linux and Android minidumps are read",
+    );
     // No threads at all.
     rejects(&dir, "nothing", &header(&[]), "");
 }
@@ -557,7 +576,16 @@ fn truncated_and_flipped_real_dumps_never_panic() {
     let data = std::fs::read(&dump).unwrap();
     // Cut short anywhere: an error naming the truncation (the streams or
     // memory no longer fit), or the threads that survived.
-    for len in [0, 31, 32, 100, 1000, data.len() / 3, data.len() / 2, data.len() - 1] {
+    for len in [
+        0,
+        31,
+        32,
+        100,
+        1000,
+        data.len() / 3,
+        data.len() / 2,
+        data.len() - 1,
+    ] {
         let cut = dir.join("cut.dmp");
         std::fs::write(&cut, &data[..len]).unwrap();
         let (o, stdout, stderr) = callstack(&["minidump", cut.to_str().unwrap()]);

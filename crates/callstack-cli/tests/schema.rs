@@ -296,7 +296,8 @@ fn minidump_json_matches_the_core_schema() {
     let dump = dir.join("sleep.dmp");
     let mut f = std::fs::File::create(&dump).unwrap();
     let pid = child.id() as i32;
-    let written = minidump_writer::minidump_writer::MinidumpWriterConfig::new(pid, pid).write(&mut f);
+    let written =
+        minidump_writer::minidump_writer::MinidumpWriterConfig::new(pid, pid).write(&mut f);
     let _ = child.kill();
     let _ = child.wait();
     written.unwrap();

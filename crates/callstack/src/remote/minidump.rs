@@ -338,7 +338,15 @@ pub fn parse(data: &[u8]) -> Result<ParsedMinidump, RemoteError> {
             let start = sb.u64(at).unwrap_or(0);
             let size = sb.u32(at + 8).unwrap_or(0) as u64;
             let rva = sb.u32(at + 12).unwrap_or(0) as u64;
-            add_region(&mut out.regions, start, size, rva, len, "MemoryListStream", i)?;
+            add_region(
+                &mut out.regions,
+                start,
+                size,
+                rva,
+                len,
+                "MemoryListStream",
+                i,
+            )?;
         }
     }
     if let Some(s) = first(stream::MEMORY64_LIST) {
@@ -355,7 +363,15 @@ pub fn parse(data: &[u8]) -> Result<ParsedMinidump, RemoteError> {
             let at = 16 + i * MEMORY_DESC_SIZE;
             let start = sb.u64(at).unwrap_or(0);
             let size = sb.u64(at + 8).unwrap_or(0);
-            add_region(&mut out.regions, start, size, rva, len, "Memory64ListStream", i)?;
+            add_region(
+                &mut out.regions,
+                start,
+                size,
+                rva,
+                len,
+                "Memory64ListStream",
+                i,
+            )?;
             rva = rva.saturating_add(size);
         }
     }
@@ -380,7 +396,15 @@ pub fn parse(data: &[u8]) -> Result<ParsedMinidump, RemoteError> {
             let stack_rva = sb.u32(at + 36).unwrap_or(0) as u64;
             let ctx_size = sb.u32(at + 40).unwrap_or(0) as u64;
             let ctx_rva = sb.u32(at + 44).unwrap_or(0) as u64;
-            add_region(&mut out.regions, stack_start, stack_size, stack_rva, len, "the stack of thread", tid as u64)?;
+            add_region(
+                &mut out.regions,
+                stack_start,
+                stack_size,
+                stack_rva,
+                len,
+                "the stack of thread",
+                tid as u64,
+            )?;
             match b.slice(ctx_rva, ctx_size) {
                 Some(ctx) => contexts.push((tid, ctx)),
                 None => {
@@ -565,7 +589,11 @@ pub fn parse(data: &[u8]) -> Result<ParsedMinidump, RemoteError> {
     }
     if let Some(name) = &out.process_name {
         let pid = out.pid;
-        for t in out.threads.iter_mut().filter(|t| t.tid == pid && t.name.is_none()) {
+        for t in out
+            .threads
+            .iter_mut()
+            .filter(|t| t.tid == pid && t.name.is_none())
+        {
             t.name = Some(name.clone());
         }
     }
