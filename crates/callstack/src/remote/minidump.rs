@@ -1140,4 +1140,64 @@ mod tests {
         let e = parse(&v).unwrap_err().to_string();
         assert!(e.contains("claims 1000000 threads"), "{e}");
     }
+
+    #[test]
+    fn x86_64_context_registers_by_dwarf_number() {
+        let mut ctx = vec![0u8; 1232];
+        ctx[48..52].copy_from_slice(&(CONTEXT_AMD64 | 0xf).to_le_bytes());
+        // rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8..r15 from 120, rip at 248.
+        for i in 0..16u64 {
+            let at = 120 + 8 * i as usize;
+            ctx[at..at + 8].copy_from_slice(&(0x1000 + i).to_le_bytes());
+        }
+        ctx[248..256].copy_from_slice(&0x4242u64.to_le_bytes());
+        assert_eq!(context_arch(&ctx), Some(Machine::X86_64));
+        let r = registers_from_context(Machine::X86_64, &ctx).unwrap();
+        assert_eq!(r.get(0), Some(0x1000)); // rax
+        assert_eq!(r.get(2), Some(0x1001)); // rcx
+        assert_eq!(r.get(1), Some(0x1002)); // rdx
+        assert_eq!(r.sp(), Some(0x1004));
+        assert_eq!(r.fp(), Some(0x1005));
+        assert_eq!(r.get(15), Some(0x100f));
+        assert_eq!(r.pc(), Some(0x4242));
+        assert!(registers_from_context(Machine::X86_64, &ctx[..250]).is_none());
+    }
+
+    #[test]
+    fn aarch64_contexts_both_layouts() {
+        for old in [false, true] {
+            let mut ctx = vec![0u8; 912];
+            if old {
+                ctx[0..8].copy_from_slice(&(CONTEXT_ARM64_OLD | 3).to_le_bytes());
+            } else {
+                ctx[0..4].copy_from_slice(&(CONTEXT_ARM64 | 3).to_le_bytes());
+            }
+            for i in 0..31u64 {
+                let at = 8 + 8 * i as usize;
+                ctx[at..at + 8].copy_from_slice(&(0x2000 + i).to_le_bytes());
+            }
+            ctx[256..264].copy_from_slice(&0x7ff0u64.to_le_bytes());
+            ctx[264..272].copy_from_slice(&0x4000u64.to_le_bytes());
+            assert_eq!(context_arch(&ctx), Some(Machine::Aarch64), "old {old}");
+            let r = registers_from_context(Machine::Aarch64, &ctx).unwrap();
+            assert_eq!(r.fp(), Some(0x2000 + 29));
+            assert_eq!(r.get(30), Some(0x2000 + 30));
+            assert_eq!(r.sp(), Some(0x7ff0));
+            assert_eq!(r.pc(), Some(0x4000));
+        }
+    }
+
+    #[test]
+    fn maps_lines_and_strings() {
+        let m = parse_maps_line("7f00-7f80 r-xp 00001000 08:01 42   /usr/lib/a b.so").unwrap();
+        assert_eq!((m.start, m.end, m.file_offset), (0x7f00, 0x7f80, 0x1000));
+        assert_eq!(m.path, "/usr/lib/a b.so");
+        assert_eq!(m.executable, Some(true));
+        assert!(parse_maps_line("80-70 r-xp 0 0:0 0").is_none());
+        let mut v = vec![6, 0, 0, 0];
+        v.extend("a/b".encode_utf16().flat_map(|u| u.to_le_bytes()));
+        assert_eq!(read_string(&Bytes(&v), 0).as_deref(), Some("a/b"));
+        v[0] = 200; // longer than the file
+        assert_eq!(read_string(&Bytes(&v), 0), None);
+    }
 }
