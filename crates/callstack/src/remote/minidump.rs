@@ -786,6 +786,8 @@ struct FileBacked {
 pub struct Minidump {
     data: Data,
     regions: Vec<Region>,
+    /// `reach[k]`: the highest end of `regions[..=k]`.
+    reach: Vec<u64>,
     file_backed: Vec<FileBacked>,
     snapshot: Snapshot,
     signal: Option<CoreSignal>,
@@ -815,8 +817,17 @@ impl Minidump {
                 "the minidump says neither its architecture (no SystemInfoStream) nor has a thread context to tell it by".into(),
             )
         })?;
+        let reach = parsed
+            .regions
+            .iter()
+            .scan(0u64, |m, r| {
+                *m = (*m).max(r.start + r.len);
+                Some(*m)
+            })
+            .collect();
         let mut dump = Minidump {
             data,
+            reach,
             regions: parsed.regions,
             file_backed: Vec::new(),
             signal: parsed.signal,
@@ -977,7 +988,8 @@ impl Minidump {
     /// vDSO when its build-id is the dump's (the same kernel build).
     fn vdso_image(&self, mapping: &Mapping, build_id: Option<&[u8]>) -> Option<Vec<u8>> {
         let len = usize::try_from(mapping.end.checked_sub(mapping.start)?).ok()?;
-        if len <= 64 << 20 {
+        // A vDSO is a few pages; a larger claim is not one.
+        if len <= 1 << 20 {
             let mut image = vec![0u8; len];
             if self.read_bytes(mapping.start, &mut image) {
                 return Some(image);
@@ -993,8 +1005,12 @@ impl Minidump {
         let len = buf.len() as u64;
         let i = self.regions.partition_point(|r| r.start <= addr);
         // Ranges may overlap (a stack listed twice, the bytes around a pc
-        // inside a stack): the nearest start first, then the others.
-        for r in self.regions[..i].iter().rev() {
+        // inside a stack): the nearest start first, then the others, as
+        // long as one of them may still reach `addr`.
+        for (k, r) in self.regions[..i].iter().enumerate().rev() {
+            if self.reach[k] <= addr {
+                break;
+            }
             let rel = addr - r.start;
             if rel.saturating_add(len) <= r.len {
                 if let Some(src) = Bytes(&self.data).slice(r.offset + rel, len) {
