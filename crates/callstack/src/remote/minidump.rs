@@ -919,7 +919,7 @@ impl Minidump {
             .and_then(|a| mods.iter().find(|m| m.contains(a)))
             .or(mods.first())
             .map(|m| m.name.clone());
-        let before = warnings.len();
+        find_by_name(&mut mods, lookup);
         files::resolve_files(&mut mods, lookup, None, &mut warnings);
         self.missing = mods
             .iter()
@@ -927,7 +927,6 @@ impl Minidump {
             .filter(|m| m.mappings.iter().any(|x| x.executable != Some(false)))
             .map(|m| m.name.clone())
             .collect();
-        let _ = before;
         if let Some(name) = exe_name {
             let m = mods.iter().find(|m| m.name == name);
             self.executable = Some(CoreExecutable {
@@ -1068,6 +1067,70 @@ impl Minidump {
     /// A reader of the dump's memory for the unwinder.
     pub fn memory(&self) -> MinidumpMemory<'_> {
         MinidumpMemory { dump: self }
+    }
+}
+
+/// Where a module named without a directory (Crashpad names libraries by
+/// their `DT_SONAME`: `libc.so.6`), or whose path holds no file of its
+/// build-id here, is looked for: the directories of the dump's other
+/// modules, then the usual library directories.
+const LIBRARY_DIRS: [&str; 10] = [
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+    "/usr/local/lib",
+    "/usr/local/lib64",
+];
+
+/// Gives each module whose path (the dump's, under the sysroot if any) has
+/// no file of the module's build-id the path of a file of the same name
+/// that has it, found in [`LIBRARY_DIRS`] or beside the dump's other
+/// modules. A module without a build-id is left as it is: nothing would
+/// tell another file of that name from the right one.
+fn find_by_name(mods: &mut [Module], lookup: &Lookup) {
+    let matches = |path: &Path, id: &[u8]| {
+        files::map_file(path)
+            .ok()
+            .is_some_and(|d| files::build_id(&d).as_deref() == Some(id))
+    };
+    let mut dirs: Vec<String> = mods
+        .iter()
+        .filter_map(|m| Some(m.name.rsplit_once('/')?.0.to_string()))
+        .filter(|d| d.starts_with('/'))
+        .collect();
+    dirs.extend(LIBRARY_DIRS.iter().map(|d| d.to_string()));
+    let mut seen = std::collections::HashSet::new();
+    dirs.retain(|d| seen.insert(d.clone()));
+    for m in mods.iter_mut() {
+        let Some(id) = m.build_id.clone().filter(|id| !id.is_empty()) else {
+            continue;
+        };
+        if m.name.starts_with('[') || lookup.candidates(&m.name).iter().any(|c| matches(c, &id)) {
+            continue;
+        }
+        let base = m.name.rsplit('/').next().unwrap_or(&m.name).to_string();
+        if base.is_empty() {
+            continue;
+        }
+        let found = dirs.iter().find_map(|d| {
+            let path = format!("{d}/{base}");
+            lookup
+                .candidates(&path)
+                .iter()
+                .any(|c| matches(c, &id))
+                .then_some(path)
+        });
+        if let Some(path) = found {
+            for mp in m.mappings.iter_mut() {
+                mp.path = path.clone();
+            }
+            m.name = path;
+        }
     }
 }
 
