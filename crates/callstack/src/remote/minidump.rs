@@ -16,6 +16,10 @@
 //!   executable segments are right), else one mapping per module; each
 //!   module's file is looked up like a core's ([`Lookup`]: the path in the
 //!   dump when its build-id matches, debug files by build-id, debuginfod);
+//!   a module named without a directory (Crashpad names libraries by
+//!   soname) or whose path holds another build is looked for by name in
+//!   the library directories and beside the other modules, accepted only
+//!   with its build-id;
 //! - the vDSO's image from the dump's memory when it is there, else this
 //!   machine's own vDSO when its build-id is the one in the dump;
 //! - the signal (`ExceptionStream`: signal number, `si_code`, fault address,
