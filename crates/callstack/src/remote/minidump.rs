@@ -1107,9 +1107,17 @@ fn find_by_name(mods: &mut [Module], lookup: &Lookup) {
         .filter_map(|m| Some(m.name.rsplit_once('/')?.0.to_string()))
         .filter(|d| d.starts_with('/'))
         .collect();
-    dirs.extend(LIBRARY_DIRS.iter().map(|d| d.to_string()));
     let mut seen = std::collections::HashSet::new();
     dirs.retain(|d| seen.insert(d.clone()));
+    // A process maps libraries from a handful of directories: a dump
+    // naming hundreds is not worth a search of each for every module.
+    dirs.truncate(32);
+    dirs.extend(
+        LIBRARY_DIRS
+            .iter()
+            .map(|d| d.to_string())
+            .filter(|d| seen.insert(d.clone())),
+    );
     for m in mods.iter_mut() {
         let Some(id) = m.build_id.clone().filter(|id| !id.is_empty()) else {
             continue;
