@@ -66,46 +66,7 @@ pub fn run(args: Args) -> Result<(), String> {
         None => Value::Null,
     };
     header.json.insert("executable".into(), exe_json);
-    let signal = match core.signal() {
-        Some(sig) => {
-            let (name, desc) = match sig.name(snap.arch) {
-                Some((n, d)) => (Some(n), Some(d)),
-                None => (None, None),
-            };
-            // The thread's number as printed (Thread N), in core order.
-            let thread = snap
-                .threads
-                .iter()
-                .position(|t| t.tid == sig.tid)
-                .map(|i| i + 1);
-            let mut line = format!(
-                "Program terminated with signal {}, {}",
-                name.map(String::from)
-                    .unwrap_or_else(|| format!("{}", sig.number)),
-                desc.unwrap_or("Unknown signal")
-            );
-            if let Some(a) = sig.address {
-                line.push_str(&format!(" (fault address {a:#x})"));
-            }
-            line.push('.');
-            header.text.push(line);
-            header.text.push(match thread {
-                Some(n) => format!("The signal was received by thread {n} (LWP {}).", sig.tid),
-                None => format!("The signal was received by LWP {}.", sig.tid),
-            });
-            json!({
-                "number": sig.number,
-                "name": name,
-                "description": desc,
-                "code": sig.code,
-                "address": sig.address.map(|a| format!("{a:#x}")),
-                "tid": sig.tid,
-                "thread": thread,
-            })
-        }
-        None => Value::Null,
-    };
-    header.json.insert("signal".into(), signal);
+    stacks::signal_header(&mut header, core.signal(), snap);
     args.report
         .print(snap, &mut core.memory(), core.size(), &header)
 }

@@ -13,6 +13,7 @@ mod debuginfod;
 mod demo;
 mod mainfn;
 mod memtrack;
+mod minidump;
 mod minidump_args;
 mod pstack;
 mod record;
@@ -45,6 +46,9 @@ enum Command {
     Core(core::Args),
     /// Every thread's backtrace from a live process, stopped only briefly.
     Pstack(pstack::Args),
+    /// Every thread's backtrace from a minidump (Breakpad, Crashpad,
+    /// sentry-native, minidump-writer), printed as `core` prints a core.
+    Minidump(minidump::Args),
     /// Resolve addresses of an object file like binutils addr2line.
     ///
     /// Where no debug info covers an address, names come from the symbol
@@ -89,6 +93,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Core(args) => core::run(args),
         Command::Pstack(args) => pstack::run(args),
+        Command::Minidump(args) => minidump::run(args),
         Command::Addr2line(args) => addr2line::run(args),
         Command::Symbolize(args) => symbolize::run(args),
         Command::CrashReport(args) => crash::run(args),

@@ -98,6 +98,57 @@ pub struct Header {
     pub json: serde_json::Map<String, Value>,
 }
 
+/// Adds the signal that ended the process to `header`, as `callstack core`
+/// prints it: gdb's two lines ("Program terminated with signal ...", "The
+/// signal was received by thread N") and the JSON `signal` object (`null`
+/// when there is none).
+pub fn signal_header(
+    header: &mut Header,
+    sig: Option<&callstack::remote::corefile::CoreSignal>,
+    snap: &Snapshot,
+) {
+    let signal = match sig {
+        Some(sig) => {
+            let (name, desc) = match sig.name(snap.arch) {
+                Some((n, d)) => (Some(n), Some(d)),
+                None => (None, None),
+            };
+            // The thread's number as printed (Thread N), in the source's order.
+            let thread = snap
+                .threads
+                .iter()
+                .position(|t| t.tid == sig.tid)
+                .map(|i| i + 1);
+            let mut line = format!(
+                "Program terminated with signal {}, {}",
+                name.map(String::from)
+                    .unwrap_or_else(|| format!("{}", sig.number)),
+                desc.unwrap_or("Unknown signal")
+            );
+            if let Some(a) = sig.address {
+                line.push_str(&format!(" (fault address {a:#x})"));
+            }
+            line.push('.');
+            header.text.push(line);
+            header.text.push(match thread {
+                Some(n) => format!("The signal was received by thread {n} (LWP {}).", sig.tid),
+                None => format!("The signal was received by LWP {}.", sig.tid),
+            });
+            json!({
+                "number": sig.number,
+                "name": name,
+                "description": desc,
+                "code": sig.code,
+                "address": sig.address.map(|a| format!("{a:#x}")),
+                "tid": sig.tid,
+                "thread": thread,
+            })
+        }
+        None => Value::Null,
+    };
+    header.json.insert("signal".into(), signal);
+}
+
 /// Frames deeper than this are not unwound (a runaway chain ends here).
 pub const MAX_FRAMES: usize = 1024;
 

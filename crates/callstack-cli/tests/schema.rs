@@ -285,6 +285,28 @@ fn core_and_pstack_json_match_their_schemas() {
     check("pstack.schema.json", &v);
 }
 
+/// `callstack minidump --json` follows the core schema (with its
+/// `source` and `missing_modules` keys).
+#[cfg(target_os = "linux")]
+#[test]
+fn minidump_json_matches_the_core_schema() {
+    let dir = scratch_dir("schema-minidump");
+    let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let dump = dir.join("sleep.dmp");
+    let mut f = std::fs::File::create(&dump).unwrap();
+    let pid = child.id() as i32;
+    let written =
+        minidump_writer::minidump_writer::MinidumpWriterConfig::new(pid, pid).write(&mut f);
+    let _ = child.kill();
+    let _ = child.wait();
+    written.unwrap();
+    let v = run_json(&["minidump", "--json", dump.to_str().unwrap()], None);
+    assert_eq!(v["source"], "minidump");
+    assert!(!v["threads"][0]["frames"].as_array().unwrap().is_empty());
+    check("core.schema.json", &v);
+}
+
 #[inline(never)]
 fn schema_leaf(out: &mut [usize]) -> usize {
     black_box(callstack::capture_fast(0, out))

@@ -109,6 +109,17 @@ fn demangle_corpus() {
 }
 
 #[test]
+fn minidump_corpus() {
+    let runs = replay("minidump", targets::minidump);
+    // The real dump opens and has its threads.
+    for (name, threads) in &runs {
+        if name.ends_with("/mdw_5threads") {
+            assert_eq!(*threads, Some(5), "{name}");
+        }
+    }
+}
+
+#[test]
 fn proc_maps_corpus() {
     let runs = replay("proc_maps", targets::proc_maps);
     assert!(runs.iter().all(|r| r.1 > 0));

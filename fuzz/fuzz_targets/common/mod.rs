@@ -95,6 +95,27 @@ pub fn core_file(data: &[u8]) -> Option<usize> {
     Some(core.snapshot().threads.len())
 }
 
+/// `minidump`: the minidump reader (header, directory, every stream it
+/// reads, memory ranges), then an unwind of every thread through the
+/// dump's memory. An empty sysroot: only the bytes are exercised. Returns
+/// the thread count.
+pub fn minidump(data: &[u8]) -> Option<usize> {
+    use callstack::remote::minidump::{parse, Minidump};
+    use callstack::remote::{unwind_thread, Lookup};
+    let _ = parse(data);
+    let lookup = Lookup {
+        sysroot: Some("/nonexistent-fuzz-sysroot".into()),
+        debug_dirs: Vec::new(),
+        debuginfod: None,
+    };
+    let dump = Minidump::from_vec(data.to_vec(), &lookup).ok()?;
+    let mut mem = dump.memory();
+    for t in &dump.snapshot().threads {
+        let _ = unwind_thread(dump.snapshot(), &mut mem, t, 64);
+    }
+    Some(dump.snapshot().threads.len())
+}
+
 /// `crash_report`: the raw crash-report reader, and symbolizing on the
 /// paths the input names when they are missing files (module+offset
 /// frames). A report naming a real file (libc) is parsed only: opening it

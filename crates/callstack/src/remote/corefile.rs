@@ -145,16 +145,21 @@ pub enum ExeSource {
     AtExecfn,
     /// The first word of `pr_psargs` (`NT_PRPSINFO`).
     Psargs,
+    /// A minidump's module list: the module holding the entry point, else
+    /// the list's first (see [`super::minidump::Minidump::executable`]).
+    ModuleList,
 }
 
 impl ExeSource {
-    /// A short name for messages and JSON (`given`, `nt_file`, `at_execfn`, `psargs`).
+    /// A short name for messages and JSON (`given`, `nt_file`, `at_execfn`,
+    /// `psargs`, `module_list`).
     pub fn as_str(self) -> &'static str {
         match self {
             ExeSource::Given => "given",
             ExeSource::NtFile => "nt_file",
             ExeSource::AtExecfn => "at_execfn",
             ExeSource::Psargs => "psargs",
+            ExeSource::ModuleList => "module_list",
         }
     }
 }

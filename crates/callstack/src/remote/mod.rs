@@ -1,9 +1,10 @@
-//! Call stacks of other processes: ELF core files and live processes.
+//! Call stacks of other processes: ELF core files, minidumps and live
+//! processes.
 //!
-//! Both sources produce a [`Snapshot`]: the threads with their registers and
+//! Each source produces a [`Snapshot`]: the threads with their registers and
 //! names, the mapped modules (found on disk, checked against build-ids), and
 //! a [`Memory`](crate::unwind::Memory) that reads the target's memory. Every
-//! thread is then unwound by [`unwind_thread`], the same code for both
+//! thread is then unwound by [`unwind_thread`], the same code for all
 //! sources, and the frames are symbolized from the module files.
 //!
 //! ```no_run
@@ -19,6 +20,7 @@
 
 pub mod corefile;
 mod files;
+pub mod minidump;
 /// The parsers [`crate::fuzzing`] hands to the fuzz targets.
 pub(crate) mod fuzzing {
     pub use super::files::{build_id, exec_segments, load_bias, load_segments};
@@ -148,6 +150,8 @@ pub enum RemoteError {
     Io(PathBuf, std::io::Error),
     /// The core file is not a usable ELF core; the text says why.
     BadCore(String),
+    /// The file is not a usable minidump; the text says why.
+    BadMinidump(String),
     /// The target's architecture has no register layout here.
     UnsupportedArch(String),
     /// No process with that id.
@@ -167,7 +171,7 @@ impl fmt::Display for RemoteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RemoteError::Io(p, e) => write!(f, "{}: {e}", p.display()),
-            RemoteError::BadCore(s) => write!(f, "{s}"),
+            RemoteError::BadCore(s) | RemoteError::BadMinidump(s) => write!(f, "{s}"),
             RemoteError::UnsupportedArch(s) => write!(f, "unsupported architecture: {s}"),
             RemoteError::NoSuchProcess(p) => write!(f, "no process with id {p}"),
             RemoteError::Zombie(p) => write!(
