@@ -30,7 +30,8 @@ pub type Slice<'a> = EndianSlice<'a, LittleEndian>;
 pub struct StackStorage;
 
 impl<T: gimli::ReaderOffset> UnwindContextStorage<T> for StackStorage {
-    type Rules = [(Register, RegisterRule<T>); 12];
+    // AArch64 frames save up to 20 registers (x19-x30, d8-d15).
+    type Rules = [(Register, RegisterRule<T>); MAX_VIEW_REGS];
     type Stack = [UnwindTableRow<T, Self>; 3];
 }
 

@@ -595,6 +595,16 @@ mod tests {
             );
         }
         src += "int fx_leafcall(cb_t cb, void *arg) { cb(arg); return 1; }\n";
+        // Every callee-saved register kept across the call (x19-x28 and
+        // d8-d15 saved with x29, x30: 20 rules in a row).
+        src += "double fx_many(cb_t cb, void *arg, long *v, double *w) {\n\
+                long a0 = v[0], a1 = v[1], a2 = v[2], a3 = v[3], a4 = v[4], a5 = v[5], \
+                a6 = v[6], a7 = v[7], a8 = v[8], a9 = v[9];\n\
+                double d0 = w[0], d1 = w[1], d2 = w[2], d3 = w[3], d4 = w[4], d5 = w[5], \
+                d6 = w[6], d7 = w[7];\n\
+                cb(arg);\n\
+                return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 \
+                + d0 * d1 + d2 * d3 + d4 * d5 + d6 * d7; }\n";
         let c = dir.join("a64_rules.c");
         std::fs::write(&c, src).unwrap();
         let (mut narrow, mut wide) = (0, 0);
@@ -616,7 +626,7 @@ mod tests {
             let table =
                 crate::unwind::UnwindTable::<Aarch64>::from_elf_bytes(&elf).expect("the CFI");
             let ras = return_addresses(&elf, "fx_");
-            assert!(ras.len() >= sizes.len() + 1, "{flags:?}: {ras:?}");
+            assert!(ras.len() >= sizes.len() + 2, "{flags:?}: {ras:?}");
             for (f, ra) in ras {
                 let rule = table.lookup(ra - 1);
                 let p = Aarch64::pack(rule);
