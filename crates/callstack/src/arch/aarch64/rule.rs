@@ -626,6 +626,30 @@ mod tests {
             let table =
                 crate::unwind::UnwindTable::<Aarch64>::from_elf_bytes(&elf).expect("the CFI");
             let ras = return_addresses(&elf, "fx_");
+            // The in-process cold path (`cfi::rule_at`: the fast
+            // interpreter, gimli for the rows it declines) gives the
+            // table's rules, so that they are cached as the table's are.
+            let file = object::File::parse(&*elf).unwrap();
+            let sec = |n: &str| {
+                use object::{Object, ObjectSection};
+                file.section_by_name(n)
+                    .map(|s| (s.data().unwrap(), s.address()))
+            };
+            let secs = crate::unwind::cfi::CfiSections {
+                eh_frame_hdr: sec(".eh_frame_hdr"),
+                eh_frame: sec(".eh_frame"),
+                debug_frame: None,
+                text: 0,
+                got: 0,
+            };
+            let memo = Default::default();
+            for (f, ra) in &ras {
+                assert_eq!(
+                    crate::unwind::cfi::rule_at::<Aarch64>(&secs, ra - 1, &memo),
+                    table.lookup(ra - 1),
+                    "{flags:?} {f} at {ra:#x}"
+                );
+            }
             assert!(ras.len() >= sizes.len() + 2, "{flags:?}: {ras:?}");
             for (f, ra) in ras {
                 let rule = table.lookup(ra - 1);
