@@ -134,12 +134,7 @@ pub fn capture_with(st: &mut State, out: &mut [usize]) -> usize {
             Err(())
         }
     };
-    let mut it = st.unwinder.iter_frames(
-        ip,
-        regs,
-        &mut st.cache,
-        &mut read,
-    );
+    let mut it = st.unwinder.iter_frames(ip, regs, &mut st.cache, &mut read);
     let mut n = 0;
     while n < out.len() {
         match it.next() {

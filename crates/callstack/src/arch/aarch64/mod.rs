@@ -17,9 +17,9 @@ pub mod signal;
 use super::FrameRecordLayout;
 
 mod rule;
-pub use rule::{Aarch64, UnwindRuleAarch64};
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub(crate) use rule::FastForm;
+pub use rule::{Aarch64, UnwindRuleAarch64};
 
 #[cfg(target_arch = "aarch64")]
 pub mod exact;

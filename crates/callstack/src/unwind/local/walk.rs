@@ -322,15 +322,8 @@ pub(super) unsafe fn hot_loop(
             // before the loop, and `run_same_rule` returns `FULL` when it
             // fills them); `[sp, hi)` is readable stack and `r.a_max` comes
             // from `hi`; `CACHE.words` is the rule cache's words.
-            let (exit, word) = unsafe {
-                run_same_rule(
-                    &mut regs,
-                    &mut o,
-                    end,
-                    &r,
-                    CACHE.words.as_ptr().cast(),
-                )
-            };
+            let (exit, word) =
+                unsafe { run_same_rule(&mut regs, &mut o, end, &r, CACHE.words.as_ptr().cast()) };
             [pc, sp, fp] = regs;
             match exit {
                 run_exit::CHANGED => x = word,
@@ -551,7 +544,11 @@ mod tests {
         assert!(n > DEPTH + 1, "{n} frames");
         // The recursion's return address, the same in every frame.
         let site = cold[1];
-        assert!(cold[1..DEPTH + 1].iter().all(|&a| a == site), "{:x?}", &cold[..n]);
+        assert!(
+            cold[1..DEPTH + 1].iter().all(|&a| a == site),
+            "{:x?}",
+            &cold[..n]
+        );
         for _ in 0..3 {
             let before = HOT_FRAMES.with(|c| c.get());
             let mut warm = [0usize; 128];
@@ -564,5 +561,102 @@ mod tests {
             assert_eq!(&warm[DEPTH + 2..m], &cold[DEPTH + 2..n]);
             assert!(hot >= DEPTH, "{hot} of {m} frames from the hot loop");
         }
+    }
+}
+
+/// The hot loop on a fake AArch64 stack: the forms of `arch/aarch64/rule.rs`
+/// (gcc's return address at the bottom of the frame, clang's frame record
+/// from x29, a wide rule), a return address with a pointer-authentication
+/// code, the outermost frame, and a frame that would read past the stack.
+#[cfg(all(test, target_arch = "aarch64"))]
+mod aarch64_fake_stack {
+    use super::super::cache::{cache_get, cache_put, cache_rule, flush_pending};
+    use super::{hot_loop, Hot};
+    use crate::arch::aarch64::UnwindRuleAarch64 as R;
+    use crate::unwind::FastEnd;
+
+    fn put(ra: u64, rule: R) {
+        let p = cache_rule(rule);
+        assert_ne!(p, 0, "{rule:?} is cached");
+        flush_pending();
+        cache_put(ra - 1, p);
+        assert_eq!(cache_get(ra - 1), p);
+    }
+
+    #[test]
+    fn hot_loop_walks_aarch64_forms() {
+        // Fake code addresses, never mapped: the keys are this test's own.
+        let b = 0x0000_6d5a_0000_0000u64;
+        let ra = [b + 0x10, b + 0x1110, b + 0x2210, b + 0x3310];
+        // gcc without a frame pointer: `str x30, [sp, #-32]!`.
+        put(
+            ra[0],
+            R::Sp {
+                cfa: 32,
+                ra: -32,
+                fp: 0,
+            },
+        );
+        // clang: `CFA = x29 + 16`, the frame record under the CFA.
+        put(
+            ra[1],
+            R::Fp {
+                cfa: 16,
+                ra: -8,
+                fp: -16,
+            },
+        );
+        // A frame of 9 KiB: a wide rule.
+        put(
+            ra[2],
+            R::Sp {
+                cfa: 9024,
+                ra: -9016,
+                fp: -9024,
+            },
+        );
+        put(ra[3], R::End);
+        let mut words = vec![0u64; 2048];
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        // Frame 0 at word 0: its return address signed (a PAC in bits 48+).
+        words[0] = ra[1] | 0x002a_0000_0000_0000;
+        // Frame 1 at word 4, x29 at word 10: the frame record.
+        words[10] = 0x1234_5670;
+        words[11] = ra[2];
+        // Frame 2 at word 12: x29 and x30 at the bottom of 9 KiB.
+        words[12] = 0x7654_3210;
+        words[13] = ra[3];
+        let fp0 = at(&words, 10);
+        let run = |words: &Vec<u64>, hi: u64| {
+            let mut hot = Hot {
+                pc: ra[0],
+                sp: at(words, 0),
+                fp: fp0,
+            };
+            let mut out = [0usize; 8];
+            // SAFETY: 8 slots; `[sp, hi)` lies in `words`.
+            let (n, why) = unsafe { hot_loop(&mut hot, hi, out.as_mut_ptr(), 8) };
+            (
+                out[..n].iter().map(|&x| x as u64).collect::<Vec<_>>(),
+                why,
+                hot,
+            )
+        };
+        let (got, why, hot) = run(&words, at(&words, 2048));
+        assert_eq!(got, [ra[1], ra[2], ra[3]]);
+        assert_eq!(why, FastEnd::Outermost);
+        assert_eq!(
+            (hot.pc, hot.sp, hot.fp),
+            (ra[3], at(&words, 12 + 9024 / 8), 0x7654_3210)
+        );
+        // The stack ends before frame 2's CFA: that frame is left to the
+        // generic step, nothing past the end is read.
+        let (got, why, hot) = run(&words, at(&words, 1100));
+        assert_eq!(got, [ra[1], ra[2]]);
+        assert_eq!(why, FastEnd::Slow);
+        assert_eq!(
+            (hot.pc, hot.sp, hot.fp),
+            (ra[2], at(&words, 12), 0x1234_5670)
+        );
     }
 }
