@@ -19,6 +19,8 @@ use super::FrameRecordLayout;
 mod rule;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub(crate) use rule::FastForm;
+#[cfg(test)]
+pub(crate) use rule::{decode_fast, decode_wide, fast_form, wide_word};
 pub use rule::{Aarch64, UnwindRuleAarch64};
 
 #[cfg(target_arch = "aarch64")]
