@@ -106,7 +106,10 @@ fn build_lib() -> PathBuf {
     let c = dir.join("nofp_chain.c");
     std::fs::write(&c, src).unwrap();
     let so = dir.join("libnofp_chain.so");
-    let st = std::process::Command::new("gcc")
+    // `CALLSTACK_TEST_CC`: the cross compiler when the bench runs under
+    // qemu-user (see scripts/test-aarch64.sh).
+    let cc = std::env::var("CALLSTACK_TEST_CC").unwrap_or_else(|_| "gcc".into());
+    let st = std::process::Command::new(cc)
         .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
         .arg(&so)
         .arg(&c)

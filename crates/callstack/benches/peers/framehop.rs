@@ -1,14 +1,21 @@
 //! framehop driven in-process: every loaded module registered from its
 //! ELF file (text, eh_frame, eh_frame_hdr, got), the registers read at
 //! the capture, stack reads bounded by the thread's stack.
-use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+#[cfg(target_arch = "aarch64")]
+use framehop::aarch64::{
+    CacheAarch64 as CacheNative, UnwindRegsAarch64, UnwinderAarch64 as UnwinderNative,
+};
+#[cfg(target_arch = "x86_64")]
+use framehop::x86_64::{
+    CacheX86_64 as CacheNative, UnwindRegsX86_64, UnwinderX86_64 as UnwinderNative,
+};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 use object::{Object, ObjectSection};
 use std::cell::RefCell;
 
 pub struct State {
-    unwinder: UnwinderX86_64<Vec<u8>>,
-    cache: CacheX86_64,
+    unwinder: UnwinderNative<Vec<u8>>,
+    cache: CacheNative,
     stack: (u64, u64),
 }
 
@@ -31,7 +38,7 @@ fn stack_range() -> (u64, u64) {
 }
 
 pub fn setup() -> State {
-    let mut unwinder = UnwinderX86_64::new();
+    let mut unwinder = UnwinderNative::new();
     for m in callstack::modules::loaded_modules() {
         if m.is_vdso {
             continue;
@@ -66,11 +73,12 @@ pub fn setup() -> State {
     }
     State {
         unwinder,
-        cache: CacheX86_64::new(),
+        cache: CacheNative::new(),
         stack: stack_range(),
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 #[inline(never)]
 fn regs() -> (u64, u64, u64) {
     let (ip, sp, bp): (u64, u64, u64);
@@ -82,8 +90,41 @@ fn regs() -> (u64, u64, u64) {
     (ip, sp, bp)
 }
 
-pub fn capture_with(st: &mut State, out: &mut [usize]) -> usize {
+/// AArch64: `(pc, sp, x29, x30)` of this leaf, which keeps no frame (the
+/// return address into its caller still in `x30`, its `sp` and `x29` the
+/// caller's).
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+extern "C" fn regs_a64(out: *mut [u64; 4]) {
+    // SAFETY: stores pc, sp, x29 and x30 into `*out`; touches nothing else.
+    core::arch::naked_asm!(
+        "adr x1, .",
+        "mov x2, sp",
+        "stp x1, x2, [x0]",
+        "stp x29, x30, [x0, #16]",
+        "ret",
+    )
+}
+
+/// The first frame is `capture_with` at the return address from
+/// `regs_a64` (a naked function has no CFI of its own).
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+fn native_regs() -> (u64, UnwindRegsAarch64) {
+    let mut r = [0u64; 4];
+    regs_a64(&mut r);
+    (r[3], UnwindRegsAarch64::new(r[3], r[1], r[2]))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn native_regs() -> (u64, UnwindRegsX86_64) {
     let (ip, sp, bp) = regs();
+    (ip, UnwindRegsX86_64::new(ip, sp, bp))
+}
+
+pub fn capture_with(st: &mut State, out: &mut [usize]) -> usize {
+    let (ip, regs) = native_regs();
     let (lo, hi) = st.stack;
     let mut read = |a: u64| {
         if a >= lo && a + 8 <= hi && a % 8 == 0 {
@@ -93,12 +134,7 @@ pub fn capture_with(st: &mut State, out: &mut [usize]) -> usize {
             Err(())
         }
     };
-    let mut it = st.unwinder.iter_frames(
-        ip,
-        UnwindRegsX86_64::new(ip, sp, bp),
-        &mut st.cache,
-        &mut read,
-    );
+    let mut it = st.unwinder.iter_frames(ip, regs, &mut st.cache, &mut read);
     let mut n = 0;
     while n < out.len() {
         match it.next() {

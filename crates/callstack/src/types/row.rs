@@ -33,8 +33,10 @@ pub enum CfaView<'a> {
     Expression(&'a [u8]),
 }
 
-/// The most register rules a row holds.
-pub(crate) const MAX_VIEW_REGS: usize = 12;
+/// The most register rules a row holds: an AArch64 function that keeps
+/// values in every callee-saved register saves 20 (x19-x30, d8-d15), an
+/// x86-64 one 7.
+pub(crate) const MAX_VIEW_REGS: usize = 24;
 
 /// One CFI row: the CFA rule and the register rules, with expressions as
 /// byte slices of the section.
@@ -63,7 +65,7 @@ impl<'a> RowView<'a> {
         v
     }
 
-    /// Builds a view of `n` (at most 12) rules given by `rule(i)`, without
+    /// Builds a view of `n` (at most [`MAX_VIEW_REGS`]) rules given by `rule(i)`, without
     /// an intermediate array (the cold capture's `cfi_fast` rows).
     #[inline]
     pub(crate) fn from_fn(

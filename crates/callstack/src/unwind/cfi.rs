@@ -30,7 +30,8 @@ pub type Slice<'a> = EndianSlice<'a, LittleEndian>;
 pub struct StackStorage;
 
 impl<T: gimli::ReaderOffset> UnwindContextStorage<T> for StackStorage {
-    type Rules = [(Register, RegisterRule<T>); 12];
+    // AArch64 frames save up to 20 registers (x19-x30, d8-d15).
+    type Rules = [(Register, RegisterRule<T>); MAX_VIEW_REGS];
     type Stack = [UnwindTableRow<T, Self>; 3];
 }
 
@@ -470,7 +471,42 @@ pub(crate) fn rule_at<A: Arch>(
         Fast::Row(row) => A::compile_row(&row.view(), false),
         Fast::Signal => A::SIGNAL_FRAME,
         Fast::NotCovered => A::NO_CFI,
-        Fast::Unsupported => A::EVALUATE,
+        // A form the fast interpreter declines (more register rules than
+        // its rows hold: AArch64 functions that save x19-x28 and d8-d15,
+        // an expression): the row through gimli, compiled as a table's row
+        // is, so that the rule is cached once instead of evaluated at
+        // every capture.
+        Fast::Unsupported => rule_gimli::<A>(secs, off, addr),
+    }
+}
+
+/// The rule of `addr` from the FDE at `off` of `.eh_frame`, its row run by
+/// gimli ([`rule_at`]'s way for the rows `cfi_fast` declines).
+#[cold]
+#[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn rule_gimli<A: Arch>(secs: &CfiSections<'_>, off: usize, addr: u64) -> A::Rule {
+    let Some((bytes, _)) = secs.eh_frame else {
+        return A::EVALUATE;
+    };
+    let bases = secs.bases();
+    let sec = EhFrame::new(bytes, LittleEndian);
+    let Ok(fde) = sec.fde_from_offset(&bases, off.into(), EhFrame::cie_from_offset) else {
+        return A::EVALUATE;
+    };
+    if !fde.contains(addr) {
+        return A::NO_CFI;
+    }
+    if fde.is_signal_trampoline() {
+        return A::SIGNAL_FRAME;
+    }
+    let mut ctx: UnwindContext<usize, StackStorage> = UnwindContext::new_in();
+    match fde.unwind_info_for_address(&sec, &bases, &mut ctx, addr) {
+        Ok(row) => match RowView::from_gimli(row, &sec, A::RA) {
+            Ok(v) => A::compile_row(&v, false),
+            Err(_) => A::EVALUATE,
+        },
+        Err(_) => A::EVALUATE,
     }
 }
 

@@ -381,3 +381,161 @@ impl<A: Arch> UnwindTable<A> {
         }
     }
 }
+
+/// The AArch64 rule forms the in-process rule cache and its hot loop apply
+/// (`arch/aarch64/rule.rs`), checked on real CFI: tables of cross-built
+/// fixtures (here, not in `arch`, which may not import `unwind`).
+#[cfg(test)]
+mod aarch64_rule_forms {
+    use super::UnwindTable;
+    use crate::arch::aarch64::{decode_fast, decode_wide, fast_form, wide_word, Aarch64};
+    use crate::arch::Arch;
+
+    /// The return addresses of the named functions of an AArch64 ELF: the
+    /// address after each `bl`/`blr` inside them.
+    fn return_addresses(elf: &[u8], prefix: &str) -> Vec<(String, u64)> {
+        use object::{Object, ObjectSection, ObjectSymbol};
+        let file = object::File::parse(elf).unwrap();
+        let text = file.section_by_name(".text").unwrap();
+        let (base, data) = (text.address(), text.data().unwrap());
+        let mut v = Vec::new();
+        for s in file.symbols() {
+            let Ok(name) = s.name() else { continue };
+            if !name.starts_with(prefix) || s.size() == 0 {
+                continue;
+            }
+            for a in (s.address()..s.address() + s.size()).step_by(4) {
+                let i = (a - base) as usize;
+                let w = u32::from_le_bytes(data[i..i + 4].try_into().unwrap());
+                if w & 0xfc00_0000 == 0x9400_0000 || w & 0xffff_fc1f == 0xd63f_0000 {
+                    v.push((name.to_string(), a + 4));
+                }
+            }
+        }
+        v.sort();
+        v
+    }
+
+    /// Real AArch64 CFI (gcc -O0/-O2, with and without frame pointers,
+    /// frames from 16 bytes to 200 KiB, callee-saved registers kept across
+    /// calls): every return address of the fixture has a rule the hot loop
+    /// applies, narrow or wide, and the narrow forms cover the frames up to
+    /// 8 KiB of the frame-record shape.
+    #[test]
+    fn real_cfi_packs_into_the_hot_loops_forms() {
+        let cc = if cfg!(target_arch = "aarch64") {
+            std::env::var("CALLSTACK_TEST_CC").unwrap_or_else(|_| "gcc".into())
+        } else {
+            "aarch64-linux-gnu-gcc".into()
+        };
+        if std::process::Command::new(&cc)
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("skipping: {cc} missing (run scripts/install-test-deps.sh)");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("callstack-a64-rules-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut src = String::from("typedef void (*cb_t)(void *);\n");
+        let sizes = [16, 100, 300, 2600, 5000, 9000, 70000, 200000];
+        for (i, n) in sizes.iter().enumerate() {
+            let call = if i + 1 == sizes.len() {
+                "cb(arg); int r = d;".to_string()
+            } else {
+                format!("int r = fx_{}(cb, arg, d + 1);", i + 1)
+            };
+            let keep = if i % 2 == 1 {
+                "int k1 = d * 3, k2 = d * 5, k3 = d * 7, k4 = d * 11;"
+            } else {
+                "int k1 = 0, k2 = 0, k3 = 0, k4 = 0;"
+            };
+            src += &format!(
+                "int fx_{}(cb_t cb, void *arg, int d);\n\
+                 int fx_{i}(cb_t cb, void *arg, int d) {{ volatile char buf[{n}]; {keep} \
+                 buf[0] = (char)d; {call} return r + buf[0] + k1 + k2 + k3 + k4; }}\n",
+                i + 1
+            );
+        }
+        src += "int fx_leafcall(cb_t cb, void *arg) { cb(arg); return 1; }\n";
+        // Every callee-saved register kept across the call (x19-x28 and
+        // d8-d15 saved with x29, x30: 20 rules in a row).
+        src += "double fx_many(cb_t cb, void *arg, long *v, double *w) {\n\
+                long a0 = v[0], a1 = v[1], a2 = v[2], a3 = v[3], a4 = v[4], a5 = v[5], \
+                a6 = v[6], a7 = v[7], a8 = v[8], a9 = v[9];\n\
+                double d0 = w[0], d1 = w[1], d2 = w[2], d3 = w[3], d4 = w[4], d5 = w[5], \
+                d6 = w[6], d7 = w[7];\n\
+                cb(arg);\n\
+                return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 \
+                + d0 * d1 + d2 * d3 + d4 * d5 + d6 * d7; }\n";
+        let c = dir.join("a64_rules.c");
+        std::fs::write(&c, src).unwrap();
+        let (mut narrow, mut wide) = (0, 0);
+        for flags in [
+            &["-O0"][..],
+            &["-O2", "-fomit-frame-pointer"],
+            &["-O2", "-fno-omit-frame-pointer"],
+        ] {
+            let so = dir.join("liba64_rules.so");
+            let st = std::process::Command::new(&cc)
+                .args(flags)
+                .args(["-fasynchronous-unwind-tables", "-shared", "-fPIC", "-o"])
+                .arg(&so)
+                .arg(&c)
+                .status()
+                .unwrap();
+            assert!(st.success(), "{cc} {flags:?}");
+            let elf = std::fs::read(&so).unwrap();
+            let table = UnwindTable::<Aarch64>::from_elf_bytes(&elf).expect("the CFI");
+            let ras = return_addresses(&elf, "fx_");
+            // The in-process cold path (`cfi::rule_at`: the fast
+            // interpreter, gimli for the rows it declines) gives the
+            // table's rules, so that they are cached as the table's are.
+            let file = object::File::parse(&*elf).unwrap();
+            let sec = |n: &str| {
+                use object::{Object, ObjectSection};
+                file.section_by_name(n)
+                    .map(|s| (s.data().unwrap(), s.address()))
+            };
+            let secs = crate::unwind::cfi::CfiSections {
+                eh_frame_hdr: sec(".eh_frame_hdr"),
+                eh_frame: sec(".eh_frame"),
+                debug_frame: None,
+                text: 0,
+                got: 0,
+            };
+            let memo = Default::default();
+            for (f, ra) in &ras {
+                assert_eq!(
+                    crate::unwind::cfi::rule_at::<Aarch64>(&secs, ra - 1, &memo),
+                    table.lookup(ra - 1),
+                    "{flags:?} {f} at {ra:#x}"
+                );
+            }
+            assert!(ras.len() >= sizes.len() + 2, "{flags:?}: {ras:?}");
+            for (f, ra) in ras {
+                let rule = table.lookup(ra - 1);
+                let p = Aarch64::pack(rule);
+                let form = match p >> 14 {
+                    1 | 2 => {
+                        narrow += 1;
+                        decode_fast(p)
+                    }
+                    0 => {
+                        wide += 1;
+                        wide_word(rule).map(decode_wide)
+                    }
+                    _ => None,
+                };
+                assert!(
+                    form.is_some() && form == fast_form(rule),
+                    "{flags:?} {f} at {ra:#x}: {rule:?} packs as {p:#x}"
+                );
+            }
+        }
+        // The big frames (over 8 KiB) are wide, the others narrow.
+        assert!(narrow > wide && wide >= 3, "narrow {narrow}, wide {wide}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

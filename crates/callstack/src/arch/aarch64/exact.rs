@@ -1,4 +1,5 @@
-//! AArch64 entries of exact capture (compiled, not yet run in tests).
+//! AArch64 entries of exact capture, and the rule forms its hot loop
+//! applies (from `rule.rs`, under the names x86-64's `exact` gives them).
 
 use crate::types::UnwindRegs;
 
@@ -65,12 +66,12 @@ pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {
     }
 }
 
-/// No packed rules on AArch64 yet: nothing is the packed `End` rule.
-pub(crate) const PACKED_END: u16 = 0;
+pub(crate) use super::rule::{
+    decode_fast, decode_wide, from_wide_word, wide_word, FastForm, PACKED_END,
+};
 
-/// The hot path of in-process exact capture; rules are not packed on
-/// AArch64 yet, so every frame takes the generic unwinder.
-#[inline(always)]
-pub(crate) fn decode_fast(_p: u16) -> Option<(bool, u64, i64)> {
-    None
-}
+/// The bits of a return address read from the stack that are its address:
+/// the rest are a pointer-authentication code (`-mbranch-protection`'s
+/// `paciasp` signs `x30` before it is saved) or a tag, stripped as the
+/// generic step strips them (`Aarch64::apply`).
+pub(crate) const RA_MASK: u64 = 0x0000_ffff_ffff_ffff;

@@ -5,10 +5,10 @@
 //!   [x29 + 0]  caller's x29
 //! ```
 //!
-//! Compiled behind `cfg(target_arch = "aarch64")` and not yet run in tests:
-//! CI runs on x86-64 and the in-process tests need a native aarch64 host
-//! (qemu-user would do for capture, but not for the gdb oracle the tests
-//! compare with). Cores of aarch64 programs are read offline on any host.
+//! The in-process entries (`exact.rs`, `fast_entry`) are compiled behind
+//! `cfg(target_arch = "aarch64")` and tested under qemu-user
+//! (`scripts/test-aarch64.sh`); cores of aarch64 programs are read offline
+//! on any host.
 
 pub mod core_regs;
 pub mod instruction_analysis;
@@ -17,6 +17,10 @@ pub mod signal;
 use super::FrameRecordLayout;
 
 mod rule;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub(crate) use rule::FastForm;
+#[cfg(test)]
+pub(crate) use rule::{decode_fast, decode_wide, fast_form, wide_word};
 pub use rule::{Aarch64, UnwindRuleAarch64};
 
 #[cfg(target_arch = "aarch64")]

@@ -1,8 +1,19 @@
-//! The AArch64 unwind rule. Compiled on every host (cores of AArch64
-//! programs are unwound offline anywhere); the in-process capture is
-//! compiled behind `cfg(target_arch = "aarch64")` and not run in tests yet
-//! (CI is x86-64 and the gdb oracle needs a native host). Rows are not
-//! cached in the in-process rule cache on AArch64 (`pack` returns 0).
+//! The AArch64 unwind rule: what a compiled CFI row becomes, how it is
+//! applied, and its packed forms for the in-process rule cache and its hot
+//! loop. Compiled on every host (cores of AArch64 programs are unwound
+//! offline anywhere).
+//!
+//! The rows of real AArch64 code: the CFA is `sp + n` (gcc, with or
+//! without a frame pointer) or `x29 + n` (clang and gcc -O0 after
+//! `mov x29, sp`); `x30` is saved at some offset from the CFA (at the
+//! bottom of the frame for gcc's `stp x29, x30, [sp, #-n]!`, right under
+//! the CFA for clang's frame record at the top), with `x29` just below it
+//! or unchanged; leaves and prologues keep the return address in `x30`.
+//! A saved return address is applied by the hot loop from a
+//! [`FastForm`]: every frame whose return address is saved, with `x29`
+//! unchanged or saved below it, as on x86-64. The common ones pack in
+//! 16 bits ([`Aarch64::pack`]), the rest (big frames, `x29` saved away
+//! from `x30`) in a wide word ([`wide_word`]).
 
 use crate::arch::{Applied, Arch, FrameRecordLayout};
 use crate::types::{CfaView, RowView, RuleView};
@@ -14,7 +25,8 @@ const SP: u16 = 31;
 
 /// The compiled unwind rule of an AArch64 address range. Offsets in bytes
 /// from the CFA; `ra == 0` means the return address is still in `x30` (a
-/// leaf or a prologue), `fp == 0` that `x29` is unchanged.
+/// leaf or a prologue), `fp == 0` that `x29` is unchanged. CFA offsets of
+/// any frame size (frames of megabytes too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnwindRuleAarch64 {
     /// No CFI covers the address.
@@ -26,20 +38,20 @@ pub enum UnwindRuleAarch64 {
     /// `CFA = sp + cfa`.
     Sp {
         /// CFA offset from `sp`.
-        cfa: u16,
+        cfa: u32,
         /// Where `x30` is saved (0: still in `x30`).
-        ra: i16,
+        ra: i32,
         /// Where `x29` is saved (0: unchanged).
-        fp: i16,
+        fp: i32,
     },
     /// `CFA = x29 + cfa`.
     Fp {
         /// CFA offset from `x29`.
-        cfa: u16,
+        cfa: u32,
         /// Where `x30` is saved (0: still in `x30`).
-        ra: i16,
+        ra: i32,
         /// Where `x29` is saved (0: unchanged).
-        fp: i16,
+        fp: i32,
     },
     /// The kernel's `__kernel_rt_sigreturn`: `sp` points at the
     /// `rt_sigframe` (a `siginfo_t`, then the `ucontext_t`).
@@ -50,14 +62,10 @@ pub enum UnwindRuleAarch64 {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Aarch64;
 
-/// `ucontext_t` in the `rt_sigframe` (after the 128-byte `siginfo_t`):
-/// `uc_mcontext` at 176, whose `regs[31]` start after `fault_address`.
-const UC_REGS: u64 = 128 + 176 + 8;
-
-fn saved(rule: RuleView<'_>) -> Option<i16> {
+fn saved(rule: RuleView<'_>) -> Option<i32> {
     match rule {
         RuleView::SameValue => Some(0),
-        RuleView::Offset(o) if o != 0 => i16::try_from(o).ok(),
+        RuleView::Offset(o) if o != 0 => i32::try_from(o).ok(),
         _ => None,
     }
 }
@@ -108,11 +116,11 @@ impl Arch for Aarch64 {
             return R::Evaluate;
         };
         match row.cfa {
-            CfaView::RegOffset(SP, off) => match u16::try_from(off) {
+            CfaView::RegOffset(SP, off) => match u32::try_from(off) {
                 Ok(cfa) => R::Sp { cfa, ra, fp },
                 Err(_) => R::Evaluate,
             },
-            CfaView::RegOffset(X29, off) => match u16::try_from(off) {
+            CfaView::RegOffset(X29, off) => match u32::try_from(off) {
                 Ok(cfa) => R::Fp { cfa, ra, fp },
                 Err(_) => R::Evaluate,
             },
@@ -137,7 +145,7 @@ impl Arch for Aarch64 {
             R::NoCfi => return Ok(Applied::NoCfi),
             R::Evaluate => return Ok(Applied::Evaluate),
         };
-        let rd = |m: &mut M, off: i16| {
+        let rd = |m: &mut M, off: i32| {
             m.read_u64(cfa.wrapping_add(off as i64 as u64))
                 .map_err(UnwindError::Read)
         };
@@ -155,29 +163,367 @@ impl Arch for Aarch64 {
         })
     }
 
-    fn pack(_: UnwindRuleAarch64) -> u16 {
-        0
+    /// Packed rules (see [`FastForm`] for what the hot loop applies):
+    /// bits 15-14 the base of a fast form (1: `sp`, 2: `x29`); bit 13 set
+    /// when `x29` is saved at `a` and `x30` at `a + 8` (the frame record),
+    /// clear when `x30` is at `a` and `x29` unchanged; bits 9-0 `cfa / 8`
+    /// (frames up to 8 KiB). Bit 12 set: the saved words right under the
+    /// CFA (`a = CFA - 8` or `CFA - 16`: clang's frame record at the top);
+    /// clear: `a = base + 8 * k`, `k` in bits 11-10 (gcc's `stp x29, x30,
+    /// [sp, #-n]!` at the bottom of the frame, `k == 0`). Bits 15-14 = 3
+    /// are the other rules: `End`, `NoCfi`, `Evaluate`, `SignalFrame` as on
+    /// x86-64, and with bit 13 set the rows that keep the return address in
+    /// `x30` with `x29` unchanged (leaves, prologues), bit 12 the base,
+    /// bits 9-0 `cfa / 8`. 0 in bits 15-14 is never produced here (the
+    /// in-process rule cache uses it for wider rules, [`wide_word`]).
+    #[inline]
+    fn pack(rule: UnwindRuleAarch64) -> u16 {
+        use UnwindRuleAarch64 as R;
+        match rule {
+            R::End => 3 << 14 | 1,
+            R::NoCfi => 3 << 14 | 2,
+            R::Evaluate => 3 << 14 | 3,
+            R::SignalFrame => 3 << 14 | 4,
+            R::Sp { cfa, ra: 0, fp: 0 } | R::Fp { cfa, ra: 0, fp: 0 }
+                if cfa % 8 == 0 && cfa / 8 <= 0x3ff =>
+            {
+                let base = matches!(rule, R::Fp { .. }) as u16;
+                3 << 14 | 1 << 13 | base << 12 | (cfa / 8) as u16
+            }
+            _ => match fast_form(rule) {
+                Some(f) => pack_fast(f),
+                None => 0,
+            },
+        }
     }
 
-    fn unpack(_: u16) -> UnwindRuleAarch64 {
-        UnwindRuleAarch64::Evaluate
+    #[inline]
+    fn unpack(p: u16) -> UnwindRuleAarch64 {
+        use UnwindRuleAarch64 as R;
+        if p >> 14 == 3 {
+            if p & 1 << 13 != 0 {
+                let cfa = (p & 0x3ff) as u32 * 8;
+                return if p & 1 << 12 != 0 {
+                    R::Fp { cfa, ra: 0, fp: 0 }
+                } else {
+                    R::Sp { cfa, ra: 0, fp: 0 }
+                };
+            }
+            return match p & 0x1fff {
+                1 => R::End,
+                2 => R::NoCfi,
+                4 => R::SignalFrame,
+                _ => R::Evaluate,
+            };
+        }
+        match decode_fast(p) {
+            Some(f) => from_fast_form(f),
+            None => R::Evaluate,
+        }
     }
 
     fn signal_frame<M: Memory + ?Sized>(sp: u64, mem: &mut M) -> Result<UnwindRegs, UnwindError> {
-        let rd = |m: &mut M, i: u64| {
-            m.read_u64(sp.wrapping_add(UC_REGS + 8 * i))
-                .map_err(UnwindError::Read)
-        };
-        let fp = rd(mem, 29)?;
-        let lr = rd(mem, 30)?;
-        let new_sp = rd(mem, 31)?;
-        let pc = rd(mem, 32)?;
-        mem.note_stack(new_sp);
-        Ok(UnwindRegs {
-            pc,
-            sp: new_sp,
-            fp,
-            lr,
-        })
+        super::signal::saved_regs(sp, mem).map_err(UnwindError::Read)
+    }
+}
+
+/// A rule with its return address saved, as the in-process hot loop
+/// applies it: `a = (x29 if from_fp else sp) + off_a` is the lowest stack
+/// word the frame reads; the return address is at `a + ra_at`; when
+/// `ra_at != 0` the caller's `x29` is at `a` (else it is unchanged); the
+/// caller's `sp` (the CFA) is `a + cfa_at`, above both. So one check,
+/// `sp <= a && a + cfa_at <= hi`, keeps every read in `[sp, hi)` (and the
+/// caller's `sp` above the callee's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FastForm {
+    /// The base is `x29` (else `sp`).
+    pub(crate) from_fp: bool,
+    /// `a` from the base, in bytes.
+    pub(crate) off_a: u32,
+    /// The return address from `a`, in bytes: 0, or 8 and more with the
+    /// caller's `x29` at `a`.
+    pub(crate) ra_at: u32,
+    /// The CFA from `a`, in bytes: at least `ra_at + 8`.
+    pub(crate) cfa_at: u32,
+}
+
+/// The [`FastForm`] of a rule, or `None` for the rules the hot loop does
+/// not apply: not `Sp`/`Fp`, the return address in `x30`, offsets not
+/// multiples of 8, a saved word at or above the CFA, `x29` saved above
+/// `x30`, `a` below the base.
+#[inline]
+pub(crate) fn fast_form(rule: UnwindRuleAarch64) -> Option<FastForm> {
+    let (from_fp, cfa, ra, fp) = match rule {
+        UnwindRuleAarch64::Sp { cfa, ra, fp } => (false, cfa, ra, fp),
+        UnwindRuleAarch64::Fp { cfa, ra, fp } => (true, cfa, ra, fp),
+        _ => return None,
+    };
+    if cfa % 8 != 0 || ra % 8 != 0 || fp % 8 != 0 || ra >= 0 || fp > 0 {
+        return None;
+    }
+    let low = if fp == 0 {
+        ra
+    } else if fp < ra {
+        fp
+    } else {
+        return None;
+    };
+    let off_a = u32::try_from(cfa as i64 + low as i64).ok()?;
+    Some(FastForm {
+        from_fp,
+        off_a,
+        ra_at: (ra - low) as u32,
+        cfa_at: low.unsigned_abs(),
+    })
+}
+
+/// The rule of a [`FastForm`].
+#[inline]
+pub(crate) fn from_fast_form(f: FastForm) -> UnwindRuleAarch64 {
+    let cfa = f.off_a.wrapping_add(f.cfa_at);
+    let low = -(f.cfa_at as i64) as i32;
+    let (ra, fp) = if f.ra_at == 0 {
+        (low, 0)
+    } else {
+        (low.wrapping_add(f.ra_at as i32), low)
+    };
+    if f.from_fp {
+        UnwindRuleAarch64::Fp { cfa, ra, fp }
+    } else {
+        UnwindRuleAarch64::Sp { cfa, ra, fp }
+    }
+}
+
+/// The 16-bit form of a [`FastForm`] (see [`Aarch64::pack`]), or 0.
+#[inline]
+fn pack_fast(f: FastForm) -> u16 {
+    let pair = match f.ra_at {
+        0 => 0,
+        8 => 1,
+        _ => return 0,
+    };
+    let cfa = f.off_a as u64 + f.cfa_at as u64;
+    if cfa / 8 > 0x3ff || cfa % 8 != 0 {
+        return 0;
+    }
+    let base: u16 = if f.from_fp { 2 } else { 1 };
+    let head = base << 14 | pair << 13 | (cfa / 8) as u16;
+    if f.cfa_at == f.ra_at + 8 {
+        head | 1 << 12
+    } else if f.off_a % 8 == 0 && f.off_a / 8 <= 3 {
+        head | ((f.off_a / 8) as u16) << 10
+    } else {
+        0
+    }
+}
+
+/// The [`FastForm`] of a packed rule whose bits 15-14 are 1 or 2 (`None`
+/// for the others).
+#[inline(always)]
+pub(crate) fn decode_fast(p: u16) -> Option<FastForm> {
+    let base = p >> 14;
+    if base == 0 || base == 3 {
+        return None;
+    }
+    let ra_at = ((p >> 13) & 1) as u32 * 8;
+    let cfa = (p & 0x3ff) as u32 * 8;
+    let (off_a, cfa_at) = if p & 1 << 12 != 0 {
+        (cfa.checked_sub(ra_at + 8)?, ra_at + 8)
+    } else {
+        let off_a = ((p >> 10) & 3) as u32 * 8;
+        (off_a, cfa.checked_sub(off_a)?)
+    };
+    if cfa_at < ra_at + 8 {
+        return None;
+    }
+    Some(FastForm {
+        from_fp: base == 2,
+        off_a,
+        ra_at,
+        cfa_at,
+    })
+}
+
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+/// The packed `End` rule (`Aarch64::pack(UnwindRuleAarch64::End)`): the
+/// outermost frame, which the hot loop ends on without the generic
+/// unwinder.
+pub(crate) const PACKED_END: u16 = 3 << 14 | 1;
+
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+/// The wide form of a rule with a [`FastForm`] that does not fit 16 bits
+/// (frames over 8 KiB, `x29` saved away from `x30`): bits 0-31 `off_a`,
+/// bits 32-52 `cfa_at / 8` (16 MiB), bits 53-57 `ra_at / 8`, bit 58 set
+/// when the base is `x29`, bit 62 always set (a wide word is never 0).
+/// `None` for the rules the hot loop does not apply.
+pub(crate) fn wide_word(rule: UnwindRuleAarch64) -> Option<u64> {
+    let f = fast_form(rule)?;
+    if f.ra_at / 8 > 0x1f || f.cfa_at / 8 >= 1 << 21 {
+        return None;
+    }
+    Some(
+        f.off_a as u64
+            | ((f.cfa_at / 8) as u64) << 32
+            | ((f.ra_at / 8) as u64) << 53
+            | (f.from_fp as u64) << 58
+            | 1 << 62,
+    )
+}
+
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+/// The [`FastForm`] of a [`wide_word`].
+#[inline(always)]
+pub(crate) fn decode_wide(w: u64) -> FastForm {
+    FastForm {
+        from_fp: w & 1 << 58 != 0,
+        off_a: w as u32,
+        ra_at: ((w >> 53) & 0x1f) as u32 * 8,
+        cfa_at: ((w >> 32) & 0x1f_ffff) as u32 * 8,
+    }
+}
+
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+/// The rule of a [`wide_word`].
+pub(crate) fn from_wide_word(w: u64) -> UnwindRuleAarch64 {
+    from_fast_form(decode_wide(w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_round_trips() {
+        use UnwindRuleAarch64 as R;
+        let narrow = [
+            // gcc: `stp x29, x30, [sp, #-n]!` at the bottom of the frame.
+            R::Sp {
+                cfa: 48,
+                ra: -40,
+                fp: -48,
+            },
+            // gcc without a frame pointer: `str x30, [sp, #-16]!`.
+            R::Sp {
+                cfa: 16,
+                ra: -16,
+                fp: 0,
+            },
+            R::Sp {
+                cfa: 432,
+                ra: -432,
+                fp: 0,
+            },
+            // clang: the frame record at the top, then `add x29, sp, #n`.
+            R::Fp {
+                cfa: 16,
+                ra: -8,
+                fp: -16,
+            },
+            R::Sp {
+                cfa: 8000,
+                ra: -8,
+                fp: -16,
+            },
+            R::Sp {
+                cfa: 5024,
+                ra: -5016,
+                fp: -5024,
+            },
+            // The frame record one word above sp.
+            R::Sp {
+                cfa: 96,
+                ra: -80,
+                fp: -88,
+            },
+            // Leaves and prologues: the return address still in x30.
+            R::Sp {
+                cfa: 0,
+                ra: 0,
+                fp: 0,
+            },
+            R::Sp {
+                cfa: 64,
+                ra: 0,
+                fp: 0,
+            },
+            R::Fp {
+                cfa: 32,
+                ra: 0,
+                fp: 0,
+            },
+            R::End,
+            R::NoCfi,
+            R::Evaluate,
+            R::SignalFrame,
+        ];
+        for r in narrow {
+            let p = Aarch64::pack(r);
+            assert_ne!(p, 0, "{r:?}");
+            assert_eq!(Aarch64::unpack(p), r, "{r:?} -> {p:#x}");
+            // Saved return addresses are the hot loop's forms.
+            let saved = matches!(r, R::Sp { ra, .. } | R::Fp { ra, .. } if ra != 0);
+            assert_eq!(decode_fast(p).is_some(), saved, "{r:?}");
+            if saved {
+                assert_eq!(decode_fast(p), fast_form(r));
+            }
+        }
+        // Too wide for 16 bits: wide words.
+        let wide = [
+            R::Sp {
+                cfa: 70016,
+                ra: -70008,
+                fp: -70016,
+            },
+            R::Sp {
+                cfa: 9024,
+                ra: -9016,
+                fp: -9024,
+            },
+            R::Sp {
+                cfa: 128,
+                ra: -8,
+                fp: -64,
+            },
+            R::Sp {
+                cfa: 9000 * 8,
+                ra: -8,
+                fp: 0,
+            },
+        ];
+        for r in wide {
+            assert_eq!(Aarch64::pack(r), 0, "{r:?}");
+            let w = wide_word(r).unwrap_or_else(|| panic!("{r:?}"));
+            assert_ne!(w, 0);
+            assert_eq!(Some(decode_wide(w)), fast_form(r));
+            assert_eq!(from_wide_word(w), r, "{w:#x}");
+        }
+        // Not applied by the hot loop: x29 above x30, a saved word at the
+        // CFA, odd offsets, the return address in x30.
+        for r in [
+            R::Sp {
+                cfa: 32,
+                ra: -16,
+                fp: -8,
+            },
+            R::Sp {
+                cfa: 32,
+                ra: 0,
+                fp: -16,
+            },
+            R::Sp {
+                cfa: 32,
+                ra: 8,
+                fp: 0,
+            },
+            R::Sp {
+                cfa: 12,
+                ra: -4,
+                fp: 0,
+            },
+        ] {
+            assert_eq!(fast_form(r), None, "{r:?}");
+            assert_eq!(wide_word(r), None, "{r:?}");
+        }
+        assert_eq!(PACKED_END, Aarch64::pack(R::End));
     }
 }

@@ -12,7 +12,7 @@
 
 use super::instruction_analysis::insn_at;
 use crate::types::CodeMemory;
-use crate::types::{Memory, UnwindRegs};
+use crate::types::{Memory, ReadError, UnwindRegs};
 
 /// Offset of saved x0 from sp at the trampoline.
 pub const X0_OFFSET: u64 = 128 + 176 + 8;
@@ -22,15 +22,28 @@ pub fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> bool {
     insn_at(code, pc) == Some(0xd280_1168) && insn_at(code, pc.wrapping_add(4)) == Some(0xd400_0001)
 }
 
-/// The interrupted registers saved by the signal frame at `regs.sp`.
-pub fn restore<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<UnwindRegs> {
-    let x = |mem: &mut M, i: u64| mem.read_u64(regs.sp.wrapping_add(X0_OFFSET + 8 * i)).ok();
-    Some(UnwindRegs {
+/// The interrupted registers saved by the signal frame whose trampoline
+/// runs with stack pointer `sp`: the one place the frame is read, for the
+/// CFI rule (`SignalFrame`, a trampoline with CFI such as the kernel's
+/// `__kernel_rt_sigreturn`) and for the machine-code walk ([`frame`]).
+/// The interrupted stack pointer is noted in `mem` (it may be another
+/// stack: a handler on an alternate stack).
+pub fn saved_regs<M: Memory + ?Sized>(sp: u64, mem: &mut M) -> Result<UnwindRegs, ReadError> {
+    let x = |mem: &mut M, i: u64| mem.read_u64(sp.wrapping_add(X0_OFFSET + 8 * i));
+    let regs = UnwindRegs {
         fp: x(mem, 29)?,
         lr: x(mem, 30)?,
         sp: x(mem, 31)?,
         pc: x(mem, 32)?,
-    })
+    };
+    mem.note_stack(regs.sp);
+    Ok(regs)
+}
+
+/// The interrupted registers saved by the signal frame at `regs.sp`
+/// ([`saved_regs`]).
+pub fn restore<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<UnwindRegs> {
+    saved_regs(regs.sp, mem).ok()
 }
 
 /// The interrupted registers when `regs.pc` is the trampoline (a handler

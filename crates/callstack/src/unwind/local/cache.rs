@@ -11,17 +11,20 @@ use super::source::{SeenModule, SEEN_EMPTY};
 use super::A;
 use crate::arch::Arch;
 
-#[cfg(target_arch = "x86_64")]
-use crate::arch::x86_64::exact::{from_wide_word, wide_word};
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use crate::arch::native::exact::{from_wide_word, wide_word};
 
-/// No wide rules but on x86-64.
-#[cfg(not(target_arch = "x86_64"))]
+/// Whether the target has wide rules (x86-64 and AArch64).
+const HAS_WIDE: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+
+/// No wide rules on other targets.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn wide_word(_: <A as Arch>::Rule) -> Option<u64> {
     None
 }
 
-/// No wide rules but on x86-64 (never called: no wide word is stored).
-#[cfg(not(target_arch = "x86_64"))]
+/// No wide rules on other targets (never called: no wide word is stored).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn from_wide_word(_: u64) -> <A as Arch>::Rule {
     A::EVALUATE
 }
@@ -29,7 +32,7 @@ fn from_wide_word(_: u64) -> <A as Arch>::Rule {
 const CACHE_BITS: u32 = 13;
 const CACHE_SIZE: usize = 1 << CACHE_BITS;
 /// Slots of the wide-rule table (slot 0 unused).
-const WIDE_SIZE: usize = 512;
+pub(super) const WIDE_SIZE: usize = 512;
 #[cfg(target_arch = "x86_64")]
 const _: () = assert!(
     CACHE_SIZE == crate::arch::x86_64::exact::CACHE_WORDS
@@ -52,10 +55,10 @@ pub(super) struct RuleCache {
     /// run checks key and rule with one `xor` and one compare (see
     /// [`hot_loop`](super::walk::hot_loop)).
     pub(super) words: [AtomicU64; CACHE_SIZE],
-    /// Interned wide rules (`exact::wide_word` on x86-64): values only, not
+    /// Interned wide rules (`exact::wide_word`): values only, not
     /// tied to any address, so a slot once set never changes and is never
     /// cleared (a cleared cache word cannot leave it stale).
-    wide: [AtomicU64; WIDE_SIZE],
+    pub(super) wide: [AtomicU64; WIDE_SIZE],
     /// Per word, the index of the word its caller's return address was
     /// found at by the last walk through it (`exact::run_hot` on x86-64,
     /// which alone reads and writes it): a prediction, checked against the
@@ -234,7 +237,7 @@ fn cache_put_word(word: u64) {
     // `FLAGS.wide_early`) is published before a cache word names it; the
     // flush of the first capture's words comes through here too.
     let packed = (word >> 48) as u16;
-    if packed >> 14 == 0 && cfg!(target_arch = "x86_64") {
+    if packed >> 14 == 0 && HAS_WIDE {
         publish_early_wide(packed as usize);
     }
     let i = cache_set(key);
@@ -294,7 +297,7 @@ pub(super) fn cache_rule(rule: <A as Arch>::Rule) -> u16 {
 /// The rule of a cached packed rule (see [`cache_rule`]).
 #[inline]
 pub(super) fn unpack_cached(p: u16) -> <A as Arch>::Rule {
-    if p >> 14 == 0 && cfg!(target_arch = "x86_64") {
+    if p >> 14 == 0 && HAS_WIDE {
         let w = CACHE.wide[p as usize % WIDE_SIZE].load(Ordering::Acquire);
         if w == 0 {
             return A::EVALUATE;

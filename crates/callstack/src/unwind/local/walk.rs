@@ -1,5 +1,6 @@
 //! The walk in this process: the hot loop over the rule cache (x86-64's
-//! `run_hot`, elsewhere the portable loop below), which the generic
+//! `run_hot`, elsewhere the portable loop below, which AArch64 runs with
+//! the forms of `arch/aarch64/rule.rs`), which the generic
 //! unwinder's loop calls as its fast path (`LocalSource::fast_walk`), and
 //! the drivers that start that loop.
 
@@ -8,7 +9,7 @@ use core::sync::atomic::Ordering;
 
 use super::cache::{cache_go_live, CACHE};
 #[cfg(not(target_arch = "x86_64"))]
-use super::cache::{cache_set, KEY_MASK};
+use super::cache::{cache_set, KEY_MASK, WIDE_SIZE};
 use super::code::insn_fallback;
 use super::memory::{main_stack_bounds, StackMemory};
 use super::source::LocalSource;
@@ -20,19 +21,46 @@ use crate::unwind::{FastEnd, Frame, ReadError, StopReason, UnwindError, UnwindRe
 use crate::arch::x86_64::exact::{run_exit, run_hot};
 
 #[cfg(target_arch = "aarch64")]
-use crate::arch::native::exact::{decode_fast, PACKED_END};
+use crate::arch::native::exact::{decode_fast, decode_wide, FastForm, PACKED_END, RA_MASK};
 
-/// Other targets: no packed rules.
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const PACKED_END: u16 = 0;
+#[cfg(test)]
+std::thread_local! {
+    /// Frames the hot loop walked on this thread (unit tests check that a
+    /// warm capture takes it).
+    pub(super) static HOT_FRAMES: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+}
+
+/// Counts `n` frames walked by the hot loop (tests only).
+#[inline(always)]
+fn count_hot(n: usize) {
+    #[cfg(test)]
+    HOT_FRAMES.with(|c| c.set(c.get() + n));
+    let _ = n;
+}
 
 /// Other targets: no packed rules, every frame takes the generic unwinder.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-fn decode_fast(_: u16) -> Option<(bool, u64, i64)> {
-    None
+mod no_fast {
+    pub(super) use crate::arch::aarch64::FastForm;
+    pub(super) const PACKED_END: u16 = 0;
+    pub(super) const RA_MASK: u64 = !0;
+    pub(super) fn decode_fast(_: u16) -> Option<FastForm> {
+        None
+    }
+    /// Never called: no wide word is stored on these targets.
+    pub(super) fn decode_wide(_: u64) -> FastForm {
+        FastForm {
+            from_fp: false,
+            off_a: 0,
+            ra_at: 0,
+            cfa_at: 0,
+        }
+    }
 }
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+use no_fast::{decode_fast, decode_wide, FastForm, PACKED_END, RA_MASK};
 
-/// Exit codes of [`run_same_rule`] (as x86-64's `run_hot`, plus CHANGED).
+/// Exit codes of [`run_same_rule`].
 #[cfg(not(target_arch = "x86_64"))]
 mod run_exit {
     pub(crate) const FULL: u64 = 0;
@@ -41,37 +69,35 @@ mod run_exit {
     pub(crate) const CHANGED: u64 = 3;
 }
 
-/// The portable run of frames under one fast rule, while the next frame's
-/// cached word is its key with that rule (x86-64 decodes every rule in its
-/// assembly loop, `run_hot`). No target but x86-64 packs fast rules yet.
+/// The portable run of frames under one fast rule `r`, while the next
+/// frame's cached word (first way of its set) is its key with that rule
+/// (x86-64 decodes every rule in its assembly loop, `run_hot`). Returns a
+/// [`run_exit`] code and, for `CHANGED`, the next frame's first-way word
+/// xor its return address.
 ///
 /// # Safety
-/// `*o..end` writable; `[regs[1], hi)` readable stack with `a_max =
-/// hi - ra_at - 8`; `cache` the rule cache.
+/// `*o < end`, `*o..end` writable; `[regs[1], hi)` readable stack with
+/// `r.a_max == hi - r.cfa_at`; `cache` the rule cache's words.
 #[cfg(not(target_arch = "x86_64"))]
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn run_same_rule(
     regs: &mut [u64; 3],
     o: &mut *mut usize,
     end: *mut usize,
-    from_fp: bool,
-    tag: u64,
-    off_a: u64,
-    ra_at: u64,
-    a_max: u64,
+    r: &FastRule,
     cache: *const u64,
 ) -> (u64, u64) {
     let [mut pc, mut sp, mut fp] = *regs;
     let mut out = *o;
     let (code, word) = loop {
-        let a = if from_fp { fp } else { sp }.wrapping_add(off_a);
-        if a < sp || a > a_max {
+        let a = if r.from_fp { fp } else { sp }.wrapping_add(r.off_a);
+        if a < sp || a > r.a_max {
             break (run_exit::SLOW, 0);
         }
-        // SAFETY: sp <= a <= hi - ra_at - 8: inside the readable stack.
-        let ra = unsafe { core::ptr::read_unaligned((a + ra_at) as *const u64) };
-        if ra_at != 0 {
+        // SAFETY: sp <= a and a + ra_at + 8 <= a + cfa_at <= hi: inside
+        // the readable stack.
+        let ra = unsafe { core::ptr::read_unaligned((a + r.ra_at) as *const u64) } & RA_MASK;
+        if r.ra_at != 0 {
             // SAFETY: as above, below the return address.
             fp = unsafe { core::ptr::read_unaligned(a as *const u64) };
         }
@@ -84,13 +110,13 @@ unsafe fn run_same_rule(
             out = out.add(1);
         }
         pc = ra;
-        sp = a + ra_at + 8;
+        sp = a + r.cfa_at;
         if out == end {
             break (run_exit::FULL, 0);
         }
         // SAFETY: the index is below CACHE_SIZE.
         let v = unsafe { core::ptr::read_volatile(cache.add(cache_set(pc))) } ^ pc;
-        if v != tag {
+        if v != r.tag {
             break (run_exit::CHANGED, v);
         }
     };
@@ -183,15 +209,17 @@ pub(super) unsafe fn hot_loop(
         _ => FastEnd::Slow,
     };
     // SAFETY: both in (or one past) the caller's slots.
-    (unsafe { o.offset_from(out) } as usize, why)
+    let n = unsafe { o.offset_from(out) } as usize;
+    count_hot(n);
+    (n, why)
 }
 
-/// A fast rule (`decode_fast`) as the hot loop applies it, relative to `a`,
-/// the lowest stack word the frame reads: `a = (fp if from_fp else sp) +
-/// off_a`; the return address is at `a + ra_at`, the caller's stack pointer
-/// (the CFA) is `a + ra_at + 8`, and when `ra_at != 0` the caller's frame
-/// pointer was saved at `a` (when `ra_at == 0` it is unchanged). So one
-/// check, `sp <= a <= a_max`, keeps every read of the frame in `[sp, hi)`.
+/// A fast rule ([`FastForm`]) as the hot loop applies it: `a = (fp if
+/// from_fp else sp) + off_a` the lowest stack word the frame reads, the
+/// return address at `a + ra_at`, the caller's frame pointer at `a` when
+/// `ra_at != 0` (else unchanged), the caller's stack pointer (the CFA)
+/// `a + cfa_at`, above both. So one check, `sp <= a <= a_max`, keeps every
+/// read of the frame in `[sp, hi)`.
 #[cfg(not(target_arch = "x86_64"))]
 #[derive(Clone, Copy)]
 struct FastRule {
@@ -200,35 +228,46 @@ struct FastRule {
     from_fp: bool,
     off_a: u64,
     ra_at: u64,
-    /// `hi - ra_at - 8`.
+    cfa_at: u64,
+    /// `hi - cfa_at`.
     a_max: u64,
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 impl FastRule {
+    /// The fast rule of the packed rule `p` (narrow, or the slot of a wide
+    /// one), or `None` when the hot loop does not apply it.
     #[inline(always)]
     fn new(p: u16, hi: u64) -> Option<FastRule> {
-        // `cfa >= 8`, `bp <= 0`.
-        let (from_fp, cfa, bp) = decode_fast(p)?;
-        let (off_a, ra_at) = match bp {
-            0 => (cfa - 8, 0),
-            // The caller's rbp below the return address.
-            b if b <= -16 => ((cfa as i64 + b) as u64, (-b - 8) as u64),
-            // Saved at the return address's own slot: not a real rule.
-            _ => return None,
+        let f: FastForm = if p >> 14 == 0 {
+            // A wide rule's slot. A slot is written once, before any cache
+            // word names it; 0 (not seen yet) is a miss.
+            let w = CACHE.wide[p as usize % WIDE_SIZE].load(Ordering::Relaxed);
+            if w == 0 {
+                return None;
+            }
+            decode_wide(w)
+        } else {
+            decode_fast(p)?
         };
+        if f.cfa_at < f.ra_at + 8 {
+            return None;
+        }
         Some(FastRule {
             tag: (p as u64) << 48,
-            from_fp,
-            off_a,
-            ra_at,
-            a_max: hi.checked_sub(ra_at + 8)?,
+            from_fp: f.from_fp,
+            off_a: f.off_a as u64,
+            ra_at: f.ra_at as u64,
+            cfa_at: f.cfa_at as u64,
+            a_max: hi.checked_sub(f.cfa_at as u64)?,
         })
     }
 }
 
-/// The hot loop: frames whose key (their return address) is in the rule
-/// cache with a fast rule, applied with reads in `[sp, hi)`. Writes up to
+/// The hot loop (AArch64; other targets cache no fast rule): frames whose
+/// key (their return address, stripped of its pointer-authentication bits)
+/// is in the rule cache with a fast rule (narrow or wide), applied with
+/// reads in `[sp, hi)`. Writes up to
 /// `len` return addresses at `out`; returns how many, and why it stopped,
 /// with `hot` at the last frame written (or at the start). Requires
 /// `hot.sp` inside the stack whose top is `hi`, and `hot.pc` a return
@@ -279,22 +318,12 @@ pub(super) unsafe fn hot_loop(
             };
             // Frames under this rule.
             let mut regs = [pc, sp, fp];
-            // SAFETY: `o..end` are the caller's slots; `[sp, hi)` is
-            // readable stack and `r.a_max` comes from `hi`; `CACHE` is the
-            // rule cache.
-            let (exit, word) = unsafe {
-                run_same_rule(
-                    &mut regs,
-                    &mut o,
-                    end,
-                    r.from_fp,
-                    r.tag,
-                    r.off_a,
-                    r.ra_at,
-                    r.a_max,
-                    CACHE.words.as_ptr().cast(),
-                )
-            };
+            // SAFETY: `o..end` are the caller's slots (`o < end`: checked
+            // before the loop, and `run_same_rule` returns `FULL` when it
+            // fills them); `[sp, hi)` is readable stack and `r.a_max` comes
+            // from `hi`; `CACHE.words` is the rule cache's words.
+            let (exit, word) =
+                unsafe { run_same_rule(&mut regs, &mut o, end, &r, CACHE.words.as_ptr().cast()) };
             [pc, sp, fp] = regs;
             match exit {
                 run_exit::CHANGED => x = word,
@@ -307,7 +336,9 @@ pub(super) unsafe fn hot_loop(
     };
     *hot = Hot { pc, sp, fp };
     // SAFETY: both in (or one past) the caller's slots.
-    (unsafe { o.offset_from(out) } as usize, why)
+    let n = unsafe { o.offset_from(out) } as usize;
+    count_hot(n);
+    (n, why)
 }
 
 /// [`hot_loop`] out of line, for the unwinder's fast path
@@ -484,4 +515,148 @@ pub(crate) fn walk_frames(
         true
     });
     (n, stop.unwrap_or(why))
+}
+
+#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
+mod tests {
+    use super::HOT_FRAMES;
+    use std::hint::black_box;
+
+    /// `depth` frames of `recurse`, then a capture.
+    #[inline(never)]
+    fn recurse(depth: usize, out: &mut [usize]) -> usize {
+        if depth == 0 {
+            return black_box(crate::capture_exact(0, black_box(out)));
+        }
+        // Work after the call keeps it from being a tail call.
+        black_box(recurse(depth - 1, out)) + black_box(0)
+    }
+
+    /// A warm capture walks its frames from the rule cache: the same chain
+    /// as the capture that filled it, every frame of the recursion taken by
+    /// the hot loop (on AArch64 too, where `pack` once returned 0 and every
+    /// frame took the generic step).
+    #[test]
+    fn a_warm_capture_walks_from_the_rule_cache() {
+        const DEPTH: usize = 24;
+        let mut cold = [0usize; 128];
+        let n = recurse(DEPTH, &mut cold);
+        assert!(n > DEPTH + 1, "{n} frames");
+        // The recursion's return address, the same in every frame.
+        let site = cold[1];
+        assert!(
+            cold[1..DEPTH + 1].iter().all(|&a| a == site),
+            "{:x?}",
+            &cold[..n]
+        );
+        for _ in 0..3 {
+            let before = HOT_FRAMES.with(|c| c.get());
+            let mut warm = [0usize; 128];
+            let m = recurse(DEPTH, &mut warm);
+            let hot = HOT_FRAMES.with(|c| c.get()) - before;
+            // The same chain but for the test's own call site, another
+            // line of this function.
+            assert_eq!(m, n);
+            assert_eq!(&warm[..DEPTH + 1], &cold[..DEPTH + 1]);
+            assert_eq!(&warm[DEPTH + 2..m], &cold[DEPTH + 2..n]);
+            assert!(hot >= DEPTH, "{hot} of {m} frames from the hot loop");
+        }
+    }
+}
+
+/// The hot loop on a fake AArch64 stack: the forms of `arch/aarch64/rule.rs`
+/// (gcc's return address at the bottom of the frame, clang's frame record
+/// from x29, a wide rule), a return address with a pointer-authentication
+/// code, the outermost frame, and a frame that would read past the stack.
+#[cfg(all(test, target_arch = "aarch64"))]
+mod aarch64_fake_stack {
+    use super::super::cache::{cache_get, cache_put, cache_rule, flush_pending};
+    use super::{hot_loop, Hot};
+    use crate::arch::aarch64::UnwindRuleAarch64 as R;
+    use crate::unwind::FastEnd;
+
+    fn put(ra: u64, rule: R) {
+        let p = cache_rule(rule);
+        assert_ne!(p, 0, "{rule:?} is cached");
+        flush_pending();
+        cache_put(ra - 1, p);
+        assert_eq!(cache_get(ra - 1), p);
+    }
+
+    #[test]
+    fn hot_loop_walks_aarch64_forms() {
+        // Fake code addresses, never mapped: the keys are this test's own.
+        let b = 0x0000_6d5a_0000_0000u64;
+        let ra = [b + 0x10, b + 0x1110, b + 0x2210, b + 0x3310];
+        // gcc without a frame pointer: `str x30, [sp, #-32]!`.
+        put(
+            ra[0],
+            R::Sp {
+                cfa: 32,
+                ra: -32,
+                fp: 0,
+            },
+        );
+        // clang: `CFA = x29 + 16`, the frame record under the CFA.
+        put(
+            ra[1],
+            R::Fp {
+                cfa: 16,
+                ra: -8,
+                fp: -16,
+            },
+        );
+        // A frame of 9 KiB: a wide rule.
+        put(
+            ra[2],
+            R::Sp {
+                cfa: 9024,
+                ra: -9016,
+                fp: -9024,
+            },
+        );
+        put(ra[3], R::End);
+        let mut words = vec![0u64; 2048];
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        // Frame 0 at word 0: its return address signed (a PAC in bits 48+).
+        words[0] = ra[1] | 0x002a_0000_0000_0000;
+        // Frame 1 at word 4, x29 at word 10: the frame record.
+        words[10] = 0x1234_5670;
+        words[11] = ra[2];
+        // Frame 2 at word 12: x29 and x30 at the bottom of 9 KiB.
+        words[12] = 0x7654_3210;
+        words[13] = ra[3];
+        let fp0 = at(&words, 10);
+        let run = |words: &Vec<u64>, hi: u64| {
+            let mut hot = Hot {
+                pc: ra[0],
+                sp: at(words, 0),
+                fp: fp0,
+            };
+            let mut out = [0usize; 8];
+            // SAFETY: 8 slots; `[sp, hi)` lies in `words`.
+            let (n, why) = unsafe { hot_loop(&mut hot, hi, out.as_mut_ptr(), 8) };
+            (
+                out[..n].iter().map(|&x| x as u64).collect::<Vec<_>>(),
+                why,
+                hot,
+            )
+        };
+        let (got, why, hot) = run(&words, at(&words, 2048));
+        assert_eq!(got, [ra[1], ra[2], ra[3]]);
+        assert_eq!(why, FastEnd::Outermost);
+        assert_eq!(
+            (hot.pc, hot.sp, hot.fp),
+            (ra[3], at(&words, 12 + 9024 / 8), 0x7654_3210)
+        );
+        // The stack ends before frame 2's CFA: that frame is left to the
+        // generic step, nothing past the end is read.
+        let (got, why, hot) = run(&words, at(&words, 1100));
+        assert_eq!(got, [ra[1], ra[2]]);
+        assert_eq!(why, FastEnd::Slow);
+        assert_eq!(
+            (hot.pc, hot.sp, hot.fp),
+            (ra[2], at(&words, 12), 0x1234_5670)
+        );
+    }
 }
