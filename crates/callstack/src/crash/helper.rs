@@ -34,6 +34,9 @@ pub const REPORT_ENV: &str = "CALLSTACK_CRASH_REPORT";
 /// Environment variable naming the helper program to run (overrides the
 /// search; `none` disables the symbolizing step).
 pub const HELPER_ENV: &str = "CALLSTACK_CRASH_HELPER";
+/// Environment variable naming the directory crash minidumps are written
+/// to, when [`super::Options::minidump_dir`] is not set.
+pub const MINIDUMP_DIR_ENV: &str = "CALLSTACK_CRASH_MINIDUMP_DIR";
 /// Environment variable overriding the helper's timeout, in milliseconds.
 pub const TIMEOUT_ENV: &str = "CALLSTACK_CRASH_TIMEOUT_MS";
 /// The subcommand a helper program is run with (the `callstack` binary
@@ -132,7 +135,11 @@ fn find_callstack_binary() -> Option<PathBuf> {
 pub(crate) fn plan(helper: Option<&Path>, timeout_ns: u64, report: Option<&Path>) -> Plan {
     let sub = [OsString::from(HELPER_SUBCOMMAND)];
     let mut candidates = Vec::new();
-    let env_helper = std::env::var_os(HELPER_ENV).map(PathBuf::from);
+    // `none` (symbolizing off) names no program: with a minidump to write
+    // the search below still finds one.
+    let env_helper = std::env::var_os(HELPER_ENV)
+        .filter(|v| v != "none")
+        .map(PathBuf::from);
     if let Some(h) = helper.map(Path::to_path_buf).or(env_helper) {
         candidates.push(Candidate::new("user helper", &h, &sub, report));
         return Plan {
@@ -210,9 +217,16 @@ impl Drop for DefaultSigchld {
     }
 }
 
-/// Runs one helper: clone, exec, feed `input`, wait until `deadline_ns`
-/// (monotonic). Async-signal-safe: system calls only, no allocation.
-pub(crate) fn run(c: &Candidate, input: &[u8], deadline_ns: u64) -> Outcome {
+/// Runs one helper: clone, exec, feed the `input` parts in order, wait until
+/// `deadline_ns` (monotonic). Async-signal-safe: system calls only, no
+/// allocation.
+///
+/// While it runs the helper may trace this process (it reads every thread
+/// with `ptrace` to write a minidump): `prctl(PR_SET_PTRACER, helper)`
+/// allows a child to attach to its parent under Yama's `ptrace_scope=1`
+/// (without Yama the call fails with `EINVAL` and nothing is needed), and
+/// is undone once the helper has ended.
+pub(crate) fn run(c: &Candidate, input: &[&[u8]], deadline_ns: u64) -> Outcome {
     let mut fds = [0i32; 2];
     // SAFETY: `fds` is a valid two-int array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -242,9 +256,22 @@ pub(crate) fn run(c: &Candidate, input: &[u8], deadline_ns: u64) -> Outcome {
         return Outcome::SpawnFailed(e);
     }
     let pid = pid as i32;
-    feed(wr, input, deadline_ns);
+    // Before the helper reads its input to the end, hence before it can
+    // attach to us.
+    set_ptracer(pid as libc::c_ulong);
+    for part in input {
+        feed(wr, part, deadline_ns);
+    }
     sys::close(wr);
-    wait(pid, deadline_ns)
+    let out = wait(pid, deadline_ns);
+    set_ptracer(0);
+    out
+}
+
+/// `prctl(PR_SET_PTRACER, pid)` (0: none); errors (no Yama) are ignored.
+fn set_ptracer(pid: libc::c_ulong) {
+    // SAFETY: a plain system call with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_PTRACER, pid, 0, 0, 0) };
 }
 
 /// In the cloned child: standard input from the pipe, standard output to

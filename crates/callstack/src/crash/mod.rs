@@ -123,6 +123,9 @@
 //! signal: this is safe), before the previous hook runs.
 
 mod altstack;
+mod context;
+#[cfg(all(feature = "remote", target_os = "linux"))]
+mod dump;
 mod fmt;
 mod handler;
 mod helper;
@@ -139,7 +142,10 @@ pub(crate) mod fuzzing {
 }
 mod sys;
 
-pub use helper::{HELPER_ENV, HELPER_SUBCOMMAND, REPORT_ENV, SYMBOLIZE_ENV, TIMEOUT_ENV};
+pub use context::{parse_context, CrashContext};
+pub use helper::{
+    HELPER_ENV, HELPER_SUBCOMMAND, MINIDUMP_DIR_ENV, REPORT_ENV, SYMBOLIZE_ENV, TIMEOUT_ENV,
+};
 #[cfg(feature = "symbolize")]
 pub use report::{parse_raw_reports, run_helper, symbolize_report, RawFrame, RawReport};
 pub use signals::{code_words, signal_name, CRASH_SIGNALS};
@@ -166,6 +172,10 @@ pub struct Options {
     pub signals: Vec<i32>,
     /// Also report panics (default `false`).
     pub panic_hook: bool,
+    /// Write a minidump of the crashed process into this directory (see
+    /// "Minidumps" in the [module docs](self)); default: the
+    /// `CALLSTACK_CRASH_MINIDUMP_DIR` environment variable, else none.
+    pub minidump_dir: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -177,6 +187,7 @@ impl Default for Options {
             timeout: Duration::from_secs(5),
             signals: CRASH_SIGNALS.to_vec(),
             panic_hook: false,
+            minidump_dir: None,
         }
     }
 }
@@ -217,7 +228,27 @@ pub fn install(options: Options) -> io::Result<()> {
         .unwrap_or(options.timeout);
     let helper_off =
         std::env::var_os(HELPER_ENV).is_some_and(|v| v == "none") && options.helper.is_none();
-    let plan = (options.symbolize && !helper_off).then(|| {
+    let minidump_dir = match options
+        .minidump_dir
+        .clone()
+        .or_else(|| std::env::var_os(MINIDUMP_DIR_ENV).map(PathBuf::from))
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        Some(d) => {
+            let d = std::path::absolute(&d).unwrap_or(d);
+            let bytes = d.as_os_str().as_encoded_bytes().to_vec();
+            if bytes.iter().any(|&b| b == 0 || b == b'\n') {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "minidump directory: a path with a NUL or newline byte",
+                ));
+            }
+            bytes
+        }
+        None => Vec::new(),
+    };
+    let symbolize = options.symbolize && !helper_off;
+    let plan = (symbolize || !minidump_dir.is_empty()).then(|| {
         helper::plan(
             options.helper.as_deref(),
             timeout.as_nanos().min(u64::MAX as u128) as u64,
@@ -234,7 +265,12 @@ pub fn install(options: Options) -> io::Result<()> {
             v
         })
         .unwrap_or_default();
-    let cfg = Box::new(handler::Config { report_path, plan });
+    let cfg = Box::new(handler::Config {
+        report_path,
+        plan,
+        symbolize,
+        minidump_dir,
+    });
     // Published once per install and never freed: a handler running on
     // another thread may still read the previous one.
     handler::CONFIG.store(Box::leak(cfg), core::sync::atomic::Ordering::Release);
