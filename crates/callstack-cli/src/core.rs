@@ -2,6 +2,10 @@
 //! ELF core file. Without EXE, the executable is found from the core
 //! (`NT_FILE`, else `AT_EXECFN` or `NT_PRPSINFO`'s command line), as
 //! `eu-stack --core` does.
+//!
+//! `callstack core --minidump OUT [EXE] CORE` writes a minidump of the core
+//! instead of printing its stacks (one line on stderr says what was
+//! written); the core's signal becomes the dump's exception.
 
 use callstack::remote::corefile::CoreFile;
 use serde_json::{json, Value};
@@ -19,6 +23,8 @@ pub struct Args {
     /// note, else AT_EXECFN or the command line in NT_PRPSINFO).
     #[arg(value_name = "[EXE] CORE", num_args = 1..=2, required = true)]
     paths: Vec<PathBuf>,
+    #[command(flatten)]
+    minidump: crate::minidump_args::MinidumpArgs,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -27,6 +33,14 @@ pub fn run(args: Args) -> Result<(), String> {
         [exe, core] => (Some(exe.as_path()), core),
         _ => return Err("usage: callstack core [EXE] CORE".into()),
     };
+    if let Some(out) = &args.minidump.minidump {
+        let core = CoreFile::open(core_path, exe, &crate::minidump_args::lookup(&args.report))
+            .map_err(|e| format!("{}: {e}", core_path.display()))?;
+        let stats = callstack::minidump::write_core(&core, out, &args.minidump.options())
+            .map_err(|e| e.to_string())?;
+        crate::minidump_args::note(out, &stats, None);
+        return Ok(());
+    }
     let core = CoreFile::open(core_path, exe, &args.report.lookup())
         .map_err(|e| format!("{}: {e}", core_path.display()))?;
     let snap = core.snapshot();

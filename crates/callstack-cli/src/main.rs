@@ -13,6 +13,7 @@ mod debuginfod;
 mod demo;
 mod mainfn;
 mod memtrack;
+mod minidump_args;
 mod pstack;
 mod record;
 mod report;

@@ -1,5 +1,9 @@
 //! `callstack pstack [--json] PID`: every thread's backtrace from a live
 //! process, which is stopped only while its registers and stacks are copied.
+//!
+//! `callstack pstack --minidump OUT PID` writes a minidump of the process
+//! instead of printing its stacks (one line on stderr says what was
+//! written); the process is left running as always.
 
 use callstack::remote::process::LiveProcess;
 
@@ -13,11 +17,25 @@ pub struct Args {
     /// Print on stderr how long the target was stopped.
     #[arg(long)]
     timing: bool,
+    #[command(flatten)]
+    minidump: crate::minidump_args::MinidumpArgs,
     /// The process id.
     pid: u32,
 }
 
 pub fn run(args: Args) -> Result<(), String> {
+    if let Some(out) = &args.minidump.minidump {
+        let t0 = std::time::Instant::now();
+        let stats = callstack::minidump::write_live_process(
+            args.pid,
+            out,
+            &args.minidump.options(),
+            &crate::minidump_args::lookup(&args.report),
+        )
+        .map_err(|e| e.to_string())?;
+        crate::minidump_args::note(out, &stats, args.timing.then(|| t0.elapsed()));
+        return Ok(());
+    }
     let live = LiveProcess::capture(args.pid, &args.report.lookup()).map_err(|e| e.to_string())?;
     if args.timing {
         eprintln!(

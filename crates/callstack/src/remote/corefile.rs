@@ -195,6 +195,23 @@ struct Segment {
     filesz: u64,
     /// `PF_X`: the segment held code.
     executable: bool,
+    /// `p_flags` (`PF_R` 4, `PF_W` 2, `PF_X` 1).
+    flags: u32,
+}
+
+/// A `PT_LOAD` segment of a core: a mapping of the dumped process, whether
+/// or not the core holds its bytes ([`CoreFile::load_segments`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadSegment {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Bytes of it the core holds, from `start` (0: only the mapping is
+    /// recorded, such as a file's unchanged code left out by the kernel).
+    pub in_core: u64,
+    /// `p_flags`: `PF_R` (4), `PF_W` (2), `PF_X` (1).
+    pub flags: u32,
 }
 
 /// A file-backed mapping whose file was found: reads that the core cannot
@@ -308,6 +325,7 @@ fn parse_of<Elf: FileHeader<Endian = Endianness>>(
                 offset,
                 filesz: avail,
                 executable: ph.p_flags(endian).0 & elf::PF_X.0 != 0,
+                flags: ph.p_flags(endian).0,
             });
         } else if p_type == elf::PT_NOTE {
             notes_seen = true;
@@ -981,6 +999,19 @@ impl CoreFile {
             .map(|s| {
                 let off = s.offset as usize;
                 (s.vaddr, &self.data[off..off + s.filesz as usize])
+            })
+            .collect()
+    }
+
+    /// Every `PT_LOAD` segment (the dumped process's mappings), by address.
+    pub fn load_segments(&self) -> Vec<LoadSegment> {
+        self.segments
+            .iter()
+            .map(|s| LoadSegment {
+                start: s.vaddr,
+                end: s.vaddr.saturating_add(s.memsz),
+                in_core: s.filesz,
+                flags: s.flags,
             })
             .collect()
     }
