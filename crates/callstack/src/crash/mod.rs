@@ -41,6 +41,50 @@
 //! .expect("crash handler");
 //! ```
 //!
+//! ## Minidumps
+//! With [`Options::minidump_dir`] (or `CALLSTACK_CRASH_MINIDUMP_DIR`; C:
+//! `callstack_install_crash_handler_with_minidumps`), the helper first writes
+//! a minidump of the crashed process into that directory (created if
+//! missing), then prints the symbolized report, whose header gains a line
+//! `minidump: PATH (N threads, M modules, B bytes, T ms after the fault)`
+//! (or `minidump: not written: WHY`). The file is named
+//! `<exe>-<pid>-<unix-seconds>.dmp` (the executable's file name, the
+//! crashed pid, the time of the crash): unique per crash on a machine. It
+//! is the standard format (see [`crate::minidump`]) with every thread's
+//! registers and stack, the modules with their build-ids, and the exception
+//! (signal, code, fault address, crashing thread).
+//!
+//! How, and why so (the design of Crashpad's handler started at crash
+//! time, reading the process the way Breakpad's Linux writer does): the
+//! handler does nothing more in the crashed process than for the report.
+//! After the raw part it sends the helper, on its standard input only (not
+//! on stderr or the report file), the crash context: the crashed pid, the
+//! crashing thread, `si_signo`/`si_code`/`si_addr`, and every general
+//! register of the signal's `ucontext` (x86-64 and AArch64, as the words of
+//! the kernel's `user_regs_struct`), formatted into static storage. It
+//! calls `prctl(PR_SET_PTRACER, helper)` so that the helper, its child,
+//! may trace it under Yama's `ptrace_scope=1` (without Yama the call fails
+//! with `EINVAL`, harmlessly), and waits as for a report. The helper is a
+//! fresh process (`execve`d: its own heap, no lock inherited), which
+//! attaches to every thread of the crashed process with `ptrace`, copies
+//! registers and stacks, reads the modules from `/proc` and their files,
+//! writes the file and detaches ([`crate::minidump::write_live_process`]);
+//! for the crashing thread it uses the registers from the context (`ptrace`
+//! sees that thread inside the handler). So the dump depends on nothing of
+//! the crashed process but its memory: a crash inside `malloc` with the
+//! arena lock held, or on a thread whose stack is exhausted (the handler
+//! runs on its alternate stack, then on the report stack; the helper needs
+//! neither), still produces one. Writing in the crashed process itself
+//! (Breakpad's in-process mode, sentry-native's) would have to stop its
+//! other threads and read them without the heap from a signal handler; a
+//! monitor registered at start-up (Crashpad's daemon) costs a process per
+//! program for its whole life. The helper's timeout (default 5 s) covers
+//! the dump and the report together: a dump of a few threads takes a few
+//! milliseconds (BENCHMARKS.md, "crash minidump"). The dump is written
+//! before the symbolized report, so that a slow symbolization cannot starve
+//! it. The crash context adds no system call to the handler (`prctl` was
+//! already used to read the thread's name).
+//!
 //! ## Which helper symbolizes
 //! In order: the program named by [`Options::helper`] or the
 //! `CALLSTACK_CRASH_HELPER` environment variable (`none` turns the step
@@ -55,11 +99,14 @@
 //! helper that fails is followed by the next one while time remains.
 //!
 //! The helper protocol, for a helper of your own: it is run as
-//! `HELPER crash-report` with the raw report on standard input,
+//! `HELPER crash-report` with the raw report on standard input (followed,
+//! on the pipe only, by the crash context block that [`parse_context`]
+//! reads),
 //! `CALLSTACK_CRASH_SYMBOLIZE=1` and (when a report file is set)
 //! `CALLSTACK_CRASH_REPORT=PATH` in its environment; it writes the
 //! symbolized report to standard error and appends it to that file.
-//! [`symbolize_report`] does the work; a saved report file can be
+//! [`run_helper`] does the work (the minidump, then [`symbolize_report`]);
+//! a saved report file can be
 //! symbolized later with `callstack crash-report FILE`.
 //!
 //! ## Signal-safety rules of the handler
