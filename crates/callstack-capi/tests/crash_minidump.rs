@@ -474,6 +474,64 @@ fn crash_minidump_c_dump_without_symbolizing() {
     assert_eq!(c.signal, Some(libc::SIGSEGV));
 }
 
+/// A program that made itself undumpable (`PR_SET_DUMPABLE` 0: ptrace is
+/// refused to everyone but root's CAP_SYS_PTRACE) still gets its dump: the
+/// handler makes it dumpable while its helper runs.
+///
+/// Run as an unprivileged user (`nobody`, through `setpriv`) when the tests
+/// run as root, whose CAP_SYS_PTRACE would trace an undumpable process
+/// anyway.
+#[test]
+fn crash_minidump_c_undumpable_process() {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = build(FLAG_SETS[0]);
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let setpriv = Path::new("/usr/bin/setpriv");
+    if !root || !setpriv.exists() {
+        let r = run(&exe, "undumpable", false, "undumpable");
+        check_streams(&r, 4);
+        return;
+    }
+    // A directory `nobody` can run the program from and write the dump in.
+    let top = std::env::temp_dir().join(format!("callstack-md-undumpable-{}", std::process::id()));
+    let dir = top.join("dumps");
+    let _ = std::fs::remove_dir_all(&top);
+    std::fs::create_dir_all(&dir).unwrap();
+    for d in [&top, &dir] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let copy = top.join("crash_minidump");
+    std::fs::copy(&exe, &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = Command::new(setpriv);
+    cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(&copy)
+        .arg("undumpable")
+        .arg(&dir)
+        .env_remove("CALLSTACK_CRASH_HELPER");
+    let r = finish(run_crashing(cmd, DEADLINE), &dir);
+    check_streams(&r, 4);
+    assert_eq!(r.crash.signal, Some(libc::SIGSEGV));
+    let _ = std::fs::remove_dir_all(&top);
+}
+
+/// The `callstack` binary as the helper (`callstack crash-report`) writes
+/// the dump too.
+#[test]
+fn crash_minidump_c_callstack_binary_as_helper() {
+    let exe = build(FLAG_SETS[1]);
+    let dir = scratch_dir("crash-md-cli");
+    let _ = std::fs::remove_dir_all(&dir);
+    let cli = &testsupport::release_artifacts().cli;
+    let mut cmd = Command::new(&exe);
+    cmd.args(["abort"]).arg(&dir).env("CALLSTACK_CRASH_HELPER", cli);
+    let r = finish(run_crashing(cmd, DEADLINE), &dir);
+    assert!(r.crash.stderr.contains("symbolizing helper (user helper"), "{}", r.crash.stderr);
+    check_streams(&r, 4);
+    check_against_gdb(&r, &exe, "abort");
+}
+
 fn rust_fixture() -> PathBuf {
     static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     EXE.get_or_init(|| {

@@ -494,7 +494,17 @@ fn report(sig: i32, info: &libc::siginfo_t, ctx: &libc::ucontext_t, tid: i32, s:
             minidump_dir: &c.minidump_dir,
         };
         let clen = context::write_context(&mut s.context, &fields, ctx);
+        // ptrace needs a dumpable process: a program that made itself
+        // undumpable (PR_SET_DUMPABLE 0, or a set-id one) is made dumpable
+        // while its helper writes the minidump, then put back.
+        let undumpable = !c.minidump_dir.is_empty() && sys::dumpable() == Some(false);
+        if undumpable {
+            sys::set_dumpable(true);
+        }
         symbolize(&s.report[..len], &s.context[..clen], plan);
+        if undumpable {
+            sys::set_dumpable(false);
+        }
     }
 }
 

@@ -64,7 +64,10 @@
 //! the kernel's `user_regs_struct`), formatted into static storage. It
 //! calls `prctl(PR_SET_PTRACER, helper)` so that the helper, its child,
 //! may trace it under Yama's `ptrace_scope=1` (without Yama the call fails
-//! with `EINVAL`, harmlessly), and waits as for a report. The helper is a
+//! with `EINVAL`, harmlessly), makes the process dumpable for that time if
+//! it was not (`PR_SET_DUMPABLE`: `ptrace` refuses an undumpable process to
+//! anyone without CAP_SYS_PTRACE; as Breakpad does), and waits as for a
+//! report. The helper is a
 //! fresh process (`execve`d: its own heap, no lock inherited), which
 //! attaches to every thread of the crashed process with `ptrace`, copies
 //! registers and stacks, reads the modules from `/proc` and their files,
