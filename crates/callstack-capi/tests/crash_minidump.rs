@@ -21,7 +21,27 @@ use std::sync::Mutex;
 use testsupport::crash::*;
 use testsupport::{scratch_dir, Gcc};
 
-const STACKWALK: &str = "/tmp/mdsw/bin/minidump-stackwalk";
+/// `minidump-stackwalk`: `$MINIDUMP_STACKWALK`, else on `PATH`, else where
+/// scripts/install-test-deps.sh puts it (`$CALLSTACK_TOOLS/bin`, by
+/// default `~/.local/share/callstack-tools/bin`).
+fn stackwalk_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("MINIDUMP_STACKWALK") {
+        return p.into();
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    if let Some(t) = std::env::var_os("CALLSTACK_TOOLS") {
+        dirs.push(PathBuf::from(t).join("bin"));
+    }
+    dirs.push(home.join(".local/share/callstack-tools/bin"));
+    dirs.push("/tmp/mdsw/bin".into());
+    dirs.into_iter()
+        .map(|d| d.join("minidump-stackwalk"))
+        .find(|p| p.is_file())
+        .expect("minidump-stackwalk not found: run scripts/install-test-deps.sh")
+}
 
 fn build(flags: &str) -> PathBuf {
     static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
@@ -186,7 +206,7 @@ fn norm(name: &str) -> String {
 /// `minidump-stackwalk --json --use-local-debuginfo`: each thread's
 /// function names (inlined frames first, as gdb lists them), by thread id.
 fn stackwalk(dump: &Path) -> BTreeMap<u32, Vec<String>> {
-    let o = Command::new(STACKWALK)
+    let o = Command::new(stackwalk_bin())
         .args(["--json", "--use-local-debuginfo"])
         .arg(dump)
         .output()
