@@ -49,3 +49,12 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+
+# minidump-stackwalk (rust-minidump): the oracle of the minidump tests, which
+# look for it on PATH, then in $CALLSTACK_TOOLS/bin (default
+# ~/.local/share/callstack-tools/bin), where it is installed when missing.
+tools="${CALLSTACK_TOOLS:-$HOME/.local/share/callstack-tools}"
+if ! have minidump-stackwalk && [ ! -x "$tools/bin/minidump-stackwalk" ]; then
+  echo "installing minidump-stackwalk into $tools" >&2
+  cargo install --locked --quiet minidump-stackwalk --version 0.27.0 --root "$tools"
+fi

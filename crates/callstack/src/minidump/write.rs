@@ -164,7 +164,7 @@ const CONTEXT_ARM64_CONTROL_INTEGER: u32 = 0x0040_0003;
 const CONTEXT_AMD64_SIZE: usize = 1232;
 const CONTEXT_ARM64_SIZE: usize = 912;
 /// `MDCVInfoELF`'s signature, "BpEL".
-const CV_SIGNATURE_ELF: u32 = 0x4c45_7042;
+const CV_SIGNATURE_ELF: u32 = 0x4270_454c;
 /// Bytes kept below the stack pointer (the x86-64 red zone).
 const RED_ZONE: u64 = 128;
 /// Bytes kept around the crashing pc and around each pointer in its registers.
@@ -172,6 +172,11 @@ const AROUND: u64 = 256;
 /// A stack pointer in no readable mapping (a stack overflow: it points into
 /// the guard) takes the readable mapping starting at most this far above it.
 const GUARD_SLACK: u64 = 64 * 1024;
+
+/// The most of one stack a dump keeps, whatever the limit asked for.
+const MAX_STACK: u64 = 256 << 20;
+/// The most of the vDSO a dump keeps (it is 8 KiB on today's kernels).
+const MAX_VDSO: u64 = 1 << 20;
 
 /// A mapping of the target, for bounding the reads.
 #[derive(Clone, Copy, Debug)]
@@ -231,7 +236,7 @@ fn stack_range(regions: &[Region], sp: u64, limit: u64) -> Option<(u64, u64)> {
             .copied()
     })?;
     let lo = sp.saturating_sub(RED_ZONE).max(r.start);
-    let hi = r.end.min(lo.saturating_add(limit.max(16)));
+    let hi = r.end.min(lo.saturating_add(limit.clamp(16, MAX_STACK)));
     (hi > lo).then_some((lo, hi))
 }
 
@@ -241,6 +246,20 @@ struct Exception {
     signal: u32,
     code: i32,
     address: u64,
+    /// The registers to write when the thread is not in the thread list.
+    registers: Option<Registers>,
+}
+
+impl From<&Crash> for Exception {
+    fn from(c: &Crash) -> Self {
+        Exception {
+            tid: c.tid,
+            signal: c.signal as u32,
+            code: c.code,
+            address: c.address,
+            registers: c.registers,
+        }
+    }
 }
 
 struct ThreadIn {
@@ -257,6 +276,9 @@ struct ModuleIn {
     build_id: Option<Vec<u8>>,
 }
 
+/// An x86 CPU as `/proc/cpuinfo` names it: (vendor, family, model, stepping).
+type X86Cpu = ([u8; 12], u32, u32, u32);
+
 /// Everything a dump is made of, gathered from either source.
 struct DumpIn {
     arch: Machine,
@@ -267,8 +289,8 @@ struct DumpIn {
     memory: Vec<(u64, Vec<u8>)>,
     exception: Option<Exception>,
     cpus: u8,
-    /// (vendor, family, model, stepping) of an x86 CPU (`/proc/cpuinfo`).
-    x86_cpu: Option<([u8; 12], u32, u32, u32)>,
+    /// The x86 CPU (`/proc/cpuinfo`).
+    x86_cpu: Option<X86Cpu>,
     /// `/proc/sys/kernel/osrelease` and the rest of the version string.
     os: Option<(String, String)>,
     /// Process start, in seconds since the epoch.
@@ -301,7 +323,7 @@ fn context(regs: &Registers) -> Vec<u8> {
             let mut c = vec![0u8; CONTEXT_AMD64_SIZE];
             put32(&mut c, 48, CONTEXT_AMD64_CONTROL_INTEGER);
             put32(&mut c, 52, 0x1f80); // mxcsr: its reset value
-            // rax rcx rdx rbx rsp rbp rsi rdi r8..r15 rip, by DWARF number.
+                                       // rax rcx rdx rbx rsp rbp rsi rdi r8..r15 rip, by DWARF number.
             const ORDER: [u16; 17] = [0, 2, 1, 3, 7, 6, 4, 5, 8, 9, 10, 11, 12, 13, 14, 15, 16];
             for (i, d) in ORDER.iter().enumerate() {
                 put64(&mut c, 120 + 8 * i, r(*d));
@@ -476,12 +498,13 @@ fn assemble(d: &DumpIn) -> Result<Vec<u8>, MinidumpError> {
 
     // Exception.
     if let Some(e) = &d.exception {
-        let ctx = d
-            .threads
-            .iter()
-            .position(|t| t.tid == e.tid)
-            .map(|i| ctx_locs[i])
-            .unwrap_or((0, 0));
+        let ctx = match d.threads.iter().position(|t| t.tid == e.tid) {
+            Some(i) => ctx_locs[i],
+            None => match &e.registers {
+                Some(r) => o.blob(&context(r)),
+                None => (0, 0),
+            },
+        };
         let at = o.here();
         o.u32(e.tid);
         o.u32(0);
@@ -498,11 +521,10 @@ fn assemble(d: &DumpIn) -> Result<Vec<u8>, MinidumpError> {
 
     // SystemInfo.
     let csd = o.string(&d.os.as_ref().map(|(_, v)| v.clone()).unwrap_or_default());
-    let (major, minor, build) = d
-        .os
-        .as_ref()
-        .map(|(release, _)| kernel_version(release))
-        .unwrap_or((0, 0, 0));
+    let (major, minor, build) =
+        d.os.as_ref()
+            .map(|(release, _)| kernel_version(release))
+            .unwrap_or((0, 0, 0));
     let at = o.here();
     o.u16(match d.arch {
         Machine::Aarch64 => PROCESSOR_ARCHITECTURE_ARM64,
@@ -590,20 +612,18 @@ fn kernel_version(release: &str) -> (u32, u32, u32) {
     )
 }
 
-/// Writes `bytes` to `out`, readable by its owner only (a dump holds the
-/// process's memory).
-fn write_file(out: &Path, bytes: &[u8]) -> Result<(), MinidumpError> {
+/// Creates `out`, readable by its owner only (a dump holds the process's
+/// memory). Done before the target is read: a path that cannot be written
+/// fails first.
+fn create(out: &Path) -> Result<std::fs::File, MinidumpError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let io = |e| MinidumpError::Io(out.to_path_buf(), e);
-    let mut f = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(out)
-        .map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    Ok(())
+        .map_err(|e| MinidumpError::Io(out.to_path_buf(), e))
 }
 
 /// The modules a dump lists: the ELF objects among `snap`'s mapped files
@@ -620,7 +640,7 @@ fn modules(snap: &Snapshot, src: &dyn Source) -> Vec<ModuleIn> {
                 m.name.clone()
             },
             start: m.start,
-            size: (m.end - m.start).min(u32::MAX as u64) as u32,
+            size: m.end.saturating_sub(m.start).min(u32::MAX as u64) as u32,
             build_id: m.build_id.clone(),
         })
         .collect()
@@ -749,10 +769,11 @@ fn extra_memory(
     // pointer memory overlaps it is dropped in its favour.
     if let Some(v) = snap.modules.iter().find(|m| m.name == "[vdso]") {
         if let Some(image) = v.image.as_deref() {
+            let image = &image[..image.len().min(MAX_VDSO as usize)];
             let (s, e) = (v.start, v.start + image.len() as u64);
             mem.retain(|(a, b)| a + b.len() as u64 <= s || *a >= e);
-            mem.push((v.start, image.clone()));
-        } else if let Some(image) = read_prefix(src, v.start, v.end) {
+            mem.push((v.start, image.to_vec()));
+        } else if let Some(image) = read_prefix(src, v.start, v.end.min(v.start + MAX_VDSO)) {
             let (s, e) = (v.start, v.start + image.len() as u64);
             mem.retain(|(a, b)| a + b.len() as u64 <= s || *a >= e);
             mem.push((v.start, image));
@@ -767,7 +788,7 @@ fn read_file(path: &str) -> Option<Vec<u8>> {
 
 /// (vendor, family, model, stepping) from an x86 `/proc/cpuinfo`'s first
 /// processor, and the number of processors.
-fn parse_cpuinfo(text: &str) -> (u8, Option<([u8; 12], u32, u32, u32)>) {
+fn parse_cpuinfo(text: &str) -> (u8, Option<X86Cpu>) {
     let count = text
         .lines()
         .filter(|l| l.starts_with("processor") && l.contains(':'))
@@ -798,6 +819,7 @@ pub fn write_live_process(
     opts: &WriteOptions,
     lookup: &Lookup,
 ) -> Result<WriteStats, MinidumpError> {
+    let file = create(out)?;
     let live = LiveProcess::capture(pid, lookup)?;
     let snap = live.snapshot();
     context_size(snap.arch)?;
@@ -868,12 +890,7 @@ pub fn write_live_process(
         pid,
         modules: modules(snap, src),
         memory,
-        exception: opts.crash.as_ref().map(|c| Exception {
-            tid: c.tid,
-            signal: c.signal as u32,
-            code: c.code,
-            address: c.address,
-        }),
+        exception: opts.crash.as_ref().map(Exception::from),
         cpus,
         x86_cpu,
         os,
@@ -881,12 +898,13 @@ pub fn write_live_process(
         linux,
         threads,
     };
-    finish(&dump, out)
+    finish(&dump, file, out)
 }
 
-fn finish(dump: &DumpIn, out: &Path) -> Result<WriteStats, MinidumpError> {
+fn finish(dump: &DumpIn, mut file: std::fs::File, out: &Path) -> Result<WriteStats, MinidumpError> {
     let bytes = assemble(dump)?;
-    write_file(out, &bytes)?;
+    file.write_all(&bytes)
+        .map_err(|e| MinidumpError::Io(out.to_path_buf(), e))?;
     Ok(WriteStats {
         threads: dump.threads.len(),
         modules: dump.modules.len(),
@@ -921,29 +939,33 @@ pub fn write_core(
 ) -> Result<WriteStats, MinidumpError> {
     let snap = core.snapshot();
     context_size(snap.arch)?;
+    let file = create(out)?;
     let src: &dyn Source = core;
     let segs = core.load_segments();
     let regions: Vec<Region> = segs
         .iter()
         .map(|s| Region {
             start: s.start,
-            end: s.end,
+            // What the core holds of an anonymous mapping (a stack) is all
+            // that can be read of it; a file's mapping the core left out is
+            // read from the file.
+            end: if s.in_core > 0 {
+                s.start.saturating_add(s.in_core)
+            } else {
+                s.end
+            },
             readable: s.flags & 4 != 0 || s.in_core > 0,
         })
         .collect();
     let threads = threads(snap, opts.crash.as_ref(), &regions, opts.stack_limit, src);
     let exception = match &opts.crash {
-        Some(c) => Some(Exception {
-            tid: c.tid,
-            signal: c.signal as u32,
-            code: c.code,
-            address: c.address,
-        }),
+        Some(c) => Some(Exception::from(c)),
         None => core.signal().map(|s| Exception {
             tid: s.tid,
             signal: s.number,
             code: s.code.unwrap_or(0),
             address: s.address.unwrap_or(0),
+            registers: None,
         }),
     };
     let memory = extra_memory(
@@ -994,7 +1016,7 @@ pub fn write_core(
         linux,
         threads,
     };
-    finish(&dump, out)
+    finish(&dump, file, out)
 }
 
 /// `/proc/PID/maps` as it was, rebuilt from the core's segments: their
@@ -1014,8 +1036,11 @@ fn core_maps(core: &CoreFile, segs: &[crate::remote::corefile::LoadSegment]) -> 
         .iter()
         .find(|t| t.tid == snap.pid)
         .and_then(|t| t.registers.sp());
-    let files: Vec<&crate::remote::Mapping> =
-        snap.modules.iter().flat_map(|m| m.mappings.iter()).collect();
+    let files: Vec<&crate::remote::Mapping> = snap
+        .modules
+        .iter()
+        .flat_map(|m| m.mappings.iter())
+        .collect();
     let mut s = String::new();
     for g in segs {
         let perm = |bit: u32, c: char| if g.flags & bit != 0 { c } else { '-' };
@@ -1089,6 +1114,11 @@ fn initial_args(core: &CoreFile, regions: &[Region], sp: u64) -> Option<(Vec<u8>
     if j == 0 || words[j - 1] != argc {
         return None;
     }
+    // Every pointer points into the stack, where execve copied the strings.
+    let on_stack = |p: &u64| *p >= r.start && *p < r.end;
+    if !words[j..argv_end].iter().all(on_stack) || !words[env_start..env_end].iter().all(on_stack) {
+        return None;
+    }
     let strings = |ptrs: &[u64]| -> Vec<u8> {
         let mut out = Vec::new();
         for &p in ptrs {
@@ -1133,10 +1163,16 @@ mod tests {
                 readable: true,
             },
         ];
-        assert_eq!(stack_range(&regions, 0x7000, 1 << 20), Some((0x7000 - 128, 0x8000)));
+        assert_eq!(
+            stack_range(&regions, 0x7000, 1 << 20),
+            Some((0x7000 - 128, 0x8000))
+        );
         assert_eq!(stack_range(&regions, 0x2010, 0x100), Some((0x2000, 0x2100)));
         // In the guard below: the stack above it.
-        assert_eq!(stack_range(&regions, 0x1ff0, 1 << 20), Some((0x2000, 0x8000)));
+        assert_eq!(
+            stack_range(&regions, 0x1ff0, 1 << 20),
+            Some((0x2000, 0x8000))
+        );
         assert_eq!(stack_range(&regions, 0x9000, 1 << 20), None);
     }
 
