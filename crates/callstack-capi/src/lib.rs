@@ -189,7 +189,9 @@ pub unsafe extern "C" fn callstack_install_crash_handler(
     report_path_or_null: *const core::ffi::c_char,
 ) -> core::ffi::c_int {
     // SAFETY: forwarded from our caller; a null directory is allowed.
-    unsafe { callstack_install_crash_handler_with_minidumps(report_path_or_null, core::ptr::null()) }
+    unsafe {
+        callstack_install_crash_handler_with_minidumps(report_path_or_null, core::ptr::null())
+    }
 }
 
 /// A C string argument as a path (`None` for null).
@@ -226,8 +228,12 @@ pub unsafe extern "C" fn callstack_install_crash_handler_with_minidumps(
     minidump_dir_or_null: *const core::ffi::c_char,
 ) -> core::ffi::c_int {
     // SAFETY: the caller promises null or NUL-terminated strings.
-    let (report_path, minidump_dir) =
-        unsafe { (opt_path(report_path_or_null), opt_path(minidump_dir_or_null)) };
+    let (report_path, minidump_dir) = unsafe {
+        (
+            opt_path(report_path_or_null),
+            opt_path(minidump_dir_or_null),
+        )
+    };
     let r = std::panic::catch_unwind(|| {
         callstack::crash::install(callstack::crash::Options {
             report_path,

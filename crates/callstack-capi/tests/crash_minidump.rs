@@ -28,7 +28,9 @@ fn stackwalk_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("MINIDUMP_STACKWALK") {
         return p.into();
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
@@ -132,7 +134,11 @@ fn finish(crash: Crash, dir: &Path) -> Run {
         .find(|l| l.starts_with("minidump: "))
         .unwrap_or_else(|| panic!("no minidump line:\n{}", crash.stderr));
     let path = line[10..].split(" (").next().unwrap();
-    assert!(path.starts_with('/'), "dump not written: {line}\n{}", crash.stderr);
+    assert!(
+        path.starts_with('/'),
+        "dump not written: {line}\n{}",
+        crash.stderr
+    );
     let dump = PathBuf::from(path);
     assert_eq!(dump.parent(), Some(dir), "{line}");
     let name = dump.file_name().unwrap().to_string_lossy().into_owned();
@@ -168,7 +174,10 @@ fn check_streams(r: &Run, threads: usize) {
     let (sig, code) = r.signal_and_code();
     let rec = &exc.raw.exception_record;
     assert_eq!(rec.exception_code, sig as u32, "exception code = signal");
-    assert_eq!(rec.exception_flags, code as u32, "exception flags = si_code");
+    assert_eq!(
+        rec.exception_flags, code as u32,
+        "exception flags = si_code"
+    );
     assert_eq!(rec.exception_address, r.fault_address(), "fault address");
     let pc = r.fault_pc();
     let ctx = exc.context(&sys, misc.as_ref()).expect("exception context");
@@ -178,13 +187,16 @@ fn check_streams(r: &Run, threads: usize) {
         .iter()
         .find(|t| t.raw.thread_id == crash_tid)
         .unwrap();
-    let ctx = t.context(&sys, misc.as_ref()).expect("crashing thread context");
+    let ctx = t
+        .context(&sys, misc.as_ref())
+        .expect("crashing thread context");
     assert_eq!(ctx.get_instruction_pointer(), pc, "crashing thread's pc");
     let modules: MinidumpModuleList = md.get_stream().expect("module list");
     assert!(
         modules
             .iter()
-            .any(|m| m.code_file().contains("crash_minidump") || m.code_file().contains("crash_fixture")),
+            .any(|m| m.code_file().contains("crash_minidump")
+                || m.code_file().contains("crash_fixture")),
         "the executable is in the module list"
     );
 }
@@ -274,7 +286,10 @@ fn key(chain: &[String]) -> String {
 /// Up to `main` included (gdb stops there), normalized.
 fn through_main(chain: &[String]) -> Vec<String> {
     let n: Vec<String> = chain.iter().map(|n| norm(n)).collect();
-    let end = n.iter().position(|f| f == "main").map_or(n.len(), |i| i + 1);
+    let end = n
+        .iter()
+        .position(|f| f == "main")
+        .map_or(n.len(), |i| i + 1);
     n[..end].to_vec()
 }
 
@@ -306,7 +321,8 @@ fn assert_same_frames(ours: &[String], gdb: &[String], what: &str, rust: bool, c
             .collect()
     };
     let mut gdb_own = own(&gdb);
-    if call_null && ours.first().is_some_and(|f| f == "??") && gdb.get(1).is_some_and(|f| is_own(f)) {
+    if call_null && ours.first().is_some_and(|f| f == "??") && gdb.get(1).is_some_and(|f| is_own(f))
+    {
         // Put back the frame minidump-stackwalk skips, for the comparison.
         if ours.get(1) != gdb.get(1) {
             ours.insert(1, gdb[1].clone());
@@ -315,7 +331,10 @@ fn assert_same_frames(ours: &[String], gdb: &[String], what: &str, rust: bool, c
     let ours_own = own(&ours);
     if rust {
         gdb_own.retain(|n| n.starts_with("crash_fixture::"));
-        let ours_own: Vec<String> = ours_own.into_iter().filter(|n| n.starts_with("crash_fixture::")).collect();
+        let ours_own: Vec<String> = ours_own
+            .into_iter()
+            .filter(|n| n.starts_with("crash_fixture::"))
+            .collect();
         assert!(
             !ours_own.is_empty() && ours_own == gdb_own && ours.last() == gdb.last(),
             "{what}: minidump-stackwalk's frames differ from gdb's\n  stackwalk: {ours:?}\n  gdb:       {gdb:?}"
@@ -363,12 +382,17 @@ fn check_call_null_stack(r: &Run) {
     let ra = raw
         .lines()
         .find(|l| l.starts_with("  #1 ra "))
-        .and_then(|l| u64::from_str_radix(&l[10..].split(' ').next()?, 16).ok())
+        .and_then(|l| u64::from_str_radix(l[10..].split(' ').next()?, 16).ok())
         .expect("#1 ra line");
     assert_eq!(word, ra, "the return address at sp in the dump\n{raw}");
     // ... which is in md_call_null (the symbolized #1).
     let sym = symbolized_frames(symbolized_part(&r.crash.stderr).unwrap());
-    assert_eq!(sym.get(1).map(|f| f.function.as_str()), Some("md_call_null"), "{}", r.crash.stderr);
+    assert_eq!(
+        sym.get(1).map(|f| f.function.as_str()),
+        Some("md_call_null"),
+        "{}",
+        r.crash.stderr
+    );
 }
 
 /// Every thread of the dump unwound by minidump-stackwalk against gdb at
@@ -383,16 +407,29 @@ fn check_against_gdb(r: &Run, exe: &Path, scenario: &str) {
     if scenario == "overflow" {
         let n = ours.len().min(gdb_current.len());
         assert!(n >= 50, "{what}: {ours:?} vs {gdb_current:?}");
-        assert!(ours[..n].iter().all(|f| f == "md_recurse"), "{what}: {ours:?}");
+        assert!(
+            ours[..n].iter().all(|f| f == "md_recurse"),
+            "{what}: {ours:?}"
+        );
         assert!(gdb_current[..n].iter().all(|f| f == "md_recurse"), "{what}");
     } else {
         let call_null = scenario == "call-null";
         if call_null && cfg!(target_arch = "x86_64") {
             check_call_null_stack(r);
         }
-        assert_same_frames(ours, &gdb_current, &format!("{what}: crashing thread"), false, call_null);
+        assert_same_frames(
+            ours,
+            &gdb_current,
+            &format!("{what}: crashing thread"),
+            false,
+            call_null,
+        );
     }
-    assert_eq!(sw.len(), gdb_all.len(), "{what}: thread counts, ours {sw:?}");
+    assert_eq!(
+        sw.len(),
+        gdb_all.len(),
+        "{what}: thread counts, ours {sw:?}"
+    );
     let mut by_key: BTreeMap<String, &Vec<String>> = BTreeMap::new();
     for g in &gdb_all {
         by_key.insert(key(g), g);
@@ -405,7 +442,13 @@ fn check_against_gdb(r: &Run, exe: &Path, scenario: &str) {
         let g = by_key
             .get(&k)
             .unwrap_or_else(|| panic!("{what}: thread {tid} {chain:?}: no gdb thread in {k}"));
-        assert_same_frames(chain, g, &format!("{what}: thread {tid} ({k})"), false, false);
+        assert_same_frames(
+            chain,
+            g,
+            &format!("{what}: thread {tid} ({k})"),
+            false,
+            false,
+        );
     }
 }
 
@@ -489,7 +532,10 @@ fn crash_minidump_c_dump_without_symbolizing() {
         .lines()
         .find(|l| l.starts_with("*** callstack: minidump: /"))
         .unwrap_or_else(|| panic!("no minidump line:\n{}", c.stderr));
-    let path = line["*** callstack: minidump: ".len()..].split(" (").next().unwrap();
+    let path = line["*** callstack: minidump: ".len()..]
+        .split(" (")
+        .next()
+        .unwrap();
     assert!(Path::new(path).is_file(), "{line}");
     assert_eq!(c.signal, Some(libc::SIGSEGV));
 }
@@ -545,9 +591,15 @@ fn crash_minidump_c_callstack_binary_as_helper() {
     let _ = std::fs::remove_dir_all(&dir);
     let cli = &testsupport::release_artifacts().cli;
     let mut cmd = Command::new(&exe);
-    cmd.args(["abort"]).arg(&dir).env("CALLSTACK_CRASH_HELPER", cli);
+    cmd.args(["abort"])
+        .arg(&dir)
+        .env("CALLSTACK_CRASH_HELPER", cli);
     let r = finish(run_crashing(cmd, DEADLINE), &dir);
-    assert!(r.crash.stderr.contains("symbolizing helper (user helper"), "{}", r.crash.stderr);
+    assert!(
+        r.crash.stderr.contains("symbolizing helper (user helper"),
+        "{}",
+        r.crash.stderr
+    );
     check_streams(&r, 4);
     check_against_gdb(&r, &exe, "abort");
 }
@@ -558,7 +610,15 @@ fn rust_fixture() -> PathBuf {
         let root = testsupport::workspace_root();
         let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
             .current_dir(&root)
-            .args(["build", "--release", "-q", "-p", "callstack", "--example", "crash_fixture"])
+            .args([
+                "build",
+                "--release",
+                "-q",
+                "-p",
+                "callstack",
+                "--example",
+                "crash_fixture",
+            ])
             .status()
             .expect("cargo build the crash fixture");
         assert!(st.success());
@@ -600,15 +660,20 @@ fn crash_minidump_rust() {
         if scenario == "thread-overflow" {
             // The program's own frames (an inlined `black_box` at the pc
             // is shown by minidump-stackwalk, hidden by gdb).
-            let own = |c: &[String]| -> Vec<String> {
-                c.iter().filter(|n| is_own(n)).cloned().collect()
-            };
+            let own =
+                |c: &[String]| -> Vec<String> { c.iter().filter(|n| is_own(n)).cloned().collect() };
             let (o, g) = (own(ours), own(&gdb));
             let n = o.len().min(g.len());
             assert!(n >= 50, "{scenario}: {ours:?} vs {gdb:?}");
             assert_eq!(o[..n], g[..n], "{scenario}");
-            assert!(g[..n].iter().all(|f| f == "crash_fixture::rust_recurse"), "{gdb:?}");
-            assert!(norm(&ours[0]) == "core::hint::black_box" || ours[0] == g[0], "{ours:?}");
+            assert!(
+                g[..n].iter().all(|f| f == "crash_fixture::rust_recurse"),
+                "{gdb:?}"
+            );
+            assert!(
+                norm(&ours[0]) == "core::hint::black_box" || ours[0] == g[0],
+                "{ours:?}"
+            );
         } else {
             assert_same_frames(ours, &gdb, &format!("rust {scenario}"), true, false);
         }

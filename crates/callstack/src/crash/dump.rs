@@ -17,8 +17,11 @@ pub(crate) fn dump_name(pid: u32) -> String {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
         .ok()
         .and_then(|p| {
-            p.file_name()
-                .map(|n| n.to_string_lossy().trim_end_matches(" (deleted)").to_string())
+            p.file_name().map(|n| {
+                n.to_string_lossy()
+                    .trim_end_matches(" (deleted)")
+                    .to_string()
+            })
         })
         .or_else(|| {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))

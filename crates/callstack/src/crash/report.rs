@@ -303,7 +303,11 @@ pub fn run_helper() -> i32 {
 /// `minidump: PATH (N threads, M modules, B bytes, T ms after the fault)`
 /// or `minidump: not written: WHY`.
 #[cfg(all(feature = "remote", target_os = "linux"))]
-fn minidump_line(c: &super::context::CrashContext, dir: &std::path::Path, event: Option<u64>) -> String {
+fn minidump_line(
+    c: &super::context::CrashContext,
+    dir: &std::path::Path,
+    event: Option<u64>,
+) -> String {
     match super::dump::write(c, dir) {
         Ok((path, st)) => {
             let mut s = format!(
@@ -315,7 +319,11 @@ fn minidump_line(c: &super::context::CrashContext, dir: &std::path::Path, event:
             );
             if let Some(t) = event {
                 let now = super::sys::monotonic_ns();
-                let _ = write!(s, ", {:.1} ms after the fault", now.saturating_sub(t) as f64 / 1e6);
+                let _ = write!(
+                    s,
+                    ", {:.1} ms after the fault",
+                    now.saturating_sub(t) as f64 / 1e6
+                );
             }
             s.push(')');
             s
