@@ -363,7 +363,7 @@ fn assert_same_frames(ours: &[String], gdb: &[String], what: &str, rust: bool, c
 /// A call through a null pointer: the crashing thread's stack in the dump
 /// starts with the return address the call left, which is the raw report's
 /// `#1` (the caller, as our handler unwound it in the crashed process).
-fn check_call_null_stack(r: &Run) {
+fn check_call_null_stack(r: &Run, caller: &str) {
     use minidump::*;
     let md = Minidump::read_path(&r.dump).unwrap();
     let list: MinidumpThreadList = md.get_stream().unwrap();
@@ -385,11 +385,11 @@ fn check_call_null_stack(r: &Run) {
         .and_then(|l| u64::from_str_radix(l[10..].split(' ').next()?, 16).ok())
         .expect("#1 ra line");
     assert_eq!(word, ra, "the return address at sp in the dump\n{raw}");
-    // ... which is in md_call_null (the symbolized #1).
+    // ... which is in the caller (the symbolized #1).
     let sym = symbolized_frames(symbolized_part(&r.crash.stderr).unwrap());
     assert_eq!(
         sym.get(1).map(|f| f.function.as_str()),
-        Some("md_call_null"),
+        Some(caller),
         "{}",
         r.crash.stderr
     );
@@ -415,7 +415,7 @@ fn check_against_gdb(r: &Run, exe: &Path, scenario: &str) {
     } else {
         let call_null = scenario == "call-null";
         if call_null && cfg!(target_arch = "x86_64") {
-            check_call_null_stack(r);
+            check_call_null_stack(r, "md_call_null");
         }
         assert_same_frames(
             ours,
@@ -631,12 +631,19 @@ fn rust_fixture() -> PathBuf {
 }
 
 /// The Rust fixture (`callstack::crash::install` with
-/// `CALLSTACK_CRASH_MINIDUMP_DIR`): a null dereference on the main thread
-/// and on a second thread, and a stack overflow on a second thread.
+/// `CALLSTACK_CRASH_MINIDUMP_DIR`): a null dereference, `abort()` and a
+/// call through a null function pointer on the main thread, a null
+/// dereference and a stack overflow on a second thread.
 #[test]
 fn crash_minidump_rust() {
     let exe = rust_fixture();
-    for (scenario, threads) in [("null", 1), ("thread", 2), ("thread-overflow", 2)] {
+    for (scenario, threads) in [
+        ("null", 1),
+        ("abort", 1),
+        ("call-null", 1),
+        ("thread", 2),
+        ("thread-overflow", 2),
+    ] {
         let dir = scratch_dir(&format!("crash-md-rust-{scenario}"));
         let _ = std::fs::remove_dir_all(&dir);
         let mut cmd = Command::new(&exe);
@@ -675,7 +682,11 @@ fn crash_minidump_rust() {
                 "{ours:?}"
             );
         } else {
-            assert_same_frames(ours, &gdb, &format!("rust {scenario}"), true, false);
+            let call_null = scenario == "call-null";
+            if call_null && cfg!(target_arch = "x86_64") {
+                check_call_null_stack(&r, "crash_fixture::rust_call_null");
+            }
+            assert_same_frames(ours, &gdb, &format!("rust {scenario}"), true, call_null);
         }
     }
 }
