@@ -9,7 +9,9 @@
 //! - `minidump-stackwalk --json --use-local-debuginfo` unwinds, for every
 //!   thread, into gdb's frames at the same crash of the same program (gdb
 //!   runs it and stops at the signal), function names through `main` or the
-//!   thread's start.
+//!   thread's start;
+//! - `callstack minidump` (our reader) unwinds into exactly gdb's frames
+//!   (checked when the CLI has that subcommand).
 //!
 //! Crashes inside `malloc` with the arena lock held, and on a thread whose
 //! stack is exhausted, are among them: the dump is written by the helper
@@ -452,6 +454,70 @@ fn check_against_gdb(r: &Run, exe: &Path, scenario: &str) {
     }
 }
 
+/// `callstack minidump DUMP` (our reader) against gdb at the same crash:
+/// every thread's function names exactly, through `main` or the thread's
+/// start (tail-call and inlined frames included), threads matched as in
+/// [`check_against_gdb`]. Skipped, saying so, by a CLI built without the
+/// `minidump` subcommand (the reader lands in another branch).
+fn check_callstack_minidump(r: &Run, exe: &Path, scenario: &str) {
+    let cli = &testsupport::release_artifacts().cli;
+    let help = Command::new(cli)
+        .args(["minidump", "--help"])
+        .output()
+        .unwrap();
+    if !help.status.success() {
+        eprintln!("[crash_minidump] `callstack minidump` not in this build: reader check skipped");
+        return;
+    }
+    let o = Command::new(cli)
+        .arg("minidump")
+        .arg(&r.dump)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "callstack minidump failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let ours: Vec<Vec<String>> = text
+        .split("\nThread ")
+        .skip(1)
+        .map(testsupport::parse_gdb_bt)
+        .collect();
+    let (gdb_current, gdb_all) = gdb_threads(exe, scenario);
+    let what = format!("{} {scenario}: callstack minidump", exe.display());
+    assert_eq!(ours.len(), gdb_all.len(), "{what}: threads\n{text}");
+    let crash_key = key(&gdb_current);
+    let mut by_key: BTreeMap<String, &Vec<String>> = BTreeMap::new();
+    for g in &gdb_all {
+        by_key.insert(key(g), g);
+    }
+    for chain in &ours {
+        let k = key(chain);
+        let g = if k == crash_key {
+            &gdb_current
+        } else {
+            by_key[&k]
+        };
+        if scenario == "overflow" && k == "md_recurse" {
+            let n = chain.len().min(g.len());
+            assert!(n >= 50 && chain[..n] == g[..n], "{what}: {chain:?}\n{g:?}");
+            continue;
+        }
+        let end = |c: &[String]| {
+            c.iter()
+                .position(|f| f == "main")
+                .map_or(c.len(), |i| i + 1)
+        };
+        assert_eq!(
+            chain[..end(chain)],
+            g[..end(g)],
+            "{what}: thread of {k}\n{text}"
+        );
+    }
+}
+
 fn c_case(scenario: &str, threads: usize) {
     for (i, flags) in FLAG_SETS.iter().enumerate() {
         let exe = build(flags);
@@ -463,6 +529,7 @@ fn c_case(scenario: &str, threads: usize) {
         eprintln!("[crash_minidump {flags} {scenario}] {line}");
         check_streams(&r, threads);
         check_against_gdb(&r, &exe, scenario);
+        check_callstack_minidump(&r, &exe, scenario);
     }
 }
 
