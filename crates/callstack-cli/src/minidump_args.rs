@@ -54,6 +54,9 @@ pub fn note(out: &Path, s: &WriteStats, took: Option<Duration>) {
     let took = took
         .map(|d| format!(" in {:.3} ms", d.as_secs_f64() * 1e3))
         .unwrap_or_default();
+    for w in &s.warnings {
+        eprintln!("callstack: warning: {w}");
+    }
     eprintln!(
         "callstack: wrote {} ({} threads, {} modules, {} bytes){took}",
         out.display(),

@@ -698,6 +698,24 @@ fn core_minidump_of_a_crash_names_the_signal_and_walks_like_gdb() {
                 ["crash_inner", "crash_outer", "crash_worker"],
                 "{tag}"
             );
+            // The environment, read from the core's main stack when asked for.
+            let out_env = dir.join(format!("{how}-env.dmp"));
+            callstack(&[
+                "core",
+                "--minidump",
+                out_env.to_str().unwrap(),
+                "--minidump-environ",
+                exe_s,
+                core_s,
+            ]);
+            let dump = Minidump::read_path(&out_env).unwrap();
+            let env = dump.get_raw_stream(LINUX_ENVIRON).expect("environ stream");
+            let path = format!("PATH={}", std::env::var("PATH").unwrap());
+            assert!(
+                env.split(|b| *b == 0).any(|v| v == path.as_bytes()),
+                "{tag}: {}",
+                String::from_utf8_lossy(env)
+            );
             let _ = std::fs::remove_file(&core);
         }
     }
@@ -978,4 +996,103 @@ fn core_minidump_of_a_truncated_core_is_a_dump_or_an_error() {
         }
         let _ = std::fs::remove_file(&part);
     }
+}
+
+/// A thread that overflowed its stack (-O2, no frame pointers): the
+/// crashing thread's stack is kept whole (its stack pointer is in the guard
+/// page, the stack starts just above it), and `minidump-stackwalk` walks
+/// every one of gdb's 2000-odd frames, through the thread's start.
+#[test]
+fn core_minidump_of_a_stack_overflow_keeps_the_whole_stack() {
+    let dir = scratch_dir("md-write-overflow");
+    let exe = Gcc::new(&["minidump_crash.c"])
+        .flags("-O2 -g -pthread -fomit-frame-pointer")
+        .build(&dir.join("minidump_crash"));
+    let core = crash_for_core(&exe, "overflow", &dir);
+    let out = dir.join("overflow.dmp");
+    let (exe_s, core_s) = (exe.to_str().unwrap(), core.to_str().unwrap());
+    callstack(&["core", "--minidump", out.to_str().unwrap(), exe_s, core_s]);
+    let regs = gdb_pc_sp(&exe, &core);
+    let dump = Minidump::read_path(&out).unwrap();
+    let ex: MinidumpException = dump.get_stream().unwrap();
+    assert_eq!(ex.raw.exception_record.exception_code, 11);
+    let crashed = ex.raw.thread_id;
+    let list: MinidumpThreadList = dump.get_stream().unwrap();
+    let t = list
+        .threads
+        .iter()
+        .find(|t| t.raw.thread_id == crashed)
+        .unwrap();
+    let sp = regs[&crashed].1;
+    let start = t.raw.stack.start_of_memory_range;
+    let len = t.raw.stack.memory.data_size as u64;
+    assert!(
+        start <= sp + 4096 && start + 128 >= sp,
+        "stack {start:#x} vs sp {sp:#x}"
+    );
+    assert!(len > 4 << 20, "only {len} bytes of the overflowed stack");
+
+    let walk = walk_frames(&stackwalk_json(&out));
+    let gdb = gdb_frames(&exe, &core);
+    assert!(
+        gdb[&crashed].len() > 1000,
+        "gdb: {} frames",
+        gdb[&crashed].len()
+    );
+    let exe_name = exe.to_string_lossy();
+    for (tid, g) in &gdb {
+        check_thread("overflow", *tid, g, &walk[tid], &exe_name);
+    }
+    assert_eq!(walk[&crashed].len(), gdb[&crashed].len());
+    let _ = std::fs::remove_file(&core);
+}
+
+/// A core of an architecture without a minidump context here (32-bit ARM,
+/// from qemu-user) is an error that says so, and no dump is left behind.
+#[test]
+fn core_minidump_of_an_arm_core_is_an_error_naming_the_architecture() {
+    let dir = scratch_dir("md-write-arm");
+    let exe = dir.join("minidump_crash_arm");
+    let o = Command::new("arm-linux-gnueabihf-gcc")
+        .args(["-O2", "-g", "-static", "-pthread"])
+        .arg(testsupport::c_fixtures().join("minidump_crash.c"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("arm-linux-gnueabihf-gcc (scripts/install-test-deps.sh installs it)");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run = dir.join("run");
+    let _ = std::fs::remove_dir_all(&run);
+    std::fs::create_dir_all(&run).unwrap();
+    let _ = Command::new("sh")
+        .current_dir(&run)
+        .arg("-c")
+        .arg(format!(
+            "ulimit -c unlimited; exec qemu-arm {} segv",
+            exe.display()
+        ))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(run.join("core"));
+    let core = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "core"))
+        .expect("qemu wrote no guest core");
+    let out = dir.join("arm.dmp");
+    let o = Command::new(&release_artifacts().cli)
+        .args(["core", "--minidump"])
+        .arg(&out)
+        .arg(&exe)
+        .arg(&core)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("minidumps of Arm targets are not supported"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "a dump was left behind");
+    let _ = std::fs::remove_dir_all(&run);
 }

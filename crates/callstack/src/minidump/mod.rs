@@ -1,7 +1,7 @@
 //! Minidumps: the crash-dump format crash services ingest (the Microsoft
 //! format with the Breakpad/Crashpad Linux streams).
 //!
-//! [`write`] turns a live process or a core file into a minidump readable by
+//! [`mod@write`] turns a live process or a core file into a minidump readable by
 //! rust-minidump, Breakpad and Sentry.
 
 pub mod write;

@@ -7,7 +7,7 @@
 //!
 //! | stream | what it holds |
 //! |---|---|
-//! | `ThreadList` | every thread: id, registers (`CONTEXT_AMD64`, or the Windows-layout `CONTEXT_ARM64` with `PROCESSOR_ARCHITECTURE_ARM64`, which rust-minidump and Breakpad both read), and its stack from the stack pointer minus 128 bytes (the x86-64 red zone) up to the end of the stack's mapping, at most [`WriteOptions::stack_limit`] bytes |
+//! | `ThreadList` | every thread: id, registers (`CONTEXT_AMD64`, or the Windows-layout `CONTEXT_ARM64` with `PROCESSOR_ARCHITECTURE_ARM64`, which rust-minidump and Breakpad both read), and its stack from the stack pointer minus 128 bytes (the x86-64 red zone) up to the end of the stack's mapping, at most [`WriteOptions::stack_limit`] bytes (the crashing thread's, [`CRASH_STACK`] at least); a stack pointer in a guard page (a stack overflow) takes the stack just above |
 //! | `ThreadNames` | each thread's name (`/proc/PID/task/TID/comm`; in a core, the main thread's) |
 //! | `ModuleList` | every mapped ELF object and the vDSO (named `linux-gate.so`, as Breakpad names it): base, size, path, and a CodeView record `MDCVInfoELF` (`BpEL` then the build-id bytes), from which rust-minidump and Breakpad derive the code id (the build-id in hex) and the debug id (its first 16 bytes as a GUID) that symbol servers index |
 //! | `MemoryList` | the stacks, the vDSO's image, and for the crashing thread 256 bytes around its pc and around each register that points into readable memory (a live process; in a core, what the core holds) |
@@ -66,7 +66,8 @@ pub struct WriteOptions {
     pub crash: Option<Crash>,
     /// Bytes of each thread's stack kept, from its stack pointer (minus the
     /// red zone) up, and never past the end of the stack's mapping
-    /// (default [`DEFAULT_STACK_LIMIT`]).
+    /// (default [`DEFAULT_STACK_LIMIT`]; the crashing thread's, at least
+    /// [`CRASH_STACK`]).
     pub stack_limit: u64,
     /// Include `MD_LINUX_ENVIRON` (off by default: environments hold secrets).
     pub environ: bool,
@@ -95,6 +96,9 @@ pub struct WriteStats {
     pub modules: usize,
     /// The file's size in bytes.
     pub bytes: u64,
+    /// What could not be captured, one sentence each (a thread that did not
+    /// stop, or exited while being stopped, is missing from the dump).
+    pub warnings: Vec<String>,
 }
 
 /// Why a dump could not be written.
@@ -170,9 +174,16 @@ const RED_ZONE: u64 = 128;
 /// Bytes kept around the crashing pc and around each pointer in its registers.
 const AROUND: u64 = 256;
 /// A stack pointer in no readable mapping (a stack overflow: it points into
-/// the guard) takes the readable mapping starting at most this far above it.
-const GUARD_SLACK: u64 = 64 * 1024;
+/// the guard) takes the readable mapping starting at most this far above it:
+/// the kernel keeps a gap of 1 MiB (`stack_guard_gap`, since Linux 4.12)
+/// below a growing stack, and glibc a guard mapping of a page or more below
+/// a thread's.
+const GUARD_SLACK: u64 = 1 << 20;
 
+/// The crashing thread's stack is kept up to this at least, whatever the
+/// limit: a stack overflow fills its stack, and the outermost frames (where
+/// the recursion began) are as telling as the innermost.
+pub const CRASH_STACK: u64 = 16 << 20;
 /// The most of one stack a dump keeps, whatever the limit asked for.
 const MAX_STACK: u64 = 256 << 20;
 /// The most of the vDSO a dump keeps (it is 8 KiB on today's kernels).
@@ -428,6 +439,17 @@ fn assemble(d: &DumpIn) -> Result<Vec<u8>, MinidumpError> {
         mem_locs.push((*a, o.blob(b)));
     }
     mem_locs.sort_by_key(|m| m.0);
+    // No two regions of the list may overlap (Breakpad's reader rejects the
+    // whole list then): two stacks in one mapping (threads that share a
+    // stack) are listed once; each thread still points at its own copy.
+    let mut end = 0u64;
+    mem_locs.retain(|(start, (size, _))| {
+        let keep = *start >= end;
+        if keep {
+            end = start + *size as u64;
+        }
+        keep
+    });
 
     // ThreadList.
     let at = o.here();
@@ -627,8 +649,9 @@ fn create(out: &Path) -> Result<std::fs::File, MinidumpError> {
 }
 
 /// The modules a dump lists: the ELF objects among `snap`'s mapped files
-/// (an object whose first page is in memory must start with the ELF magic;
-/// when it is not, one whose file was found counts), and the vDSO.
+/// with code (an object whose first page is in memory must start with the
+/// ELF magic; when it is not, one whose file was found counts), and the
+/// vDSO.
 fn modules(snap: &Snapshot, src: &dyn Source) -> Vec<ModuleIn> {
     snap.modules
         .iter()
@@ -649,6 +672,11 @@ fn modules(snap: &Snapshot, src: &dyn Source) -> Vec<ModuleIn> {
 fn is_elf(m: &Module, src: &dyn Source) -> bool {
     if m.image.is_some() {
         return true;
+    }
+    // An object mapped without execute permission holds no code (a core
+    // does not say: there, every ELF counts).
+    if m.mappings.iter().all(|x| x.executable == Some(false)) {
+        return false;
     }
     let Some(first) = m.mappings.iter().find(|x| x.file_offset == 0) else {
         return false;
@@ -718,10 +746,12 @@ fn memory_around(
 }
 
 /// The threads with their stacks, the crash's registers standing in for
-/// the crashing thread's.
+/// the crashing thread's (`crash_tid`), whose stack is kept up to
+/// [`CRASH_STACK`] at least.
 fn threads(
     snap: &Snapshot,
-    crash: Option<&Crash>,
+    crash_tid: Option<u32>,
+    crash_registers: Option<&Registers>,
     regions: &[Region],
     limit: u64,
     src: &dyn Source,
@@ -729,10 +759,16 @@ fn threads(
     snap.threads
         .iter()
         .map(|t| {
-            let registers = crash
-                .filter(|c| c.tid == t.tid)
-                .and_then(|c| c.registers)
-                .unwrap_or(t.registers);
+            let crashed = crash_tid == Some(t.tid);
+            let registers = match crash_registers {
+                Some(r) if crashed => *r,
+                _ => t.registers,
+            };
+            let limit = if crashed {
+                limit.max(CRASH_STACK)
+            } else {
+                limit
+            };
             let stack = registers
                 .sp()
                 .and_then(|sp| stack_range(regions, sp, limit))
@@ -782,8 +818,29 @@ fn extra_memory(
     mem
 }
 
+/// Reads a whole file. /proc files report no size: reading them in
+/// 64 KiB steps takes one or two reads where `std::fs::read` takes a dozen.
 fn read_file(path: &str) -> Option<Vec<u8>> {
-    std::fs::read(path).ok()
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut out = Vec::with_capacity(64 * 1024);
+    loop {
+        if out.capacity() - out.len() < 16 * 1024 {
+            out.reserve(64 * 1024);
+        }
+        let len = out.len();
+        let spare = out.capacity() - len;
+        out.resize(len + spare, 0);
+        match f.read(&mut out[len..]) {
+            Ok(0) => {
+                out.truncate(len);
+                return Some(out);
+            }
+            Ok(n) => out.truncate(len + n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => out.truncate(len),
+            Err(_) => return None,
+        }
+    }
 }
 
 /// (vendor, family, model, stepping) from an x86 `/proc/cpuinfo`'s first
@@ -841,8 +898,16 @@ pub fn write_live_process(
         .collect();
     regions.sort_by_key(|r| r.start);
 
-    let threads = threads(snap, opts.crash.as_ref(), &regions, opts.stack_limit, src);
     let crash_tid = opts.crash.as_ref().map(|c| c.tid);
+    let crash_registers = opts.crash.as_ref().and_then(|c| c.registers.as_ref());
+    let threads = threads(
+        snap,
+        crash_tid,
+        crash_registers,
+        &regions,
+        opts.stack_limit,
+        src,
+    );
     let memory = extra_memory(snap, &threads, crash_tid, &regions, src);
     let cpuinfo = read_file("/proc/cpuinfo").unwrap_or_default();
     let (cpus, x86_cpu) = parse_cpuinfo(&String::from_utf8_lossy(&cpuinfo));
@@ -898,10 +963,15 @@ pub fn write_live_process(
         linux,
         threads,
     };
-    finish(&dump, file, out)
+    finish(&dump, file, out, snap)
 }
 
-fn finish(dump: &DumpIn, mut file: std::fs::File, out: &Path) -> Result<WriteStats, MinidumpError> {
+fn finish(
+    dump: &DumpIn,
+    mut file: std::fs::File,
+    out: &Path,
+    snap: &Snapshot,
+) -> Result<WriteStats, MinidumpError> {
     let bytes = assemble(dump)?;
     file.write_all(&bytes)
         .map_err(|e| MinidumpError::Io(out.to_path_buf(), e))?;
@@ -909,18 +979,25 @@ fn finish(dump: &DumpIn, mut file: std::fs::File, out: &Path) -> Result<WriteSta
         threads: dump.threads.len(),
         modules: dump.modules.len(),
         bytes: bytes.len() as u64,
+        // The snapshot's words on threads; those on files (not found, another
+        // build) do not concern a dump, which holds build-ids, not files.
+        warnings: snap
+            .warnings
+            .iter()
+            .filter(|w| w.starts_with("thread "))
+            .cloned()
+            .collect(),
     })
 }
 
 /// When `pid` started, in seconds since the epoch (`/proc/PID/stat`'s
 /// start time in clock ticks after boot, plus `/proc/stat`'s boot time).
 fn start_time(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = String::from_utf8(read_file(&format!("/proc/{pid}/stat"))?).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
     // Field 22 overall is the 20th after the command.
     let ticks: u64 = rest.split_whitespace().nth(19)?.parse().ok()?;
-    let btime: u64 = std::fs::read_to_string("/proc/stat")
-        .ok()?
+    let btime: u64 = String::from_utf8_lossy(&read_file("/proc/stat")?)
         .lines()
         .find_map(|l| l.strip_prefix("btime "))?
         .trim()
@@ -957,7 +1034,6 @@ pub fn write_core(
             readable: s.flags & 4 != 0 || s.in_core > 0,
         })
         .collect();
-    let threads = threads(snap, opts.crash.as_ref(), &regions, opts.stack_limit, src);
     let exception = match &opts.crash {
         Some(c) => Some(Exception::from(c)),
         None => core.signal().map(|s| Exception {
@@ -968,6 +1044,15 @@ pub fn write_core(
             registers: None,
         }),
     };
+    let crash_registers = opts.crash.as_ref().and_then(|c| c.registers.as_ref());
+    let threads = threads(
+        snap,
+        exception.as_ref().map(|e| e.tid),
+        crash_registers,
+        &regions,
+        opts.stack_limit,
+        src,
+    );
     let memory = extra_memory(
         snap,
         &threads,
@@ -1016,7 +1101,7 @@ pub fn write_core(
         linux,
         threads,
     };
-    finish(&dump, file, out)
+    finish(&dump, file, out, snap)
 }
 
 /// `/proc/PID/maps` as it was, rebuilt from the core's segments: their
@@ -1141,6 +1226,63 @@ fn initial_args(core: &CoreFile, regions: &[Region], sp: u64) -> Option<(Vec<u8>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The (type, size, offset) of every stream of a dump.
+    fn directory(b: &[u8]) -> Vec<(u32, u32, u32)> {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let (n, at) = (u32_at(8) as usize, u32_at(12) as usize);
+        (0..n)
+            .map(|i| {
+                let e = at + 12 * i;
+                (u32_at(e), u32_at(e + 4), u32_at(e + 8))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn overlapping_stacks_are_listed_once_in_the_memory_list() {
+        let mut regs = Registers::new(Machine::X86_64);
+        regs.set(7, 0x1010);
+        let thread = |tid, start| ThreadIn {
+            tid,
+            name: None,
+            registers: regs,
+            stack: Some((start, vec![7u8; 64])),
+        };
+        let d = DumpIn {
+            arch: Machine::X86_64,
+            pid: 1,
+            threads: vec![thread(1, 0x1000), thread(2, 0x1010), thread(3, 0x2000)],
+            modules: Vec::new(),
+            memory: Vec::new(),
+            exception: None,
+            cpus: 1,
+            x86_cpu: None,
+            os: None,
+            start_time: None,
+            linux: Vec::new(),
+        };
+        let b = assemble(&d).unwrap();
+        let (_, _, at) = directory(&b)
+            .into_iter()
+            .find(|e| e.0 == MEMORY_LIST)
+            .unwrap();
+        let at = at as usize;
+        let count = u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        assert_eq!(count, 2);
+        let start =
+            |i: usize| u64::from_le_bytes(b[at + 4 + 16 * i..at + 12 + 16 * i].try_into().unwrap());
+        assert_eq!((start(0), start(1)), (0x1000, 0x2000));
+        // The thread list still has three stacks.
+        let (_, _, t) = directory(&b)
+            .into_iter()
+            .find(|e| e.0 == THREAD_LIST)
+            .unwrap();
+        assert_eq!(
+            u32::from_le_bytes(b[t as usize..t as usize + 4].try_into().unwrap()),
+            3
+        );
+    }
 
     #[test]
     fn kernel_versions_parse() {
