@@ -14,9 +14,10 @@
 //! 2. **The symbolized part** (function, file:line:column, inlined frames),
 //!    made by *another process*: symbolizing inside the crashed process can
 //!    deadlock (the crash may be inside `malloc`, holding its lock) or fault
-//!    again (the heap may be corrupt). The handler starts a helper with a
-//!    raw `clone` system call (not glibc's `fork()`, whose atfork handlers
-//!    take malloc's locks) and `execve`, writes the raw report to its
+//!    again (the heap may be corrupt). The handler starts a helper with
+//!    `clone(CLONE_VM | CLONE_VFORK)` on a stack of its own (not glibc's
+//!    `fork()`, whose atfork handlers take malloc's locks, and no copy of
+//!    the crashed process's page tables) and `execve`, writes the raw report to its
 //!    standard input, and waits for it with a timeout (default 5 s), with
 //!    `SIGCHLD` at its default action meanwhile so that a program's handler
 //!    that reaps every child cannot take the helper's exit status. The
