@@ -18,6 +18,8 @@
 #    the whole command likewise.
 #
 # usage: bash benches/minidump_crash.sh [RUNS]   (default 21; medians printed)
+#        MD_HEAP_MB=N: the fixture allocates and touches N MiB of heap first
+#        (a large resident set, for ours and for the peers' target alike).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-21}
