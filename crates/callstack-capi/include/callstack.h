@@ -75,10 +75,25 @@ void callstack_prepare_thread(void);
  *     CALLSTACK_CRASH_SYMBOLIZE=1: then this very call symbolizes the
  *     report read on stdin and exits. So call it first thing in main().
  *     $CALLSTACK_CRASH_TIMEOUT_MS sets the timeout;
+ *     If $CALLSTACK_CRASH_MINIDUMP_DIR names a directory, the helper first
+ *     writes a minidump there (see the function below);
  *  3. the previous handler of the signal runs, or the default action: the
  *     process dies as it would have without us (same status, same core).
  * Returns 0 on success, -1 on failure (errno set). Not async-signal-safe. */
 int callstack_install_crash_handler(const char* report_path_or_null);
+
+/* callstack_install_crash_handler, and on a crash a minidump (the format
+ * crash services such as Sentry, Socorro and Breakpad's tools read: every
+ * thread's registers and stack, the modules with their build-ids, the
+ * signal) written into minidump_dir_or_null (created if missing) as
+ * <exe>-<pid>-<unix-seconds>.dmp. The helper process writes it, reading
+ * every thread of the crashed process with ptrace, before the symbolized
+ * report, which names the file on a "minidump: PATH" line; it does not use
+ * the crashed process's heap or locks. NULL falls back to
+ * $CALLSTACK_CRASH_MINIDUMP_DIR, else no dump. Returns 0 on success, -1 on
+ * failure (errno set). Not async-signal-safe. */
+int callstack_install_crash_handler_with_minidumps(const char* report_path_or_null,
+                                                   const char* minidump_dir_or_null);
 
 /* Gives the calling thread its own alternate signal stack, so that a stack
  * overflow on it is reported too. Alternate stacks are per thread: call

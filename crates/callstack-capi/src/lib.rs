@@ -170,11 +170,12 @@ pub extern "C" fn callstack_prepare_thread() {
 /// SIGBUS, SIGILL, SIGFPE, SIGABRT or SIGTRAP, a raw report (signal, thread,
 /// frames as module+offset+build-id) is written to stderr and, if
 /// `report_path_or_null` is not null, appended to that file; then a helper
-/// process prints the symbolized report; then the process dies as it would
-/// have. The helper and its timeout can be set with the environment
-/// variables `CALLSTACK_CRASH_HELPER` (`none` to skip symbolizing) and
-/// `CALLSTACK_CRASH_TIMEOUT_MS`. Returns 0 on success, -1 on failure (with
-/// `errno` set).
+/// process prints the symbolized report (and writes a minidump first when
+/// `CALLSTACK_CRASH_MINIDUMP_DIR` names a directory); then the process dies
+/// as it would have. The helper and its timeout can be set with the
+/// environment variables `CALLSTACK_CRASH_HELPER` (`none` to skip
+/// symbolizing) and `CALLSTACK_CRASH_TIMEOUT_MS`. Returns 0 on success, -1
+/// on failure (with `errno` set).
 ///
 /// If `CALLSTACK_CRASH_SYMBOLIZE=1` is in the environment, this process is
 /// the symbolizing helper: the call reads a raw report on standard input,
@@ -187,17 +188,56 @@ pub extern "C" fn callstack_prepare_thread() {
 pub unsafe extern "C" fn callstack_install_crash_handler(
     report_path_or_null: *const core::ffi::c_char,
 ) -> core::ffi::c_int {
+    // SAFETY: forwarded from our caller; a null directory is allowed.
+    unsafe {
+        callstack_install_crash_handler_with_minidumps(report_path_or_null, core::ptr::null())
+    }
+}
+
+/// A C string argument as a path (`None` for null).
+///
+/// # Safety
+/// `p` is null or a NUL-terminated string.
+#[cfg(target_os = "linux")]
+unsafe fn opt_path(p: *const core::ffi::c_char) -> Option<std::path::PathBuf> {
     use std::os::unix::ffi::OsStrExt;
-    let report_path = if report_path_or_null.is_null() {
-        None
-    } else {
-        // SAFETY: the caller promises a NUL-terminated string.
-        let bytes = unsafe { core::ffi::CStr::from_ptr(report_path_or_null) }.to_bytes();
-        Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller promises a NUL-terminated string.
+    let bytes = unsafe { core::ffi::CStr::from_ptr(p) }.to_bytes();
+    Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+}
+
+/// `int callstack_install_crash_handler_with_minidumps(const char* report_path_or_null, const char* minidump_dir_or_null);`
+///
+/// [`callstack_install_crash_handler`], and on a crash a minidump of the
+/// whole process (every thread, the modules with their build-ids, the
+/// exception) written into `minidump_dir_or_null` (created if missing) as
+/// `<exe>-<pid>-<unix-seconds>.dmp` by the helper process, before the
+/// symbolized report, which names the file on a `minidump: PATH` line. A
+/// null directory falls back to `CALLSTACK_CRASH_MINIDUMP_DIR`, else no
+/// dump. Returns 0 on success, -1 on failure (with `errno` set).
+///
+/// # Safety
+/// Each argument must be null or a NUL-terminated string.
+#[cfg(target_os = "linux")]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_install_crash_handler_with_minidumps(
+    report_path_or_null: *const core::ffi::c_char,
+    minidump_dir_or_null: *const core::ffi::c_char,
+) -> core::ffi::c_int {
+    // SAFETY: the caller promises null or NUL-terminated strings.
+    let (report_path, minidump_dir) = unsafe {
+        (
+            opt_path(report_path_or_null),
+            opt_path(minidump_dir_or_null),
+        )
     };
     let r = std::panic::catch_unwind(|| {
         callstack::crash::install(callstack::crash::Options {
             report_path,
+            minidump_dir,
             ..Default::default()
         })
     });

@@ -7,6 +7,7 @@
 //! formatted into a static buffer owned by whichever thread holds the crash
 //! lock ([`CRASHING`]).
 
+use super::context::{self, CONTEXT_BYTES};
 use super::fmt::Buf;
 use super::helper::{self, Outcome, Plan};
 use super::signals::{self, Origin};
@@ -22,8 +23,12 @@ const REPORT_BYTES: usize = 96 * 1024;
 pub(crate) struct Config {
     /// NUL-terminated report file path, or empty.
     pub(crate) report_path: Vec<u8>,
-    /// The helper plan, if symbolizing.
+    /// The helper plan, if symbolizing or writing a minidump.
     pub(crate) plan: Option<Plan>,
+    /// Whether the helper prints the symbolized report.
+    pub(crate) symbolize: bool,
+    /// The minidump directory (no NUL, no newline), or empty for none.
+    pub(crate) minidump_dir: Vec<u8>,
 }
 
 pub(crate) static CONFIG: AtomicPtr<Config> = AtomicPtr::new(core::ptr::null_mut());
@@ -127,6 +132,8 @@ unsafe fn report_on_report_stack(
 
 struct Scratch {
     report: [u8; REPORT_BYTES],
+    /// The crash context sent to the helper after the raw report.
+    context: [u8; CONTEXT_BYTES],
     frames: [usize; MAX_FRAMES],
     maps: MapsScratch,
 }
@@ -134,6 +141,7 @@ struct Scratch {
 // Owned by the holder of CRASHING.
 static SCRATCH: SyncCell<Scratch> = SyncCell::new(Scratch {
     report: [0; REPORT_BYTES],
+    context: [0; CONTEXT_BYTES],
     frames: [0; MAX_FRAMES],
     maps: MapsScratch::new(),
 });
@@ -470,19 +478,45 @@ fn report(sig: i32, info: &libc::siginfo_t, ctx: &libc::ucontext_t, tid: i32, s:
     }
     let len = w.len();
     emit(&s.report[..len], cfg);
-    if let Some(plan) = cfg.and_then(|c| c.plan.as_ref()) {
-        symbolize(&s.report[..len], plan);
+    if let Some((c, plan)) = cfg.and_then(|c| Some((c, c.plan.as_ref()?))) {
+        // The context for the helper's minidump goes on its pipe only.
+        let fields = context::Fields {
+            pid: sys::getpid(),
+            tid,
+            signal: sig,
+            code,
+            address: match signals::origin(code) {
+                // SAFETY: si_addr is valid for the fault signals.
+                Origin::Fault => (unsafe { info.si_addr() }) as u64,
+                _ => 0,
+            },
+            symbolize: c.symbolize,
+            minidump_dir: &c.minidump_dir,
+        };
+        let clen = context::write_context(&mut s.context, &fields, ctx);
+        // ptrace needs a dumpable process: a program that made itself
+        // undumpable (PR_SET_DUMPABLE 0, or a set-id one) is made dumpable
+        // while its helper writes the minidump, then put back.
+        let undumpable = !c.minidump_dir.is_empty() && sys::dumpable() == Some(false);
+        if undumpable {
+            sys::set_dumpable(true);
+        }
+        symbolize(&s.report[..len], &s.context[..clen], plan);
+        if undumpable {
+            sys::set_dumpable(false);
+        }
     }
 }
 
 /// Runs the helpers of `plan` in turn until one succeeds or time runs out,
-/// then says on stderr how it went.
-fn symbolize(raw: &[u8], plan: &Plan) {
+/// feeding each the raw report then the crash context; says on stderr how
+/// it went.
+fn symbolize(raw: &[u8], crash_context: &[u8], plan: &Plan) {
     let start = sys::monotonic_ns();
     let deadline = start.saturating_add(plan.timeout_ns);
     let mut line = [0u8; 512];
     for c in &plan.candidates {
-        let out = helper::run(c, raw, deadline);
+        let out = helper::run(c, &[raw, crash_context], deadline);
         let mut w = Buf::new(&mut line);
         w.str("*** callstack: symbolizing helper (")
             .bytes(c.label.as_bytes())

@@ -1,14 +1,15 @@
 //! The symbolizing helper process: chosen and prepared at install time,
-//! started from the signal handler with a raw `clone` system call and
-//! `execve`, fed the raw report through a pipe, and waited for with a
-//! timeout.
+//! started from the signal handler with `clone` and `execve`, fed the raw
+//! report through a pipe, and waited for with a timeout.
 //!
-//! Why a raw `clone(SIGCHLD)` and not `fork()`: glibc's `fork()` runs the
-//! `pthread_atfork` handlers and takes malloc's arena locks, so it deadlocks
-//! if the crash happened inside malloc. The raw system call copies the
-//! process and runs nothing; the child then calls only `dup2`, `open`,
-//! `sigprocmask` and `execve` (all plain system calls) before the new
-//! program replaces it.
+//! Why `clone(CLONE_VM | CLONE_VFORK | SIGCHLD)` on a stack of its own and
+//! not `fork()`: glibc's `fork()` runs the `pthread_atfork` handlers and
+//! takes malloc's arena locks, so it deadlocks if the crash happened inside
+//! malloc; and any fork copies the page tables of the crashed process (4 ms
+//! for 256 MiB resident, growing with the heap). The child shares the
+//! memory until its `execve` (as `posix_spawn`'s does) and calls only
+//! `sigaction`, `dup2`, `open`, `sigprocmask` and `execve` (all plain system
+//! calls) before the new program replaces it.
 //!
 //! While a helper runs, `SIGCHLD` is set to its default action (no handler,
 //! no automatic reaping) and put back after: a program whose `SIGCHLD`
@@ -20,7 +21,7 @@
 //! program that sits in `waitpid(-1, ...)` can still reap it: the report
 //! then says the status is unknown.
 
-use super::sys;
+use super::sys::{self, SyncCell};
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -34,6 +35,9 @@ pub const REPORT_ENV: &str = "CALLSTACK_CRASH_REPORT";
 /// Environment variable naming the helper program to run (overrides the
 /// search; `none` disables the symbolizing step).
 pub const HELPER_ENV: &str = "CALLSTACK_CRASH_HELPER";
+/// Environment variable naming the directory crash minidumps are written
+/// to, when [`super::Options::minidump_dir`] is not set.
+pub const MINIDUMP_DIR_ENV: &str = "CALLSTACK_CRASH_MINIDUMP_DIR";
 /// Environment variable overriding the helper's timeout, in milliseconds.
 pub const TIMEOUT_ENV: &str = "CALLSTACK_CRASH_TIMEOUT_MS";
 /// The subcommand a helper program is run with (the `callstack` binary
@@ -132,7 +136,11 @@ fn find_callstack_binary() -> Option<PathBuf> {
 pub(crate) fn plan(helper: Option<&Path>, timeout_ns: u64, report: Option<&Path>) -> Plan {
     let sub = [OsString::from(HELPER_SUBCOMMAND)];
     let mut candidates = Vec::new();
-    let env_helper = std::env::var_os(HELPER_ENV).map(PathBuf::from);
+    // `none` (symbolizing off) names no program: with a minidump to write
+    // the search below still finds one.
+    let env_helper = std::env::var_os(HELPER_ENV)
+        .filter(|v| v != "none")
+        .map(PathBuf::from);
     if let Some(h) = helper.map(Path::to_path_buf).or(env_helper) {
         candidates.push(Candidate::new("user helper", &h, &sub, report));
         return Plan {
@@ -210,9 +218,16 @@ impl Drop for DefaultSigchld {
     }
 }
 
-/// Runs one helper: clone, exec, feed `input`, wait until `deadline_ns`
-/// (monotonic). Async-signal-safe: system calls only, no allocation.
-pub(crate) fn run(c: &Candidate, input: &[u8], deadline_ns: u64) -> Outcome {
+/// Runs one helper: clone, exec, feed the `input` parts in order, wait until
+/// `deadline_ns` (monotonic). Async-signal-safe: system calls only, no
+/// allocation.
+///
+/// While it runs the helper may trace this process (it reads every thread
+/// with `ptrace` to write a minidump): `prctl(PR_SET_PTRACER, helper)`
+/// allows a child to attach to its parent under Yama's `ptrace_scope=1`
+/// (without Yama the call fails with `EINVAL` and nothing is needed), and
+/// is undone once the helper has ended.
+pub(crate) fn run(c: &Candidate, input: &[&[u8]], deadline_ns: u64) -> Outcome {
     let mut fds = [0i32; 2];
     // SAFETY: `fds` is a valid two-int array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -220,21 +235,7 @@ pub(crate) fn run(c: &Candidate, input: &[u8], deadline_ns: u64) -> Outcome {
     }
     let (rd, wr) = (fds[0], fds[1]);
     let _sigchld = DefaultSigchld::set();
-    // SAFETY: a raw clone with only SIGCHLD behaves like fork() without
-    // running atfork handlers; the child below makes only raw system calls.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            libc::SIGCHLD as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
-    if pid == 0 {
-        child(c, rd)
-    }
+    let pid = spawn(c, rd);
     sys::close(rd);
     if pid < 0 {
         let e = sys::errno();
@@ -242,19 +243,99 @@ pub(crate) fn run(c: &Candidate, input: &[u8], deadline_ns: u64) -> Outcome {
         return Outcome::SpawnFailed(e);
     }
     let pid = pid as i32;
-    feed(wr, input, deadline_ns);
+    // Before the helper reads its input to the end, hence before it can
+    // attach to us.
+    set_ptracer(pid as libc::c_ulong);
+    for part in input {
+        feed(wr, part, deadline_ns);
+    }
     sys::close(wr);
-    wait(pid, deadline_ns)
+    let out = wait(pid, deadline_ns);
+    set_ptracer(0);
+    out
 }
 
-/// In the cloned child: standard input from the pipe, standard output to
-/// `/dev/null` (the report goes to standard error), all signals unblocked,
-/// then `execve`. Never returns.
-fn child(c: &Candidate, rd: i32) -> ! {
-    // SAFETY: plain system calls on descriptors this copy of the process
-    // owns; the argv/envp arrays are NUL-terminated arrays of C strings
-    // prepared at install time.
+/// `prctl(PR_SET_PTRACER, pid)` (0: none); errors (no Yama) are ignored.
+fn set_ptracer(pid: libc::c_ulong) {
+    // SAFETY: a plain system call with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_PTRACER, pid, 0, 0, 0) };
+}
+
+/// The stack the child runs on from `clone` to `execve` (it shares the
+/// crashed process's memory meanwhile). Used only by the holder of the
+/// crash lock, whose thread waits (`CLONE_VFORK`) while the child runs.
+#[repr(align(16))]
+struct ChildStack([u8; 32 * 1024]);
+static CHILD_STACK: SyncCell<ChildStack> = SyncCell::new(ChildStack([0; 32 * 1024]));
+
+struct ChildArgs<'a> {
+    c: &'a Candidate,
+    rd: i32,
+}
+
+extern "C" fn child_entry(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the ChildArgs of `spawn`, alive while the parent
+    // waits for the child to exec (CLONE_VFORK).
+    let a = unsafe { &*(arg as *const ChildArgs<'_>) };
+    child(a.c, a.rd)
+}
+
+/// Starts the helper: `clone(CLONE_VM | CLONE_VFORK | SIGCHLD)` on a stack of
+/// its own (what `posix_spawn` does, and not glibc's `fork()`, whose atfork
+/// handlers take malloc's locks): the child shares the crashed process's
+/// memory until its `execve`, so no page table is copied (a plain fork of a
+/// process with 256 MiB resident costs 4 ms, and grows with the heap), and
+/// this thread waits meanwhile. Every signal is blocked around the call, and
+/// the child puts the handled ones back to their default before unblocking
+/// them: no handler of the program runs in the child on shared memory.
+/// Returns the child's pid, or -1 with errno set.
+fn spawn(c: &Candidate, rd: i32) -> i64 {
+    let args = ChildArgs { c, rd };
+    // SAFETY: the child stack is ours while we hold the crash lock (the
+    // only caller); sigset manipulation on local values; `clone` with a
+    // function, a stack top 16-byte aligned and an argument that outlives
+    // the child's use of it (CLONE_VFORK returns after its execve or exit).
     unsafe {
+        let stack = &mut (*CHILD_STACK.get()).0;
+        let top = stack.as_mut_ptr().add(stack.len());
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let pid = libc::clone(
+            child_entry,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&args as *const ChildArgs<'_>).cast_mut().cast(),
+        );
+        let e = sys::errno();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        sys::set_errno(e);
+        pid as i64
+    }
+}
+
+/// In the child: the program's signal handlers back to their defaults,
+/// standard input from the pipe, standard output to `/dev/null` (the
+/// report goes to standard error), all signals unblocked, then `execve`.
+/// Never returns.
+fn child(c: &Candidate, rd: i32) -> ! {
+    // SAFETY: plain system calls on descriptors this child owns (its own
+    // descriptor table: no CLONE_FILES) and on its own handler table (no
+    // CLONE_SIGHAND); the argv/envp arrays are NUL-terminated arrays of C
+    // strings prepared at install time.
+    unsafe {
+        let mut dfl: libc::sigaction = core::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        for sig in 1..65 {
+            let mut cur: libc::sigaction = core::mem::zeroed();
+            if libc::sigaction(sig, core::ptr::null(), &mut cur) == 0
+                && cur.sa_sigaction != libc::SIG_DFL
+                && cur.sa_sigaction != libc::SIG_IGN
+            {
+                libc::sigaction(sig, &dfl, core::ptr::null_mut());
+            }
+        }
         libc::dup2(rd, 0);
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
         if null >= 0 {

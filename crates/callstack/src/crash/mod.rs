@@ -14,9 +14,10 @@
 //! 2. **The symbolized part** (function, file:line:column, inlined frames),
 //!    made by *another process*: symbolizing inside the crashed process can
 //!    deadlock (the crash may be inside `malloc`, holding its lock) or fault
-//!    again (the heap may be corrupt). The handler starts a helper with a
-//!    raw `clone` system call (not glibc's `fork()`, whose atfork handlers
-//!    take malloc's locks) and `execve`, writes the raw report to its
+//!    again (the heap may be corrupt). The handler starts a helper with
+//!    `clone(CLONE_VM | CLONE_VFORK)` on a stack of its own (not glibc's
+//!    `fork()`, whose atfork handlers take malloc's locks, and no copy of
+//!    the crashed process's page tables) and `execve`, writes the raw report to its
 //!    standard input, and waits for it with a timeout (default 5 s), with
 //!    `SIGCHLD` at its default action meanwhile so that a program's handler
 //!    that reaps every child cannot take the helper's exit status. The
@@ -41,6 +42,53 @@
 //! .expect("crash handler");
 //! ```
 //!
+//! ## Minidumps
+//! With [`Options::minidump_dir`] (or `CALLSTACK_CRASH_MINIDUMP_DIR`; C:
+//! `callstack_install_crash_handler_with_minidumps`), the helper first writes
+//! a minidump of the crashed process into that directory (created if
+//! missing), then prints the symbolized report, whose header gains a line
+//! `minidump: PATH (N threads, M modules, B bytes, T ms after the fault)`
+//! (or `minidump: not written: WHY`). The file is named
+//! `<exe>-<pid>-<unix-seconds>.dmp` (the executable's file name, the
+//! crashed pid, the time of the crash): unique per crash on a machine. It
+//! is the standard format (see [`crate::minidump`]) with every thread's
+//! registers and stack, the modules with their build-ids, and the exception
+//! (signal, code, fault address, crashing thread).
+//!
+//! How, and why so (the design of Crashpad's handler started at crash
+//! time, reading the process the way Breakpad's Linux writer does): the
+//! handler does nothing more in the crashed process than for the report.
+//! After the raw part it sends the helper, on its standard input only (not
+//! on stderr or the report file), the crash context: the crashed pid, the
+//! crashing thread, `si_signo`/`si_code`/`si_addr`, and every general
+//! register of the signal's `ucontext` (x86-64 and AArch64, as the words of
+//! the kernel's `user_regs_struct`), formatted into static storage. It
+//! calls `prctl(PR_SET_PTRACER, helper)` so that the helper, its child,
+//! may trace it under Yama's `ptrace_scope=1` (without Yama the call fails
+//! with `EINVAL`, harmlessly), makes the process dumpable for that time if
+//! it was not (`PR_SET_DUMPABLE`: `ptrace` refuses an undumpable process to
+//! anyone without CAP_SYS_PTRACE; as Breakpad does), and waits as for a
+//! report. The helper is a
+//! fresh process (`execve`d: its own heap, no lock inherited), which
+//! attaches to every thread of the crashed process with `ptrace`, copies
+//! registers and stacks, reads the modules from `/proc` and their files,
+//! writes the file and detaches ([`crate::minidump::write_live_process`]);
+//! for the crashing thread it uses the registers from the context (`ptrace`
+//! sees that thread inside the handler). So the dump depends on nothing of
+//! the crashed process but its memory: a crash inside `malloc` with the
+//! arena lock held, or on a thread whose stack is exhausted (the handler
+//! runs on its alternate stack, then on the report stack; the helper needs
+//! neither), still produces one. Writing in the crashed process itself
+//! (Breakpad's in-process mode, sentry-native's) would have to stop its
+//! other threads and read them without the heap from a signal handler; a
+//! monitor registered at start-up (Crashpad's daemon) costs a process per
+//! program for its whole life. The helper's timeout (default 5 s) covers
+//! the dump and the report together: a dump of a few threads takes a few
+//! milliseconds (BENCHMARKS.md, "crash minidump"). The dump is written
+//! before the symbolized report, so that a slow symbolization cannot starve
+//! it. The crash context adds no system call to the handler (`prctl` was
+//! already used to read the thread's name).
+//!
 //! ## Which helper symbolizes
 //! In order: the program named by [`Options::helper`] or the
 //! `CALLSTACK_CRASH_HELPER` environment variable (`none` turns the step
@@ -55,11 +103,14 @@
 //! helper that fails is followed by the next one while time remains.
 //!
 //! The helper protocol, for a helper of your own: it is run as
-//! `HELPER crash-report` with the raw report on standard input,
+//! `HELPER crash-report` with the raw report on standard input (followed,
+//! on the pipe only, by the crash context block that [`parse_context`]
+//! reads),
 //! `CALLSTACK_CRASH_SYMBOLIZE=1` and (when a report file is set)
 //! `CALLSTACK_CRASH_REPORT=PATH` in its environment; it writes the
 //! symbolized report to standard error and appends it to that file.
-//! [`symbolize_report`] does the work; a saved report file can be
+//! [`run_helper`] does the work (the minidump, then [`symbolize_report`]);
+//! a saved report file can be
 //! symbolized later with `callstack crash-report FILE`.
 //!
 //! ## Signal-safety rules of the handler
@@ -123,6 +174,9 @@
 //! signal: this is safe), before the previous hook runs.
 
 mod altstack;
+mod context;
+#[cfg(all(feature = "remote", target_os = "linux"))]
+mod dump;
 mod fmt;
 mod handler;
 mod helper;
@@ -139,7 +193,10 @@ pub(crate) mod fuzzing {
 }
 mod sys;
 
-pub use helper::{HELPER_ENV, HELPER_SUBCOMMAND, REPORT_ENV, SYMBOLIZE_ENV, TIMEOUT_ENV};
+pub use context::{parse_context, CrashContext};
+pub use helper::{
+    HELPER_ENV, HELPER_SUBCOMMAND, MINIDUMP_DIR_ENV, REPORT_ENV, SYMBOLIZE_ENV, TIMEOUT_ENV,
+};
 #[cfg(feature = "symbolize")]
 pub use report::{parse_raw_reports, run_helper, symbolize_report, RawFrame, RawReport};
 pub use signals::{code_words, signal_name, CRASH_SIGNALS};
@@ -166,6 +223,10 @@ pub struct Options {
     pub signals: Vec<i32>,
     /// Also report panics (default `false`).
     pub panic_hook: bool,
+    /// Write a minidump of the crashed process into this directory (see
+    /// "Minidumps" in the [module docs](self)); default: the
+    /// `CALLSTACK_CRASH_MINIDUMP_DIR` environment variable, else none.
+    pub minidump_dir: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -177,6 +238,7 @@ impl Default for Options {
             timeout: Duration::from_secs(5),
             signals: CRASH_SIGNALS.to_vec(),
             panic_hook: false,
+            minidump_dir: None,
         }
     }
 }
@@ -217,7 +279,27 @@ pub fn install(options: Options) -> io::Result<()> {
         .unwrap_or(options.timeout);
     let helper_off =
         std::env::var_os(HELPER_ENV).is_some_and(|v| v == "none") && options.helper.is_none();
-    let plan = (options.symbolize && !helper_off).then(|| {
+    let minidump_dir = match options
+        .minidump_dir
+        .clone()
+        .or_else(|| std::env::var_os(MINIDUMP_DIR_ENV).map(PathBuf::from))
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        Some(d) => {
+            let d = std::path::absolute(&d).unwrap_or(d);
+            let bytes = d.as_os_str().as_encoded_bytes().to_vec();
+            if bytes.iter().any(|&b| b == 0 || b == b'\n') {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "minidump directory: a path with a NUL or newline byte",
+                ));
+            }
+            bytes
+        }
+        None => Vec::new(),
+    };
+    let symbolize = options.symbolize && !helper_off;
+    let plan = (symbolize || !minidump_dir.is_empty()).then(|| {
         helper::plan(
             options.helper.as_deref(),
             timeout.as_nanos().min(u64::MAX as u128) as u64,
@@ -234,7 +316,12 @@ pub fn install(options: Options) -> io::Result<()> {
             v
         })
         .unwrap_or_default();
-    let cfg = Box::new(handler::Config { report_path, plan });
+    let cfg = Box::new(handler::Config {
+        report_path,
+        plan,
+        symbolize,
+        minidump_dir,
+    });
     // Published once per install and never freed: a handler running on
     // another thread may still read the previous one.
     handler::CONFIG.store(Box::leak(cfg), core::sync::atomic::Ordering::Release);

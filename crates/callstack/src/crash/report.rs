@@ -237,10 +237,13 @@ pub(crate) fn symbolize_report_with(raw: &str, style: Style) -> String {
     out
 }
 
-/// The symbolizer mode of a helper process: reads raw reports on standard
-/// input, writes the symbolized report to standard error and appends it to
-/// the file named by `CALLSTACK_CRASH_REPORT` (if set). Returns the process
-/// exit status (0 when something was symbolized).
+/// The helper mode of a crashed process's helper: reads the raw report
+/// and the crash context on standard input; writes the minidump first if
+/// the context names a directory (see [`super::Options::minidump_dir`]);
+/// then writes the symbolized report (with a `minidump: PATH` line) to
+/// standard error and appends it to the file named by
+/// `CALLSTACK_CRASH_REPORT` (if set). Returns the process exit status (0
+/// when something was symbolized or a dump written).
 pub fn run_helper() -> i32 {
     use std::io::{Read, Write};
     let mut raw = String::new();
@@ -249,13 +252,32 @@ pub fn run_helper() -> i32 {
         return 1;
     }
     raw.push_str(&String::from_utf8_lossy(&bytes));
-    let text = symbolize_report_with(
-        &raw,
-        Style {
-            elapsed: true,
-            trim_panic_frames: false,
-        },
-    );
+    let context = super::context::parse_context(&raw);
+    let event_ns = parse_raw_reports(&raw).last().and_then(|r| r.time_ns);
+    let mut dumped = false;
+    let dump_line = context.as_ref().and_then(|c| {
+        let dir = c.minidump_dir.as_ref()?;
+        let line = minidump_line(c, dir, event_ns);
+        dumped = line.starts_with("minidump: /");
+        Some(line)
+    });
+    let symbolize = context.as_ref().is_none_or(|c| c.symbolize);
+    let mut text = if symbolize {
+        symbolize_report_with(
+            &raw,
+            Style {
+                elapsed: true,
+                trim_panic_frames: false,
+            },
+        )
+    } else {
+        String::new()
+    };
+    match (&dump_line, text.is_empty()) {
+        (Some(line), false) => text = with_header_line(&text, line),
+        (Some(line), true) => text = format!("*** callstack: {line} ***\n"),
+        (None, _) => {}
+    }
     if text.is_empty() {
         eprintln!("callstack crash-report: no raw report on standard input");
         return 2;
@@ -270,7 +292,67 @@ pub fn run_helper() -> i32 {
             let _ = f.write_all(text.as_bytes());
         }
     }
-    0
+    if symbolize || dumped {
+        0
+    } else {
+        1
+    }
+}
+
+/// Writes the minidump and says how it went, as the report's line:
+/// `minidump: PATH (N threads, M modules, B bytes, T ms after the fault)`
+/// or `minidump: not written: WHY`.
+#[cfg(all(feature = "remote", target_os = "linux"))]
+fn minidump_line(
+    c: &super::context::CrashContext,
+    dir: &std::path::Path,
+    event: Option<u64>,
+) -> String {
+    match super::dump::write(c, dir) {
+        Ok((path, st)) => {
+            let mut s = format!(
+                "minidump: {} ({} threads, {} modules, {} bytes",
+                path.display(),
+                st.threads,
+                st.modules,
+                st.bytes
+            );
+            if let Some(t) = event {
+                let now = super::sys::monotonic_ns();
+                let _ = write!(
+                    s,
+                    ", {:.1} ms after the fault",
+                    now.saturating_sub(t) as f64 / 1e6
+                );
+            }
+            s.push(')');
+            s
+        }
+        Err(e) => format!("minidump: not written: {e}"),
+    }
+}
+
+#[cfg(not(all(feature = "remote", target_os = "linux")))]
+fn minidump_line(_: &super::context::CrashContext, _: &std::path::Path, _: Option<u64>) -> String {
+    "minidump: not written: callstack was built without the `remote` feature".to_string()
+}
+
+/// `text` (symbolized reports) with `line` added to the header of the last
+/// report, before its first frame.
+fn with_header_line(text: &str, line: &str) -> String {
+    let start = text
+        .rfind("*** callstack: crash report (symbolized) ***")
+        .unwrap_or(0);
+    let at = text[start..]
+        .find("\n  #")
+        .or_else(|| text[start..].find("\n*** end of symbolized report"))
+        .map_or(text.len(), |i| start + i + 1);
+    let mut out = String::with_capacity(text.len() + line.len() + 1);
+    out.push_str(&text[..at]);
+    out.push_str(line);
+    out.push('\n');
+    out.push_str(&text[at..]);
+    out
 }
 
 #[cfg(test)]

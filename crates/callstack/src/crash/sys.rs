@@ -111,3 +111,16 @@ pub(crate) fn sleep_ns(ns: u64) {
     // SAFETY: valid timespec; a null remainder.
     unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
 }
+
+/// Whether the process is dumpable (`PR_GET_DUMPABLE`), `None` on error.
+pub(crate) fn dumpable() -> Option<bool> {
+    // SAFETY: a plain system call with integer arguments.
+    let r = unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) };
+    (r >= 0).then_some(r != 0)
+}
+
+/// `PR_SET_DUMPABLE` (errors ignored).
+pub(crate) fn set_dumpable(on: bool) {
+    // SAFETY: a plain system call with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, on as libc::c_ulong, 0, 0, 0) };
+}
