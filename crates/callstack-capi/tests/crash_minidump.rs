@@ -11,7 +11,7 @@
 //!   runs it and stops at the signal), function names through `main` or the
 //!   thread's start;
 //! - `callstack minidump` (our reader) unwinds into exactly gdb's frames
-//!   (checked when the CLI has that subcommand).
+//!   too.
 //!
 //! Crashes inside `malloc` with the arena lock held, and on a thread whose
 //! stack is exhausted, are among them: the dump is written by the helper
@@ -22,30 +22,6 @@ use std::process::Command;
 use std::sync::Mutex;
 use testsupport::crash::*;
 use testsupport::{scratch_dir, Gcc};
-
-/// `minidump-stackwalk`: `$MINIDUMP_STACKWALK`, else on `PATH`, else where
-/// scripts/install-test-deps.sh puts it (`$CALLSTACK_TOOLS/bin`, by
-/// default `~/.local/share/callstack-tools/bin`).
-fn stackwalk_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("MINIDUMP_STACKWALK") {
-        return p.into();
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Some(t) = std::env::var_os("CALLSTACK_TOOLS") {
-        dirs.push(PathBuf::from(t).join("bin"));
-    }
-    dirs.push(home.join(".local/share/callstack-tools/bin"));
-    dirs.push("/tmp/mdsw/bin".into());
-    dirs.into_iter()
-        .map(|d| d.join("minidump-stackwalk"))
-        .find(|p| p.is_file())
-        .expect("minidump-stackwalk not found: run scripts/install-test-deps.sh")
-}
 
 fn build(flags: &str) -> PathBuf {
     static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
@@ -220,7 +196,7 @@ fn norm(name: &str) -> String {
 /// `minidump-stackwalk --json --use-local-debuginfo`: each thread's
 /// function names (inlined frames first, as gdb lists them), by thread id.
 fn stackwalk(dump: &Path) -> BTreeMap<u32, Vec<String>> {
-    let o = Command::new(stackwalk_bin())
+    let o = Command::new(testsupport::minidump_stackwalk())
         .args(["--json", "--use-local-debuginfo"])
         .arg(dump)
         .output()
@@ -457,18 +433,9 @@ fn check_against_gdb(r: &Run, exe: &Path, scenario: &str) {
 /// `callstack minidump DUMP` (our reader) against gdb at the same crash:
 /// every thread's function names exactly, through `main` or the thread's
 /// start (tail-call and inlined frames included), threads matched as in
-/// [`check_against_gdb`]. Skipped, saying so, by a CLI built without the
-/// `minidump` subcommand (the reader lands in another branch).
+/// [`check_against_gdb`].
 fn check_callstack_minidump(r: &Run, exe: &Path, scenario: &str) {
     let cli = &testsupport::release_artifacts().cli;
-    let help = Command::new(cli)
-        .args(["minidump", "--help"])
-        .output()
-        .unwrap();
-    if !help.status.success() {
-        eprintln!("[crash_minidump] `callstack minidump` not in this build: reader check skipped");
-        return;
-    }
     let o = Command::new(cli)
         .arg("minidump")
         .arg(&r.dump)

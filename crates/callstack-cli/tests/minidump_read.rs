@@ -212,18 +212,14 @@ fn dump_both(exe: &Path, tag: &str, workers: usize) -> (PathBuf, PathBuf) {
 }
 
 /// `minidump-stackwalk --json`'s frame addresses per thread (the pc of
-/// the first frame, a return address less one for the others), when the
-/// tool is installed (scripts/install-test-deps.sh puts it in /tmp/mdsw/bin).
+/// the first frame, a return address less one for the others), with the
+/// module files' own CFI and symbols (`--use-local-debuginfo`).
 fn stackwalk_frames(dump: &Path) -> Option<BTreeMap<u32, Vec<u64>>> {
-    let tool = ["/tmp/mdsw/bin/minidump-stackwalk", "minidump-stackwalk"]
-        .into_iter()
-        .find(|t| {
-            Command::new(t)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })?;
-    let o = Command::new(tool).arg("--json").arg(dump).output().ok()?;
+    let o = Command::new(testsupport::minidump_stackwalk())
+        .args(["--json", "--use-local-debuginfo"])
+        .arg(dump)
+        .output()
+        .expect("run minidump-stackwalk");
     let v: Value = serde_json::from_slice(&o.stdout).ok()?;
     let mut out = BTreeMap::new();
     for t in v["threads"].as_array()? {
@@ -307,9 +303,8 @@ fn minidump_writer_dumps_match_gdb_on_the_same_process() {
         // (this machine's, the dump's build-id).
         assert!(!stderr.contains("warning"), "{tag}: {stderr}");
         assert_eq!(v["missing_modules"], serde_json::json!([]));
-        // rust-minidump's stackwalker, where installed: we find at least
-        // as many frames on every thread (it has no CFI here: no symbol
-        // files were made for it).
+        // rust-minidump's stackwalker, with the modules' own debug info:
+        // we find at least as many right frames on every thread.
         if let Some(sw) = stackwalk_frames(&dump) {
             let pcs = frame_pcs(&v);
             for (tid, theirs) in &sw {
@@ -320,7 +315,7 @@ fn minidump_writer_dumps_match_gdb_on_the_same_process() {
                     theirs.len(),
                     ours_pcs.len()
                 );
-                assert!(ours_pcs.len() >= right);
+                assert!(ours_pcs.len() >= right, "{tag}: thread {tid}");
             }
         }
         // The text output reads like `callstack core`'s.

@@ -47,30 +47,6 @@ const OWN: &[&str] = &[
     "crash_worker",
 ];
 
-/// `minidump-stackwalk`: `$MINIDUMP_STACKWALK`, else on `PATH`, else where
-/// scripts/install-test-deps.sh puts it (`$CALLSTACK_TOOLS/bin`, by
-/// default `~/.local/share/callstack-tools/bin`).
-fn stackwalk() -> PathBuf {
-    if let Some(p) = std::env::var_os("MINIDUMP_STACKWALK") {
-        return p.into();
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    if let Some(t) = std::env::var_os("CALLSTACK_TOOLS") {
-        dirs.push(PathBuf::from(t).join("bin"));
-    }
-    dirs.push(home.join(".local/share/callstack-tools/bin"));
-    dirs.push("/tmp/mdsw/bin".into());
-    dirs.into_iter()
-        .map(|d| d.join("minidump-stackwalk"))
-        .find(|p| p.is_file())
-        .expect("minidump-stackwalk not found: run scripts/install-test-deps.sh")
-}
-
 /// The remote_threads fixture, every thread blocked in its known chain.
 struct Fixture {
     child: Child,
@@ -223,7 +199,7 @@ struct WalkFrame {
 }
 
 fn stackwalk_json(dump: &Path) -> Value {
-    let o = Command::new(stackwalk())
+    let o = Command::new(testsupport::minidump_stackwalk())
         .args(["--json", "--use-local-debuginfo"])
         .arg(dump)
         .output()

@@ -404,6 +404,32 @@ pub fn gcore(pid: u32, dir: &Path) -> PathBuf {
     core
 }
 
+/// rust-minidump's `minidump-stackwalk`, the oracle of the minidump tests:
+/// `$MINIDUMP_STACKWALK`, else on `PATH`, else where
+/// scripts/install-test-deps.sh installs it (`$CALLSTACK_TOOLS/bin`, by
+/// default `~/.local/share/callstack-tools/bin`). Panics, naming the
+/// script, when it is nowhere: an oracle that is missing must not turn a
+/// test into a silent pass.
+pub fn minidump_stackwalk() -> PathBuf {
+    if let Some(p) = std::env::var_os("MINIDUMP_STACKWALK") {
+        return p.into();
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    if let Some(t) = std::env::var_os("CALLSTACK_TOOLS") {
+        dirs.push(PathBuf::from(t).join("bin"));
+    }
+    dirs.push(home.join(".local/share/callstack-tools/bin"));
+    dirs.into_iter()
+        .map(|d| d.join("minidump-stackwalk"))
+        .find(|p| p.is_file())
+        .expect("minidump-stackwalk not found: run scripts/install-test-deps.sh")
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
