@@ -779,10 +779,17 @@ mod tests {
 
     /// Threads meeting the same new stacks at once: one site per stack,
     /// whichever thread's record wins (a lost race's record is given up
-    /// and not listed).
+    /// and not listed). Each lost race uses up a record, so the table has
+    /// room for the worst case (8 threads filling a record for each of
+    /// the 200 stacks: 1,600 < 2^11). The tables are mapped before the
+    /// threads start: allocations made while another thread maps them are
+    /// dropped (and counted), which is not what this test is about; with
+    /// the threads truly in parallel (an idle 2-core machine) one thread's
+    /// 200 allocations all fell in that window.
     #[test]
     fn threads_race_for_new_sites() {
-        static R: Recorder = Recorder::with_capacity(10, 16);
+        static R: Recorder = Recorder::with_capacity(11, 16);
+        assert!(R.tables().is_some());
         let go = std::sync::Arc::new(std::sync::Barrier::new(8));
         let hs: Vec<_> = (0..8usize)
             .map(|t| {
@@ -806,6 +813,7 @@ mod tests {
             assert_eq!((site[0].allocs, site[0].live_bytes()), (8, 40));
         }
         assert_eq!(s.counters.overflow_site_allocs, 0);
+        assert_eq!(R.dropped.load(Relaxed), 0);
     }
 
     /// A second recorder over the storage of a first reads what the first
