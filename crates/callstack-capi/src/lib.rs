@@ -21,7 +21,7 @@
 pub unsafe extern "C" fn callstack_capture_fast(skip: u32, max: u32, out: *mut usize) -> u32 {
     // SAFETY: a tail jump with the same arguments: the Rust entry sees the C
     // caller's return address as its own.
-    core::arch::naked_asm!("jmp {raw}", raw = sym callstack::__capture_fast_raw)
+    core::arch::naked_asm!(".cfi_startproc", "jmp {raw}", ".cfi_endproc", raw = sym callstack::__capture_fast_raw)
 }
 
 /// See the x86-64 version.
@@ -33,7 +33,7 @@ pub unsafe extern "C" fn callstack_capture_fast(skip: u32, max: u32, out: *mut u
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn callstack_capture_fast(skip: u32, max: u32, out: *mut usize) -> u32 {
     // SAFETY: a tail branch with the same arguments, as on x86-64.
-    core::arch::naked_asm!("b {raw}", raw = sym callstack::__capture_fast_raw)
+    core::arch::naked_asm!(".cfi_startproc", "b {raw}", ".cfi_endproc", raw = sym callstack::__capture_fast_raw)
 }
 
 /// Other targets: no capture, returns 0.
@@ -61,7 +61,7 @@ pub unsafe extern "C" fn callstack_capture_fast(_skip: u32, _max: u32, _out: *mu
 pub unsafe extern "C" fn callstack_capture_exact(skip: u32, max: u32, out: *mut usize) -> u32 {
     // SAFETY: a tail jump with the same arguments: the Rust entry sees the C
     // caller's return address and registers as its own caller's.
-    core::arch::naked_asm!("jmp {raw}", raw = sym callstack::__capture_exact_raw)
+    core::arch::naked_asm!(".cfi_startproc", "jmp {raw}", ".cfi_endproc", raw = sym callstack::__capture_exact_raw)
 }
 
 /// See the x86-64 version.
@@ -73,7 +73,7 @@ pub unsafe extern "C" fn callstack_capture_exact(skip: u32, max: u32, out: *mut 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn callstack_capture_exact(skip: u32, max: u32, out: *mut usize) -> u32 {
     // SAFETY: a tail branch with the same arguments, as on x86-64.
-    core::arch::naked_asm!("b {raw}", raw = sym callstack::__capture_exact_raw)
+    core::arch::naked_asm!(".cfi_startproc", "b {raw}", ".cfi_endproc", raw = sym callstack::__capture_exact_raw)
 }
 
 /// Other targets: no capture, returns 0.

@@ -167,9 +167,19 @@ fn captures_from_sigprof_stay_true_while_hooks_come_and_go() {
         checked += w.checked.load(Ordering::Relaxed);
         let bad = w.bad.load(Ordering::Relaxed);
         let n = w.first_bad_len.load(Ordering::Acquire);
+        let mut sym = callstack::Symbolizer::new();
         let first: Vec<String> = w.first_bad[..n]
             .iter()
-            .map(|a| format!("{:#x}", a.load(Ordering::Relaxed)))
+            .enumerate()
+            .map(|(k, a)| {
+                let a = a.load(Ordering::Relaxed);
+                let s = if k == 0 {
+                    sym.symbolize_pc(a)
+                } else {
+                    sym.symbolize_return(a)
+                };
+                format!("{a:#x} {}", s.function().unwrap_or("??"))
+            })
             .collect();
         assert_eq!(
             bad, 0,

@@ -19,10 +19,12 @@ macro_rules! define_exact_entry {
             // SAFETY: only argument registers are written; the tail branch
             // keeps x30, so the walk returns straight to the caller.
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 "mov x3, x30",
                 "mov x4, sp",
                 "mov x5, x29",
                 "b {imp}",
+                ".cfi_endproc",
                 imp = sym exact_from_entry,
             )
         }
@@ -44,10 +46,12 @@ macro_rules! request_entry {
             // SAFETY: as `exact_entry`, with the registers as the 2nd to
             // 4th arguments.
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 "mov x1, x30",
                 "mov x2, sp",
                 "mov x3, x29",
                 "b {imp}",
+                ".cfi_endproc",
                 imp = sym $imp,
             )
         }

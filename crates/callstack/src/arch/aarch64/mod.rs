@@ -49,13 +49,21 @@ macro_rules! define_fast_entry {
             // SAFETY: pushes a frame record (x29, x30), points x29 at it, passes x29
             // and sp as the 4th and 5th arguments, and restores both before `ret`.
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 "stp x29, x30, [sp, #-16]!",
+                ".cfi_def_cfa_offset 16",
+                ".cfi_offset x29, -16",
+                ".cfi_offset x30, -8",
                 "mov x29, sp",
                 "mov x3, x29",
                 "mov x4, sp",
                 "bl {walk}",
                 "ldp x29, x30, [sp], #16",
+                ".cfi_def_cfa_offset 0",
+                ".cfi_restore x29",
+                ".cfi_restore x30",
                 "ret",
+                ".cfi_endproc",
                 walk = sym walk_from_entry,
             )
         }

@@ -16,12 +16,22 @@ pub unsafe extern "C" fn call_on_stack(
     // SAFETY: saves the frame record (x29, x30) on the old stack, keeps the
     // old sp in x29, switches sp, calls f, restores sp and the record.
     core::arch::naked_asm!(
+        ".cfi_startproc",
         "stp x29, x30, [sp, #-16]!",
+        ".cfi_def_cfa_offset 16",
+        ".cfi_offset x29, -16",
+        ".cfi_offset x30, -8",
         "mov x29, sp",
+        ".cfi_def_cfa x29, 16",
         "mov sp, x2",
         "blr x1",
         "mov sp, x29",
+        ".cfi_def_cfa sp, 16",
         "ldp x29, x30, [sp], #16",
+        ".cfi_def_cfa_offset 0",
+        ".cfi_restore x29",
+        ".cfi_restore x30",
         "ret",
+        ".cfi_endproc",
     )
 }

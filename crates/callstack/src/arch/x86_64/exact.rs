@@ -38,10 +38,12 @@ macro_rules! define_exact_entry {
             // entry, so the tail jump behaves as if the caller had called the
             // target directly.
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 "mov rcx, [rsp]",
                 "lea r8, [rsp + 8]",
                 "mov r9, rbp",
                 "jmp {imp}",
+                ".cfi_endproc",
                 imp = sym exact_from_entry,
             )
         }
@@ -83,10 +85,12 @@ macro_rules! request_entry {
             // SAFETY: as `exact_entry`, with the registers as the 2nd to 4th
             // arguments.
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 "mov rsi, [rsp]",
                 "lea rdx, [rsp + 8]",
                 "mov rcx, rbp",
                 "jmp {imp}",
+                ".cfi_endproc",
                 imp = sym $imp,
             )
         }

@@ -49,13 +49,19 @@ macro_rules! define_fast_entry {
             // The stack stays 16-byte aligned at the call (8 for the return address,
             // 8 for the pushed rbp).
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 "push rbp",
+                ".cfi_adjust_cfa_offset 8",
+                ".cfi_offset rbp, -16",
                 "mov rbp, rsp",
                 "mov rcx, rbp",
                 "mov r8, rsp",
                 "call {walk}",
                 "pop rbp",
+                ".cfi_adjust_cfa_offset -8",
+                ".cfi_same_value rbp",
                 "ret",
+                ".cfi_endproc",
                 walk = sym walk_from_entry,
             )
         }
@@ -83,8 +89,12 @@ pub unsafe extern "C" fn regs_entry(a: *const u8, b: *mut u8, c: usize, f: RegsE
     // passes their address as the 4th argument, and restores rsp/rbp before
     // returning.
     core::arch::naked_asm!(
+        ".cfi_startproc",
         "push rbp",
+        ".cfi_adjust_cfa_offset 8",
+        ".cfi_offset rbp, -16",
         "mov rbp, rsp",
+        ".cfi_def_cfa_register rbp",
         "sub rsp, 32",
         "mov rax, [rbp + 8]",
         "mov [rsp], rax",
@@ -96,6 +106,9 @@ pub unsafe extern "C" fn regs_entry(a: *const u8, b: *mut u8, c: usize, f: RegsE
         "mov rcx, rsp",
         "call rax",
         "leave",
+        ".cfi_def_cfa rsp, 8",
+        ".cfi_same_value rbp",
         "ret",
+        ".cfi_endproc",
     )
 }

@@ -17,12 +17,19 @@ pub unsafe extern "C" fn call_on_stack(
     // an unwinder can cross back to the original stack), switches rsp,
     // calls f (rsp is 16-aligned at the call), restores both.
     core::arch::naked_asm!(
+        ".cfi_startproc",
         "push rbp",
+        ".cfi_adjust_cfa_offset 8",
+        ".cfi_offset rbp, -16",
         "mov rbp, rsp",
+        ".cfi_def_cfa_register rbp",
         "mov rsp, rdx",
         "call rsi",
         "mov rsp, rbp",
         "pop rbp",
+        ".cfi_def_cfa rsp, 8",
+        ".cfi_same_value rbp",
         "ret",
+        ".cfi_endproc",
     )
 }

@@ -195,3 +195,70 @@ pub(crate) unsafe extern "C" fn frame_from_entry(
         req.found = true;
     }
 }
+
+#[cfg(all(
+    test,
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+mod tests {
+    use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
+    use object::{Object, ObjectSection};
+
+    /// The file address of `f` in this test binary.
+    fn file_address(f: usize) -> u64 {
+        // SAFETY: `dladdr` only reads its first argument as an address and
+        // fills the zeroed struct.
+        let base = unsafe {
+            let mut info: libc::Dl_info = core::mem::zeroed();
+            assert_ne!(libc::dladdr(f as *const libc::c_void, &mut info), 0);
+            info.dli_fbase as usize
+        };
+        (f - base) as u64
+    }
+
+    /// The naked entries (which the compiler gives no CFI of their own)
+    /// carry hand-written CFI: a signal that stops a thread inside one is
+    /// unwound by CFI, by us, libgcc, gdb and perf alike, not by
+    /// instruction analysis of the function it jumps to.
+    #[test]
+    fn every_naked_entry_has_cfi() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let obj = object::File::parse(&*exe).unwrap();
+        let sec = obj.section_by_name(".eh_frame").unwrap();
+        let data = sec.data().unwrap();
+        let eh = EhFrame::new(data, LittleEndian);
+        let bases = BaseAddresses::default().set_eh_frame(sec.address());
+        let mut covered = Vec::new();
+        let mut entries = eh.entries(&bases);
+        while let Some(e) = entries.next().unwrap() {
+            if let CieOrFde::Fde(p) = e {
+                let fde = p.parse(EhFrame::cie_from_offset).unwrap();
+                covered.push((fde.initial_address(), fde.end_address()));
+            }
+        }
+        let entries = [
+            ("exact_entry", super::exact_entry as *const () as usize),
+            ("info_entry", super::info_entry as *const () as usize),
+            ("fast_entry", crate::fast::fast_entry as *const () as usize),
+            (
+                "call_on_stack",
+                crate::arch::native::switch::call_on_stack as *const () as usize,
+            ),
+            #[cfg(target_arch = "x86_64")]
+            ("frame_entry", super::frame_entry as *const () as usize),
+            #[cfg(target_arch = "x86_64")]
+            (
+                "regs_entry",
+                crate::arch::x86_64::regs_entry as *const () as usize,
+            ),
+        ];
+        for (name, f) in entries {
+            let a = file_address(f);
+            assert!(
+                covered.iter().any(|&(lo, hi)| lo <= a && a < hi),
+                "{name} at {a:#x} has no FDE"
+            );
+        }
+    }
+}

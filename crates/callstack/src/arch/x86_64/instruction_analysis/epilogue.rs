@@ -90,6 +90,7 @@ pub fn analyze<C: CodeMemory + ?Sized>(
 mod tests {
     use super::super::testutil::code;
     use super::*;
+    use crate::arch::x86_64::instruction_analysis::MAX_STORES;
     use crate::types::Base::{self, *};
 
     fn first(bytes: &[u8]) -> Option<InsnRule> {
@@ -283,5 +284,68 @@ mod tests {
         // 48 83   (add rsp, .. cut off)
         assert_eq!(first(&[0x48, 0x83]), None);
         assert_eq!(first(&[]), None);
+    }
+
+    /// The shape of a naked entry without CFI that passes its registers on
+    /// and jumps to an unoptimized function: that function spills the
+    /// caller's rbp (passed in rcx) and other values to more slots than are
+    /// remembered. The pushed rbp must survive (or, forgotten, read as
+    /// unknown), never be read back from the stack as it was at the pc.
+    #[test]
+    fn tail_jump_into_a_function_that_spills_more_than_is_remembered() {
+        let mut b = vec![
+            0x48, 0x89, 0xe9, // mov rcx, rbp
+            0x48, 0x8d, 0x54, 0x24, 0x08, // lea rdx, [rsp + 8]
+            0xe9, 0x00, 0x00, 0x00, 0x00, // jmp next
+            0x55, // push rbp
+            0x48, 0x89, 0xe5, // mov rbp, rsp
+            0x41, 0x57, // push r15
+            0x53, // push rbx
+            0x48, 0x81, 0xec, 0x00, 0x02, 0x00, 0x00, // sub rsp, 0x200
+        ];
+        // Spill rcx and rdx (stack addresses and the caller's rbp) over and
+        // over: mov [rbp - 0x18 - 8k], rcx / rdx.
+        for k in 0..24u8 {
+            let reg = if k % 2 == 0 { 0x4d } else { 0x55 }; // rcx / rdx
+            b.extend_from_slice(&[0x48, 0x89, reg, 0xe8u8.wrapping_sub(8 * k)]);
+        }
+        b.extend_from_slice(&[
+            0x48, 0x81, 0xc4, 0x00, 0x02, 0x00, 0x00, // add rsp, 0x200
+            0x5b, // pop rbx
+            0x41, 0x5f, // pop r15
+            0x5d, // pop rbp
+            0xc3, // ret
+        ]);
+        let r = analyze(&mut code(&b), 0x1000, None).first().unwrap();
+        assert_eq!(r.cfa_base, Sp);
+        assert_eq!(r.cfa_offset, 8);
+        assert!(
+            matches!(r.fp, FpRule::Unchanged | FpRule::Unknown),
+            "rbp read from a slot the path overwrote: {:?}",
+            r.fp
+        );
+    }
+
+    /// With every slot taken by distinct stack addresses, a load from a
+    /// slot that had to be forgotten is unknown.
+    #[test]
+    fn a_forgotten_slot_reads_as_unknown() {
+        let mut b = vec![
+            0x55, // push rbp       (slot -8: the caller's rbp)
+        ];
+        // lea rax, [rsp + 8k]; push rax: distinct stack addresses.
+        for k in 0..(MAX_STORES as u8 + 2) {
+            b.extend_from_slice(&[0x48, 0x8d, 0x44, 0x24, 8 * k, 0x50]);
+        }
+        // add rsp, 8 * (MAX_STORES + 2) (imm32); pop rbp; ret
+        b.extend_from_slice(&[0x48, 0x81, 0xc4, 8 * (MAX_STORES as u8 + 2), 0, 0, 0]);
+        b.extend_from_slice(&[0x5d, 0xc3]);
+        let r = analyze(&mut code(&b), 0x1000, None).first().unwrap();
+        assert_eq!((r.cfa_base, r.cfa_offset), (Sp, 8));
+        assert!(
+            matches!(r.fp, FpRule::Unchanged | FpRule::Unknown),
+            "{:?}",
+            r.fp
+        );
     }
 }

@@ -37,7 +37,7 @@ use iced_x86::{
 /// Most instructions decoded for one question, over all paths.
 pub const MAX_INSNS: usize = 2000;
 /// Most stack slots remembered per path.
-pub const MAX_STORES: usize = 12;
+pub const MAX_STORES: usize = 16;
 /// Most pending branch paths.
 pub const MAX_PENDING: usize = 12;
 /// Size of the visited-address set (loop and re-merge detection).
@@ -83,6 +83,11 @@ pub(crate) struct State {
     pub regs: [Val; 16],
     stores: [(SB, i32, Val); MAX_STORES],
     nstores: u8,
+    /// Per base (`Sp`, `Fp`, `Tmp`), the byte range `[lo, hi)` covering
+    /// every slot this path wrote and then forgot for want of room: a load
+    /// from it is unknown, never the word that was there at the pc (the
+    /// path overwrote it). Empty when `lo >= hi`.
+    lost: [(i32, i32); 3],
 }
 
 impl State {
@@ -95,33 +100,70 @@ impl State {
             regs,
             stores: [(SB::Sp, 0, Val::Unknown); MAX_STORES],
             nstores: 0,
+            lost: [(0, 0); 3],
         }
+    }
+
+    /// Whether the 8 bytes at `b + off` overlap a forgotten slot.
+    fn is_lost(&self, b: SB, off: i32) -> bool {
+        let (lo, hi) = self.lost[b as usize];
+        lo < hi && off < hi && off.saturating_add(8) > lo
+    }
+
+    /// Forgets stored slot `i`, remembering that its bytes were written.
+    fn evict(&mut self, i: usize) {
+        let (b, off, _) = self.stores[i];
+        let r = &mut self.lost[b as usize];
+        let end = off.saturating_add(8);
+        *r = if r.0 < r.1 {
+            (r.0.min(off), r.1.max(end))
+        } else {
+            (off, end)
+        };
+        self.remove(i);
+    }
+
+    /// Removes stored slot `i`, keeping the others in order.
+    fn remove(&mut self, i: usize) {
+        self.stores.copy_within(i + 1..self.nstores as usize, i);
+        self.nstores -= 1;
     }
 
     fn store(&mut self, addr: Val, v: Val) {
         let Val::Rel(b, off) = addr else { return };
-        // Drop overlapping slots.
+        // Drop overlapping slots (in order: the order is the slots' age).
+        // One overwritten in part is lost: its other bytes changed too.
         let mut i = 0;
         while i < self.nstores as usize {
             let (sb, so, _) = self.stores[i];
-            if sb == b && so.abs_diff(off) < 8 {
-                self.stores[i] = self.stores[self.nstores as usize - 1];
-                self.nstores -= 1;
+            if sb == b && so == off {
+                self.remove(i);
+            } else if sb == b && so.abs_diff(off) < 8 {
+                self.evict(i);
             } else {
                 i += 1;
             }
         }
         if self.nstores as usize == MAX_STORES {
             // Full: forget the oldest slot holding an unknown value (a
-            // spill of some computed value); slots that hold a register's
-            // entry value (the pushed rbp) or a stack address are what the
-            // analysis needs, kept as long as possible.
-            let victim = self.stores[..MAX_STORES]
+            // spill of some computed value), else the newest copy of a
+            // value another slot also holds (debug code spills its
+            // arguments two or three times), else the newest slot. The
+            // oldest slots are the prologue's pushes (the caller's rbp and
+            // callee-saved registers) that the epilogue pops: what the
+            // analysis needs, kept as long as possible. Whatever is
+            // forgotten reads as unknown from then on (`lost`).
+            let stores = &self.stores[..MAX_STORES];
+            let victim = stores
                 .iter()
                 .position(|s| matches!(s.2, Val::Unknown | Val::Load(..)))
-                .unwrap_or(0);
-            self.stores.copy_within(victim + 1.., victim);
-            self.nstores -= 1;
+                .or_else(|| {
+                    (1..MAX_STORES)
+                        .rev()
+                        .find(|&i| stores[..i].iter().any(|s| s.2 == stores[i].2))
+                })
+                .unwrap_or(MAX_STORES - 1);
+            self.evict(victim);
         }
         self.stores[self.nstores as usize] = (b, off, v);
         self.nstores += 1;
@@ -129,6 +171,7 @@ impl State {
 
     /// Drops every value relative to `b` (a base being redefined).
     fn forget(&mut self, b: SB) {
+        self.lost[b as usize] = (0, 0);
         for r in self.regs.iter_mut() {
             if matches!(*r, Val::Rel(x, _) | Val::Load(x, _) if x == b) {
                 *r = Val::Unknown;
@@ -137,8 +180,7 @@ impl State {
         let mut i = 0;
         while i < self.nstores as usize {
             if self.stores[i].0 == b {
-                self.stores[i] = self.stores[self.nstores as usize - 1];
-                self.nstores -= 1;
+                self.remove(i);
             } else {
                 i += 1;
             }
@@ -153,6 +195,9 @@ impl State {
             if sb == b && so == off {
                 return v;
             }
+        }
+        if self.is_lost(b, off) {
+            return Val::Unknown;
         }
         Val::Load(b, off)
     }
