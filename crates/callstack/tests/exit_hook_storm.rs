@@ -115,6 +115,26 @@ fn worker_loop(me: usize) {
     w.base_len.store(0, Ordering::Release);
 }
 
+/// An address of a bad capture, with its function's name where the
+/// symbolizer is built in (`pc`: the interrupted pc, else a return address).
+fn describe(a: usize, pc: bool) -> String {
+    #[cfg(feature = "symbolize")]
+    {
+        let mut sym = callstack::Symbolizer::new();
+        let s = if pc {
+            sym.symbolize_pc(a)
+        } else {
+            sym.symbolize_return(a)
+        };
+        format!("{a:#x} {}", s.function().unwrap_or("??"))
+    }
+    #[cfg(not(feature = "symbolize"))]
+    {
+        let _ = pc;
+        format!("{a:#x}")
+    }
+}
+
 #[test]
 fn captures_from_sigprof_stay_true_while_hooks_come_and_go() {
     // SAFETY: installs a handler that only captures into its own stack and
@@ -167,19 +187,10 @@ fn captures_from_sigprof_stay_true_while_hooks_come_and_go() {
         checked += w.checked.load(Ordering::Relaxed);
         let bad = w.bad.load(Ordering::Relaxed);
         let n = w.first_bad_len.load(Ordering::Acquire);
-        let mut sym = callstack::Symbolizer::new();
         let first: Vec<String> = w.first_bad[..n]
             .iter()
             .enumerate()
-            .map(|(k, a)| {
-                let a = a.load(Ordering::Relaxed);
-                let s = if k == 0 {
-                    sym.symbolize_pc(a)
-                } else {
-                    sym.symbolize_return(a)
-                };
-                format!("{a:#x} {}", s.function().unwrap_or("??"))
-            })
+            .map(|(k, a)| describe(a.load(Ordering::Relaxed), k == 0))
             .collect();
         assert_eq!(
             bad, 0,
