@@ -554,9 +554,85 @@ fn pstack_minidump_holds_every_thread_and_module_and_walks_like_gdb() {
         let env = dump.get_raw_stream(LINUX_ENVIRON).expect("environ stream");
         let want = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
         assert_eq!(env, &want[..]);
+        // The gcore made into a minidump (gcore leaves out the code
+        // segments of the files, so the dump's maps are partly rebuilt) and
+        // read back by `callstack minidump`: every thread's frames, pcs and
+        // names, are `callstack core`'s of the same core, and gdb's names.
+        let from_core = dir.join("from-core.dmp");
+        callstack(&[
+            "core",
+            "--minidump",
+            from_core.to_str().unwrap(),
+            core.to_str().unwrap(),
+        ]);
+        let read_back = frames_by_tid(&callstack_json(&[
+            "minidump",
+            "--json",
+            from_core.to_str().unwrap(),
+        ]));
+        let of_core = frames_by_tid(&callstack_json(&["core", "--json", core.to_str().unwrap()]));
+        assert_eq!(
+            read_back, of_core,
+            "{tag}: callstack minidump differs from callstack core"
+        );
+        for (tid, g) in &gdb {
+            let ours: Vec<&str> = read_back[tid].iter().map(|f| f.1.as_str()).collect();
+            // gdb names the signal frame `<signal handler called>`; we name
+            // the function it is in (glibc's `__restore_rt`).
+            let theirs: Vec<&str> = g
+                .iter()
+                .map(|f| match f.name.as_str() {
+                    "<signal handler called>" => "__restore_rt",
+                    n => n,
+                })
+                .collect();
+            assert!(
+                ours.starts_with(&theirs[..theirs.len().min(ours.len())])
+                    && ours.len() + 1 >= theirs.len(),
+                "{tag}: thread {tid}: callstack minidump {ours:?}, gdb {theirs:?}"
+            );
+        }
         drop(fx);
         let _ = std::fs::remove_file(&core);
     }
+}
+
+/// What `callstack ARGS` printed on its standard output, as JSON.
+fn callstack_json(args: &[&str]) -> Value {
+    let o = Command::new(&release_artifacts().cli)
+        .args(args)
+        .output()
+        .expect("run callstack");
+    assert!(
+        o.status.success(),
+        "callstack {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("callstack's JSON")
+}
+
+/// Every thread's frames `(pc, function)` of `callstack core/minidump
+/// --json`, by tid (`??` for an unnamed frame).
+fn frames_by_tid(v: &Value) -> BTreeMap<u32, Vec<(String, String)>> {
+    v["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .map(|t| {
+            let frames = t["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    (
+                        f["pc"].as_str().unwrap_or("").to_string(),
+                        f["function"].as_str().unwrap_or("??").to_string(),
+                    )
+                })
+                .collect();
+            (t["tid"].as_u64().unwrap() as u32, frames)
+        })
+        .collect()
 }
 
 /// Runs `exe arg` (which crashes) in `dir` with core dumps on and returns

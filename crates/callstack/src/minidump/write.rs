@@ -1107,7 +1107,11 @@ pub fn write_core(
 /// `/proc/PID/maps` as it was, rebuilt from the core's segments: their
 /// permissions, and the file (with its offset) of the `NT_FILE` mapping
 /// each lies in; the vDSO and the main thread's stack named as the kernel
-/// names them.
+/// names them. The parts of `NT_FILE` mappings that have no segment (gdb's
+/// `gcore` leaves out the file-backed segments it does not dump, the code
+/// among them; the kernel records them with no bytes) are listed too, with
+/// the permissions of the file's own segment at that offset when the file
+/// was found (`r-xp` for an executable segment), else `r--p`.
 fn core_maps(core: &CoreFile, segs: &[crate::remote::corefile::LoadSegment]) -> String {
     use std::fmt::Write as _;
     let snap = core.snapshot();
@@ -1121,31 +1125,81 @@ fn core_maps(core: &CoreFile, segs: &[crate::remote::corefile::LoadSegment]) -> 
         .iter()
         .find(|t| t.tid == snap.pid)
         .and_then(|t| t.registers.sp());
-    let files: Vec<&crate::remote::Mapping> = snap
+    let files: Vec<(&crate::remote::Module, &crate::remote::Mapping)> = snap
         .modules
         .iter()
-        .flat_map(|m| m.mappings.iter())
+        .flat_map(|m| m.mappings.iter().map(move |x| (m, x)))
+        .filter(|(_, x)| x.path.starts_with('/'))
         .collect();
-    let mut s = String::new();
+    // (start, end, perms, offset, path)
+    let mut lines: Vec<(u64, u64, String, u64, &str)> = Vec::new();
     for g in segs {
         let perm = |bit: u32, c: char| if g.flags & bit != 0 { c } else { '-' };
         let file = files
             .iter()
-            .find(|m| g.start >= m.start && g.start < m.end && m.path.starts_with('/'));
+            .find(|(_, m)| g.start >= m.start && g.start < m.end);
         let (offset, path) = match file {
-            Some(m) => (m.file_offset + (g.start - m.start), m.path.as_str()),
+            Some((_, m)) => (m.file_offset + (g.start - m.start), m.path.as_str()),
             None if Some(g.start) == vdso => (0, "[vdso]"),
             None if main_sp.is_some_and(|sp| sp >= g.start && sp < g.end) => (0, "[stack]"),
             None => (0, ""),
         };
+        let perms = format!("{}{}{}p", perm(4, 'r'), perm(2, 'w'), perm(1, 'x'));
+        lines.push((g.start, g.end, perms, offset, path));
+    }
+    // The file mappings' parts no segment covers.
+    let mut exec_of: Vec<(&str, Vec<crate::remote::files::FileSegment>)> = Vec::new();
+    for (module, m) in &files {
+        let mut gaps = vec![(m.start, m.end)];
+        for g in segs {
+            gaps = gaps
+                .into_iter()
+                .flat_map(|(a, b)| {
+                    if g.end <= a || g.start >= b {
+                        vec![(a, b)]
+                    } else {
+                        [(a, g.start.min(b)), (g.end.max(a), b)]
+                            .into_iter()
+                            .filter(|(x, y)| x < y)
+                            .collect()
+                    }
+                })
+                .collect();
+        }
+        if gaps.is_empty() {
+            continue;
+        }
+        let exec = match exec_of.iter().find(|(p, _)| *p == m.path) {
+            Some((_, e)) => e.clone(),
+            None => {
+                let e = module
+                    .file
+                    .as_ref()
+                    .and_then(|f| crate::remote::files::map_file(f).ok())
+                    .map(|d| crate::remote::files::exec_segments(&d))
+                    .unwrap_or_default();
+                exec_of.push((m.path.as_str(), e.clone()));
+                e
+            }
+        };
+        for (a, b) in gaps {
+            let offset = m.file_offset + (a - m.start);
+            let x = exec
+                .iter()
+                .any(|&(_, off, len)| offset >= off & !0xfff && offset < off + len);
+            let perms = if x { "r-xp" } else { "r--p" }.to_string();
+            lines.push((a, b, perms, offset, m.path.as_str()));
+        }
+    }
+    lines.sort_by_key(|l| l.0);
+    let mut s = String::new();
+    for (start, end, perms, offset, path) in lines {
         let _ = writeln!(
             s,
-            "{:08x}-{:08x} {}{}{}p {:08x} 00:00 0{}{}",
-            g.start,
-            g.end,
-            perm(4, 'r'),
-            perm(2, 'w'),
-            perm(1, 'x'),
+            "{:08x}-{:08x} {} {:08x} 00:00 0{}{}",
+            start,
+            end,
+            perms,
             offset,
             if path.is_empty() { "" } else { "    " },
             path

@@ -171,6 +171,74 @@ pub fn load_bias(data: &[u8], mappings: &[Mapping]) -> Option<u64> {
     None
 }
 
+/// Adds to `m.mappings` the segments of its file (`data`, loaded at
+/// `m.bias`) that no mapping covers: a source that lists only some of a
+/// module's mappings (a minidump whose `MD_LINUX_MAPS` was rebuilt from a
+/// core, which leaves out the file-backed segments it did not dump, the
+/// code among them) still gets every address of the module mapped to its
+/// file. Only within the module's `[start, end)` (the range the target
+/// reported); returns how many were added.
+pub(crate) fn complete_mappings(m: &mut Module, data: &[u8]) -> usize {
+    let Some((_, segs)) = load_segments(data) else {
+        return 0;
+    };
+    let exec: Vec<FileSegment> = exec_segments(data);
+    let page = 4096u64;
+    let mut added = 0;
+    for (vaddr, off, filesz, _) in segs {
+        if filesz == 0 {
+            continue;
+        }
+        let start = m.bias.wrapping_add(vaddr & !(page - 1));
+        let end = m
+            .bias
+            .wrapping_add(vaddr.saturating_add(filesz))
+            .saturating_add(page - 1)
+            & !(page - 1);
+        // Clip to what the target said the module spans.
+        let (start, end) = (start.max(m.start), end.min(m.end));
+        if start >= end {
+            continue;
+        }
+        // The uncovered part of [start, end): this segment's bytes where no
+        // listed mapping is (listed mappings win: they are what was mapped).
+        let mut gaps = vec![(start, end)];
+        for x in &m.mappings {
+            gaps = gaps
+                .into_iter()
+                .flat_map(|(a, b)| {
+                    if x.end <= a || x.start >= b {
+                        vec![(a, b)]
+                    } else {
+                        let mut v = Vec::new();
+                        if x.start > a {
+                            v.push((a, x.start));
+                        }
+                        if x.end < b {
+                            v.push((x.end, b));
+                        }
+                        v
+                    }
+                })
+                .collect();
+        }
+        let seg_lo = m.bias.wrapping_add(vaddr & !(page - 1));
+        let executable = exec.iter().any(|e| e.0 == vaddr && e.1 == off);
+        for (a, b) in gaps {
+            m.mappings.push(Mapping {
+                start: a,
+                end: b,
+                file_offset: (off & !(page - 1)) + (a - seg_lo),
+                path: m.name.clone(),
+                executable: Some(executable),
+            });
+            added += 1;
+        }
+    }
+    m.mappings.sort_by_key(|x| x.start);
+    added
+}
+
 /// The module of an ELF image read from the target's memory rather than
 /// from a file (the vDSO), mapped at `mapping`: its bias comes from the
 /// image's first `PT_LOAD` (the mapping's start when it has none).

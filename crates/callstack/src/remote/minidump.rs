@@ -899,7 +899,7 @@ impl Minidump {
                 });
             }
             let start = mappings.iter().map(|m| m.start).min().unwrap_or(dm.base);
-            let mend = mappings.iter().map(|m| m.end).max().unwrap_or(end);
+            let mend = mappings.iter().map(|m| m.end).max().unwrap_or(end).max(end);
             mods.push(Module {
                 name: dm.name.clone(),
                 file: None,
@@ -925,6 +925,16 @@ impl Minidump {
             .map(|m| m.name.clone());
         find_by_name(&mut mods, lookup);
         files::resolve_files(&mut mods, lookup, None, &mut warnings);
+        // A dump's maps may leave out some of a module's mappings (ours,
+        // rebuilt from a core that did not dump the code; other writers'
+        // maps cut short): the module list's range and the file's segments
+        // give the rest.
+        for m in mods.iter_mut() {
+            let Some(path) = &m.file else { continue };
+            if let Ok(map) = files::map_file(path) {
+                files::complete_mappings(m, &map);
+            }
+        }
         self.missing = mods
             .iter()
             .filter(|m| m.file.is_none() && m.image.is_none())

@@ -19,7 +19,7 @@
 //! ```
 
 pub mod corefile;
-mod files;
+pub(crate) mod files;
 pub mod minidump;
 /// The parsers [`crate::fuzzing`] hands to the fuzz targets.
 pub(crate) mod fuzzing {
