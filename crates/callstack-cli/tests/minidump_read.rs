@@ -597,9 +597,8 @@ fn missing_modules_are_named_and_threads_still_unwind() {
     assert_eq!(missing, vec![exe_s], "{v}");
     // Every thread still reaches its start in libc: the executable's own
     // frames cannot be checked without its code (a frame record's return
-    // address is verified by the call before it), so the walk scans the
-    // stack past them to the next return address into code it has, and
-    // marks the frame found so.
+    // address is verified by the call before it), so they are believed
+    // last, and marked as found by the frame record or the scan.
     for (tid, (funcs, methods)) in &ours {
         assert_eq!(methods[0], "context", "thread {tid}");
         assert_eq!(funcs[0], "??", "thread {tid}: {funcs:?}");
@@ -610,7 +609,7 @@ fn missing_modules_are_named_and_threads_still_unwind() {
                 panic!("thread {tid} did not reach its start: {funcs:?} {methods:?}")
             });
         assert!(
-            methods[1..=start].iter().any(|m| m == "scan"),
+            methods[1..=start].iter().any(|m| m == "scan" || m == "fp"),
             "thread {tid}: {funcs:?} {methods:?}"
         );
     }
@@ -628,6 +627,52 @@ fn missing_modules_are_named_and_threads_still_unwind() {
         !ours.values().any(|c| c.0.iter().any(|f| f == "block_here")),
         "symbols of the wrong build were used: {ours:?}"
     );
+}
+
+/// Our own dumps keep the code around every thread's pc: with the
+/// executable's file gone, instruction analysis still finds each frame's
+/// return address there, the frame records and the stack scan (believed
+/// where the code cannot be read) the rest: every thread's frames are the
+/// ones found with the file, up to `main` (where a walk with symbols
+/// stops, as gdb's does) or the thread's start.
+#[test]
+fn missing_executable_in_our_dump_loses_no_frame() {
+    for (tag, flags) in [
+        ("gone_fp", "-O2 -fno-omit-frame-pointer"),
+        ("gone_nofp", "-O2 -fomit-frame-pointer"),
+    ] {
+        let exe = build(tag, flags);
+        let fx = Fixture::start(&exe, 2, 2);
+        let dir = scratch_dir(&format!("minidump-read-{tag}"));
+        let dump = dir.join("ours.dmp");
+        let (o, _, stderr) = callstack(&[
+            "pstack",
+            "--minidump",
+            dump.to_str().unwrap(),
+            &fx.pid.to_string(),
+        ]);
+        assert!(o.status.success(), "{stderr}");
+        fx.finish();
+        let (v, with_names, _) = minidump_json(&dump, &[]);
+        let with_file = frame_pcs(&v);
+        std::fs::remove_file(&exe).unwrap();
+        let (v, without_names, stderr) = minidump_json(&dump, &[]);
+        assert!(stderr.contains("not found"), "{tag}: {stderr}");
+        let without = frame_pcs(&v);
+        assert_eq!(
+            with_file.keys().collect::<Vec<_>>(),
+            without.keys().collect::<Vec<_>>()
+        );
+        for (tid, want) in &with_file {
+            let got = &without[tid];
+            assert!(
+                got.len() >= want.len() && got[..want.len()] == want[..],
+                "{tag}: thread {tid}: with the file {:?}\nwithout it {:?}",
+                with_names[tid],
+                without_names[tid]
+            );
+        }
+    }
 }
 
 /// A minidump header with `streams` as (type, size, rva).

@@ -122,11 +122,9 @@ fn aarch64_naked_entries_assemble() {
         // Directives (`.cfi_*`) assemble to no instruction.
         let written = e.insns.iter().filter(|i| !i.starts_with('.')).count();
         assert_eq!(
-            got,
-            written,
+            got, written,
             "{}: {} instructions written, {got} assembled:\n{dis:?}",
-            e.function,
-            written
+            e.function, written
         );
     }
     // The capture_fast entry starts with the frame record it promises:

@@ -30,6 +30,9 @@ pub struct ScanHit {
     /// Whether the call before it was checked against the frame's function
     /// (a direct call whose target contains the pc, verified by `verify`).
     pub verified: bool,
+    /// Whether it lies in code the reader could not read (nothing checked:
+    /// see [`CodeMemory::is_unread_code`]).
+    pub unread: bool,
 }
 
 /// `verify(code, target, slot)` of [`scan`].
@@ -46,7 +49,9 @@ pub type Verify<'a, C> = &'a mut dyn FnMut(&mut C, u64, u64) -> bool;
 ///   below `pc` within [`MAX_FUNCTION_SIZE`] suffices).
 ///
 /// Returns the first verified hit; failing that, the first hit after an
-/// indirect call or a plausible direct one.
+/// indirect call or a plausible direct one, or in code the reader knows is
+/// there but cannot read ([`CodeMemory::is_unread_code`]: a module whose
+/// file is missing), whichever is nearer.
 #[allow(clippy::too_many_arguments)]
 pub fn scan<M, C>(
     mem: &mut M,
@@ -82,6 +87,7 @@ where
                 ra: w,
                 slot,
                 verified: true,
+                unread: false,
             });
         }
         if w > 4096 && code.is_executable(w) {
@@ -89,6 +95,7 @@ where
                 ra: w,
                 slot,
                 verified: false,
+                unread: false,
             };
             match call_before(code, w) {
                 Some(CallBefore::Direct(t)) => {
@@ -120,12 +127,41 @@ where
                 Some(CallBefore::Indirect) => {
                     lenient.get_or_insert(unverified);
                 }
-                None => {}
+                None => {
+                    if call_site_unread(code, w) {
+                        lenient.get_or_insert(ScanHit {
+                            unread: true,
+                            ..unverified
+                        });
+                    }
+                }
             }
+        } else if w > 4096 && lenient.is_none() && call_site_unread(code, w) {
+            // In code the reader cannot read (a module whose file is
+            // missing): as believable as an unverified call, and the
+            // nearer of the two wins (a real frame in such a module must
+            // not be skipped for a checkable word above it).
+            lenient = Some(ScanHit {
+                ra: w,
+                slot,
+                verified: false,
+                unread: true,
+            });
         }
         slot += word as u64;
     }
     lenient
+}
+
+/// Whether the call that would precede the return address `ra` lies (in
+/// part) in code the reader knows is there but cannot read
+/// ([`CodeMemory::is_unread_code`]): `ra` is then neither confirmed nor
+/// refuted by the code, only believable. A call is at most 7 bytes long
+/// (x86-64; 4 on the RISC architectures).
+pub fn call_site_unread<C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> bool {
+    [ra, ra.wrapping_sub(1), ra.wrapping_sub(7)]
+        .into_iter()
+        .any(|a| code.is_unread_code(a))
 }
 
 /// A direct call to `t` can still belong to the frame at `pc` through a

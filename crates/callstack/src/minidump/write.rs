@@ -10,7 +10,7 @@
 //! | `ThreadList` | every thread: id, registers (`CONTEXT_AMD64`, or the Windows-layout `CONTEXT_ARM64` with `PROCESSOR_ARCHITECTURE_ARM64`, which rust-minidump and Breakpad both read), and its stack from the stack pointer minus 128 bytes (the x86-64 red zone) up to the end of the stack's mapping, at most [`WriteOptions::stack_limit`] bytes (the crashing thread's, [`CRASH_STACK`] at least); a stack pointer in a guard page (a stack overflow) takes the stack just above |
 //! | `ThreadNames` | each thread's name (`/proc/PID/task/TID/comm`; in a core, the main thread's) |
 //! | `ModuleList` | every mapped ELF object and the vDSO (named `linux-gate.so`, as Breakpad names it): base, size, path, and a CodeView record `MDCVInfoELF` (`BpEL` then the build-id bytes), from which rust-minidump and Breakpad derive the code id (the build-id in hex) and the debug id (its first 16 bytes as a GUID) that symbol servers index |
-//! | `MemoryList` | the stacks, the vDSO's image, and for the crashing thread 256 bytes around its pc and around each register that points into readable memory (a live process; in a core, what the core holds) |
+//! | `MemoryList` | the stacks, the vDSO's image, 256 bytes around every thread's pc (the code there: a reader that lacks the module's file still analyses it), and for the crashing thread 256 bytes around each register that points into readable memory (a live process; in a core, what the core holds) |
 //! | `Exception` | the crash: signal, `si_code`, fault address, the crashing thread and its registers |
 //! | `SystemInfo` | CPU architecture and count, Linux and its version (`/proc/sys/kernel`) |
 //! | `MiscInfo` | the process id and, for a live process, its start time |
@@ -689,21 +689,25 @@ fn is_elf(m: &Module, src: &dyn Source) -> bool {
     }
 }
 
-/// The crashing thread's extra memory: `AROUND` bytes centred on its pc
-/// and on each register value that points into readable memory outside
-/// the stacks, merged, none overlapping a stack or each other.
+/// Extra memory: `AROUND` bytes centred on the pc of every thread in
+/// `pc_of` (the code there, for a reader that lacks the module's file:
+/// instruction analysis finds the frame's return address in it) and on
+/// each register value of `crashed` that points into readable memory (the
+/// pc included), merged, none overlapping a stack or each other.
 fn memory_around(
-    regs: &Registers,
+    crashed: Option<&Registers>,
+    pc_of: &[&Registers],
     regions: &[Region],
     stacks: &[(u64, u64)],
     src: &dyn Source,
 ) -> Vec<(u64, Vec<u8>)> {
     let mut ranges: Vec<(u64, u64)> = Vec::new();
-    let pc = regs.pc();
-    for v in (0..crate::remote::MAX_REGS as u16)
-        .filter_map(|r| regs.get(r))
-        .chain(pc)
-    {
+    let values = crashed.into_iter().flat_map(|regs| {
+        (0..crate::remote::MAX_REGS as u16)
+            .filter_map(|r| regs.get(r))
+            .chain(regs.pc())
+    });
+    for v in values.chain(pc_of.iter().filter_map(|r| r.pc())) {
         let Some(r) = region_at(regions, v) else {
             continue;
         };
@@ -797,10 +801,15 @@ fn extra_memory(
         .filter_map(|t| t.stack.as_ref())
         .map(|(a, b)| (*a, a + b.len() as u64))
         .collect();
-    let mut mem = Vec::new();
-    if let Some(t) = crash_tid.and_then(|tid| threads.iter().find(|t| t.tid == tid)) {
-        mem = memory_around(&t.registers, regions, &stacks, src);
-    }
+    let crashed = crash_tid
+        .and_then(|tid| threads.iter().find(|t| t.tid == tid))
+        .map(|t| &t.registers);
+    let others: Vec<&Registers> = threads
+        .iter()
+        .filter(|t| Some(t.tid) != crash_tid)
+        .map(|t| &t.registers)
+        .collect();
+    let mut mem = memory_around(crashed, &others, regions, &stacks, src);
     // The vDSO: its code and CFI are in no file the reader has. Whatever
     // pointer memory overlaps it is dropped in its favour.
     if let Some(v) = snap.modules.iter().find(|m| m.name == "[vdso]") {

@@ -303,6 +303,10 @@ struct RemoteCode {
     functions: Arc<Vec<(u64, u64)>>,
     /// Cold parts `(start, end, parent start)`, sorted.
     cold: Arc<Vec<(u64, u64, u64)>>,
+    /// Sorted `[start, end)` of the executable mappings of modules whose
+    /// file was not found (and not held by the snapshot): code that is
+    /// there, unread ([`CodeMemory::is_unread_code`]).
+    unread: Arc<Vec<(u64, u64)>>,
 }
 
 impl RemoteCode {
@@ -328,10 +332,20 @@ impl RemoteCode {
         functions.sort_unstable();
         functions.dedup_by_key(|f| f.0);
         cold.sort_unstable();
+        let mut unread: Vec<(u64, u64)> = snap
+            .modules
+            .iter()
+            .filter(|m| m.file.is_none() && m.image.is_none())
+            .flat_map(|m| m.mappings.iter())
+            .filter(|x| x.executable == Some(true) && x.start < x.end)
+            .map(|x| (x.start, x.end))
+            .collect();
+        unread.sort_unstable();
         RemoteCode {
             segments: Arc::new(segments),
             functions: Arc::new(functions),
             cold: Arc::new(cold),
+            unread: Arc::new(unread),
         }
     }
 
@@ -354,6 +368,7 @@ impl RemoteCode {
             segments: Arc::new(segments),
             functions: Arc::new(Vec::new()),
             cold: Arc::new(Vec::new()),
+            unread: Arc::new(Vec::new()),
         }
     }
 
@@ -427,6 +442,13 @@ impl CodeMemory for RemoteCode {
     fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
         crate::unwind::insn::inprocess::function_entry_in(&self.functions, &self.cold, addr)
     }
+
+    fn is_unread_code(&mut self, addr: u64) -> bool {
+        // Bytes the dump holds there (around a crashing pc) are read, not
+        // believed.
+        let i = self.unread.partition_point(|r| r.0 <= addr);
+        i > 0 && addr < self.unread[i - 1].1 && self.read_code(addr, &mut [0u8; 1]) == 0
+    }
 }
 
 /// `.ARM.exidx` of each module at its runtime address, and the modules'
@@ -484,6 +506,10 @@ impl CodeMemory for ArmReader {
 
     fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
         self.code.function_entry(addr)
+    }
+
+    fn is_unread_code(&mut self, addr: u64) -> bool {
+        self.code.is_unread_code(addr)
     }
 }
 

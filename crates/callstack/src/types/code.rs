@@ -36,6 +36,16 @@ pub trait CodeMemory {
         self.function_bounds(addr).map(|b| (b.0, Some(b)))
     }
 
+    /// Whether `addr` lies in code that is known to be executable but whose
+    /// bytes this reader does not have (a module of another process whose
+    /// file was found nowhere): a return address there cannot be checked
+    /// against the call before it, only believed, as the last resort of
+    /// the frame-pointer step and of stack scanning. In process: never.
+    fn is_unread_code(&mut self, addr: u64) -> bool {
+        let _ = addr;
+        false
+    }
+
     /// Whether `addr` is a return address that stands for another one (an
     /// exit hook's trampoline, see [`crate::exit_hook`]): a stack word equal
     /// to it is a return address whatever precedes it. In process only.

@@ -33,6 +33,9 @@ impl<C: CodeMemory> CodeMemory for NoTables<C> {
     fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
         self.0.function_entry(addr)
     }
+    fn is_unread_code(&mut self, addr: u64) -> bool {
+        self.0.is_unread_code(addr)
+    }
 }
 
 impl<C> ArmTables for NoTables<C> {

@@ -94,6 +94,10 @@ fn read_rule<M: Memory + ?Sized>(
 #[derive(PartialEq, Eq, PartialOrd, Ord, Clone, Copy)]
 enum Check {
     Bad,
+    /// In code known to be there whose bytes the reader lacks (see
+    /// [`CodeMemory::is_unread_code`]): believed after every checked
+    /// candidate, scanning's included.
+    Unread,
     Lenient,
     Strict,
 }
@@ -133,6 +137,10 @@ impl<C: CodeMemory + ?Sized> CodeMemory for Cached<'_, C> {
 
     fn is_return_trampoline(&mut self, addr: u64) -> bool {
         self.code.is_return_trampoline(addr)
+    }
+
+    fn is_unread_code(&mut self, addr: u64) -> bool {
+        self.code.is_unread_code(addr)
     }
 }
 
@@ -194,13 +202,19 @@ fn check_ra<C: CodeMemory + ?Sized>(
     if code.is_return_trampoline(ra) {
         return Check::Strict;
     }
+    // Code known to be there but not readable (a module whose file is
+    // missing): believable, never preferred to a checked address.
     let Some(info) = ra_info(code, cache, ra) else {
+        if scan::call_site_unread(code, ra) {
+            return Check::Unread;
+        }
         return Check::Bad;
     };
     if info.trampoline {
         return Check::Strict;
     }
     match info.call {
+        None if scan::call_site_unread(code, ra) => Check::Unread,
         None => Check::Bad,
         Some(CallBefore::Indirect) => Check::Strict,
         Some(CallBefore::Direct(t)) => {
@@ -343,6 +357,8 @@ where
     }
     let above = |n: &UnwindRegs| n.sp > regs.sp && n.sp <= stack_end;
     let mut lenient: Option<StepResult> = None;
+    // The first candidate whose return address is in unread code.
+    let mut blind: Option<StepResult> = None;
     // A call that may never return (`abort`, `__stack_chk_fail`, a `.cold`
     // part's last call): padding follows it, then maybe another function,
     // and `rbp` may be an outer frame's record: scanning goes first. (Padding
@@ -385,13 +401,22 @@ where
                     method: Method::Insn,
                 })
             }
+            Check::Unread if blind.is_none() => {
+                blind = Some(StepResult {
+                    regs: n,
+                    method: Method::Insn,
+                })
+            }
             _ => {}
         }
     }
 
     // 3. The frame pointer, when it points at a believable record (after a
     // call that never returns, only once scanning found nothing).
-    let frame_pointer = |lenient: &mut Option<StepResult>, mem: &mut M, code: &mut C| {
+    let frame_pointer = |lenient: &mut Option<StepResult>,
+                         blind: &mut Option<StepResult>,
+                         mem: &mut M,
+                         code: &mut C| {
         frame_pointer_candidate(
             regs,
             mem,
@@ -401,10 +426,11 @@ where
             lookup,
             stack_end,
             lenient,
+            blind,
         )
     };
     if !noreturn {
-        if let Some(r) = frame_pointer(&mut lenient, mem, code) {
+        if let Some(r) = frame_pointer(&mut lenient, &mut blind, mem, code) {
             return Some(r);
         }
         if let Some(l) = lenient {
@@ -413,9 +439,15 @@ where
     }
 
     // 4. Scanning, verified by prologue analysis from the call's target.
+    // Then the candidates whose return address is in unread code (this
+    // frame's own analysis, then the frame record: as Breakpad, the record
+    // before a scanned guess), then scanning's unverified guesses.
     let scanned = scan_step(regs, mem, code, cache, pc, stack_end);
     if !noreturn {
-        return scanned.map(|s| s.step);
+        return match scanned {
+            Some(s) if s.verified => Some(s.step),
+            s => blind.or(s.map(|s| s.step)),
+        };
     }
     // After a call that may not return. A frame record at `rbp` whose
     // return address passes the strict check is this frame's when scanning
@@ -427,7 +459,7 @@ where
     // frame's record (code without frame pointers): then a verified scan,
     // else what the epilogue found, else scanning's guess, else the record.
     let mut fp_lenient = None;
-    let record = frame_pointer(&mut fp_lenient, mem, code);
+    let record = frame_pointer(&mut fp_lenient, &mut blind, mem, code);
     if let Some(r) = record {
         let slot = regs.fp + 8;
         if scanned.as_ref().is_none_or(|s| s.slot >= slot) {
@@ -436,7 +468,12 @@ where
     }
     match scanned {
         Some(s) if s.verified => Some(s.step),
-        s => lenient.or(s.map(|s| s.step)).or(record).or(fp_lenient),
+        Some(s) if s.unread => lenient.or(record).or(fp_lenient).or(blind).or(Some(s.step)),
+        s => lenient
+            .or(s.map(|s| s.step))
+            .or(record)
+            .or(fp_lenient)
+            .or(blind),
     }
 }
 
@@ -477,6 +514,7 @@ fn frame_pointer_candidate<M, C>(
     lookup: u64,
     stack_end: u64,
     lenient: &mut Option<StepResult>,
+    blind: &mut Option<StepResult>,
 ) -> Option<StepResult>
 where
     M: Memory + ?Sized,
@@ -508,6 +546,12 @@ where
                     method: Method::FramePointer,
                 });
             }
+            if c == Check::Unread && blind.is_none() {
+                *blind = Some(StepResult {
+                    regs: n,
+                    method: Method::FramePointer,
+                });
+            }
         }
     }
     None
@@ -519,6 +563,8 @@ struct Scanned {
     step: StepResult,
     /// Whether prologue analysis from the call's target checked the hit.
     verified: bool,
+    /// Whether the hit is in unread code (believed, not checked).
+    unread: bool,
     /// Where the return address was on the stack.
     slot: u64,
 }
@@ -599,6 +645,7 @@ where
                         method: Method::Scan,
                     },
                     verified: true,
+                    unread: false,
                     slot: hit.slot,
                 });
             }
@@ -615,6 +662,7 @@ where
             method: Method::Scan,
         },
         verified: hit.verified,
+        unread: hit.unread,
         slot: hit.slot,
     })
 }
