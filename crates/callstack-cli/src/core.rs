@@ -8,7 +8,7 @@
 //! written); the core's signal becomes the dump's exception.
 
 use callstack::remote::corefile::CoreFile;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::PathBuf;
 
 use crate::stacks;
@@ -57,15 +57,7 @@ pub fn run(args: Args) -> Result<(), String> {
     header
         .json
         .insert("command_line".into(), json!(core.psargs()));
-    let exe_json = match core.executable() {
-        Some(e) => json!({
-            "name": e.name,
-            "file": e.file.as_ref().map(|f| f.display().to_string()),
-            "source": e.source.as_str(),
-        }),
-        None => Value::Null,
-    };
-    header.json.insert("executable".into(), exe_json);
+    stacks::executable_header(&mut header, core.executable());
     stacks::signal_header(&mut header, core.signal(), snap);
     args.report
         .print(snap, &mut core.memory(), core.size(), &header)

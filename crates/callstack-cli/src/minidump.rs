@@ -11,7 +11,7 @@
 //! instruction analysis (on the code the dump holds) and stack scanning.
 
 use callstack::remote::minidump::Minidump;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::PathBuf;
 
 use crate::stacks;
@@ -45,15 +45,7 @@ pub fn run(args: Args) -> Result<(), String> {
     header
         .json
         .insert("command_line".into(), json!(dump.command_line()));
-    let exe_json = match dump.executable() {
-        Some(e) => json!({
-            "name": e.name,
-            "file": e.file.as_ref().map(|f| f.display().to_string()),
-            "source": e.source.as_str(),
-        }),
-        None => Value::Null,
-    };
-    header.json.insert("executable".into(), exe_json);
+    stacks::executable_header(&mut header, dump.executable());
     header
         .json
         .insert("missing_modules".into(), json!(dump.missing_modules()));

@@ -98,6 +98,24 @@ pub struct Header {
     pub json: serde_json::Map<String, Value>,
 }
 
+/// Adds the JSON `executable` object of a core or a minidump (`null` when
+/// the target names none): its name, the file used, and where the name came
+/// from.
+pub fn executable_header(
+    header: &mut Header,
+    exe: Option<&callstack::remote::corefile::CoreExecutable>,
+) {
+    let v = match exe {
+        Some(e) => serde_json::json!({
+            "name": e.name,
+            "file": e.file.as_ref().map(|f| f.display().to_string()),
+            "source": e.source.as_str(),
+        }),
+        None => serde_json::Value::Null,
+    };
+    header.json.insert("executable".into(), v);
+}
+
 /// Adds the signal that ended the process to `header`, as `callstack core`
 /// prints it: gdb's two lines ("Program terminated with signal ...", "The
 /// signal was received by thread N") and the JSON `signal` object (`null`
