@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use super::files::{self, Lookup};
 use super::{Machine, Mapping, Module, RemoteError, Snapshot, Thread};
-use crate::unwind::{Memory, ReadError};
 
 /// `AT_PHDR`: address of the executable's program headers.
 pub const AT_PHDR: u64 = 3;
@@ -1028,7 +1027,7 @@ impl CoreFile {
 
     /// A reader of the core's memory for the unwinder.
     pub fn memory(&self) -> CoreMemory<'_> {
-        CoreMemory { core: self }
+        super::TargetMemory(self)
     }
 }
 
@@ -1077,25 +1076,10 @@ fn slice_at(data: &[u8], off: u64, len: usize) -> Option<&[u8]> {
 }
 
 /// The memory of a core, read by the unwinder.
-pub struct CoreMemory<'a> {
-    core: &'a CoreFile,
-}
+pub type CoreMemory<'a> = super::TargetMemory<'a, CoreFile>;
 
-impl Memory for CoreMemory<'_> {
-    fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
-        let mut b = [0u8; 8];
-        if self.core.read_bytes(addr, &mut b) {
-            Ok(u64::from_le_bytes(b))
-        } else {
-            Err(ReadError::Unreadable(addr))
-        }
-    }
-    fn read_u32(&mut self, addr: u64) -> Result<u32, ReadError> {
-        let mut b = [0u8; 4];
-        if self.core.read_bytes(addr, &mut b) {
-            Ok(u32::from_le_bytes(b))
-        } else {
-            Err(ReadError::Unreadable(addr))
-        }
+impl super::ReadTarget for CoreFile {
+    fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
+        CoreFile::read_bytes(self, addr, buf)
     }
 }

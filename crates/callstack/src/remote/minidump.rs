@@ -44,7 +44,6 @@ use std::sync::Arc;
 use super::corefile::{CoreExecutable, CoreSignal, ExeSource, AT_ENTRY, AT_SYSINFO_EHDR};
 use super::files::{self, Lookup};
 use super::{Machine, Mapping, Module, Registers, RemoteError, Snapshot, Thread};
-use crate::unwind::{Memory, ReadError};
 
 /// `MDMP`, the first four bytes of a minidump.
 pub const SIGNATURE: u32 = 0x504d_444d;
@@ -1080,7 +1079,7 @@ impl Minidump {
 
     /// A reader of the dump's memory for the unwinder.
     pub fn memory(&self) -> MinidumpMemory<'_> {
-        MinidumpMemory { dump: self }
+        super::TargetMemory(self)
     }
 }
 
@@ -1182,26 +1181,11 @@ fn own_vdso() -> Option<Vec<u8>> {
 }
 
 /// The memory of a minidump, read by the unwinder.
-pub struct MinidumpMemory<'a> {
-    dump: &'a Minidump,
-}
+pub type MinidumpMemory<'a> = super::TargetMemory<'a, Minidump>;
 
-impl Memory for MinidumpMemory<'_> {
-    fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
-        let mut b = [0u8; 8];
-        if self.dump.read_bytes(addr, &mut b) {
-            Ok(u64::from_le_bytes(b))
-        } else {
-            Err(ReadError::Unreadable(addr))
-        }
-    }
-    fn read_u32(&mut self, addr: u64) -> Result<u32, ReadError> {
-        let mut b = [0u8; 4];
-        if self.dump.read_bytes(addr, &mut b) {
-            Ok(u32::from_le_bytes(b))
-        } else {
-            Err(ReadError::Unreadable(addr))
-        }
+impl super::ReadTarget for Minidump {
+    fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
+        Minidump::read_bytes(self, addr, buf)
     }
 }
 

@@ -70,6 +70,37 @@ pub struct Mapping {
     pub executable: Option<bool>,
 }
 
+/// A target whose memory is read from what was saved of it (a core, a
+/// minidump): [`TargetMemory`] makes it the unwinder's [`Memory`].
+pub trait ReadTarget {
+    /// Copies the target's memory at `addr` into `buf`; false when any
+    /// byte of it was not saved.
+    fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool;
+}
+
+/// The memory of a saved target ([`ReadTarget`]), read by the unwinder
+/// (little-endian words).
+pub struct TargetMemory<'a, T: ?Sized>(pub(crate) &'a T);
+
+impl<T: ReadTarget + ?Sized> crate::unwind::Memory for TargetMemory<'_, T> {
+    fn read_u64(&mut self, addr: u64) -> Result<u64, crate::unwind::ReadError> {
+        let mut b = [0u8; 8];
+        if self.0.read_bytes(addr, &mut b) {
+            Ok(u64::from_le_bytes(b))
+        } else {
+            Err(crate::unwind::ReadError::Unreadable(addr))
+        }
+    }
+    fn read_u32(&mut self, addr: u64) -> Result<u32, crate::unwind::ReadError> {
+        let mut b = [0u8; 4];
+        if self.0.read_bytes(addr, &mut b) {
+            Ok(u32::from_le_bytes(b))
+        } else {
+            Err(crate::unwind::ReadError::Unreadable(addr))
+        }
+    }
+}
+
 /// A loaded ELF object of the target (executable, library, vDSO).
 #[derive(Clone, Debug)]
 pub struct Module {
