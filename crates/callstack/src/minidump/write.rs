@@ -1159,22 +1159,10 @@ fn core_maps(core: &CoreFile, segs: &[crate::remote::corefile::LoadSegment]) -> 
     // The file mappings' parts no segment covers.
     let mut exec_of: Vec<(&str, Vec<crate::remote::files::FileSegment>)> = Vec::new();
     for (module, m) in &files {
-        let mut gaps = vec![(m.start, m.end)];
-        for g in segs {
-            gaps = gaps
-                .into_iter()
-                .flat_map(|(a, b)| {
-                    if g.end <= a || g.start >= b {
-                        vec![(a, b)]
-                    } else {
-                        [(a, g.start.min(b)), (g.end.max(a), b)]
-                            .into_iter()
-                            .filter(|(x, y)| x < y)
-                            .collect()
-                    }
-                })
-                .collect();
-        }
+        let gaps = crate::remote::files::uncovered(
+            (m.start, m.end),
+            segs.iter().map(|g| (g.start, g.end)),
+        );
         if gaps.is_empty() {
             continue;
         }

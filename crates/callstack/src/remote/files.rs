@@ -171,6 +171,31 @@ pub fn load_bias(data: &[u8], mappings: &[Mapping]) -> Option<u64> {
     None
 }
 
+/// The parts of `[range.0, range.1)` that none of `covers` (`[start, end)`
+/// each) overlaps, in order.
+pub(crate) fn uncovered(
+    range: (u64, u64),
+    covers: impl IntoIterator<Item = (u64, u64)>,
+) -> Vec<(u64, u64)> {
+    let mut gaps = vec![range];
+    for (s, e) in covers {
+        gaps = gaps
+            .into_iter()
+            .flat_map(|(a, b)| {
+                if e <= a || s >= b {
+                    vec![(a, b)]
+                } else {
+                    [(a, s.min(b)), (e.max(a), b)]
+                        .into_iter()
+                        .filter(|(x, y)| x < y)
+                        .collect()
+                }
+            })
+            .collect();
+    }
+    gaps
+}
+
 /// Adds to `m.mappings` the segments of its file (`data`, loaded at
 /// `m.bias`) that no mapping covers: a source that lists only some of a
 /// module's mappings (a minidump whose `MD_LINUX_MAPS` was rebuilt from a
@@ -202,26 +227,7 @@ pub(crate) fn complete_mappings(m: &mut Module, data: &[u8]) -> usize {
         }
         // The uncovered part of [start, end): this segment's bytes where no
         // listed mapping is (listed mappings win: they are what was mapped).
-        let mut gaps = vec![(start, end)];
-        for x in &m.mappings {
-            gaps = gaps
-                .into_iter()
-                .flat_map(|(a, b)| {
-                    if x.end <= a || x.start >= b {
-                        vec![(a, b)]
-                    } else {
-                        let mut v = Vec::new();
-                        if x.start > a {
-                            v.push((a, x.start));
-                        }
-                        if x.end < b {
-                            v.push((x.end, b));
-                        }
-                        v
-                    }
-                })
-                .collect();
-        }
+        let gaps = uncovered((start, end), m.mappings.iter().map(|x| (x.start, x.end)));
         let seg_lo = m.bias.wrapping_add(vaddr & !(page - 1));
         let executable = exec.iter().any(|e| e.0 == vaddr && e.1 == off);
         for (a, b) in gaps {
@@ -476,4 +482,21 @@ fn has_local_debug_info(path: &Path, lookup: &Lookup) -> bool {
         places.push(root.join(name));
     }
     places.iter().any(|p| p.is_file() && p != path)
+}
+
+#[cfg(test)]
+mod uncovered_tests {
+    use super::uncovered;
+
+    #[test]
+    fn the_parts_no_range_covers() {
+        assert_eq!(uncovered((0, 100), []), vec![(0, 100)]);
+        assert_eq!(uncovered((0, 100), [(0, 100)]), vec![]);
+        assert_eq!(
+            uncovered((0, 100), [(10, 20), (50, 60)]),
+            vec![(0, 10), (20, 50), (60, 100)]
+        );
+        assert_eq!(uncovered((10, 20), [(0, 15), (18, 30)]), vec![(15, 18)]);
+        assert_eq!(uncovered((10, 20), [(20, 30), (0, 10)]), vec![(10, 20)]);
+    }
 }
