@@ -8,7 +8,7 @@
 //! out of the target), and maps the target's architecture to the
 //! unwinder's.
 
-use super::{Machine, Method, Module, Registers, Snapshot, Thread};
+use super::{Machine, Module, Registers, Snapshot, Thread};
 use crate::arch::aarch64::Aarch64;
 use crate::arch::x86_64::X86_64;
 use crate::arch::Applied;
@@ -451,11 +451,16 @@ impl CodeMemory for RemoteCode {
     }
 }
 
+/// A module's `.ARM.exidx`: its runtime start and end, the section's bytes
+/// and runtime address.
+type Exidx = (u64, u64, Vec<u8>, u64);
+
 /// `.ARM.exidx` of each module at its runtime address, and the modules'
-/// images for `.ARM.extab` words: ARM's unwind tables.
+/// images for `.ARM.extab` words: ARM's unwind tables, read once per
+/// snapshot and shared by its threads' walks.
+#[derive(Clone)]
 struct RemoteArmTables {
-    /// (runtime start, end, exidx bytes, exidx runtime address)
-    exidx: Vec<(u64, u64, Vec<u8>, u64)>,
+    exidx: Arc<Vec<Exidx>>,
     image: RemoteCode,
 }
 
@@ -483,7 +488,7 @@ impl RemoteArmTables {
             }
         }
         RemoteArmTables {
-            exidx,
+            exidx: Arc::new(exidx),
             image: RemoteCode::all_segments(mods),
         }
     }
@@ -538,10 +543,17 @@ impl crate::unwind::insn::arm::unwinder::ArmTables for RemoteArmTables {
     }
 }
 
+/// What a snapshot's walks read besides the code, per architecture.
 enum Tables {
+    /// x86-64: the modules' CFI, compiled as the walks need it.
     X86_64(LazySet<X86_64>),
+    /// AArch64: the modules' CFI, compiled as the walks need it.
     Aarch64(LazySet<Aarch64>),
-    Unsupported(Machine),
+    /// 32-bit ARM: the modules' EHABI tables (`.ARM.exidx`, `.ARM.extab`),
+    /// then prologue analysis (no CFI unwinder for ARM yet).
+    Arm(RemoteArmTables),
+    /// MIPS: prologue analysis of the code alone (no CFI unwinder yet).
+    Mips,
 }
 
 /// Unwinds the threads of one [`Snapshot`], sharing compiled tables
@@ -559,7 +571,8 @@ impl<'s> RemoteUnwinder<'s> {
         let tables = match snap.arch {
             Machine::X86_64 => Tables::X86_64(LazySet::new(&snap.modules, code.clone())),
             Machine::Aarch64 => Tables::Aarch64(LazySet::new(&snap.modules, code.clone())),
-            a => Tables::Unsupported(a),
+            Machine::Arm => Tables::Arm(RemoteArmTables::new(&snap.modules)),
+            Machine::Mips => Tables::Mips,
         };
         // Frames with neither CFI nor a frame pointer go to instruction
         // analysis and stack scanning, which decode with iced-x86.
@@ -587,20 +600,20 @@ impl<'s> RemoteUnwinder<'s> {
         match &self.tables {
             Tables::X86_64(set) => walk(set, start, mem, max, fallback),
             Tables::Aarch64(set) => walk(set, start, mem, max, fallback),
-            Tables::Unsupported(Machine::Arm) => {
+            Tables::Arm(tables) => {
                 let mut r16 = [0u32; 16];
                 for (i, r) in r16.iter_mut().enumerate() {
                     *r = regs.get(i as u16).unwrap_or(0) as u32;
                 }
                 let mut reader = ArmReader {
                     code: self.code.clone(),
-                    tables: RemoteArmTables::new(&self.snap.modules),
+                    tables: tables.clone(),
                 };
                 code_frames(max, |each| {
                     crate::unwind::insn::walk::arm_each(r16, mem, &mut reader, stack_end, each)
                 })
             }
-            Tables::Unsupported(Machine::Mips) => {
+            Tables::Mips => {
                 let mut code = self.code.clone();
                 code_frames(max, |each| {
                     crate::unwind::insn::walk::risc_each::<crate::unwind::insn::mips::Arch, _, _>(
@@ -608,15 +621,6 @@ impl<'s> RemoteUnwinder<'s> {
                     )
                 })
             }
-            Tables::Unsupported(a) => Unwound {
-                frames: vec![Frame {
-                    pc,
-                    sp: start.sp,
-                    fp: start.fp,
-                    method: Method::Context,
-                }],
-                stop: Some(format!("no unwinder for {a:?} yet")),
-            },
         }
     }
 
