@@ -9,12 +9,13 @@
 //!
 //! The architecture modules are compiled on every host, because cores of
 //! other architectures are unwound offline; only the in-process entries are
-//! behind `cfg(target_arch)`. `native` names the host's module.
+//! behind `cfg(target_arch)`. `native` names the host's module; `cfg(callstack_native)`
+//! (set by the build script, the one list of in-process architectures) marks
+//! the items outside `arch/` that exist only where it does.
 //! A target without a module here compiles, and its captures return 0.
 
 pub mod aarch64;
 pub mod arm;
-pub mod insn_cache;
 mod machine;
 pub mod mips;
 pub mod risc;
@@ -29,6 +30,15 @@ pub use machine::{PrstatusLayout, MAX_REGS};
 pub use self::aarch64 as native;
 #[cfg(target_arch = "x86_64")]
 pub use self::x86_64 as native;
+
+/// The host's architecture (x86-64 on hosts that are neither x86-64 nor
+/// AArch64, so that the offline unwinder still compiles).
+#[cfg(target_arch = "aarch64")]
+pub type NativeArch = self::aarch64::Aarch64;
+/// The host's architecture (x86-64 on hosts that are neither x86-64 nor
+/// AArch64, so that the offline unwinder still compiles).
+#[cfg(not(target_arch = "aarch64"))]
+pub type NativeArch = self::x86_64::X86_64;
 
 /// Layout of a frame-pointer record: the frame pointer points at the saved
 /// caller frame pointer; the return address sits `ra_offset` bytes above it.

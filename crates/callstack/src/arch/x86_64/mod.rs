@@ -10,6 +10,7 @@
 #![cfg_attr(not(target_arch = "x86_64"), allow(unused_macros, unused_imports))]
 
 pub mod core_regs;
+pub mod insn_cache;
 pub mod instruction_analysis;
 
 use super::FrameRecordLayout;
@@ -17,6 +18,7 @@ use super::FrameRecordLayout;
 pub mod exact;
 pub(crate) mod exit_hook;
 mod rule;
+pub mod signal;
 pub(crate) mod switch;
 
 pub use rule::{UnwindRuleX86_64, X86_64};

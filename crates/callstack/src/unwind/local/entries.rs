@@ -7,10 +7,10 @@ use super::cache::cache_go_live;
 use super::walk::{hot_loop, hot_skip, walk_frames, walk_pcs, walk_pcs_after, warm_stack_end, Hot};
 use crate::unwind::{FastEnd, Frame, StopReason, UnwindRegs};
 
-#[cfg(target_arch = "x86_64")]
-crate::arch::x86_64::exact::define_exact_entry!();
-#[cfg(target_arch = "x86_64")]
-crate::arch::x86_64::exact::request_entry!(
+#[cfg(callstack_native)]
+crate::arch::native::exact::define_exact_entry!();
+#[cfg(callstack_native)]
+crate::arch::native::exact::request_entry!(
     /// The naked entry of `capture_exact_with_info` ([`info_from_entry`]).
     info_entry(*mut InfoRequest) -> usize => info_from_entry
 );
@@ -19,20 +19,13 @@ crate::arch::x86_64::exact::request_entry!(
     /// The naked entry of the exit hooks' frame lookup ([`frame_from_entry`]).
     frame_entry(*mut FrameRequest) => frame_from_entry
 );
-#[cfg(target_arch = "aarch64")]
-crate::arch::aarch64::exact::define_exact_entry!();
-#[cfg(target_arch = "aarch64")]
-crate::arch::aarch64::exact::request_entry!(
-    /// The naked entry of `capture_exact_with_info` ([`info_from_entry`]).
-    info_entry(*mut InfoRequest) -> usize => info_from_entry
-);
 
 /// Called by the architecture's naked `exact_entry` with the registers of
 /// the caller of the capture: `pc` is the return address into it.
 ///
 /// # Safety
 /// `out` must be valid for `max` writes (or null, or `max == 0`).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 // The functions of the first (cold) capture share the section
 // `.text.callstack_unwind`, so that they sit together in the binary and the
 // first capture faults in fewer pages of code (each one costs microseconds).
@@ -116,7 +109,7 @@ pub(crate) struct InfoRequest {
 ///
 /// # Safety
 /// `req` must be valid, its `out` valid for `max` writes of `Frame`.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 pub(crate) unsafe extern "C" fn info_from_entry(
     req: *mut InfoRequest,
     pc: usize,

@@ -26,8 +26,9 @@
 //! candidate); only a candidate below the record makes `rbp` doubtful.
 
 use super::{epilogue, prologue};
-use crate::arch::insn_cache::{FrameAnalysis, InsnCache, RaInfo};
 use crate::arch::scan::{self, CallBefore, MAX_FUNCTION_SIZE};
+use crate::arch::x86_64::insn_cache::{FrameAnalysis, InsnCache, RaInfo};
+use crate::arch::x86_64::signal::is_trampoline;
 use crate::types::Memory;
 use crate::types::{Base, CodeMemory, InsnRule, Method, UnwindRegs};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
@@ -104,12 +105,6 @@ enum Check {
 
 /// A cache and the generation read before any code was.
 type CacheRef<'a> = Option<(&'a InsnCache, u32)>;
-
-fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, addr: u64) -> bool {
-    let mut tramp = [0u8; 9];
-    code.read_code(addr, &mut tramp) == 9
-        && crate::arch::x86_64::exact::is_sigreturn_trampoline(&tramp)
-}
 
 /// A code reader with the cache beside it, for stack scanning (which takes
 /// a plain function to decode the call before a candidate).
@@ -300,7 +295,7 @@ where
 /// return address follows a call, the frame record, scanning) are made
 /// afresh on every call, so the result is [`step`]'s on the same code and
 /// stack. `cache` must serve `code`'s reader alone and be cleared when the
-/// code changes (see [`crate::arch::insn_cache`]).
+/// code changes (see [`crate::arch::x86_64::insn_cache`]).
 ///
 /// The cache adds no allocation, lock or system call: safe in a signal
 /// handler when `code` and `mem` are.
@@ -346,9 +341,7 @@ where
     // A signal frame: the handler returned to `__restore_rt` (`mov rax, 15;
     // syscall`) with sp at the ucontext; below is the interrupted code.
     if a.trampoline {
-        if let Ok(r) =
-            <crate::arch::x86_64::X86_64 as crate::arch::Arch>::signal_frame(regs.sp, mem)
-        {
+        if let Ok(r) = crate::arch::x86_64::signal::saved_regs(regs.sp, mem) {
             return Some(StepResult {
                 regs: r,
                 method: Method::SignalFrame,
