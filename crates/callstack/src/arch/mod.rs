@@ -14,7 +14,6 @@
 
 pub mod aarch64;
 pub mod arm;
-pub mod insn_cache;
 mod machine;
 pub mod mips;
 pub mod risc;

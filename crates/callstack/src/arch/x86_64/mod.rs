@@ -10,6 +10,7 @@
 #![cfg_attr(not(target_arch = "x86_64"), allow(unused_macros, unused_imports))]
 
 pub mod core_regs;
+pub mod insn_cache;
 pub mod instruction_analysis;
 
 use super::FrameRecordLayout;

@@ -29,7 +29,7 @@
 //! Each frame found is marked with the [`Method`] that found it, so a user can
 //! judge a trace's trust.
 
-pub use crate::arch::insn_cache as cache;
+pub use crate::arch::x86_64::insn_cache as cache;
 pub mod fallback;
 pub mod inprocess;
 pub mod modcode;

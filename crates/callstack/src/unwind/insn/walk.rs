@@ -11,7 +11,7 @@
 //! unwinder there yet), and by [`super::unwind_prstatus`].
 
 use crate::arch::arm::unwinder::{ArmRegs, ArmTables};
-use crate::arch::insn_cache::InsnCache;
+use crate::arch::x86_64::insn_cache::InsnCache;
 use crate::arch::risc::RiscArch;
 use crate::arch::{Applied, Arch, FrameRecordLayout};
 use crate::types::{

@@ -26,7 +26,7 @@
 //! candidate); only a candidate below the record makes `rbp` doubtful.
 
 use super::{epilogue, prologue};
-use crate::arch::insn_cache::{FrameAnalysis, InsnCache, RaInfo};
+use crate::arch::x86_64::insn_cache::{FrameAnalysis, InsnCache, RaInfo};
 use crate::arch::scan::{self, CallBefore, MAX_FUNCTION_SIZE};
 use crate::types::Memory;
 use crate::types::{Base, CodeMemory, InsnRule, Method, UnwindRegs};
@@ -286,7 +286,7 @@ where
 /// return address follows a call, the frame record, scanning) are made
 /// afresh on every call, so the result is [`step`]'s on the same code and
 /// stack. `cache` must serve `code`'s reader alone and be cleared when the
-/// code changes (see [`crate::arch::insn_cache`]).
+/// code changes (see [`crate::arch::x86_64::insn_cache`]).
 ///
 /// The cache adds no allocation, lock or system call: safe in a signal
 /// handler when `code` and `mem` are.

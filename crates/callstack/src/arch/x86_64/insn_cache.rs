@@ -84,7 +84,7 @@ pub struct FrameAnalysis {
     /// The rule found by prologue analysis from the function's entry.
     pub prologue: Option<InsnRule>,
     /// The rules found by epilogue analysis, in the order to try them.
-    pub epilogue: [Option<InsnRule>; super::x86_64::instruction_analysis::epilogue::MAX_CANDIDATES],
+    pub epilogue: [Option<InsnRule>; super::instruction_analysis::epilogue::MAX_CANDIDATES],
 }
 
 impl FrameAnalysis {
@@ -268,7 +268,7 @@ impl InsnCache {
             trampoline: r.info & INFO_TRAMP != 0,
             func_start: (start != 0).then_some(start),
             prologue: None,
-            epilogue: [None; super::x86_64::instruction_analysis::epilogue::MAX_CANDIDATES],
+            epilogue: [None; super::instruction_analysis::epilogue::MAX_CANDIDATES],
         };
         if r.info & INFO_PROLOGUE != 0 {
             a.prologue = Some(unpack_rule(r.prologue)?);
