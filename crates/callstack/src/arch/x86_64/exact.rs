@@ -63,11 +63,10 @@ pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {
     }
 }
 
-/// Whether `code` (the bytes at a pc) is the Linux x86-64 signal return
-/// trampoline: `mov rax, 15` (`rt_sigreturn`), `syscall`.
-pub fn is_sigreturn_trampoline(code: &[u8]) -> bool {
-    code.starts_with(&[0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05])
-}
+/// The signal return trampoline's test, now in [`super::signal`] (kept here
+/// for the remote unwinder, which still names it through `exact`).
+#[cfg(feature = "remote")]
+pub use super::signal::is_sigreturn_trampoline;
 
 /// Defines a naked entry that adds the caller's `rip`/`rsp`/`rbp` (as the
 /// 2nd to 4th arguments) to a request pointer and tail-jumps to `$imp`,

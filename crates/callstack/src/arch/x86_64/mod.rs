@@ -18,6 +18,7 @@ use super::FrameRecordLayout;
 pub mod exact;
 pub(crate) mod exit_hook;
 mod rule;
+pub mod signal;
 pub(crate) mod switch;
 
 pub use rule::{UnwindRuleX86_64, X86_64};

@@ -63,12 +63,6 @@ pub enum UnwindRuleX86_64 {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct X86_64;
 
-/// Offsets in `ucontext_t` (Linux x86-64) of the saved registers:
-/// `uc_mcontext.gregs` starts at 40; REG_RBP = 10, REG_RSP = 15, REG_RIP = 16.
-const UC_RBP: u64 = 40 + 10 * 8;
-const UC_RSP: u64 = 40 + 15 * 8;
-const UC_RIP: u64 = 40 + 16 * 8;
-
 /// `DW_OP_breg7 (rsp) 160; DW_OP_deref`: glibc's CFA of `__restore_rt`.
 const SIGNAL_CFA_EXPR: &[u8] = &[0x77, 0xa0, 0x01, 0x06];
 
@@ -287,17 +281,7 @@ impl Arch for X86_64 {
     }
 
     fn signal_frame<M: Memory + ?Sized>(sp: u64, mem: &mut M) -> Result<UnwindRegs, UnwindError> {
-        let rd = |m: &mut M, off: u64| m.read_u64(sp.wrapping_add(off)).map_err(UnwindError::Read);
-        let pc = rd(mem, UC_RIP)?;
-        let new_sp = rd(mem, UC_RSP)?;
-        let fp = rd(mem, UC_RBP)?;
-        mem.note_stack(new_sp);
-        Ok(UnwindRegs {
-            pc,
-            sp: new_sp,
-            fp,
-            lr: 0,
-        })
+        super::signal::saved_regs(sp, mem).map_err(UnwindError::Read)
     }
 }
 

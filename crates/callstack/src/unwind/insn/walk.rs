@@ -11,8 +11,8 @@
 //! unwinder there yet), and by [`super::unwind_prstatus`].
 
 use crate::arch::arm::unwinder::{ArmRegs, ArmTables};
-use crate::arch::x86_64::insn_cache::InsnCache;
 use crate::arch::risc::RiscArch;
+use crate::arch::x86_64::insn_cache::InsnCache;
 use crate::arch::{Applied, Arch, FrameRecordLayout};
 use crate::types::{
     CodeMemory, Frame, Memory, Method, RowView, StopReason, UnwindError, UnwindRegs,

@@ -204,7 +204,7 @@ impl RuleSource<A> for LocalSource {
             // executable segment of a module still loaded (checked with
             // `_dl_find_object` when glibc has it): mapped and readable.
             let code = unsafe { core::slice::from_raw_parts(pc as *const u8, 9) };
-            crate::arch::x86_64::exact::is_sigreturn_trampoline(code)
+            crate::arch::x86_64::signal::is_sigreturn_trampoline(code)
         }
         #[cfg(not(target_arch = "x86_64"))]
         {

@@ -26,8 +26,9 @@
 //! candidate); only a candidate below the record makes `rbp` doubtful.
 
 use super::{epilogue, prologue};
-use crate::arch::x86_64::insn_cache::{FrameAnalysis, InsnCache, RaInfo};
 use crate::arch::scan::{self, CallBefore, MAX_FUNCTION_SIZE};
+use crate::arch::x86_64::insn_cache::{FrameAnalysis, InsnCache, RaInfo};
+use crate::arch::x86_64::signal::is_trampoline;
 use crate::types::Memory;
 use crate::types::{Base, CodeMemory, InsnRule, Method, UnwindRegs};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, OpKind};
@@ -100,12 +101,6 @@ enum Check {
 
 /// A cache and the generation read before any code was.
 type CacheRef<'a> = Option<(&'a InsnCache, u32)>;
-
-fn is_trampoline<C: CodeMemory + ?Sized>(code: &mut C, addr: u64) -> bool {
-    let mut tramp = [0u8; 9];
-    code.read_code(addr, &mut tramp) == 9
-        && crate::arch::x86_64::exact::is_sigreturn_trampoline(&tramp)
-}
 
 /// A code reader with the cache beside it, for stack scanning (which takes
 /// a plain function to decode the call before a candidate).
@@ -332,9 +327,7 @@ where
     // A signal frame: the handler returned to `__restore_rt` (`mov rax, 15;
     // syscall`) with sp at the ucontext; below is the interrupted code.
     if a.trampoline {
-        if let Ok(r) =
-            <crate::arch::x86_64::X86_64 as crate::arch::Arch>::signal_frame(regs.sp, mem)
-        {
+        if let Ok(r) = crate::arch::x86_64::signal::saved_regs(regs.sp, mem) {
             return Some(StepResult {
                 regs: r,
                 method: Method::SignalFrame,
