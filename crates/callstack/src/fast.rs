@@ -13,10 +13,8 @@ use crate::types::UnwindRegs;
 use crate::unwind::local::StackMemory;
 use crate::unwind::{FastEnd, Found, NativeArch, RuleSource, Unwinder};
 
-#[cfg(target_arch = "x86_64")]
-crate::arch::x86_64::define_fast_entry!();
-#[cfg(target_arch = "aarch64")]
-crate::arch::aarch64::define_fast_entry!();
+#[cfg(callstack_native)]
+crate::arch::native::define_fast_entry!();
 
 /// Called by the architecture's naked `fast_entry` with its own frame record
 /// (`fp`, whose return address is inside the caller of the capture) and its
@@ -28,7 +26,7 @@ crate::arch::aarch64::define_fast_entry!();
 ///
 /// # Safety
 /// `out` must be valid for `max` writes (or null, or `max == 0`).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 pub(crate) unsafe extern "C" fn walk_from_entry(
     skip: u32,
     max: u32,
@@ -52,7 +50,7 @@ pub(crate) unsafe extern "C" fn walk_from_entry(
 ///
 /// # Safety
 /// As [`walk_from_entry`], with `out` non-null.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 #[cold]
 #[inline(never)]
 unsafe fn walk_first_on_this_stack(
@@ -76,7 +74,7 @@ unsafe fn walk_first_on_this_stack(
 /// # Safety
 /// `out` must be valid for `max` writes and non-null; `[sp, hi)` must be
 /// readable memory (or `hi` 0).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 #[inline(never)]
 unsafe fn walk_bounded(
     skip: u32,
@@ -100,10 +98,7 @@ unsafe fn walk_bounded(
 
 /// `capture_fast` with exit hooks live: the entry's record read here (its
 /// return address is inside the caller of the capture), then the loop.
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
+#[cfg(all(target_os = "linux", callstack_native))]
 #[cold]
 #[inline(never)]
 fn hooked(fp: usize, sp: usize, hi: usize, skip: usize, out: &mut [usize]) -> usize {
@@ -116,7 +111,7 @@ fn hooked(fp: usize, sp: usize, hi: usize, skip: usize, out: &mut [usize]) -> us
 /// The caller's frame read from the frame record at `fp` (its return
 /// address, the frame pointer it saved), if that record lies inside the
 /// readable stack `[lo, hi)` and is aligned.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 pub(crate) fn record_caller(fp: usize, lo: usize, hi: usize) -> Option<UnwindRegs> {
     let layout = crate::arch::native::FRAME_RECORD;
     let record_end = layout.fp_offset.max(layout.ra_offset) + core::mem::size_of::<usize>();
@@ -148,7 +143,7 @@ pub(crate) fn record_caller(fp: usize, lo: usize, hi: usize) -> Option<UnwindReg
 ///
 /// Used by `capture_fast` with exit hooks live and by the crash handler (a
 /// walk from the interrupted frame pointer where CFI found no caller).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 pub(crate) fn walk_records(
     start: UnwindRegs,
     exact: bool,
@@ -172,7 +167,7 @@ pub(crate) fn walk_records(
 /// hooks live it walks none: a record may then hold a hook's trampoline
 /// where its return address was, and the generic step (the frame-pointer
 /// rule) resolves it ([`RuleSource::return_address`]).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 struct FrameRecords {
     /// The stack: `[lo, hi)`.
     lo: usize,
@@ -187,7 +182,7 @@ struct FrameRecords {
     hints: [crate::unwind::code::Range; 2],
 }
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 impl FrameRecords {
     /// The source for the stack `[lo, hi)`, starting from the executable
     /// ranges the process's last walk ended with.
@@ -251,7 +246,7 @@ impl FrameRecords {
     }
 }
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 impl RuleSource<NativeArch> for FrameRecords {
     #[inline(always)]
     fn rule(&self, _: u64) -> Found<<NativeArch as Arch>::Rule> {
@@ -310,7 +305,7 @@ impl RuleSource<NativeArch> for FrameRecords {
 /// The executable range holding `ra` when it is in neither of the walk's
 /// two: a lookup. `None` when `ra` is not code (the stack `[sp, hi)` and the
 /// first page are not, without a lookup).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 #[cold]
 #[inline(never)]
 fn code_miss(ra: usize, sp: usize, hi: usize) -> Option<crate::unwind::code::Range> {

@@ -9,7 +9,9 @@
 //!
 //! The architecture modules are compiled on every host, because cores of
 //! other architectures are unwound offline; only the in-process entries are
-//! behind `cfg(target_arch)`. `native` names the host's module.
+//! behind `cfg(target_arch)`. `native` names the host's module; `cfg(callstack_native)`
+//! (set by the build script, the one list of in-process architectures) marks
+//! the items outside `arch/` that exist only where it does.
 //! A target without a module here compiles, and its captures return 0.
 
 pub mod aarch64;
