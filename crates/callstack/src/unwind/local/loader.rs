@@ -47,31 +47,19 @@ dl_find_object_ptr!("@progbits");
 #[cfg(all(target_os = "linux", target_env = "gnu", target_arch = "aarch64"))]
 dl_find_object_ptr!("%progbits");
 
-#[cfg(all(
-    target_os = "linux",
-    target_env = "gnu",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
+#[cfg(all(target_os = "linux", target_env = "gnu", callstack_native))]
 unsafe extern "C" {
     static __callstack_dl_find_object_ptr: Option<DlFindObjectFn>;
 }
 
 fn dl_find_object_fn() -> Option<DlFindObjectFn> {
-    #[cfg(all(
-        target_os = "linux",
-        target_env = "gnu",
-        any(target_arch = "x86_64", target_arch = "aarch64")
-    ))]
+    #[cfg(all(target_os = "linux", target_env = "gnu", callstack_native))]
     {
         // SAFETY: a pointer-sized word written once by the dynamic loader's
         // relocation before any Rust code runs.
         unsafe { core::ptr::read_volatile(&raw const __callstack_dl_find_object_ptr) }
     }
-    #[cfg(not(all(
-        target_os = "linux",
-        target_env = "gnu",
-        any(target_arch = "x86_64", target_arch = "aarch64")
-    )))]
+    #[cfg(not(all(target_os = "linux", target_env = "gnu", callstack_native)))]
     {
         None
     }
