@@ -91,17 +91,17 @@ mod walk;
 
 use crate::unwind::NativeArch;
 pub(crate) use cache::FLAGS;
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 pub use entries::exact_entry;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use entries::{frame_entry, FrameRequest};
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 pub(crate) use entries::{info_entry, InfoRequest};
 pub use loader::has_dl_find_object;
 #[cfg(test)]
 pub(crate) use loader::sections_from_hdr;
 pub(crate) use loader::{dl_find, exec_segment_in};
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 pub(crate) use memory::StackMemory;
 pub(crate) use snapshot::snapshot_code_range;
 pub use snapshot::{prepare, prepare_in_background, PrepareStats};
