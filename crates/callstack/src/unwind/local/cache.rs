@@ -11,20 +11,20 @@ use super::source::{SeenModule, SEEN_EMPTY};
 use super::A;
 use crate::arch::Arch;
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 use crate::arch::native::exact::{from_wide_word, wide_word};
 
 /// Whether the target has wide rules (x86-64 and AArch64).
-const HAS_WIDE: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+const HAS_WIDE: bool = cfg!(callstack_native);
 
 /// No wide rules on other targets.
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(not(callstack_native))]
 fn wide_word(_: <A as Arch>::Rule) -> Option<u64> {
     None
 }
 
 /// No wide rules on other targets (never called: no wide word is stored).
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(not(callstack_native))]
 fn from_wide_word(_: u64) -> <A as Arch>::Rule {
     A::EVALUATE
 }
