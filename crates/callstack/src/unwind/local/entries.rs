@@ -32,7 +32,7 @@ crate::arch::aarch64::exact::request_entry!(
 ///
 /// # Safety
 /// `out` must be valid for `max` writes (or null, or `max == 0`).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 // The functions of the first (cold) capture share the section
 // `.text.callstack_unwind`, so that they sit together in the binary and the
 // first capture faults in fewer pages of code (each one costs microseconds).
@@ -116,7 +116,7 @@ pub(crate) struct InfoRequest {
 ///
 /// # Safety
 /// `req` must be valid, its `out` valid for `max` writes of `Frame`.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 pub(crate) unsafe extern "C" fn info_from_entry(
     req: *mut InfoRequest,
     pc: usize,
