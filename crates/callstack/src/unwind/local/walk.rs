@@ -39,7 +39,7 @@ fn count_hot(n: usize) {
 }
 
 /// Other targets: no packed rules, every frame takes the generic unwinder.
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(not(callstack_native))]
 mod no_fast {
     pub(super) use crate::arch::aarch64::FastForm;
     pub(super) const PACKED_END: u16 = 0;
@@ -57,7 +57,7 @@ mod no_fast {
         }
     }
 }
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(not(callstack_native))]
 use no_fast::{decode_fast, decode_wide, FastForm, PACKED_END, RA_MASK};
 
 /// Exit codes of [`run_same_rule`].
@@ -517,7 +517,7 @@ pub(crate) fn walk_frames(
     (n, stop.unwrap_or(why))
 }
 
-#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(all(test, callstack_native))]
 mod tests {
     use super::HOT_FRAMES;
     use std::hint::black_box;
