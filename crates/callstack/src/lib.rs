@@ -84,10 +84,7 @@ mod hash;
 pub mod minidump;
 pub mod modules;
 pub mod profile;
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
+#[cfg(all(target_os = "linux", callstack_native))]
 pub mod profiler;
 #[cfg(feature = "remote")]
 pub mod remote;
@@ -156,14 +153,14 @@ pub use unwind::{Frame, Method, StopReason};
 /// ```
 #[inline(always)]
 pub fn capture_fast(skip: usize, out: &mut [usize]) -> usize {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[cfg(callstack_native)]
     {
         let max = out.len().min(u32::MAX as usize) as u32;
         let skip = skip.min(u32::MAX as usize) as u32;
         // SAFETY: `out` has `max` writable slots.
         unsafe { fast::fast_entry(skip, max, out.as_mut_ptr()) as usize }
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(not(callstack_native))]
     {
         let _ = (skip, out);
         0
@@ -206,14 +203,14 @@ pub fn capture_fast(skip: usize, out: &mut [usize]) -> usize {
 /// ```
 #[inline(always)]
 pub fn capture_exact(skip: usize, out: &mut [usize]) -> usize {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[cfg(callstack_native)]
     {
         let max = out.len().min(u32::MAX as usize) as u32;
         let skip = skip.min(u32::MAX as usize) as u32;
         // SAFETY: `out` has `max` writable slots.
         unsafe { unwind::local::exact_entry(skip, max, out.as_mut_ptr()) as usize }
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(not(callstack_native))]
     {
         let _ = (skip, out);
         0
@@ -234,7 +231,7 @@ pub fn capture_exact(skip: usize, out: &mut [usize]) -> usize {
 /// ```
 #[inline(always)]
 pub fn capture_exact_with_info(skip: usize, out: &mut [Frame]) -> (usize, StopReason) {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[cfg(callstack_native)]
     {
         if out.is_empty() {
             return (0, StopReason::BufferFull);
@@ -249,7 +246,7 @@ pub fn capture_exact_with_info(skip: usize, out: &mut [Frame]) -> (usize, StopRe
         let n = unsafe { unwind::local::info_entry(&mut req) };
         (n, req.stop)
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(not(callstack_native))]
     {
         let _ = (skip, out);
         (0, StopReason::Running)
@@ -264,20 +261,14 @@ pub fn capture_exact_with_info(skip: usize, out: &mut [Frame]) -> (usize, StopRe
 /// is the `void*` third argument, cast to `&libc::ucontext_t`). A context
 /// whose stack pointer is not in readable, writable stack memory (a crafted
 /// or corrupt one) gives the pc alone.
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
+#[cfg(all(target_os = "linux", callstack_native))]
 pub fn capture_from_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize {
     let regs = arch::native::exact::regs_from_ucontext(ctx);
     unwind::local::walk_pcs(regs, true, 0, out).0
 }
 
 /// Like [`capture_from_context`], with per-frame registers and methods.
-#[cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
+#[cfg(all(target_os = "linux", callstack_native))]
 pub fn capture_from_context_with_info(
     ctx: &libc::ucontext_t,
     out: &mut [Frame],
@@ -292,7 +283,7 @@ pub fn capture_from_context_with_info(
 /// # Safety
 /// `out` must be valid for `max` writes, or null.
 #[doc(hidden)]
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 pub use unwind::local::exact_entry as __capture_exact_raw;
 
 /// The raw entry behind [`capture_fast`], with the C signature. The C API
@@ -301,5 +292,5 @@ pub use unwind::local::exact_entry as __capture_exact_raw;
 /// # Safety
 /// `out` must be valid for `max` writes, or null.
 #[doc(hidden)]
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 pub use fast::fast_entry as __capture_fast_raw;
