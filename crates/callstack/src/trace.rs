@@ -65,10 +65,7 @@ impl<const N: usize> Trace<N> {
     /// Captures the code a signal interrupted, from the handler's third
     /// argument, with [`crate::capture_from_context`]: the first entry is the
     /// interrupted pc itself. Async-signal-safe.
-    #[cfg(all(
-        target_os = "linux",
-        any(target_arch = "x86_64", target_arch = "aarch64")
-    ))]
+    #[cfg(all(target_os = "linux", callstack_native))]
     pub fn capture_from_context(ctx: &libc::ucontext_t) -> Self {
         let mut t = Self::new();
         t.len = crate::capture_from_context(ctx, &mut t.frames);
