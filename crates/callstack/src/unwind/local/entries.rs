@@ -7,10 +7,10 @@ use super::cache::cache_go_live;
 use super::walk::{hot_loop, hot_skip, walk_frames, walk_pcs, walk_pcs_after, warm_stack_end, Hot};
 use crate::unwind::{FastEnd, Frame, StopReason, UnwindRegs};
 
-#[cfg(target_arch = "x86_64")]
-crate::arch::x86_64::exact::define_exact_entry!();
-#[cfg(target_arch = "x86_64")]
-crate::arch::x86_64::exact::request_entry!(
+#[cfg(callstack_native)]
+crate::arch::native::exact::define_exact_entry!();
+#[cfg(callstack_native)]
+crate::arch::native::exact::request_entry!(
     /// The naked entry of `capture_exact_with_info` ([`info_from_entry`]).
     info_entry(*mut InfoRequest) -> usize => info_from_entry
 );
@@ -18,13 +18,6 @@ crate::arch::x86_64::exact::request_entry!(
 crate::arch::x86_64::exact::request_entry!(
     /// The naked entry of the exit hooks' frame lookup ([`frame_from_entry`]).
     frame_entry(*mut FrameRequest) => frame_from_entry
-);
-#[cfg(target_arch = "aarch64")]
-crate::arch::aarch64::exact::define_exact_entry!();
-#[cfg(target_arch = "aarch64")]
-crate::arch::aarch64::exact::request_entry!(
-    /// The naked entry of `capture_exact_with_info` ([`info_from_entry`]).
-    info_entry(*mut InfoRequest) -> usize => info_from_entry
 );
 
 /// Called by the architecture's naked `exact_entry` with the registers of
