@@ -31,6 +31,15 @@ pub use self::aarch64 as native;
 #[cfg(target_arch = "x86_64")]
 pub use self::x86_64 as native;
 
+/// The host's architecture (x86-64 on hosts that are neither x86-64 nor
+/// AArch64, so that the offline unwinder still compiles).
+#[cfg(target_arch = "aarch64")]
+pub type NativeArch = self::aarch64::Aarch64;
+/// The host's architecture (x86-64 on hosts that are neither x86-64 nor
+/// AArch64, so that the offline unwinder still compiles).
+#[cfg(not(target_arch = "aarch64"))]
+pub type NativeArch = self::x86_64::X86_64;
+
 /// Layout of a frame-pointer record: the frame pointer points at the saved
 /// caller frame pointer; the return address sits `ra_offset` bytes above it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

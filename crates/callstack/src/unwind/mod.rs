@@ -63,16 +63,7 @@ pub use unwinder::{
 
 pub use crate::arch::aarch64::{Aarch64, UnwindRuleAarch64};
 pub use crate::arch::x86_64::{UnwindRuleX86_64, X86_64};
-pub use crate::arch::{Applied, Arch, Machine};
-
-/// The host's architecture (x86-64 on hosts that are neither x86-64 nor
-/// AArch64, so that the offline unwinder still compiles).
-#[cfg(target_arch = "aarch64")]
-pub type NativeArch = crate::arch::aarch64::Aarch64;
-/// The host's architecture (x86-64 on hosts that are neither x86-64 nor
-/// AArch64, so that the offline unwinder still compiles).
-#[cfg(not(target_arch = "aarch64"))]
-pub type NativeArch = crate::arch::x86_64::X86_64;
+pub use crate::arch::{Applied, Arch, Machine, NativeArch};
 
 /// Compiled tables of modules at their load addresses: the [`RuleSource`]
 /// for unwinding a core file or another process.
