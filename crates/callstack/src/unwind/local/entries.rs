@@ -14,8 +14,8 @@ crate::arch::native::exact::request_entry!(
     /// The naked entry of `capture_exact_with_info` ([`info_from_entry`]).
     info_entry(*mut InfoRequest) -> usize => info_from_entry
 );
-#[cfg(target_arch = "x86_64")]
-crate::arch::x86_64::exact::request_entry!(
+#[cfg(callstack_native)]
+crate::arch::native::exact::request_entry!(
     /// The naked entry of the exit hooks' frame lookup ([`frame_from_entry`]).
     frame_entry(*mut FrameRequest) => frame_from_entry
 );
@@ -132,7 +132,7 @@ pub(crate) unsafe extern "C" fn info_from_entry(
 }
 
 /// The arguments and result of [`frame_from_entry`].
-#[cfg(target_arch = "x86_64")]
+#[cfg(callstack_native)]
 #[repr(C)]
 pub(crate) struct FrameRequest {
     /// Which frame: 0 is the caller of the entry, 1 its caller...
@@ -141,6 +141,10 @@ pub(crate) struct FrameRequest {
     pub(crate) here_sp: u64,
     /// The frame found (`pc` a return address), if `found`.
     pub(crate) frame: Frame,
+    /// Where the return address `frame.pc` is saved, in the frame below it
+    /// (the hooked one): 0 when it is not in memory (in a register) or the
+    /// rule of that frame does not say.
+    pub(crate) slot: u64,
     pub(crate) found: bool,
 }
 
@@ -151,7 +155,7 @@ pub(crate) struct FrameRequest {
 ///
 /// # Safety
 /// `req` must be valid.
-#[cfg(target_arch = "x86_64")]
+#[cfg(callstack_native)]
 pub(crate) unsafe extern "C" fn frame_from_entry(
     req: *mut FrameRequest,
     pc: usize,
@@ -162,7 +166,12 @@ pub(crate) unsafe extern "C" fn frame_from_entry(
     let req = unsafe { &mut *req };
     req.here_sp = sp as u64;
     req.found = false;
+    req.slot = 0;
     cache_go_live();
+    if crate::arch::native::exit_hook::SLOT_FROM_RULE {
+        frame_and_slot(req, pc, sp, fp);
+        return;
+    }
     let mut hot = Hot::at(pc, sp, fp);
     if let Some(hi) = warm_stack_end(hot.sp) {
         if hot_skip(&mut hot, hi, req.up).0 == 0 {
@@ -172,6 +181,7 @@ pub(crate) unsafe extern "C" fn frame_from_entry(
                 fp: hot.fp,
                 method: crate::unwind::Method::Cfi,
             };
+            req.slot = hot.sp.wrapping_sub(8);
             req.found = true;
             return;
         }
@@ -185,7 +195,59 @@ pub(crate) unsafe extern "C" fn frame_from_entry(
     let mut one = [req.frame];
     if walk_frames(regs, false, req.up, &mut one).0 == 1 {
         req.frame = one[0];
+        // Where `call` pushed it (a signal frame's "return" is refused by
+        // the caller).
+        req.slot = one[0].sp.wrapping_sub(8);
         req.found = true;
+    }
+}
+
+/// [`frame_from_entry`] where a return address may be saved anywhere in
+/// its frame, or stay in a register (AArch64): the frame `req.up` and the
+/// one below it (the hooked frame, `req.up >= 1`) by the generic walk, and
+/// the slot the hooked frame's CFI rule reads the return address from,
+/// which must give the caller's stack pointer as its CFA. A frame found
+/// any other way (frame records, instruction analysis, a signal frame)
+/// gets no slot.
+#[cfg(callstack_native)]
+#[cold]
+#[inline(never)]
+fn frame_and_slot(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize) {
+    use crate::arch::Arch;
+    use crate::unwind::{Found, Method, RuleSource};
+    let regs = UnwindRegs {
+        pc: pc as u64,
+        sp: sp as u64,
+        fp: fp as u64,
+        lr: 0,
+    };
+    let Some(below) = req.up.checked_sub(1) else {
+        return;
+    };
+    let mut two = [req.frame; 2];
+    if walk_frames(regs, false, below, &mut two).0 != 2 {
+        return;
+    }
+    let [hooked, frame] = two;
+    req.frame = frame;
+    req.found = true;
+    if frame.method != Method::Cfi || !matches!(hooked.method, Method::Cfi | Method::FramePointer | Method::Insn) {
+        return;
+    }
+    let source = super::source::LocalSource::new((0, 0));
+    let Found::Rule(rule) = source.rule(hooked.pc.wrapping_sub(1)) else {
+        return;
+    };
+    let at = UnwindRegs {
+        pc: hooked.pc,
+        sp: hooked.sp,
+        fp: hooked.fp,
+        lr: 0,
+    };
+    if let Some((cfa, slot)) = super::A::saved_ra(rule, &at) {
+        if cfa == frame.sp && slot >= hooked.sp && slot < cfa && slot % 8 == 0 {
+            req.slot = slot;
+        }
     }
 }
 
@@ -238,7 +300,6 @@ mod tests {
                 "call_on_stack",
                 crate::arch::native::switch::call_on_stack as *const () as usize,
             ),
-            #[cfg(target_arch = "x86_64")]
             ("frame_entry", super::frame_entry as *const () as usize),
             #[cfg(target_arch = "x86_64")]
             (
