@@ -225,19 +225,39 @@ fn frame_and_slot(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize) {
         return;
     };
     let mut two = [req.frame; 2];
-    if walk_frames(regs, false, below, &mut two).0 != 2 {
+    let n = walk_frames(regs, false, below, &mut two).0;
+    let [hooked, frame] = two;
+    let returns = matches!(
+        hooked.method,
+        Method::Cfi | Method::FramePointer | Method::Insn
+    );
+    let source = super::source::LocalSource::new((0, 0));
+    let rule = match source.rule(hooked.pc.wrapping_sub(1)) {
+        Found::Rule(rule) if returns => Some(rule),
+        _ => None,
+    };
+    if n == 1 {
+        // The hooked frame, but not its caller: when its CFI has a rule
+        // the compiled forms do not take (AArch64: `x30` kept in another
+        // register, which the walk does not track), the frame is there but
+        // cannot be hooked (`found`, no slot); else there is no such frame.
+        if rule == Some(super::A::EVALUATE) {
+            req.frame = hooked;
+            req.found = true;
+        }
         return;
     }
-    let [hooked, frame] = two;
+    if n != 2 {
+        return;
+    }
     req.frame = frame;
     req.found = true;
-    if frame.method != Method::Cfi || !matches!(hooked.method, Method::Cfi | Method::FramePointer | Method::Insn) {
-        return;
-    }
-    let source = super::source::LocalSource::new((0, 0));
-    let Found::Rule(rule) = source.rule(hooked.pc.wrapping_sub(1)) else {
+    let Some(rule) = rule else {
         return;
     };
+    if frame.method != Method::Cfi {
+        return;
+    }
     let at = UnwindRegs {
         pc: hooked.pc,
         sp: hooked.sp,
