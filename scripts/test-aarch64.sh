@@ -8,7 +8,9 @@
 # dlopen/dlclose, on a process's first capture, in a SIGPROF storm; the
 # no-allocation and signal-safety checks; called_from through a shared
 # library built by the cross compiler; Rust crash reports; the sampling
-# profiler; the symbolizer's API). The tests that drive gdb, cores, the CLI
+# profiler; the symbolizer's API; exit hooks on Rust frames and on C frames
+# of a library built by the cross compiler, on coroutines, in a SIGPROF
+# storm). The tests that drive gdb, cores, the CLI
 # or the C API stay host-only. Needs the aarch64 standard library (rustup
 # installs it here when it can; without it the stage says so and is
 # skipped: set CALLSTACK_REQUIRE_AARCH64=1 to make that an error).
@@ -40,4 +42,6 @@ cargo test --target "$target" -p callstack --lib \
     --test capture_fast --test exact_rust --test exact_rust_nofp \
     --test exact_dlopen --test exact_first_capture --test exact_storm \
     --test no_alloc --test signal_safety --test called_from \
-    --test crash_rust --test profiler --test symbolize_api "$@"
+    --test crash_rust --test profiler --test symbolize_api \
+    --test exit_hook --test exit_hook_c --test exit_hook_stacks \
+    --test exit_hook_storm "$@"

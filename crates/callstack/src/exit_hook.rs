@@ -38,25 +38,42 @@
 //! glibc's `backtrace()`), gdb (which shows the trampoline as a frame of its
 //! own, `__callstack_exit_hook_trampoline`, between the hooked function and
 //! its caller), and `callstack pstack`/`core` (which read the table from the
-//! target).
+//! target). On AArch64, libgcc (a Rust panic through a hooked frame, caught
+//! by the direct caller or further up) and this crate's captures are
+//! tested, under qemu-user; gdb and `callstack pstack`/`core` are not (the
+//! CFI finds the table through `x30`, which this crate's offline unwinder
+//! does not carry from a frame to its caller: `callstack core` of such a
+//! process would stop at the trampoline).
 //!
 //! A signal may stop the thread at any instruction of the trampoline:
 //! `capture_from_context`, `capture_exact` from the handler, the crash
 //! handler, libgcc from the handler, gdb and `callstack core`/`pstack` of a
 //! process stopped there all give the trampoline's pc then the hooked
 //! frame's real caller (its CFI holds at every instruction: tested by
-//! single-stepping it). `capture_fast` from a handler, which follows frame
+//! single-stepping it on x86-64; on AArch64 by a SIGPROF storm under
+//! qemu-user, which delivers signals between its translated blocks only).
+//! `capture_fast` from a handler, which follows frame
 //! records, gives the real caller while the trampoline's frame record is
 //! up, and the caller's callers elsewhere in it, as for any function
 //! stopped outside its frame record.
 //!
 //! # Limits
 //!
-//! - x86-64 Linux only (other targets: [`install`] returns
-//!   [`ExitHookError::Unsupported`]).
+//! - x86-64 and AArch64 Linux only (other targets: [`install`] returns
+//!   [`ExitHookError::Unsupported`]). The trampoline of each lives in its
+//!   architecture's folder (`arch/<name>/exit_hook.rs`).
 //! - The frame to hook is found by this crate's exact unwinder (CFI, or
 //!   instruction analysis in code without CFI); its return address must be
-//!   where the unwinder read it, or the install is refused.
+//!   where the unwinder read it, or the install is refused. On AArch64 the
+//!   return address is patched where the hooked frame's CFI says `x30` is
+//!   saved (its frame record, at the top or the bottom of the frame), so
+//!   the frame needs CFI there; a frame that keeps `x30` in a register (no
+//!   slot to patch) or whose saved `x30` is signed by pointer
+//!   authentication (`-mbranch-protection=pac-ret` on a CPU that
+//!   authenticates: bits above the virtual address) is refused with
+//!   [`ExitHookError::NotPatchable`]. A signed value whose code happens to
+//!   be all zeros cannot be told from a plain one: patched, the function's
+//!   `autiasp` would fail on the trampoline's address.
 //! - A panic or C++ exception through a hooked frame (caught anywhere
 //!   above, rethrown or not), or `longjmp` over it, skips its hook: the
 //!   frame never returns. This is detected the next time a hook is
@@ -92,19 +109,24 @@
 //!   order of installation (the last installed first), like nested frames.
 //! - The trampoline preserves `rax`, `rdx`, `xmm0`, `xmm1` and the x87
 //!   values of a `long double` result; the upper halves of `ymm`/`zmm`
-//!   results (`__m256` returned in registers) are not saved.
+//!   results (`__m256` returned in registers) are not saved. On AArch64 it
+//!   preserves `x0`-`x7`, `x8` and `q0`-`q7` (integer, indirect, float,
+//!   vector and homogeneous-aggregate results); SVE results (`z`/`p`
+//!   registers beyond their low 128 bits) are not saved.
 //! - A hook must not panic (it runs on a frame that has already returned:
 //!   the process aborts) and runs with the hooked function's return value
 //!   still pending in the saved registers.
-//! - Intel CET shadow stacks (when a program enables them) reject a
-//!   patched return address.
+//! - Intel CET shadow stacks (when a program enables them), and AArch64's
+//!   Guarded Control Stack, reject a patched return address. (BTI does
+//!   not: the trampoline is entered and left by `ret`.)
 //! - Where the trampoline's frame is empty (returned to, before it pushes
 //!   the original address, at its final jump) its CFA is 4 bytes above the
 //!   hooked frame's, so that no two frames share a CFA (see
-//!   `arch/x86_64/exit_hook.rs`): a DWARF consumer that takes the CFA for
+//!   `arch/x86_64/exit_hook.rs`; on AArch64 8 bytes above, see
+//!   `arch/aarch64/exit_hook.rs`): a DWARF consumer that takes the CFA for
 //!   the caller's stack pointer, rather than applying the rule the CFI
-//!   gives `rsp`, would put the caller's `rsp` 4 bytes off. libgcc, gdb and
-//!   this crate apply it.
+//!   gives `rsp` (`sp`), would put the caller's stack pointer 4 (8) bytes
+//!   off. libgcc, gdb and this crate apply it.
 
 // Exit hooks run where the crate captures in-process on Linux (an
 // architecture folder with an `exit_hook` trampoline): elsewhere `install`

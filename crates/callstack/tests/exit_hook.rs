@@ -57,6 +57,55 @@ extern "C" fn ret_f32(hook: bool) -> f32 {
     black_box(3.75f32)
 }
 
+/// Four doubles: AArch64 returns them in d0-d3 (a homogeneous aggregate).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Quad {
+    a: f64,
+    b: f64,
+    c: f64,
+    d: f64,
+}
+
+#[inline(never)]
+extern "C" fn ret_quad(hook: bool) -> Quad {
+    if hook {
+        exit_hook::install(0, clobber).unwrap();
+    }
+    black_box(Quad {
+        a: 0.5,
+        b: -1.75,
+        c: 1e300,
+        d: f64::MIN_POSITIVE,
+    })
+}
+
+/// Too large for registers: returned through memory the caller passes
+/// (AArch64: its address in x8).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Big {
+    w: [u64; 6],
+}
+
+#[inline(never)]
+extern "C" fn ret_big(hook: bool) -> Big {
+    if hook {
+        exit_hook::install(0, clobber).unwrap();
+    }
+    black_box(Big {
+        w: [1, u64::MAX, 3, 0x8000_0000_0000_0000, 5, 6],
+    })
+}
+
+#[inline(never)]
+extern "C" fn ret_f64(hook: bool) -> f64 {
+    if hook {
+        exit_hook::install(0, clobber).unwrap();
+    }
+    black_box(-6.125f64)
+}
+
 #[test]
 fn return_registers_survive_the_hook() {
     let _g = serial();
@@ -64,6 +113,9 @@ fn return_registers_survive_the_hook() {
         assert_eq!(ret_u128(true), ret_u128(false));
         assert_eq!(ret_pair(true), ret_pair(false));
         assert_eq!(ret_f32(true), ret_f32(false));
+        assert_eq!(ret_f64(true), ret_f64(false));
+        assert_eq!(ret_quad(true), ret_quad(false));
+        assert_eq!(ret_big(true), ret_big(false));
     }
 }
 

@@ -39,6 +39,8 @@ struct Quad {
 struct Lib {
     outer: extern "C" fn(Cb, i64) -> i64,
     quad: extern "C" fn(Cb, f64) -> Quad,
+    /// AArch64 only (the fixture's assembly).
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
     ra_in_register: Option<extern "C" fn(Cb, i64) -> i64>,
 }
 
