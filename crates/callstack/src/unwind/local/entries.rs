@@ -224,6 +224,15 @@ fn frame_and_slot(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize) {
     let Some(below) = req.up.checked_sub(1) else {
         return;
     };
+    #[cfg(test)]
+    let cold = tests::FORCE_COLD.load(core::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(test))]
+    let cold = false;
+    if !cold && frame_and_slot_warm(req, pc, sp, fp, below) {
+        #[cfg(test)]
+        tests::WARM_HITS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        return;
+    }
     let mut two = [req.frame; 2];
     let n = walk_frames(regs, false, below, &mut two).0;
     let [hooked, frame] = two;
@@ -271,6 +280,63 @@ fn frame_and_slot(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize) {
     }
 }
 
+/// [`frame_and_slot`]'s warm path: the rule cache's hot loop up to the
+/// hooked frame (`below` frames up), then its cached rule, which says
+/// where the return address is saved and gives the caller's frame. False
+/// when any of it is not at hand (a frame without a cached rule, the
+/// thread's first captures): the generic walk then does it all.
+#[cfg(callstack_native)]
+#[inline(always)]
+fn frame_and_slot_warm(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize, below: usize) -> bool {
+    use crate::arch::{Applied, Arch};
+    use crate::unwind::{Method, RuleSource};
+    let mut hot = Hot::at(pc, sp, fp);
+    let Some(hi) = warm_stack_end(hot.sp) else {
+        return false;
+    };
+    if hot_skip(&mut hot, hi, below).0 != 0 {
+        return false;
+    }
+    // `hot.pc` is a return address into the hooked function.
+    let p = super::cache::cache_get(hot.pc.wrapping_sub(1));
+    if p == 0 {
+        return false;
+    }
+    let rule = super::cache::unpack_cached(p);
+    let at = UnwindRegs {
+        pc: hot.pc,
+        sp: hot.sp,
+        fp: hot.fp,
+        lr: 0,
+    };
+    let Some((cfa, slot)) = super::A::saved_ra(rule, &at) else {
+        return false;
+    };
+    if cfa <= hot.sp || cfa >= hi || slot < hot.sp || slot >= cfa || slot % 8 != 0 {
+        return false;
+    }
+    let Some(mut mem) = super::memory::StackMemory::for_sp(hot.sp) else {
+        return false;
+    };
+    let Ok(Applied::Caller { regs: r, signal: false }) = super::A::apply(rule, &at, &mut mem) else {
+        return false;
+    };
+    let source = super::source::LocalSource::new((0, 0));
+    let ret = source.return_address(r.pc, r.sp);
+    if ret < 4096 || !source.is_code(ret) {
+        return false;
+    }
+    req.frame = Frame {
+        pc: ret,
+        sp: r.sp,
+        fp: r.fp,
+        method: Method::Cfi,
+    };
+    req.slot = slot;
+    req.found = true;
+    true
+}
+
 #[cfg(all(
     test,
     target_os = "linux",
@@ -279,6 +345,85 @@ fn frame_and_slot(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize) {
 mod tests {
     use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
     use object::{Object, ObjectSection};
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    #[cfg(target_arch = "aarch64")]
+    use std::sync::atomic::Ordering;
+
+    /// Makes the exit hooks' frame lookup skip its warm path.
+    pub(super) static FORCE_COLD: AtomicBool = AtomicBool::new(false);
+    /// How many lookups the warm path answered.
+    pub(super) static WARM_HITS: AtomicUsize = AtomicUsize::new(0);
+
+    /// The frame `up` callers above `probe`'s caller's caller, and where
+    /// its return address is saved, by the warm path (when it answers)
+    /// and by the generic walk.
+    #[cfg(target_arch = "aarch64")]
+    #[inline(never)]
+    fn probe(up: usize, cold: bool) -> (u64, u64, u64, bool) {
+        let blank = crate::unwind::Frame {
+            pc: 0,
+            sp: 0,
+            fp: 0,
+            method: crate::unwind::Method::Cfi,
+        };
+        let mut req = super::FrameRequest {
+            up,
+            here_sp: 0,
+            frame: blank,
+            slot: 0,
+            found: false,
+        };
+        FORCE_COLD.store(cold, Ordering::Relaxed);
+        // SAFETY: a valid request.
+        unsafe { super::frame_entry(&mut req) };
+        FORCE_COLD.store(false, Ordering::Relaxed);
+        std::hint::black_box((req.frame.pc, req.frame.sp, req.slot, req.found))
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[inline(never)]
+    fn nest(n: usize, out: &mut Vec<[(u64, u64, u64, bool); 2]>) {
+        if n > 0 {
+            nest(n - 1, out);
+            std::hint::black_box(());
+            return;
+        }
+        // Warm the rule cache over this chain.
+        let mut pcs = [0usize; 64];
+        crate::capture_exact(0, &mut pcs);
+        crate::capture_exact(0, &mut pcs);
+        // Frame 0 is `probe`, frame 1 this function; frame `up` is the one
+        // the frame `up - 1` returns to. Both lookups from one call site.
+        for up in 2..10 {
+            let mut pair = [(0, 0, 0, false); 2];
+            for (k, cold) in [false, true].into_iter().enumerate() {
+                pair[k] = probe(up, cold);
+            }
+            out.push(pair);
+        }
+    }
+
+    /// AArch64's exit-hook frame lookup answers from the rule cache when
+    /// warm, and then exactly as the generic walk does: the same frame, the
+    /// same slot of its return address (which holds that address).
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn the_warm_frame_lookup_agrees_with_the_generic_walk() {
+        let before = WARM_HITS.load(Ordering::Relaxed);
+        let mut got = Vec::new();
+        nest(10, &mut got);
+        for (i, [warm, cold]) in got.iter().enumerate() {
+            let up = i + 2;
+            assert_eq!(warm, cold, "up {up}");
+            assert!(cold.3 && cold.2 != 0, "up {up}: {cold:x?}");
+            // SAFETY: a slot in the frame of `nest`'s innermost call or of
+            // one of its callers, all still live, in the stack.
+            let saved = unsafe { (cold.2 as *const u64).read() };
+            // The slot holds the return address the walk gave.
+            assert_eq!(saved, cold.0, "up {up}");
+        }
+        assert!(WARM_HITS.load(Ordering::Relaxed) - before >= 6);
+    }
 
     /// The file address of `f` in this test binary.
     fn file_address(f: usize) -> u64 {
