@@ -460,7 +460,7 @@ mod tests {
         let entries = [
             ("exact_entry", super::exact_entry as *const () as usize),
             ("info_entry", super::info_entry as *const () as usize),
-            ("fast_entry", crate::fast::fast_entry as *const () as usize),
+            ("fast_entry", crate::__capture_fast_raw as *const () as usize),
             (
                 "call_on_stack",
                 crate::arch::native::switch::call_on_stack as *const () as usize,
