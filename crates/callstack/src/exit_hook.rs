@@ -50,8 +50,11 @@
 //! handler, libgcc from the handler, gdb and `callstack core`/`pstack` of a
 //! process stopped there all give the trampoline's pc then the hooked
 //! frame's real caller (its CFI holds at every instruction: tested by
-//! single-stepping it on x86-64; on AArch64 by a SIGPROF storm under
-//! qemu-user, which delivers signals between its translated blocks only).
+//! single-stepping it on x86-64; on AArch64, for this crate's captures,
+//! by contexts made at each instruction where its frame holds no record,
+//! and by a SIGPROF storm under qemu-user, which delivers signals between
+//! its translated blocks only; gdb was checked by hand at its entry, in
+//! its lookup, with its record up and at its final `ret`).
 //! `capture_fast` from a handler, which follows frame
 //! records, gives the real caller while the trampoline's frame record is
 //! up, and the caller's callers elsewhere in it, as for any function

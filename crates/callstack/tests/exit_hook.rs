@@ -503,3 +503,68 @@ fn a_panic_caught_two_frames_above_a_hooked_frame() {
     assert_eq!(catch_quietly(|| calls_panics_below_catch(2)), (true, 2));
     assert_eq!(CAUGHT_RUNS.load(Ordering::Relaxed), 0);
 }
+
+/// The chain captured in `at_windows` (exact, from its caller on), and
+/// the captures from contexts stopped at each instruction of the
+/// trampoline's two windows where its frame holds no record.
+#[cfg(target_arch = "aarch64")]
+#[inline(never)]
+fn at_windows() -> (Vec<usize>, Vec<(usize, Vec<usize>)>) {
+    use callstack::{Frame, Method};
+    exit_hook::install(0, || {}).unwrap();
+    let blank = Frame {
+        pc: 0,
+        sp: 0,
+        fp: 0,
+        method: Method::Cfi,
+    };
+    let mut frames = [blank; 64];
+    let (n, _) = callstack::capture_exact_with_info(0, &mut frames);
+    assert!(n > 3);
+    // Frame 1: this function's caller, as the trampoline returns to it:
+    // its pc the original return address, its sp the key, its fp what
+    // this function's epilogue restores.
+    let caller = frames[1];
+    let base: Vec<usize> = frames[1..n].iter().map(|f| f.pc as usize).collect();
+    let t = trampoline();
+    // SAFETY: the trampoline's code, a few hundred bytes, then more code
+    // of this executable.
+    let words = unsafe { core::slice::from_raw_parts(t as *const u32, 128) };
+    // `stp x29, x11, [sp, #-16]!` stores the record; `ret` ends it.
+    let found = t + 4 * words.iter().position(|&w| w == 0xa9bf_2ffd).unwrap();
+    let tail = t + 4 * words.iter().position(|&w| w == 0xd65f_03c0).unwrap();
+    assert!(t < found && found < tail, "{t:x} {found:x} {tail:x}");
+    let mut seen = Vec::new();
+    let pcs = (t..=found).step_by(4).chain([tail]);
+    for pc in pcs {
+        // SAFETY: a zeroed ucontext is a valid value; only its registers
+        // are read.
+        let mut uc: libc::ucontext_t = unsafe { core::mem::zeroed() };
+        uc.uc_mcontext.pc = pc as u64;
+        uc.uc_mcontext.sp = caller.sp;
+        uc.uc_mcontext.regs[29] = caller.fp;
+        // Before the record x30 is still the trampoline's address; at the
+        // final `ret` it holds the original return address.
+        uc.uc_mcontext.regs[30] = if pc == tail { caller.pc } else { t as u64 };
+        let mut out = [0usize; 64];
+        let k = callstack::capture_from_context(&uc, &mut out);
+        seen.push((pc, out[..k].to_vec()));
+    }
+    black_box((base, seen))
+}
+
+/// A signal that stops the thread where the AArch64 trampoline's frame
+/// holds no record (before it stores the original return address, and at
+/// its final `ret`) is unwound to the hooked frame's real caller: contexts
+/// made as the hardware would leave them at each such instruction.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn contexts_in_the_trampolines_windows_unwind_to_the_real_caller() {
+    let _g = serial();
+    let (base, seen) = at_windows();
+    assert!(seen.len() >= 10, "{}", seen.len());
+    for (pc, chain) in seen {
+        assert_eq!(chain.first(), Some(&pc));
+        assert_eq!(chain[1..], base[..], "at {pc:#x}");
+    }
+}
