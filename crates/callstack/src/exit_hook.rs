@@ -131,16 +131,16 @@
 //!   gives `rsp` (`sp`), would put the caller's stack pointer 4 (8) bytes
 //!   off. libgcc, gdb and this crate apply it.
 
-// Exit hooks run where the crate captures in-process on Linux (an
-// architecture folder with an `exit_hook` trampoline): elsewhere `install`
-// refuses, and the table it would fill is unused.
-#![cfg_attr(not(all(callstack_native, target_os = "linux")), allow(dead_code))]
+// Exit hooks run on Linux where the architecture's folder has an
+// `exit_hook` trampoline (`cfg(callstack_exit_hooks)`, set by build.rs):
+// elsewhere `install` refuses, and the table it would fill is unused.
+#![cfg_attr(not(all(callstack_exit_hooks, target_os = "linux")), allow(dead_code))]
 
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-#[cfg(all(callstack_native, target_os = "linux"))]
+#[cfg(all(callstack_exit_hooks, target_os = "linux"))]
 use crate::unwind::hook_table::ever;
 use crate::unwind::hook_table::{
     find, hash, trampoline, CLAIMED, EMPTY, FREE, PROBES, SLOTS, SLOT_ADDRS, TABLE,
@@ -153,7 +153,7 @@ pub const MAX_PER_FRAME: usize = 4;
 
 // The trampoline, which calls `dispatch` with a hooked frame's key (and
 // `lost` when its entry is gone), defined here beside them.
-#[cfg(all(callstack_native, target_os = "linux"))]
+#[cfg(all(callstack_exit_hooks, target_os = "linux"))]
 crate::arch::native::exit_hook::define_trampoline!(
     crate::unwind::hook_table::TABLE,
     dispatch,
@@ -565,20 +565,24 @@ fn start_context_pc() -> u64 {
     if pc != u64::MAX {
         return pc;
     }
-    extern "C" fn never() {}
-    let mut stack = [0u64; 256];
+    #[allow(unused_mut)]
     let mut pc = 0;
-    // SAFETY: a zeroed context filled by getcontext, given a stack of ours
-    // for makecontext to write its first frame on; nothing switches to it.
-    unsafe {
-        let mut uc: libc::ucontext_t = core::mem::zeroed();
-        if libc::getcontext(&mut uc) == 0 {
-            uc.uc_stack.ss_sp = stack.as_mut_ptr().cast();
-            uc.uc_stack.ss_size = core::mem::size_of_val(&stack);
-            uc.uc_link = core::ptr::null_mut();
-            libc::makecontext(&mut uc, never, 0);
-            #[cfg(all(callstack_native, target_os = "linux"))]
-            {
+    // Where exit hooks run (elsewhere nothing is hooked, and the C library
+    // may have no `makecontext`).
+    #[cfg(all(callstack_exit_hooks, target_os = "linux"))]
+    {
+        extern "C" fn never() {}
+        let mut stack = [0u64; 256];
+        // SAFETY: a zeroed context filled by getcontext, given a stack of
+        // ours for makecontext to write its first frame on; nothing
+        // switches to it.
+        unsafe {
+            let mut uc: libc::ucontext_t = core::mem::zeroed();
+            if libc::getcontext(&mut uc) == 0 {
+                uc.uc_stack.ss_sp = stack.as_mut_ptr().cast();
+                uc.uc_stack.ss_size = core::mem::size_of_val(&stack);
+                uc.uc_link = core::ptr::null_mut();
+                libc::makecontext(&mut uc, never, 0);
                 pc = crate::arch::native::exit_hook::start_context_pc(&uc, &stack);
             }
         }
@@ -753,11 +757,11 @@ pub fn install_c(
         ],
         live: true,
     };
-    #[cfg(all(callstack_native, target_os = "linux"))]
+    #[cfg(all(callstack_exit_hooks, target_os = "linux"))]
     {
         install_native(depth, h)
     }
-    #[cfg(not(all(callstack_native, target_os = "linux")))]
+    #[cfg(not(all(callstack_exit_hooks, target_os = "linux")))]
     {
         let _ = (depth, h);
         Err(ExitHookError::Unsupported)
@@ -770,18 +774,18 @@ pub fn install_c(
 /// frame).
 #[inline(never)]
 fn install_at(depth: u32, hook: Hook, out: &mut Result<Installed, ExitHookError>) {
-    #[cfg(all(callstack_native, target_os = "linux"))]
+    #[cfg(all(callstack_exit_hooks, target_os = "linux"))]
     {
         *out = install_native(depth, hook);
     }
-    #[cfg(not(all(callstack_native, target_os = "linux")))]
+    #[cfg(not(all(callstack_exit_hooks, target_os = "linux")))]
     {
         let _ = (depth, hook);
         *out = Err(ExitHookError::Unsupported);
     }
 }
 
-#[cfg(all(callstack_native, target_os = "linux"))]
+#[cfg(all(callstack_exit_hooks, target_os = "linux"))]
 #[inline(always)]
 fn install_native(depth: u32, hook: Hook) -> Result<Installed, ExitHookError> {
     use crate::unwind::local::FrameRequest;

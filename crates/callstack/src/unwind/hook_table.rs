@@ -5,7 +5,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-pub(crate) use crate::arch::{hash, HookWindow, PROBES, SLOTS};
+pub(crate) use crate::arch::{hash, PROBES, SLOTS};
 
 /// One table slot, read by the trampoline's assembly and CFI as two words:
 /// the key (the hooked frame's CFA) and the original return address.
@@ -59,11 +59,11 @@ pub(crate) fn find(key: u64) -> Option<usize> {
 /// The address hooked frames return to, on targets with exit hooks.
 #[inline(always)]
 pub(crate) fn trampoline() -> Option<u64> {
-    #[cfg(all(callstack_native, target_os = "linux"))]
+    #[cfg(all(callstack_exit_hooks, target_os = "linux"))]
     {
         Some(crate::arch::native::exit_hook::trampoline())
     }
-    #[cfg(not(all(callstack_native, target_os = "linux")))]
+    #[cfg(not(all(callstack_exit_hooks, target_os = "linux")))]
     {
         None
     }
@@ -146,11 +146,11 @@ pub(crate) fn in_trampoline<M: crate::types::Memory + ?Sized>(
     if !ever().load(Ordering::Relaxed) {
         return None;
     }
-    #[cfg(all(callstack_native, target_os = "linux"))]
+    #[cfg(all(callstack_exit_hooks, target_os = "linux"))]
     match crate::arch::native::exit_hook::window(pc) {
-        Some(HookWindow::Table) => return Some(resolve_slow(regs.sp)),
-        Some(HookWindow::BelowSp) => return Some(below_sp(regs.sp, mem)),
-        Some(HookWindow::Lr) => return Some(regs.lr),
+        Some(crate::arch::HookWindow::Table) => return Some(resolve_slow(regs.sp)),
+        Some(crate::arch::HookWindow::BelowSp) => return Some(below_sp(regs.sp, mem)),
+        Some(crate::arch::HookWindow::Lr) => return Some(regs.lr),
         None => {}
     }
     let _ = (pc, regs, mem);
@@ -162,7 +162,7 @@ pub(crate) fn in_trampoline<M: crate::types::Memory + ?Sized>(
 /// on the page of `sp` (which `mem` can read: the page is mapped). 0 when
 /// neither reaches it.
 #[cold]
-#[cfg_attr(not(all(callstack_native, target_os = "linux")), allow(dead_code))]
+#[cfg_attr(not(all(callstack_exit_hooks, target_os = "linux")), allow(dead_code))]
 fn below_sp<M: crate::types::Memory + ?Sized>(sp: u64, mem: &mut M) -> u64 {
     let at = sp.wrapping_sub(8);
     if let Ok(v) = mem.read_u64(at) {

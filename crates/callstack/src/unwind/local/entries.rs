@@ -14,7 +14,7 @@ crate::arch::native::exact::request_entry!(
     /// The naked entry of `capture_exact_with_info` ([`info_from_entry`]).
     info_entry(*mut InfoRequest) -> usize => info_from_entry
 );
-#[cfg(callstack_native)]
+#[cfg(callstack_exit_hooks)]
 crate::arch::native::exact::request_entry!(
     /// The naked entry of the exit hooks' frame lookup ([`frame_from_entry`]).
     frame_entry(*mut FrameRequest) => frame_from_entry
@@ -132,7 +132,7 @@ pub(crate) unsafe extern "C" fn info_from_entry(
 }
 
 /// The arguments and result of [`frame_from_entry`].
-#[cfg(callstack_native)]
+#[cfg(callstack_exit_hooks)]
 #[repr(C)]
 pub(crate) struct FrameRequest {
     /// Which frame: 0 is the caller of the entry, 1 its caller...
@@ -155,7 +155,7 @@ pub(crate) struct FrameRequest {
 ///
 /// # Safety
 /// `req` must be valid.
-#[cfg(callstack_native)]
+#[cfg(callstack_exit_hooks)]
 pub(crate) unsafe extern "C" fn frame_from_entry(
     req: *mut FrameRequest,
     pc: usize,
@@ -209,7 +209,7 @@ pub(crate) unsafe extern "C" fn frame_from_entry(
 /// which must give the caller's stack pointer as its CFA. A frame found
 /// any other way (frame records, instruction analysis, a signal frame)
 /// gets no slot.
-#[cfg(callstack_native)]
+#[cfg(callstack_exit_hooks)]
 #[cold]
 #[inline(never)]
 fn frame_and_slot(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize) {
@@ -285,7 +285,7 @@ fn frame_and_slot(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize) {
 /// where the return address is saved and gives the caller's frame. False
 /// when any of it is not at hand (a frame without a cached rule, the
 /// thread's first captures): the generic walk then does it all.
-#[cfg(callstack_native)]
+#[cfg(callstack_exit_hooks)]
 #[inline(always)]
 fn frame_and_slot_warm(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize, below: usize) -> bool {
     use crate::arch::{Applied, Arch};
@@ -465,6 +465,7 @@ mod tests {
                 "call_on_stack",
                 crate::arch::native::switch::call_on_stack as *const () as usize,
             ),
+            #[cfg(callstack_exit_hooks)]
             ("frame_entry", super::frame_entry as *const () as usize),
             #[cfg(target_arch = "x86_64")]
             (
