@@ -8,7 +8,9 @@
 # dlopen/dlclose, on a process's first capture, in a SIGPROF storm; the
 # no-allocation and signal-safety checks; called_from through a shared
 # library built by the cross compiler; Rust crash reports; the sampling
-# profiler; the symbolizer's API). The tests that drive gdb, cores, the CLI
+# profiler; the symbolizer's API; exit hooks on Rust frames and on C frames
+# of a library built by the cross compiler, on coroutines, in a SIGPROF
+# storm; then the C API's exit-hook fixtures, cross-built). The tests that drive gdb, cores, the CLI
 # or the C API stay host-only. Needs the aarch64 standard library (rustup
 # installs it here when it can; without it the stage says so and is
 # skipped: set CALLSTACK_REQUIRE_AARCH64=1 to make that an error).
@@ -40,4 +42,52 @@ cargo test --target "$target" -p callstack --lib \
     --test capture_fast --test exact_rust --test exact_rust_nofp \
     --test exact_dlopen --test exact_first_capture --test exact_storm \
     --test no_alloc --test signal_safety --test called_from \
-    --test crash_rust --test profiler --test symbolize_api "$@"
+    --test crash_rust --test profiler --test symbolize_api \
+    --test exit_hook --test exit_hook_c --test exit_hook_stacks \
+    --test exit_hook_storm "$@"
+
+# The C API's exit-hook fixtures (the host's crates/callstack-capi/tests
+# run them on x86-64), cross-built against the aarch64 libcallstack.a and
+# run under qemu-aarch64: every return register class, nested hooks,
+# captures below a hooked frame, longjmp; hooks on makecontext coroutines;
+# threads ending with hooks pending. Not the alternate-signal-stack modes:
+# qemu-user's signal-return trampoline lies in no module, so no walk from a
+# handler reaches the frames it interrupted.
+if [ $# -eq 0 ]; then
+    cargo build -q --release --target "$target" -p callstack-capi
+    lib="${CARGO_TARGET_DIR:-target}/$target/release/libcallstack.a"
+    inc=crates/callstack-capi/include
+    scratch=$(mktemp -d)
+    trap 'rm -rf "$scratch"' EXIT
+    run() { qemu-aarch64 -L "$sysroot" "$@"; }
+    expect() { # expect WHAT GOT WANT
+        if [ "$2" != "$3" ]; then
+            echo "C exit hooks on aarch64: $1: got [$2], want [$3]" >&2
+            exit 1
+        fi
+    }
+    for flags in "-O0 -g" "-O2 -g -fno-omit-frame-pointer" "-O2 -g -fomit-frame-pointer"; do
+        for fx in exit_hook exit_hook_stacks exit_hook_threads; do
+            # shellcheck disable=SC2086
+            aarch64-linux-gnu-gcc $flags "tests/fixtures/c/$fx.c" -I "$inc" "$lib" \
+                -lpthread -ldl -lm -o "$scratch/$fx"
+        done
+        out=$(run "$scratch/exit_hook")
+        expect "$flags returns" "$(grep '^RETURNS' <<<"$out")" "RETURNS ok"
+        expect "$flags nested" "$(grep '^NESTED' <<<"$out")" "NESTED 2193 2"
+        expect "$flags fast" "$(grep '^CAPTURE fast' <<<"$out" | cut -d' ' -f3)" same
+        expect "$flags exact" "$(grep '^CAPTURE exact' <<<"$out" | cut -d' ' -f3)" same
+        expect "$flags longjmp" "$(grep '^LONGJMP' <<<"$out")" "LONGJMP ran 0 skipped 1"
+        for mode in coro-static coro-heap coro-heap-rev coro-local; do
+            expect "$flags $mode" "$(run "$scratch/exit_hook_stacks" "$mode" | tail -1)" \
+                "CORO nmBb2Aa1 skipped 1"
+        done
+        for mode in late-local late-heap; do
+            expect "$flags $mode" "$(run "$scratch/exit_hook_stacks" "$mode" | tail -1)" \
+                "LATE a1m skipped 0"
+        done
+        expect "$flags threads" "$(run "$scratch/exit_hook_threads" 3000 | tail -1)" \
+            "THREADS ran 3064 skipped 12000 never 0"
+    done
+    echo "C exit hooks on aarch64: ok" >&2
+fi

@@ -61,6 +61,17 @@ fn rust_call_null() {
     black_box(());
 }
 
+/// Crashes below two frames whose exit hooks are pending (this one and
+/// `rust_level_two`): their return addresses are the trampoline's, and the
+/// report must name their real callers.
+#[inline(never)]
+fn rust_hooked() {
+    callstack::exit_hook::install(0, || {}).expect("hook rust_hooked");
+    callstack::exit_hook::install(1, || {}).expect("hook rust_level_two");
+    rust_null_deref();
+    black_box(());
+}
+
 #[inline(never)]
 fn rust_level_two(what: &str) {
     match what {
@@ -75,6 +86,7 @@ fn rust_level_two(what: &str) {
         "trap" => rust_trap(),
         "panic" => rust_panicking(),
         "malloc" => rust_malloc_crash(),
+        "hooked" => rust_hooked(),
         _ => eprintln!("unknown scenario {what}"),
     }
     black_box(());

@@ -8,7 +8,7 @@
 //! address. Profilers use it to time a function without instrumenting it.
 //!
 //! ```
-//! # #[cfg(all(target_arch = "x86_64", target_os = "linux"))] {
+//! # #[cfg(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_os = "linux"))] {
 //! use std::sync::atomic::{AtomicU32, Ordering};
 //! static RETURNED: AtomicU32 = AtomicU32::new(0);
 //!
@@ -38,25 +38,45 @@
 //! glibc's `backtrace()`), gdb (which shows the trampoline as a frame of its
 //! own, `__callstack_exit_hook_trampoline`, between the hooked function and
 //! its caller), and `callstack pstack`/`core` (which read the table from the
-//! target).
+//! target). On AArch64, libgcc (a Rust panic through a hooked frame, caught
+//! by the direct caller or further up) and this crate's captures are
+//! tested, under qemu-user; gdb and `callstack pstack`/`core` are not (the
+//! CFI finds the table through `x30`, which this crate's offline unwinder
+//! does not carry from a frame to its caller: `callstack core` of such a
+//! process would stop at the trampoline).
 //!
 //! A signal may stop the thread at any instruction of the trampoline:
 //! `capture_from_context`, `capture_exact` from the handler, the crash
 //! handler, libgcc from the handler, gdb and `callstack core`/`pstack` of a
 //! process stopped there all give the trampoline's pc then the hooked
 //! frame's real caller (its CFI holds at every instruction: tested by
-//! single-stepping it). `capture_fast` from a handler, which follows frame
+//! single-stepping it on x86-64; on AArch64, for this crate's captures,
+//! by contexts made at each instruction where its frame holds no record,
+//! and by a SIGPROF storm under qemu-user, which delivers signals between
+//! its translated blocks only; gdb was checked by hand at its entry, in
+//! its lookup, with its record up and at its final `ret`).
+//! `capture_fast` from a handler, which follows frame
 //! records, gives the real caller while the trampoline's frame record is
 //! up, and the caller's callers elsewhere in it, as for any function
 //! stopped outside its frame record.
 //!
 //! # Limits
 //!
-//! - x86-64 Linux only (other targets: [`install`] returns
-//!   [`ExitHookError::Unsupported`]).
+//! - x86-64 and AArch64 Linux only (other targets: [`install`] returns
+//!   [`ExitHookError::Unsupported`]). The trampoline of each lives in its
+//!   architecture's folder (`arch/<name>/exit_hook.rs`).
 //! - The frame to hook is found by this crate's exact unwinder (CFI, or
 //!   instruction analysis in code without CFI); its return address must be
-//!   where the unwinder read it, or the install is refused.
+//!   where the unwinder read it, or the install is refused. On AArch64 the
+//!   return address is patched where the hooked frame's CFI says `x30` is
+//!   saved (its frame record, at the top or the bottom of the frame), so
+//!   the frame needs CFI there; a frame that keeps `x30` in a register (no
+//!   slot to patch) or whose saved `x30` is signed by pointer
+//!   authentication (`-mbranch-protection=pac-ret` on a CPU that
+//!   authenticates: bits above the virtual address) is refused with
+//!   [`ExitHookError::NotPatchable`]. A signed value whose code happens to
+//!   be all zeros cannot be told from a plain one: patched, the function's
+//!   `autiasp` would fail on the trampoline's address.
 //! - A panic or C++ exception through a hooked frame (caught anywhere
 //!   above, rethrown or not), or `longjmp` over it, skips its hook: the
 //!   frame never returns. This is detected the next time a hook is
@@ -92,32 +112,38 @@
 //!   order of installation (the last installed first), like nested frames.
 //! - The trampoline preserves `rax`, `rdx`, `xmm0`, `xmm1` and the x87
 //!   values of a `long double` result; the upper halves of `ymm`/`zmm`
-//!   results (`__m256` returned in registers) are not saved.
+//!   results (`__m256` returned in registers) are not saved. On AArch64 it
+//!   preserves `x0`-`x7`, `x8` and `q0`-`q7` (integer, indirect, float,
+//!   vector and homogeneous-aggregate results); SVE results (`z`/`p`
+//!   registers beyond their low 128 bits) are not saved.
 //! - A hook must not panic (it runs on a frame that has already returned:
 //!   the process aborts) and runs with the hooked function's return value
 //!   still pending in the saved registers.
-//! - Intel CET shadow stacks (when a program enables them) reject a
-//!   patched return address.
+//! - Intel CET shadow stacks (when a program enables them), and AArch64's
+//!   Guarded Control Stack, reject a patched return address. (BTI does
+//!   not: the trampoline is entered and left by `ret`.)
 //! - Where the trampoline's frame is empty (returned to, before it pushes
 //!   the original address, at its final jump) its CFA is 4 bytes above the
 //!   hooked frame's, so that no two frames share a CFA (see
-//!   `arch/x86_64/exit_hook.rs`): a DWARF consumer that takes the CFA for
+//!   `arch/x86_64/exit_hook.rs`; on AArch64 8 bytes above, see
+//!   `arch/aarch64/exit_hook.rs`): a DWARF consumer that takes the CFA for
 //!   the caller's stack pointer, rather than applying the rule the CFI
-//!   gives `rsp`, would put the caller's `rsp` 4 bytes off. libgcc, gdb and
-//!   this crate apply it.
+//!   gives `rsp` (`sp`), would put the caller's stack pointer 4 (8) bytes
+//!   off. libgcc, gdb and this crate apply it.
 
-// Exit hooks are x86-64 only for now: elsewhere `install` refuses, and the
-// table it would fill is unused.
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+// Exit hooks run on Linux where the architecture's folder has an
+// `exit_hook` trampoline (`cfg(callstack_exit_hooks)`, set by build.rs):
+// elsewhere `install` refuses, and the table it would fill is unused.
+#![cfg_attr(not(all(callstack_exit_hooks, target_os = "linux")), allow(dead_code))]
 
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(callstack_exit_hooks, target_os = "linux"))]
 use crate::unwind::hook_table::ever;
 use crate::unwind::hook_table::{
-    find, hash, trampoline, CLAIMED, EMPTY, FREE, PROBES, SLOTS, TABLE,
+    find, hash, trampoline, CLAIMED, EMPTY, FREE, PROBES, SLOTS, SLOT_ADDRS, TABLE,
 };
 
 /// The most hooked frames one thread may have at once.
@@ -127,8 +153,8 @@ pub const MAX_PER_FRAME: usize = 4;
 
 // The trampoline, which calls `dispatch` with a hooked frame's key (and
 // `lost` when its entry is gone), defined here beside them.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-crate::arch::x86_64::exit_hook::define_trampoline!(
+#[cfg(all(callstack_exit_hooks, target_os = "linux"))]
+crate::arch::native::exit_hook::define_trampoline!(
     crate::unwind::hook_table::TABLE,
     dispatch,
     lost
@@ -137,13 +163,15 @@ crate::arch::x86_64::exit_hook::define_trampoline!(
 /// Why [`install`] refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitHookError {
-    /// Exit hooks are implemented for x86-64 Linux only.
+    /// Exit hooks are implemented for x86-64 and AArch64 Linux only.
     Unsupported,
     /// The stack has fewer than `depth + 1` frames above the caller, or the
     /// frame at `depth` could not be unwound exactly (no CFI).
     NoSuchFrame(u32),
-    /// The return address of the frame is not where its CFI says (the frame
-    /// cannot be hooked).
+    /// The return address of the frame is not where its CFI says, is not
+    /// saved in memory at all (AArch64: still in `x30`, a leaf or a
+    /// prologue), or is signed by pointer authentication (AArch64's
+    /// `paciasp`): the frame cannot be hooked.
     NotPatchable(u32),
     /// This thread already has [`MAX_PER_THREAD`] hooked frames, or the
     /// frame already has [`MAX_PER_FRAME`] hooks.
@@ -160,7 +188,8 @@ impl core::fmt::Display for ExitHookError {
             Self::NotPatchable(d) => {
                 write!(
                     f,
-                    "the return address of the frame at depth {d} is not on the stack"
+                    "the return address of the frame at depth {d} is not on the stack \
+                     (not saved where its CFI says, only in a register, or signed)"
                 )
             }
             Self::TooMany => f.write_str("too many exit hooks on this thread or frame"),
@@ -202,7 +231,7 @@ impl Installed {
     /// (on another thread, returns false).
     ///
     /// ```
-    /// # #[cfg(all(target_arch = "x86_64", target_os = "linux"))] {
+    /// # #[cfg(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_os = "linux"))] {
     /// use std::sync::atomic::{AtomicBool, Ordering};
     /// static RAN: AtomicBool = AtomicBool::new(false);
     /// #[inline(never)]
@@ -253,7 +282,7 @@ impl Installed {
                 .all(|h| unsafe { !h.assume_init_ref().live })
             {
                 // Nothing left to run: the frame returns where it always did.
-                let slot = (self.key - 8) as *mut u64;
+                let slot = SLOT_ADDRS[i].load(Ordering::Relaxed) as *mut u64;
                 let orig = TABLE[i].orig.load(Ordering::Relaxed);
                 // SAFETY: the frame is live (its key is pending on this
                 // thread, above the current frame) and its return address
@@ -536,26 +565,25 @@ fn start_context_pc() -> u64 {
     if pc != u64::MAX {
         return pc;
     }
-    extern "C" fn never() {}
-    let mut stack = [0u64; 256];
+    #[allow(unused_mut)]
     let mut pc = 0;
-    // SAFETY: a zeroed context filled by getcontext, given a stack of ours
-    // for makecontext to write its first frame on; nothing switches to it.
-    unsafe {
-        let mut uc: libc::ucontext_t = core::mem::zeroed();
-        if libc::getcontext(&mut uc) == 0 {
-            uc.uc_stack.ss_sp = stack.as_mut_ptr().cast();
-            uc.uc_stack.ss_size = core::mem::size_of_val(&stack);
-            uc.uc_link = core::ptr::null_mut();
-            libc::makecontext(&mut uc, never, 0);
-            #[cfg(target_arch = "x86_64")]
-            let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
-            // Exit hooks are x86-64 only: elsewhere nothing is hooked.
-            #[cfg(not(target_arch = "x86_64"))]
-            let sp = 0usize;
-            let base = stack.as_ptr() as usize;
-            if sp >= base && sp + 8 <= base + core::mem::size_of_val(&stack) {
-                pc = (sp as *const u64).read();
+    // Where exit hooks run (elsewhere nothing is hooked, and the C library
+    // may have no `makecontext`).
+    #[cfg(all(callstack_exit_hooks, target_os = "linux"))]
+    {
+        extern "C" fn never() {}
+        let mut stack = [0u64; 256];
+        // SAFETY: a zeroed context filled by getcontext, given a stack of
+        // ours for makecontext to write its first frame on; nothing
+        // switches to it.
+        unsafe {
+            let mut uc: libc::ucontext_t = core::mem::zeroed();
+            if libc::getcontext(&mut uc) == 0 {
+                uc.uc_stack.ss_sp = stack.as_mut_ptr().cast();
+                uc.uc_stack.ss_size = core::mem::size_of_val(&stack);
+                uc.uc_link = core::ptr::null_mut();
+                libc::makecontext(&mut uc, never, 0);
+                pc = crate::arch::native::exit_hook::start_context_pc(&uc, &stack);
             }
         }
     }
@@ -635,7 +663,7 @@ fn drop_stale(p: &mut Pending, stack: u64, sp: u64) {
 /// before, and is not async-signal-safe.
 ///
 /// ```
-/// # #[cfg(all(target_arch = "x86_64", target_os = "linux"))] {
+/// # #[cfg(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_os = "linux"))] {
 /// use std::cell::Cell;
 /// thread_local!(static ORDER: Cell<u32> = const { Cell::new(0) });
 ///
@@ -729,11 +757,11 @@ pub fn install_c(
         ],
         live: true,
     };
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[cfg(all(callstack_exit_hooks, target_os = "linux"))]
     {
-        install_x86_64(depth, h)
+        install_native(depth, h)
     }
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    #[cfg(not(all(callstack_exit_hooks, target_os = "linux")))]
     {
         let _ = (depth, h);
         Err(ExitHookError::Unsupported)
@@ -746,27 +774,29 @@ pub fn install_c(
 /// frame).
 #[inline(never)]
 fn install_at(depth: u32, hook: Hook, out: &mut Result<Installed, ExitHookError>) {
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[cfg(all(callstack_exit_hooks, target_os = "linux"))]
     {
-        *out = install_x86_64(depth, hook);
+        *out = install_native(depth, hook);
     }
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    #[cfg(not(all(callstack_exit_hooks, target_os = "linux")))]
     {
         let _ = (depth, hook);
         *out = Err(ExitHookError::Unsupported);
     }
 }
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[cfg(all(callstack_exit_hooks, target_os = "linux"))]
 #[inline(always)]
-fn install_x86_64(depth: u32, hook: Hook) -> Result<Installed, ExitHookError> {
+fn install_native(depth: u32, hook: Hook) -> Result<Installed, ExitHookError> {
     use crate::unwind::local::FrameRequest;
     use crate::unwind::{Frame, Method};
     // Frame 0: the return address into `install_at` (or the C entry that
     // `install_c` is inlined into); frame 1: into the function calling
     // `install` (or the C entry); frame 2 + depth is the one the
-    // hooked frame returns to: its return address slot lies just below that
-    // frame's sp (the hooked frame's CFA).
+    // hooked frame returns to: its stack pointer is the hooked frame's CFA
+    // (the key), and its return address is saved in the hooked frame at
+    // `req.slot` (x86-64: just below the key, where `call` pushed it;
+    // AArch64: where the hooked frame's CFI says it saved x30).
     let mut req = FrameRequest {
         up: 2 + depth as usize,
         here_sp: 0,
@@ -776,6 +806,7 @@ fn install_x86_64(depth: u32, hook: Hook) -> Result<Installed, ExitHookError> {
             fp: 0,
             method: Method::Cfi,
         },
+        slot: 0,
         found: false,
     };
     // SAFETY: `req` is a valid request.
@@ -783,22 +814,26 @@ fn install_x86_64(depth: u32, hook: Hook) -> Result<Installed, ExitHookError> {
     if !req.found {
         return Err(ExitHookError::NoSuchFrame(depth));
     }
-    // On x86-64 a return address is always at the caller's sp minus 8,
-    // whatever found the frame; a signal frame's "return" is a sigreturn.
-    // Field by field, as `frame_from_entry` wrote them: a copy of the whole
-    // frame is loaded 16 bytes at a time, which the CPU cannot forward from
-    // the 8-byte stores just made (a stall of a dozen cycles each).
-    let (ret, key, method) = (req.frame.pc, req.frame.sp, req.frame.method);
-    if matches!(method, Method::SignalFrame | Method::Context) {
+    // A signal frame's "return" is a sigreturn. Field by field, as
+    // `frame_from_entry` wrote them: a copy of the whole frame is loaded 16
+    // bytes at a time, which the CPU cannot forward from the 8-byte stores
+    // just made (a stall of a dozen cycles each).
+    let (ret, key, method, slot) = (req.frame.pc, req.frame.sp, req.frame.method, req.slot);
+    if matches!(method, Method::SignalFrame | Method::Context) || slot == 0 {
         return Err(ExitHookError::NotPatchable(depth));
     }
     let here = req.here_sp;
-    let slot = (key - 8) as *mut u64;
-    let tramp = crate::arch::x86_64::exit_hook::trampoline();
-    // SAFETY: `key - 8` is inside this thread's stack (the unwinder read the
+    let slot = slot as *mut u64;
+    let tramp = crate::arch::native::exit_hook::trampoline();
+    // SAFETY: `slot` is inside this thread's stack (the unwinder read the
     // return address there, bounded by the stack) and belongs to a live frame
     // above this one.
     let current = unsafe { slot.read_volatile() };
+    if !crate::arch::native::exit_hook::is_plain(current) {
+        // Signed (pointer authentication): the hooked function would check
+        // the trampoline's address against the signature and fault.
+        return Err(ExitHookError::NotPatchable(depth));
+    }
     PENDING.with(|p| {
         // SAFETY: only this thread touches its own list, and not re-entrantly
         // (hooks run after `dispatch` is done with it).
@@ -863,6 +898,7 @@ fn install_x86_64(depth: u32, hook: Hook) -> Result<Installed, ExitHookError> {
         let generation = GENERATIONS[i].load(Ordering::Relaxed) + 1;
         GENERATIONS[i].store(generation, Ordering::Relaxed);
         TABLE[i].orig.store(current, Ordering::Relaxed);
+        SLOT_ADDRS[i].store(slot as u64, Ordering::Relaxed);
         if !ever().load(Ordering::Relaxed) {
             ever().store(true, Ordering::Relaxed);
         }
@@ -917,7 +953,7 @@ pub(crate) unsafe extern "C" fn dispatch(key: u64) {
     unsafe { hooks[..n].copy_from_slice(&(&(*HOOKS.0.get()))[i][..n]) };
     free_slot(i);
     PENDING.with(|p| {
-        // SAFETY: as in `install_x86_64`.
+        // SAFETY: as in `install_native`.
         let p = unsafe { &mut *p.get() };
         if p.n > 0 && p.keys[p.n - 1] == key {
             // The common case: the lowest entry returned, none below it.

@@ -257,7 +257,8 @@ impl RuleSource<NativeArch> for FrameRecords {
     fn return_address(&self, ra: u64, cfa: u64) -> u64 {
         #[cfg(target_os = "linux")]
         {
-            crate::unwind::hook_table::resolve(ra, cfa)
+            // `cfa` is the end of the frame record `ra` was read from.
+            crate::unwind::hook_table::resolve_record(ra, cfa)
         }
         #[cfg(not(target_os = "linux"))]
         {

@@ -52,6 +52,19 @@ fn crash_rust_null_dereference() {
     assert!(c.stderr.contains("thread: "), "{}", c.stderr);
 }
 
+/// A crash below frames with exit hooks pending: the report names their
+/// real callers, not the trampoline.
+#[test]
+fn crash_rust_below_hooked_frames() {
+    let c = S.run("hooked", &[]);
+    S.check(&c, libc::SIGSEGV, NULL_LINE, &["rust_null_deref", "rust_hooked"]);
+    assert!(
+        !c.stderr.contains("__callstack_exit_hook_trampoline"),
+        "{}",
+        c.stderr
+    );
+}
+
 /// A call through a null function pointer: its caller is named (the
 /// return address the call left: on the stack on x86-64, in x30 on
 /// AArch64).

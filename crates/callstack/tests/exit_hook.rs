@@ -2,7 +2,7 @@
 //! returns, in order, with every return register intact; captures below a
 //! hooked frame, inside a hook and from a signal equal the captures without
 //! hooks; a panic unwinds through a hooked frame.
-#![cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#![cfg(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_os = "linux"))]
 
 use callstack::exit_hook;
 use std::hint::black_box;
@@ -57,6 +57,55 @@ extern "C" fn ret_f32(hook: bool) -> f32 {
     black_box(3.75f32)
 }
 
+/// Four doubles: AArch64 returns them in d0-d3 (a homogeneous aggregate).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Quad {
+    a: f64,
+    b: f64,
+    c: f64,
+    d: f64,
+}
+
+#[inline(never)]
+extern "C" fn ret_quad(hook: bool) -> Quad {
+    if hook {
+        exit_hook::install(0, clobber).unwrap();
+    }
+    black_box(Quad {
+        a: 0.5,
+        b: -1.75,
+        c: 1e300,
+        d: f64::MIN_POSITIVE,
+    })
+}
+
+/// Too large for registers: returned through memory the caller passes
+/// (AArch64: its address in x8).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Big {
+    w: [u64; 6],
+}
+
+#[inline(never)]
+extern "C" fn ret_big(hook: bool) -> Big {
+    if hook {
+        exit_hook::install(0, clobber).unwrap();
+    }
+    black_box(Big {
+        w: [1, u64::MAX, 3, 0x8000_0000_0000_0000, 5, 6],
+    })
+}
+
+#[inline(never)]
+extern "C" fn ret_f64(hook: bool) -> f64 {
+    if hook {
+        exit_hook::install(0, clobber).unwrap();
+    }
+    black_box(-6.125f64)
+}
+
 #[test]
 fn return_registers_survive_the_hook() {
     let _g = serial();
@@ -64,6 +113,9 @@ fn return_registers_survive_the_hook() {
         assert_eq!(ret_u128(true), ret_u128(false));
         assert_eq!(ret_pair(true), ret_pair(false));
         assert_eq!(ret_f32(true), ret_f32(false));
+        assert_eq!(ret_f64(true), ret_f64(false));
+        assert_eq!(ret_quad(true), ret_quad(false));
+        assert_eq!(ret_big(true), ret_big(false));
     }
 }
 
@@ -450,4 +502,69 @@ fn a_panic_caught_two_frames_above_a_hooked_frame() {
     // Hooks on two frames in a row, the catching frame right above them.
     assert_eq!(catch_quietly(|| calls_panics_below_catch(2)), (true, 2));
     assert_eq!(CAUGHT_RUNS.load(Ordering::Relaxed), 0);
+}
+
+/// The chain captured in `at_windows` (exact, from its caller on), and
+/// the captures from contexts stopped at each instruction of the
+/// trampoline's two windows where its frame holds no record.
+#[cfg(target_arch = "aarch64")]
+#[inline(never)]
+fn at_windows() -> (Vec<usize>, Vec<(usize, Vec<usize>)>) {
+    use callstack::{Frame, Method};
+    exit_hook::install(0, || {}).unwrap();
+    let blank = Frame {
+        pc: 0,
+        sp: 0,
+        fp: 0,
+        method: Method::Cfi,
+    };
+    let mut frames = [blank; 64];
+    let (n, _) = callstack::capture_exact_with_info(0, &mut frames);
+    assert!(n > 3);
+    // Frame 1: this function's caller, as the trampoline returns to it:
+    // its pc the original return address, its sp the key, its fp what
+    // this function's epilogue restores.
+    let caller = frames[1];
+    let base: Vec<usize> = frames[1..n].iter().map(|f| f.pc as usize).collect();
+    let t = trampoline();
+    // SAFETY: the trampoline's code, a few hundred bytes, then more code
+    // of this executable.
+    let words = unsafe { core::slice::from_raw_parts(t as *const u32, 128) };
+    // `stp x29, x11, [sp, #-16]!` stores the record; `ret` ends it.
+    let found = t + 4 * words.iter().position(|&w| w == 0xa9bf_2ffd).unwrap();
+    let tail = t + 4 * words.iter().position(|&w| w == 0xd65f_03c0).unwrap();
+    assert!(t < found && found < tail, "{t:x} {found:x} {tail:x}");
+    let mut seen = Vec::new();
+    let pcs = (t..=found).step_by(4).chain([tail]);
+    for pc in pcs {
+        // SAFETY: a zeroed ucontext is a valid value; only its registers
+        // are read.
+        let mut uc: libc::ucontext_t = unsafe { core::mem::zeroed() };
+        uc.uc_mcontext.pc = pc as u64;
+        uc.uc_mcontext.sp = caller.sp;
+        uc.uc_mcontext.regs[29] = caller.fp;
+        // Before the record x30 is still the trampoline's address; at the
+        // final `ret` it holds the original return address.
+        uc.uc_mcontext.regs[30] = if pc == tail { caller.pc } else { t as u64 };
+        let mut out = [0usize; 64];
+        let k = callstack::capture_from_context(&uc, &mut out);
+        seen.push((pc, out[..k].to_vec()));
+    }
+    black_box((base, seen))
+}
+
+/// A signal that stops the thread where the AArch64 trampoline's frame
+/// holds no record (before it stores the original return address, and at
+/// its final `ret`) is unwound to the hooked frame's real caller: contexts
+/// made as the hardware would leave them at each such instruction.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn contexts_in_the_trampolines_windows_unwind_to_the_real_caller() {
+    let _g = serial();
+    let (base, seen) = at_windows();
+    assert!(seen.len() >= 10, "{}", seen.len());
+    for (pc, chain) in seen {
+        assert_eq!(chain.first(), Some(&pc));
+        assert_eq!(chain[1..], base[..], "at {pc:#x}");
+    }
 }

@@ -2,7 +2,7 @@
 //! an alternate signal stack) and on threads that end with hooks pending.
 //! An entry is stale only for a frame of its own stack; a thread's entries
 //! are dropped and counted when it ends.
-#![cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#![cfg(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_os = "linux"))]
 
 use callstack::exit_hook;
 use std::cell::RefCell;
@@ -15,6 +15,16 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether the test runs under qemu-user (scripts/test-aarch64.sh), where
+/// `why` keeps it from meaning anything: then it says so and is skipped.
+fn skipped_under_qemu(why: &str) -> bool {
+    let qemu = std::env::var_os("CALLSTACK_TEST_QEMU").is_some();
+    if qemu {
+        eprintln!("skipped under qemu-user: {why}");
+    }
+    qemu
 }
 
 thread_local! {
@@ -198,6 +208,13 @@ fn alt_outer() {
 
 #[test]
 fn a_handler_on_an_alternate_stack_hooks_frames() {
+    if skipped_under_qemu(
+        "qemu-user's signal-return trampoline lies in no module, so no walk \
+         from a handler reaches the interrupted frames (the hook on the \
+         handler's own frame, whose caller it is, has no frame to find)",
+    ) {
+        return;
+    }
     let _g = serial();
     const ALT: usize = 256 * 1024;
     // SAFETY: a fresh private mapping (mapped before the thread, so that
@@ -296,6 +313,14 @@ fn at_depth(n: u32) {
 
 #[test]
 fn threads_ending_with_hooks_pending_free_and_count_them() {
+    if skipped_under_qemu(
+        "qemu-user's /proc/self/maps, read while other threads map and unmap \
+         their stacks, now and then misses a new thread's stack (about one \
+         capture_exact in 2000 on a fresh thread finds no stack), and an \
+         install whose walk fails is an error this test counts",
+    ) {
+        return;
+    }
     let _g = serial();
     const THREADS: u64 = 3000;
     let before = exit_hook::skipped();

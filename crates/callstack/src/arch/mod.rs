@@ -40,6 +40,37 @@ pub type NativeArch = self::aarch64::Aarch64;
 #[cfg(not(target_arch = "aarch64"))]
 pub type NativeArch = self::x86_64::X86_64;
 
+/// Slots in the exit hooks' hash table (`unwind::hook_table`); a power of
+/// two (the hash is masked with `SLOTS - 1`). Every architecture's
+/// trampoline probes the same table with the same hash, in assembly and in
+/// its CFI expression.
+pub(crate) const SLOTS: usize = 1024;
+/// Slots probed from a key's hash; the table has `SLOTS + PROBES` entries,
+/// so a probe never wraps.
+pub(crate) const PROBES: usize = 8;
+
+/// The exit-hook table slot of a key (a hooked frame's CFA): the same hash
+/// as the trampolines' assembly and CFI expressions.
+#[inline(always)]
+pub(crate) fn hash(key: u64) -> usize {
+    (((key >> 4) ^ (key >> 14) ^ (key >> 24)) as usize) & (SLOTS - 1)
+}
+
+/// Where an exit-hook trampoline stopped at an exact pc keeps the original
+/// return address, where its frame holds no record of it (see each
+/// architecture's `exit_hook::window`).
+// Each architecture's trampoline has some of these windows.
+#[allow(dead_code)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HookWindow {
+    /// Only in the hook table, under the key `sp` (the caller's `sp`).
+    Table,
+    /// At `sp - 8`, just below the stack pointer (the caller's `sp`).
+    BelowSp,
+    /// In the link register (the caller's `sp` is `sp`).
+    Lr,
+}
+
 /// Layout of a frame-pointer record: the frame pointer points at the saved
 /// caller frame pointer; the return address sits `ra_offset` bytes above it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +148,17 @@ pub trait Arch: Copy + Default + core::fmt::Debug + Send + Sync + 'static {
         regs: &crate::types::UnwindRegs,
         mem: &mut M,
     ) -> Result<Applied, crate::types::UnwindError>;
+
+    /// Where the frame whose rule is `rule` (its registers `regs`) saved
+    /// its return address: `(its CFA, the address of the slot)`, or `None`
+    /// when it is still in a register (a leaf, a prologue) or the rule does
+    /// not say. Exit hooks patch that slot; architectures whose return
+    /// address always sits under the caller's stack pointer need no rule
+    /// for it and keep this default.
+    fn saved_ra(rule: Self::Rule, regs: &crate::types::UnwindRegs) -> Option<(u64, u64)> {
+        let _ = (rule, regs);
+        None
+    }
 
     /// Packs `rule` into 16 bits for the in-process rule cache, or 0 when it
     /// does not fit (it is then looked up in the table each time).

@@ -830,7 +830,8 @@ where
 
 #[cfg(all(test, target_arch = "x86_64", target_os = "linux"))]
 mod tests {
-    use crate::arch::x86_64::exit_hook::{hash, LOOKUP_EXPR, PROBES, SLOTS};
+    use crate::arch::x86_64::exit_hook::LOOKUP_EXPR;
+    use crate::arch::{hash, PROBES, SLOTS};
     use crate::types::{Memory, ReadError, UnwindRegs};
 
     /// Memory of a fake table and its offset word, and the stack words of
@@ -914,5 +915,81 @@ mod tests {
         }
         // A key not in the table: 0, which ends a walk.
         assert_eq!(eval(&entries, k + 8), 0);
+    }
+}
+
+/// The AArch64 trampoline's expression, on every host (the arch module is
+/// compiled everywhere): it finds the table through `x30`.
+#[cfg(test)]
+mod aarch64_hook_tests {
+    use crate::arch::aarch64::exit_hook::LOOKUP_EXPR;
+    use crate::arch::{hash, PROBES, SLOTS};
+    use crate::types::{Memory, ReadError, UnwindRegs};
+
+    struct Fake {
+        base: u64,
+        words: Vec<u64>,
+    }
+
+    impl Memory for Fake {
+        fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
+            let i = addr.wrapping_sub(self.base) / 8;
+            if addr % 8 != 0 || i >= self.words.len() as u64 {
+                return Err(ReadError::OutOfBounds(addr));
+            }
+            Ok(self.words[i as usize])
+        }
+    }
+
+    /// Lays out `[offset word][symbol: 4 bytes][TRAMPOLINE ...]` then the
+    /// table at `base + 64`, and evaluates the expression for the
+    /// trampoline frame of the hooked frame whose CFA is `key` (the
+    /// trampoline's CFA `key + 8`, `x30` the trampoline).
+    fn eval(entries: &[(u64, u64)], key: u64) -> u64 {
+        let base = 0x5000_0000u64;
+        let table = base + 64;
+        let mut words = vec![0u64; 8 + 2 * (SLOTS + PROBES)];
+        words[0] = table - base;
+        for &(k, v) in entries {
+            let mut i = hash(k);
+            while words[8 + 2 * i] != 0 {
+                i += 1;
+            }
+            words[8 + 2 * i] = k;
+            words[8 + 2 * i + 1] = v;
+        }
+        let mut mem = Fake { base, words };
+        let regs = UnwindRegs {
+            pc: 0x1234,
+            sp: key,
+            fp: 0,
+            lr: base + 12,
+        };
+        super::eval_expression::<crate::arch::aarch64::Aarch64, _>(
+            &LOOKUP_EXPR,
+            &regs,
+            &mut mem,
+            Some(key + 8),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_aarch64_exit_hook_expression_finds_the_entry_of_its_cfa() {
+        let k = 0xffff_f7ff_e230u64;
+        assert_eq!(eval(&[(k, 0xabcd)], k), 0xabcd);
+        let mut same = vec![];
+        let mut c = k + 16;
+        while same.len() < 3 {
+            if hash(c) == hash(k) {
+                same.push(c);
+            }
+            c += 16;
+        }
+        let entries = [(k, 1), (same[0], 2), (same[1], 3), (same[2], 4)];
+        for (i, &(key, v)) in entries.iter().enumerate() {
+            assert_eq!(eval(&entries, key), v, "entry {i}");
+        }
+        assert_eq!(eval(&entries, k + 16), 0);
     }
 }

@@ -11,6 +11,7 @@
 //! on any host.
 
 pub mod core_regs;
+pub(crate) mod exit_hook;
 pub mod instruction_analysis;
 pub mod signal;
 

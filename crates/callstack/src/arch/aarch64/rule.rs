@@ -163,6 +163,22 @@ impl Arch for Aarch64 {
         })
     }
 
+    /// The slot of `x30` that a `Sp` or `Fp` rule reads (the frame
+    /// record of a non-leaf function, wherever in its frame the compiler
+    /// put it); `None` while the return address is in `x30` itself.
+    fn saved_ra(rule: UnwindRuleAarch64, regs: &UnwindRegs) -> Option<(u64, u64)> {
+        use UnwindRuleAarch64 as R;
+        let (cfa, ra) = match rule {
+            R::Sp { cfa, ra, .. } => (regs.sp.wrapping_add(cfa as u64), ra),
+            R::Fp { cfa, ra, .. } => (regs.fp.wrapping_add(cfa as u64), ra),
+            _ => return None,
+        };
+        if ra == 0 {
+            return None;
+        }
+        Some((cfa, cfa.wrapping_add(ra as i64 as u64)))
+    }
+
     /// Packed rules (see [`FastForm`] for what the hot loop applies):
     /// bits 15-14 the base of a fast form (1: `sp`, 2: `x29`); bit 13 set
     /// when `x29` is saved at `a` and `x30` at `a + 8` (the frame record),

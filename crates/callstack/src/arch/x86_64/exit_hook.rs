@@ -58,19 +58,11 @@
     allow(unused_macros, unused_imports, dead_code)
 )]
 
-/// Slots in the hash table; a power of two (the hash is masked with
-/// `SLOTS - 1`).
-pub(crate) const SLOTS: usize = 1024;
-/// Slots probed from a key's hash; the table has `SLOTS + PROBES` entries,
-/// so a probe never wraps.
-pub(crate) const PROBES: usize = 8;
 
-/// The table slot of a key (a hooked frame's CFA): the same hash as the
-/// trampoline's assembly and its CFI expression.
-#[inline(always)]
-pub(crate) fn hash(key: u64) -> usize {
-    (((key >> 4) ^ (key >> 14) ^ (key >> 24)) as usize) & (SLOTS - 1)
-}
+/// Whether an exit hook finds the slot of a frame's return address from
+/// the frame's own CFI rule: not on x86-64, where a return address is
+/// always right under its caller's stack pointer (`call` pushed it there).
+pub(crate) const SLOT_FROM_RULE: bool = false;
 
 /// Applies `$m` to the bytes of the CFI expression that computes the
 /// original return address of a frame returning to the trampoline, with the
@@ -299,8 +291,8 @@ macro_rules! define_trampoline {
             table = sym $table,
             dispatch = sym $dispatch,
             lost = sym $lost,
-            mask = const $crate::arch::x86_64::exit_hook::SLOTS - 1,
-            window = const $crate::arch::x86_64::exit_hook::PROBES * 16,
+            mask = const $crate::arch::SLOTS - 1,
+            window = const $crate::arch::PROBES * 16,
         );
     };
 }
@@ -309,6 +301,7 @@ pub(crate) use define_trampoline;
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 mod imp {
+    use crate::arch::HookWindow;
 
     unsafe extern "C" {
         fn __callstack_exit_hook_trampoline();
@@ -318,19 +311,42 @@ mod imp {
     }
 
     /// Where the trampoline's frame holds nothing of the original return
-    /// address above `rsp` (`rsp` is then the hooked frame's CFA, which is
-    /// also the caller's `rsp`): `[TRAMPOLINE, found]`, before the push of
-    /// the original address (it is only in the table), and `[tail, end)`,
-    /// the final `jmp r11` (it is in `r11`, and at `rsp - 8`, below the
-    /// stack pointer). Returns `(TRAMPOLINE, found, tail, end)`.
+    /// address above `rsp` at an exact pc `pc` (`rsp` is then the hooked
+    /// frame's CFA, which is also the caller's `rsp`): `[TRAMPOLINE,
+    /// found]`, before the push of the original address (it is only in the
+    /// table), and `[tail, end)`, the final `jmp r11` (it is in `r11`, and
+    /// at `rsp - 8`, below the stack pointer).
     #[inline(always)]
-    pub(crate) fn windows() -> (u64, u64, u64, u64) {
-        (
-            trampoline(),
-            __callstack_exit_hook_found as *const () as u64,
-            __callstack_exit_hook_tail as *const () as u64,
-            __callstack_exit_hook_end as *const () as u64,
-        )
+    pub(crate) fn window(pc: u64) -> Option<HookWindow> {
+        let found = __callstack_exit_hook_found as *const () as u64;
+        let tail = __callstack_exit_hook_tail as *const () as u64;
+        let end = __callstack_exit_hook_end as *const () as u64;
+        if pc >= trampoline() && pc <= found {
+            Some(HookWindow::Table)
+        } else if pc >= tail && pc < end {
+            Some(HookWindow::BelowSp)
+        } else {
+            None
+        }
+    }
+
+    /// Where a `makecontext` coroutine's first function returns (glibc's
+    /// `__start_context`), from a context `makecontext` just filled on
+    /// `stack`: the word at its `rsp`, pushed there like a return address.
+    pub(crate) fn start_context_pc(uc: &libc::ucontext_t, stack: &[u64]) -> u64 {
+        let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
+        let base = stack.as_ptr() as usize;
+        if sp >= base && sp % 8 == 0 && sp + 8 <= base + core::mem::size_of_val(stack) {
+            stack[(sp - base) / 8]
+        } else {
+            0
+        }
+    }
+
+    /// Whether a saved return address is a plain address: always on x86-64.
+    #[inline(always)]
+    pub(crate) fn is_plain(_ra: u64) -> bool {
+        true
     }
 
     /// The address hooked frames return to: one byte into the symbol.
@@ -341,4 +357,4 @@ mod imp {
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub(crate) use imp::{trampoline, windows};
+pub(crate) use imp::{is_plain, start_context_pc, trampoline, window};

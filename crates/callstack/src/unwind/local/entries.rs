@@ -14,8 +14,8 @@ crate::arch::native::exact::request_entry!(
     /// The naked entry of `capture_exact_with_info` ([`info_from_entry`]).
     info_entry(*mut InfoRequest) -> usize => info_from_entry
 );
-#[cfg(target_arch = "x86_64")]
-crate::arch::x86_64::exact::request_entry!(
+#[cfg(callstack_exit_hooks)]
+crate::arch::native::exact::request_entry!(
     /// The naked entry of the exit hooks' frame lookup ([`frame_from_entry`]).
     frame_entry(*mut FrameRequest) => frame_from_entry
 );
@@ -132,7 +132,7 @@ pub(crate) unsafe extern "C" fn info_from_entry(
 }
 
 /// The arguments and result of [`frame_from_entry`].
-#[cfg(target_arch = "x86_64")]
+#[cfg(callstack_exit_hooks)]
 #[repr(C)]
 pub(crate) struct FrameRequest {
     /// Which frame: 0 is the caller of the entry, 1 its caller...
@@ -141,6 +141,10 @@ pub(crate) struct FrameRequest {
     pub(crate) here_sp: u64,
     /// The frame found (`pc` a return address), if `found`.
     pub(crate) frame: Frame,
+    /// Where the return address `frame.pc` is saved, in the frame below it
+    /// (the hooked one): 0 when it is not in memory (in a register) or the
+    /// rule of that frame does not say.
+    pub(crate) slot: u64,
     pub(crate) found: bool,
 }
 
@@ -151,7 +155,7 @@ pub(crate) struct FrameRequest {
 ///
 /// # Safety
 /// `req` must be valid.
-#[cfg(target_arch = "x86_64")]
+#[cfg(callstack_exit_hooks)]
 pub(crate) unsafe extern "C" fn frame_from_entry(
     req: *mut FrameRequest,
     pc: usize,
@@ -162,7 +166,12 @@ pub(crate) unsafe extern "C" fn frame_from_entry(
     let req = unsafe { &mut *req };
     req.here_sp = sp as u64;
     req.found = false;
+    req.slot = 0;
     cache_go_live();
+    if crate::arch::native::exit_hook::SLOT_FROM_RULE {
+        frame_and_slot(req, pc, sp, fp);
+        return;
+    }
     let mut hot = Hot::at(pc, sp, fp);
     if let Some(hi) = warm_stack_end(hot.sp) {
         if hot_skip(&mut hot, hi, req.up).0 == 0 {
@@ -172,6 +181,7 @@ pub(crate) unsafe extern "C" fn frame_from_entry(
                 fp: hot.fp,
                 method: crate::unwind::Method::Cfi,
             };
+            req.slot = hot.sp.wrapping_sub(8);
             req.found = true;
             return;
         }
@@ -185,8 +195,146 @@ pub(crate) unsafe extern "C" fn frame_from_entry(
     let mut one = [req.frame];
     if walk_frames(regs, false, req.up, &mut one).0 == 1 {
         req.frame = one[0];
+        // Where `call` pushed it (a signal frame's "return" is refused by
+        // the caller).
+        req.slot = one[0].sp.wrapping_sub(8);
         req.found = true;
     }
+}
+
+/// [`frame_from_entry`] where a return address may be saved anywhere in
+/// its frame, or stay in a register (AArch64): the frame `req.up` and the
+/// one below it (the hooked frame, `req.up >= 1`) by the generic walk, and
+/// the slot the hooked frame's CFI rule reads the return address from,
+/// which must give the caller's stack pointer as its CFA. A frame found
+/// any other way (frame records, instruction analysis, a signal frame)
+/// gets no slot.
+#[cfg(callstack_exit_hooks)]
+#[cold]
+#[inline(never)]
+fn frame_and_slot(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize) {
+    use crate::arch::Arch;
+    use crate::unwind::{Found, Method, RuleSource};
+    let regs = UnwindRegs {
+        pc: pc as u64,
+        sp: sp as u64,
+        fp: fp as u64,
+        lr: 0,
+    };
+    let Some(below) = req.up.checked_sub(1) else {
+        return;
+    };
+    #[cfg(test)]
+    let cold = tests::FORCE_COLD.load(core::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(test))]
+    let cold = false;
+    if !cold && frame_and_slot_warm(req, pc, sp, fp, below) {
+        #[cfg(test)]
+        tests::WARM_HITS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        return;
+    }
+    let mut two = [req.frame; 2];
+    let n = walk_frames(regs, false, below, &mut two).0;
+    let [hooked, frame] = two;
+    let returns = matches!(
+        hooked.method,
+        Method::Cfi | Method::FramePointer | Method::Insn
+    );
+    let source = super::source::LocalSource::new((0, 0));
+    let rule = match source.rule(hooked.pc.wrapping_sub(1)) {
+        Found::Rule(rule) if returns => Some(rule),
+        _ => None,
+    };
+    if n == 1 {
+        // The hooked frame, but not its caller: when its CFI has a rule
+        // the compiled forms do not take (AArch64: `x30` kept in another
+        // register, which the walk does not track), the frame is there but
+        // cannot be hooked (`found`, no slot); else there is no such frame.
+        if rule == Some(super::A::EVALUATE) {
+            req.frame = hooked;
+            req.found = true;
+        }
+        return;
+    }
+    if n != 2 {
+        return;
+    }
+    req.frame = frame;
+    req.found = true;
+    let Some(rule) = rule else {
+        return;
+    };
+    if frame.method != Method::Cfi {
+        return;
+    }
+    let at = UnwindRegs {
+        pc: hooked.pc,
+        sp: hooked.sp,
+        fp: hooked.fp,
+        lr: 0,
+    };
+    if let Some((cfa, slot)) = super::A::saved_ra(rule, &at) {
+        if cfa == frame.sp && slot >= hooked.sp && slot < cfa && slot % 8 == 0 {
+            req.slot = slot;
+        }
+    }
+}
+
+/// [`frame_and_slot`]'s warm path: the rule cache's hot loop up to the
+/// hooked frame (`below` frames up), then its cached rule, which says
+/// where the return address is saved and gives the caller's frame. False
+/// when any of it is not at hand (a frame without a cached rule, the
+/// thread's first captures): the generic walk then does it all.
+#[cfg(callstack_exit_hooks)]
+#[inline(always)]
+fn frame_and_slot_warm(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize, below: usize) -> bool {
+    use crate::arch::{Applied, Arch};
+    use crate::unwind::{Method, RuleSource};
+    let mut hot = Hot::at(pc, sp, fp);
+    let Some(hi) = warm_stack_end(hot.sp) else {
+        return false;
+    };
+    if hot_skip(&mut hot, hi, below).0 != 0 {
+        return false;
+    }
+    // `hot.pc` is a return address into the hooked function.
+    let p = super::cache::cache_get(hot.pc.wrapping_sub(1));
+    if p == 0 {
+        return false;
+    }
+    let rule = super::cache::unpack_cached(p);
+    let at = UnwindRegs {
+        pc: hot.pc,
+        sp: hot.sp,
+        fp: hot.fp,
+        lr: 0,
+    };
+    let Some((cfa, slot)) = super::A::saved_ra(rule, &at) else {
+        return false;
+    };
+    if cfa <= hot.sp || cfa >= hi || slot < hot.sp || slot >= cfa || slot % 8 != 0 {
+        return false;
+    }
+    let Some(mut mem) = super::memory::StackMemory::for_sp(hot.sp) else {
+        return false;
+    };
+    let Ok(Applied::Caller { regs: r, signal: false }) = super::A::apply(rule, &at, &mut mem) else {
+        return false;
+    };
+    let source = super::source::LocalSource::new((0, 0));
+    let ret = source.return_address(r.pc, r.sp);
+    if ret < 4096 || !source.is_code(ret) {
+        return false;
+    }
+    req.frame = Frame {
+        pc: ret,
+        sp: r.sp,
+        fp: r.fp,
+        method: Method::Cfi,
+    };
+    req.slot = slot;
+    req.found = true;
+    true
 }
 
 #[cfg(all(
@@ -197,6 +345,85 @@ pub(crate) unsafe extern "C" fn frame_from_entry(
 mod tests {
     use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
     use object::{Object, ObjectSection};
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    #[cfg(target_arch = "aarch64")]
+    use std::sync::atomic::Ordering;
+
+    /// Makes the exit hooks' frame lookup skip its warm path.
+    pub(super) static FORCE_COLD: AtomicBool = AtomicBool::new(false);
+    /// How many lookups the warm path answered.
+    pub(super) static WARM_HITS: AtomicUsize = AtomicUsize::new(0);
+
+    /// The frame `up` callers above `probe`'s caller's caller, and where
+    /// its return address is saved, by the warm path (when it answers)
+    /// and by the generic walk.
+    #[cfg(target_arch = "aarch64")]
+    #[inline(never)]
+    fn probe(up: usize, cold: bool) -> (u64, u64, u64, bool) {
+        let blank = crate::unwind::Frame {
+            pc: 0,
+            sp: 0,
+            fp: 0,
+            method: crate::unwind::Method::Cfi,
+        };
+        let mut req = super::FrameRequest {
+            up,
+            here_sp: 0,
+            frame: blank,
+            slot: 0,
+            found: false,
+        };
+        FORCE_COLD.store(cold, Ordering::Relaxed);
+        // SAFETY: a valid request.
+        unsafe { super::frame_entry(&mut req) };
+        FORCE_COLD.store(false, Ordering::Relaxed);
+        std::hint::black_box((req.frame.pc, req.frame.sp, req.slot, req.found))
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[inline(never)]
+    fn nest(n: usize, out: &mut Vec<[(u64, u64, u64, bool); 2]>) {
+        if n > 0 {
+            nest(n - 1, out);
+            std::hint::black_box(());
+            return;
+        }
+        // Warm the rule cache over this chain.
+        let mut pcs = [0usize; 64];
+        crate::capture_exact(0, &mut pcs);
+        crate::capture_exact(0, &mut pcs);
+        // Frame 0 is `probe`, frame 1 this function; frame `up` is the one
+        // the frame `up - 1` returns to. Both lookups from one call site.
+        for up in 2..10 {
+            let mut pair = [(0, 0, 0, false); 2];
+            for (k, cold) in [false, true].into_iter().enumerate() {
+                pair[k] = probe(up, cold);
+            }
+            out.push(pair);
+        }
+    }
+
+    /// AArch64's exit-hook frame lookup answers from the rule cache when
+    /// warm, and then exactly as the generic walk does: the same frame, the
+    /// same slot of its return address (which holds that address).
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn the_warm_frame_lookup_agrees_with_the_generic_walk() {
+        let before = WARM_HITS.load(Ordering::Relaxed);
+        let mut got = Vec::new();
+        nest(10, &mut got);
+        for (i, [warm, cold]) in got.iter().enumerate() {
+            let up = i + 2;
+            assert_eq!(warm, cold, "up {up}");
+            assert!(cold.3 && cold.2 != 0, "up {up}: {cold:x?}");
+            // SAFETY: a slot in the frame of `nest`'s innermost call or of
+            // one of its callers, all still live, in the stack.
+            let saved = unsafe { (cold.2 as *const u64).read() };
+            // The slot holds the return address the walk gave.
+            assert_eq!(saved, cold.0, "up {up}");
+        }
+        assert!(WARM_HITS.load(Ordering::Relaxed) - before >= 6);
+    }
 
     /// The file address of `f` in this test binary.
     fn file_address(f: usize) -> u64 {
@@ -233,15 +460,12 @@ mod tests {
         let entries = [
             ("exact_entry", super::exact_entry as *const () as usize),
             ("info_entry", super::info_entry as *const () as usize),
-            (
-                "fast_entry",
-                crate::__capture_fast_raw as *const () as usize,
-            ),
+            ("fast_entry", crate::__capture_fast_raw as *const () as usize),
             (
                 "call_on_stack",
                 crate::arch::native::switch::call_on_stack as *const () as usize,
             ),
-            #[cfg(target_arch = "x86_64")]
+            #[cfg(callstack_exit_hooks)]
             ("frame_entry", super::frame_entry as *const () as usize),
             #[cfg(target_arch = "x86_64")]
             (

@@ -93,7 +93,7 @@ use crate::unwind::NativeArch;
 pub(crate) use cache::FLAGS;
 #[cfg(callstack_native)]
 pub use entries::exact_entry;
-#[cfg(target_arch = "x86_64")]
+#[cfg(callstack_exit_hooks)]
 pub(crate) use entries::{frame_entry, FrameRequest};
 #[cfg(callstack_native)]
 pub(crate) use entries::{info_entry, InfoRequest};

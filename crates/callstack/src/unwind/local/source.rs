@@ -163,7 +163,7 @@ impl RuleSource<A> for LocalSource {
         // (before it pushes the original return address, at its final
         // jump): the caller's pc is in the hook table or just below `sp`,
         // which the CFI also says but a walk's memory may not reach.
-        if let Some(pc) = crate::unwind::hook_table::in_trampoline(addr, regs.sp, mem) {
+        if let Some(pc) = crate::unwind::hook_table::in_trampoline(addr, regs, mem) {
             return Ok(Applied::Caller {
                 regs: UnwindRegs { pc, ..*regs },
                 signal: false,
