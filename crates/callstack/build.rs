@@ -5,7 +5,7 @@
 //! here and its folder under `src/arch/`.
 
 /// The architectures with an in-process module (`src/arch/<name>/`).
-const NATIVE: &[&str] = &["x86_64", "aarch64"];
+const NATIVE: &[&str] = &["x86_64", "aarch64", "riscv64"];
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");

@@ -536,29 +536,33 @@ fn start_context_pc() -> u64 {
     if pc != u64::MAX {
         return pc;
     }
-    extern "C" fn never() {}
-    let mut stack = [0u64; 256];
-    let mut pc = 0;
-    // SAFETY: a zeroed context filled by getcontext, given a stack of ours
-    // for makecontext to write its first frame on; nothing switches to it.
-    unsafe {
-        let mut uc: libc::ucontext_t = core::mem::zeroed();
-        if libc::getcontext(&mut uc) == 0 {
-            uc.uc_stack.ss_sp = stack.as_mut_ptr().cast();
-            uc.uc_stack.ss_size = core::mem::size_of_val(&stack);
-            uc.uc_link = core::ptr::null_mut();
-            libc::makecontext(&mut uc, never, 0);
-            #[cfg(target_arch = "x86_64")]
-            let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
-            // Exit hooks are x86-64 only: elsewhere nothing is hooked.
-            #[cfg(not(target_arch = "x86_64"))]
-            let sp = 0usize;
-            let base = stack.as_ptr() as usize;
-            if sp >= base && sp + 8 <= base + core::mem::size_of_val(&stack) {
-                pc = (sp as *const u64).read();
+    // Exit hooks are x86-64 only: elsewhere nothing is hooked (and the
+    // libc crate has no `getcontext` on every target).
+    #[cfg(not(target_arch = "x86_64"))]
+    let pc = 0;
+    #[cfg(target_arch = "x86_64")]
+    let pc = {
+        extern "C" fn never() {}
+        let mut stack = [0u64; 256];
+        let mut pc = 0;
+        // SAFETY: a zeroed context filled by getcontext, given a stack of ours
+        // for makecontext to write its first frame on; nothing switches to it.
+        unsafe {
+            let mut uc: libc::ucontext_t = core::mem::zeroed();
+            if libc::getcontext(&mut uc) == 0 {
+                uc.uc_stack.ss_sp = stack.as_mut_ptr().cast();
+                uc.uc_stack.ss_size = core::mem::size_of_val(&stack);
+                uc.uc_link = core::ptr::null_mut();
+                libc::makecontext(&mut uc, never, 0);
+                let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
+                let base = stack.as_ptr() as usize;
+                if sp >= base && sp + 8 <= base + core::mem::size_of_val(&stack) {
+                    pc = (sp as *const u64).read();
+                }
             }
         }
-    }
+        pc
+    };
     PC.store(pc, Ordering::Relaxed);
     pc
 }

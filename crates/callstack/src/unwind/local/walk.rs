@@ -20,7 +20,7 @@ use crate::unwind::{FastEnd, Frame, ReadError, StopReason, UnwindError, UnwindRe
 #[cfg(target_arch = "x86_64")]
 use crate::arch::x86_64::exact::{run_exit, run_hot};
 
-#[cfg(target_arch = "aarch64")]
+#[cfg(all(callstack_native, not(target_arch = "x86_64")))]
 use crate::arch::native::exact::{decode_fast, decode_wide, FastForm, PACKED_END, RA_MASK};
 
 #[cfg(test)]
@@ -256,7 +256,7 @@ impl FastRule {
         Some(FastRule {
             tag: (p as u64) << 48,
             from_fp: f.from_fp,
-            off_a: f.off_a as u64,
+            off_a: f.off_a as i64 as u64,
             ra_at: f.ra_at as u64,
             cfa_at: f.cfa_at as u64,
             a_max: hi.checked_sub(f.cfa_at as u64)?,

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The in-process tests on RISC-V 64: the crate and its tests built for
+# riscv64gc-unknown-linux-gnu and run under qemu-user on this host.
+# Run by scripts/test.sh; on its own: `bash scripts/test-riscv64.sh`.
+#
+# Which tests: the library's unit tests and the in-process ones that apply
+# to an architecture with CFI, frame records and signal frames but no
+# instruction analysis, exit hooks or profiler yet (see the list below).
+# The tests that drive gdb, cores, the CLI or the C API stay host-only.
+# Needs the riscv64 standard library (rustup installs it here when it can;
+# without it the stage says so and is skipped: set
+# CALLSTACK_REQUIRE_RISCV64=1 to make that an error).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target=riscv64gc-unknown-linux-gnu
+if [ "$(uname -m)" = riscv64 ]; then
+    echo "riscv64 host: the workspace's tests already ran natively" >&2
+    exit 0
+fi
+if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+    if ! rustup target add "$target" >&2; then
+        msg="the $target standard library could not be installed (rustup target add): RISC-V 64 in-process tests skipped"
+        if [ -n "${CALLSTACK_REQUIRE_RISCV64:-}" ]; then
+            echo "error: $msg" >&2
+            exit 1
+        fi
+        echo "warning: $msg" >&2
+        exit 0
+    fi
+fi
+sysroot=/usr/riscv64-linux-gnu
+export CARGO_TARGET_RISCV64GC_UNKNOWN_LINUX_GNU_LINKER=riscv64-linux-gnu-gcc
+export CARGO_TARGET_RISCV64GC_UNKNOWN_LINUX_GNU_RUNNER="qemu-riscv64 -L $sysroot"
+export CALLSTACK_TEST_CC=riscv64-linux-gnu-gcc
+export CALLSTACK_TEST_QEMU=1
+cargo test --target "$target" -p callstack --lib \
+    --test capture_fast "$@"
