@@ -31,7 +31,15 @@ fi
 sysroot=/usr/riscv64-linux-gnu
 export CARGO_TARGET_RISCV64GC_UNKNOWN_LINUX_GNU_LINKER=riscv64-linux-gnu-gcc
 export CARGO_TARGET_RISCV64GC_UNKNOWN_LINUX_GNU_RUNNER="qemu-riscv64 -L $sysroot"
-export CALLSTACK_TEST_CC=riscv64-linux-gnu-gcc
+# The C fixtures are built as gcc builds them on x86-64 and AArch64, with
+# asynchronous unwind tables (.eh_frame), which riscv64's gcc before 13
+# leaves out by default; a fixture's own -fno-asynchronous-unwind-tables
+# comes later on the command line and still wins.
+cc_dir=$(mktemp -d)
+trap 'rm -rf "$cc_dir"' EXIT
+printf '#!/bin/sh\nexec riscv64-linux-gnu-gcc -fasynchronous-unwind-tables "$@"\n' >"$cc_dir/riscv64-cc"
+chmod +x "$cc_dir/riscv64-cc"
+export CALLSTACK_TEST_CC="$cc_dir/riscv64-cc"
 export CALLSTACK_TEST_QEMU=1
 cargo test --target "$target" -p callstack --lib \
-    --test capture_fast "$@"
+    --test capture_fast --test exact_rust --test exact_dlopen --test exact_first_capture --test exact_storm --test exact_signal "$@"

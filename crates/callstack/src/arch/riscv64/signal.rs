@@ -81,4 +81,92 @@ mod tests {
         other[2] = 0xa0; // li a7, 138
         assert!(!is_sigreturn_trampoline(&other));
     }
+
+    /// Memory over a byte buffer at `base`.
+    struct Bytes {
+        base: u64,
+        bytes: Vec<u8>,
+        noted: u64,
+    }
+
+    impl Memory for Bytes {
+        fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
+            let i = addr.wrapping_sub(self.base) as usize;
+            match self.bytes.get(i..i.wrapping_add(8)) {
+                Some(b) => Ok(u64::from_le_bytes(b.try_into().unwrap())),
+                None => Err(ReadError::OutOfBounds(addr)),
+            }
+        }
+        fn note_stack(&mut self, sp: u64) {
+            self.noted = sp;
+        }
+    }
+
+    /// The frame as the kernel lays it out: siginfo, then the ucontext
+    /// with `sc_regs` at 176 (built from glibc's `ucontext_t` when
+    /// compiled for riscv64, so the offsets are checked against its
+    /// header).
+    fn frame_with(pc: u64, ra: u64, sp: u64, s0: u64) -> Vec<u8> {
+        let mut f = vec![0u8; 128 + 1024];
+        #[cfg(target_arch = "riscv64")]
+        {
+            assert_eq!(core::mem::offset_of!(libc::ucontext_t, uc_mcontext), 176);
+            // SAFETY: an all-zero ucontext is a valid value.
+            let mut uc: libc::ucontext_t = unsafe { core::mem::zeroed() };
+            uc.uc_mcontext.__gregs[0] = pc;
+            uc.uc_mcontext.__gregs[1] = ra;
+            uc.uc_mcontext.__gregs[2] = sp;
+            uc.uc_mcontext.__gregs[8] = s0;
+            let n = core::mem::size_of::<libc::ucontext_t>();
+            f.resize(128 + n, 0);
+            // SAFETY: `uc` is plain data of `n` bytes.
+            let b = unsafe { core::slice::from_raw_parts((&raw const uc).cast::<u8>(), n) };
+            f[128..].copy_from_slice(b);
+        }
+        #[cfg(not(target_arch = "riscv64"))]
+        for (i, v) in [(0, pc), (1, ra), (2, sp), (8, s0)] {
+            let at = PC_OFFSET as usize + 8 * i;
+            f[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        f
+    }
+
+    #[test]
+    fn the_frame_gives_the_interrupted_registers() {
+        let base = 0x7000_0000;
+        let mut mem = Bytes {
+            base,
+            bytes: frame_with(0x1_0000_1234, 0x1_0000_5678, 0x6fff_f000, 0x6fff_f040),
+            noted: 0,
+        };
+        let r = saved_regs(base, &mut mem).unwrap();
+        assert_eq!(
+            r,
+            UnwindRegs {
+                pc: 0x1_0000_1234,
+                sp: 0x6fff_f000,
+                fp: 0x6fff_f040,
+                lr: 0x1_0000_5678,
+            }
+        );
+        assert_eq!(mem.noted, 0x6fff_f000);
+        // The CFI rule of the vDSO's `__vdso_rt_sigreturn` (an FDE with the
+        // `S` augmentation) reads the same frame.
+        use crate::arch::{Applied, Arch};
+        let got = super::super::Riscv64::apply(
+            super::super::UnwindRuleRiscv64::SignalFrame,
+            &UnwindRegs {
+                pc: 0x2000,
+                sp: base,
+                fp: 0,
+                lr: 0,
+            },
+            &mut mem,
+        )
+        .unwrap();
+        assert_eq!(got, Applied::Caller { regs: r, signal: true });
+        // A frame cut short is an error, not a panic.
+        mem.bytes.truncate(300);
+        assert!(saved_regs(base, &mut mem).is_err());
+    }
 }
