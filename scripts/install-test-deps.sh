@@ -26,7 +26,7 @@ have mipsel-linux-gnu-gcc || need+=(gcc-mipsel-linux-gnu)
 # builds their C fixtures; its glibc (libc6-dev-riscv64-cross) is the
 # sysroot qemu-riscv64 runs them on.
 have riscv64-linux-gnu-gcc || need+=(gcc-riscv64-linux-gnu)
-[ -e /usr/riscv64-linux-gnu/lib/libc.so.6 ] || need+=(libc6-dev-riscv64-cross)
+[ -e /usr/riscv64-linux-gnu/lib/crt1.o ] || need+=(libc6-dev-riscv64-cross)
 { have qemu-aarch64 && have qemu-arm && have qemu-mipsel && have qemu-riscv64; } || need+=(qemu-user)
 have gdb-multiarch || need+=(gdb-multiarch)
 # dwz: the symbolizer's test of dwz-processed debug files with a

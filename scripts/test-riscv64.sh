@@ -41,5 +41,14 @@ printf '#!/bin/sh\nexec riscv64-linux-gnu-gcc -fasynchronous-unwind-tables "$@"\
 chmod +x "$cc_dir/riscv64-cc"
 export CALLSTACK_TEST_CC="$cc_dir/riscv64-cc"
 export CALLSTACK_TEST_QEMU=1
+# Left out: exact_signal and exact_storm (a capture from a signal handler
+# that crosses the signal frame, or is interrupted in glibc: qemu-user 7.2
+# has no riscv64 vDSO, its signal trampoline is an anonymous page that is
+# no module, and Debian's riscv64 glibc has no CFI for malloc, memcpy or
+# strlen, which would need riscv64 instruction analysis); exact_rust_nofp
+# (its fixture is built for the host, not for riscv64); crash_rust (passes,
+# but takes 6 minutes under qemu); profiler (no riscv64 tests).
 cargo test --target "$target" -p callstack --lib \
-    --test capture_fast --test exact_rust --test exact_dlopen --test exact_first_capture --test exact_storm --test exact_signal "$@"
+    --test c_frame_records --test capture_fast --test exact_rust \
+    --test exact_dlopen --test exact_first_capture --test no_alloc \
+    --test signal_safety --test called_from --test symbolize_api "$@"
