@@ -5,6 +5,8 @@
 //! the frame pointer, which points at the CFA), so the chains name the C
 //! frames exactly: `cb`, `dl_inner`, `dl_outer`, `call_through`.
 
+#![allow(clippy::deref_addrof)]
+
 use testsupport::{scratch_dir, Gcc};
 
 /// Which capture the callback takes.

@@ -22,7 +22,7 @@ mod rule;
 // without an in-process module.
 #[cfg(test)]
 pub(crate) use rule::fast_form;
-#[cfg_attr(not(any(test, target_arch = "riscv64")), allow(unused_imports))]
+#[cfg_attr(not(target_arch = "riscv64"), allow(unused_imports))]
 pub(crate) use rule::{decode_fast, decode_wide, from_wide_word, wide_word, FastForm, PACKED_END};
 pub use rule::{Aarch64, UnwindRuleAarch64};
 
