@@ -49,6 +49,6 @@ export CALLSTACK_TEST_QEMU=1
 # (its fixture is built for the host, not for riscv64); crash_rust (passes,
 # but takes 6 minutes under qemu); profiler (no riscv64 tests).
 cargo test --target "$target" -p callstack --lib \
-    --test c_frame_records --test capture_fast --test exact_rust \
+    --test c_frame_records --test context_chain --test capture_fast --test exact_rust \
     --test exact_dlopen --test exact_first_capture --test no_alloc \
     --test signal_safety --test called_from --test symbolize_api "$@"

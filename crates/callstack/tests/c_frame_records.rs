@@ -47,7 +47,7 @@ fn name(pc: usize) -> String {
         }
     }
     let mut name = format!("{pc:#x}");
-    backtrace::resolve((pc - 1) as *mut _, |s| {
+    backtrace::resolve(pc as *mut _, |s| {
         if let Some(n) = s.name() {
             name = n.to_string();
         }
