@@ -70,7 +70,7 @@ fn a_context_capture_names_the_interrupted_chain() {
     // SAFETY: a plain sigaction with SA_SIGINFO and a handler of that type.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_usr1 as usize;
+        sa.sa_sigaction = on_usr1 as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
         assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
