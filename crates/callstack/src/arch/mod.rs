@@ -2,7 +2,8 @@
 //!
 //! Each architecture module has the same shape:
 //! - `FRAME_RECORD`: where the frame-pointer record keeps the caller's frame
-//!   pointer and the return address,
+//!   pointer and the return address (and how far below the frame pointer
+//!   it starts: RISC-V's `s0` points just above it),
 //! - `fast_entry` (only when compiled for that architecture): the naked entry
 //!   of [`crate::capture_fast`], which builds an exact frame record of its own
 //!   before handing over to the portable walk.

@@ -1,6 +1,6 @@
 //! The walk in this process: the hot loop over the rule cache (x86-64's
-//! `run_hot`, elsewhere the portable loop below, which AArch64 runs with
-//! the forms of `arch/aarch64/rule.rs`), which the generic
+//! `run_hot`, elsewhere the portable loop below, which AArch64 and RISC-V 64
+//! run with the forms of `arch/aarch64/rule.rs`), which the generic
 //! unwinder's loop calls as its fast path (`LocalSource::fast_walk`), and
 //! the drivers that start that loop.
 
@@ -264,7 +264,7 @@ impl FastRule {
     }
 }
 
-/// The hot loop (AArch64; other targets cache no fast rule): frames whose
+/// The hot loop (AArch64, RISC-V 64; other targets cache no fast rule): frames whose
 /// key (their return address, stripped of its pointer-authentication bits)
 /// is in the rule cache with a fast rule (narrow or wide), applied with
 /// reads in `[sp, hi)`. Writes up to
