@@ -45,8 +45,7 @@ export CALLSTACK_TEST_QEMU=1
 # that crosses the signal frame, or is interrupted in glibc: qemu-user 7.2
 # has no riscv64 vDSO, its signal trampoline is an anonymous page that is
 # no module, and Debian's riscv64 glibc has no CFI for malloc, memcpy or
-# strlen, which would need riscv64 instruction analysis); exact_rust_nofp
-# (its fixture is built for the host, not for riscv64); crash_rust (passes,
+# strlen, which would need riscv64 instruction analysis); crash_rust (passes,
 # but takes 6 minutes under qemu); profiler (no riscv64 tests).
 # Also left out, for time (each takes over a minute under qemu, where the
 # host and the AArch64 stage run them): the unit tests that compare the
@@ -59,5 +58,6 @@ if [ ${#args[@]} -eq 0 ]; then
 fi
 cargo test --target "$target" -p callstack --lib \
     --test c_frame_records --test context_chain --test capture_fast --test exact_rust \
+    --test exact_rust_nofp \
     --test exact_dlopen --test exact_first_capture --test no_alloc \
     --test signal_safety --test called_from --test symbolize_api "${args[@]}"
