@@ -22,7 +22,12 @@ fi
 have aarch64-linux-gnu-gcc || need+=(gcc-aarch64-linux-gnu)
 have arm-linux-gnueabihf-gcc || need+=(gcc-arm-linux-gnueabihf)
 have mipsel-linux-gnu-gcc || need+=(gcc-mipsel-linux-gnu)
-{ have qemu-aarch64 && have qemu-arm && have qemu-mipsel; } || need+=(qemu-user)
+# RISC-V 64 (scripts/test-riscv64.sh): the cross gcc links the tests and
+# builds their C fixtures; its glibc (libc6-dev-riscv64-cross) is the
+# sysroot qemu-riscv64 runs them on.
+have riscv64-linux-gnu-gcc || need+=(gcc-riscv64-linux-gnu)
+[ -e /usr/riscv64-linux-gnu/lib/crt1.o ] || need+=(libc6-dev-riscv64-cross)
+{ have qemu-aarch64 && have qemu-arm && have qemu-mipsel && have qemu-riscv64; } || need+=(qemu-user)
 have gdb-multiarch || need+=(gdb-multiarch)
 # dwz: the symbolizer's test of dwz-processed debug files with a
 # supplementary file (.gnu_debugaltlink).

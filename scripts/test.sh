@@ -22,3 +22,5 @@ cargo check -q -p callstack --no-default-features --all-targets
 cargo test --workspace "$@"
 # The in-process capture on AArch64, under qemu-user.
 bash scripts/test-aarch64.sh
+# The in-process capture on RISC-V 64, under qemu-user.
+bash scripts/test-riscv64.sh

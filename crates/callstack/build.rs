@@ -7,7 +7,7 @@
 //! here and its folder under `src/arch/`.
 
 /// The architectures with an in-process module (`src/arch/<name>/`).
-const NATIVE: &[&str] = &["x86_64", "aarch64"];
+const NATIVE: &[&str] = &["x86_64", "aarch64", "riscv64"];
 /// Those of them whose folder has `exit_hook.rs` (the trampoline, its
 /// `window`, `trampoline`, `start_context_pc`, `is_plain`, `SLOT_FROM_RULE`).
 const EXIT_HOOKS: &[&str] = &["x86_64", "aarch64"];

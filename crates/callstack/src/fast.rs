@@ -115,21 +115,22 @@ fn hooked(fp: usize, sp: usize, hi: usize, skip: usize, out: &mut [usize]) -> us
 pub(crate) fn record_caller(fp: usize, lo: usize, hi: usize) -> Option<UnwindRegs> {
     let layout = crate::arch::native::FRAME_RECORD;
     let record_end = layout.fp_offset.max(layout.ra_offset) + core::mem::size_of::<usize>();
-    if fp < lo || fp.checked_add(record_end).is_none_or(|e| e > hi) || fp % layout.align != 0 {
+    let rec = fp.checked_sub(layout.below)?;
+    if rec < lo || rec.checked_add(record_end).is_none_or(|e| e > hi) || rec % layout.align != 0 {
         return None;
     }
-    // SAFETY: `[fp, fp + record_end)` lies inside `[lo, hi)`, readable
-    // stack memory of this thread (the caller's promise), and `fp` is
+    // SAFETY: `[rec, rec + record_end)` lies inside `[lo, hi)`, readable
+    // stack memory of this thread (the caller's promise), and `rec` is
     // aligned.
     let (next, ra) = unsafe {
         (
-            core::ptr::read_volatile((fp + layout.fp_offset) as *const usize),
-            core::ptr::read_volatile((fp + layout.ra_offset) as *const usize),
+            core::ptr::read_volatile((rec + layout.fp_offset) as *const usize),
+            core::ptr::read_volatile((rec + layout.ra_offset) as *const usize),
         )
     };
     Some(UnwindRegs {
         pc: ra as u64,
-        sp: (fp + 16) as u64,
+        sp: (rec + 16) as u64,
         fp: next as u64,
         lr: 0,
     })
@@ -295,7 +296,7 @@ impl RuleSource<NativeArch> for FrameRecords {
         // stack" from one call to the next.
         *regs = UnwindRegs {
             pc: out[w.n - 1] as u64,
-            sp: w.next as u64,
+            sp: w.next.saturating_sub(crate::arch::native::FRAME_RECORD.below) as u64,
             fp: w.next as u64,
             lr: 0,
         };
@@ -367,6 +368,12 @@ pub(crate) fn walk_frame_records_checked(
     mut is_code: impl FnMut(usize) -> bool,
 ) -> Walked {
     let none = Walked { n: 0, next: 0 };
+    // The walk runs on the records' addresses (`fp - below`, the frame
+    // pointer itself where it points at its record); `next` is given back
+    // as a frame pointer.
+    let below = layout.below;
+    let fp_of = |rec: usize| if rec == 0 { 0 } else { rec.wrapping_add(below) };
+    fp = fp.wrapping_sub(below);
     let record_end = layout.fp_offset.max(layout.ra_offset) + core::mem::size_of::<usize>();
     let misaligned = layout.align - 1;
     let shift = layout.align.trailing_zeros();
@@ -396,7 +403,7 @@ pub(crate) fn walk_frame_records_checked(
     // `stack`), and `fp` is aligned.
     let read = |fp: usize| unsafe {
         (
-            core::ptr::read_volatile((fp + layout.fp_offset) as *const usize),
+            core::ptr::read_volatile((fp + layout.fp_offset) as *const usize).wrapping_sub(below),
             core::ptr::read_volatile((fp + layout.ra_offset) as *const usize),
         )
     };
@@ -416,16 +423,16 @@ pub(crate) fn walk_frame_records_checked(
     while n + 2 <= len {
         let (next, ra) = read(fp);
         if ra == 0 || !is_code(ra) {
-            return Walked { n, next: fp };
+            return Walked { n, next: fp_of(fp) };
         }
         out[n] = ra;
         let next_room = room(next);
         if next_room >= fp_room {
-            return Walked { n: n + 1, next };
+            return Walked { n: n + 1, next: fp_of(next) };
         }
         let (next2, ra2) = read(next);
         if ra2 == 0 || !is_code(ra2) {
-            return Walked { n: n + 1, next };
+            return Walked { n: n + 1, next: fp_of(next) };
         }
         out[n + 1] = ra2;
         n += 2;
@@ -442,10 +449,10 @@ pub(crate) fn walk_frame_records_checked(
             out[n] = ra;
             // Read on only after checking `next` like any record.
             let next = if room(next) < fp_room { next } else { 0 };
-            return Walked { n: n + 1, next };
+            return Walked { n: n + 1, next: fp_of(next) };
         }
     }
-    Walked { n, next: fp }
+    Walked { n, next: fp_of(fp) }
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //!
 //! Each architecture module has the same shape:
 //! - `FRAME_RECORD`: where the frame-pointer record keeps the caller's frame
-//!   pointer and the return address,
+//!   pointer and the return address (and how far below the frame pointer
+//!   it starts: RISC-V's `s0` points just above it),
 //! - `fast_entry` (only when compiled for that architecture): the naked entry
 //!   of [`crate::capture_fast`], which builds an exact frame record of its own
 //!   before handing over to the portable walk.
@@ -19,6 +20,7 @@ pub mod arm;
 mod machine;
 pub mod mips;
 pub mod risc;
+pub mod riscv64;
 pub mod scan;
 pub mod x86_64;
 
@@ -28,16 +30,22 @@ pub use machine::{PrstatusLayout, MAX_REGS};
 
 #[cfg(target_arch = "aarch64")]
 pub use self::aarch64 as native;
+#[cfg(target_arch = "riscv64")]
+pub use self::riscv64 as native;
 #[cfg(target_arch = "x86_64")]
 pub use self::x86_64 as native;
 
-/// The host's architecture (x86-64 on hosts that are neither x86-64 nor
-/// AArch64, so that the offline unwinder still compiles).
+/// The host's architecture (x86-64 on hosts without an in-process module,
+/// so that the offline unwinder still compiles).
 #[cfg(target_arch = "aarch64")]
 pub type NativeArch = self::aarch64::Aarch64;
-/// The host's architecture (x86-64 on hosts that are neither x86-64 nor
-/// AArch64, so that the offline unwinder still compiles).
-#[cfg(not(target_arch = "aarch64"))]
+/// The host's architecture (x86-64 on hosts without an in-process module,
+/// so that the offline unwinder still compiles).
+#[cfg(target_arch = "riscv64")]
+pub type NativeArch = self::riscv64::Riscv64;
+/// The host's architecture (x86-64 on hosts without an in-process module,
+/// so that the offline unwinder still compiles).
+#[cfg(not(any(target_arch = "aarch64", target_arch = "riscv64")))]
 pub type NativeArch = self::x86_64::X86_64;
 
 /// Slots in the exit hooks' hash table (`unwind::hook_table`); a power of
@@ -71,15 +79,21 @@ pub(crate) enum HookWindow {
     Lr,
 }
 
-/// Layout of a frame-pointer record: the frame pointer points at the saved
-/// caller frame pointer; the return address sits `ra_offset` bytes above it.
+/// Layout of a frame-pointer record: the record starts `below` bytes under
+/// the address the frame pointer holds (0 on x86-64 and AArch64, where the
+/// frame pointer points at the record; 16 on RISC-V, where it points just
+/// above it); the caller's frame pointer sits `fp_offset` bytes into the
+/// record, the return address `ra_offset` bytes. The caller's stack pointer
+/// is taken as the record's start plus 16.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameRecordLayout {
-    /// Offset of the caller's frame pointer from the frame pointer.
+    /// How far below the frame pointer the record starts.
+    pub below: usize,
+    /// Offset of the caller's frame pointer from the record's start.
     pub fp_offset: usize,
-    /// Offset of the return address from the frame pointer.
+    /// Offset of the return address from the record's start.
     pub ra_offset: usize,
-    /// Required alignment of a frame pointer.
+    /// Required alignment of a record (and of a frame pointer).
     pub align: usize,
 }
 

@@ -119,7 +119,7 @@ unsafe fn report_on_report_stack(
     };
     let p = (&mut args as *mut ReportArgs).cast::<libc::c_void>();
     let top = REPORT_STACK.load(Ordering::Acquire);
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[cfg(callstack_native)]
     if top != 0 {
         // SAFETY: the report stack is ours while we hold the crash lock.
         unsafe { crate::arch::native::switch::call_on_stack(p, report_trampoline, top) };
@@ -287,21 +287,12 @@ unsafe fn chain(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
 
 /// Registers of the interrupted code: (pc, sp, frame pointer).
 fn context_registers(ctx: &libc::ucontext_t) -> (usize, usize, usize) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(callstack_native)]
     {
-        let g = &ctx.uc_mcontext.gregs;
-        (
-            g[libc::REG_RIP as usize] as usize,
-            g[libc::REG_RSP as usize] as usize,
-            g[libc::REG_RBP as usize] as usize,
-        )
+        let r = crate::arch::native::exact::regs_from_ucontext(ctx);
+        (r.pc as usize, r.sp as usize, r.fp as usize)
     }
-    #[cfg(target_arch = "aarch64")]
-    {
-        let m = &ctx.uc_mcontext;
-        (m.pc as usize, m.sp as usize, m.regs[29] as usize)
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(not(callstack_native))]
     {
         let _ = ctx;
         (0, 0, 0)
@@ -329,7 +320,7 @@ pub(crate) fn unwind_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize
     }
     let (pc, sp, fp) = context_registers(ctx);
     out[0] = pc;
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[cfg(callstack_native)]
     {
         let bounds = match crate::stack::bounds_for(sp) {
             Some(b) if b.contains(fp) => Some((sp, b.hi)),
@@ -348,7 +339,7 @@ pub(crate) fn unwind_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize
             None => 1,
         }
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(not(callstack_native))]
     {
         let _ = (sp, fp);
         1

@@ -62,6 +62,7 @@ pub use unwinder::{
 };
 
 pub use crate::arch::aarch64::{Aarch64, UnwindRuleAarch64};
+pub use crate::arch::riscv64::{Riscv64, UnwindRuleRiscv64};
 pub use crate::arch::x86_64::{UnwindRuleX86_64, X86_64};
 pub use crate::arch::{Applied, Arch, Machine, NativeArch};
 

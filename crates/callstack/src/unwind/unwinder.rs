@@ -650,14 +650,15 @@ pub fn frame_pointer_step<A: Arch, M: Memory + ?Sized>(
     mem: &mut M,
 ) -> Option<UnwindRegs> {
     let rec = A::FRAME_RECORD;
-    let fp = regs.fp;
-    if fp < regs.sp || fp & (rec.align as u64 - 1) != 0 {
+    // The record's start (the frame pointer itself but on RISC-V).
+    let at = regs.fp.checked_sub(rec.below as u64)?;
+    if at < regs.sp || at & (rec.align as u64 - 1) != 0 {
         return None;
     }
     // A record at the very top of the address space is not one.
-    let sp = fp.checked_add(16)?;
-    let next_fp = mem.read_u64(fp + rec.fp_offset as u64).ok()?;
-    let ra = mem.read_u64(fp + rec.ra_offset as u64).ok()?;
+    let sp = at.checked_add(16)?;
+    let next_fp = mem.read_u64(at + rec.fp_offset as u64).ok()?;
+    let ra = mem.read_u64(at + rec.ra_offset as u64).ok()?;
     Some(UnwindRegs {
         pc: ra,
         sp,

@@ -18,10 +18,13 @@ pub mod signal;
 use super::FrameRecordLayout;
 
 mod rule;
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub(crate) use rule::FastForm;
+// The packed forms, shared with RISC-V (whose rules have the same shape:
+// `arch/riscv64/rule.rs`), and with the portable hot loop of the targets
+// without an in-process module.
 #[cfg(test)]
-pub(crate) use rule::{decode_fast, decode_wide, fast_form, wide_word};
+pub(crate) use rule::fast_form;
+#[cfg_attr(not(target_arch = "riscv64"), allow(unused_imports))]
+pub(crate) use rule::{decode_fast, decode_wide, from_wide_word, wide_word, FastForm, PACKED_END};
 pub use rule::{Aarch64, UnwindRuleAarch64};
 
 #[cfg(target_arch = "aarch64")]
@@ -30,6 +33,7 @@ pub(crate) mod switch;
 
 /// The AArch64 frame record: saved x29 at `[x29]`, x30 at `[x29 + 8]`.
 pub const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {
+    below: 0,
     fp_offset: 0,
     ra_offset: 8,
     align: 16,

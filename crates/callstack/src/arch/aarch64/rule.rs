@@ -254,8 +254,9 @@ impl Arch for Aarch64 {
 pub(crate) struct FastForm {
     /// The base is `x29` (else `sp`).
     pub(crate) from_fp: bool,
-    /// `a` from the base, in bytes.
-    pub(crate) off_a: u32,
+    /// `a` from the base, in bytes: negative only from `x29` (RISC-V's
+    /// frame pointer points at the CFA, above its saved pair).
+    pub(crate) off_a: i32,
     /// The return address from `a`, in bytes: 0, or 8 and more with the
     /// caller's `x29` at `a`.
     pub(crate) ra_at: u32,
@@ -266,7 +267,7 @@ pub(crate) struct FastForm {
 /// The [`FastForm`] of a rule, or `None` for the rules the hot loop does
 /// not apply: not `Sp`/`Fp`, the return address in `x30`, offsets not
 /// multiples of 8, a saved word at or above the CFA, `x29` saved above
-/// `x30`, `a` below the base.
+/// `x30`, `a` below `sp`.
 #[inline]
 pub(crate) fn fast_form(rule: UnwindRuleAarch64) -> Option<FastForm> {
     let (from_fp, cfa, ra, fp) = match rule {
@@ -284,7 +285,10 @@ pub(crate) fn fast_form(rule: UnwindRuleAarch64) -> Option<FastForm> {
     } else {
         return None;
     };
-    let off_a = u32::try_from(cfa as i64 + low as i64).ok()?;
+    let off_a = i32::try_from(cfa as i64 + low as i64).ok()?;
+    if off_a < 0 && !from_fp {
+        return None;
+    }
     Some(FastForm {
         from_fp,
         off_a,
@@ -296,7 +300,7 @@ pub(crate) fn fast_form(rule: UnwindRuleAarch64) -> Option<FastForm> {
 /// The rule of a [`FastForm`].
 #[inline]
 pub(crate) fn from_fast_form(f: FastForm) -> UnwindRuleAarch64 {
-    let cfa = f.off_a.wrapping_add(f.cfa_at);
+    let cfa = (f.off_a as i64 + f.cfa_at as i64) as u32;
     let low = -(f.cfa_at as i64) as i32;
     let (ra, fp) = if f.ra_at == 0 {
         (low, 0)
@@ -318,15 +322,15 @@ fn pack_fast(f: FastForm) -> u16 {
         8 => 1,
         _ => return 0,
     };
-    let cfa = f.off_a as u64 + f.cfa_at as u64;
-    if cfa / 8 > 0x3ff || cfa % 8 != 0 {
+    let cfa = f.off_a as i64 + f.cfa_at as i64;
+    if !(0..=0x3ff * 8).contains(&cfa) || cfa % 8 != 0 {
         return 0;
     }
     let base: u16 = if f.from_fp { 2 } else { 1 };
     let head = base << 14 | pair << 13 | (cfa / 8) as u16;
     if f.cfa_at == f.ra_at + 8 {
         head | 1 << 12
-    } else if f.off_a % 8 == 0 && f.off_a / 8 <= 3 {
+    } else if f.off_a >= 0 && f.off_a % 8 == 0 && f.off_a / 8 <= 3 {
         head | ((f.off_a / 8) as u16) << 10
     } else {
         0
@@ -344,10 +348,15 @@ pub(crate) fn decode_fast(p: u16) -> Option<FastForm> {
     let ra_at = ((p >> 13) & 1) as u32 * 8;
     let cfa = (p & 0x3ff) as u32 * 8;
     let (off_a, cfa_at) = if p & 1 << 12 != 0 {
-        (cfa.checked_sub(ra_at + 8)?, ra_at + 8)
+        // Below the base only from x29 (see `fast_form`).
+        let off_a = cfa as i32 - (ra_at + 8) as i32;
+        if off_a < 0 && base != 2 {
+            return None;
+        }
+        (off_a, ra_at + 8)
     } else {
         let off_a = ((p >> 10) & 3) as u32 * 8;
-        (off_a, cfa.checked_sub(off_a)?)
+        (off_a as i32, cfa.checked_sub(off_a)?)
     };
     if cfa_at < ra_at + 8 {
         return None;
@@ -378,7 +387,7 @@ pub(crate) fn wide_word(rule: UnwindRuleAarch64) -> Option<u64> {
         return None;
     }
     Some(
-        f.off_a as u64
+        f.off_a as u32 as u64
             | ((f.cfa_at / 8) as u64) << 32
             | ((f.ra_at / 8) as u64) << 53
             | (f.from_fp as u64) << 58
@@ -392,7 +401,7 @@ pub(crate) fn wide_word(rule: UnwindRuleAarch64) -> Option<u64> {
 pub(crate) fn decode_wide(w: u64) -> FastForm {
     FastForm {
         from_fp: w & 1 << 58 != 0,
-        off_a: w as u32,
+        off_a: w as u32 as i32,
         ra_at: ((w >> 53) & 0x1f) as u32 * 8,
         cfa_at: ((w >> 32) & 0x1f_ffff) as u32 * 8,
     }

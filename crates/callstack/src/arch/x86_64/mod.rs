@@ -25,6 +25,7 @@ pub use rule::{UnwindRuleX86_64, X86_64};
 
 /// The x86-64 frame record: saved rbp at `[rbp]`, return address at `[rbp + 8]`.
 pub const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {
+    below: 0,
     fp_offset: 0,
     ra_offset: 8,
     align: 8,

@@ -28,6 +28,7 @@
 use super::cache::InsnCache;
 use super::{CodeMemory, Method};
 use crate::arch::aarch64::Aarch64;
+use crate::arch::riscv64::Riscv64;
 use crate::arch::x86_64::X86_64;
 use crate::unwind::{Fallback, Memory, UnwindRegs};
 
@@ -121,5 +122,22 @@ impl<C: CodeMemory> Fallback<Aarch64> for InsnFallback<C> {
 
     fn before_frame_pointer(&self) -> bool {
         true
+    }
+}
+
+impl<C: CodeMemory> Fallback<Riscv64> for InsnFallback<C> {
+    /// RISC-V 64 has no instruction analysis yet: the fallback knows the
+    /// `rt_sigreturn` trampoline without CFI (qemu-user's, or a vDSO
+    /// whose CFI was not found), and leaves the rest to the frame-pointer
+    /// rule.
+    fn unwind_frame<M: Memory + ?Sized>(
+        &mut self,
+        regs: &UnwindRegs,
+        _pc_is_exact: bool,
+        _known_module: bool,
+        mem: &mut M,
+    ) -> Option<(UnwindRegs, Method)> {
+        let r = crate::arch::riscv64::signal::frame(&mut self.code, regs, mem)?;
+        Some((r, Method::SignalFrame))
     }
 }

@@ -223,6 +223,7 @@ impl Arch for CodeOnly {
     const ENTRY: () = ();
     /// Never read: no frame takes the frame-pointer rule without a rule.
     const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {
+        below: 0,
         fp_offset: 0,
         ra_offset: 8,
         align: 16,

@@ -23,8 +23,8 @@ type DlFindObjectFn = unsafe extern "C" fn(*mut libc::c_void, *mut DlFindObject)
 /// `_dl_find_object`, resolved by the dynamic loader when glibc has it
 /// (2.35+), null otherwise, without a hard version dependency and without
 /// calling `dlsym` (which takes locks) from a capture. `$progbits` is the
-/// section type as the target's assembler spells it (`@` starts a comment
-/// on AArch64).
+/// section type as the target's assembler spells it (`%progbits`, which
+/// every ELF assembler takes; `@` starts a comment on AArch64).
 macro_rules! dl_find_object_ptr {
     ($progbits:literal) => {
         core::arch::global_asm!(
@@ -42,9 +42,7 @@ macro_rules! dl_find_object_ptr {
         );
     };
 }
-#[cfg(all(target_os = "linux", target_env = "gnu", target_arch = "x86_64"))]
-dl_find_object_ptr!("@progbits");
-#[cfg(all(target_os = "linux", target_env = "gnu", target_arch = "aarch64"))]
+#[cfg(all(target_os = "linux", target_env = "gnu", callstack_native))]
 dl_find_object_ptr!("%progbits");
 
 #[cfg(all(target_os = "linux", target_env = "gnu", callstack_native))]

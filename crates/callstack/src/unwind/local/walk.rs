@@ -1,6 +1,6 @@
 //! The walk in this process: the hot loop over the rule cache (x86-64's
-//! `run_hot`, elsewhere the portable loop below, which AArch64 runs with
-//! the forms of `arch/aarch64/rule.rs`), which the generic
+//! `run_hot`, elsewhere the portable loop below, which AArch64 and RISC-V 64
+//! run with the forms of `arch/aarch64/rule.rs`), which the generic
 //! unwinder's loop calls as its fast path (`LocalSource::fast_walk`), and
 //! the drivers that start that loop.
 
@@ -20,7 +20,7 @@ use crate::unwind::{FastEnd, Frame, ReadError, StopReason, UnwindError, UnwindRe
 #[cfg(target_arch = "x86_64")]
 use crate::arch::x86_64::exact::{run_exit, run_hot};
 
-#[cfg(target_arch = "aarch64")]
+#[cfg(all(callstack_native, not(target_arch = "x86_64")))]
 use crate::arch::native::exact::{decode_fast, decode_wide, FastForm, PACKED_END, RA_MASK};
 
 #[cfg(test)]
@@ -256,7 +256,7 @@ impl FastRule {
         Some(FastRule {
             tag: (p as u64) << 48,
             from_fp: f.from_fp,
-            off_a: f.off_a as u64,
+            off_a: f.off_a as i64 as u64,
             ra_at: f.ra_at as u64,
             cfa_at: f.cfa_at as u64,
             a_max: hi.checked_sub(f.cfa_at as u64)?,
@@ -264,7 +264,7 @@ impl FastRule {
     }
 }
 
-/// The hot loop (AArch64; other targets cache no fast rule): frames whose
+/// The hot loop (AArch64, RISC-V 64; other targets cache no fast rule): frames whose
 /// key (their return address, stripped of its pointer-authentication bits)
 /// is in the rule cache with a fast rule (narrow or wide), applied with
 /// reads in `[sp, hi)`. Writes up to

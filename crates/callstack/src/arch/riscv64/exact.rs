@@ -1,0 +1,81 @@
+//! RISC-V 64 entries of exact capture, and the rule forms its hot loop
+//! applies (AArch64's, from `arch/aarch64/rule.rs` through `rule.rs`,
+//! under the names x86-64's `exact` gives them).
+
+use crate::types::UnwindRegs;
+
+/// Defines the naked entry of `capture_exact` on RISC-V 64, `exact_entry`,
+/// in the module that invokes it (`unwind::local`, beside
+/// `exact_from_entry`): it passes `ra` (the return address into the
+/// caller), `sp` and `s0` and tail-calls the walk.
+macro_rules! define_exact_entry {
+    () => {
+        /// The naked entry of `capture_exact` (and of the C
+        /// `callstack_capture_exact`): see `arch::riscv64::exact`.
+        ///
+        /// # Safety
+        /// `out` must be valid for `max` writes of `usize` (or `max` must be 0).
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn exact_entry(skip: u32, max: u32, out: *mut usize) -> u32 {
+            // SAFETY: only argument registers (and t1, for the tail call)
+            // are written; the tail call keeps ra, so the walk returns
+            // straight to the caller.
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                "mv a3, ra",
+                "mv a4, sp",
+                "mv a5, s0",
+                "tail {imp}",
+                ".cfi_endproc",
+                imp = sym exact_from_entry,
+            )
+        }
+    };
+}
+pub(crate) use define_exact_entry;
+
+/// Defines a naked entry that adds the caller's `ra`/`sp`/`s0` (as the
+/// 2nd to 4th arguments) to a request pointer and tail-calls `$imp`.
+/// Invoked in `unwind::local`, beside the functions it branches to.
+macro_rules! request_entry {
+    ($(#[$doc:meta])* $name:ident($req:ty) $(-> $ret:ty)? => $imp:path) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `req` must be a valid request.
+        #[unsafe(naked)]
+        pub(crate) unsafe extern "C" fn $name(req: $req) $(-> $ret)? {
+            // SAFETY: as `exact_entry`, with the registers as the 2nd to
+            // 4th arguments.
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                "mv a1, ra",
+                "mv a2, sp",
+                "mv a3, s0",
+                "tail {imp}",
+                ".cfi_endproc",
+                imp = sym $imp,
+            )
+        }
+    };
+}
+pub(crate) use request_entry;
+
+/// The interrupted registers of a signal handler's `ucontext_t`
+/// (`__gregs`: pc, then x1 (ra) to x31).
+pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {
+    let g = &uc.uc_mcontext.__gregs;
+    UnwindRegs {
+        pc: g[0],
+        sp: g[2],
+        fp: g[8],
+        lr: g[1],
+    }
+}
+
+pub(crate) use super::rule::{from_wide_word, wide_word};
+pub(crate) use crate::arch::aarch64::{decode_fast, decode_wide, FastForm, PACKED_END};
+
+/// Return addresses read from the stack are whole addresses (no pointer
+/// authentication on RISC-V).
+pub(crate) const RA_MASK: u64 = !0;
