@@ -91,6 +91,10 @@ pub trait Arch: Copy + Default + core::fmt::Debug + Send + Sync + 'static {
     const ENTRY: Self::Rule;
     /// The frame record of the frame-pointer fallback.
     const FRAME_RECORD: FrameRecordLayout;
+    /// The vendor extensions this architecture's CFI may use, for gimli
+    /// (AArch64's `DW_CFA_AARCH64_negate_ra_state`, written after each
+    /// `paciasp`: without it gimli refuses the FDE).
+    const CFI_VENDOR: gimli::Vendor = gimli::Vendor::Default;
 
     /// The value of DWARF register `reg` in `regs`, if tracked.
     fn reg(regs: &crate::types::UnwindRegs, reg: u16) -> Option<u64>;
