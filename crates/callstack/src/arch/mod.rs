@@ -30,6 +30,13 @@ pub use self::aarch64 as native;
 #[cfg(target_arch = "x86_64")]
 pub use self::x86_64 as native;
 
+/// The host's architecture, when it has a module here (`native::MACHINE`).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub const NATIVE_MACHINE: Option<Machine> = Some(native::MACHINE);
+/// The host's architecture: none of the modules here.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const NATIVE_MACHINE: Option<Machine> = None;
+
 /// Layout of a frame-pointer record: the frame pointer points at the saved
 /// caller frame pointer; the return address sits `ra_offset` bytes above it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

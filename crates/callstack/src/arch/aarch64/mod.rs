@@ -12,6 +12,7 @@
 
 pub mod core_regs;
 pub mod instruction_analysis;
+pub mod perf_regs;
 pub mod signal;
 
 use super::FrameRecordLayout;
@@ -22,6 +23,9 @@ pub(crate) use rule::FastForm;
 #[cfg(test)]
 pub(crate) use rule::{decode_fast, decode_wide, fast_form, wide_word};
 pub use rule::{Aarch64, UnwindRuleAarch64};
+
+/// This module's architecture.
+pub const MACHINE: super::Machine = super::Machine::Aarch64;
 
 #[cfg(target_arch = "aarch64")]
 pub mod exact;

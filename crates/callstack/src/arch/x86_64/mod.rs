@@ -11,6 +11,7 @@
 
 pub mod core_regs;
 pub mod instruction_analysis;
+pub mod perf_regs;
 
 use super::FrameRecordLayout;
 
@@ -20,6 +21,9 @@ mod rule;
 pub(crate) mod switch;
 
 pub use rule::{UnwindRuleX86_64, X86_64};
+
+/// This module's architecture.
+pub const MACHINE: super::Machine = super::Machine::X86_64;
 
 /// The x86-64 frame record: saved rbp at `[rbp]`, return address at `[rbp + 8]`.
 pub const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {
