@@ -6,6 +6,12 @@
 //! problem as a core file's thread). Modules come from `/proc/PID/maps` and
 //! the kernel's mmap events.
 //!
+//! On x86-64 and AArch64: the registers asked for and their numbering are
+//! the host architecture's `arch/<arch>/perf_regs.rs`, selected once
+//! (`arch::NATIVE_MACHINE`); elsewhere [`record`] returns
+//! [`RecordError::Unsupported`]. AArch64 samples are unit-tested from
+//! qemu-user cores (`sample_tests.rs`): qemu-user cannot run perf events.
+//!
 //! ```no_run
 //! use callstack::remote::perf::{record, Control, RecordOptions, Target};
 //! let control = Control::new();
