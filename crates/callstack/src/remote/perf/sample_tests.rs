@@ -381,6 +381,21 @@ fn check(src: &str, tag: &str, flags: &[&str], oracle_flags: Option<&[&str]>, ex
         same_chain(&ours, &truth),
         "{tag}: the sample's chain differs from gdb-multiarch's\n  ours: {ours:?}\n truth: {truth:?}\n pcs: {pcs:x?}"
     );
+    // The core reader's own unwinding (the whole core as memory) agrees.
+    let cf = crate::remote::corefile::CoreFile::open(&core, Some(&exe), &Lookup::default())
+        .expect("open core");
+    let unwinder = RemoteUnwinder::new(cf.snapshot());
+    let core_pcs: Vec<u64> = unwinder
+        .unwind(&mut cf.memory(), &cf.snapshot().threads[0], 256)
+        .frames
+        .iter()
+        .map(|f| f.pc)
+        .collect();
+    let core_chain = names(&exe, &core_pcs);
+    assert!(
+        same_chain(&core_chain, &truth),
+        "{tag}: the core reader's chain differs from gdb-multiarch's\n  core: {core_chain:?}\n truth: {truth:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
