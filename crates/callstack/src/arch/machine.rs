@@ -87,6 +87,29 @@ impl Machine {
         }
     }
 
+    /// The `sample_regs_user` mask of a `perf_event` sample on this
+    /// architecture (`arch/<arch>/perf_regs.rs`), or `None` where sampling
+    /// is not implemented.
+    pub fn perf_regs_mask(self) -> Option<u64> {
+        match self {
+            Machine::X86_64 => Some(super::x86_64::perf_regs::PERF_REGS_MASK),
+            Machine::Aarch64 => Some(super::aarch64::perf_regs::PERF_REGS_MASK),
+            Machine::Arm | Machine::Mips => None,
+        }
+    }
+
+    /// A thread's registers from a `perf_event` sample's user register
+    /// block: `words` hold the registers of [`Machine::perf_regs_mask`] in
+    /// increasing bit order. `None` when their number is wrong or the
+    /// architecture has no mask.
+    pub fn registers_from_perf(self, words: &[u64]) -> Option<Registers> {
+        match self {
+            Machine::X86_64 => super::x86_64::perf_regs::from_perf_regs(words),
+            Machine::Aarch64 => super::aarch64::perf_regs::from_perf_regs(words),
+            Machine::Arm | Machine::Mips => None,
+        }
+    }
+
     /// Where `pr_pid` and `pr_reg` sit in this architecture's
     /// `struct elf_prstatus` (the note is laid out per architecture).
     pub fn prstatus_layout(self) -> Option<PrstatusLayout> {

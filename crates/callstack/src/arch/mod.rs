@@ -35,6 +35,13 @@ pub use self::riscv64 as native;
 #[cfg(target_arch = "x86_64")]
 pub use self::x86_64 as native;
 
+/// The host's architecture, when it has a module here (`native::MACHINE`).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub const NATIVE_MACHINE: Option<Machine> = Some(native::MACHINE);
+/// The host's architecture: none of the modules here.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const NATIVE_MACHINE: Option<Machine> = None;
+
 /// The host's architecture (x86-64 on hosts without an in-process module,
 /// so that the offline unwinder still compiles).
 #[cfg(target_arch = "aarch64")]
@@ -146,6 +153,10 @@ pub trait Arch: Copy + Default + core::fmt::Debug + Send + Sync + 'static {
     const ENTRY: Self::Rule;
     /// The frame record of the frame-pointer fallback.
     const FRAME_RECORD: FrameRecordLayout;
+    /// The vendor extensions this architecture's CFI may use, for gimli
+    /// (AArch64's `DW_CFA_AARCH64_negate_ra_state`, written after each
+    /// `paciasp`: without it gimli refuses the FDE).
+    const CFI_VENDOR: gimli::Vendor = gimli::Vendor::Default;
 
     /// The value of DWARF register `reg` in `regs`, if tracked.
     fn reg(regs: &crate::types::UnwindRegs, reg: u16) -> Option<u64>;

@@ -490,7 +490,8 @@ fn rule_gimli<A: Arch>(secs: &CfiSections<'_>, off: usize, addr: u64) -> A::Rule
         return A::EVALUATE;
     };
     let bases = secs.bases();
-    let sec = EhFrame::new(bytes, LittleEndian);
+    let mut sec = EhFrame::new(bytes, LittleEndian);
+    sec.set_vendor(A::CFI_VENDOR);
     let Ok(fde) = sec.fde_from_offset(&bases, off.into(), EhFrame::cie_from_offset) else {
         return A::EVALUATE;
     };
@@ -540,6 +541,7 @@ fn evaluate_gimli<A: Arch, M: Memory + ?Sized>(
             };
             let mut sec = DebugFrame::new(bytes, LittleEndian);
             sec.set_address_size(8);
+            sec.set_vendor(A::CFI_VENDOR);
             let fde = match sec.fde_from_offset(&bases, off.into(), DebugFrame::cie_from_offset) {
                 Ok(f) => f,
                 Err(_) => return Err(UnwindError::BadCfi),
@@ -550,7 +552,8 @@ fn evaluate_gimli<A: Arch, M: Memory + ?Sized>(
             let Some((bytes, _)) = secs.eh_frame else {
                 return Ok(Applied::NoCfi);
             };
-            let sec = EhFrame::new(bytes, LittleEndian);
+            let mut sec = EhFrame::new(bytes, LittleEndian);
+            sec.set_vendor(A::CFI_VENDOR);
             let fde = if let FdeAt::EhFrame(off) = at {
                 sec.fde_from_offset(&bases, off.into(), EhFrame::cie_from_offset)
             } else {
@@ -732,7 +735,8 @@ pub(crate) fn for_each_row<A: Arch>(
     let mut ctx: Box<UnwindContext<usize, StackStorage>> = Box::new(UnwindContext::new_in());
     let mut stats = RowStats::default();
     if let Some((bytes, _)) = secs.eh_frame {
-        let sec = EhFrame::new(bytes, LittleEndian);
+        let mut sec = EhFrame::new(bytes, LittleEndian);
+        sec.set_vendor(A::CFI_VENDOR);
         walk_section::<A, _>(&sec, &bases, &mut ctx, &mut stats, &mut |s, e, r, o| {
             f(s, e, r, FdeAt::EhFrame(o))
         })?;
@@ -740,6 +744,7 @@ pub(crate) fn for_each_row<A: Arch>(
     if let Some(bytes) = secs.debug_frame {
         let mut sec = DebugFrame::new(bytes, LittleEndian);
         sec.set_address_size(8);
+        sec.set_vendor(A::CFI_VENDOR);
         walk_section::<A, _>(&sec, &bases, &mut ctx, &mut stats, &mut |s, e, r, o| {
             f(s, e, r, FdeAt::DebugFrame(o))
         })?;

@@ -13,6 +13,7 @@
 pub mod core_regs;
 pub(crate) mod exit_hook;
 pub mod instruction_analysis;
+pub mod perf_regs;
 pub mod signal;
 
 use super::FrameRecordLayout;
@@ -26,6 +27,9 @@ pub(crate) use rule::fast_form;
 #[cfg_attr(not(target_arch = "riscv64"), allow(unused_imports))]
 pub(crate) use rule::{decode_fast, decode_wide, from_wide_word, wide_word, FastForm, PACKED_END};
 pub use rule::{Aarch64, UnwindRuleAarch64};
+
+/// This module's architecture.
+pub const MACHINE: super::Machine = super::Machine::Aarch64;
 
 #[cfg(target_arch = "aarch64")]
 pub mod exact;

@@ -86,6 +86,7 @@ impl Arch for Aarch64 {
         fp: 0,
     };
     const FRAME_RECORD: FrameRecordLayout = super::FRAME_RECORD;
+    const CFI_VENDOR: gimli::Vendor = gimli::Vendor::AArch64;
 
     fn reg(regs: &UnwindRegs, reg: u16) -> Option<u64> {
         match reg {

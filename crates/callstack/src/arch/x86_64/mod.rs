@@ -12,6 +12,7 @@
 pub mod core_regs;
 pub mod insn_cache;
 pub mod instruction_analysis;
+pub mod perf_regs;
 
 use super::FrameRecordLayout;
 
@@ -22,6 +23,9 @@ pub mod signal;
 pub(crate) mod switch;
 
 pub use rule::{UnwindRuleX86_64, X86_64};
+
+/// This module's architecture.
+pub const MACHINE: super::Machine = super::Machine::X86_64;
 
 /// The x86-64 frame record: saved rbp at `[rbp]`, return address at `[rbp + 8]`.
 pub const FRAME_RECORD: FrameRecordLayout = FrameRecordLayout {

@@ -6,6 +6,12 @@
 //! problem as a core file's thread). Modules come from `/proc/PID/maps` and
 //! the kernel's mmap events.
 //!
+//! On x86-64 and AArch64: the registers asked for and their numbering are
+//! the host architecture's `arch/<arch>/perf_regs.rs`, selected once
+//! (`arch::NATIVE_MACHINE`); elsewhere [`record`] returns
+//! [`RecordError::Unsupported`]. AArch64 samples are unit-tested from
+//! qemu-user cores (`sample_tests.rs`): qemu-user cannot run perf events.
+//!
 //! ```no_run
 //! use callstack::remote::perf::{record, Control, RecordOptions, Target};
 //! let control = Control::new();
@@ -17,6 +23,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(test)]
+mod sample_tests;
 mod sys;
 
 use super::{files, Lookup, Machine, Mapping, Module, Registers, RemoteUnwinder, Snapshot, Thread};
@@ -148,7 +156,8 @@ pub enum RecordError {
     Spawn(String, std::io::Error),
     /// No such process.
     NoSuchProcess(u32),
-    /// Recording is only implemented for x86-64 here.
+    /// Recording is not implemented for this architecture (x86-64 and
+    /// AArch64 are), or an option is out of range.
     Unsupported(&'static str),
     /// Another system failure.
     Sys(&'static str, std::io::Error),
@@ -185,18 +194,12 @@ const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
 /// `PERF_RECORD_MISC_COMM_EXEC`: a comm record for an exec.
 const MISC_COMM_EXEC: u16 = 1 << 13;
 
-/// x86-64 user registers asked for: AX BX CX DX SI DI BP SP IP (perf
-/// numbers 0-8) and R8-R15 (16-23), given in that order.
-#[cfg(target_arch = "x86_64")]
-const REGS_MASK: u64 = 0x1ff | (0xff << 16);
-/// The DWARF number of each register of `REGS_MASK`, in order.
-#[cfg(target_arch = "x86_64")]
-const REGS_DWARF: [u16; 17] = [0, 3, 2, 1, 4, 5, 6, 7, 16, 8, 9, 10, 11, 12, 13, 14, 15];
-/// Other architectures: recording refuses before asking for registers.
-#[cfg(not(target_arch = "x86_64"))]
-const REGS_MASK: u64 = 0;
-#[cfg(not(target_arch = "x86_64"))]
-const REGS_DWARF: [u16; 0] = [];
+/// `PERF_SAMPLE_REGS_ABI_64`: the sample's registers are a 64-bit task's.
+const REGS_ABI_64: u64 = 2;
+
+/// The architecture recorded: this host's (its sample registers are in
+/// `arch/<arch>/perf_regs.rs`), `None` where recording is not implemented.
+const RECORDED_MACHINE: Option<Machine> = crate::arch::NATIVE_MACHINE;
 
 /// The copied top of a thread's stack, as the unwinder's memory.
 struct CopiedStack<'a> {
@@ -314,7 +317,7 @@ impl Space {
     /// The unwinder for the current mappings, rebuilt when they changed
     /// (modules mapped: a handful of times per process); the one it
     /// replaces is freed, its modules kept in `retired`.
-    fn unwinder(&mut self, lookup: &Lookup, pid: u32) -> &RemoteUnwinder<'static> {
+    fn unwinder(&mut self, lookup: &Lookup, pid: u32, arch: Machine) -> &RemoteUnwinder<'static> {
         if self.dirty || self.unwinder.is_none() {
             self.dirty = false;
             if let Some(old) = self.unwinder.take() {
@@ -325,7 +328,7 @@ impl Space {
                     }
                 }
             }
-            let snap = snapshot_of(&self.mappings, lookup, pid);
+            let snap = snapshot_of(&self.mappings, lookup, pid, arch);
             self.unwinder = Some(OwnedUnwinder::new(snap));
         }
         self.unwinder.as_ref().unwrap().get()
@@ -352,7 +355,7 @@ fn own_vdso() -> Option<std::sync::Arc<Vec<u8>>> {
     crate::modules::vdso_image().map(std::sync::Arc::new)
 }
 
-fn snapshot_of(mappings: &[Mapping], lookup: &Lookup, pid: u32) -> Snapshot {
+fn snapshot_of(mappings: &[Mapping], lookup: &Lookup, pid: u32, arch: Machine) -> Snapshot {
     let files: Vec<Mapping> = mappings
         .iter()
         .filter(|m| m.path.starts_with('/'))
@@ -361,14 +364,19 @@ fn snapshot_of(mappings: &[Mapping], lookup: &Lookup, pid: u32) -> Snapshot {
     let mut mods = files::group_mappings(&files);
     let mut warnings = Vec::new();
     files::resolve_files(&mut mods, lookup, None, &mut warnings);
-    if let Some(v) = mappings.iter().find(|m| m.path == "[vdso]") {
+    // Our own vDSO stands for the target's only when both run here.
+    let vdso = mappings
+        .iter()
+        .find(|m| m.path == "[vdso]")
+        .filter(|_| crate::arch::NATIVE_MACHINE == Some(arch));
+    if let Some(v) = vdso {
         if let Some(image) = own_vdso().filter(|i| i.len() as u64 == v.end - v.start) {
             mods.push(files::image_module(v.clone(), image));
             mods.sort_by_key(|m| m.start);
         }
     }
     Snapshot {
-        arch: Machine::X86_64,
+        arch,
         pid,
         process_name: None,
         threads: Vec::new(),
@@ -404,9 +412,77 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The fields of a `PERF_RECORD_SAMPLE` the recorder asked for
+/// (`sys::Event::open`: ip, tid, time, the kernel callchain when asked,
+/// user registers, user stack), borrowed from the record.
+#[derive(Debug)]
+struct SampleRecord<'a> {
+    ip: u64,
+    pid: u32,
+    tid: u32,
+    /// The kernel callchain's words (empty when not asked for).
+    callchain: &'a [u8],
+    /// The user registers; `None` when the sample has none (a kernel
+    /// thread) or they are not a 64-bit task's.
+    regs: Option<Registers>,
+    /// The copied user stack from the sampled sp (its valid part).
+    stack: &'a [u8],
+}
+
+/// Parses a sample's body (after the 8-byte header): `kernel` is whether
+/// the event asked for the callchain, `regs_mask` the `sample_regs_user`
+/// of `machine` it asked for (its registers come in increasing bit
+/// order). `None` when the record is cut short.
+fn parse_sample(
+    b: &[u8],
+    kernel: bool,
+    machine: Machine,
+    regs_mask: u64,
+) -> Option<SampleRecord<'_>> {
+    let mut r = Reader { b };
+    let ip = r.u64()?;
+    let pid = r.u32()?;
+    let tid = r.u32()?;
+    let _time = r.u64()?;
+    let callchain = if kernel {
+        let n = usize::try_from(r.u64()?).ok()?;
+        r.bytes(n.checked_mul(8)?)?
+    } else {
+        &[]
+    };
+    let abi = r.u64()?;
+    let mut regs = None;
+    if abi != 0 {
+        // The words are there for any ABI: skipped when not 64-bit.
+        let mut words = [0u64; 64];
+        let n = (regs_mask.count_ones() as usize).min(words.len());
+        for w in &mut words[..n] {
+            *w = r.u64()?;
+        }
+        if abi == REGS_ABI_64 {
+            regs = machine.registers_from_perf(&words[..n]);
+        }
+    }
+    let size = usize::try_from(r.u64()?).ok()?;
+    let data = r.bytes(size)?;
+    let dyn_size = if size > 0 { r.u64()? as usize } else { 0 };
+    Some(SampleRecord {
+        ip,
+        pid,
+        tid,
+        callchain,
+        regs,
+        stack: &data[..dyn_size.min(size)],
+    })
+}
+
 /// The state of a recording.
 struct Recording<'o> {
     opts: &'o RecordOptions,
+    /// The architecture of the samples' registers.
+    machine: Machine,
+    /// The `sample_regs_user` mask asked for (`machine`'s).
+    regs_mask: u64,
     spaces: HashMap<u32, Space>,
     profile: Profile,
     threads: HashSet<u32>,
@@ -426,6 +502,29 @@ struct Recording<'o> {
     main_exe: Option<String>,
     /// Whether `root_pid` exec'd and its program's mapping is yet to come.
     exe_pending: bool,
+}
+
+impl<'o> Recording<'o> {
+    /// A recording of samples of `machine`, whose events ask for the user
+    /// registers of `regs_mask`, into `profile`.
+    fn new(opts: &'o RecordOptions, machine: Machine, regs_mask: u64, profile: Profile) -> Self {
+        Recording {
+            opts,
+            machine,
+            regs_mask,
+            spaces: HashMap::new(),
+            profile,
+            threads: HashSet::new(),
+            samples: 0,
+            frames: Vec::with_capacity(256),
+            exact: Vec::new(),
+            kernel: false,
+            kernel_range: None,
+            root_pid: 0,
+            main_exe: None,
+            exe_pending: false,
+        }
+    }
 }
 
 impl Recording<'_> {
@@ -508,56 +607,46 @@ impl Recording<'_> {
     }
 
     fn sample(&mut self, r: &mut Reader<'_>) -> Option<()> {
-        let ip = r.u64()?;
-        let pid = r.u32()?;
-        let tid = r.u32()?;
-        let _time = r.u64()?;
+        let SampleRecord {
+            ip,
+            pid,
+            tid,
+            callchain,
+            regs,
+            stack: data,
+        } = parse_sample(r.b, self.kernel, self.machine, self.regs_mask)?;
         self.frames.clear();
-        if self.kernel {
-            let n = r.u64()? as usize;
-            for _ in 0..n.min(512) {
-                let a = r.u64()?;
-                // Context markers (PERF_CONTEXT_KERNEL...) are the top 4095
-                // values; kernel addresses sit in the upper half.
-                if a >= (-4095i64) as u64 || a < (1 << 63) {
-                    continue;
-                }
-                self.frames.push(a as usize);
-                let (lo, hi) = self.kernel_range.unwrap_or((a, a));
-                self.kernel_range = Some((lo.min(a), hi.max(a)));
+        for a in callchain.chunks_exact(8).take(512) {
+            let a = u64::from_le_bytes(a.try_into().ok()?);
+            // Context markers (PERF_CONTEXT_KERNEL...) are the top 4095
+            // values; kernel addresses sit in the upper half.
+            if a >= (-4095i64) as u64 || a < (1 << 63) {
+                continue;
             }
-            if n > 512 {
-                r.bytes((n - 512) * 8)?;
-            }
+            self.frames.push(a as usize);
+            let (lo, hi) = self.kernel_range.unwrap_or((a, a));
+            self.kernel_range = Some((lo.min(a), hi.max(a)));
         }
-        let abi = r.u64()?;
-        let mut regs = Registers::new(Machine::X86_64);
-        if abi == 0 {
-            // No user registers: a kernel thread.
+        let Some(regs) = regs else {
+            // No user registers (a kernel thread), or a 32-bit task's,
+            // numbered otherwise.
             self.profile.lost += 1;
             return None;
-        }
-        for &d in REGS_DWARF.iter() {
-            regs.set(d, r.u64()?);
-        }
-        let size = r.u64()? as usize;
-        let data = r.bytes(size)?;
-        let dyn_size = if size > 0 { r.u64()? as usize } else { 0 };
-        let data = &data[..dyn_size.min(size)];
+        };
         self.threads.insert(tid);
         let sp = regs.sp().unwrap_or(0);
         let thread = Thread {
             tid,
             name: None,
             registers: regs,
-            stack_end: Some(sp + data.len() as u64),
+            stack_end: Some(sp.saturating_add(data.len() as u64)),
         };
         let lookup = &self.opts.lookup;
         let space = self.spaces.entry(pid).or_default();
         if !space.maps_read {
             space.read_proc_maps(pid);
         }
-        let unwinder = space.unwinder(lookup, pid);
+        let unwinder = space.unwinder(lookup, pid, self.machine);
         let mut mem = CopiedStack { base: sp, data };
         let unwound = unwinder.unwind(&mut mem, &thread, 256);
         // The user frames' exact pcs: the interrupted one (the first user
@@ -664,16 +753,19 @@ pub fn record(
     control: &Control,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Recorded, RecordError> {
-    if !cfg!(target_arch = "x86_64") {
+    let (Some(machine), Some(regs_mask)) = (
+        RECORDED_MACHINE,
+        RECORDED_MACHINE.and_then(Machine::perf_regs_mask),
+    ) else {
         return Err(RecordError::Unsupported("recording on this architecture"));
-    }
+    };
     if opts.hz == 0 || opts.hz > 100_000 {
         return Err(RecordError::Unsupported("a rate outside 1..=100000 Hz"));
     }
     let mut spec = sys::EventSpec {
         kernel_callchain: opts.kernel,
         hz: opts.hz,
-        regs_mask: REGS_MASK,
+        regs_mask,
         stack_bytes: opts.stack_bytes.clamp(64, 65528) & !7,
         enable_on_exec: matches!(opts.target, Target::Command(_)),
     };
@@ -686,20 +778,7 @@ pub fn record(
     profile.start_time_ns = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let mut rec = Recording {
-        opts,
-        spaces: HashMap::new(),
-        profile,
-        threads: HashSet::new(),
-        samples: 0,
-        frames: Vec::with_capacity(256),
-        exact: Vec::new(),
-        kernel: false,
-        kernel_range: None,
-        root_pid: 0,
-        main_exe: None,
-        exe_pending: false,
-    };
+    let mut rec = Recording::new(opts, machine, regs_mask, profile);
     let started = Instant::now();
     let mut events = Vec::new();
     let mut child: Option<u32> = None;
@@ -1031,7 +1110,7 @@ mod tests {
         let mut space = Space::default();
         space.add(vdso.clone());
         let image = space
-            .unwinder(&lookup, pid)
+            .unwinder(&lookup, pid, Machine::X86_64)
             .snapshot()
             .modules
             .iter()
@@ -1050,7 +1129,7 @@ mod tests {
             executable: Some(true),
         });
         let now: Vec<String> = space
-            .unwinder(&lookup, pid)
+            .unwinder(&lookup, pid, Machine::X86_64)
             .snapshot()
             .modules
             .iter()
@@ -1068,7 +1147,7 @@ mod tests {
 
         // Rebuilt again with the same modules: recorded once.
         space.dirty = true;
-        space.unwinder(&lookup, pid);
+        space.unwinder(&lookup, pid, Machine::X86_64);
         assert_eq!(space.module_records(), recs);
     }
 }
