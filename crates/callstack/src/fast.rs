@@ -296,7 +296,9 @@ impl RuleSource<NativeArch> for FrameRecords {
         // stack" from one call to the next.
         *regs = UnwindRegs {
             pc: out[w.n - 1] as u64,
-            sp: w.next.saturating_sub(crate::arch::native::FRAME_RECORD.below) as u64,
+            sp: w
+                .next
+                .saturating_sub(crate::arch::native::FRAME_RECORD.below) as u64,
             fp: w.next as u64,
             lr: 0,
         };
@@ -428,11 +430,17 @@ pub(crate) fn walk_frame_records_checked(
         out[n] = ra;
         let next_room = room(next);
         if next_room >= fp_room {
-            return Walked { n: n + 1, next: fp_of(next) };
+            return Walked {
+                n: n + 1,
+                next: fp_of(next),
+            };
         }
         let (next2, ra2) = read(next);
         if ra2 == 0 || !is_code(ra2) {
-            return Walked { n: n + 1, next: fp_of(next) };
+            return Walked {
+                n: n + 1,
+                next: fp_of(next),
+            };
         }
         out[n + 1] = ra2;
         n += 2;
@@ -449,7 +457,10 @@ pub(crate) fn walk_frame_records_checked(
             out[n] = ra;
             // Read on only after checking `next` like any record.
             let next = if room(next) < fp_room { next } else { 0 };
-            return Walked { n: n + 1, next: fp_of(next) };
+            return Walked {
+                n: n + 1,
+                next: fp_of(next),
+            };
         }
     }
     Walked { n, next: fp_of(fp) }

@@ -108,7 +108,10 @@ fn capture_exact_takes_the_c_frame_records_where_there_is_no_cfi() {
     assert!(names.len() > WANT.len(), "{names:?}");
     assert_eq!(&names[..WANT.len()], &WANT, "{names:?}");
     assert_eq!(
-        names.iter().filter(|n| n.as_str() == "c_frame_records::chain").count(),
+        names
+            .iter()
+            .filter(|n| n.as_str() == "c_frame_records::chain")
+            .count(),
         1,
         "{names:?}"
     );

@@ -97,12 +97,19 @@ fn a_context_capture_names_the_interrupted_chain() {
         .collect();
     // The interrupted pc is in `spin`, or (in a debug build, where they
     // are calls) in the `core` functions it calls in its loop.
-    let want = ["context_chain::spin", "context_chain::level_b", "context_chain::level_a"];
+    let want = [
+        "context_chain::spin",
+        "context_chain::level_b",
+        "context_chain::level_a",
+    ];
     let first = names.iter().take_while(|n| n.starts_with("core::")).count();
     assert!(n > first + want.len(), "{names:?}");
     assert_eq!(&names[first..first + want.len()], &want, "{names:?}");
     assert_eq!(
-        names.iter().filter(|n| n.contains("context_chain::")).count(),
+        names
+            .iter()
+            .filter(|n| n.contains("context_chain::"))
+            .count(),
         want.len(),
         "{names:?}"
     );

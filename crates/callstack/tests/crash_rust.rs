@@ -57,7 +57,12 @@ fn crash_rust_null_dereference() {
 #[test]
 fn crash_rust_below_hooked_frames() {
     let c = S.run("hooked", &[]);
-    S.check(&c, libc::SIGSEGV, NULL_LINE, &["rust_null_deref", "rust_hooked"]);
+    S.check(
+        &c,
+        libc::SIGSEGV,
+        NULL_LINE,
+        &["rust_null_deref", "rust_hooked"],
+    );
     assert!(
         !c.stderr.contains("__callstack_exit_hook_trampoline"),
         "{}",

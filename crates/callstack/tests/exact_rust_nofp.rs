@@ -33,7 +33,10 @@ fn rust_without_frame_pointers_matches_gdb() {
     let manifest = root.join("tests/fixtures/rust/exact_nofp/Cargo.toml");
     // The stage scripts' cargo settings for a cross target (linker, runner)
     // reach this test through its environment and so the fixture's build.
-    let var = format!("CARGO_TARGET_{}_RUNNER", triple.to_uppercase().replace('-', "_"));
+    let var = format!(
+        "CARGO_TARGET_{}_RUNNER",
+        triple.to_uppercase().replace('-', "_")
+    );
     let runner: Vec<String> = std::env::var(&var)
         .map(|r| r.split_whitespace().map(String::from).collect())
         .unwrap_or_default();

@@ -2,7 +2,10 @@
 //! returns, in order, with every return register intact; captures below a
 //! hooked frame, inside a hook and from a signal equal the captures without
 //! hooks; a panic unwinds through a hooked frame.
-#![cfg(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_os = "linux"))]
+#![cfg(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux"
+))]
 
 use callstack::exit_hook;
 use std::hint::black_box;

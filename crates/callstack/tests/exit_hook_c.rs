@@ -171,7 +171,11 @@ fn run<R>(mode: u32, f: impl FnOnce() -> R) -> (R, Seen) {
     MODE.store(mode, Ordering::Relaxed);
     let r = f();
     MODE.store(0, Ordering::Relaxed);
-    let s = SEEN.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap();
+    let s = SEEN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .unwrap();
     (r, s)
 }
 
@@ -241,7 +245,10 @@ fn hooks_on_c_frames_run_and_captures_name_the_real_callers() {
             let tramp = "__callstack_exit_hook_trampoline".to_string();
             let inner = names(&s.in_inner_hook);
             assert!(
-                holds(&inner, &[tramp.clone(), "hk_outer".into(), own("run_outer")]),
+                holds(
+                    &inner,
+                    &[tramp.clone(), "hk_outer".into(), own("run_outer")]
+                ),
                 "{ctx}: {inner:?}"
             );
             assert!(

@@ -2,7 +2,10 @@
 //! an alternate signal stack) and on threads that end with hooks pending.
 //! An entry is stale only for a frame of its own stack; a thread's entries
 //! are dropped and counted when it ends.
-#![cfg(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_os = "linux"))]
+#![cfg(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux"
+))]
 
 use callstack::exit_hook;
 use std::cell::RefCell;

@@ -5,7 +5,10 @@
 //! hooks). Every capture from the signal context must end with the chain of
 //! the worker's own callers, as captured before any hook: no hooked frame
 //! may hide or invent a caller, and nothing may crash or hang.
-#![cfg(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_os = "linux"))]
+#![cfg(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "linux"
+))]
 
 use std::cell::Cell;
 use std::hint::black_box;

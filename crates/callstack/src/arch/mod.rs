@@ -37,9 +37,11 @@ pub use self::x86_64 as native;
 
 /// The host's architecture, when it has a module here (`native::MACHINE`).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub const NATIVE_MACHINE: Option<Machine> = Some(native::MACHINE);
 /// The host's architecture: none of the modules here.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub const NATIVE_MACHINE: Option<Machine> = None;
 
 /// The host's architecture (x86-64 on hosts without an in-process module,

@@ -52,7 +52,6 @@
     allow(unused_macros, unused_imports, dead_code)
 )]
 
-
 /// Whether an exit hook finds the slot of a frame's return address from
 /// the frame's own CFI rule (the return address is saved anywhere in the
 /// frame, or not at all in a leaf), rather than at a fixed place under its

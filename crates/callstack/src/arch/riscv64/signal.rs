@@ -164,7 +164,13 @@ mod tests {
             &mut mem,
         )
         .unwrap();
-        assert_eq!(got, Applied::Caller { regs: r, signal: true });
+        assert_eq!(
+            got,
+            Applied::Caller {
+                regs: r,
+                signal: true
+            }
+        );
         // A frame cut short is an error, not a panic.
         mem.bytes.truncate(300);
         assert!(saved_regs(base, &mut mem).is_err());

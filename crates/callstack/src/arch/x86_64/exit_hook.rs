@@ -58,7 +58,6 @@
     allow(unused_macros, unused_imports, dead_code)
 )]
 
-
 /// Whether an exit hook finds the slot of a frame's return address from
 /// the frame's own CFI rule: not on x86-64, where a return address is
 /// always right under its caller's stack pointer (`call` pushed it there).

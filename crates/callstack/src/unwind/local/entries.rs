@@ -287,7 +287,13 @@ fn frame_and_slot(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize) {
 /// thread's first captures): the generic walk then does it all.
 #[cfg(callstack_exit_hooks)]
 #[inline(always)]
-fn frame_and_slot_warm(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize, below: usize) -> bool {
+fn frame_and_slot_warm(
+    req: &mut FrameRequest,
+    pc: usize,
+    sp: usize,
+    fp: usize,
+    below: usize,
+) -> bool {
     use crate::arch::{Applied, Arch};
     use crate::unwind::{Method, RuleSource};
     let mut hot = Hot::at(pc, sp, fp);
@@ -318,7 +324,11 @@ fn frame_and_slot_warm(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize, 
     let Some(mut mem) = super::memory::StackMemory::for_sp(hot.sp) else {
         return false;
     };
-    let Ok(Applied::Caller { regs: r, signal: false }) = super::A::apply(rule, &at, &mut mem) else {
+    let Ok(Applied::Caller {
+        regs: r,
+        signal: false,
+    }) = super::A::apply(rule, &at, &mut mem)
+    else {
         return false;
     };
     let source = super::source::LocalSource::new((0, 0));
@@ -345,9 +355,9 @@ fn frame_and_slot_warm(req: &mut FrameRequest, pc: usize, sp: usize, fp: usize, 
 mod tests {
     use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
     use object::{Object, ObjectSection};
-    use std::sync::atomic::{AtomicBool, AtomicUsize};
     #[cfg(target_arch = "aarch64")]
     use std::sync::atomic::Ordering;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
 
     /// Makes the exit hooks' frame lookup skip its warm path.
     pub(super) static FORCE_COLD: AtomicBool = AtomicBool::new(false);
@@ -460,7 +470,10 @@ mod tests {
         let entries = [
             ("exact_entry", super::exact_entry as *const () as usize),
             ("info_entry", super::info_entry as *const () as usize),
-            ("fast_entry", crate::__capture_fast_raw as *const () as usize),
+            (
+                "fast_entry",
+                crate::__capture_fast_raw as *const () as usize,
+            ),
             (
                 "call_on_stack",
                 crate::arch::native::switch::call_on_stack as *const () as usize,
