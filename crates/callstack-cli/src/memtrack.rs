@@ -1,6 +1,7 @@
-//! `callstack memtrack [-o FILE] [--summary FILE] -- COMMAND ARGS...`: run
-//! a program with `libcallstack_preload.so` preloaded, recording every
-//! allocation by call stack, then print a summary: top sites by live bytes
+//! `callstack memtrack [-o FILE] [--summary FILE] [--sample-bytes N] -- COMMAND ARGS...`:
+//! run a program with `libcallstack_preload.so` preloaded, recording every
+//! allocation by call stack (or with `--sample-bytes N`, about one per N
+//! bytes, weighed into unbiased estimates: `callstack::alloc::sample`), then print a summary: top sites by live bytes
 //! and by allocations, the leaks (blocks still live at exit), and every
 //! process recorded.
 //!
@@ -50,6 +51,13 @@ pub struct Args {
     /// Sites listed in each part of the summary.
     #[arg(long, default_value_t = 10)]
     top: usize,
+    /// Record about one allocation per N bytes allocated instead of every
+    /// one (Poisson sampling by bytes, as tcmalloc and Go do; 524288 is
+    /// their default): every count and byte figure is then an unbiased
+    /// estimate, and an allocation not sampled costs a counter update
+    /// instead of a stack capture. 0 records every allocation.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    sample_bytes: u64,
     /// The program and its arguments.
     #[arg(required = true, last = true)]
     command: Vec<OsString>,
@@ -431,7 +439,11 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .env("LD_PRELOAD", preload)
         .env("CALLSTACK_MEMTRACK_OUT", &out)
         .env("CALLSTACK_MEMTRACK_DIR", &dir)
-        .env("CALLSTACK_MEMTRACK_CAPTURE", &args.capture);
+        .env("CALLSTACK_MEMTRACK_CAPTURE", &args.capture)
+        .env(
+            "CALLSTACK_MEMTRACK_SAMPLE_BYTES",
+            args.sample_bytes.to_string(),
+        );
     let (pid, ended) = match child::run(cmd, &args.command[0]) {
         Ok(r) => r,
         Err(e) => {

@@ -27,9 +27,15 @@ fn by_function(snap: &HeapSnapshot, names: &[&str]) -> HashMap<String, (u64, u64
 }
 
 fn memtrack(exe: &Path, capture: &str, out: &Path) -> (String, HeapSnapshot) {
+    memtrack_with(exe, &["--capture", capture], out)
+}
+
+fn memtrack_with(exe: &Path, opts: &[&str], out: &Path) -> (String, HeapSnapshot) {
     let a = release_artifacts();
     let o = Command::new(&a.cli)
-        .args(["memtrack", "--capture", capture, "-o"])
+        .arg("memtrack")
+        .args(opts)
+        .arg("-o")
         .arg(out)
         .arg("--")
         .arg(exe)
@@ -415,4 +421,133 @@ fn report_of_a_heap_recording() {
     assert!(has(&inuse, "1920B", "thread_leak"), "{inuse}");
     let objects = flat("alloc_objects");
     assert!(has(&objects, "1000", "thread_leak"), "{objects}");
+}
+
+/// `--sample-bytes N`: every site's estimated allocations, bytes and live
+/// bytes equal the fixture's exact truth (and exact tracking's) within
+/// five standard deviations of the sampling (each under 10% for the
+/// allocated bytes), for small, medium, large and varying sizes and
+/// threads; the reports say they hold estimates, and the pprof's period
+/// is N.
+#[test]
+fn sampled_tracking_estimates_every_site() {
+    let dir = scratch_dir("memtrack-sampled");
+    let exe = Gcc::new(&["memtrack_sampled.c"])
+        .flags("-O1 -pthread")
+        .build(&dir.join("sampled"));
+    let names = [
+        "small_objs",
+        "medium_objs",
+        "big_objs",
+        "mixed_sizes",
+        "thread_objs",
+    ];
+    let n: u64 = 16 * 1024;
+    let (_, exact) = memtrack(&exe, "exact", &dir.join("exact.heap"));
+    let (out, sampled) = memtrack_with(
+        &exe,
+        &["--sample-bytes", &n.to_string()],
+        &dir.join("sampled.heap"),
+    );
+    assert_eq!(exact.sample_bytes, 0);
+    assert_eq!(sampled.sample_bytes, n);
+    assert!(
+        out.contains(&format!("sampled: about one allocation per {n} bytes")),
+        "{out}"
+    );
+    // Frees of blocks not sampled are no "unknown frees".
+    assert!(
+        sampled.counters.unknown_frees < 100,
+        "{:?}",
+        sampled.counters
+    );
+    let ex = by_function(&exact, &names);
+    let sa = by_function(&sampled, &names);
+    let live = |snap: &HeapSnapshot, name: &str| -> (u64, u64) {
+        let mut sym = snap.symbolizer();
+        let mut r = (0, 0);
+        for s in &snap.sites {
+            if snap
+                .site_frames(&mut sym, s)
+                .iter()
+                .any(|f| f.function == name)
+            {
+                r.0 += s.live_blocks();
+                r.1 += s.live_bytes();
+            }
+        }
+        r
+    };
+    // How far an estimate of `truth` bytes in blocks of about `size` bytes
+    // may be off: five standard deviations of the sampling.
+    let tol = |truth: u64, size: u64| -> f64 {
+        let p = 1.0 - (-(size as f64) / n as f64).exp();
+        let samples = truth as f64 / size as f64 * p;
+        5.0 * ((1.0 - p) / samples).sqrt() + 0.002
+    };
+    for line in out.lines().filter(|l| l.starts_with("fixture: ")) {
+        let mut w = line.split_whitespace().skip(1);
+        let name = w.next().unwrap();
+        let num = |k: &str| -> u64 {
+            let v = line
+                .split_whitespace()
+                .find_map(|t| t.strip_prefix(k))
+                .unwrap();
+            v.parse().unwrap()
+        };
+        let (allocs, bytes, live_n, live_b) = (
+            num("allocs="),
+            num("bytes="),
+            num("live="),
+            num("live_bytes="),
+        );
+        // Exact tracking holds the truth.
+        assert_eq!((ex[name].0, ex[name].1), (allocs, bytes), "{name} exact");
+        assert_eq!(live(&exact, name), (live_n, live_b), "{name} exact live");
+        let size = bytes / allocs;
+        let (est_n, est_b) = (sa[name].0, sa[name].1);
+        let t = tol(bytes, size);
+        assert!(t < 0.10, "{name}: the fixture gives too few samples ({t})");
+        let rb = est_b as f64 / bytes as f64;
+        let rn = est_n as f64 / allocs as f64;
+        assert!(
+            (rb - 1.0).abs() < t,
+            "{name}: bytes {est_b} for {bytes} (ratio {rb}, tolerance {t})"
+        );
+        assert!(
+            (rn - 1.0).abs() < t,
+            "{name}: allocations {est_n} for {allocs} (ratio {rn}, tolerance {t})"
+        );
+        let (est_ln, est_lb) = live(&sampled, name);
+        if live_b == 0 {
+            assert_eq!((est_ln, est_lb), (0, 0), "{name}: live");
+        } else {
+            let t = tol(live_b, size);
+            let rl = est_lb as f64 / live_b as f64;
+            assert!(
+                (rl - 1.0).abs() < t,
+                "{name}: live bytes {est_lb} for {live_b} (ratio {rl}, tolerance {t})"
+            );
+        }
+    }
+    // The heap profile says what it is sampled by.
+    let a = release_artifacts();
+    let pb = dir.join("sampled.pb.gz");
+    let o = Command::new(&a.cli)
+        .arg("report")
+        .arg(dir.join("sampled.heap"))
+        .arg("--pprof")
+        .arg(&pb)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(&pb)
+        .output()
+        .expect("run go tool pprof (Debian package golang-go)");
+    let raw = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(raw.contains("PeriodType: space bytes"), "{raw}");
+    assert!(raw.contains(&format!("Period: {n}")), "{raw}");
 }

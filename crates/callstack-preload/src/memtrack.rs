@@ -48,6 +48,9 @@ pub const ENV_OUT: &str = "CALLSTACK_MEMTRACK_OUT";
 pub const ENV_CAPTURE: &str = "CALLSTACK_MEMTRACK_CAPTURE";
 /// The directory of the shared tables files (`PID.tables`, `global`).
 pub const ENV_DIR: &str = "CALLSTACK_MEMTRACK_DIR";
+/// Mean bytes between sampled allocations (unset or 0: every allocation;
+/// see [`callstack::alloc::sample`]).
+pub const ENV_SAMPLE_BYTES: &str = "CALLSTACK_MEMTRACK_SAMPLE_BYTES";
 
 static RECORDER: Recorder = Recorder::new();
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -211,6 +214,12 @@ fn track(p: *mut c_void, size: usize) {
     // A capture may allocate the first time it meets a module (lazily
     // built tables): those blocks are the tool's own, not recorded, and
     // must not start another capture.
+    // Sampling first: an allocation not picked costs this one thread-local
+    // update (and the tool's own blocks count towards the next sample).
+    let mean = RECORDER.sample_bytes();
+    if mean != 0 && !callstack::alloc::sample::take_sample(mean, size) {
+        return;
+    }
     if IN_HOOK.get() {
         return;
     }
@@ -222,7 +231,10 @@ fn track(p: *mut c_void, size: usize) {
         callstack::capture_fast(1, &mut frames)
     };
     RECORDER.record_alloc(&frames[..n], p as usize, size);
-    live_add(size);
+    live_add(match mean {
+        0 => size,
+        m => callstack::alloc::sample::estimated_bytes(m, size as u64) as usize,
+    });
     IN_HOOK.set(false);
 }
 
@@ -294,9 +306,9 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     }
     if ACTIVE.load(Relaxed) {
         if let Some(t) = RECORDER.take(p as usize) {
-            let size = t.size();
+            let bytes = t.weighted_bytes();
             RECORDER.commit_free(t);
-            live_sub(size);
+            live_sub(bytes);
         }
     }
     if let Some(f) = real(FREE) {
@@ -366,9 +378,9 @@ unsafe fn realloc_impl(p: *mut c_void, size: size_t) -> *mut c_void {
         if q.is_null() && size != 0 {
             RECORDER.put_back(p as usize, t); // failed: the old block stays
         } else {
-            let size = t.size();
+            let bytes = t.weighted_bytes();
             RECORDER.commit_free(t);
-            live_sub(size);
+            live_sub(bytes);
         }
     }
     track(q, size);
@@ -871,6 +883,17 @@ extern "C" fn init() {
         let cap = libc::getenv(c"CALLSTACK_MEMTRACK_CAPTURE".as_ptr());
         let fast = !cap.is_null() && std::ffi::CStr::from_ptr(cap).to_bytes() == b"fast";
         EXACT.store(!fast, Relaxed);
+        // Before the tables are set up: they keep the mean for their reader.
+        let mean = libc::getenv(c"CALLSTACK_MEMTRACK_SAMPLE_BYTES".as_ptr());
+        if !mean.is_null() {
+            let m = std::ffi::CStr::from_ptr(mean).to_bytes();
+            if let Some(n) = std::str::from_utf8(m)
+                .ok()
+                .and_then(|t| t.parse::<u64>().ok())
+            {
+                RECORDER.set_sample_bytes(n);
+            }
+        }
         let dir = libc::getenv(c"CALLSTACK_MEMTRACK_DIR".as_ptr());
         let mut tables = false;
         if !dir.is_null() {

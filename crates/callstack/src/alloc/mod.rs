@@ -30,6 +30,18 @@
 //! }
 //! ```
 //!
+//! ## Sampled tracking
+//! [`Tracking::sampled`] (and `callstack memtrack --sample-bytes N`)
+//! records about one allocation per N bytes allocated instead of every
+//! one, with the Poisson rule of tcmalloc and Go: an allocation of `size`
+//! bytes is picked with probability `1 - exp(-size / N)` and counted as
+//! what it stands for, so that every site's allocations, bytes, frees and
+//! live bytes are unbiased estimates ([`sample`]). An allocation not picked
+//! costs one thread-local counter update, no capture; a free of a block
+//! not picked, one read of a 64 KiB filter. The snapshot says N
+//! ([`HeapSnapshot::sample_bytes`]) and reports say their figures are
+//! estimates.
+//!
 //! ## Inside the allocator
 //! Recording never allocates and takes no lock: the site and live-block
 //! tables are pre-sized open-addressing tables in anonymous mappings made on
@@ -39,14 +51,16 @@
 //! and ignored.
 //!
 //! ## Heap recording file
-//! `CSHEAP\0\0`, a version byte (2), three zero bytes; varints: the
+//! `CSHEAP\0\0`, a version byte (3), three zero bytes; varints: the
 //! capture kind (0 fast, 1 exact), the number of sites, the four
-//! [`HeapCounters`]; per site six varints (allocations, allocated bytes,
+//! [`HeapCounters`], the mean bytes between samples (0: every allocation;
+//! versions 1 and 2 have no such varint); per site six varints (allocations, allocated bytes,
 //! frees, freed bytes, peak live bytes, live blocks of size 0; version 1
 //! has the first five); then a trace file
 //! (`docs/trace-format.md`) with the process's modules and one stack per
 //! site, in site order.
 
+pub mod sample;
 pub mod shared;
 mod table;
 
@@ -103,6 +117,27 @@ impl<A> Tracking<A> {
         }
     }
 
+    /// Wraps `inner` like [`Tracking::new`], but records about one
+    /// allocation per `mean_bytes` bytes allocated (Poisson sampling by
+    /// bytes, see [the module docs](self#sampled-tracking)); the reports
+    /// hold unbiased estimates. `mean_bytes` 0 records every allocation.
+    /// tcmalloc and Go sample one per 512 KiB by default.
+    ///
+    /// ```no_run
+    /// use callstack::alloc::{Capture, Tracking};
+    /// #[global_allocator]
+    /// static A: Tracking<std::alloc::System> =
+    ///     Tracking::sampled(std::alloc::System, Capture::Exact, 512 * 1024);
+    /// # fn main() {}
+    /// ```
+    pub const fn sampled(inner: A, capture: Capture, mean_bytes: u64) -> Self {
+        Tracking {
+            inner,
+            capture,
+            rec: Recorder::sampled(mean_bytes),
+        }
+    }
+
     /// The recorder (tables and counters).
     pub fn recorder(&self) -> &Recorder {
         &self.rec
@@ -127,6 +162,10 @@ impl<A> Tracking<A> {
 
     #[inline(always)]
     fn record(&self, p: *mut u8, size: usize) {
+        let mean = self.rec.sample_bytes();
+        if mean != 0 && !sample::take_sample(mean, size) {
+            return;
+        }
         if !p.is_null() && self.rec.is_enabled() && !QUIET.get() {
             let mut frames = [0usize; MAX_DEPTH];
             let n = self.capture.capture(0, &mut frames);
@@ -367,6 +406,10 @@ pub struct HeapSnapshot {
     pub counters: HeapCounters,
     /// Modules of the recorded process (filled by [`HeapSnapshot::read_from`]).
     pub modules: Vec<crate::tracefile::ModuleRecord>,
+    /// The mean bytes between sampled allocations (0: every allocation was
+    /// recorded). When not 0, every count and byte figure is an unbiased
+    /// estimate, not an exact sum.
+    pub sample_bytes: u64,
 }
 
 impl Default for HeapSnapshot {
@@ -376,6 +419,7 @@ impl Default for HeapSnapshot {
             sites: Vec::new(),
             counters: HeapCounters::default(),
             modules: Vec::new(),
+            sample_bytes: 0,
         }
     }
 }
@@ -411,6 +455,10 @@ impl HeapSnapshot {
             p.modules = self.modules.clone();
         }
         p.lost = self.counters.dropped;
+        if self.sample_bytes != 0 {
+            p.period_type = Some(crate::profile::ValueType::new("space", "bytes"));
+            p.period = self.sample_bytes.min(i64::MAX as u64) as i64;
+        }
         let clamp = |v: u64| v.min(i64::MAX as u64) as i64;
         for s in &self.sites {
             p.add(
@@ -445,7 +493,7 @@ impl HeapSnapshot {
     pub fn write_to(&self, mut w: impl Write) -> io::Result<()> {
         let mut b = Vec::with_capacity(64 + self.sites.len() * 16);
         b.extend_from_slice(&HEAP_MAGIC);
-        b.extend_from_slice(&[2, 0, 0, 0]);
+        b.extend_from_slice(&[3, 0, 0, 0]);
         let c = &self.counters;
         for v in [
             (self.capture == Capture::Exact) as u64,
@@ -454,6 +502,7 @@ impl HeapSnapshot {
             c.live_overflow,
             c.unknown_frees,
             c.dropped,
+            self.sample_bytes,
         ] {
             put_varint(&mut b, v);
         }
@@ -494,7 +543,7 @@ impl HeapSnapshot {
             return Err("not a heap recording (bad magic)".into());
         }
         let version = head[8];
-        if version != 1 && version != 2 {
+        if !(1..=3).contains(&version) {
             return Err(format!("heap recording version {} not supported", head[8]));
         }
         let mut next = || get_varint(&mut r);
@@ -510,6 +559,7 @@ impl HeapSnapshot {
             unknown_frees: next()?,
             dropped: next()?,
         };
+        let sample_bytes = if version >= 3 { next()? } else { 0 };
         if n > 1 << 26 {
             return Err(format!("heap recording: {n} sites is too many"));
         }
@@ -542,6 +592,7 @@ impl HeapSnapshot {
             sites,
             counters,
             modules: trace.modules,
+            sample_bytes,
         })
     }
 }

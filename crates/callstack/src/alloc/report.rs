@@ -163,6 +163,13 @@ impl HeapSnapshot {
             "leaks: {bytes} bytes in {blocks} blocks from {} sites",
             leaks.len()
         );
+        if self.sample_bytes != 0 {
+            let _ = writeln!(
+                o,
+                "(sampled one allocation per {} bytes: estimates)",
+                self.sample_bytes
+            );
+        }
         for s in leaks.iter().take(top) {
             self.site_text(&mut o, sym, s);
         }
@@ -179,6 +186,13 @@ impl HeapSnapshot {
             self.sites.len(),
             self.capture
         );
+        if self.sample_bytes != 0 {
+            let _ = writeln!(
+                o,
+                "sampled: about one allocation per {} bytes recorded; every figure is an estimate",
+                self.sample_bytes
+            );
+        }
         let c = &self.counters;
         if c.overflow_site_allocs + c.live_overflow + c.unknown_frees + c.dropped > 0 {
             let _ = writeln!(

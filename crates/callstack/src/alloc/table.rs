@@ -51,7 +51,9 @@ pub const MAX_PROBE: usize = 256;
 const EMPTY: usize = 0;
 const TOMBSTONE: usize = 1;
 const SIZE_BITS: u32 = 40;
-const SIZE_MASK: u64 = (1 << SIZE_BITS) - 1;
+/// A sampled block's count rounds up (see `sample::draw_round_up`).
+const UP_BIT: u64 = 1 << (SIZE_BITS - 1);
+const SIZE_MASK: u64 = UP_BIT - 1;
 
 #[repr(C)]
 pub(crate) struct SiteSlot {
@@ -76,7 +78,10 @@ struct Counters {
     unknown_frees: AtomicU64,
     /// Site records handed out (may exceed the capacity: then none is).
     next_site: AtomicU64,
-    _pad: [u64; 5],
+    /// The mean bytes between samples the records were made with (0: every
+    /// allocation), for a reader of the storage.
+    sample_bytes: AtomicU64,
+    _pad: [u64; 4],
 }
 
 #[repr(C)]
@@ -92,12 +97,24 @@ struct LiveSlot {
 pub struct Taken {
     site: u32,
     size: u64,
+    /// Whether its estimated count rounds up (sampled blocks).
+    up: bool,
+    /// What the block stands for: 1 and `size` unless sampled.
+    blocks: u64,
+    bytes: u64,
 }
 
 impl Taken {
     /// The block's size in bytes.
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// The bytes the block stands for: its size, or when the recorder
+    /// samples, the estimate its sample weighs
+    /// ([`sample::estimated_bytes`](crate::alloc::sample::estimated_bytes)).
+    pub fn weighted_bytes(&self) -> u64 {
+        self.bytes
     }
 }
 
@@ -120,6 +137,9 @@ pub struct Recorder {
     /// Records dropped while the storage was not there (being mapped by
     /// another thread, or failed).
     dropped: AtomicU64,
+    /// Mean bytes between samples (0: every allocation is recorded); see
+    /// [`Recorder::set_sample_bytes`].
+    sample_bytes: AtomicU64,
 }
 
 const UNINIT: u8 = 0;
@@ -143,6 +163,16 @@ impl Recorder {
     /// A recorder with room for `2^site_bits` sites and `2^live_bits` live
     /// blocks. `site_bits` is clamped to 4..=23, `live_bits` to 4..=30.
     pub const fn with_capacity(site_bits: u32, live_bits: u32) -> Recorder {
+        Recorder::build(site_bits, live_bits, 0)
+    }
+
+    /// [`Recorder::new`] for allocations sampled one per `mean_bytes`
+    /// bytes on average (see [`Recorder::set_sample_bytes`]).
+    pub const fn sampled(mean_bytes: u64) -> Recorder {
+        Recorder::build(16, 22, mean_bytes)
+    }
+
+    const fn build(site_bits: u32, live_bits: u32, sample_bytes: u64) -> Recorder {
         let site_bits = if site_bits < 4 {
             4
         } else if site_bits > 23 {
@@ -167,7 +197,28 @@ impl Recorder {
             sites: AtomicPtr::new(std::ptr::null_mut()),
             live: AtomicPtr::new(std::ptr::null_mut()),
             dropped: AtomicU64::new(0),
+            sample_bytes: AtomicU64::new(sample_bytes),
         }
+    }
+
+    /// Makes the recorder take allocations sampled one per `mean_bytes`
+    /// bytes on average ([`sample`](crate::alloc::sample): the caller
+    /// records only the allocations [`take_sample`](crate::alloc::sample::take_sample)
+    /// picks), weighing each so that every site's counters are unbiased
+    /// estimates of its allocations and bytes; frees of blocks not sampled
+    /// are passed over without a look into the tables. 0 (the default)
+    /// records every allocation exactly. Set it before the first record.
+    pub fn set_sample_bytes(&self, mean_bytes: u64) {
+        self.sample_bytes.store(mean_bytes, Relaxed);
+        if self.state.load(Acquire) == READY {
+            self.counters().sample_bytes.store(mean_bytes, Relaxed);
+        }
+    }
+
+    /// The mean bytes between samples (0: every allocation is recorded).
+    #[inline(always)]
+    pub fn sample_bytes(&self) -> u64 {
+        self.sample_bytes.load(Relaxed)
     }
 
     /// Stops (`false`) or resumes (`true`) recording. While stopped,
@@ -239,6 +290,13 @@ impl Recorder {
 
     fn set_storage(&self, base: *mut u8) {
         self.counters.store(base.cast(), Relaxed);
+        let mean = self.sample_bytes.load(Relaxed);
+        if mean != 0 {
+            // SAFETY: `base` starts with the counters (see above).
+            unsafe { &*base.cast::<Counters>() }
+                .sample_bytes
+                .store(mean, Relaxed);
+        }
         // SAFETY: the offsets are inside the region of storage_len() bytes
         // the caller vouched for (or `map_tables` mapped).
         unsafe {
@@ -311,7 +369,9 @@ impl Recorder {
 
     /// Records a new block of `size` bytes at `ptr`, allocated at the stack
     /// `frames` (innermost first; at most [`MAX_DEPTH`] are kept).
-    /// Allocation-free and lock-free.
+    /// Allocation-free and lock-free. When the recorder samples, call it
+    /// only for the allocations picked: the block is counted as what its
+    /// sample stands for.
     #[inline]
     pub fn record_alloc(&self, frames: &[usize], ptr: usize, size: usize) {
         if !self.is_enabled() {
@@ -329,22 +389,51 @@ impl Recorder {
             self.site_bits,
             frames,
         );
-        self.add_live(sites, live, idx, ptr, size as u64);
+        let up = match self.sample_bytes() {
+            0 => false,
+            mean => crate::alloc::sample::draw_round_up(mean, size as u64),
+        };
+        self.add_live(sites, live, idx, ptr, size as u64, up);
+    }
+
+    /// What a block of `size` bytes counts for: `(blocks, bytes)`.
+    #[inline(always)]
+    fn weigh(&self, size: u64, up: bool) -> (u64, u64) {
+        use crate::alloc::sample::{estimated_blocks, estimated_bytes};
+        match self.sample_bytes() {
+            0 => (1, size),
+            mean => (
+                estimated_blocks(mean, size, up),
+                estimated_bytes(mean, size),
+            ),
+        }
     }
 
     #[inline]
-    fn add_live(&self, sites: &[SiteSlot], live: &[LiveSlot], idx: u32, ptr: usize, size: u64) {
+    fn add_live(
+        &self,
+        sites: &[SiteSlot],
+        live: &[LiveSlot],
+        idx: u32,
+        ptr: usize,
+        size: u64,
+        up: bool,
+    ) {
         let site = &sites[idx as usize];
-        site.allocs.fetch_add(1, Relaxed);
-        let total = site.alloc_bytes.fetch_add(size, Relaxed) + size;
+        let (blocks, bytes) = self.weigh(size, up);
+        if self.sample_bytes() != 0 {
+            crate::alloc::sample::filter::insert(ptr);
+        }
+        site.allocs.fetch_add(blocks, Relaxed);
+        let total = site.alloc_bytes.fetch_add(bytes, Relaxed) + bytes;
         let now = total.wrapping_sub(site.free_bytes.load(Relaxed));
         if now <= total && now > site.peak.load(Relaxed) {
             site.peak.fetch_max(now, Relaxed);
         }
         if size == 0 {
-            site.zero_allocs.fetch_add(1, Relaxed);
+            site.zero_allocs.fetch_add(blocks, Relaxed);
         }
-        let val = ((idx as u64) << SIZE_BITS) | size.min(SIZE_MASK);
+        let val = ((idx as u64) << SIZE_BITS) | if up { UP_BIT } else { 0 } | size.min(SIZE_MASK);
         let mask = self.live_cap() - 1;
         let mut i = addr_slot(ptr, self.live_bits);
         for _ in 0..MAX_PROBE {
@@ -385,6 +474,10 @@ impl Recorder {
         if !self.is_enabled() || ptr < 2 {
             return None;
         }
+        let sampled = self.sample_bytes() != 0;
+        if sampled && !crate::alloc::sample::filter::may_hold(ptr) {
+            return None; // not sampled: nothing to look for
+        }
         let (_, live) = self.tables()?;
         let mask = self.live_cap() - 1;
         let mut i = addr_slot(ptr, self.live_bits);
@@ -394,9 +487,18 @@ impl Recorder {
             if cur == ptr {
                 let val = slot.val.load(Acquire);
                 slot.addr.store(TOMBSTONE, Release);
+                if sampled {
+                    crate::alloc::sample::filter::remove(ptr);
+                }
+                let size = val & SIZE_MASK;
+                let up = val & UP_BIT != 0;
+                let (blocks, bytes) = self.weigh(size, up);
                 return Some(Taken {
                     site: (val >> SIZE_BITS) as u32,
-                    size: val & SIZE_MASK,
+                    size,
+                    up,
+                    blocks,
+                    bytes,
                 });
             }
             if cur == EMPTY {
@@ -404,7 +506,10 @@ impl Recorder {
             }
             i = (i + 1) & mask;
         }
-        self.counters().unknown_frees.fetch_add(1, Relaxed);
+        if !sampled {
+            // (Sampled: another block of the bucket, not this one.)
+            self.counters().unknown_frees.fetch_add(1, Relaxed);
+        }
         None
     }
 
@@ -413,10 +518,10 @@ impl Recorder {
     pub fn commit_free(&self, t: Taken) {
         if let Some((sites, _)) = self.tables() {
             let site = &sites[t.site as usize];
-            site.frees.fetch_add(1, Relaxed);
-            site.free_bytes.fetch_add(t.size, Relaxed);
+            site.frees.fetch_add(t.blocks, Relaxed);
+            site.free_bytes.fetch_add(t.bytes, Relaxed);
             if t.size == 0 {
-                site.zero_frees.fetch_add(1, Relaxed);
+                site.zero_frees.fetch_add(t.blocks, Relaxed);
             }
         }
     }
@@ -427,12 +532,12 @@ impl Recorder {
         if let Some((sites, live)) = self.tables() {
             // add_live counts an allocation; undo that first.
             let site = &sites[t.site as usize];
-            site.allocs.fetch_sub(1, Relaxed);
-            site.alloc_bytes.fetch_sub(t.size, Relaxed);
+            site.allocs.fetch_sub(t.blocks, Relaxed);
+            site.alloc_bytes.fetch_sub(t.bytes, Relaxed);
             if t.size == 0 {
-                site.zero_allocs.fetch_sub(1, Relaxed);
+                site.zero_allocs.fetch_sub(t.blocks, Relaxed);
             }
-            self.add_live(sites, live, t.site, ptr, t.size);
+            self.add_live(sites, live, t.site, ptr, t.size, t.up);
         }
     }
 
@@ -455,6 +560,7 @@ impl Recorder {
     fn snapshot_in(&self, data: Option<&[(usize, usize)]>) -> crate::alloc::HeapSnapshot {
         let mut snap = crate::alloc::HeapSnapshot::default();
         snap.counters.dropped = self.dropped.load(Relaxed);
+        snap.sample_bytes = self.sample_bytes();
         if self.state.load(Acquire) != READY {
             return snap;
         }
@@ -464,6 +570,7 @@ impl Recorder {
         let c = self.counters();
         snap.counters.live_overflow = c.live_overflow.load(Relaxed);
         snap.counters.unknown_frees = c.unknown_frees.load(Relaxed);
+        snap.sample_bytes = c.sample_bytes.load(Relaxed);
         let slot_len = std::mem::size_of::<SiteSlot>();
         let used = (c.next_site.load(Acquire) as usize).min(self.site_cap());
         let mut extent = 0;

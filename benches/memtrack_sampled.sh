@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Sampled heap tracking (`callstack memtrack --sample-bytes N`) beside exact
+# tracking, on python3 and on gcc's compiler proper (cc1), same run:
+#   - time added to the bare run (median wall and CPU of RUNS runs each,
+#     the three modes taking turns);
+#   - per site (the folded stack, symbolized) of exact tracking's top 10 by
+#     allocated bytes: the sampled estimate over the exact figure.
+#
+#   bash benches/memtrack_sampled.sh [RUNS] [N...]   (default 5 runs; N 524288 65536)
+#
+# python3 runs with PYTHONMALLOC=malloc (every object through malloc, as
+# heap profilers of Python ask for; its default pymalloc serves small
+# objects from its own arenas) and, for reference, with its default.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-5}
+shift || true
+SIZES=("${@:-524288 65536}")
+[ $# -gt 0 ] || SIZES=(524288 65536)
+cargo build --release -q -p callstack-cli -p callstack-preload
+CS=$(realpath "${CARGO_TARGET_DIR:-target}/release/callstack")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+PY=$(command -v python3)
+# The real interpreter, not a shim script.
+PY=$("$PY" -c 'import sys; print(sys.executable)')
+cat >"$work/alloc.py" <<'PYEOF'
+import json
+d = [{"k%d" % i: [i] * 10, "s": "x" * (i % 100)} for i in range(60000)]
+s = json.dumps(d)
+for _ in range(3):
+    json.loads(s)
+PYEOF
+CC1=$(gcc -print-prog-name=cc1)
+python3 - "$work/big.c" <<'PYEOF'
+import sys
+with open(sys.argv[1], "w") as f:
+    f.write("#include <stdio.h>\n#include <string.h>\n")
+    for i in range(1500):
+        f.write(f"""
+struct s{i} {{ int a[{i % 17 + 1}]; double d; char name[{i % 31 + 1}]; }};
+static int helper{i}(struct s{i} *p, int n) {{
+    int t = 0;
+    for (int k = 0; k < n; k++) {{ t += p->a[k % {i % 17 + 1}] * k; if (t > {i * 7}) t -= n; }}
+    return t + (int)p->d;
+}}
+int func{i}(int n) {{
+    struct s{i} x; memset(&x, 0, sizeof x);
+    x.d = n * 0.5;
+    switch (n % 4) {{ case 0: return helper{i}(&x, n); case 1: return helper{i}(&x, n + 1) * 2;
+    case 2: snprintf(x.name, sizeof x.name, "%d", n); return (int)strlen(x.name); default: return n; }}
+}}
+""")
+PYEOF
+gcc -E "$work/big.c" -o "$work/big.i"
+python3 - "$work" "$CS" "$RUNS" "$PY" "$CC1" "${SIZES[@]}" <<'PYEOF'
+import os, resource, statistics, subprocess, sys, time
+work, cs, runs, py, cc1 = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+sizes = [int(s) for s in sys.argv[6:]]
+loads = [
+    ("python3 (PYTHONMALLOC=malloc)", [py, f"{work}/alloc.py"], {"PYTHONMALLOC": "malloc"}),
+    ("python3 (pymalloc)", [py, f"{work}/alloc.py"], {}),
+    ("cc1 -O2", [cc1, "-fpreprocessed", "-O2", "-quiet", f"{work}/big.i", "-o", "/dev/null"], {}),
+]
+def run(cmd, env, heap=None, n=None):
+    e = dict(os.environ, **env)
+    if heap is not None:
+        cmd = [cs, "memtrack", "--summary", "/dev/null", "-o", heap] + (["--sample-bytes", str(n)] if n else []) + ["--"] + cmd
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+def folded(heap):
+    out = subprocess.run([cs, "report", heap, "--top", "0", "--sample-type", "alloc_space", "--folded", "-"],
+                         capture_output=True, text=True, check=True).stdout
+    d = {}
+    for l in out.splitlines():
+        st, _, v = l.rpartition(" ")
+        d[st] = d.get(st, 0) + int(v)
+    return d
+for name, cmd, env in loads:
+    modes = [("bare", None)] + [("exact", 0)] + [(f"N={n}", n) for n in sizes]
+    times = {m: [] for m, _ in modes}
+    for r in range(runs):
+        order = modes[r % len(modes):] + modes[:r % len(modes)]
+        for m, n in order:
+            heap = None if n is None else f"{work}/{m}.heap"
+            times[m].append(run(cmd, env, heap, n))
+    med = {m: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for m, v in times.items()}
+    print(f"\n{name}: median of {runs} runs (wall s, CPU s; added over bare)")
+    bw, bc = med["bare"]
+    ew, ec = med["exact"]
+    for m, _ in modes:
+        w, c = med[m]
+        extra = ""
+        if m.startswith("N="):
+            extra = f"  added/exact's added: wall {(w - bw) / max(ew - bw, 1e-9):.3f}, CPU {(c - bc) / max(ec - bc, 1e-9):.3f}"
+        print(f"  {m:10} {w:7.3f} {c:7.3f}  (+{w - bw:.3f}, +{c - bc:.3f}){extra}")
+    exact = folded(f"{work}/exact.heap")
+    top = sorted(exact.items(), key=lambda kv: -kv[1])[:10]
+    for n in sizes:
+        s = folded(f"{work}/N={n}.heap")
+        ratios = [s.get(st, 0) / v for st, v in top]
+        worst = max(abs(r - 1) for r in ratios)
+        print(f"  N={n}: top-10 sites' estimated bytes / exact: " + " ".join(f"{r:.3f}" for r in ratios)
+              + f"  (worst {worst * 100:.1f}%; site sizes {top[0][1] >> 20}..{top[-1][1] >> 20} MiB)")
+PYEOF

@@ -1,0 +1,274 @@
+//! Sampling by bytes: record about one allocation per `mean` bytes
+//! allocated, and weigh each recorded one so that the sums stay unbiased.
+//!
+//! The rule is the one tcmalloc, jemalloc and Go's runtime use. Each thread
+//! keeps a count of bytes left before its next sample, drawn from an
+//! exponential distribution of mean `mean`; an allocation of `size` bytes
+//! takes `size` off it, and is sampled when that crosses zero (then a new
+//! count is drawn). Because the exponential distribution forgets how much
+//! of it was used, every allocation is sampled independently with
+//! probability `p(size) = 1 - exp(-size / mean)`: a large block almost
+//! always, a small one rarely. A sampled block stands for `1 / p(size)`
+//! blocks and `size / p(size)` bytes ([`weight`]), which makes the sum
+//! over a site's samples an unbiased estimate of its allocations and bytes.
+//! The estimated count is rounded up or down at random
+//! ([`draw_round_up`]; the recorder keeps the draw with the block, so
+//! that its free counts the same), which keeps even a site of large blocks
+//! (weights just above 1) unbiased.
+//!
+//! Cost when not sampled: one thread-local subtraction and compare
+//! ([`take_sample`]); the capture and the tables are skipped. A free has to
+//! know whether its block was sampled without touching the (large, mostly
+//! empty) live table: [`filter`] keeps a count of sampled live blocks per
+//! bucket of addresses, 64 KiB in all, read once per free.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+
+thread_local! {
+    // Bytes this thread may still allocate before its next sample; below
+    // zero once the count must be drawn (first use). A const initializer
+    // and no `Drop`: a plain TLS slot, no allocation on first use.
+    static LEFT: Cell<i64> = const { Cell::new(-1) };
+    // The thread's random state (0: not seeded yet).
+    static RNG: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Seeds of the threads' generators, told apart by a counter.
+static SEEDS: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+
+/// Whether this thread's allocation of `size` bytes is sampled, sampling
+/// one allocation per `mean` bytes on average (`mean` > 0). One
+/// thread-local update when it is not; allocation-free and
+/// async-signal-safe.
+#[inline(always)]
+pub fn take_sample(mean: u64, size: usize) -> bool {
+    // One look-up of the thread's slot (a call to `__tls_get_addr` in a
+    // shared library), one subtraction.
+    let crossed_zero = LEFT.with(|c| {
+        let left = c.get().wrapping_sub(size as i64);
+        c.set(left);
+        left < 0
+    });
+    crossed_zero && crossed(mean, size)
+}
+
+/// The count crossed zero (or was never drawn): draw again; whether this
+/// allocation is sampled.
+#[cold]
+#[inline(never)]
+fn crossed(mean: u64, size: usize) -> bool {
+    if RNG.get() == 0 {
+        // First use on this thread: draw the count it starts from (the
+        // size of this allocation is then taken from that count).
+        seed();
+        let left = next_count(mean) - size as i64;
+        if left >= 0 {
+            LEFT.set(left);
+            return false;
+        }
+    }
+    LEFT.set(next_count(mean));
+    true
+}
+
+/// Seeds this thread's generator.
+fn seed() {
+    let here = LEFT.with(|c| c as *const Cell<i64> as u64);
+    let seed = SEEDS.fetch_add(0x6a09_e667_f3bc_c909, Relaxed) ^ here;
+    RNG.set(splitmix(seed) | 1);
+}
+
+/// An exponentially distributed byte count of mean `mean`, from this
+/// thread's generator.
+fn next_count(mean: u64) -> i64 {
+    let r = xorshift();
+    // A uniform in (0, 1]: 53 random bits, never 0.
+    let u = ((r >> 11) + 1) as f64 * (1.0 / (1u64 << 53) as f64);
+    let n = -u.ln() * mean as f64;
+    n.min((i64::MAX / 2) as f64) as i64
+}
+
+fn xorshift() -> u64 {
+    let mut x = RNG.get();
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    RNG.set(x);
+    x
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// How many blocks one sampled block of `size` bytes stands for, sampling
+/// one allocation per `mean` bytes: the inverse of its probability of
+/// being sampled, `1 / (1 - exp(-size / mean))` (1 when `mean` is 0).
+///
+/// ```
+/// use callstack::alloc::sample::weight;
+/// assert_eq!(weight(0, 100), 1.0);
+/// // A 4 KiB block at one sample per 512 KiB stands for about 128.5.
+/// assert!((weight(512 * 1024, 4096) - 128.5).abs() < 0.01);
+/// // A block far larger than the mean stands for itself.
+/// assert_eq!(weight(4096, 1 << 20), 1.0);
+/// ```
+pub fn weight(mean: u64, size: u64) -> f64 {
+    if mean == 0 || size == 0 {
+        // Size 0 is never sampled (probability 0): itself if it ever is.
+        return 1.0;
+    }
+    // exp_m1 keeps small size/mean exact.
+    1.0 / -(-(size as f64 / mean as f64)).exp_m1()
+}
+
+/// The bytes one sampled block of `size` bytes stands for: `size` times
+/// its [`weight`], rounded.
+pub fn estimated_bytes(mean: u64, size: u64) -> u64 {
+    (size as f64 * weight(mean, size))
+        .round()
+        .min(u64::MAX as f64) as u64
+}
+
+/// The blocks one sampled block of `size` bytes stands for, as a whole
+/// number: its [`weight`] rounded down, or up when `round_up`. Drawing
+/// `round_up` with [`draw_round_up`] (true with the probability of the
+/// weight's fraction) makes the count unbiased; a recorder keeps the draw
+/// with the block so that its free counts the same.
+pub fn estimated_blocks(mean: u64, size: u64, round_up: bool) -> u64 {
+    let w = weight(mean, size);
+    let whole = w.floor().min(u64::MAX as f64) as u64;
+    if round_up && w > w.floor() {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
+}
+
+/// Whether a sampled block of `size` bytes rounds its count up: true with
+/// the probability of the fraction of its [`weight`], from this thread's
+/// generator. Allocation-free.
+pub fn draw_round_up(mean: u64, size: u64) -> bool {
+    let w = weight(mean, size);
+    let frac = w - w.floor();
+    if frac == 0.0 {
+        return false;
+    }
+    if RNG.get() == 0 {
+        seed();
+    }
+    let u = (xorshift() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+    u < frac
+}
+
+/// Counts of sampled live blocks per bucket of addresses, shared by every
+/// sampled recorder of the process: a free whose bucket is empty needs no
+/// look into the live table. A bucket that reaches 255 stays there (its
+/// frees always look).
+pub mod filter {
+    use super::*;
+
+    const BITS: u32 = 16;
+    static COUNTS: [AtomicU8; 1 << BITS] = [const { AtomicU8::new(0) }; 1 << BITS];
+
+    #[inline(always)]
+    fn bucket(ptr: usize) -> &'static AtomicU8 {
+        let h = (ptr as u64 >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        &COUNTS[(h >> (64 - BITS)) as usize]
+    }
+
+    /// A sampled block now lives at `ptr`.
+    #[inline]
+    pub fn insert(ptr: usize) {
+        let b = bucket(ptr);
+        let _ = b.fetch_update(Relaxed, Relaxed, |c| (c < u8::MAX).then_some(c + 1));
+    }
+
+    /// Whether a sampled block may live at `ptr` (false: surely none).
+    #[inline(always)]
+    pub fn may_hold(ptr: usize) -> bool {
+        bucket(ptr).load(Relaxed) != 0
+    }
+
+    /// The sampled block at `ptr` is gone.
+    #[inline]
+    pub fn remove(ptr: usize) {
+        let b = bucket(ptr);
+        let _ = b.fetch_update(Relaxed, Relaxed, |c| {
+            (c != 0 && c < u8::MAX).then_some(c - 1)
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Over many allocations of mixed sizes, the estimates add up to the
+    /// true totals within a few percent.
+    #[test]
+    fn estimates_are_unbiased_over_mixed_sizes() {
+        let mean = 8 * 1024;
+        let sizes = [16usize, 48, 200, 1000, 4096, 65536, 300_000];
+        let (mut true_n, mut true_b) = ([0u64; 7], [0u64; 7]);
+        let (mut est_n, mut est_b) = ([0u64; 7], [0u64; 7]);
+        for i in 0..2_000_000usize {
+            let k = (i * 7 + i / 3) % sizes.len();
+            let s = sizes[k];
+            true_n[k] += 1;
+            true_b[k] += s as u64;
+            if take_sample(mean, s) {
+                let up = draw_round_up(mean, s as u64);
+                est_n[k] += estimated_blocks(mean, s as u64, up);
+                est_b[k] += estimated_bytes(mean, s as u64);
+            }
+        }
+        for k in 0..sizes.len() {
+            // The estimate's relative spread is about 1/sqrt(samples) for
+            // sizes well under the mean: allow five times that.
+            let p = 1.0 - (-(sizes[k] as f64) / mean as f64).exp();
+            let tol = 5.0 * ((1.0 - p) / (true_n[k] as f64 * p)).sqrt() + 0.005;
+            let eb = est_b[k] as f64 / true_b[k] as f64;
+            let en = est_n[k] as f64 / true_n[k] as f64;
+            assert!(
+                (eb - 1.0).abs() < tol,
+                "size {}: bytes ratio {eb} (tolerance {tol})",
+                sizes[k]
+            );
+            assert!(
+                (en - 1.0).abs() < tol,
+                "size {}: count ratio {en} (tolerance {tol})",
+                sizes[k]
+            );
+        }
+    }
+
+    /// About one sample per `mean` bytes.
+    #[test]
+    fn samples_come_once_per_mean_bytes() {
+        let mean = 4096;
+        let mut n = 0;
+        for _ in 0..1_000_000 {
+            n += take_sample(mean, 64) as u32;
+        }
+        // 64 MB / 4 KiB = 15 625 expected (each with p = 1 - e^(-1/64)).
+        assert!((15_000..16_300).contains(&n), "{n} samples");
+    }
+
+    #[test]
+    fn the_filter_counts_blocks_per_bucket() {
+        let p = 0xdead_0000usize;
+        assert!(!filter::may_hold(p));
+        filter::insert(p);
+        filter::insert(p);
+        assert!(filter::may_hold(p));
+        filter::remove(p);
+        assert!(filter::may_hold(p));
+        filter::remove(p);
+        assert!(!filter::may_hold(p));
+    }
+}
