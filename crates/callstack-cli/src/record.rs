@@ -18,7 +18,7 @@
 //! is a terminal. SIGINT and SIGTERM sent to `record` are passed on to the
 //! command, and the recording goes on until it ends (see [`on_signal`]).
 
-use callstack::remote::perf::{record, Control, RecordError, RecordOptions, Target};
+use callstack::remote::perf::{record_rotating, Control, RecordError, RecordOptions, Target};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -51,6 +51,19 @@ pub struct Args {
     /// when perf events are refused. Not for `-p`.
     #[arg(long, conflicts_with = "pid")]
     preload: bool,
+    /// Write a gzip'd pprof profile every SECS seconds into the directory
+    /// `-o` names (made if missing), each named by its start time
+    /// (`YYYYMMDDTHHMMSS.mmmZ.pb.gz`, UTC) and holding that period's
+    /// samples, with its mappings' build-ids and file offsets; memory stays
+    /// flat however long the recording runs. For always-on profiling
+    /// shipped to Pyroscope, Parca or any pprof store.
+    #[arg(long, value_name = "SECS", conflicts_with = "preload")]
+    rotate: Option<f64>,
+    /// With `--rotate`: leave names to the server (the profiles hold
+    /// addresses, mappings and build-ids only; no file is read to name
+    /// them).
+    #[arg(long, requires = "rotate")]
+    no_symbolize: bool,
     /// The command to run and record.
     #[arg(last = true, required_unless_present = "pid")]
     command: Vec<OsString>,
@@ -160,24 +173,43 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .duration
         .filter(|d| *d > 0.0)
         .map(std::time::Duration::from_secs_f64);
+    opts.rotate = args
+        .rotate
+        .filter(|d| *d > 0.0)
+        .map(std::time::Duration::from_secs_f64);
+    if let Some(r) = args.rotate {
+        if r <= 0.0 || !r.is_finite() {
+            return Err(format!(
+                "--rotate {r}: the period must be a positive number of seconds"
+            ));
+        }
+        std::fs::create_dir_all(&args.output)
+            .map_err(|e| format!("{}: {e}", args.output.display()))?;
+    }
     PID_MODE.store(args.pid.is_some(), Ordering::Relaxed);
     catch_signals();
     // The progress line rewrites itself with `\r`: only on a terminal.
     let live = !args.quiet && std::io::stderr().is_terminal();
     let mut shown = false;
-    let recorded = record(&opts, &CONTROL, &mut |p| {
-        if live {
-            eprint!(
-                "\rcallstack record: {:.1}s, {} samples, {} lost, {} threads   ",
-                p.elapsed.as_secs_f64(),
-                p.samples,
-                p.lost,
-                p.threads
-            );
-            let _ = std::io::stderr().flush();
-            shown = true;
-        }
-    });
+    let mut rotated = Rotated::default();
+    let recorded = record_rotating(
+        &opts,
+        &CONTROL,
+        &mut |p| {
+            if live {
+                eprint!(
+                    "\rcallstack record: {:.1}s, {} samples, {} lost, {} threads   ",
+                    p.elapsed.as_secs_f64(),
+                    p.samples,
+                    p.lost,
+                    p.threads
+                );
+                let _ = std::io::stderr().flush();
+                shown = true;
+            }
+        },
+        &mut |period| rotated.write(&args, period),
+    );
     if shown {
         eprintln!();
     }
@@ -192,6 +224,21 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         Err(RecordError::Spawn(prog, e)) => return Ok(cannot_start(&prog, &e)),
         Err(e) => return Err(e.to_string()),
     };
+    if opts.rotate.is_some() {
+        if let Some(e) = &rotated.error {
+            return Err(e.clone());
+        }
+        if !args.quiet {
+            eprintln!(
+                "callstack record: {} samples ({} lost) in {} profiles in {}",
+                rotated.samples,
+                rotated.lost,
+                rotated.files,
+                args.output.display()
+            );
+        }
+        return Ok(recorded.status.map_or(ExitCode::SUCCESS, exit_code_of));
+    }
     let profile = &recorded.profile;
     write_profile(profile, &args.output)?;
     if !args.quiet {
@@ -205,6 +252,92 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         );
     }
     Ok(recorded.status.map_or(ExitCode::SUCCESS, exit_code_of))
+}
+
+/// The profiles written by `--rotate` so far.
+#[derive(Default)]
+struct Rotated {
+    files: usize,
+    samples: i64,
+    lost: u64,
+    /// The first write that failed (the recording goes on).
+    error: Option<String>,
+}
+
+impl Rotated {
+    /// Writes one period's profile as `DIR/START.pb.gz` (through a
+    /// temporary name: a reader never sees a partial file).
+    fn write(&mut self, args: &Args, p: callstack::profile::Profile) {
+        use callstack::profile::{pprof, Names};
+        let names = if args.no_symbolize {
+            Names::default()
+        } else {
+            Names::symbolize(&p, None, &[])
+        };
+        let name = format!("{}.pb.gz", utc_name(p.start_time_ns));
+        let path = args.output.join(&name);
+        let tmp = args.output.join(format!(".{name}.tmp"));
+        let written = std::fs::File::create(&tmp).and_then(|f| {
+            let mut w = std::io::BufWriter::new(f);
+            pprof::write_gzip(&p, &names, &mut w)?;
+            w.flush()?;
+            std::fs::rename(&tmp, &path)
+        });
+        match written {
+            Ok(()) => {
+                self.files += 1;
+                self.samples += p.stacks.iter().map(|s| s.values[0]).sum::<i64>();
+                self.lost += p.lost;
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                let msg = format!("{}: {e}", path.display());
+                eprintln!("callstack record: {msg}");
+                self.error.get_or_insert(msg);
+            }
+        }
+    }
+}
+
+/// `YYYYMMDDTHHMMSS.mmmZ` of a time in nanoseconds since the Unix epoch.
+fn utc_name(ns: u64) -> String {
+    let secs = ns / 1_000_000_000;
+    let ms = ns / 1_000_000 % 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (proleptic Gregorian).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}.{ms:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_names() {
+        assert_eq!(super::utc_name(0), "19700101T000000.000Z");
+        // 2026-11-27 11:07:00.123 UTC
+        assert_eq!(
+            super::utc_name(1_795_777_620_123_000_000),
+            "20261127T110700.123Z"
+        );
+        // 2024-02-29 23:59:59.999 UTC (a leap day)
+        assert_eq!(
+            super::utc_name(1_709_251_199_999_000_000),
+            "20240229T235959.999Z"
+        );
+    }
 }
 
 /// Writes `profile` to `path`; on failure no partial file is left.

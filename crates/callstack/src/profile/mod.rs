@@ -471,6 +471,11 @@ impl Names {
         })
     }
 
+    /// Whether no address is named (`Names::default()`).
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
     /// The names of `addr` (innermost first), if the profile had it.
     pub fn get(&self, addr: usize, exact: bool) -> Option<&[FrameName]> {
         self.map.get(&(addr, exact)).map(Vec::as_slice)

@@ -84,7 +84,9 @@ fn is_pseudo_module(m: &crate::tracefile::ModuleRecord) -> bool {
 }
 
 /// Encodes the profile as an uncompressed pprof `Profile` message, named
-/// by `names`. Every sample of a stack with a thread gets the labels
+/// by `names` (with `Names::default()`, no names: locations hold their
+/// address and mapping only, and the mappings say they have no functions,
+/// for a server to symbolize by build-id). Every sample of a stack with a thread gets the labels
 /// `thread_id` (number) and `thread_name` (when known).
 pub fn encode(profile: &Profile, names: &Names) -> Vec<u8> {
     let mut out = Vec::new();
@@ -124,10 +126,13 @@ pub fn encode(profile: &Profile, names: &Names) -> Vec<u8> {
             let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
             uint(&mut msg, 6, strings.id(&hex));
         }
-        uint(&mut msg, 7, 1); // has_functions
-        uint(&mut msg, 8, 1); // has_filenames
-        uint(&mut msg, 9, 1); // has_line_numbers
-        uint(&mut msg, 10, 1); // has_inline_frames
+        // Named (or not, for a server to symbolize from the build-ids:
+        // `Names::default()`).
+        let named = !names.is_empty() as u64;
+        uint(&mut msg, 7, named); // has_functions
+        uint(&mut msg, 8, named); // has_filenames
+        uint(&mut msg, 9, named); // has_line_numbers
+        uint(&mut msg, 10, named); // has_inline_frames
         bytes(&mut out, 3, &msg);
     }
     let mapping_of = |a: u64| -> u64 {

@@ -68,6 +68,9 @@ pub struct RecordOptions {
     /// Kernel frames too, where `perf_event_paranoid` allows (default
     /// true; recording goes on without them when refused).
     pub kernel: bool,
+    /// Cut the recording into profiles of this long each (default: one
+    /// profile for the whole recording); see [`record_rotating`].
+    pub rotate: Option<Duration>,
 }
 
 impl RecordOptions {
@@ -80,6 +83,7 @@ impl RecordOptions {
             duration: None,
             lookup: Lookup::default(),
             kernel: true,
+            rotate: None,
         }
     }
 }
@@ -681,6 +685,20 @@ impl Recording<'_> {
     /// `/proc/kallsyms` read once now: stored in the recording, so that it
     /// is named right on any machine (and a report needs no kallsyms).
     /// Empty (frames left unnamed) when kallsyms hides its addresses.
+    /// Ends the profile of the period that started at its `start_time_ns`
+    /// (its modules and kernel symbols filled in, its duration up to now)
+    /// and starts the next one, empty, with the thread names known.
+    fn cut(&mut self) -> Profile {
+        let now = now_ns();
+        let mut next = Profile::cpu(self.opts.hz);
+        next.start_time_ns = now;
+        next.threads = self.profile.threads.clone();
+        self.profile.modules = self.modules();
+        self.profile.kernel_symbols = self.kernel_symbols();
+        self.profile.duration_ns = now.saturating_sub(self.profile.start_time_ns);
+        std::mem::replace(&mut self.profile, next)
+    }
+
     fn kernel_symbols(&self) -> Vec<crate::profile::KernelSymbol> {
         let Some((lo, hi)) = self.kernel_range else {
             return Vec::new();
@@ -753,6 +771,23 @@ pub fn record(
     control: &Control,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Recorded, RecordError> {
+    record_rotating(opts, control, progress, &mut |_| {})
+}
+
+/// [`record`], handing a profile to `period` every `opts.rotate` (when
+/// set): each holds the samples of its period only, with its start time,
+/// duration, and the modules of every process seen (paths, build-ids and
+/// file offsets, so that a server can symbolize it later). The last,
+/// shorter period is handed over at the end too, and [`Recorded::profile`]
+/// is then empty. Memory stays bounded over a long recording: a period's
+/// stacks are dropped once handed over. Without `opts.rotate`, `period` is
+/// never called and this is [`record`].
+pub fn record_rotating(
+    opts: &RecordOptions,
+    control: &Control,
+    progress: &mut dyn FnMut(&Progress),
+    period: &mut dyn FnMut(Profile),
+) -> Result<Recorded, RecordError> {
     let (Some(machine), Some(regs_mask)) = (
         RECORDED_MACHINE,
         RECORDED_MACHINE.and_then(Machine::perf_regs_mask),
@@ -775,9 +810,7 @@ pub fn record(
     let pages = want.next_power_of_two().clamp(16, 512);
 
     let mut profile = Profile::cpu(opts.hz);
-    profile.start_time_ns = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    profile.start_time_ns = now_ns();
     let mut rec = Recording::new(opts, machine, regs_mask, profile);
     let started = Instant::now();
     let mut events = Vec::new();
@@ -851,6 +884,7 @@ pub fn record(
     let fds: Vec<i32> = events.iter().map(|e| e.fd()).collect();
     let mut buf = Vec::with_capacity(1 << 20);
     let mut last_progress = Instant::now();
+    let mut last_cut = Instant::now();
     let mut exited = false;
     // How the command ended, once reaped; whether the recording ended it.
     let mut status = None;
@@ -870,6 +904,10 @@ pub fn record(
                 rec.handle(&r);
                 at += size;
             }
+        }
+        if opts.rotate.is_some_and(|d| last_cut.elapsed() >= d) && !exited {
+            last_cut = Instant::now();
+            period(rec.cut());
         }
         if last_progress.elapsed() >= Duration::from_millis(250) {
             last_progress = Instant::now();
@@ -929,13 +967,24 @@ pub fn record(
         threads: rec.threads.len(),
         elapsed: started.elapsed(),
     });
-    rec.profile.modules = rec.modules();
-    rec.profile.kernel_symbols = rec.kernel_symbols();
-    rec.profile.duration_ns = started.elapsed().as_nanos() as u64;
+    if opts.rotate.is_some() {
+        period(rec.cut());
+    } else {
+        rec.profile.modules = rec.modules();
+        rec.profile.kernel_symbols = rec.kernel_symbols();
+        rec.profile.duration_ns = started.elapsed().as_nanos() as u64;
+    }
     Ok(Recorded {
         profile: rec.profile,
         status: status.filter(|_| !ended_by_us),
     })
+}
+
+/// Now, in nanoseconds since the Unix epoch.
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Starts `argv` held before its exec until the returned pipe end is
