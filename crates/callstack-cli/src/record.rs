@@ -322,23 +322,6 @@ fn utc_name(ns: u64) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_names() {
-        assert_eq!(super::utc_name(0), "19700101T000000.000Z");
-        // 2026-11-27 11:07:00.123 UTC
-        assert_eq!(
-            super::utc_name(1_795_777_620_123_000_000),
-            "20261127T110700.123Z"
-        );
-        // 2024-02-29 23:59:59.999 UTC (a leap day)
-        assert_eq!(
-            super::utc_name(1_709_251_199_999_000_000),
-            "20240229T235959.999Z"
-        );
-    }
-}
 
 /// Writes `profile` to `path`; on failure no partial file is left.
 fn write_profile(profile: &callstack::profile::Profile, path: &Path) -> Result<(), String> {
@@ -417,4 +400,22 @@ fn run_preloaded(args: &Args) -> Result<ExitCode, String> {
         );
     }
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_names() {
+        assert_eq!(super::utc_name(0), "19700101T000000.000Z");
+        // 2026-11-27 11:07:00.123 UTC
+        assert_eq!(
+            super::utc_name(1_795_777_620_123_000_000),
+            "20261127T110700.123Z"
+        );
+        // 2024-02-29 23:59:59.999 UTC (a leap day)
+        assert_eq!(
+            super::utc_name(1_709_251_199_999_000_000),
+            "20240229T235959.999Z"
+        );
+    }
 }
