@@ -1029,3 +1029,85 @@ fn xarch_signal_riscv64_o0() {
 fn xarch_signal_riscv64_o2() {
     check_xarch(Arch::Riscv64, "-O2");
 }
+
+/// gdb-multiarch's `thread apply all bt` of a core: each thread's LWP and
+/// frames.
+fn gdb_all_threads(exe: &Path, core: &Path) -> Vec<(u64, Vec<GFrame>)> {
+    let o = Command::new("timeout")
+        .args(["60", "gdb-multiarch"])
+        .args(testsupport::GDB_BATCH_ARGS)
+        .args(GDB_FRAME_SETTINGS)
+        .args(["-ex", "thread apply all bt 100"])
+        .arg(exe)
+        .arg(core)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    text.split("\nThread ")
+        .skip(1)
+        .filter_map(|block| {
+            let lwp = block.split("(LWP ").nth(1)?.split(')').next()?;
+            Some((lwp.trim().parse().ok()?, parse_bt(block)))
+        })
+        .collect()
+}
+
+/// Two threads (`threads_crash.c`: a second thread faults while main waits
+/// in `pthread_join`), built with and without unwind tables: `callstack core`
+/// walks both threads of the riscv64 core, each chain equal to
+/// gdb-multiarch's `thread apply all bt` on the core of the build with
+/// tables (the code is the same; only the tables differ).
+#[test]
+fn riscv64_two_threads() {
+    let a = Arch::Riscv64;
+    if !tools_present(a) {
+        return;
+    }
+    let dir = testsupport::scratch_dir("insn-cross-riscv64-threads");
+    let truth_exe = build_src(&dir, a, true, "-O2", false, "threads_crash.c");
+    let exe = build_src(&dir, a, false, "-O2", false, "threads_crash.c");
+    let truth_core = qemu_core(a, &truth_exe);
+    let mut gdb = gdb_all_threads(&truth_exe, &truth_core);
+    assert_eq!(gdb.len(), 2, "gdb-multiarch's threads: {gdb:?}");
+    // The signalled thread first, as the core's notes and our report have it.
+    let (signalled, _) = cores::cli_core_json(&[], &truth_exe, &truth_core);
+    let first_tid = signalled["threads"][0]["tid"].as_u64().unwrap();
+    gdb.sort_by_key(|(tid, _)| *tid != first_tid);
+    let truth: Vec<Vec<String>> = gdb
+        .iter()
+        .map(|(_, bt)| named_chain(&truth_exe, bt))
+        .collect();
+    assert!(
+        truth[0].iter().take(4).map(|f| f.split('+').next().unwrap()).eq(
+            ["w3", "w2", "w1", "worker"]
+        ),
+        "gdb-multiarch's chain of the faulting thread: {truth:?}"
+    );
+    assert!(
+        truth[1].iter().any(|f| f.starts_with("wait_here+"))
+            && truth[1].iter().any(|f| f.starts_with("main+")),
+        "gdb-multiarch's chain of main's thread: {truth:?}"
+    );
+    for (e, c, what) in [
+        (&truth_exe, &truth_core, "with tables"),
+        (&exe, &qemu_core(a, &exe), "without tables"),
+    ] {
+        let (report, _) = cores::cli_core_json(&[], e, c);
+        let threads = report["threads"].as_array().unwrap();
+        assert_eq!(threads.len(), 2, "{what}: {report}");
+        for (i, t) in threads.iter().enumerate() {
+            let frames: Vec<GFrame> = t["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["inlined"] != true)
+                .map(|f| {
+                    let pc = f["pc"].as_str().unwrap().trim_start_matches("0x");
+                    GFrame::Pc(u64::from_str_radix(pc, 16).unwrap())
+                })
+                .collect();
+            let ours = named_chain(e, &frames);
+            assert_eq!(ours, truth[i], "{what}, thread {i}");
+        }
+    }
+}
