@@ -136,7 +136,7 @@ fn build_with(
 /// Runs `exe` under qemu-user until it aborts; returns qemu's core.
 fn qemu_core(a: Arch, exe: &Path) -> PathBuf {
     if a == Arch::Riscv64 {
-        return gdb_made_core(a, exe, &[], "run");
+        return gdb_made_core(a, exe, &[], "run", None);
     }
     let dir = exe.with_extension("run");
     let _ = std::fs::remove_dir_all(&dir);
@@ -688,8 +688,15 @@ fn gdb_live_bt_at_signals(a: Arch, exe: &Path, mode: &str) -> (Vec<GFrame>, Vec<
 /// 10.x). The script writes what the kernel would: each thread's
 /// `NT_PRSTATUS` (the signalled one first), `NT_FILE`, and the guest's
 /// mappings as qemu logs them (`-d page`: stacks, data, the signal
-/// trampoline page).
-fn gdb_made_core(a: Arch, exe: &Path, args: &[&str], tag: &str) -> PathBuf {
+/// trampoline page). With `sysroot`, the program runs on that sysroot's
+/// libraries (`qemu -L`), which the core names at the paths the guest saw.
+fn gdb_made_core(
+    a: Arch,
+    exe: &Path,
+    args: &[&str],
+    tag: &str,
+    sysroot: Option<&str>,
+) -> PathBuf {
     let dir = exe.with_extension(tag);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -700,6 +707,7 @@ fn gdb_made_core(a: Arch, exe: &Path, args: &[&str], tag: &str) -> PathBuf {
         .unwrap()
         .port();
     let mut qemu = Command::new(a.qemu())
+        .args(sysroot.map(|r| ["-L", r]).iter().flatten())
         .args(["-d", "page", "-g", &port.to_string()])
         .arg(exe)
         .args(args)
@@ -717,6 +725,7 @@ fn gdb_made_core(a: Arch, exe: &Path, args: &[&str], tag: &str) -> PathBuf {
     let o = Command::new("timeout")
         .args(["120", "gdb-multiarch"])
         .args(testsupport::GDB_BATCH_ARGS)
+        .args(["-ex", &format!("set sysroot {}", sysroot.unwrap_or(""))])
         .args(["-ex", &format!("target remote 127.0.0.1:{port}")])
         .arg("-x")
         .arg(testsupport::workspace_root().join("tests/fixtures/gdb/qemu_user_core.py"))
@@ -724,6 +733,7 @@ fn gdb_made_core(a: Arch, exe: &Path, args: &[&str], tag: &str) -> PathBuf {
         .env("CORE_OUT", &core)
         .env("CORE_EXE", exe)
         .env("CORE_MAP", &map)
+        .env("CORE_SYSROOT", sysroot.unwrap_or(""))
         .output()
         .unwrap();
     let _ = qemu.kill();
@@ -741,7 +751,7 @@ fn gdb_made_core(a: Arch, exe: &Path, args: &[&str], tag: &str) -> PathBuf {
 /// Runs `exe mode` under qemu-user until it dies; returns qemu's core.
 fn qemu_core_args(a: Arch, exe: &Path, mode: &str) -> PathBuf {
     if a == Arch::Riscv64 {
-        return gdb_made_core(a, exe, &[mode], &format!("run-{mode}"));
+        return gdb_made_core(a, exe, &[mode], &format!("run-{mode}"), None);
     }
     let dir = exe.with_extension(format!("run-{mode}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -1110,4 +1120,84 @@ fn riscv64_two_threads() {
             assert_eq!(ours, truth[i], "{what}, thread {i}");
         }
     }
+}
+
+/// The sysroot of Debian's riscv64 cross toolchain (`libc6-riscv64-cross`).
+const RISCV64_SYSROOT: &str = "/usr/riscv64-linux-gnu";
+
+/// A dynamically linked (PIE) riscv64 program run on the cross sysroot
+/// (`qemu-riscv64 -L`), at -O0 and -O2, with and without unwind tables:
+/// `callstack core --sysroot` finds its libraries at the paths the guest
+/// saw under the sysroot, and its chain (past main) equals gdb-multiarch's
+/// (`set sysroot`) on the core of the build with tables, pc for pc, each
+/// frame of `insn_cross.c` named.
+#[test]
+fn riscv64_dynamic_on_a_sysroot() {
+    let a = Arch::Riscv64;
+    if !tools_present(a) {
+        return;
+    }
+    let dir = testsupport::scratch_dir("insn-cross-riscv64-dynamic");
+    let gdb = [
+        "gdb-multiarch",
+        "-ex",
+        &format!("set sysroot {RISCV64_SYSROOT}"),
+    ];
+    for opt in ["-O0", "-O2"] {
+        let build = |cfi: bool| {
+            let out = dir.join(format!(
+                "dyn-{}-{}",
+                opt.trim_start_matches('-'),
+                if cfi { "cfi" } else { "nocfi" }
+            ));
+            let mut cmd = Command::new(a.gcc());
+            cmd.arg(opt);
+            if cfi {
+                cmd.args(a.cfi_flags());
+            } else {
+                cmd.args(["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"]);
+            }
+            let o = cmd
+                .arg(testsupport::c_fixtures().join("insn_cross.c"))
+                .arg("-o")
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            out
+        };
+        let (truth_exe, exe) = (build(true), build(false));
+        let core_of = |e: &Path| gdb_made_core(a, e, &[], "run", Some(RISCV64_SYSROOT));
+        let truth = gdb_pcs_with(&gdb, &truth_exe, &core_of(&truth_exe));
+        assert!(truth.len() >= 9, "{opt}: gdb-multiarch's chain is short: {truth:x?}");
+        let core = core_of(&exe);
+        let (report, pcs) = cores::cli_core_json(
+            &["--past-main", "--sysroot", RISCV64_SYSROOT],
+            &exe,
+            &core,
+        );
+        assert!(
+            pcs.len() >= truth.len() && pcs[..truth.len()] == truth[..],
+            "{opt}: chain differs\n truth: {truth:x?}\n  ours: {pcs:x?}\n{report:#}"
+        );
+        let names: Vec<&str> = report["threads"][0]["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["function"].as_str())
+            .collect();
+        let at = names.iter().position(|n| *n == "crash").expect("crash named");
+        assert_eq!(&names[at..at + 5], ["crash", "d", "c", "b", "a"], "{opt}: {names:?}");
+        assert!(
+            names[..at].contains(&"abort"),
+            "{opt}: libc's frames unnamed: {names:?}"
+        );
+    }
+}
+
+/// [`gdb_pcs`] with gdb given as `gdb` (its program and first arguments).
+fn gdb_pcs_with(gdb: &[&str], exe: &Path, core: &Path) -> Vec<u64> {
+    let mut cmd = vec!["timeout", "60"];
+    cmd.extend_from_slice(gdb);
+    testsupport::fold_repeats(testsupport::gdb_core_pcs(&cmd, exe, core))
 }
