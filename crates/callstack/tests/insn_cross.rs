@@ -690,13 +690,7 @@ fn gdb_live_bt_at_signals(a: Arch, exe: &Path, mode: &str) -> (Vec<GFrame>, Vec<
 /// mappings as qemu logs them (`-d page`: stacks, data, the signal
 /// trampoline page). With `sysroot`, the program runs on that sysroot's
 /// libraries (`qemu -L`), which the core names at the paths the guest saw.
-fn gdb_made_core(
-    a: Arch,
-    exe: &Path,
-    args: &[&str],
-    tag: &str,
-    sysroot: Option<&str>,
-) -> PathBuf {
+fn gdb_made_core(a: Arch, exe: &Path, args: &[&str], tag: &str, sysroot: Option<&str>) -> PathBuf {
     let dir = exe.with_extension(tag);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -1088,9 +1082,11 @@ fn riscv64_two_threads() {
         .map(|(_, bt)| named_chain(&truth_exe, bt))
         .collect();
     assert!(
-        truth[0].iter().take(4).map(|f| f.split('+').next().unwrap()).eq(
-            ["w3", "w2", "w1", "worker"]
-        ),
+        truth[0]
+            .iter()
+            .take(4)
+            .map(|f| f.split('+').next().unwrap())
+            .eq(["w3", "w2", "w1", "worker"]),
         "gdb-multiarch's chain of the faulting thread: {truth:?}"
     );
     assert!(
@@ -1169,13 +1165,13 @@ fn riscv64_dynamic_on_a_sysroot() {
         let (truth_exe, exe) = (build(true), build(false));
         let core_of = |e: &Path| gdb_made_core(a, e, &[], "run", Some(RISCV64_SYSROOT));
         let truth = gdb_pcs_with(&gdb, &truth_exe, &core_of(&truth_exe));
-        assert!(truth.len() >= 9, "{opt}: gdb-multiarch's chain is short: {truth:x?}");
-        let core = core_of(&exe);
-        let (report, pcs) = cores::cli_core_json(
-            &["--past-main", "--sysroot", RISCV64_SYSROOT],
-            &exe,
-            &core,
+        assert!(
+            truth.len() >= 9,
+            "{opt}: gdb-multiarch's chain is short: {truth:x?}"
         );
+        let core = core_of(&exe);
+        let (report, pcs) =
+            cores::cli_core_json(&["--past-main", "--sysroot", RISCV64_SYSROOT], &exe, &core);
         assert!(
             pcs.len() >= truth.len() && pcs[..truth.len()] == truth[..],
             "{opt}: chain differs\n truth: {truth:x?}\n  ours: {pcs:x?}\n{report:#}"
@@ -1186,8 +1182,15 @@ fn riscv64_dynamic_on_a_sysroot() {
             .iter()
             .filter_map(|f| f["function"].as_str())
             .collect();
-        let at = names.iter().position(|n| *n == "crash").expect("crash named");
-        assert_eq!(&names[at..at + 5], ["crash", "d", "c", "b", "a"], "{opt}: {names:?}");
+        let at = names
+            .iter()
+            .position(|n| *n == "crash")
+            .expect("crash named");
+        assert_eq!(
+            &names[at..at + 5],
+            ["crash", "d", "c", "b", "a"],
+            "{opt}: {names:?}"
+        );
         assert!(
             names[..at].contains(&"abort"),
             "{opt}: libc's frames unnamed: {names:?}"

@@ -72,7 +72,11 @@ mod tests {
         // pr_reg: pc, then x1..x31 as 1000 + N.
         let mut desc = vec![0u8; PR_REG_OFFSET + NREGS * 8 + 8];
         for i in 0..NREGS {
-            let v = if i == PC { 0x1_0000_4000u64 } else { 1000 + i as u64 };
+            let v = if i == PC {
+                0x1_0000_4000u64
+            } else {
+                1000 + i as u64
+            };
             let at = PR_REG_OFFSET + i * 8;
             desc[at..at + 8].copy_from_slice(&v.to_le_bytes());
         }

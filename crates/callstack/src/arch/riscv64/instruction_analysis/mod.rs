@@ -159,7 +159,10 @@ mod tests {
         b.extend(0x0007_80e7u32.to_le_bytes());
         b.extend(0x0001u16.to_le_bytes());
         let mut c = SliceCode::new(0x1000, &b);
-        assert_eq!(call_before(&mut c, 0x1004), Some(CallBefore::Direct(0x1100)));
+        assert_eq!(
+            call_before(&mut c, 0x1004),
+            Some(CallBefore::Direct(0x1100))
+        );
         assert_eq!(
             call_before(&mut c, 0x100c),
             Some(CallBefore::Direct(0x1004 + 0x1000 - 16))
