@@ -176,6 +176,72 @@ mod tests {
         assert_eq!(call_before(&mut c, 1), None);
     }
 
+    /// Memory: 8-byte words from `base`.
+    struct Words(u64, Vec<u64>);
+
+    impl Memory for Words {
+        fn read_u64(&mut self, addr: u64) -> Result<u64, crate::types::ReadError> {
+            let i = addr.wrapping_sub(self.0) / 8;
+            match self.1.get(i as usize) {
+                Some(&w) if addr % 8 == 0 => Ok(w),
+                _ => Err(crate::types::ReadError::OutOfBounds(addr)),
+            }
+        }
+    }
+
+    #[test]
+    fn frame_record_below_s0() {
+        // [0x1000] caller's s0, [0x1008] ra; s0 = 0x1010 (the CFA).
+        let mut mem = Words(0x1000, vec![0x2000, 0x4000_1234]);
+        let regs = UnwindRegs {
+            pc: 0x4000_0000,
+            sp: 0x1000,
+            fp: 0x1010,
+            lr: 0,
+        };
+        assert_eq!(
+            frame_record(&regs, &mut mem),
+            Some(UnwindRegs {
+                pc: 0x4000_1234,
+                sp: 0x1010,
+                fp: 0x2000,
+                lr: 0
+            })
+        );
+        // s0 not 16-aligned, or not a whole record above sp: none.
+        assert_eq!(
+            frame_record(&UnwindRegs { fp: 0x1018, ..regs }, &mut mem),
+            None
+        );
+        assert_eq!(
+            frame_record(&UnwindRegs { sp: 0x1008, ..regs }, &mut mem),
+            None
+        );
+        // Unreadable: none, no panic.
+        assert_eq!(
+            frame_record(
+                &UnwindRegs {
+                    fp: 0x9010,
+                    sp: 0x9000,
+                    ..regs
+                },
+                &mut mem
+            ),
+            None
+        );
+        assert_eq!(
+            frame_record(
+                &UnwindRegs {
+                    fp: 0,
+                    sp: 0,
+                    ..regs
+                },
+                &mut mem
+            ),
+            None
+        );
+    }
+
     #[test]
     fn negative_jal() {
         // jal ra, -0x20 at 0x2000: imm[20]=1, imm[10:1]=0x3f0, imm[19:12]=0xff
