@@ -1,5 +1,5 @@
-//! Cross-architecture cores, read offline: aarch64, arm (armhf, Thumb-2)
-//! and mips (mipsel o32) programs built statically by Debian's cross
+//! Cross-architecture cores, read offline: aarch64, arm (armhf, Thumb-2),
+//! mips (mipsel o32) and riscv64 (rv64gc) programs built statically by Debian's cross
 //! compilers, with and without unwind tables (and stripped), crashed under
 //! qemu-user to get a core. Our chain, by prologue analysis (and, on arm,
 //! the EHABI tables where the binary has them), must equal gdb-multiarch's
@@ -22,6 +22,7 @@ enum Arch {
     Aarch64,
     Arm,
     Mips,
+    Riscv64,
 }
 
 impl Arch {
@@ -30,6 +31,7 @@ impl Arch {
             Arch::Aarch64 => "aarch64-linux-gnu-gcc",
             Arch::Arm => "arm-linux-gnueabihf-gcc",
             Arch::Mips => "mipsel-linux-gnu-gcc",
+            Arch::Riscv64 => "riscv64-linux-gnu-gcc",
         }
     }
     fn qemu(self) -> &'static str {
@@ -37,6 +39,7 @@ impl Arch {
             Arch::Aarch64 => "qemu-aarch64",
             Arch::Arm => "qemu-arm",
             Arch::Mips => "qemu-mipsel",
+            Arch::Riscv64 => "qemu-riscv64",
         }
     }
     fn name(self) -> &'static str {
@@ -44,6 +47,7 @@ impl Arch {
             Arch::Aarch64 => "aarch64",
             Arch::Arm => "arm",
             Arch::Mips => "mips",
+            Arch::Riscv64 => "riscv64",
         }
     }
     /// Flags that turn unwind tables on (the defaults differ per target).
@@ -51,7 +55,7 @@ impl Arch {
         match self {
             Arch::Aarch64 => &["-fasynchronous-unwind-tables"],
             Arch::Arm => &["-funwind-tables"],
-            Arch::Mips => &["-fasynchronous-unwind-tables"],
+            Arch::Mips | Arch::Riscv64 => &["-fasynchronous-unwind-tables"],
         }
     }
 }
@@ -66,6 +70,13 @@ fn have(cmd: &str) -> bool {
 
 fn tools_present(a: Arch) -> bool {
     let ok = have(a.gcc()) && have(a.qemu()) && have("gdb-multiarch");
+    // On CI `scripts/install-test-deps.sh` ran: a missing tool is a
+    // failure there, not a skip.
+    assert!(
+        ok || std::env::var_os("CI").is_none(),
+        "{}: cross gcc, qemu-user or gdb-multiarch missing on CI (scripts/install-test-deps.sh installs them)",
+        a.name()
+    );
     if !ok {
         eprintln!("skipping {}: cross gcc, qemu-user or gdb-multiarch missing (run scripts/install-test-deps.sh)", a.name());
     }
@@ -124,6 +135,9 @@ fn build_with(
 
 /// Runs `exe` under qemu-user until it aborts; returns qemu's core.
 fn qemu_core(a: Arch, exe: &Path) -> PathBuf {
+    if a == Arch::Riscv64 {
+        return gdb_made_core(a, exe, &[], "run", None);
+    }
     let dir = exe.with_extension("run");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -194,6 +208,7 @@ fn our_chain(a: Arch, exe: &Path, core_path: &Path) -> Vec<(u64, Method)> {
         Arch::Aarch64 => Machine::Aarch64,
         Arch::Arm => Machine::Arm,
         Arch::Mips => Machine::Mips,
+        Arch::Riscv64 => Machine::Riscv64,
     };
     assert_eq!(core.snapshot().arch, machine, "the core's machine");
     let mut out = [(0u64, Method::Context); 64];
@@ -362,6 +377,21 @@ fn aarch64_o2_main_with_dynamic_allocation() {
 }
 
 #[test]
+fn riscv64_o2() {
+    check(Arch::Riscv64, "-O2", false);
+}
+
+#[test]
+fn riscv64_o2_stripped() {
+    check(Arch::Riscv64, "-O2", true);
+}
+
+#[test]
+fn riscv64_o0() {
+    check(Arch::Riscv64, "-O0", false);
+}
+
+#[test]
 fn mips_o2() {
     check(Arch::Mips, "-O2", false);
 }
@@ -517,6 +547,11 @@ fn signal_frame_aarch64() {
     check_signal(Arch::Aarch64);
 }
 
+#[test]
+fn signal_frame_riscv64() {
+    check_signal(Arch::Riscv64);
+}
+
 // ---------------------------------------------------------------------------
 // Signal handlers that abort or fault, and frames over 32 KiB
 // (`xarch_signal.c`), read with `callstack core --json`.
@@ -646,8 +681,72 @@ fn gdb_live_bt_at_signals(a: Arch, exe: &Path, mode: &str) -> (Vec<GFrame>, Vec<
     (parse_bt(parts[1]), parse_bt(parts[2]))
 }
 
+/// The core of `exe args` run under qemu-user until it dies, written by
+/// `tests/fixtures/gdb/qemu_user_core.py` from gdb-multiarch attached to
+/// qemu's gdb stub: qemu-user writes no guest core for RISC-V (its
+/// `elfload.c` has no core dump support for that target, up to at least
+/// 10.x). The script writes what the kernel would: each thread's
+/// `NT_PRSTATUS` (the signalled one first), `NT_FILE`, and the guest's
+/// mappings as qemu logs them (`-d page`: stacks, data, the signal
+/// trampoline page). With `sysroot`, the program runs on that sysroot's
+/// libraries (`qemu -L`), which the core names at the paths the guest saw.
+fn gdb_made_core(a: Arch, exe: &Path, args: &[&str], tag: &str, sysroot: Option<&str>) -> PathBuf {
+    let dir = exe.with_extension(tag);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (map, core) = (dir.join("qemu-pages.log"), dir.join("guest.core"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut qemu = Command::new(a.qemu())
+        .args(sysroot.map(|r| ["-L", r]).iter().flatten())
+        .args(["-d", "page", "-g", &port.to_string()])
+        .arg(exe)
+        .args(args)
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&map).unwrap())
+        .spawn()
+        .unwrap();
+    for _ in 0..400 {
+        if listening(port) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let o = Command::new("timeout")
+        .args(["120", "gdb-multiarch"])
+        .args(testsupport::GDB_BATCH_ARGS)
+        .args(["-ex", &format!("set sysroot {}", sysroot.unwrap_or(""))])
+        .args(["-ex", &format!("target remote 127.0.0.1:{port}")])
+        .arg("-x")
+        .arg(testsupport::workspace_root().join("tests/fixtures/gdb/qemu_user_core.py"))
+        .arg(exe)
+        .env("CORE_OUT", &core)
+        .env("CORE_EXE", exe)
+        .env("CORE_MAP", &map)
+        .env("CORE_SYSROOT", sysroot.unwrap_or(""))
+        .output()
+        .unwrap();
+    let _ = qemu.kill();
+    let _ = qemu.wait();
+    assert!(
+        core.exists(),
+        "no core for {} {args:?}: {}\n{}",
+        exe.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    core
+}
+
 /// Runs `exe mode` under qemu-user until it dies; returns qemu's core.
 fn qemu_core_args(a: Arch, exe: &Path, mode: &str) -> PathBuf {
+    if a == Arch::Riscv64 {
+        return gdb_made_core(a, exe, &[mode], &format!("run-{mode}"), None);
+    }
     let dir = exe.with_extension(format!("run-{mode}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -923,4 +1022,185 @@ fn xarch_signal_mips_o0() {
 #[test]
 fn xarch_signal_mips_o2() {
     check_xarch(Arch::Mips, "-O2");
+}
+
+#[test]
+fn xarch_signal_riscv64_o0() {
+    check_xarch(Arch::Riscv64, "-O0");
+}
+
+#[test]
+fn xarch_signal_riscv64_o2() {
+    check_xarch(Arch::Riscv64, "-O2");
+}
+
+/// gdb-multiarch's `thread apply all bt` of a core: each thread's LWP and
+/// frames.
+fn gdb_all_threads(exe: &Path, core: &Path) -> Vec<(u64, Vec<GFrame>)> {
+    let o = Command::new("timeout")
+        .args(["60", "gdb-multiarch"])
+        .args(testsupport::GDB_BATCH_ARGS)
+        .args(GDB_FRAME_SETTINGS)
+        .args(["-ex", "thread apply all bt 100"])
+        .arg(exe)
+        .arg(core)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    text.split("\nThread ")
+        .skip(1)
+        .filter_map(|block| {
+            let lwp = block.split("(LWP ").nth(1)?.split(')').next()?;
+            Some((lwp.trim().parse().ok()?, parse_bt(block)))
+        })
+        .collect()
+}
+
+/// Two threads (`threads_crash.c`: a second thread faults while main waits
+/// in `pthread_join`), built with and without unwind tables: `callstack core`
+/// walks both threads of the riscv64 core, each chain equal to
+/// gdb-multiarch's `thread apply all bt` on the core of the build with
+/// tables (the code is the same; only the tables differ).
+#[test]
+fn riscv64_two_threads() {
+    let a = Arch::Riscv64;
+    if !tools_present(a) {
+        return;
+    }
+    let dir = testsupport::scratch_dir("insn-cross-riscv64-threads");
+    let truth_exe = build_src(&dir, a, true, "-O2", false, "threads_crash.c");
+    let exe = build_src(&dir, a, false, "-O2", false, "threads_crash.c");
+    let truth_core = qemu_core(a, &truth_exe);
+    let mut gdb = gdb_all_threads(&truth_exe, &truth_core);
+    assert_eq!(gdb.len(), 2, "gdb-multiarch's threads: {gdb:?}");
+    // The signalled thread first, as the core's notes and our report have it.
+    let (signalled, _) = cores::cli_core_json(&[], &truth_exe, &truth_core);
+    let first_tid = signalled["threads"][0]["tid"].as_u64().unwrap();
+    gdb.sort_by_key(|(tid, _)| *tid != first_tid);
+    let truth: Vec<Vec<String>> = gdb
+        .iter()
+        .map(|(_, bt)| named_chain(&truth_exe, bt))
+        .collect();
+    assert!(
+        truth[0]
+            .iter()
+            .take(4)
+            .map(|f| f.split('+').next().unwrap())
+            .eq(["w3", "w2", "w1", "worker"]),
+        "gdb-multiarch's chain of the faulting thread: {truth:?}"
+    );
+    assert!(
+        truth[1].iter().any(|f| f.starts_with("wait_here+"))
+            && truth[1].iter().any(|f| f.starts_with("main+")),
+        "gdb-multiarch's chain of main's thread: {truth:?}"
+    );
+    for (e, c, what) in [
+        (&truth_exe, &truth_core, "with tables"),
+        (&exe, &qemu_core(a, &exe), "without tables"),
+    ] {
+        let (report, _) = cores::cli_core_json(&[], e, c);
+        let threads = report["threads"].as_array().unwrap();
+        assert_eq!(threads.len(), 2, "{what}: {report}");
+        for (i, t) in threads.iter().enumerate() {
+            let frames: Vec<GFrame> = t["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["inlined"] != true)
+                .map(|f| {
+                    let pc = f["pc"].as_str().unwrap().trim_start_matches("0x");
+                    GFrame::Pc(u64::from_str_radix(pc, 16).unwrap())
+                })
+                .collect();
+            let ours = named_chain(e, &frames);
+            assert_eq!(ours, truth[i], "{what}, thread {i}");
+        }
+    }
+}
+
+/// The sysroot of Debian's riscv64 cross toolchain (`libc6-riscv64-cross`).
+const RISCV64_SYSROOT: &str = "/usr/riscv64-linux-gnu";
+
+/// A dynamically linked (PIE) riscv64 program run on the cross sysroot
+/// (`qemu-riscv64 -L`), at -O0 and -O2, with and without unwind tables:
+/// `callstack core --sysroot` finds its libraries at the paths the guest
+/// saw under the sysroot, and its chain (past main) equals gdb-multiarch's
+/// (`set sysroot`) on the core of the build with tables, pc for pc, each
+/// frame of `insn_cross.c` named.
+#[test]
+fn riscv64_dynamic_on_a_sysroot() {
+    let a = Arch::Riscv64;
+    if !tools_present(a) {
+        return;
+    }
+    let dir = testsupport::scratch_dir("insn-cross-riscv64-dynamic");
+    let gdb = [
+        "gdb-multiarch",
+        "-ex",
+        &format!("set sysroot {RISCV64_SYSROOT}"),
+    ];
+    for opt in ["-O0", "-O2"] {
+        let build = |cfi: bool| {
+            let out = dir.join(format!(
+                "dyn-{}-{}",
+                opt.trim_start_matches('-'),
+                if cfi { "cfi" } else { "nocfi" }
+            ));
+            let mut cmd = Command::new(a.gcc());
+            cmd.arg(opt);
+            if cfi {
+                cmd.args(a.cfi_flags());
+            } else {
+                cmd.args(["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"]);
+            }
+            let o = cmd
+                .arg(testsupport::c_fixtures().join("insn_cross.c"))
+                .arg("-o")
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            out
+        };
+        let (truth_exe, exe) = (build(true), build(false));
+        let core_of = |e: &Path| gdb_made_core(a, e, &[], "run", Some(RISCV64_SYSROOT));
+        let truth = gdb_pcs_with(&gdb, &truth_exe, &core_of(&truth_exe));
+        assert!(
+            truth.len() >= 9,
+            "{opt}: gdb-multiarch's chain is short: {truth:x?}"
+        );
+        let core = core_of(&exe);
+        let (report, pcs) =
+            cores::cli_core_json(&["--past-main", "--sysroot", RISCV64_SYSROOT], &exe, &core);
+        assert!(
+            pcs.len() >= truth.len() && pcs[..truth.len()] == truth[..],
+            "{opt}: chain differs\n truth: {truth:x?}\n  ours: {pcs:x?}\n{report:#}"
+        );
+        let names: Vec<&str> = report["threads"][0]["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["function"].as_str())
+            .collect();
+        let at = names
+            .iter()
+            .position(|n| *n == "crash")
+            .expect("crash named");
+        assert_eq!(
+            &names[at..at + 5],
+            ["crash", "d", "c", "b", "a"],
+            "{opt}: {names:?}"
+        );
+        assert!(
+            names[..at].contains(&"abort"),
+            "{opt}: libc's frames unnamed: {names:?}"
+        );
+    }
+}
+
+/// [`gdb_pcs`] with gdb given as `gdb` (its program and first arguments).
+fn gdb_pcs_with(gdb: &[&str], exe: &Path, core: &Path) -> Vec<u64> {
+    let mut cmd = vec!["timeout", "60"];
+    cmd.extend_from_slice(gdb);
+    testsupport::fold_repeats(testsupport::gdb_core_pcs(&cmd, exe, core))
 }

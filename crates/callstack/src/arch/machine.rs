@@ -21,6 +21,8 @@ pub enum Machine {
     Arm,
     /// MIPS (`EM_MIPS`).
     Mips,
+    /// RISC-V 64 (`EM_RISCV` with `ELFCLASS64`).
+    Riscv64,
 }
 
 impl Machine {
@@ -35,6 +37,16 @@ impl Machine {
         }
     }
 
+    /// The architecture of an ELF `e_machine` and class (`is_64`:
+    /// `ELFCLASS64`), if we know it: `EM_RISCV` names both RISC-V 32 and
+    /// 64, and only the 64-bit one is known here.
+    pub fn from_elf(m: u16, is_64: bool) -> Option<Machine> {
+        match object::elf::Machine(m) {
+            object::elf::EM_RISCV if is_64 => Some(Machine::Riscv64),
+            _ => Machine::from_e_machine(m),
+        }
+    }
+
     /// The register slot of the program counter in [`Registers`].
     pub fn pc_reg(self) -> u16 {
         match self {
@@ -42,6 +54,7 @@ impl Machine {
             Machine::Aarch64 => super::aarch64::core_regs::DWARF_PC,
             Machine::Arm => super::arm::core_regs::PC as u16,
             Machine::Mips => super::mips::core_regs::PC_SLOT,
+            Machine::Riscv64 => super::riscv64::core_regs::DWARF_PC,
         }
     }
 
@@ -52,6 +65,7 @@ impl Machine {
             Machine::Aarch64 => super::aarch64::core_regs::DWARF_SP,
             Machine::Arm => super::arm::core_regs::SP as u16,
             Machine::Mips => super::mips::core_regs::DWARF_SP,
+            Machine::Riscv64 => super::riscv64::core_regs::DWARF_SP,
         }
     }
 
@@ -62,13 +76,14 @@ impl Machine {
             Machine::Aarch64 => super::aarch64::core_regs::DWARF_FP,
             Machine::Arm => super::arm::core_regs::R11 as u16,
             Machine::Mips => super::mips::core_regs::DWARF_FP,
+            Machine::Riscv64 => super::riscv64::core_regs::DWARF_FP,
         }
     }
 
     /// The size of a pointer in bytes.
     pub fn word_size(self) -> u64 {
         match self {
-            Machine::X86_64 | Machine::Aarch64 => 8,
+            Machine::X86_64 | Machine::Aarch64 | Machine::Riscv64 => 8,
             Machine::Arm | Machine::Mips => 4,
         }
     }
@@ -84,6 +99,7 @@ impl Machine {
             Machine::Aarch64 => super::aarch64::core_regs::from_user_regs(bytes),
             Machine::Arm => super::arm::core_regs::from_user_regs(bytes),
             Machine::Mips => super::mips::core_regs::from_user_regs(bytes),
+            Machine::Riscv64 => super::riscv64::core_regs::from_user_regs(bytes),
         }
     }
 
@@ -94,7 +110,7 @@ impl Machine {
         match self {
             Machine::X86_64 => Some(super::x86_64::perf_regs::PERF_REGS_MASK),
             Machine::Aarch64 => Some(super::aarch64::perf_regs::PERF_REGS_MASK),
-            Machine::Arm | Machine::Mips => None,
+            Machine::Arm | Machine::Mips | Machine::Riscv64 => None,
         }
     }
 
@@ -106,7 +122,7 @@ impl Machine {
         match self {
             Machine::X86_64 => super::x86_64::perf_regs::from_perf_regs(words),
             Machine::Aarch64 => super::aarch64::perf_regs::from_perf_regs(words),
-            Machine::Arm | Machine::Mips => None,
+            Machine::Arm | Machine::Mips | Machine::Riscv64 => None,
         }
     }
 
@@ -129,6 +145,10 @@ impl Machine {
             Machine::Mips => Some(PrstatusLayout {
                 pid_offset: super::mips::core_regs::PR_PID_OFFSET,
                 regs_offset: super::mips::core_regs::PR_REG_OFFSET,
+            }),
+            Machine::Riscv64 => Some(PrstatusLayout {
+                pid_offset: super::riscv64::core_regs::PR_PID_OFFSET,
+                regs_offset: super::riscv64::core_regs::PR_REG_OFFSET,
             }),
         }
     }

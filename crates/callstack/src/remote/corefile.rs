@@ -307,7 +307,7 @@ fn parse_of<Elf: FileHeader<Endian = Endianness>>(
         is_64,
         ..Default::default()
     };
-    out.arch = Machine::from_e_machine(out.e_machine);
+    out.arch = Machine::from_elf(out.e_machine, is_64);
     let phdrs = hdr.program_headers(endian, data).map_err(|_| {
         bad("truncated or corrupt core: its program headers lie beyond the end of the file")
     })?;

@@ -227,8 +227,12 @@ impl LiveProcess {
         let exe = proc_path(pid, &format!("task/{mm_tid}/exe"));
         let arch = files::map_file(Path::new(&exe))
             .ok()
-            .and_then(|d| files::load_segments(&d))
-            .and_then(|(m, _)| Machine::from_e_machine(m))
+            .and_then(|d| {
+                // EI_CLASS: 2 is ELFCLASS64 (EM_RISCV names RV32 and RV64).
+                let is_64 = d.get(4) == Some(&2);
+                files::load_segments(&d).map(|(m, _)| (m, is_64))
+            })
+            .and_then(|(m, is_64)| Machine::from_elf(m, is_64))
             .unwrap_or(if cfg!(target_arch = "aarch64") {
                 Machine::Aarch64
             } else {

@@ -10,6 +10,7 @@
 
 use super::{Machine, Module, Registers, Snapshot, Thread};
 use crate::arch::aarch64::Aarch64;
+use crate::arch::riscv64::Riscv64;
 use crate::arch::x86_64::X86_64;
 use crate::arch::Applied;
 use crate::types::Frame;
@@ -208,8 +209,10 @@ impl<A: crate::arch::Arch> LazySet<A> {
 
     /// Whether `pc` is an `rt_sigreturn` trampoline: x86-64 glibc's
     /// `__restore_rt`, aarch64 `mov x8, #139; svc #0` (the vDSO's
-    /// `__kernel_rt_sigreturn`, or qemu-user's trampoline page). The frame
-    /// above it is a kernel signal frame.
+    /// `__kernel_rt_sigreturn`, or qemu-user's trampoline page), riscv64
+    /// `li a7, 139; ecall` (the vDSO's `__vdso_rt_sigreturn`, or
+    /// qemu-user's anonymous trampoline page). The frame above it is a
+    /// kernel signal frame.
     fn sigreturn_at(&self, pc: u64) -> bool {
         let mut reader = self.code.clone();
         match A::NAME {
@@ -219,6 +222,7 @@ impl<A: crate::arch::Arch> LazySet<A> {
                     && crate::arch::x86_64::exact::is_sigreturn_trampoline(&code)
             }
             "aarch64" => crate::arch::aarch64::signal::is_trampoline(&mut reader, pc),
+            "riscv64" => crate::arch::riscv64::signal::is_trampoline(&mut reader, pc),
             _ => false,
         }
     }
@@ -549,6 +553,8 @@ enum Tables {
     X86_64(LazySet<X86_64>),
     /// AArch64: the modules' CFI, compiled as the walks need it.
     Aarch64(LazySet<Aarch64>),
+    /// RISC-V 64: the modules' CFI, compiled as the walks need it.
+    Riscv64(LazySet<Riscv64>),
     /// 32-bit ARM: the modules' EHABI tables (`.ARM.exidx`, `.ARM.extab`),
     /// then prologue analysis (no CFI unwinder for ARM yet).
     Arm(RemoteArmTables),
@@ -571,6 +577,7 @@ impl<'s> RemoteUnwinder<'s> {
         let tables = match snap.arch {
             Machine::X86_64 => Tables::X86_64(LazySet::new(&snap.modules, code.clone())),
             Machine::Aarch64 => Tables::Aarch64(LazySet::new(&snap.modules, code.clone())),
+            Machine::Riscv64 => Tables::Riscv64(LazySet::new(&snap.modules, code.clone())),
             Machine::Arm => Tables::Arm(RemoteArmTables::new(&snap.modules)),
             Machine::Mips => Tables::Mips,
         };
@@ -600,6 +607,7 @@ impl<'s> RemoteUnwinder<'s> {
         match &self.tables {
             Tables::X86_64(set) => walk(set, start, mem, max, fallback),
             Tables::Aarch64(set) => walk(set, start, mem, max, fallback),
+            Tables::Riscv64(set) => walk(set, start, mem, max, fallback),
             Tables::Arm(tables) => {
                 let mut r16 = [0u32; 16];
                 for (i, r) in r16.iter_mut().enumerate() {
@@ -658,6 +666,9 @@ fn lr_of(regs: &Registers) -> u64 {
         Machine::Aarch64 => regs.get(30).unwrap_or(0),
         Machine::Arm => regs.get(14).unwrap_or(0),
         Machine::Mips => regs.get(31).unwrap_or(0),
+        Machine::Riscv64 => regs
+            .get(crate::arch::riscv64::core_regs::DWARF_RA)
+            .unwrap_or(0),
         Machine::X86_64 => 0,
     }
 }

@@ -13,6 +13,8 @@
 //! qemu-user (`scripts/test-riscv64.sh`); the rule form (`rule.rs`) and the
 //! signal frame (`signal.rs`) are compiled on every host.
 
+pub mod core_regs;
+pub mod instruction_analysis;
 pub mod signal;
 
 use super::FrameRecordLayout;

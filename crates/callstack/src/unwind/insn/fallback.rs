@@ -1,8 +1,8 @@
 //! The instruction-analysis fallback of the CFI [`Unwinder`](crate::unwind::Unwinder).
 //!
 //! [`InsnFallback`] implements [`Fallback`] for x86-64 (epilogue and
-//! prologue analysis, validated frame pointer, verified stack scanning) and
-//! AArch64 (prologue analysis, frame record, scanning): plug it into
+//! prologue analysis, validated frame pointer, verified stack scanning),
+//! AArch64 and RISC-V 64 (prologue analysis, frame record, scanning): plug it into
 //! [`Unwinder::with_fallback`](crate::unwind::Unwinder::with_fallback) with a
 //! [`CodeMemory`] for the code of the process or core being unwound.
 //!
@@ -126,18 +126,27 @@ impl<C: CodeMemory> Fallback<Aarch64> for InsnFallback<C> {
 }
 
 impl<C: CodeMemory> Fallback<Riscv64> for InsnFallback<C> {
-    /// RISC-V 64 has no instruction analysis yet: the fallback knows the
-    /// `rt_sigreturn` trampoline without CFI (qemu-user's, or a vDSO
-    /// whose CFI was not found), and leaves the rest to the frame-pointer
-    /// rule.
+    /// The `rt_sigreturn` trampoline without CFI (qemu-user's, or a vDSO
+    /// whose CFI was not found), then prologue analysis, the frame record
+    /// below `s0` and stack scanning (`arch/riscv64/instruction_analysis`).
     fn unwind_frame<M: Memory + ?Sized>(
         &mut self,
         regs: &UnwindRegs,
-        _pc_is_exact: bool,
+        pc_is_exact: bool,
         _known_module: bool,
         mem: &mut M,
     ) -> Option<(UnwindRegs, Method)> {
-        let r = crate::arch::riscv64::signal::frame(&mut self.code, regs, mem)?;
-        Some((r, Method::SignalFrame))
+        let s = super::risc::step::<super::riscv64::Arch, M, C>(
+            regs,
+            mem,
+            &mut self.code,
+            pc_is_exact,
+            self.stack_end,
+        )?;
+        Some((s.regs, s.method))
+    }
+
+    fn before_frame_pointer(&self) -> bool {
+        true
     }
 }

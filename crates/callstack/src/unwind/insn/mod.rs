@@ -11,7 +11,7 @@
 //!   start is known (a symbol), the path from the start to the pc (the
 //!   prologue) gives the same answer and also serves functions that never
 //!   return.
-//! - **RISC (aarch64, arm, mips), prologue analysis**: scan the prologue for
+//! - **RISC (aarch64, arm, mips, riscv64), prologue analysis**: scan the prologue for
 //!   the stack adjustment and the store of the return address.
 //! - **Stack scanning** ([`scan`]): as a last resort, take a stack word as a
 //!   return address only if it points right after a call instruction whose
@@ -47,6 +47,7 @@ pub use target::unwind_prstatus;
 
 pub use crate::arch::aarch64::instruction_analysis as aarch64;
 pub use crate::arch::mips::instruction_analysis as mips;
+pub use crate::arch::riscv64::instruction_analysis as riscv64;
 /// 32-bit ARM: EHABI tables, prologue analysis and the unwind step.
 pub mod arm {
     pub use crate::arch::arm::ehabi;
@@ -118,5 +119,6 @@ pub mod core_regs {
     pub use crate::arch::aarch64::core_regs as aarch64;
     pub use crate::arch::arm::core_regs as arm;
     pub use crate::arch::mips::core_regs as mips;
+    pub use crate::arch::riscv64::core_regs as riscv64;
     pub use crate::arch::x86_64::core_regs as x86_64;
 }

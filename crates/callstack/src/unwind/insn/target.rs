@@ -33,6 +33,12 @@ pub fn unwind_prstatus<M: Memory + ?Sized>(
             let regs = core_regs::mips::unwind_regs(prstatus)?;
             super::walk::risc::<super::mips::Arch, M, ModuleCode>(regs, mem, code, stack_end, out)
         }
+        Machine::Riscv64 => {
+            let regs = core_regs::riscv64::unwind_regs(prstatus)?;
+            super::walk::risc::<super::riscv64::Arch, M, ModuleCode>(
+                regs, mem, code, stack_end, out,
+            )
+        }
         Machine::Arm => {
             let r = core_regs::arm::all_regs(prstatus)?;
             let mut regs = [0u32; 16];
