@@ -64,6 +64,13 @@ pub struct Args {
     /// them).
     #[arg(long, requires = "rotate")]
     no_symbolize: bool,
+    /// Also record the time threads spend blocked (sleeping, waiting on
+    /// I/O, a lock or a pipe; not time preempted), with the stack where
+    /// they blocked, as the sample type `off_cpu` (nanoseconds) beside
+    /// `cpu`: `callstack report FILE --sample-type off_cpu`. Samples every
+    /// context switch: needs root or `perf_event_paranoid` <= 1.
+    #[arg(long, conflicts_with = "preload")]
+    off_cpu: bool,
     /// The command to run and record.
     #[arg(last = true, required_unless_present = "pid")]
     command: Vec<OsString>,
@@ -173,6 +180,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .duration
         .filter(|d| *d > 0.0)
         .map(std::time::Duration::from_secs_f64);
+    opts.off_cpu = args.off_cpu;
     opts.rotate = args
         .rotate
         .filter(|d| *d > 0.0)
@@ -215,6 +223,11 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     }
     let recorded = match recorded {
         Ok(r) => r,
+        Err(RecordError::PerfRefused(e)) if args.off_cpu => {
+            return Err(format!(
+                "perf events refused ({e}): --off-cpu samples every context switch in the kernel, which needs root or perf_event_paranoid <= 1"
+            ));
+        }
         Err(RecordError::PerfRefused(e)) if args.pid.is_none() => {
             eprintln!(
                 "callstack record: perf events refused ({e}): sampling the command from inside (LD_PRELOAD)"
@@ -321,7 +334,6 @@ fn utc_name(ns: u64) -> String {
         rem % 60
     )
 }
-
 
 /// Writes `profile` to `path`; on failure no partial file is left.
 fn write_profile(profile: &callstack::profile::Profile, path: &Path) -> Result<(), String> {

@@ -1096,3 +1096,60 @@ fn rotating_pprof_profiles() {
         }
     }
 }
+
+/// `record --off-cpu` on a program that sleeps 70% of its time in
+/// `nanosleep` under `sleep_seventy` and blocks 30% in `read` on a pipe
+/// under `read_thirty` (tests/fixtures/c/offcpu.c): the `off_cpu` sample
+/// type gives those shares within 5 points, with the blocking stacks down
+/// to `main`, and the second thread's blocking under `writer`.
+#[test]
+fn off_cpu_time_by_blocking_stack() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .unwrap_or(3);
+    if !root && paranoid > 1 {
+        eprintln!("skipped: --off-cpu needs root or perf_event_paranoid <= 1");
+        return;
+    }
+    let dir = scratch_dir("record-offcpu");
+    let exe = Gcc::new(&["offcpu.c"])
+        .flags("-O2 -pthread")
+        .build(&dir.join("offcpu"));
+    let data = dir.join("off.data");
+    run(Command::new(&release_artifacts().cli)
+        .args(["record", "-q", "--off-cpu", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .arg("2.0"));
+    let folded = run(Command::new(&release_artifacts().cli)
+        .arg("report")
+        .arg(&data)
+        .args(["--top", "0", "--sample-type", "off_cpu", "--folded", "-"]));
+    let mut by = std::collections::HashMap::<&str, u64>::new();
+    for line in folded.lines() {
+        let (path, v) = line.rsplit_once(' ').unwrap();
+        let v: u64 = v.parse().unwrap();
+        let frames: Vec<&str> = path.split(';').collect();
+        for f in ["sleep_seventy", "read_thirty", "writer"] {
+            if frames.contains(&f) {
+                *by.entry(f).or_default() += v;
+                if f != "writer" {
+                    assert!(frames.contains(&"main"), "{path}");
+                }
+            }
+        }
+    }
+    let (s, r) = (by["sleep_seventy"] as f64, by["read_thirty"] as f64);
+    let share = s * 100.0 / (s + r);
+    assert!(
+        (share - 70.0).abs() < 5.0,
+        "sleep_seventy {share:.1}%\n{folded}"
+    );
+    // The main thread is blocked nearly all of its 2 s.
+    assert!(s + r > 1.7e9, "{s} + {r} ns\n{folded}");
+    assert!(by["writer"] > 1_000_000_000, "{folded}");
+}

@@ -71,6 +71,12 @@ pub struct RecordOptions {
     /// Cut the recording into profiles of this long each (default: one
     /// profile for the whole recording); see [`record_rotating`].
     pub rotate: Option<Duration>,
+    /// Also record the time threads spend blocked (off the CPU, not
+    /// preempted), with the stack where they blocked, as a third sample
+    /// type `off_cpu`/`nanoseconds` (default false). Every context switch
+    /// is sampled: needs kernel samples (root, or `perf_event_paranoid`
+    /// <= 1), else [`RecordError::PerfRefused`].
+    pub off_cpu: bool,
 }
 
 impl RecordOptions {
@@ -84,6 +90,7 @@ impl RecordOptions {
             lookup: Lookup::default(),
             kernel: true,
             rotate: None,
+            off_cpu: false,
         }
     }
 }
@@ -191,6 +198,12 @@ const RECORD_LOST: u32 = 2;
 const RECORD_COMM: u32 = 3;
 const RECORD_FORK: u32 = 7;
 const RECORD_SAMPLE: u32 = 9;
+/// `PERF_RECORD_SWITCH`: the task left (`MISC_SWITCH_OUT`) or took a CPU.
+const RECORD_SWITCH: u32 = 14;
+/// `PERF_RECORD_MISC_SWITCH_OUT`.
+const MISC_SWITCH_OUT: u16 = 1 << 13;
+/// `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT`: it left runnable (preempted).
+const MISC_SWITCH_OUT_PREEMPT: u16 = 1 << 14;
 const RECORD_MMAP2: u32 = 10;
 /// `PERF_RECORD_MISC_MMAP_BUILD_ID`: an mmap2 record with a build-id in
 /// place of device and inode.
@@ -424,6 +437,8 @@ struct SampleRecord<'a> {
     ip: u64,
     pid: u32,
     tid: u32,
+    /// The perf clock's time of the sample, in nanoseconds.
+    time: u64,
     /// The kernel callchain's words (empty when not asked for).
     callchain: &'a [u8],
     /// The user registers; `None` when the sample has none (a kernel
@@ -447,7 +462,7 @@ fn parse_sample(
     let ip = r.u64()?;
     let pid = r.u32()?;
     let tid = r.u32()?;
-    let _time = r.u64()?;
+    let time = r.u64()?;
     let callchain = if kernel {
         let n = usize::try_from(r.u64()?).ok()?;
         r.bytes(n.checked_mul(8)?)?
@@ -474,6 +489,7 @@ fn parse_sample(
         ip,
         pid,
         tid,
+        time,
         callchain,
         regs,
         stack: &data[..dyn_size.min(size)],
@@ -506,6 +522,50 @@ struct Recording<'o> {
     main_exe: Option<String>,
     /// Whether `root_pid` exec'd and its program's mapping is yet to come.
     exe_pending: bool,
+    /// Off-CPU records not yet matched, from every CPU's ring (whose
+    /// drains are not in time order): handled in time order once older
+    /// than the newest time seen by a margin ([`Recording::match_switches`]).
+    off_events: Vec<OffEvent>,
+    /// Per thread: where and when it last blocked (stack, exact indices,
+    /// time out; `None` until its switch out is seen or when preempted).
+    blocked: HashMap<u32, Blocked>,
+    /// The newest perf-clock time seen.
+    latest: u64,
+}
+
+/// A record of the context-switch event.
+enum OffEvent {
+    /// The stack sampled as thread `tid` left the CPU.
+    Sample {
+        time: u64,
+        tid: u32,
+        frames: Vec<usize>,
+        exact: Vec<u32>,
+    },
+    /// Thread `tid` left the CPU (`out`; `preempt`: runnable) or took it.
+    Switch {
+        time: u64,
+        tid: u32,
+        out: bool,
+        preempt: bool,
+    },
+}
+
+impl OffEvent {
+    fn time(&self) -> u64 {
+        match self {
+            OffEvent::Sample { time, .. } | OffEvent::Switch { time, .. } => *time,
+        }
+    }
+}
+
+/// A thread off the CPU.
+struct Blocked {
+    frames: Vec<usize>,
+    exact: Vec<u32>,
+    /// When it left the CPU blocked (`None`: the sample came, the switch
+    /// record not yet; or it was preempted).
+    since: Option<u64>,
 }
 
 impl<'o> Recording<'o> {
@@ -527,18 +587,34 @@ impl<'o> Recording<'o> {
             root_pid: 0,
             main_exe: None,
             exe_pending: false,
+            off_events: Vec::new(),
+            blocked: HashMap::new(),
+            latest: 0,
         }
     }
 }
 
 impl Recording<'_> {
-    fn handle(&mut self, rec: &[u8]) {
+    fn handle(&mut self, rec: &[u8], kind: sys::EventKind) {
         let ty = u32::from_le_bytes(rec[0..4].try_into().unwrap());
         let misc = u16::from_le_bytes(rec[4..6].try_into().unwrap());
         let mut r = Reader { b: &rec[8..] };
         match ty {
             RECORD_SAMPLE => {
-                let _ = self.sample(&mut r);
+                let _ = self.sample(&mut r, kind);
+            }
+            RECORD_SWITCH => {
+                // The sample_id trailer: pid, tid, time.
+                let (Some(_pid), Some(tid), Some(time)) = (r.u32(), r.u32(), r.u64()) else {
+                    return;
+                };
+                self.latest = self.latest.max(time);
+                self.off_events.push(OffEvent::Switch {
+                    time,
+                    tid,
+                    out: misc & MISC_SWITCH_OUT != 0,
+                    preempt: misc & MISC_SWITCH_OUT_PREEMPT != 0,
+                });
             }
             RECORD_MMAP | RECORD_MMAP2 => {
                 let (Some(pid), Some(_tid), Some(addr), Some(len), Some(pgoff)) =
@@ -610,15 +686,17 @@ impl Recording<'_> {
         }
     }
 
-    fn sample(&mut self, r: &mut Reader<'_>) -> Option<()> {
+    fn sample(&mut self, r: &mut Reader<'_>, kind: sys::EventKind) -> Option<()> {
         let SampleRecord {
             ip,
             pid,
             tid,
+            time,
             callchain,
             regs,
             stack: data,
         } = parse_sample(r.b, self.kernel, self.machine, self.regs_mask)?;
+        self.latest = self.latest.max(time);
         self.frames.clear();
         for a in callchain.chunks_exact(8).take(512) {
             let a = u64::from_le_bytes(a.try_into().ok()?);
@@ -673,6 +751,15 @@ impl Recording<'_> {
             }
             self.frames.push(f.pc as usize);
         }
+        if kind == sys::EventKind::Switches {
+            self.off_events.push(OffEvent::Sample {
+                time,
+                tid,
+                frames: self.frames.clone(),
+                exact: self.exact.clone(),
+            });
+            return Some(());
+        }
         let period = self.profile.period;
         // frames[0] (the kernel's interrupted pc, or the user one) is exact.
         self.profile
@@ -681,16 +768,75 @@ impl Recording<'_> {
         Some(())
     }
 
-    /// The kernel functions the samples' kernel frames fall in, from
-    /// `/proc/kallsyms` read once now: stored in the recording, so that it
-    /// is named right on any machine (and a report needs no kallsyms).
-    /// Empty (frames left unnamed) when kallsyms hides its addresses.
+    /// Matches the context-switch records older than `horizon` (all of
+    /// them with `u64::MAX`, at the end), in time order: a thread's stack
+    /// sampled as it left the CPU, its switch out (ignored when it was
+    /// preempted: that is waiting for a CPU, not blocking), and its switch
+    /// back in, whose distance is its off-CPU time, added to that stack.
+    /// At the end, a thread still blocked counts up to the newest time.
+    fn match_switches(&mut self, horizon: u64) {
+        let mut events = std::mem::take(&mut self.off_events);
+        events.sort_by_key(OffEvent::time);
+        let keep = events.partition_point(|e| e.time() <= horizon);
+        self.off_events = events.split_off(keep);
+        for e in events {
+            match e {
+                OffEvent::Sample {
+                    tid, frames, exact, ..
+                } => {
+                    self.blocked.insert(
+                        tid,
+                        Blocked {
+                            frames,
+                            exact,
+                            since: None,
+                        },
+                    );
+                }
+                OffEvent::Switch {
+                    time,
+                    tid,
+                    out: true,
+                    preempt,
+                } => {
+                    if preempt {
+                        self.blocked.remove(&tid);
+                    } else if let Some(b) = self.blocked.get_mut(&tid) {
+                        b.since.get_or_insert(time);
+                    }
+                }
+                OffEvent::Switch { time, tid, .. } => {
+                    if let Some(b) = self.blocked.remove(&tid) {
+                        if let Some(since) = b.since {
+                            self.add_off_cpu(&b, tid, time.saturating_sub(since));
+                        }
+                    }
+                }
+            }
+        }
+        if horizon == u64::MAX {
+            let end = self.latest;
+            for (tid, b) in std::mem::take(&mut self.blocked) {
+                if let Some(since) = b.since {
+                    self.add_off_cpu(&b, tid, end.saturating_sub(since));
+                }
+            }
+        }
+    }
+
+    fn add_off_cpu(&mut self, b: &Blocked, tid: u32, ns: u64) {
+        if ns > 0 {
+            self.profile
+                .add_exact(&b.frames, true, &b.exact, Some(tid), &[0, 0, ns as i64]);
+        }
+    }
+
     /// Ends the profile of the period that started at its `start_time_ns`
     /// (its modules and kernel symbols filled in, its duration up to now)
     /// and starts the next one, empty, with the thread names known.
     fn cut(&mut self) -> Profile {
         let now = now_ns();
-        let mut next = Profile::cpu(self.opts.hz);
+        let mut next = new_profile(self.opts);
         next.start_time_ns = now;
         next.threads = self.profile.threads.clone();
         self.profile.modules = self.modules();
@@ -699,6 +845,10 @@ impl Recording<'_> {
         std::mem::replace(&mut self.profile, next)
     }
 
+    /// The kernel functions the samples' kernel frames fall in, from
+    /// `/proc/kallsyms` read once now: stored in the recording, so that it
+    /// is named right on any machine (and a report needs no kallsyms).
+    /// Empty (frames left unnamed) when kallsyms hides its addresses.
     fn kernel_symbols(&self) -> Vec<crate::profile::KernelSymbol> {
         let Some((lo, hi)) = self.kernel_range else {
             return Vec::new();
@@ -809,11 +959,16 @@ pub fn record_rotating(
     let want = (opts.hz as usize / 8).max(16) * per_sample / sys::page_size();
     let pages = want.next_power_of_two().clamp(16, 512);
 
-    let mut profile = Profile::cpu(opts.hz);
+    let mut profile = new_profile(opts);
     profile.start_time_ns = now_ns();
     let mut rec = Recording::new(opts, machine, regs_mask, profile);
     let started = Instant::now();
     let mut events = Vec::new();
+    let kinds: &[sys::EventKind] = if opts.off_cpu {
+        &[sys::EventKind::CpuClock, sys::EventKind::Switches]
+    } else {
+        &[sys::EventKind::CpuClock]
+    };
     let mut child: Option<u32> = None;
     let root_pid;
     match &opts.target {
@@ -838,10 +993,12 @@ pub fn record_rotating(
                         .insert(tid as u32, name.trim_end().to_string());
                 }
                 for cpu in 0..sys::cpus() {
-                    match open_event(tid, cpu, &mut spec, pages) {
-                        Ok(e) => events.push(e),
-                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break,
-                        Err(e) => return Err(RecordError::PerfRefused(e)),
+                    for &kind in kinds {
+                        match open_event(tid, cpu, &mut spec, kind, pages) {
+                            Ok(e) => events.push((e, kind)),
+                            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break,
+                            Err(e) => return Err(RecordError::PerfRefused(e)),
+                        }
                     }
                 }
             }
@@ -861,13 +1018,15 @@ pub fn record_rotating(
             // Its program is the one it execs (the event starts there).
             rec.exe_pending = true;
             for cpu in 0..sys::cpus() {
-                match open_event(root_pid as i32, cpu, &mut spec, pages) {
-                    Ok(e) => events.push(e),
-                    Err(e) => {
-                        if let Some(c) = child.take() {
-                            end_child(c);
+                for &kind in kinds {
+                    match open_event(root_pid as i32, cpu, &mut spec, kind, pages) {
+                        Ok(e) => events.push((e, kind)),
+                        Err(e) => {
+                            if let Some(c) = child.take() {
+                                end_child(c);
+                            }
+                            return Err(RecordError::PerfRefused(e));
                         }
-                        return Err(RecordError::PerfRefused(e));
                     }
                 }
             }
@@ -881,7 +1040,7 @@ pub fn record_rotating(
     }
 
     rec.kernel = spec.kernel_callchain;
-    let fds: Vec<i32> = events.iter().map(|e| e.fd()).collect();
+    let fds: Vec<i32> = events.iter().map(|(e, _)| e.fd()).collect();
     let mut buf = Vec::with_capacity(1 << 20);
     let mut last_progress = Instant::now();
     let mut last_cut = Instant::now();
@@ -891,7 +1050,7 @@ pub fn record_rotating(
     let mut ended_by_us = false;
     loop {
         sys::poll(&fds, 50);
-        for e in &events {
+        for (e, kind) in &events {
             buf.clear();
             e.drain(&mut buf);
             let mut at = 0;
@@ -901,9 +1060,14 @@ pub fn record_rotating(
                     break;
                 }
                 let r = buf[at..at + size].to_vec();
-                rec.handle(&r);
+                rec.handle(&r, *kind);
                 at += size;
             }
+        }
+        if opts.off_cpu {
+            // Every ring was drained just now: what is 200 ms older than
+            // the newest record is complete.
+            rec.match_switches(rec.latest.saturating_sub(200_000_000));
         }
         if opts.rotate.is_some_and(|d| last_cut.elapsed() >= d) && !exited {
             last_cut = Instant::now();
@@ -967,6 +1131,9 @@ pub fn record_rotating(
         threads: rec.threads.len(),
         elapsed: started.elapsed(),
     });
+    if opts.off_cpu {
+        rec.match_switches(u64::MAX);
+    }
     if opts.rotate.is_some() {
         period(rec.cut());
     } else {
@@ -978,6 +1145,17 @@ pub fn record_rotating(
         profile: rec.profile,
         status: status.filter(|_| !ended_by_us),
     })
+}
+
+/// An empty profile of `opts`' sample types: `samples`, `cpu`, and with
+/// [`RecordOptions::off_cpu`], `off_cpu` (nanoseconds).
+fn new_profile(opts: &RecordOptions) -> Profile {
+    let mut p = Profile::cpu(opts.hz);
+    if opts.off_cpu {
+        p.sample_types
+            .push(crate::profile::ValueType::new("off_cpu", "nanoseconds"));
+    }
+    p
 }
 
 /// Now, in nanoseconds since the Unix epoch.
@@ -1089,15 +1267,17 @@ fn open_event(
     pid: i32,
     cpu: i32,
     spec: &mut sys::EventSpec,
+    kind: sys::EventKind,
     pages: usize,
 ) -> std::io::Result<sys::Event> {
-    match sys::Event::open(pid, cpu, spec, pages) {
+    match sys::Event::open(pid, cpu, spec, kind, pages) {
         Err(e)
             if spec.kernel_callchain
+                && kind == sys::EventKind::CpuClock
                 && matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) =>
         {
             spec.kernel_callchain = false;
-            sys::Event::open(pid, cpu, spec, pages)
+            sys::Event::open(pid, cpu, spec, kind, pages)
         }
         r => r,
     }

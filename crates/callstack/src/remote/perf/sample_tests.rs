@@ -307,27 +307,27 @@ fn sample_of_core(exe: &Path, core_path: &Path, stack_bytes: usize) -> Vec<u64> 
     let mut mapped = 0;
     for m in snap.modules.iter().flat_map(|m| &m.mappings) {
         if m.executable != Some(false) && m.path.starts_with('/') {
-            rec.handle(&mmap2_record(
-                pid,
-                m.start,
-                m.end - m.start,
-                m.file_offset,
-                &m.path,
-            ));
+            rec.handle(
+                &mmap2_record(pid, m.start, m.end - m.start, m.file_offset, &m.path),
+                super::sys::EventKind::CpuClock,
+            );
             mapped += 1;
         }
     }
     assert!(mapped > 0, "no executable mapping in {:?}", snap.modules);
-    rec.handle(&sample_record(
-        words[32],
-        pid,
-        pid,
-        None,
-        REGS_ABI_64,
-        &words,
-        &stack,
-        stack_bytes,
-    ));
+    rec.handle(
+        &sample_record(
+            words[32],
+            pid,
+            pid,
+            None,
+            REGS_ABI_64,
+            &words,
+            &stack,
+            stack_bytes,
+        ),
+        super::sys::EventKind::CpuClock,
+    );
     assert_eq!(rec.samples, 1, "the sample was not kept");
     let s = &rec.profile.stacks[0];
     assert!(s.first_is_exact);

@@ -9,6 +9,8 @@ const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const PERF_TYPE_SOFTWARE: u32 = 1;
 /// `PERF_COUNT_SW_CPU_CLOCK`.
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+/// `PERF_COUNT_SW_CONTEXT_SWITCHES`.
+const PERF_COUNT_SW_CONTEXT_SWITCHES: u64 = 3;
 
 pub(crate) const SAMPLE_IP: u64 = 1 << 0;
 pub(crate) const SAMPLE_TID: u64 = 1 << 1;
@@ -31,6 +33,7 @@ const SAMPLE_ID_ALL: u64 = 1 << 18;
 const MMAP2: u64 = 1 << 23;
 const COMM_EXEC: u64 = 1 << 24;
 const EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
+const CONTEXT_SWITCH: u64 = 1 << 26;
 
 /// `struct perf_event_attr` (version 7 layout, 128 bytes).
 #[repr(C)]
@@ -74,6 +77,19 @@ pub(crate) struct EventSpec {
     pub kernel_callchain: bool,
 }
 
+/// Which event [`Event::open`] opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EventKind {
+    /// cpu-clock, sampled at `hz`, with the task's mmap, comm and fork
+    /// records.
+    CpuClock,
+    /// context-switches, every one sampled (in the kernel, as the task
+    /// leaves the CPU: the sample's user registers and stack are where it
+    /// blocked), with `PERF_RECORD_SWITCH` records of its switches out and
+    /// in. Needs kernel samples (root or `perf_event_paranoid` <= 1).
+    Switches,
+}
+
 /// An open cpu-clock sampling event with its ring buffer.
 pub(crate) struct Event {
     fd: i32,
@@ -87,8 +103,15 @@ impl Event {
     /// inherited by the threads and processes it creates, and maps `pages`
     /// data pages (a power of two). One per CPU: the kernel refuses to map
     /// an inherited event of every CPU.
-    pub(crate) fn open(pid: i32, cpu: i32, spec: &EventSpec, pages: usize) -> io::Result<Event> {
-        let attr = Attr {
+    pub(crate) fn open(
+        pid: i32,
+        cpu: i32,
+        spec: &EventSpec,
+        kind: EventKind,
+        pages: usize,
+    ) -> io::Result<Event> {
+        let switches = kind == EventKind::Switches;
+        let mut attr = Attr {
             type_: PERF_TYPE_SOFTWARE,
             size: std::mem::size_of::<Attr>() as u32,
             config: PERF_COUNT_SW_CPU_CLOCK,
@@ -134,6 +157,14 @@ impl Event {
             sample_stack_user: spec.stack_bytes,
             ..Default::default()
         };
+        if switches {
+            attr.config = PERF_COUNT_SW_CONTEXT_SWITCHES;
+            attr.sample_period_or_freq = 1;
+            // Taken in the kernel (the scheduler); the task's records come
+            // with the cpu-clock event.
+            attr.flags &= !(EXCLUDE_KERNEL | MMAP | COMM | TASK | MMAP2 | COMM_EXEC);
+            attr.flags |= CONTEXT_SWITCH;
+        }
         // SAFETY: perf_event_open with a valid, fully initialized attr.
         let fd = unsafe {
             libc::syscall(
