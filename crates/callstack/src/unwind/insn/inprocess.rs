@@ -222,7 +222,7 @@ unsafe extern "C" fn walk_entry(
     let (pc, sp, fp) = (r[0], r[1], r[2]);
     // The stack reader of every in-process capture: reads stay inside this
     // thread's stacks.
-    let Some(mut mem) = crate::unwind::local::StackMemory::for_sp(sp) else {
+    let Some(mut mem) = crate::stack::StackMemory::for_sp(sp) else {
         return 0;
     };
     let stack_end = mem.hi();

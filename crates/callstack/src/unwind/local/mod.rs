@@ -57,7 +57,6 @@
 //!   capturing, or captures stop at the first unknown module.
 //!
 //! # Where things are
-//! - `memory.rs`: `StackMemory`, the reads of this thread's stacks.
 //! - `loader.rs`: what the dynamic loader says, lock-free: `_dl_find_object`
 //!   (`dl_find`), the main executable's image, executable segments, CFI
 //!   sections. (The loader's add/remove counters, which `prepare` compares,
@@ -80,8 +79,9 @@
 mod cache;
 mod code;
 mod entries;
+mod flags;
+mod hot;
 mod loader;
-mod memory;
 mod snapshot;
 mod source;
 #[cfg(all(test, target_arch = "x86_64"))]
@@ -90,19 +90,17 @@ mod tests;
 mod walk;
 
 use crate::unwind::NativeArch;
-pub(crate) use cache::FLAGS;
 #[cfg(callstack_native)]
 pub use entries::exact_entry;
 #[cfg(callstack_exit_hooks)]
 pub(crate) use entries::{frame_entry, FrameRequest};
 #[cfg(callstack_native)]
 pub(crate) use entries::{info_entry, InfoRequest};
+pub(crate) use flags::FLAGS;
 pub use loader::has_dl_find_object;
 #[cfg(test)]
 pub(crate) use loader::sections_from_hdr;
 pub(crate) use loader::{dl_find, exec_segment_in};
-#[cfg(callstack_native)]
-pub(crate) use memory::StackMemory;
 pub(crate) use snapshot::snapshot_code_range;
 pub use snapshot::{prepare, prepare_in_background, PrepareStats};
 pub(crate) use walk::{walk_frames, walk_pcs};
