@@ -3,24 +3,33 @@
 //! `cfg(callstack_native)` when `src/arch/` has a module for the target
 //! architecture (`crate::arch::native`), and `cfg(callstack_exit_hooks)`
 //! when that module also has an exit-hook trampoline
-//! (`crate::arch::native::exit_hook`). Adding an architecture adds its name
-//! here and its folder under `src/arch/`.
+//! (`crate::arch::native::exit_hook`), and `cfg(callstack_insn)` when it
+//! has in-process machine-code analysis (`crate::arch::native::regs_entry`,
+//! which `unwind::insn::InProcess` walks from, and a decoder warmed up at
+//! load). Adding an architecture adds its name here and its folder under
+//! `src/arch/`.
 
 /// The architectures with an in-process module (`src/arch/<name>/`).
 const NATIVE: &[&str] = &["x86_64", "aarch64", "riscv64"];
 /// Those of them whose folder has `exit_hook.rs` (the trampoline, its
 /// `window`, `trampoline`, `start_context_pc`, `is_plain`, `SLOT_FROM_RULE`).
 const EXIT_HOOKS: &[&str] = &["x86_64", "aarch64"];
+/// Those of them with in-process machine-code analysis (`regs_entry`).
+const INSN: &[&str] = &["x86_64"];
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rustc-check-cfg=cfg(callstack_native)");
     println!("cargo::rustc-check-cfg=cfg(callstack_exit_hooks)");
+    println!("cargo::rustc-check-cfg=cfg(callstack_insn)");
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     if NATIVE.contains(&arch.as_str()) {
         println!("cargo::rustc-cfg=callstack_native");
         if EXIT_HOOKS.contains(&arch.as_str()) {
             println!("cargo::rustc-cfg=callstack_exit_hooks");
+        }
+        if INSN.contains(&arch.as_str()) {
+            println!("cargo::rustc-cfg=callstack_insn");
         }
     }
 }

@@ -9,8 +9,8 @@
 
 use crate::arch::{Arch, FrameRecordLayout};
 use crate::stack;
+use crate::stack::StackMemory;
 use crate::types::UnwindRegs;
-use crate::unwind::local::StackMemory;
 use crate::unwind::{FastEnd, Found, NativeArch, RuleSource, Unwinder};
 
 #[cfg(callstack_native)]

@@ -57,6 +57,32 @@ pub type NativeArch = self::riscv64::Riscv64;
 #[cfg(not(any(target_arch = "aarch64", target_arch = "riscv64")))]
 pub type NativeArch = self::x86_64::X86_64;
 
+/// The layout of the in-process rule cache (`unwind/local/cache.rs`), which
+/// every architecture's hot loop (`native::exact::run_hot`) reads through a
+/// pointer: [`CACHE_WORDS`](rule_cache::CACHE_WORDS) words
+/// `key | packed rule << 48` in 2-way sets, then
+/// [`WIDE_SLOTS`](rule_cache::WIDE_SLOTS) wide words, then the
+/// architecture's `exact::PRED_SLOTS` `u16` predictions (none but on
+/// x86-64).
+#[cfg_attr(not(callstack_native), allow(dead_code))]
+pub(crate) mod rule_cache {
+    /// log2 of [`CACHE_WORDS`].
+    pub(crate) const CACHE_BITS: u32 = 13;
+    /// Words of the main array.
+    pub(crate) const CACHE_WORDS: usize = 1 << CACHE_BITS;
+    /// Slots of the wide-rule table after the main array; slot 0 is unused.
+    pub(crate) const WIDE_SLOTS: usize = 512;
+    /// The key bits of a cache word (the rule is in bits 48-63).
+    pub(crate) const KEY_MASK: u64 = (1 << 48) - 1;
+
+    /// The first (even) index of the 2-way set of `key` (a lookup address
+    /// plus one: a return address is its own key).
+    #[inline(always)]
+    pub(crate) fn set(key: u64) -> usize {
+        ((key ^ (key >> CACHE_BITS)) as usize) & (CACHE_WORDS - 2)
+    }
+}
+
 /// Slots in the exit hooks' hash table (`unwind::hook_table`); a power of
 /// two (the hash is masked with `SLOTS - 1`). Every architecture's
 /// trampoline probes the same table with the same hash, in assembly and in

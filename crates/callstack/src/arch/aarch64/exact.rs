@@ -70,12 +70,42 @@ pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {
     }
 }
 
-pub(crate) use super::rule::{
-    decode_fast, decode_wide, from_wide_word, wide_word, FastForm, PACKED_END,
-};
+pub(crate) use super::hot::run_exit;
+pub(crate) use super::rule::{from_wide_word, wide_word};
 
 /// The bits of a return address read from the stack that are its address:
 /// the rest are a pointer-authentication code (`-mbranch-protection`'s
 /// `paciasp` signs `x30` before it is saved) or a tag, stripped as the
 /// generic step strips them (`Aarch64::apply`).
 pub(crate) const RA_MASK: u64 = 0x0000_ffff_ffff_ffff;
+
+/// No caller predictions on AArch64 (the portable loop compares the rule
+/// in place instead; see `hot.rs`).
+pub(crate) const PRED_SLOTS: usize = 0;
+
+/// The hot loop of in-process exact capture (see `hot.rs`), return
+/// addresses stripped with [`RA_MASK`].
+///
+/// # Safety
+/// As [`super::hot::run_hot_with`].
+#[inline(always)]
+pub(crate) unsafe fn run_hot(
+    regs: &mut [u64; 3],
+    o: &mut *mut usize,
+    end: *mut usize,
+    hi: u64,
+    cache: *const u64,
+) -> u64 {
+    // SAFETY: the caller's promise.
+    unsafe { super::hot::run_hot_with(RA_MASK, regs, o, end, hi, cache) }
+}
+
+/// The in-process rule source does not recognise the signal trampoline by
+/// its code here: the vDSO's CFI (`__kernel_rt_sigreturn`, an `S` FDE)
+/// says it is one.
+pub(crate) const LOCAL_SIGRETURN_BYTES: usize = 0;
+
+/// Never called (see [`LOCAL_SIGRETURN_BYTES`]).
+pub(crate) fn is_sigreturn_trampoline(_code: &[u8]) -> bool {
+    false
+}

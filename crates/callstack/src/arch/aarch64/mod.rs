@@ -18,13 +18,15 @@ pub mod signal;
 
 use super::FrameRecordLayout;
 
+// The portable hot loop, shared with RISC-V.
+#[cfg(any(target_arch = "aarch64", target_arch = "riscv64"))]
+pub(crate) mod hot;
 mod rule;
 // The packed forms, shared with RISC-V (whose rules have the same shape:
-// `arch/riscv64/rule.rs`), and with the portable hot loop of the targets
-// without an in-process module.
+// `arch/riscv64/rule.rs`).
 #[cfg(test)]
 pub(crate) use rule::fast_form;
-#[cfg_attr(not(target_arch = "riscv64"), allow(unused_imports))]
+#[allow(unused_imports)]
 pub(crate) use rule::{decode_fast, decode_wide, from_wide_word, wide_word, FastForm, PACKED_END};
 pub use rule::{Aarch64, UnwindRuleAarch64};
 

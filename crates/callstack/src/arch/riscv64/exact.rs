@@ -74,8 +74,35 @@ pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {
 }
 
 pub(crate) use super::rule::{from_wide_word, wide_word};
-pub(crate) use crate::arch::aarch64::{decode_fast, decode_wide, FastForm, PACKED_END};
+pub(crate) use crate::arch::aarch64::hot::run_exit;
 
 /// Return addresses read from the stack are whole addresses (no pointer
 /// authentication on RISC-V).
 pub(crate) const RA_MASK: u64 = !0;
+
+/// No caller predictions (the portable loop of `arch/aarch64/hot.rs`).
+pub(crate) const PRED_SLOTS: usize = 0;
+
+/// The hot loop of in-process exact capture: AArch64's portable loop, whose
+/// packed forms RISC-V's rules take (see `rule.rs`).
+///
+/// # Safety
+/// As [`crate::arch::aarch64::hot::run_hot_with`].
+#[inline(always)]
+pub(crate) unsafe fn run_hot(
+    regs: &mut [u64; 3],
+    o: &mut *mut usize,
+    end: *mut usize,
+    hi: u64,
+    cache: *const u64,
+) -> u64 {
+    // SAFETY: the caller's promise.
+    unsafe { crate::arch::aarch64::hot::run_hot_with(RA_MASK, regs, o, end, hi, cache) }
+}
+
+/// The in-process rule source does not recognise the signal trampoline by
+/// its code here (the vDSO's CFI says it is one); the machine-code walk
+/// does, with [`is_sigreturn_trampoline`].
+pub(crate) const LOCAL_SIGRETURN_BYTES: usize = 0;
+
+pub(crate) use super::signal::is_sigreturn_trampoline;

@@ -65,8 +65,12 @@ pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {
 
 /// The signal return trampoline's test, now in [`super::signal`] (kept here
 /// for the remote unwinder, which still names it through `exact`).
-#[cfg(feature = "remote")]
 pub use super::signal::is_sigreturn_trampoline;
+
+/// Bytes of code the in-process rule source reads at a pc to recognise
+/// the signal trampoline (`is_sigreturn_trampoline`), at most 16.
+pub(crate) const LOCAL_SIGRETURN_BYTES: usize = 9;
+const _: () = assert!(LOCAL_SIGRETURN_BYTES <= 16);
 
 /// Defines a naked entry that adds the caller's `rip`/`rsp`/`rbp` (as the
 /// 2nd to 4th arguments) to a request pointer and tail-jumps to `$imp`,
@@ -98,11 +102,9 @@ macro_rules! request_entry {
 
 pub(crate) use request_entry;
 
-/// Words of the in-process rule cache's main array (2-way sets of
-/// `key | packed rule << 48`); the wide rules follow it (see [`run_hot`]).
-pub(crate) const CACHE_WORDS: usize = 8192;
-/// Slots of the wide-rule table after the main array; slot 0 is unused.
-pub(crate) const WIDE_SLOTS: usize = 512;
+use crate::arch::rule_cache::{CACHE_WORDS, WIDE_SLOTS};
+// The assembly's set index (`and 0x1ffe`) assumes 8192 words.
+const _: () = assert!(CACHE_WORDS == 8192);
 
 /// The packed `End` rule (`X86_64::pack(UnwindRuleX86_64::End)`): the
 /// outermost frame, which the hot loop ends on without the generic

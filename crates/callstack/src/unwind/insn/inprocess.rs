@@ -13,7 +13,7 @@
 //! a lookup and its stack loads; [`InProcess::new`] clears the caches
 //! (code may have changed since the last snapshot).
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(callstack_insn)]
 use super::UnwindRegs;
 use super::{lookup_function, CodeMemory, Method};
 
@@ -86,13 +86,13 @@ impl InProcess {
     /// caller of this function. Returns how many entries were written.
     #[inline(never)]
     pub fn capture_with_methods(&self, out: &mut [(u64, Method)]) -> usize {
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(callstack_insn)]
         {
             let mut frames = [(0u64, Method::Context); 256];
             // SAFETY: `walk_entry` receives `self`, a buffer of 256 frames and
             // its length, as `regs_entry` passes them through.
             let n = unsafe {
-                crate::arch::x86_64::regs_entry(
+                crate::arch::native::regs_entry(
                     (self as *const InProcess).cast(),
                     frames.as_mut_ptr().cast(),
                     frames.len(),
@@ -114,7 +114,7 @@ impl InProcess {
             }
             w
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(not(callstack_insn))]
         {
             let _ = out;
             0
@@ -202,7 +202,7 @@ pub fn function_entry_in(
 
 /// Called by `regs_entry` with the snapshot, the frame buffer and the
 /// registers of `capture_with_methods` after the entry returns.
-#[cfg(target_arch = "x86_64")]
+#[cfg(callstack_insn)]
 unsafe extern "C" fn walk_entry(
     snap: *const u8,
     out: *mut u8,
@@ -222,7 +222,7 @@ unsafe extern "C" fn walk_entry(
     let (pc, sp, fp) = (r[0], r[1], r[2]);
     // The stack reader of every in-process capture: reads stay inside this
     // thread's stacks.
-    let Some(mut mem) = crate::unwind::local::StackMemory::for_sp(sp) else {
+    let Some(mut mem) = crate::stack::StackMemory::for_sp(sp) else {
         return 0;
     };
     let stack_end = mem.hi();

@@ -70,12 +70,12 @@ static WARM: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::ne
 /// callstack) is loaded, so that the first `capture_exact` and the first
 /// capture in a signal handler can read machine code without `prepare()`.
 /// It costs one build of iced-x86's tables (tens of microseconds, once).
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[cfg(all(target_os = "linux", callstack_insn))]
 #[used]
 #[unsafe(link_section = ".init_array")]
 static WARM_UP_AT_LOAD: extern "C" fn() = warm_up_at_load;
 
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[cfg(all(target_os = "linux", callstack_insn))]
 extern "C" fn warm_up_at_load() {
     // A crash handler's helper (this program re-executed to write a
     // minidump and symbolize a crash report: `CALLSTACK_CRASH_SYMBOLIZE=1`)
@@ -95,7 +95,7 @@ extern "C" fn warm_up_at_load() {
 /// a program only for the symbols it uses, and a constructor alone uses none.
 #[inline(always)]
 pub(crate) fn keep_warm_up_linked() {
-    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[cfg(all(target_os = "linux", callstack_insn))]
     core::hint::black_box(&WARM_UP_AT_LOAD);
 }
 

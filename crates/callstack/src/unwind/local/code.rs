@@ -1,12 +1,9 @@
 //! This process's code as the instruction-analysis fallback reads it: the
 //! executable segments of loaded objects only.
 
-use core::sync::atomic::Ordering;
-
-use super::cache::FLAGS;
 use super::loader::{dl_exec_segment, dl_find};
-use super::memory::StackMemory;
-use super::snapshot::{unloaded, Snapshot};
+use super::snapshot::{published, unloaded, Snapshot};
+use crate::stack::StackMemory;
 
 /// This process's code for the instruction-analysis fallback: only the
 /// executable segments of loaded objects (so nothing unmapped or unreadable
@@ -21,11 +18,7 @@ pub(crate) struct LocalCode {
 
 impl LocalCode {
     pub(crate) fn new() -> Self {
-        let p = FLAGS.snapshot.load(Ordering::Acquire);
-        // SAFETY: published snapshots are never freed.
-        LocalCode {
-            snap: unsafe { p.as_ref() },
-        }
+        LocalCode { snap: published() }
     }
 }
 

@@ -4,7 +4,8 @@
 //! `capture_exact_with_info` and of the exit hooks' frame lookup.
 
 use super::cache::cache_go_live;
-use super::walk::{hot_loop, hot_skip, walk_frames, walk_pcs, walk_pcs_after, warm_stack_end, Hot};
+use super::hot::{hot_loop, hot_skip, Hot};
+use super::walk::{walk_frames, walk_pcs, walk_pcs_after, warm_stack_end};
 use crate::unwind::{FastEnd, Frame, StopReason, UnwindRegs};
 
 #[cfg(callstack_native)]
@@ -321,7 +322,7 @@ fn frame_and_slot_warm(
     if cfa <= hot.sp || cfa >= hi || slot < hot.sp || slot >= cfa || slot % 8 != 0 {
         return false;
     }
-    let Some(mut mem) = super::memory::StackMemory::for_sp(hot.sp) else {
+    let Some(mut mem) = crate::stack::StackMemory::for_sp(hot.sp) else {
         return false;
     };
     let Ok(Applied::Caller {

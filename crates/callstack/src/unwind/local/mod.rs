@@ -57,22 +57,30 @@
 //!   capturing, or captures stop at the first unknown module.
 //!
 //! # Where things are
-//! - `memory.rs`: `StackMemory`, the reads of this thread's stacks.
+//! Imports go one way (`entries` → `walk` → `source`/`code` → `snapshot` →
+//! `hot` → `cache` → `flags`; `loader` beside them); nothing here switches on
+//! the architecture, which `arch::native` supplies (the hot loop
+//! `exact::run_hot`, the cache's wide rules, the signal trampoline test).
+//! The stack's bounds and the checked reads of a walk (`StackMemory`) are
+//! `crate::stack`'s.
+//! - `flags.rs`: the `FLAGS` page (with its `.init_array` toucher) and the
+//!   `SEEN` table's slots: a leaf.
 //! - `loader.rs`: what the dynamic loader says, lock-free: `_dl_find_object`
 //!   (`dl_find`), the main executable's image, executable segments, CFI
 //!   sections. (The loader's add/remove counters, which `prepare` compares,
 //!   are `modules::loader_counters`.)
+//! - `cache.rs`: the rule cache (laid out as `arch::rule_cache` says) and the
+//!   functions that fill, flush or clear it.
+//! - `hot.rs`: the hot loop (`hot_loop`, `hot_run`, `hot_skip`): the
+//!   architecture's `run_hot` over the rule cache.
 //! - `snapshot.rs`: the module snapshot (`LocalModule`, `Snapshot`, its
-//!   still-loaded check), [`prepare`], [`prepare_in_background`].
-//! - `cache.rs`: the rule cache and the `FLAGS` page (with its
-//!   `.init_array` toucher), and the functions that fill, flush or clear
-//!   them.
+//!   still-loaded check, `published`), [`prepare`], [`prepare_in_background`].
 //! - `source.rs`: `LocalSource`, the walk's rule source, and the modules
 //!   whose rules the cache holds without a snapshot (`seen_module`).
 //! - `code.rs`: `LocalCode`, this process's code for the instruction-analysis
 //!   fallback.
-//! - `walk.rs`: the hot loop and the walk drivers (`walk_pcs`,
-//!   `walk_pcs_after`, `walk_frames`), which run the one `Unwinder` loop.
+//! - `walk.rs`: the walk drivers (`walk_pcs`, `walk_pcs_after`,
+//!   `walk_frames`), which run the one `Unwinder` loop.
 //! - `entries.rs`: the naked entries and the functions they jump to
 //!   (`exact_from_entry`, `info_from_entry`, `frame_from_entry`).
 //! - `tests.rs`: the rule cache and the hot loop on fake stacks.
@@ -80,8 +88,9 @@
 mod cache;
 mod code;
 mod entries;
+mod flags;
+mod hot;
 mod loader;
-mod memory;
 mod snapshot;
 mod source;
 #[cfg(all(test, target_arch = "x86_64"))]
@@ -90,19 +99,17 @@ mod tests;
 mod walk;
 
 use crate::unwind::NativeArch;
-pub(crate) use cache::FLAGS;
 #[cfg(callstack_native)]
 pub use entries::exact_entry;
 #[cfg(callstack_exit_hooks)]
 pub(crate) use entries::{frame_entry, FrameRequest};
 #[cfg(callstack_native)]
 pub(crate) use entries::{info_entry, InfoRequest};
+pub(crate) use flags::FLAGS;
 pub use loader::has_dl_find_object;
 #[cfg(test)]
 pub(crate) use loader::sections_from_hdr;
 pub(crate) use loader::{dl_find, exec_segment_in};
-#[cfg(callstack_native)]
-pub(crate) use memory::StackMemory;
 pub(crate) use snapshot::snapshot_code_range;
 pub use snapshot::{prepare, prepare_in_background, PrepareStats};
 pub(crate) use walk::{walk_frames, walk_pcs};

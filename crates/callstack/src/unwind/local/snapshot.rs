@@ -5,7 +5,8 @@
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::cache::{clear_cache, FLAGS};
+use super::cache::clear_cache;
+use super::flags::FLAGS;
 use super::loader::{dl_find, has_dl_find_object, sections_from_hdr, DlModule};
 use super::A;
 use crate::unwind::UnwindTable;
@@ -144,7 +145,9 @@ impl Snapshot {
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
+    /// Whether `addr` is at least 16 bytes below the end of one of the
+    /// snapshot's executable segments.
+    #[cfg(callstack_native)]
     #[inline]
     pub(super) fn in_code(&self, addr: u64) -> bool {
         let i = self.segments.partition_point(|s| s.0 <= addr);
@@ -155,12 +158,20 @@ impl Snapshot {
     }
 }
 
+/// The published module snapshot, if [`prepare`] ran. Lock-free.
+#[inline(always)]
+pub(super) fn published() -> Option<&'static Snapshot> {
+    let p = FLAGS.snapshot.load(Ordering::Acquire).cast::<Snapshot>();
+    // SAFETY: the only pointer ever stored there is a leaked
+    // `Box<Snapshot>` (in `prepare`), never freed.
+    unsafe { p.as_ref() }
+}
+
 /// The executable segment of the published module snapshot (see
 /// [`prepare`]) that holds `addr`: lock-free, no system call. `None` before
 /// any snapshot, or outside its segments.
 pub(crate) fn snapshot_code_range(addr: u64) -> Option<(u64, u64)> {
-    // SAFETY: published snapshots are never freed.
-    let s = unsafe { FLAGS.snapshot.load(Ordering::Acquire).as_ref() }?;
+    let s = published()?;
     let i = s.segments.partition_point(|seg| seg.0 <= addr);
     let seg = s.segments.get(i.checked_sub(1)?)?;
     (addr < seg.1).then_some((seg.0, seg.1))
@@ -262,9 +273,7 @@ pub fn prepare() -> PrepareStats {
     // (0, 0) when the loader keeps no counters: then only a `stale` flag or
     // the first call builds a snapshot.
     let (adds, subs) = crate::modules::loader_counters().unwrap_or((0, 0));
-    let old = FLAGS.snapshot.load(Ordering::Acquire);
-    // SAFETY: snapshots are never freed once published.
-    let old = unsafe { old.as_ref() };
+    let old = published();
     let stale = FLAGS.stale.swap(false, Ordering::AcqRel);
     if let Some(o) = old {
         if o.adds == adds && o.subs == subs && !stale {
@@ -330,7 +339,9 @@ pub fn prepare() -> PrepareStats {
         unloaded_seen: AtomicBool::new(false),
     });
     // The old snapshot is leaked on purpose: a capture may still read it.
-    FLAGS.snapshot.store(Box::into_raw(snap), Ordering::Release);
+    FLAGS
+        .snapshot
+        .store(Box::into_raw(snap).cast(), Ordering::Release);
     if removed {
         clear_cache();
     }

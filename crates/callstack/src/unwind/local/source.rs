@@ -4,12 +4,13 @@
 //! that way.
 
 use core::cell::Cell;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 
-use super::cache::{cache_get, cache_put, cache_rule, clear_cache, unpack_cached, FLAGS};
+use super::cache::{cache_get, cache_put, cache_rule, clear_cache, unpack_cached};
+use super::flags::FLAGS;
+use super::hot::{hot_run, Hot};
 use super::loader::{dl_find, sections_from_hdr, DlModule};
-use super::snapshot::{unloaded, LocalModule, Snapshot};
-use super::walk::{hot_run, Hot};
+use super::snapshot::{published, unloaded, LocalModule, Snapshot};
 use super::A;
 use crate::arch::{Applied, Arch};
 use crate::unwind::cfi::{self, FdeAt};
@@ -41,10 +42,8 @@ pub(crate) struct LocalSource {
 impl LocalSource {
     #[inline(always)]
     pub(crate) fn new(stack: (u64, u64)) -> Self {
-        let p = FLAGS.snapshot.load(Ordering::Acquire);
         LocalSource {
-            // SAFETY: published snapshots are never freed.
-            snap: unsafe { p.as_ref() },
+            snap: published(),
             last: Cell::new(None),
             read_cache: FLAGS.cache_used.load(Ordering::Relaxed),
             seen: Cell::new(None),
@@ -189,10 +188,17 @@ impl RuleSource<A> for LocalSource {
         }
     }
 
+    /// By the code at `pc`, where the architecture recognises its signal
+    /// trampoline that way in process (`exact::LOCAL_SIGRETURN_BYTES`, 0
+    /// where its CFI is relied on instead).
     #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
     fn is_signal_trampoline(&self, pc: u64) -> bool {
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(callstack_native)]
         {
+            use crate::arch::native::exact::{is_sigreturn_trampoline, LOCAL_SIGRETURN_BYTES};
+            if LOCAL_SIGRETURN_BYTES == 0 {
+                return false;
+            }
             let known = match self.snap {
                 Some(s) => s.in_code(pc) && self.module(pc).is_some(),
                 None => false,
@@ -200,13 +206,15 @@ impl RuleSource<A> for LocalSource {
             if !known {
                 return false;
             }
-            // SAFETY: `pc` is at least 16 bytes below the end of an
-            // executable segment of a module still loaded (checked with
+            // SAFETY: `pc` is at least 16 bytes (no fewer than
+            // `LOCAL_SIGRETURN_BYTES`) below the end of an executable
+            // segment of a module still loaded (checked with
             // `_dl_find_object` when glibc has it): mapped and readable.
-            let code = unsafe { core::slice::from_raw_parts(pc as *const u8, 9) };
-            crate::arch::x86_64::signal::is_sigreturn_trampoline(code)
+            let code =
+                unsafe { core::slice::from_raw_parts(pc as *const u8, LOCAL_SIGRETURN_BYTES) };
+            is_sigreturn_trampoline(code)
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(not(callstack_native))]
         {
             let _ = pc;
             false
@@ -244,22 +252,6 @@ impl LocalSource {
         Found::Unknown
     }
 }
-
-/// A module (not in the snapshot) whose rules the cache may hold, as
-/// `_dl_find_object` found it; `start == 0` is a free slot, `end == 0` or
-/// `hdr == 0` a slot being written.
-pub(super) struct SeenModule {
-    start: AtomicU64,
-    end: AtomicU64,
-    hdr: AtomicU64,
-}
-
-#[allow(clippy::declare_interior_mutable_const)]
-pub(super) const SEEN_EMPTY: SeenModule = SeenModule {
-    start: AtomicU64::new(0),
-    end: AtomicU64::new(0),
-    hdr: AtomicU64::new(0),
-};
 
 /// Notes that the rules of `d` (found by `_dl_find_object` now) go into the
 /// rule cache; false when they must not (the table of modules is full).

@@ -2,10 +2,9 @@
 
 use core::sync::atomic::Ordering;
 
-use super::cache::{
-    cache_get, cache_put, cache_rule, cache_set, flush_pending, Flags, CACHE, FLAGS, KEY_MASK,
-};
-use super::walk::{hot_loop, Hot};
+use super::cache::{cache_get, cache_put, cache_rule, cache_set, flush_pending, CACHE, KEY_MASK};
+use super::flags::{Flags, FLAGS};
+use super::hot::{hot_loop, Hot};
 use super::A;
 use crate::arch::x86_64::UnwindRuleX86_64 as R;
 use crate::arch::Arch;
