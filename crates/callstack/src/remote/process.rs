@@ -229,11 +229,9 @@ impl LiveProcess {
             .ok()
             .and_then(|d| files::load_segments(&d))
             .and_then(|(m, _)| Machine::from_e_machine(m))
-            .unwrap_or(if cfg!(target_arch = "aarch64") {
-                Machine::Aarch64
-            } else {
-                Machine::X86_64
-            });
+            // An unreadable executable: the process is taken to be of this
+            // host's architecture.
+            .unwrap_or(crate::arch::NATIVE_MACHINE.unwrap_or(Machine::X86_64));
 
         // Attach (no stop yet), re-listing until no new thread appears.
         let mut seized: Vec<u32> = Vec::new();

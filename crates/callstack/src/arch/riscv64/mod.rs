@@ -81,3 +81,6 @@ macro_rules! define_fast_entry {
 }
 #[cfg(target_arch = "riscv64")]
 pub(crate) use define_fast_entry;
+
+#[cfg(all(target_arch = "riscv64", target_os = "linux"))]
+pub mod context;
