@@ -373,6 +373,13 @@ impl Suite {
             "signal: SIGSEGV: address not mapped, fault address 0x20",
             own,
         );
+        if crate::cross_target().is_some() {
+            // Under qemu-user the helper is the host's `callstack`, which
+            // reads the host's /lib/libc.so.6 (another build, refused by
+            // build-id), not the guest's: glibc's frames stay unnamed
+            // there. The chain above and the fault in libc are checked.
+            return;
+        }
         let frames = c.frames();
         assert_eq!(frames[0].function, "_int_malloc", "{}", c.stderr);
         assert!(frames[1].function.contains("malloc"), "{}", c.stderr);
