@@ -60,7 +60,10 @@ mod tests {
         uc.uc_mcontext.__gregs[8] = 0x7f00;
         uc.uc_mcontext.__gregs[31] = 0x31;
         let w = user_regs(&uc);
-        assert_eq!((w[0], w[1], w[2], w[8], w[31]), (0x1234, 0x5678, 0x7ff0, 0x7f00, 0x31));
+        assert_eq!(
+            (w[0], w[1], w[2], w[8], w[31]),
+            (0x1234, 0x5678, 0x7ff0, 0x7f00, 0x31)
+        );
         let r = regs_from_ucontext(&uc);
         assert_eq!((r.pc, r.sp, r.fp, r.lr), (0x1234, 0x7ff0, 0x7f00, 0x5678));
     }
