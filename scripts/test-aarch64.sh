@@ -37,6 +37,9 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L $sysroot"
 export CALLSTACK_TEST_CC=aarch64-linux-gnu-gcc
 export CALLSTACK_TEST_QEMU=1
+# Executables a test builds for its own architecture (crash_rust's
+# fixture) are built with --target and run through the runner above.
+export CALLSTACK_TEST_TARGET=$target
 # dlopen of the cross-built fixtures finds the guest's libc through -L.
 cargo test --target "$target" -p callstack --lib \
     --test capture_fast --test exact_rust --test exact_rust_nofp \

@@ -54,7 +54,15 @@ mod libgcc;
 #[allow(dead_code)] // the bare loop is capture.rs's row only
 mod ours;
 
-#[path = "peers/framehop.rs"]
+// framehop unwinds x86-64 and AArch64 only; elsewhere its row is left out.
+#[cfg_attr(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    path = "peers/framehop.rs"
+)]
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    path = "peers/framehop_none.rs"
+)]
 mod fh;
 #[path = "peers/libunwind.rs"]
 mod libunwind;
@@ -73,7 +81,7 @@ const ROWS: &[Row] = &[
     Row {
         name: "framehop",
         capture: fh::capture,
-        available: yes,
+        available: fh::available,
     },
     Row {
         name: "libunwind_unw_backtrace",

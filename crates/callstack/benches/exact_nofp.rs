@@ -34,7 +34,15 @@ use criterion::Criterion;
 mod scenarios;
 use scenarios::Scenario;
 
-#[path = "peers/framehop.rs"]
+// framehop unwinds x86-64 and AArch64 only; elsewhere its row is left out.
+#[cfg_attr(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    path = "peers/framehop.rs"
+)]
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    path = "peers/framehop_none.rs"
+)]
 mod fh;
 #[path = "peers/libgcc.rs"]
 mod libgcc;
@@ -196,11 +204,13 @@ fn rows() -> Vec<Row> {
             name: "capture_fast",
             capture: ours::capture_fast,
         },
-        Row {
+    ];
+    if fh::available() {
+        v.push(Row {
             name: "framehop",
             capture: fh::capture,
-        },
-    ];
+        });
+    }
     if libunwind::available() {
         v.push(Row {
             name: "libunwind_unw_backtrace",

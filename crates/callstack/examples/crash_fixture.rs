@@ -105,14 +105,41 @@ fn rust_abort() {
 
 #[inline(never)]
 fn rust_illegal() {
-    // SAFETY: raises SIGILL on purpose.
-    unsafe { core::arch::asm!("ud2") };
+    // SAFETY: raises SIGILL on purpose (an instruction every decoder
+    // refuses).
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        core::arch::asm!("ud2")
+    };
+    // SAFETY: as above.
+    #[cfg(target_arch = "aarch64")]
+    unsafe {
+        core::arch::asm!("udf #0")
+    };
+    // SAFETY: as above.
+    #[cfg(target_arch = "riscv64")]
+    unsafe {
+        core::arch::asm!("unimp")
+    };
 }
 
 #[inline(never)]
 fn rust_trap() {
-    // SAFETY: raises SIGTRAP on purpose.
-    unsafe { core::arch::asm!("int3") };
+    // SAFETY: raises SIGTRAP on purpose (the breakpoint instruction).
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        core::arch::asm!("int3")
+    };
+    // SAFETY: as above.
+    #[cfg(target_arch = "aarch64")]
+    unsafe {
+        core::arch::asm!("brk #0")
+    };
+    // SAFETY: as above.
+    #[cfg(target_arch = "riscv64")]
+    unsafe {
+        core::arch::asm!("ebreak")
+    };
     black_box(());
 }
 

@@ -8,7 +8,7 @@
 //! address. Profilers use it to time a function without instrumenting it.
 //!
 //! ```
-//! # #[cfg(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_os = "linux"))] {
+//! # #[cfg(callstack_exit_hooks)] {
 //! use std::sync::atomic::{AtomicU32, Ordering};
 //! static RETURNED: AtomicU32 = AtomicU32::new(0);
 //!
@@ -231,7 +231,7 @@ impl Installed {
     /// (on another thread, returns false).
     ///
     /// ```
-    /// # #[cfg(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_os = "linux"))] {
+    /// # #[cfg(callstack_exit_hooks)] {
     /// use std::sync::atomic::{AtomicBool, Ordering};
     /// static RAN: AtomicBool = AtomicBool::new(false);
     /// #[inline(never)]
@@ -663,7 +663,7 @@ fn drop_stale(p: &mut Pending, stack: u64, sp: u64) {
 /// before, and is not async-signal-safe.
 ///
 /// ```
-/// # #[cfg(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_os = "linux"))] {
+/// # #[cfg(callstack_exit_hooks)] {
 /// use std::cell::Cell;
 /// thread_local!(static ORDER: Cell<u32> = const { Cell::new(0) });
 ///

@@ -263,7 +263,7 @@ pub fn capture_exact_with_info(skip: usize, out: &mut [Frame]) -> (usize, StopRe
 /// or corrupt one) gives the pc alone.
 #[cfg(all(target_os = "linux", callstack_native))]
 pub fn capture_from_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize {
-    let regs = arch::native::exact::regs_from_ucontext(ctx);
+    let regs = arch::native::context::regs_from_ucontext(ctx);
     unwind::local::walk_pcs(regs, true, 0, out).0
 }
 
@@ -273,7 +273,7 @@ pub fn capture_from_context_with_info(
     ctx: &libc::ucontext_t,
     out: &mut [Frame],
 ) -> (usize, StopReason) {
-    let regs = arch::native::exact::regs_from_ucontext(ctx);
+    let regs = arch::native::context::regs_from_ucontext(ctx);
     unwind::local::walk_frames(regs, true, 0, out)
 }
 

@@ -7,31 +7,55 @@ use std::process::Command;
 use std::sync::OnceLock;
 use testsupport::crash::*;
 
+/// The fixture, built for the architecture this test runs on: under a
+/// qemu-user stage for its target (`--target`), run through the stage's
+/// runner by `Suite::run`.
 fn fixture() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
         let root = testsupport::workspace_root();
-        let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(&root)
-            .args([
-                "build",
-                "--release",
-                "-q",
-                "-p",
-                "callstack",
-                "--example",
-                "crash_fixture",
-            ])
-            .status()
-            .expect("cargo build the crash fixture");
+        let cross = testsupport::cross_target();
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.current_dir(&root).args([
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "callstack",
+            "--example",
+            "crash_fixture",
+        ]);
+        if let Some(t) = &cross {
+            cmd.args(["--target", t]);
+        }
+        let st = cmd.status().expect("cargo build the crash fixture");
         assert!(st.success());
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
-        target.join("release/examples/crash_fixture")
+        let mut dir = testsupport::target_dir();
+        if let Some(t) = &cross {
+            dir.push(t);
+        }
+        dir.join("release/examples/crash_fixture")
     })
     .clone()
 }
+
+/// The signal line of the `ill` scenario: x86-64's `ud2` is an illegal
+/// operand; AArch64's `udf` and RISC-V's `unimp` are an illegal opcode to
+/// the kernel (qemu-aarch64 says operand).
+const ILL_LINE: &str = if cfg!(target_arch = "x86_64") {
+    "signal: SIGILL: illegal operand"
+} else {
+    "signal: SIGILL: illegal op"
+};
+
+/// The signal line of the `trap` scenario: x86-64's `int3` is reported by
+/// the kernel as `SI_KERNEL`, AArch64's `brk` and RISC-V's `ebreak` as
+/// `TRAP_BRKPT`.
+const TRAP_LINE: &str = if cfg!(target_arch = "x86_64") {
+    "signal: SIGTRAP: breakpoint instruction (int3)"
+} else {
+    "signal: SIGTRAP: process breakpoint"
+};
 
 const S: Suite = Suite {
     label: "crash_rust",
@@ -89,19 +113,13 @@ fn crash_rust_abort() {
 #[test]
 fn crash_rust_illegal_instruction() {
     let c = S.run("ill", &[]);
-    S.check(
-        &c,
-        libc::SIGILL,
-        "signal: SIGILL: illegal operand",
-        &["rust_illegal"],
-    );
+    S.check(&c, libc::SIGILL, ILL_LINE, &["rust_illegal"]);
 }
 
 #[test]
 fn crash_rust_breakpoint_trap() {
     let c = S.run("trap", &[]);
-    let line = "signal: SIGTRAP: breakpoint instruction (int3)";
-    S.check(&c, libc::SIGTRAP, line, &["rust_trap"]);
+    S.check(&c, libc::SIGTRAP, TRAP_LINE, &["rust_trap"]);
 }
 
 #[test]

@@ -50,6 +50,45 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
+/// The target triple a qemu-user stage built this test for
+/// (`CALLSTACK_TEST_TARGET`, set by `scripts/test-<arch>.sh`), or `None`
+/// on the host. Executables the test builds for its own architecture are
+/// then built with `--target` and run through [`target_command`].
+pub fn cross_target() -> Option<String> {
+    std::env::var("CALLSTACK_TEST_TARGET")
+        .ok()
+        .filter(|t| !t.is_empty())
+}
+
+/// A command that runs `exe`, an executable of the test's own target: the
+/// executable itself on the host; under a qemu-user stage, cargo's runner
+/// for that target (`CARGO_TARGET_<TRIPLE>_RUNNER`, `qemu-riscv64 -L
+/// /usr/riscv64-linux-gnu`) with `exe` as its argument, since qemu-user
+/// without binfmt_misc cannot start a guest executable directly.
+pub fn target_command(exe: &Path) -> Command {
+    let runner = cross_target().and_then(|t| {
+        let var = format!(
+            "CARGO_TARGET_{}_RUNNER",
+            t.to_uppercase().replace(['-', '.'], "_")
+        );
+        std::env::var(var).ok()
+    });
+    let words: Vec<String> = runner
+        .as_deref()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    match words.split_first() {
+        Some((prog, args)) => {
+            let mut cmd = Command::new(prog);
+            cmd.args(args).arg(exe);
+            cmd
+        }
+        None => Command::new(exe),
+    }
+}
+
 /// Builds the C library, the CLI and the preload library in release mode (once per process, and
 /// cheaply when already built) and returns where they are.
 pub fn release_artifacts() -> &'static Artifacts {

@@ -37,6 +37,11 @@ fn stack_range() -> (u64, u64) {
     }
 }
 
+/// framehop unwinds this architecture.
+pub fn available() -> bool {
+    true
+}
+
 pub fn setup() -> State {
     let mut unwinder = UnwinderNative::new();
     for m in callstack::modules::loaded_modules() {

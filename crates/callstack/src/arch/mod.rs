@@ -6,7 +6,13 @@
 //!   it starts: RISC-V's `s0` points just above it),
 //! - `fast_entry` (only when compiled for that architecture): the naked entry
 //!   of [`crate::capture_fast`], which builds an exact frame record of its own
-//!   before handing over to the portable walk.
+//!   before handing over to the portable walk,
+//! - `context` (only when compiled for that architecture): the registers of
+//!   a signal handler's `ucontext_t`, as `user_regs_struct` words and as
+//!   the unwinder's registers.
+//!
+//! The full list of an architecture's files, required and optional, is in
+//! ARCHITECTURE.md ("How to add an architecture").
 //!
 //! The architecture modules are compiled on every host, because cores of
 //! other architectures are unwound offline; only the in-process entries are
@@ -36,11 +42,11 @@ pub use self::riscv64 as native;
 pub use self::x86_64 as native;
 
 /// The host's architecture, when it has a module here (`native::MACHINE`).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg(callstack_native)]
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub const NATIVE_MACHINE: Option<Machine> = Some(native::MACHINE);
 /// The host's architecture: none of the modules here.
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(not(callstack_native))]
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
 pub const NATIVE_MACHINE: Option<Machine> = None;
 

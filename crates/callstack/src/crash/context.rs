@@ -19,9 +19,12 @@
 //! ```
 //!
 //! The `regs` words are in the order of the architecture's
-//! `user_regs_struct` (27 words on x86-64, 34 on AArch64: x0-x30, sp, pc,
-//! pstate), the layout `NT_PRSTATUS` and `PTRACE_GETREGS` use, so that the
-//! helper reads them with the same code as a core's registers.
+//! `user_regs_struct` (27 words on x86-64; 34 on AArch64: x0-x30, sp, pc,
+//! pstate; 32 on RISC-V 64: pc, x1-x31), the layout `NT_PRSTATUS` and
+//! `PTRACE_GETREGS` use, so that the helper reads them with the same code
+//! as a core's registers. They come from the architecture's
+//! `arch/<name>/context.rs` (`user_regs`), which also gives the crash
+//! handler and [`crate::capture_from_context`] their registers.
 
 use super::fmt::Buf;
 
@@ -30,7 +33,7 @@ pub(crate) const BEGIN_CONTEXT: &str = "*** callstack: crash context ***\n";
 /// Last line of the context block.
 pub(crate) const END_CONTEXT: &str = "*** end of crash context ***\n";
 
-/// Room for the context block (27 or 34 words and a path).
+/// Room for the context block (at most 34 words and a path).
 pub(crate) const CONTEXT_BYTES: usize = 8 * 1024;
 
 /// What the handler knows of a crash, for [`write_context`].
@@ -65,78 +68,23 @@ pub(crate) fn write_context(out: &mut [u8], f: &Fields<'_>, ctx: &libc::ucontext
     if !f.minidump_dir.is_empty() {
         w.str("minidump-dir: ").bytes(f.minidump_dir).str("\n");
     }
-    let mut words = [0u64; 34];
-    if let Some((arch, n)) = user_regs(ctx, &mut words) {
-        w.str("regs: ").str(arch);
-        for v in &words[..n] {
+    #[cfg(callstack_native)]
+    {
+        use crate::arch::Arch;
+        let words = crate::arch::native::context::user_regs(ctx);
+        w.str("regs: ").str(crate::arch::NativeArch::NAME);
+        for v in &words {
             w.str(" ").hex(*v, 1);
         }
         w.str("\n");
     }
+    #[cfg(not(callstack_native))]
+    let _ = ctx;
     w.str(END_CONTEXT);
     if w.truncated() {
         0
     } else {
         w.len()
-    }
-}
-
-/// The interrupted general registers of a signal context as the words of
-/// the architecture's `user_regs_struct`; returns the architecture's name
-/// and the word count.
-fn user_regs(ctx: &libc::ucontext_t, out: &mut [u64; 34]) -> Option<(&'static str, usize)> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use libc::*;
-        let g = &ctx.uc_mcontext.gregs;
-        let r = |i: i32| g[i as usize] as u64;
-        // csgsfs packs cs (bits 0-15), gs (16-31) and fs (32-47).
-        let csgsfs = r(REG_CSGSFS);
-        let words = [
-            r(REG_R15),
-            r(REG_R14),
-            r(REG_R13),
-            r(REG_R12),
-            r(REG_RBP),
-            r(REG_RBX),
-            r(REG_R11),
-            r(REG_R10),
-            r(REG_R9),
-            r(REG_R8),
-            r(REG_RAX),
-            r(REG_RCX),
-            r(REG_RDX),
-            r(REG_RSI),
-            r(REG_RDI),
-            u64::MAX, // orig_rax: no system call was interrupted
-            r(REG_RIP),
-            csgsfs & 0xffff,
-            r(REG_EFL),
-            r(REG_RSP),
-            0x2b, // ss of user mode on x86-64 Linux
-            0,    // fs_base (not in the signal frame)
-            0,    // gs_base
-            0,    // ds
-            0,    // es
-            (csgsfs >> 32) & 0xffff,
-            (csgsfs >> 16) & 0xffff,
-        ];
-        out[..words.len()].copy_from_slice(&words);
-        Some(("x86_64", words.len()))
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        let m = &ctx.uc_mcontext;
-        out[..31].copy_from_slice(&m.regs);
-        out[31] = m.sp;
-        out[32] = m.pc;
-        out[33] = m.pstate;
-        Some(("aarch64", 34))
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        let _ = (ctx, out);
-        None
     }
 }
 
@@ -218,17 +166,10 @@ mod tests {
     fn context_round_trips_and_bad_blocks_are_refused() {
         // SAFETY: an all-zero ucontext is a valid value to read registers
         // from.
+        #[cfg_attr(not(callstack_native), allow(unused_mut))]
         let mut uc: libc::ucontext_t = unsafe { core::mem::zeroed() };
-        #[cfg(target_arch = "x86_64")]
-        {
-            uc.uc_mcontext.gregs[libc::REG_RIP as usize] = 0x1234;
-            uc.uc_mcontext.gregs[libc::REG_RSP as usize] = 0x7ff0;
-        }
-        #[cfg(target_arch = "aarch64")]
-        {
-            uc.uc_mcontext.pc = 0x1234;
-            uc.uc_mcontext.sp = 0x7ff0;
-        }
+        #[cfg(callstack_native)]
+        crate::arch::native::context::set_pc_sp(&mut uc, 0x1234, 0x7ff0);
         let mut buf = [0u8; CONTEXT_BYTES];
         let f = Fields {
             pid: 10,
@@ -247,18 +188,21 @@ mod tests {
         assert_eq!(c.address, 0xdead);
         assert!(c.symbolize);
         assert_eq!(c.minidump_dir.as_deref(), Some("/tmp/a dir".as_ref()));
-        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        #[cfg(callstack_native)]
         {
+            use crate::arch::{native::context, Arch, NativeArch};
             let (arch, words) = c.regs.clone().unwrap();
-            let m = if arch == "x86_64" {
-                crate::arch::Machine::X86_64
-            } else {
-                crate::arch::Machine::Aarch64
-            };
-            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-            let regs = m.registers_from_user_regs(&bytes).unwrap();
-            assert_eq!(regs.pc(), Some(0x1234));
-            assert_eq!(regs.sp(), Some(0x7ff0));
+            assert_eq!(arch, NativeArch::NAME);
+            let words: [u64; context::USER_REGS_WORDS] = words.try_into().unwrap();
+            let r = context::regs_from_user_regs(&words);
+            assert_eq!((r.pc, r.sp), (0x1234, 0x7ff0));
+            // The helper reads them as a core's registers.
+            if let Some(m) = crate::arch::NATIVE_MACHINE {
+                let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                let regs = m.registers_from_user_regs(&bytes).unwrap();
+                assert_eq!(regs.pc(), Some(0x1234));
+                assert_eq!(regs.sp(), Some(0x7ff0));
+            }
         }
         // Truncations and corruptions: no context or a partial one, never
         // a panic.

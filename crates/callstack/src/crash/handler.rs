@@ -289,7 +289,7 @@ unsafe fn chain(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
 fn context_registers(ctx: &libc::ucontext_t) -> (usize, usize, usize) {
     #[cfg(callstack_native)]
     {
-        let r = crate::arch::native::exact::regs_from_ucontext(ctx);
+        let r = crate::arch::native::context::regs_from_ucontext(ctx);
         (r.pc as usize, r.sp as usize, r.fp as usize)
     }
     #[cfg(not(callstack_native))]

@@ -233,11 +233,9 @@ impl LiveProcess {
                 files::load_segments(&d).map(|(m, _)| (m, is_64))
             })
             .and_then(|(m, is_64)| Machine::from_elf(m, is_64))
-            .unwrap_or(if cfg!(target_arch = "aarch64") {
-                Machine::Aarch64
-            } else {
-                Machine::X86_64
-            });
+            // An unreadable executable: the process is taken to be of this
+            // host's architecture.
+            .unwrap_or(crate::arch::NATIVE_MACHINE.unwrap_or(Machine::X86_64));
 
         // Attach (no stop yet), re-listing until no new thread appears.
         let mut seized: Vec<u32> = Vec::new();

@@ -1,8 +1,6 @@
 //! AArch64 entries of exact capture, and the rule forms its hot loop
 //! applies (from `rule.rs`, under the names x86-64's `exact` gives them).
 
-use crate::types::UnwindRegs;
-
 /// Defines the naked entry of `capture_exact` on AArch64, `exact_entry`,
 /// in the module that invokes it (`unwind::local`, beside
 /// `exact_from_entry`): it passes `x30` (the return address into the
@@ -58,17 +56,6 @@ macro_rules! request_entry {
     };
 }
 pub(crate) use request_entry;
-
-/// The interrupted registers of a signal handler's `ucontext_t`.
-pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {
-    let m = &uc.uc_mcontext;
-    UnwindRegs {
-        pc: m.pc,
-        sp: m.sp,
-        fp: m.regs[29],
-        lr: m.regs[30],
-    }
-}
 
 pub(crate) use super::hot::run_exit;
 pub(crate) use super::rule::{from_wide_word, wide_word};

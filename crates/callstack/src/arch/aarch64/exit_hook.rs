@@ -292,7 +292,7 @@ mod imp {
     /// `__start_context`), from a context `makecontext` just filled: on
     /// AArch64 it is in `x30`, not on the coroutine's stack.
     pub(crate) fn start_context_pc(uc: &libc::ucontext_t, _stack: &[u64]) -> u64 {
-        uc.uc_mcontext.regs[30]
+        super::super::context::regs_from_ucontext(uc).lr
     }
 
     /// Whether a saved return address is a plain address: not signed by

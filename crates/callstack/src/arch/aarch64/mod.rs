@@ -10,6 +10,8 @@
 //! (`scripts/test-aarch64.sh`); cores of aarch64 programs are read offline
 //! on any host.
 
+#[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+pub mod context;
 pub mod core_regs;
 pub(crate) mod exit_hook;
 pub mod instruction_analysis;

@@ -2,8 +2,6 @@
 //! applies (AArch64's, from `arch/aarch64/rule.rs` through `rule.rs`,
 //! under the names x86-64's `exact` gives them).
 
-use crate::types::UnwindRegs;
-
 /// Defines the naked entry of `capture_exact` on RISC-V 64, `exact_entry`,
 /// in the module that invokes it (`unwind::local`, beside
 /// `exact_from_entry`): it passes `ra` (the return address into the
@@ -60,18 +58,6 @@ macro_rules! request_entry {
     };
 }
 pub(crate) use request_entry;
-
-/// The interrupted registers of a signal handler's `ucontext_t`
-/// (`__gregs`: pc, then x1 (ra) to x31).
-pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {
-    let g = &uc.uc_mcontext.__gregs;
-    UnwindRegs {
-        pc: g[0],
-        sp: g[2],
-        fp: g[8],
-        lr: g[1],
-    }
-}
 
 pub(crate) use super::rule::{from_wide_word, wide_word};
 pub(crate) use crate::arch::aarch64::hot::run_exit;

@@ -26,6 +26,10 @@ pub use rule::{Riscv64, UnwindRuleRiscv64};
 pub mod exact;
 pub(crate) mod switch;
 
+/// This module's architecture.
+#[allow(dead_code)] // read through `arch::native` on a riscv64 host
+pub const MACHINE: super::Machine = super::Machine::Riscv64;
+
 /// DWARF number of `ra` (`x1`), the return-address column.
 pub const DWARF_RA: u16 = 1;
 /// DWARF number of `sp` (`x2`).
@@ -83,3 +87,6 @@ macro_rules! define_fast_entry {
 }
 #[cfg(target_arch = "riscv64")]
 pub(crate) use define_fast_entry;
+
+#[cfg(all(target_arch = "riscv64", target_os = "linux"))]
+pub mod context;

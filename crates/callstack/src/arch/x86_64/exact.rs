@@ -1,5 +1,6 @@
 //! x86-64 entries of exact capture: the naked entry that hands the caller's
-//! `rip`/`rsp`/`rbp` to the unwinder, and the registers of a signal context.
+//! `rip`/`rsp`/`rbp` to the unwinder (the registers of a signal context are
+//! read in `context.rs`).
 
 // The naked entries are defined (by these macros) only where this module is
 // the native architecture; elsewhere it serves cores of x86-64.
@@ -9,8 +10,6 @@
 )]
 
 use super::UnwindRuleX86_64;
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-use crate::types::UnwindRegs;
 
 /// Defines the naked entry of `capture_exact` (and of the C
 /// `callstack_capture_exact`), `exact_entry`, in the module that invokes it:
@@ -50,18 +49,6 @@ macro_rules! define_exact_entry {
     };
 }
 pub(crate) use define_exact_entry;
-
-/// The interrupted registers of a signal handler's `ucontext_t`.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub fn regs_from_ucontext(uc: &libc::ucontext_t) -> UnwindRegs {
-    let g = &uc.uc_mcontext.gregs;
-    UnwindRegs {
-        pc: g[libc::REG_RIP as usize] as u64,
-        sp: g[libc::REG_RSP as usize] as u64,
-        fp: g[libc::REG_RBP as usize] as u64,
-        lr: 0,
-    }
-}
 
 /// The signal return trampoline's test, now in [`super::signal`] (kept here
 /// for the remote unwinder, which still names it through `exact`).

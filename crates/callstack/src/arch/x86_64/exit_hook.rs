@@ -333,7 +333,7 @@ mod imp {
     /// `__start_context`), from a context `makecontext` just filled on
     /// `stack`: the word at its `rsp`, pushed there like a return address.
     pub(crate) fn start_context_pc(uc: &libc::ucontext_t, stack: &[u64]) -> u64 {
-        let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
+        let sp = super::super::context::regs_from_ucontext(uc).sp as usize;
         let base = stack.as_ptr() as usize;
         if sp >= base && sp % 8 == 0 && sp + 8 <= base + core::mem::size_of_val(stack) {
             stack[(sp - base) / 8]

@@ -9,6 +9,8 @@
 // the native architecture; elsewhere it serves cores of x86-64.
 #![cfg_attr(not(target_arch = "x86_64"), allow(unused_macros, unused_imports))]
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub mod context;
 pub mod core_regs;
 pub mod insn_cache;
 pub mod instruction_analysis;

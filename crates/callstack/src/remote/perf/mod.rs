@@ -1317,7 +1317,7 @@ fn end_child(pid: u32) {
     }
 }
 
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -1331,15 +1331,27 @@ mod tests {
             .lines()
             .filter_map(crate::remote::process::parse_maps_line)
             .map(|(m, _)| m)
-            .find(|m| m.path == "[vdso]")
-            .expect("a [vdso] mapping");
+            .find(|m| m.path == "[vdso]");
+        // The test reads this process as a profiled one: it needs the
+        // host's architecture among the remote unwinder's and a vDSO (the
+        // one module whose image only a snapshot holds). qemu-user 7.2
+        // maps no vDSO for its guests: there, and only there, there is
+        // nothing to check.
+        let (Some(vdso), Some(machine)) = (vdso, crate::arch::NATIVE_MACHINE) else {
+            assert!(
+                std::env::var_os("CALLSTACK_TEST_QEMU").is_some(),
+                "no [vdso] mapping or no remote unwinder for this architecture"
+            );
+            eprintln!("no vDSO under qemu-user: nothing to check");
+            return;
+        };
         let exe = std::env::current_exe().unwrap();
         let lookup = Lookup::default();
         let pid = std::process::id();
         let mut space = Space::default();
         space.add(vdso.clone());
         let image = space
-            .unwinder(&lookup, pid, Machine::X86_64)
+            .unwinder(&lookup, pid, machine)
             .snapshot()
             .modules
             .iter()
@@ -1358,7 +1370,7 @@ mod tests {
             executable: Some(true),
         });
         let now: Vec<String> = space
-            .unwinder(&lookup, pid, Machine::X86_64)
+            .unwinder(&lookup, pid, machine)
             .snapshot()
             .modules
             .iter()
@@ -1376,7 +1388,7 @@ mod tests {
 
         // Rebuilt again with the same modules: recorded once.
         space.dirty = true;
-        space.unwinder(&lookup, pid, Machine::X86_64);
+        space.unwinder(&lookup, pid, machine);
         assert_eq!(space.module_records(), recs);
     }
 }
