@@ -37,6 +37,18 @@ pub struct Args {
     /// Record this running process (its threads now and later).
     #[arg(short = 'p', long = "pid", conflicts_with = "command")]
     pid: Option<u32>,
+    /// Record every process of the host (running and started later; one
+    /// event per CPU): root, CAP_PERFMON or perf_event_paranoid <= 0.
+    /// Until `-d` or SIGINT/SIGTERM.
+    #[arg(short = 'a', long = "all", conflicts_with_all = ["pid", "command", "preload"])]
+    all: bool,
+    /// With `-a`: only these processes (comma-separated pids).
+    #[arg(long, value_delimiter = ',', requires = "all")]
+    pid_filter: Vec<u32>,
+    /// With `-a`: only processes of these names (comma-separated, as in
+    /// /proc/PID/comm: the program's name cut at 15 bytes).
+    #[arg(long, value_delimiter = ',', requires = "all")]
+    comm: Vec<String>,
     /// Stop after this many seconds.
     #[arg(short = 'd', long = "duration")]
     duration: Option<f64>,
@@ -72,7 +84,7 @@ pub struct Args {
     #[arg(long, conflicts_with = "preload")]
     off_cpu: bool,
     /// The command to run and record.
-    #[arg(last = true, required_unless_present = "pid")]
+    #[arg(last = true, required_unless_present_any = ["pid", "all"])]
     command: Vec<OsString>,
 }
 
@@ -171,6 +183,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     }
     let target = match args.pid {
         Some(p) => Target::Pid(p),
+        None if args.all => Target::All,
         None => Target::Command(args.command.clone()),
     };
     let mut opts = RecordOptions::new(target);
@@ -181,6 +194,8 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .filter(|d| *d > 0.0)
         .map(std::time::Duration::from_secs_f64);
     opts.off_cpu = args.off_cpu;
+    opts.pid_filter = args.pid_filter.clone();
+    opts.comm_filter = args.comm.clone();
     opts.rotate = args
         .rotate
         .filter(|d| *d > 0.0)
@@ -194,7 +209,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         std::fs::create_dir_all(&args.output)
             .map_err(|e| format!("{}: {e}", args.output.display()))?;
     }
-    PID_MODE.store(args.pid.is_some(), Ordering::Relaxed);
+    PID_MODE.store(args.pid.is_some() || args.all, Ordering::Relaxed);
     catch_signals();
     // The progress line rewrites itself with `\r`: only on a terminal.
     let live = !args.quiet && std::io::stderr().is_terminal();
@@ -226,6 +241,11 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         Err(RecordError::PerfRefused(e)) if args.off_cpu => {
             return Err(format!(
                 "perf events refused ({e}): --off-cpu samples every context switch in the kernel, which needs root or perf_event_paranoid <= 1"
+            ));
+        }
+        Err(RecordError::PerfRefused(e)) if args.all => {
+            return Err(format!(
+                "perf events refused ({e}): -a samples every process of the host, which needs root, CAP_PERFMON or perf_event_paranoid <= 0"
             ));
         }
         Err(RecordError::PerfRefused(e)) if args.pid.is_none() => {

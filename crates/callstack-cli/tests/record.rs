@@ -1153,3 +1153,103 @@ fn off_cpu_time_by_blocking_stack() {
     assert!(s + r > 1.7e9, "{s} + {r} ns\n{folded}");
     assert!(by["writer"] > 1_000_000_000, "{folded}");
 }
+
+/// `record -a` (every process of the host): two programs started apart
+/// from the recorder, a C one (70/20/10 by construction) and python3 in a
+/// busy loop, both appear with their chains down to `main` (python3: its
+/// interpreter loop); `--pid-filter` keeps theirs only, and the C
+/// program's split holds within 5 points; `--comm` narrows by name.
+#[test]
+fn whole_host() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .unwrap_or(3);
+    if !root && paranoid > 0 {
+        eprintln!("skipped: -a needs root or perf_event_paranoid <= 0");
+        return;
+    }
+    let dir = scratch_dir("record-all");
+    let exe = Gcc::new(&["prof_hot.c"])
+        .flags("-O2 -fno-omit-frame-pointer")
+        .build(&dir.join("prof_hot"));
+    // Built before the programs start: they run 6 s.
+    let cli = &release_artifacts().cli;
+    let mut c = Command::new(&exe).args(["6.0", "1"]).spawn().unwrap();
+    let mut py = Command::new("python3")
+        .args([
+            "-c",
+            "import time\nt=time.time()\ndef spin_here():\n    x=0\n    while time.time()-t<6: x+=1\nspin_here()",
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let filtered = dir.join("filtered.data");
+    run(Command::new(cli)
+        .args(["record", "-q", "-a", "-d", "1.5", "--pid-filter"])
+        .arg(format!("{},{}", c.id(), py.id()))
+        .arg("-o")
+        .arg(&filtered));
+    let by_comm = dir.join("comm.data");
+    run(Command::new(cli)
+        .args(["record", "-q", "-a", "-d", "1", "--comm", "prof_hot", "-o"])
+        .arg(&by_comm));
+    let everything = dir.join("all.data");
+    run(Command::new(cli)
+        .args(["record", "-q", "-a", "-d", "1", "-o"])
+        .arg(&everything));
+    let _ = c.kill();
+    let _ = py.kill();
+    c.wait().unwrap();
+    py.wait().unwrap();
+    let folded = |data: &Path| {
+        run(Command::new(cli)
+            .arg("report")
+            .arg(data)
+            .args(["--top", "0", "--folded", "-"]))
+    };
+    let f = folded(&filtered);
+    let mut hot = [0u64; 3];
+    let mut py_samples = 0;
+    for line in f.lines() {
+        let (path, v) = line.rsplit_once(' ').unwrap();
+        let v: u64 = v.parse().unwrap();
+        let frames: Vec<&str> = path.split(';').collect();
+        if let Some(i) = HOT.iter().position(|(h, _)| frames.contains(h)) {
+            assert!(frames.contains(&"main"), "{path}");
+            hot[i] += v;
+        } else if frames
+            .iter()
+            .any(|f| f.contains("_PyEval_EvalFrameDefault"))
+        {
+            assert!(
+                frames
+                    .iter()
+                    .any(|f| f.contains("Py_BytesMain") || *f == "main"),
+                "{path}"
+            );
+            py_samples += v;
+        }
+    }
+    let total: u64 = hot.iter().sum();
+    assert!(total > 0 && py_samples > 0, "{f}");
+    for ((name, want), n) in HOT.iter().zip(hot) {
+        let got = n as f64 * 100.0 / total as f64;
+        assert!(
+            (got - want).abs() < 5.0,
+            "{name}: {got:.1}% for {want}%\n{f}"
+        );
+    }
+    // By name: the C program only.
+    let f = folded(&by_comm);
+    assert!(f.contains("hot_seventy"), "{f}");
+    assert!(!f.contains("_PyEval_EvalFrameDefault"), "{f}");
+    // Everything: both, among whatever else runs.
+    let f = folded(&everything);
+    assert!(
+        f.contains("hot_seventy") && f.contains("_PyEval_EvalFrameDefault"),
+        "{f}"
+    );
+}

@@ -47,6 +47,12 @@ pub enum Target {
     Pid(u32),
     /// A command to start; recording ends when it exits.
     Command(Vec<OsString>),
+    /// Every process of the host, those running and those started during
+    /// the recording (one event per CPU); narrowed by
+    /// [`RecordOptions::pid_filter`] and [`RecordOptions::comm_filter`].
+    /// Needs root (or `CAP_PERFMON`, or `perf_event_paranoid` <= 0).
+    /// Recording ends with the duration or [`Control::stop`].
+    All,
 }
 
 /// How to record.
@@ -77,6 +83,13 @@ pub struct RecordOptions {
     /// is sampled: needs kernel samples (root, or `perf_event_paranoid`
     /// <= 1), else [`RecordError::PerfRefused`].
     pub off_cpu: bool,
+    /// With [`Target::All`]: keep only the samples of these processes
+    /// (empty: every process).
+    pub pid_filter: Vec<u32>,
+    /// With [`Target::All`]: keep only the samples of processes with one
+    /// of these names (`/proc/PID/comm`, the first 15 bytes of the
+    /// program's name; empty: every name).
+    pub comm_filter: Vec<String>,
 }
 
 impl RecordOptions {
@@ -91,6 +104,8 @@ impl RecordOptions {
             kernel: true,
             rotate: None,
             off_cpu: false,
+            pid_filter: Vec::new(),
+            comm_filter: Vec::new(),
         }
     }
 }
@@ -196,6 +211,7 @@ impl std::error::Error for RecordError {}
 const RECORD_MMAP: u32 = 1;
 const RECORD_LOST: u32 = 2;
 const RECORD_COMM: u32 = 3;
+const RECORD_EXIT: u32 = 4;
 const RECORD_FORK: u32 = 7;
 const RECORD_SAMPLE: u32 = 9;
 /// `PERF_RECORD_SWITCH`: the task left (`MISC_SWITCH_OUT`) or took a CPU.
@@ -289,6 +305,9 @@ fn module_record(m: &Module) -> ModuleRecord {
 /// unwinder made from them (rebuilt when the mappings change).
 #[derive(Default)]
 struct Space {
+    /// The process's name (`/proc/PID/comm`, or its comm records), once
+    /// known: for [`RecordOptions::comm_filter`].
+    comm: Option<String>,
     mappings: Vec<Mapping>,
     maps_read: bool,
     dirty: bool,
@@ -531,6 +550,11 @@ struct Recording<'o> {
     blocked: HashMap<u32, Blocked>,
     /// The newest perf-clock time seen.
     latest: u64,
+    /// Module records of processes that exited (their spaces freed), for
+    /// the profile of the period they ended in.
+    exited_modules: Vec<ModuleRecord>,
+    /// Samples left out by the filters or taken in the idle task.
+    pub(crate) skipped: u64,
 }
 
 /// A record of the context-switch event.
@@ -590,6 +614,8 @@ impl<'o> Recording<'o> {
             off_events: Vec::new(),
             blocked: HashMap::new(),
             latest: 0,
+            exited_modules: Vec::new(),
+            skipped: 0,
         }
     }
 }
@@ -659,7 +685,28 @@ impl Recording<'_> {
                     self.exe_pending = true;
                 }
                 let name = r.cstr();
+                if tid == pid {
+                    if let Some(space) = self.spaces.get_mut(&pid) {
+                        space.comm = Some(name.clone());
+                    }
+                }
                 self.profile.threads.insert(tid, name);
+            }
+            RECORD_EXIT => {
+                let (Some(pid), Some(_ppid), Some(tid)) = (r.u32(), r.u32(), r.u32()) else {
+                    return;
+                };
+                // A process of a whole-host recording is gone: its modules
+                // stay in the profile, its open files and tables go.
+                if matches!(self.opts.target, Target::All) && pid == tid {
+                    if let Some(space) = self.spaces.remove(&pid) {
+                        for rec in space.module_records() {
+                            if !self.exited_modules.contains(&rec) {
+                                self.exited_modules.push(rec);
+                            }
+                        }
+                    }
+                }
             }
             RECORD_FORK => {
                 let (Some(pid), Some(ppid)) = (r.u32(), r.u32()) else {
@@ -697,6 +744,18 @@ impl Recording<'_> {
             stack: data,
         } = parse_sample(r.b, self.kernel, self.machine, self.regs_mask)?;
         self.latest = self.latest.max(time);
+        if pid == 0 || !self.wanted(pid) {
+            // The idle task, or a process the filters leave out.
+            self.skipped += 1;
+            return Some(());
+        }
+        if matches!(self.opts.target, Target::All) && !self.profile.threads.contains_key(&tid) {
+            if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")) {
+                self.profile
+                    .threads
+                    .insert(tid, name.trim_end().to_string());
+            }
+        }
         self.frames.clear();
         for a in callchain.chunks_exact(8).take(512) {
             let a = u64::from_le_bytes(a.try_into().ok()?);
@@ -710,10 +769,17 @@ impl Recording<'_> {
             self.kernel_range = Some((lo.min(a), hi.max(a)));
         }
         let Some(regs) = regs else {
-            // No user registers (a kernel thread), or a 32-bit task's,
-            // numbered otherwise.
-            self.profile.lost += 1;
-            return None;
+            // No user registers: a kernel thread (its kernel frames are
+            // its stack), or a 32-bit task's, numbered otherwise.
+            if self.frames.is_empty() || kind != sys::EventKind::CpuClock {
+                self.profile.lost += 1;
+                return None;
+            }
+            let period = self.profile.period;
+            self.profile
+                .add_exact(&self.frames, true, &[], Some(tid), &[1, period]);
+            self.samples += 1;
+            return Some(());
         };
         self.threads.insert(tid);
         let sp = regs.sp().unwrap_or(0);
@@ -766,6 +832,27 @@ impl Recording<'_> {
             .add_exact(&self.frames, true, &self.exact, Some(tid), &[1, period]);
         self.samples += 1;
         Some(())
+    }
+
+    /// Whether the filters keep the samples of process `pid`.
+    fn wanted(&mut self, pid: u32) -> bool {
+        let o = self.opts;
+        if !o.pid_filter.is_empty() && !o.pid_filter.contains(&pid) {
+            return false;
+        }
+        if o.comm_filter.is_empty() {
+            return true;
+        }
+        let space = self.spaces.entry(pid).or_default();
+        if space.comm.is_none() {
+            space.comm = Some(
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .map(|s| s.trim_end().to_string())
+                    .unwrap_or_default(),
+            );
+        }
+        let comm = space.comm.as_deref().unwrap_or("");
+        o.comm_filter.iter().any(|c| c == comm)
     }
 
     /// Matches the context-switch records older than `horizon` (all of
@@ -842,6 +929,7 @@ impl Recording<'_> {
         self.profile.modules = self.modules();
         self.profile.kernel_symbols = self.kernel_symbols();
         self.profile.duration_ns = now.saturating_sub(self.profile.start_time_ns);
+        self.exited_modules.clear();
         std::mem::replace(&mut self.profile, next)
     }
 
@@ -871,7 +959,7 @@ impl Recording<'_> {
     /// then the others' by pid), and the kernel (`[kernel.kallsyms]`,
     /// named by [`Recording::kernel_symbols`]).
     fn modules(&self) -> Vec<ModuleRecord> {
-        let mut out: Vec<ModuleRecord> = Vec::new();
+        let mut out: Vec<ModuleRecord> = self.exited_modules.clone();
         let mut pids: Vec<u32> = self.spaces.keys().copied().collect();
         pids.sort_by_key(|&p| (p != self.root_pid, p));
         for pid in pids {
@@ -953,6 +1041,7 @@ pub fn record_rotating(
         regs_mask,
         stack_bytes: opts.stack_bytes.clamp(64, 65528) & !7,
         enable_on_exec: matches!(opts.target, Target::Command(_)),
+        system_wide: matches!(opts.target, Target::All),
     };
     // Data pages per event: enough for ~100 ms of samples at the rate.
     let per_sample = spec.stack_bytes as usize + 256;
@@ -999,6 +1088,19 @@ pub fn record_rotating(
                             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break,
                             Err(e) => return Err(RecordError::PerfRefused(e)),
                         }
+                    }
+                }
+            }
+        }
+        Target::All => {
+            root_pid = 0;
+            for cpu in 0..sys::cpus() {
+                for &kind in kinds {
+                    match open_event(-1, cpu, &mut spec, kind, pages) {
+                        Ok(e) => events.push((e, kind)),
+                        // A CPU that is offline.
+                        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {}
+                        Err(e) => return Err(RecordError::PerfRefused(e)),
                     }
                 }
             }
@@ -1112,6 +1214,8 @@ pub fn record_rotating(
                     }
                     None => false,
                 },
+                // The whole host: until the duration or a stop.
+                None if root_pid == 0 => false,
                 // SAFETY: kill with signal 0 only checks that the process exists.
                 None => (unsafe { libc::kill(root_pid as i32, 0) }) != 0,
             }

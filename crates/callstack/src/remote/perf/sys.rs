@@ -75,6 +75,8 @@ pub(crate) struct EventSpec {
     /// too; else count user time only (`exclude_kernel`, what
     /// `perf_event_paranoid` 2 allows an unprivileged user).
     pub kernel_callchain: bool,
+    /// Every task of each CPU (pid -1): nothing to inherit.
+    pub system_wide: bool,
 }
 
 /// Which event [`Event::open`] opens.
@@ -157,6 +159,9 @@ impl Event {
             sample_stack_user: spec.stack_bytes,
             ..Default::default()
         };
+        if spec.system_wide {
+            attr.flags &= !INHERIT;
+        }
         if switches {
             attr.config = PERF_COUNT_SW_CONTEXT_SWITCHES;
             attr.sample_period_or_freq = 1;
