@@ -162,6 +162,87 @@ impl DirectCfi {
     }
 }
 
+/// Compiled tables shared by every snapshot of this process that maps the
+/// same file (path and build-id): the recorder of a whole host, or of a
+/// program that forks, compiles glibc's CFI once, not once per process.
+/// Held weakly: a table goes when no snapshot uses it any more.
+mod shared_tables {
+    use super::UnwindTable;
+    use std::any::Any;
+    use std::collections::HashMap;
+    use std::path::Path;
+    use std::sync::{Arc, Mutex, Weak};
+
+    type Entry = Weak<dyn Any + Send + Sync>;
+    static TABLES: Mutex<Option<HashMap<String, Entry>>> = Mutex::new(None);
+
+    /// The key of `path`'s table for architecture `A`.
+    pub(super) fn key<A: crate::arch::Arch>(path: &Path, build_id: &[u8]) -> String {
+        let id: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{}\0{}\0{}", A::NAME, id, path.display())
+    }
+
+    /// The live table of `key`, else `compile()`'s, kept for the others.
+    pub(super) fn get_or_compile<A: crate::arch::Arch>(
+        key: &str,
+        compile: impl FnOnce() -> Arc<UnwindTable<A>>,
+    ) -> Arc<UnwindTable<A>>
+    where
+        UnwindTable<A>: Send + Sync + 'static,
+    {
+        let found = {
+            let map = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+            map.as_ref()
+                .and_then(|m| m.get(key))
+                .and_then(Weak::upgrade)
+                .and_then(|t| t.downcast::<UnwindTable<A>>().ok())
+        };
+        if let Some(t) = found {
+            return t;
+        }
+        // Compiled outside the lock (another thread may compile the same
+        // table meanwhile: the last one stays, both are right).
+        let t = compile();
+        let mut map = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+        let map = map.get_or_insert_with(HashMap::new);
+        if map.len() > 4096 {
+            map.retain(|_, w| w.strong_count() > 0);
+        }
+        let any: Arc<dyn Any + Send + Sync> = t.clone();
+        map.insert(key.to_string(), Arc::downgrade(&any));
+        t
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use crate::unwind::X86_64;
+
+        #[test]
+        fn a_table_is_compiled_once_while_used() {
+            let k = key::<X86_64>(Path::new("/lib/x.so"), &[1, 2, 3]);
+            let n = std::cell::Cell::new(0);
+            let compile = || {
+                n.set(n.get() + 1);
+                Arc::new(UnwindTable::<X86_64>::empty().unwrap())
+            };
+            let a = get_or_compile(&k, compile);
+            let b = get_or_compile(&k, compile);
+            assert!(Arc::ptr_eq(&a, &b));
+            assert_eq!(n.get(), 1);
+            // Another build of the same path is another table.
+            let other = key::<X86_64>(Path::new("/lib/x.so"), &[9]);
+            let c = get_or_compile(&other, compile);
+            assert!(!Arc::ptr_eq(&a, &c));
+            assert_eq!(n.get(), 2);
+            // Unused, it goes.
+            drop((a, b));
+            let _d = get_or_compile(&k, compile);
+            assert_eq!(n.get(), 3);
+        }
+    }
+}
+
 impl<A: crate::arch::Arch> LazySet<A> {
     fn new(mods: &[Module], code: RemoteCode) -> Self {
         let mut set = ModuleSet::new();
@@ -178,19 +259,31 @@ impl<A: crate::arch::Arch> LazySet<A> {
                 cfi: std::sync::OnceLock::new(),
                 used: std::sync::atomic::AtomicUsize::new(0),
             });
-            set.add_lazy(m.start, m.end, m.bias, move || {
-                let t = match (&image, &file) {
-                    (Some(img), _) => UnwindTable::from_elf_bytes(img),
-                    (None, Some(p)) => match super::files::map_file(p) {
-                        Ok(map) => UnwindTable::from_elf_bytes(&map),
-                        Err(e) => Err(unwind::TableError::Io(e)),
-                    },
-                    // No usable file: frames here are unwound by frame pointer.
-                    (None, None) => UnwindTable::empty(),
+            let key = match (&image, &file, &m.build_id) {
+                (None, Some(p), Some(id)) => Some(shared_tables::key::<A>(p, id)),
+                _ => None,
+            };
+            set.add_shared(m.start, m.end, m.bias, move || {
+                let compile = || {
+                    let t = match (&image, &file) {
+                        (Some(img), _) => UnwindTable::from_elf_bytes(img),
+                        (None, Some(p)) => match super::files::map_file(p) {
+                            Ok(map) => UnwindTable::from_elf_bytes(&map),
+                            Err(e) => Err(unwind::TableError::Io(e)),
+                        },
+                        // No usable file: frames here are unwound by frame pointer.
+                        (None, None) => UnwindTable::empty(),
+                    };
+                    // A file whose CFI cannot be read is unwound by frame pointer.
+                    std::sync::Arc::new(
+                        t.or_else(|_| UnwindTable::empty())
+                            .expect("an empty unwind table always builds"),
+                    )
                 };
-                // A file whose CFI cannot be read is unwound by frame pointer.
-                t.or_else(|_| UnwindTable::empty())
-                    .expect("an empty unwind table always builds")
+                match &key {
+                    Some(k) => shared_tables::get_or_compile(k, compile),
+                    None => compile(),
+                }
             });
         }
         direct.sort_by_key(|d| d.start);

@@ -78,13 +78,13 @@ pub struct ModuleSet<A: Arch = NativeArch> {
 }
 
 /// Makes a module's table on first use.
-type Compile<A> = Box<dyn Fn() -> UnwindTable<A> + Send + Sync>;
+type Compile<A> = Box<dyn Fn() -> std::sync::Arc<UnwindTable<A>> + Send + Sync>;
 
 struct SetEntry<A: Arch> {
     start: u64,
     end: u64,
     bias: u64,
-    table: std::sync::OnceLock<UnwindTable<A>>,
+    table: std::sync::OnceLock<std::sync::Arc<UnwindTable<A>>>,
     compile: Option<Compile<A>>,
 }
 
@@ -109,7 +109,7 @@ impl<A: Arch> ModuleSet<A> {
             start,
             end,
             bias,
-            table: std::sync::OnceLock::from(table),
+            table: std::sync::OnceLock::from(std::sync::Arc::new(table)),
             compile: None,
         });
     }
@@ -123,6 +123,18 @@ impl<A: Arch> ModuleSet<A> {
         end: u64,
         bias: u64,
         compile: impl Fn() -> UnwindTable<A> + Send + Sync + 'static,
+    ) {
+        self.add_shared(start, end, bias, move || std::sync::Arc::new(compile()));
+    }
+
+    /// [`ModuleSet::add_lazy`] with a table that may be shared with other
+    /// sets (the same file mapped by several processes: compiled once).
+    pub fn add_shared(
+        &mut self,
+        start: u64,
+        end: u64,
+        bias: u64,
+        compile: impl Fn() -> std::sync::Arc<UnwindTable<A>> + Send + Sync + 'static,
     ) {
         self.insert(SetEntry {
             start,
@@ -149,9 +161,11 @@ impl<A: Arch> ModuleSet<A> {
         let table = m.table.get_or_init(|| match &m.compile {
             Some(compile) => compile(),
             // Unreachable: an eager entry's table is set at `add`.
-            None => UnwindTable::empty().expect("an empty unwind table always builds"),
+            None => std::sync::Arc::new(
+                UnwindTable::empty().expect("an empty unwind table always builds"),
+            ),
         });
-        Some((m.bias, table))
+        Some((m.bias, &**table))
     }
 }
 
