@@ -295,6 +295,12 @@ struct Rotated {
     lost: u64,
     /// The first write that failed (the recording goes on).
     error: Option<String>,
+    /// The last period's modules and their symbolizer, kept while the
+    /// modules stay the same (files not read again every period).
+    symbolizer: Option<(
+        Vec<callstack::tracefile::ModuleRecord>,
+        callstack::Symbolizer,
+    )>,
 }
 
 impl Rotated {
@@ -305,7 +311,15 @@ impl Rotated {
         let names = if args.no_symbolize {
             Names::default()
         } else {
-            Names::symbolize(&p, None, &[])
+            if self
+                .symbolizer
+                .as_ref()
+                .is_none_or(|(m, _)| *m != p.modules)
+            {
+                self.symbolizer = Some((p.modules.clone(), Names::symbolizer(&p, None, &[])));
+            }
+            let (_, sym) = self.symbolizer.as_mut().expect("just set");
+            Names::symbolize_with(&p, sym)
         };
         let name = format!("{}.pb.gz", utc_name(p.start_time_ns));
         let path = args.output.join(&name);

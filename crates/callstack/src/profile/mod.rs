@@ -375,7 +375,21 @@ impl Names {
         sysroot: Option<&std::path::Path>,
         debug_dirs: &[std::path::PathBuf],
     ) -> Names {
-        use crate::symbolize::{Address, ModuleInfo, Symbolizer};
+        let mut sym = Names::symbolizer(profile, sysroot, debug_dirs);
+        Names::symbolize_with(profile, &mut sym)
+    }
+
+    /// The [`crate::Symbolizer`] [`Names::symbolize`] uses for `profile`'s
+    /// modules: keep it to name the next profile of the same modules with
+    /// [`Names::symbolize_with`] (a recording cut into periods) without
+    /// reading their files again.
+    #[cfg(feature = "symbolize")]
+    pub fn symbolizer(
+        profile: &Profile,
+        sysroot: Option<&std::path::Path>,
+        debug_dirs: &[std::path::PathBuf],
+    ) -> crate::Symbolizer {
+        use crate::symbolize::{ModuleInfo, Symbolizer};
         let modules = profile.modules.iter().map(|m| ModuleInfo {
             path: match sysroot {
                 Some(root) => {
@@ -397,6 +411,14 @@ impl Names {
         for d in debug_dirs {
             sym.add_debug_dir(d.clone());
         }
+        sym
+    }
+
+    /// [`Names::symbolize`] with `sym`, made by [`Names::symbolizer`] for a
+    /// profile of the same modules.
+    #[cfg(feature = "symbolize")]
+    pub fn symbolize_with(profile: &Profile, sym: &mut crate::Symbolizer) -> Names {
+        use crate::symbolize::{Address, Symbolizer};
         // The vDSO has no file: named from this process's own image when
         // its build-id is the recorded one (same kernel).
         let mut vdso = profile
