@@ -421,15 +421,18 @@ impl Names {
         use crate::symbolize::{Address, Symbolizer};
         // The vDSO has no file: named from this process's own image when
         // its build-id is the recorded one (same kernel).
-        let mut vdso = profile
-            .modules
-            .iter()
-            .find(|m| m.path.as_os_str() == "[vdso]" && m.build_id.is_some())
-            .and_then(|m| {
-                let image = crate::modules::vdso_image()?;
-                let s = Symbolizer::for_bytes(image).ok()?;
-                let id = s.modules().next().and_then(|x| x.build_id.clone());
-                (id == m.build_id).then(|| (m.clone(), s))
+        // Every process's vDSO (a whole-host recording has one per process,
+        // each at its own address) with this kernel's build-id.
+        let mut vdso = crate::modules::vdso_image()
+            .and_then(|image| Symbolizer::for_bytes(image).ok())
+            .and_then(|s| {
+                let id = s.modules().next().and_then(|x| x.build_id.clone())?;
+                let ranges: Vec<&ModuleRecord> = profile
+                    .modules
+                    .iter()
+                    .filter(|m| m.path.as_os_str() == "[vdso]" && m.build_id.as_ref() == Some(&id))
+                    .collect();
+                (!ranges.is_empty()).then_some((ranges, s))
             });
         // Kernel frames: from the symbols stored in the recording, else
         // (an older recording) from this machine's /proc/kallsyms.
@@ -468,16 +471,22 @@ impl Names {
             } else {
                 Address::Return(a)
             };
-            let r = match &mut vdso {
-                Some((m, s)) if m.start <= a as u64 && (a as u64) < m.end => {
-                    let link = (a as u64).wrapping_sub(m.bias) as usize;
+            let in_vdso = vdso.as_mut().and_then(|(ranges, s)| {
+                let m = ranges
+                    .iter()
+                    .find(|m| m.start <= a as u64 && (a as u64) < m.end)?;
+                Some((m.bias, s))
+            });
+            let r = match in_vdso {
+                Some((bias, s)) => {
+                    let link = (a as u64).wrapping_sub(bias) as usize;
                     s.symbolize(if exact {
                         Address::Exact(link)
                     } else {
                         Address::Return(link)
                     })
                 }
-                _ => sym.symbolize(addr),
+                None => sym.symbolize(addr),
             };
             r.frames
                 .iter()
