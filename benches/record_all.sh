@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# `callstack record -a` beside `perf record -a -g --call-graph dwarf` on a
+# host running 20 busy processes (C, Rust, python3, bash loops, and loops
+# that exec and exit a program every second), each recorder for SECS
+# seconds in turn on the same steady workload:
+#   - each process name's share of the samples (idle left out), ours and
+#     perf's, and the largest difference;
+#   - each recorder's CPU time (user + sys) and peak resident memory.
+#
+#   sudo bash benches/record_all.sh [SECS]   (default 30)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-30}
+cargo build --release -q -p callstack-cli
+CS=$(realpath "${CARGO_TARGET_DIR:-target}/release/callstack")
+work=$(mktemp -d)
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+gcc -O2 -fomit-frame-pointer -pthread tests/fixtures/c/prof_hot.c -o "$work/c_hot"
+cat >"$work/rust_hot.rs" <<'RS'
+use std::hint::black_box;
+#[inline(never)]
+fn rust_inner(n: u64) -> u64 { (0..n).fold(0u64, |a, x| black_box(a.wrapping_mul(31).wrapping_add(x))) }
+#[inline(never)]
+fn rust_outer() -> u64 { rust_inner(black_box(1 << 20)) }
+fn main() { loop { black_box(rust_outer()); } }
+RS
+rustc -O -g -o "$work/rust_hot" "$work/rust_hot.rs"
+long=$((SECS * 3 + 60))
+for _ in 1 2 3 4 5 6; do "$work/c_hot" "$long" 1 & pids+=($!); done
+for _ in 1 2 3 4; do "$work/rust_hot" & pids+=($!); done
+py=$(python3 -c 'import sys; print(sys.executable)')
+for _ in 1 2 3 4; do "$py" -c 'import json
+while True: json.loads(json.dumps([{"k": i} for i in range(1000)]))' & pids+=($!); done
+for _ in 1 2 3 4; do bash -c 'while :; do x=$((x+1)); done' & pids+=($!); done
+for _ in 1 2; do bash -c 'while :; do /bin/true; gzip -c /bin/bash >/dev/null; sleep 1; done' & pids+=($!); done
+sleep 2
+# Ours, then perf's, on the same workload.
+/usr/bin/time -f "%U %S %M" -o "$work/cs.time" "$CS" record -q -a -d "$SECS" -o "$work/cs.data"
+"$CS" report "$work/cs.data" --top 0 --per-thread --folded "$work/cs.folded"
+/usr/bin/time -f "%U %S %M" -o "$work/perf.time" perf record -q -a -g --call-graph dwarf -o "$work/perf.data" -- sleep "$SECS" 2>/dev/null
+perf report -i "$work/perf.data" --stdio --sort comm --no-children -g none 2>/dev/null >"$work/perf.txt"
+python3 - "$work" <<'PY'
+import re, sys, collections
+work = sys.argv[1]
+ours = collections.Counter()
+tid_names = {}
+for line in open(f"{work}/cs.folded"):
+    stack, _, v = line.rstrip("\n").rpartition(" ")
+    root = stack.split(";")[0]
+    # --per-thread roots are "name (tid)", or "thread tid" when unnamed.
+    name = re.sub(r"\s*\(\d+\)$|[ -]\d+$", "", root)
+    ours[name] += int(v)
+theirs = collections.Counter()
+for line in open(f"{work}/perf.txt"):
+    m = re.match(r"\s*([\d.]+)%\s+(.+?)\s*$", line)
+    if m:
+        theirs[m.group(2)] += float(m.group(1))
+for c in (ours, theirs):
+    for idle in ("swapper", "swapper/0", "swapper/1"):
+        c.pop(idle, None)
+t_ours = sum(ours.values()) or 1
+t_theirs = sum(theirs.values()) or 1
+names = sorted(set(ours) | set(theirs), key=lambda n: -(ours[n] / t_ours + theirs[n] / t_theirs))
+worst = 0
+print(f"{'process':20} {'ours %':>8} {'perf %':>8}")
+for n in names[:15]:
+    a, b = ours[n] * 100 / t_ours, theirs[n] * 100 / t_theirs
+    worst = max(worst, abs(a - b))
+    print(f"{n[:20]:20} {a:8.1f} {b:8.1f}")
+print(f"largest difference of a share: {worst:.1f} points")
+for who in ("cs", "perf"):
+    u, s, m = open(f"{work}/{who}.time").read().split()
+    print(f"{who:4}: CPU {float(u) + float(s):.2f} s, peak RSS {int(m) / 1024:.0f} MB")
+PY
