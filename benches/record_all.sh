@@ -5,7 +5,9 @@
 # seconds in turn on the same steady workload:
 #   - each process name's share of the samples (idle left out), ours and
 #     perf's, and the largest difference;
-#   - each recorder's CPU time (user + sys) and peak resident memory.
+#   - each recorder's CPU time (user + sys) and peak resident memory, and
+#     perf report's (the DWARF unwinding perf leaves to it, with call
+#     graphs: what our recorder does as the samples arrive).
 #
 #   sudo bash benches/record_all.sh [SECS]   (default 30)
 set -euo pipefail
@@ -39,6 +41,8 @@ sleep 2
 /usr/bin/time -f "%U %S %M" -o "$work/cs.time" "$CS" record -q -a -d "$SECS" -o "$work/cs.data"
 "$CS" report "$work/cs.data" --top 0 --per-thread --folded "$work/cs.folded"
 /usr/bin/time -f "%U %S %M" -o "$work/perf.time" perf record -q -a -g --call-graph dwarf -o "$work/perf.data" -- sleep "$SECS" 2>/dev/null
+/usr/bin/time -f "%U %S %M" -o "$work/perf-report.time" \
+    perf report -i "$work/perf.data" --stdio --sort comm --no-children -g caller 2>/dev/null >"$work/perf-full.txt"
 perf report -i "$work/perf.data" --stdio --sort comm --no-children -g none 2>/dev/null >"$work/perf.txt"
 python3 - "$work" <<'PY'
 import re, sys, collections
@@ -69,7 +73,7 @@ for n in names[:15]:
     worst = max(worst, abs(a - b))
     print(f"{n[:20]:20} {a:8.1f} {b:8.1f}")
 print(f"largest difference of a share: {worst:.1f} points")
-for who in ("cs", "perf"):
+for who in ("cs", "perf", "perf-report"):
     u, s, m = open(f"{work}/{who}.time").read().split()
-    print(f"{who:4}: CPU {float(u) + float(s):.2f} s, peak RSS {int(m) / 1024:.0f} MB")
+    print(f"{who:11}: CPU {float(u) + float(s):.2f} s, peak RSS {int(m) / 1024:.0f} MB")
 PY
