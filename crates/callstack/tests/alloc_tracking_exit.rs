@@ -20,11 +20,17 @@ fn main() {
         leak_at_exit();
         return;
     }
-    let o = std::process::Command::new(std::env::current_exe().unwrap())
+    // Under a qemu-user stage the child runs through the stage's runner.
+    let o = testsupport::target_command(&std::env::current_exe().unwrap())
         .env("ALLOC_TRACKING_EXIT_CHILD", "1")
         .output()
         .unwrap();
-    assert!(o.status.success());
+    assert!(
+        o.status.success(),
+        "{:?}: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.starts_with("leaks: "), "{err}");
     let at = err

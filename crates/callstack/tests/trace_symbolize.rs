@@ -1,7 +1,7 @@
 //! `Trace::symbolize`: the two-line common case, and a trace from a signal
 //! context whose first address is the interrupted pc (looked up exactly,
 //! not as a return address).
-#![cfg(all(target_os = "linux", target_arch = "x86_64", feature = "symbolize"))]
+#![cfg(all(target_os = "linux", feature = "symbolize"))]
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};

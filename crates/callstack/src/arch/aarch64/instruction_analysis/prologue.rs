@@ -306,7 +306,7 @@ pub fn analyze<C: CodeMemory + ?Sized>(
     }
     let start =
         crate::arch::risc::function_start(entry, pc, MAX_FORWARD * 4, || find_start(code, pc))?;
-    let found = from_start(code, start, pc, first);
+    let found = from_start(code, start, pc, first, entry.is_none());
     if entry.is_some() || found.as_ref().is_some_and(|r| r.ra_at_cfa.is_some()) {
         return found;
     }
@@ -329,7 +329,7 @@ pub fn analyze<C: CodeMemory + ?Sized>(
         {
             break;
         }
-        let r = from_start(code, earlier, pc, first);
+        let r = from_start(code, earlier, pc, first, true);
         if r.as_ref().is_some_and(|r| r.ra_at_cfa.is_some()) {
             return r;
         }
@@ -347,12 +347,44 @@ fn is_ret(i: u32) -> bool {
     matches!(decode(i), Op::Ret)
 }
 
+/// Where an instruction may send control other than to the next one, for
+/// telling a guessed start's function from the one after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flow {
+    /// Only to the next instruction (or a call, which comes back).
+    Next,
+    /// A branch to a known address (`b`, `b.cond`, `cbz`/`cbnz`,
+    /// `tbz`/`tbnz`).
+    To(u64),
+    /// A jump through a register (`br`, `braa`...): anywhere.
+    Anywhere,
+}
+
+/// The [`Flow`] of the instruction `i` at `a`.
+fn flow(i: u32, a: u64) -> Flow {
+    let to = |off: i64| Flow::To(a.wrapping_add(off as u64));
+    if i & 0xfc00_0000 == 0x1400_0000 {
+        to(sext(i & 0x03ff_ffff, 26) * 4) // b
+    } else if i & 0xff00_0010 == 0x5400_0000 || i & 0x7e00_0000 == 0x3400_0000 {
+        to(sext((i >> 5) & 0x7_ffff, 19) * 4) // b.cond, cbz, cbnz
+    } else if i & 0x7e00_0000 == 0x3600_0000 {
+        to(sext((i >> 5) & 0x3fff, 14) * 4) // tbz, tbnz
+    } else if i & 0xffff_fc1f == 0xd61f_0000 || i & 0xfeff_f800 == 0xd61f_0800 {
+        Flow::Anywhere // br xN; braa/brab/braaz/brabz
+    } else {
+        Flow::Next
+    }
+}
+
 /// [`analyze`] from a given start: the path from `start` to `pc`.
+/// `guessed`: the start was found by scanning back, not given by a
+/// symbol, and may be another function's.
 fn from_start<C: CodeMemory + ?Sized>(
     code: &mut C,
     start: u64,
     pc: u64,
     first: bool,
+    guessed: bool,
 ) -> Option<InsnRule> {
     let mut d: i64 = 0; // sp - entry sp
     let mut sp_known = true;
@@ -364,10 +396,39 @@ fn from_start<C: CodeMemory + ?Sized>(
     // up): if a `ret` follows, the code after it is reached by a branch
     // with the frame still set up, so the state is restored from here.
     let mut pre_epilogue: Option<Tracked> = None;
+    // Code after a return is entered, if it belongs to the same function,
+    // by a forward branch from before the return (any later backward
+    // branch into it is itself reached that way first): when no branch
+    // seen so far goes past a return (`reach`, the furthest forward
+    // target), a guessed start was another function's, and the walk begins
+    // again after that return (or after a jump back, which ends a path the
+    // same way). After a jump through a register (a table) every return
+    // keeps the mid-function reading.
+    let mut reach = 0u64;
+    let mut anywhere = false;
     let mut a = start;
     while a < pc {
         let i = insn_at(code, a)?;
         let op = decode(i);
+        let fl = flow(i, a);
+        let ends = match (&op, fl) {
+            (Op::Ret, _) => true,
+            (_, Flow::To(t)) => i & 0xfc00_0000 == 0x1400_0000 && t <= a,
+            _ => false,
+        };
+        if ends && guessed && !anywhere && reach <= a {
+            (d, sp_known, fp_val, ra_slot, fp_slot) = (0, true, None, None, None);
+            consts = [None; 32];
+            pre_epilogue = None;
+            reach = 0;
+            a += 4;
+            continue;
+        }
+        match fl {
+            Flow::To(t) if t > a => reach = reach.max(t),
+            Flow::Anywhere => anywhere = true,
+            _ => {}
+        }
         let epilogue_op = match &op {
             Op::Sp(k) => *k > 0,
             Op::SpPlusReg(_) | Op::SpByExtended(false) => true,
@@ -691,5 +752,42 @@ mod tests {
             Some(crate::types::CallBefore::Indirect)
         );
         assert_eq!(super::super::call_before(&mut c, 0x100c), None);
+    }
+
+    fn words(insns: &[u32]) -> Vec<u8> {
+        insns.iter().flat_map(|i| i.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn a_leaf_after_another_functions_return_is_a_leaf() {
+        let b = words(&[
+            0xa9bf_7bfd, // 0x00 stp x29, x30, [sp, #-16]!
+            0x9100_03fd, // 0x04 mov x29, sp
+            0x9400_0000, // 0x08 bl
+            0xa8c1_7bfd, // 0x0c ldp x29, x30, [sp], #16
+            0xd65f_03c0, // 0x10 ret
+            0xaa00_03e8, // 0x14 mov x8, x0   (a leaf without symbol)
+            0xd400_0001, // 0x18 svc #0
+            0xd503_201f, // 0x1c nop          <- pc
+        ]);
+        let mut c = crate::types::SliceCode::new(0x1000, &b);
+        let r = analyze(&mut c, 0x101c, None, true).unwrap();
+        assert_eq!((r.cfa_base, r.cfa_offset, r.ra_at_cfa), (Base::Sp, 0, None));
+        // A branch over the epilogue into the code after the return: that
+        // code runs in the frame.
+        let b = words(&[
+            0xa9bf_7bfd, // 0x00 stp x29, x30, [sp, #-16]!
+            0x9100_03fd, // 0x04 mov x29, sp
+            0xb400_00a0, // 0x08 cbz x0, 0x1c
+            0x9400_0000, // 0x0c bl
+            0xa8c1_7bfd, // 0x10 ldp x29, x30, [sp], #16
+            0xd65f_03c0, // 0x14 ret
+            0xd503_201f, // 0x18 nop
+            0x9400_0000, // 0x1c bl          (in the frame)
+            0xd503_201f, // 0x20 nop         <- return address
+        ]);
+        let mut c = crate::types::SliceCode::new(0x1000, &b);
+        let r = analyze(&mut c, 0x1020, None, false).unwrap();
+        assert_eq!((r.cfa_offset, r.ra_at_cfa), (16, Some(-8)));
     }
 }

@@ -203,6 +203,76 @@ fn reaches<C: CodeMemory + ?Sized>(code: &mut C, from: u64, to: u64) -> bool {
     a == to
 }
 
+/// Where an instruction may send control other than to the next one, for
+/// telling a guessed start's function from the one after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flow {
+    /// Only to the next instruction (or a call, which comes back).
+    Next,
+    /// A branch or jump to a known address (also, for a conditional
+    /// branch, to the next instruction).
+    To(u64),
+    /// A jump through a register that is not a return (a jump table, a
+    /// tail call through a register): anywhere.
+    Anywhere,
+}
+
+/// The [`Flow`] of the instruction `i` of length `len` at `a`.
+fn flow(i: u32, len: u64, a: u64) -> Flow {
+    let to = |off: i64| Flow::To(a.wrapping_add(off as u64));
+    if len == 4 {
+        let rd = (i >> 7) & 31;
+        return match i & 0x7f {
+            // BRANCH: imm[12|10:5] in 31:25, imm[4:1|11] in 11:7.
+            0x63 => to(sext(
+                (i >> 31) << 12
+                    | ((i >> 7) & 1) << 11
+                    | ((i >> 25) & 0x3f) << 5
+                    | ((i >> 8) & 15) << 1,
+                13,
+            )),
+            // JAL x0 (`j`): imm[20|10:1|11|19:12] in 31:12.
+            0x6f if rd == 0 => to(sext(
+                (i >> 31) << 20
+                    | ((i >> 12) & 0xff) << 12
+                    | ((i >> 20) & 1) << 11
+                    | ((i >> 21) & 0x3ff) << 1,
+                21,
+            )),
+            // JALR x0 that is not `ret`.
+            0x67 if rd == 0 && !matches!(decode32(i), Op::Ret) => Flow::Anywhere,
+            _ => Flow::Next,
+        };
+    }
+    let h = i;
+    match (h & 3, (h >> 13) & 7) {
+        // c.j: offset[11|4|9:8|10|6|7|3:1|5] in 12:2.
+        (1, 5) => to(sext(
+            ((h >> 12) & 1) << 11
+                | ((h >> 11) & 1) << 4
+                | ((h >> 9) & 3) << 8
+                | ((h >> 8) & 1) << 10
+                | ((h >> 7) & 1) << 6
+                | ((h >> 6) & 1) << 7
+                | ((h >> 3) & 7) << 1
+                | ((h >> 2) & 1) << 5,
+            12,
+        )),
+        // c.beqz, c.bnez: offset[8|4:3] in 12:10, offset[7:6|2:1|5] in 6:2.
+        (1, 6) | (1, 7) => to(sext(
+            ((h >> 12) & 1) << 8
+                | ((h >> 10) & 3) << 3
+                | ((h >> 5) & 3) << 6
+                | ((h >> 3) & 3) << 1
+                | ((h >> 2) & 1) << 5,
+            9,
+        )),
+        // c.jr rs1 that is not `ret`.
+        (2, 4) if (h >> 12) & 1 == 0 && (h >> 2) & 31 == 0 && (h >> 7) & 31 != RA => Flow::Anywhere,
+        _ => Flow::Next,
+    }
+}
+
 /// How far (in bytes) before an allocation a first one of the same
 /// prologue may lie: a frame over 2 KiB is allocated in two steps
 /// (`addi sp, sp, -2032`, the saves, then `addi sp, sp, -M` again or `li`
@@ -293,10 +363,49 @@ pub fn analyze<C: CodeMemory + ?Sized>(
     };
     let mut consts: [Option<i64>; 32] = [None; 32];
     let mut pre_epilogue: Option<State> = None;
+    // A guessed start (no symbol) may lie in the function before the
+    // pc's. Code after a return is entered, if it belongs to the same
+    // function, by a forward branch from before the return (any later
+    // backward branch into it is itself reached that way first): when no
+    // branch seen so far goes past the return (`reach`, the furthest
+    // forward target), the code after it is the next function's, and the
+    // walk begins again there. A jump through a register may reach
+    // anything: after one, every return keeps the mid-function reading.
+    // With a symbol the start is known and nothing is begun again.
+    let guessed = entry.is_none();
+    let mut reach = 0u64;
+    let mut anywhere = false;
     let mut a = start;
     while a < pc {
         let (i, len) = insn_at(code, a)?;
         let op = decode(i, len);
+        let fl = flow(i, len, a);
+        // A return, or a jump back (a forward jump may skip to code that
+        // jumps back to right after it: a loop's entry).
+        let ends = match (op, fl) {
+            (Op::Ret, _) => true,
+            (Op::Jump, Flow::To(t)) => t <= a,
+            _ => false,
+        };
+        if ends && guessed && !anywhere && reach <= a {
+            // The guessed function ends here: begin again after it.
+            st = State {
+                sp: Some(0),
+                ra: None,
+                s0_slot: None,
+                s0: None,
+            };
+            consts = [None; 32];
+            pre_epilogue = None;
+            reach = 0;
+            a += len;
+            continue;
+        }
+        match fl {
+            Flow::To(t) if t > a => reach = reach.max(t),
+            Flow::Anywhere => anywhere = true,
+            _ => {}
+        }
         let epilogue_op = match op {
             Op::SpAdd(v) => v > 0,
             Op::SpFromFp(_) => true,
@@ -536,5 +645,86 @@ mod tests {
         let mut empty = SliceCode::new(0x1000, &[]);
         assert!(analyze(&mut empty, 0x1010, None, true).is_none());
         assert!(analyze(&mut empty, 2, None, false).is_none());
+    }
+
+    /// Encodes `beq rs1, x0, off`.
+    fn beqz(rs1: u32, off: i32) -> u32 {
+        let o = off as u32;
+        ((o >> 12) & 1) << 31
+            | ((o >> 5) & 0x3f) << 25
+            | rs1 << 15
+            | ((o >> 1) & 15) << 8
+            | ((o >> 11) & 1) << 7
+            | 0x63
+    }
+
+    fn code_of(insns: &[(u32, u64)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for &(i, len) in insns {
+            b.extend(&i.to_le_bytes()[..len as usize]);
+        }
+        b
+    }
+
+    #[test]
+    fn a_leaf_after_another_functions_return_is_a_leaf() {
+        // f: a frame, its return; then a leaf without symbol (glibc's
+        // `syscall`): mv t1, a0; ecall; <pc>.
+        let b = code_of(&[
+            (0x1101, 2),      // 0x00 addi sp, sp, -32
+            (0xec06, 2),      // 0x02 sd   ra, 24(sp)
+            (0x0000_0097, 4), // 0x04 auipc ra, 0
+            (0x0000_80e7, 4), // 0x08 jalr ra
+            (0x60e2, 2),      // 0x0c ld   ra, 24(sp)
+            (0x6105, 2),      // 0x0e addi sp, sp, 32
+            (0x8082, 2),      // 0x10 ret
+            (0x832a, 2),      // 0x12 mv   t1, a0     (the leaf)
+            (0x0000_0073, 4), // 0x14 ecall
+            (0x0001, 2),      // 0x18 nop           <- pc
+        ]);
+        let mut c = SliceCode::new(0x1000, &b);
+        let r = analyze(&mut c, 0x1018, None, true).unwrap();
+        assert_eq!((r.cfa_base, r.cfa_offset, r.ra_at_cfa), (Base::Sp, 0, None));
+        // Not the innermost frame: a frameless function's return address
+        // is in no slot, so there is no rule.
+        assert!(analyze(&mut c, 0x1018, None, false).is_none());
+    }
+
+    #[test]
+    fn code_after_a_return_that_a_branch_reaches_keeps_the_frame() {
+        // beqz a0 jumps over the epilogue to code that runs in the frame.
+        let b = code_of(&[
+            (0x1101, 2),         // 0x00 addi sp, sp, -32
+            (0xec06, 2),         // 0x02 sd   ra, 24(sp)
+            (beqz(10, 0x0e), 4), // 0x04 beqz a0, 0x12
+            (0x0000_80e7, 4),    // 0x08 jalr ra
+            (0x60e2, 2),         // 0x0c ld   ra, 24(sp)
+            (0x6105, 2),         // 0x0e addi sp, sp, 32
+            (0x8082, 2),         // 0x10 ret
+            (0x0000_80e7, 4),    // 0x12 jalr ra (in the frame)
+            (0x0001, 2),         // 0x16 nop    <- return address
+        ]);
+        let mut c = SliceCode::new(0x1000, &b);
+        for first in [true, false] {
+            let r = analyze(&mut c, 0x1016, None, first).unwrap();
+            assert_eq!(
+                (r.cfa_base, r.cfa_offset, r.ra_at_cfa),
+                (Base::Sp, 32, Some(-8))
+            );
+        }
+        // The same code after a jump through a register (a table): kept.
+        let b = code_of(&[
+            (0x1101, 2),      // 0x00 addi sp, sp, -32
+            (0xec06, 2),      // 0x02 sd   ra, 24(sp)
+            (0x8782, 2),      // 0x04 c.jr a5
+            (0x60e2, 2),      // 0x06 ld   ra, 24(sp)
+            (0x6105, 2),      // 0x08 addi sp, sp, 32
+            (0x8082, 2),      // 0x0a ret
+            (0x0000_80e7, 4), // 0x0c jalr ra
+            (0x0001, 2),      // 0x10 nop    <- return address
+        ]);
+        let mut c = SliceCode::new(0x1000, &b);
+        let r = analyze(&mut c, 0x1010, None, false).unwrap();
+        assert_eq!((r.cfa_offset, r.ra_at_cfa), (32, Some(-8)));
     }
 }
