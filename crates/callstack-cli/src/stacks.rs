@@ -346,7 +346,7 @@ fn name_thread(
         if syms.is_empty() {
             frames.push(FrameOut {
                 pc: f.pc,
-                function: None,
+                function: module.is_none().then(|| sym.jit_name(lookup)).flatten(),
                 file: None,
                 line: None,
                 inlined: false,
@@ -406,6 +406,9 @@ struct Names {
     images: std::collections::HashMap<u64, Option<Symbolizer>>,
     /// Each module's `main` rule, read once (by module start).
     main_rules: std::collections::HashMap<u64, crate::mainfn::MainRule>,
+    /// The process's perf map (`/tmp/perf-PID.map`), naming JIT code that
+    /// lies in no module.
+    perf_map: Option<callstack::symbolize::perfmap::PerfMap>,
 }
 
 impl Names {
@@ -433,11 +436,28 @@ impl Names {
             files.add_debug_dir(d);
         }
         files.set_debuginfod(debuginfod);
+        // A core's map is the one its process wrote, if the file is still
+        // there (it names only code in no module, so a map left by a later
+        // process with the same pid can at worst name such code wrongly).
+        let perf_map = match callstack::symbolize::perfmap::PerfMap::for_pid(snap.pid) {
+            Some(Ok(m)) => Some(m),
+            Some(Err(e)) => {
+                eprintln!("callstack: warning: {e}; JIT frames are left unnamed");
+                None
+            }
+            None => None,
+        };
         Names {
             files,
             images: std::collections::HashMap::new(),
             main_rules: std::collections::HashMap::new(),
+            perf_map,
         }
+    }
+
+    /// The perf map's name for `pc` (JIT code in no module).
+    fn jit_name(&self, pc: u64) -> Option<String> {
+        self.perf_map.as_ref()?.lookup(pc).map(String::from)
     }
 
     /// Where backtraces end in module `m`: see [`crate::mainfn`]. A module

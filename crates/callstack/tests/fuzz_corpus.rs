@@ -126,6 +126,16 @@ fn proc_maps_corpus() {
 }
 
 #[test]
+fn perf_map_corpus() {
+    let runs = replay("perf_map", targets::perf_map);
+    let named = |n: &str| runs.iter().find(|r| r.0.ends_with(n)).unwrap().1;
+    assert_eq!(named("/node_and_python"), Some(3));
+    assert_eq!(named("/overlaps"), Some(3));
+    assert_eq!(named("/bad_start"), None);
+    assert_eq!(named("/wraps"), None);
+}
+
+#[test]
 fn remote_image_corpus() {
     let runs = replay("remote_image", targets::remote_image);
     // The intact library names its functions.

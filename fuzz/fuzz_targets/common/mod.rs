@@ -265,6 +265,24 @@ pub fn proc_maps(data: &[u8]) -> usize {
     n
 }
 
+/// `perf_map`: a JIT runtime's `/tmp/perf-PID.map`, parsed and looked up
+/// at every address its lines name, at their ends and at 0. Returns how
+/// many functions it names (`None` when the text is rejected).
+pub fn perf_map(data: &[u8]) -> Option<usize> {
+    let map = callstack::symbolize::perfmap::PerfMap::parse(&String::from_utf8_lossy(data)).ok()?;
+    let _ = map.lookup(0);
+    for line in data.split(|&b| b == b'\n') {
+        let word = line.split(|&b| b == b' ').next().unwrap_or(&[]);
+        let text = String::from_utf8_lossy(word);
+        if let Ok(a) = u64::from_str_radix(text.trim_start_matches("0x"), 16) {
+            let _ = map.lookup(a);
+            let _ = map.lookup(a.wrapping_sub(1));
+            let _ = map.lookup(a.wrapping_add(1));
+        }
+    }
+    Some(map.len())
+}
+
 /// `remote_image`: an in-memory ELF image of another process (the vDSO
 /// read from a core or a live process), as `callstack::remote` reads it:
 /// build-id, load segments and bias, then symbols and DWARF through the

@@ -153,9 +153,10 @@ pub struct Snapshot {
     /// Problems met on the way, each a sentence for the user.
     pub warnings: Vec<String>,
     /// Executable memory in no module, as (address, bytes): code that is in
-    /// no file, such as the signal-return trampolines qemu-user writes on a
-    /// page of its own. The unwinder reads it to recognize those
-    /// trampolines. Empty for a live process.
+    /// no file, such as JIT code or the signal-return trampolines qemu-user
+    /// writes on a page of its own. The unwinder reads it to analyze that
+    /// code and to recognize those trampolines. Of a live process, up to
+    /// 64 MiB of it is read.
     pub anon_code: Vec<(u64, std::sync::Arc<Vec<u8>>)>,
 }
 

@@ -40,6 +40,10 @@ fn proc_path(pid: u32, rest: &str) -> String {
     format!("/proc/{pid}/{rest}")
 }
 
+/// The most bytes of executable memory in no file (JIT code) a snapshot of
+/// a live process reads for its unwinder.
+const ANON_CODE_MAX: u64 = 64 << 20;
+
 fn read_maps(pid: u32, mm_tid: u32) -> Result<Vec<(Mapping, bool)>, RemoteError> {
     let path = proc_path(pid, &format!("task/{mm_tid}/maps"));
     let text = std::fs::read_to_string(&path).map_err(|e| match e.raw_os_error() {
@@ -381,6 +385,24 @@ impl LiveProcess {
             .iter()
             .find(|(m, _)| m.path == "[vdso]")
             .map(|(m, _)| m.clone());
+        // Executable memory that is no file's: JIT code (named by a perf
+        // map), trampolines. Read once, up to ANON_CODE_MAX bytes in all,
+        // so that the unwinder can read the code it walks through.
+        let mut anon_budget = ANON_CODE_MAX;
+        for (m, _) in &maps {
+            let len = m.end.saturating_sub(m.start);
+            let anon = m.path.is_empty() || !(m.path.starts_with('/') || m.path.starts_with('['));
+            if m.executable != Some(true) || !anon || len == 0 || len > anon_budget {
+                continue;
+            }
+            let mut bytes = vec![0u8; len as usize];
+            if live.memory().read_bytes(m.start, &mut bytes) {
+                anon_budget -= len;
+                live.snapshot
+                    .anon_code
+                    .push((m.start, std::sync::Arc::new(bytes)));
+            }
+        }
         let file_maps: Vec<Mapping> = maps
             .into_iter()
             .map(|(m, _)| m)

@@ -87,6 +87,7 @@ mod lazy;
 mod lines;
 mod loader;
 mod mapped;
+pub mod perfmap;
 mod shared;
 mod split;
 mod sup;

@@ -1,0 +1,129 @@
+//! JIT frames named from the process's perf map (`/tmp/perf-PID.map`), in
+//! `callstack pstack` and `callstack core`: the `jit_perfmap.c` fixture
+//! runs `main -> jit_outer -> jit_inner -> blocked` where the two middle
+//! functions are machine code it wrote into an anonymous page (no file, no
+//! CFI, frame-pointer prologues), named in the map as a JavaScript engine
+//! names its compiled functions. The whole chain is asserted, with and
+//! without the map.
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use testsupport::{gcore, release_artifacts, scratch_dir, Gcc};
+
+/// The fixture, running and blocked; kills it and removes its map on drop.
+struct Running {
+    child: Child,
+    pid: u32,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(map_of(self.pid));
+    }
+}
+
+fn map_of(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/perf-{pid}.map"))
+}
+
+fn start(exe: &Path, with_map: bool) -> Running {
+    let mut cmd = Command::new(exe);
+    if !with_map {
+        cmd.arg("no-map");
+    }
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    let pid = child.id();
+    Running { child, pid }
+}
+
+/// The function names of thread 1's frames in the text output.
+fn names(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| {
+            let rest = l.split_once(" in ").map_or(&l[4..], |p| p.1);
+            rest.split(" ()").next().unwrap().trim().to_string()
+        })
+        .collect()
+}
+
+fn cli(args: &[&str]) -> String {
+    let o = Command::new(&release_artifacts().cli)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn build() -> PathBuf {
+    let dir = scratch_dir("jit-perfmap");
+    Gcc::new(&["jit_perfmap.c"])
+        .flags("-O2 -g")
+        .build(&dir.join("jit_perfmap"))
+}
+
+const NAMED: [&str; 5] = [
+    "__libc_pause",
+    "blocked",
+    "LazyCompile:*jit_inner app.js:3",
+    "LazyCompile:*jit_outer app.js:9",
+    "main",
+];
+
+#[test]
+fn pstack_and_core_name_jit_frames_from_the_perf_map() {
+    let exe = build();
+    let r = start(&exe, true);
+    let pid = r.pid.to_string();
+    let live = cli(&["pstack", &pid]);
+    assert_eq!(names(&live), NAMED, "{live}");
+    let core = gcore(r.pid, &scratch_dir("jit-perfmap-core"));
+    let from_core = cli(&["core", exe.to_str().unwrap(), core.to_str().unwrap()]);
+    assert_eq!(names(&from_core), NAMED, "{from_core}");
+    // The JSON carries the names too.
+    let json = cli(&["pstack", "--json", &pid]);
+    assert!(
+        json.contains("\"function\":\"LazyCompile:*jit_outer app.js:9\""),
+        "{json}"
+    );
+    // The map gone (the process exited, say): the core's JIT frames are
+    // unnamed, and the chain through them is the same.
+    drop(r);
+    let from_core = cli(&["core", exe.to_str().unwrap(), core.to_str().unwrap()]);
+    assert_eq!(
+        names(&from_core),
+        ["__libc_pause", "blocked", "??", "??", "main"],
+        "{from_core}"
+    );
+    let _ = std::fs::remove_file(&core);
+}
+
+#[test]
+fn a_malformed_map_is_a_warning_and_frames_stay_unnamed() {
+    let exe = build();
+    let r = start(&exe, false);
+    std::fs::write(map_of(r.pid), "not a perf map\n").unwrap();
+    let o = Command::new(&release_artifacts().cli)
+        .args(["pstack", &r.pid.to_string()])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("perf map line 1"), "{err}");
+    assert_eq!(
+        names(&out),
+        ["__libc_pause", "blocked", "??", "??", "main"],
+        "{out}"
+    );
+}
