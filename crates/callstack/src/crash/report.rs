@@ -137,6 +137,13 @@ pub(crate) fn symbolize_report_with(raw: &str, style: Style) -> String {
     let mut out = String::new();
     for r in parse_raw_reports(raw) {
         let mut res = Resolver::for_frames(&r.frames);
+        // JIT code (in no module) is named from the process's perf map,
+        // read once the first such frame comes, if the file is there.
+        let pid = r
+            .header
+            .iter()
+            .find_map(|h| h.strip_prefix("process: ")?.trim().parse::<u32>().ok());
+        let mut perf_map: Option<Option<crate::symbolize::perfmap::PerfMap>> = None;
         out.push_str("*** callstack: crash report (symbolized) ***\n");
         for h in &r.header {
             if !h.starts_with("time:") && !h.starts_with("process:") {
@@ -147,8 +154,26 @@ pub(crate) fn symbolize_report_with(raw: &str, style: Style) -> String {
         for f in &r.frames {
             let mut text = Vec::new();
             let Some((path, offset, _)) = &f.module else {
-                text.push((None, format!("  #{} {:#018x} in ??", f.index, f.address)));
-                lines.push((f.index, text.pop().unwrap().1));
+                let map = perf_map
+                    .get_or_insert_with(|| {
+                        pid.and_then(crate::symbolize::perfmap::PerfMap::for_pid)
+                            .and_then(Result::ok)
+                    })
+                    .as_ref();
+                // A return address is looked up at the call, one byte back.
+                let lookup = if f.is_return_address {
+                    f.address.wrapping_sub(1)
+                } else {
+                    f.address
+                };
+                let line = match map.and_then(|m| m.lookup(lookup)) {
+                    Some(name) => format!(
+                        "  #{} {:#018x} in {name} (JIT, perf map)",
+                        f.index, f.address
+                    ),
+                    None => format!("  #{} {:#018x} in ??", f.index, f.address),
+                };
+                lines.push((f.index, line));
                 continue;
             };
             let res = res.resolve(f);
@@ -392,6 +417,30 @@ mod tests {
         let text = symbolize_report(&raw);
         assert!(text.contains("symbolizes_a_frame_of_this_test"), "{text}");
         assert!(text.contains("report.rs:"), "{text}");
+    }
+
+    #[test]
+    fn frames_in_no_module_are_named_from_the_perf_map() {
+        // A pid no process has here (above the kernel's pid_max limit of
+        // 2^22), so that no runtime writes its map meanwhile.
+        let pid = 4_194_999u32;
+        let path = crate::symbolize::perfmap::path_for_pid(pid);
+        std::fs::write(&path, "7f0000001000 40 LazyCompile:*handler app.js:7\n").unwrap();
+        let raw = format!(
+            "{BEGIN_RAW}signal: SIGSEGV: x\nprocess: {pid}\nframes: 3\n  #0 pc 0x00007f0000001000 in ??\n  #1 ra 0x00007f0000001040 in ??\n  #2 ra 0x00007f0000002000 in ??\n{END_RAW}"
+        );
+        let text = symbolize_report(&raw);
+        let _ = std::fs::remove_file(&path);
+        assert!(
+            text.contains("#0 0x00007f0000001000 in LazyCompile:*handler app.js:7 (JIT, perf map)"),
+            "{text}"
+        );
+        // A return address just past the function is its call's.
+        assert!(
+            text.contains("#1 0x00007f0000001040 in LazyCompile:*handler"),
+            "{text}"
+        );
+        assert!(text.contains("#2 0x00007f0000002000 in ??"), "{text}");
     }
 
     #[test]
