@@ -344,11 +344,16 @@ fn name_thread(
         }
         let syms = sym.names(module, f.pc, lookup);
         if syms.is_empty() {
+            let jit = module.is_none().then(|| sym.jit_name(lookup)).flatten();
+            let (function, file, line) = match jit {
+                Some((n, file, line)) => (Some(n), file, line),
+                None => (None, None, None),
+            };
             frames.push(FrameOut {
                 pc: f.pc,
-                function: module.is_none().then(|| sym.jit_name(lookup)).flatten(),
-                file: None,
-                line: None,
+                function,
+                file,
+                line,
                 inlined: false,
                 module: module_name.clone(),
                 method: json_method(f.method),
@@ -409,6 +414,9 @@ struct Names {
     /// The process's perf map (`/tmp/perf-PID.map`), naming JIT code that
     /// lies in no module.
     perf_map: Option<callstack::symbolize::perfmap::PerfMap>,
+    /// The jitdump files (`jit-PID.dump`) the process has mapped, naming
+    /// JIT code with its file and line; asked before the perf map.
+    jit_dumps: Vec<callstack::symbolize::jitdump::JitDump>,
 }
 
 impl Names {
@@ -447,17 +455,43 @@ impl Names {
             }
             None => None,
         };
+        // A runtime maps its jitdump file (executable) for perf to find:
+        // the mapping names the file, read while it is still there.
+        let mut jit_dumps = Vec::new();
+        for m in &snap.modules {
+            let path = m.file.clone().unwrap_or_else(|| PathBuf::from(&m.name));
+            let is_dump = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("jit-") && n.ends_with(".dump"));
+            if !is_dump {
+                continue;
+            }
+            match callstack::symbolize::jitdump::JitDump::from_file(&path) {
+                Ok(d) => jit_dumps.push(d),
+                Err(e) => eprintln!(
+                    "callstack: warning: {}: {e}; its JIT frames are left unnamed",
+                    path.display()
+                ),
+            }
+        }
         Names {
             files,
             images: std::collections::HashMap::new(),
             main_rules: std::collections::HashMap::new(),
             perf_map,
+            jit_dumps,
         }
     }
 
-    /// The perf map's name for `pc` (JIT code in no module).
-    fn jit_name(&self, pc: u64) -> Option<String> {
-        self.perf_map.as_ref()?.lookup(pc).map(String::from)
+    /// What the jitdump files, then the perf map, say of `pc` (JIT code in
+    /// no module): the function, and its file and line when known.
+    fn jit_name(&self, pc: u64) -> Option<(String, Option<String>, Option<u32>)> {
+        if let Some(f) = self.jit_dumps.iter().find_map(|d| d.lookup(pc)) {
+            return Some((f.name, f.file, f.line));
+        }
+        let name = self.perf_map.as_ref()?.lookup(pc)?;
+        Some((name.to_string(), None, None))
     }
 
     /// Where backtraces end in module `m`: see [`crate::mainfn`]. A module

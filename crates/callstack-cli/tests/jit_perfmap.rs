@@ -1,4 +1,5 @@
-//! JIT frames named from the process's perf map (`/tmp/perf-PID.map`), in
+//! JIT frames named from the process's perf map (`/tmp/perf-PID.map`) and
+//! from its jitdump file (`jit-PID.dump`, with files and lines), in
 //! `callstack pstack` and `callstack core`: the `jit_perfmap.c` fixture
 //! runs `main -> jit_outer -> jit_inner -> blocked` where the two middle
 //! functions are machine code it wrote into an anonymous page (no file, no
@@ -31,10 +32,12 @@ fn map_of(pid: u32) -> PathBuf {
 }
 
 fn start(exe: &Path, with_map: bool) -> Running {
+    start_args(exe, if with_map { &[] } else { &["no-map"] })
+}
+
+fn start_args(exe: &Path, args: &[&str]) -> Running {
     let mut cmd = Command::new(exe);
-    if !with_map {
-        cmd.arg("no-map");
-    }
+    cmd.args(args);
     let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
@@ -126,4 +129,35 @@ fn a_malformed_map_is_a_warning_and_frames_stay_unnamed() {
         ["__libc_pause", "blocked", "??", "??", "main"],
         "{out}"
     );
+}
+
+/// The function names with their `at FILE:LINE`, of thread 1's frames.
+fn names_at(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| l.split_once(" in ").map_or(l, |p| p.1).trim().to_string())
+        .collect()
+}
+
+#[test]
+fn pstack_and_core_name_jit_frames_from_a_jitdump_file() {
+    let exe = build();
+    let dir = scratch_dir("jit-jitdump");
+    let r = start_args(&exe, &["jitdump", dir.to_str().unwrap()]);
+    let dump = dir.join(format!("jit-{}.dump", r.pid));
+    let live = cli(&["pstack", &r.pid.to_string()]);
+    let want_jit = [
+        "Function:*jit_inner () at /app/inner.js:21",
+        "Function:*jit_outer () at /app/outer.js:41",
+    ];
+    let got = names_at(&live);
+    assert_eq!(got.len(), 5, "{live}");
+    assert_eq!(got[2..4], want_jit, "{live}");
+    assert!(got[4].starts_with("main () at "), "{live}");
+    let core = gcore(r.pid, &scratch_dir("jit-jitdump-core"));
+    let from_core = cli(&["core", exe.to_str().unwrap(), core.to_str().unwrap()]);
+    assert_eq!(names_at(&from_core)[2..4], want_jit, "{from_core}");
+    drop(r);
+    let _ = std::fs::remove_file(&core);
+    let _ = std::fs::remove_file(&dump);
 }

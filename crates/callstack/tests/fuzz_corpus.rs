@@ -126,6 +126,15 @@ fn proc_maps_corpus() {
 }
 
 #[test]
+fn jitdump_corpus() {
+    let runs = replay("jitdump", targets::jitdump);
+    let named = |n: &str| runs.iter().find(|r| r.0.ends_with(n)).unwrap().1;
+    assert_eq!(named("/two_functions_with_lines"), Some(2));
+    assert_eq!(named("/cut_short"), Some(1));
+    assert_eq!(named("/magic_only"), None);
+}
+
+#[test]
 fn perf_map_corpus() {
     let runs = replay("perf_map", targets::perf_map);
     let named = |n: &str| runs.iter().find(|r| r.0.ends_with(n)).unwrap().1;

@@ -283,6 +283,20 @@ pub fn perf_map(data: &[u8]) -> Option<usize> {
     Some(map.len())
 }
 
+/// `jitdump`: a JIT runtime's `jit-PID.dump`, parsed and looked up at
+/// every 8-byte-aligned value it holds and at 0. Returns how many functions
+/// it names (`None` when the file is rejected).
+pub fn jitdump(data: &[u8]) -> Option<usize> {
+    let dump = callstack::symbolize::jitdump::JitDump::parse(data).ok()?;
+    let _ = dump.lookup(0);
+    for w in data.chunks_exact(8).take(4096) {
+        let a = u64::from_le_bytes(w.try_into().unwrap());
+        let _ = dump.lookup(a);
+        let _ = dump.lookup(a.wrapping_add(4));
+    }
+    Some(dump.len())
+}
+
 /// `remote_image`: an in-memory ELF image of another process (the vDSO
 /// read from a core or a live process), as `callstack::remote` reads it:
 /// build-id, load segments and bias, then symbols and DWARF through the

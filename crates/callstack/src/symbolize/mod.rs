@@ -83,6 +83,7 @@ mod demangle;
 mod die;
 mod dwarf;
 mod elf;
+pub mod jitdump;
 mod lazy;
 mod lines;
 mod loader;
