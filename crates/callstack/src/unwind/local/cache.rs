@@ -230,3 +230,19 @@ pub(super) fn clear_cache() {
         c.store(0, Ordering::Relaxed);
     }
 }
+
+/// Drops the machine-code rules (`code::settle`) from the cache, leaving the
+/// CFI's: `prepare()` calls it after clearing the analysis cache, as the
+/// code they were found in may have changed. Lock-free; a word replaced
+/// meanwhile is left alone.
+#[cfg(callstack_insn)]
+pub(super) fn clear_insn_words() {
+    use crate::arch::native::exact::INSN_MARK;
+    core::sync::atomic::fence(Ordering::SeqCst);
+    for c in CACHE.words.iter() {
+        let w = c.load(Ordering::Relaxed);
+        if w != 0 && (w >> 48) as u16 & 0xf000 == INSN_MARK {
+            let _ = c.compare_exchange(w, 0, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+}

@@ -345,8 +345,11 @@ pub fn prepare() -> PrepareStats {
     if removed {
         clear_cache();
     }
-    // Code may have changed under cached instruction-analysis answers.
+    // Code may have changed under cached instruction-analysis answers,
+    // and under the rules they settled in the rule cache.
     crate::unwind::insn::cache::invalidate();
+    #[cfg(callstack_insn)]
+    super::cache::clear_insn_words();
     stats
 }
 

@@ -327,3 +327,144 @@ fn hot_loop_walks_big_frames() {
     assert!(why == FastEnd::Outermost);
     assert_eq!((hot.pc, hot.sp, hot.fp), (RA[5], cfa3 + 16, 0x1234_5678));
 }
+
+/// A warm `capture_exact` through a C library built without CFI and
+/// without frame pointers walks the library's frames from the rule cache:
+/// their words hold the machine-code rules the analysis settled (marked as
+/// such, read by the CFI as `NoCfi`), the warm path takes them without the
+/// generic step, the chain is the cold capture's, function by function,
+/// and `capture_exact_with_info` still reports those frames as found by
+/// machine-code analysis.
+#[cfg(callstack_insn)]
+mod settled_machine_code_rules {
+    use super::super::cache::cache_get;
+    use super::super::source::INSN_FRAMES;
+    use crate::arch::x86_64::exact::INSN_MARK;
+    use crate::unwind::{Frame, Method};
+    use std::ffi::c_void;
+    use testsupport::insn_lib::{load, Lib};
+
+    fn build_lib() -> Lib {
+        let fx = testsupport::c_fixtures();
+        let dir = testsupport::scratch_dir("local-settled-insn");
+        let so = dir.join("libinsn-settled-nocfi.so");
+        let o = std::process::Command::new("gcc")
+            .args(["-O2", "-fomit-frame-pointer", "-fPIC", "-shared"])
+            .args(["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"])
+            .arg(fx.join("insn_chain.c"))
+            .arg(fx.join("insn_asm_x86_64.S"))
+            .arg("-o")
+            .arg(&so)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        load(&so)
+    }
+
+    struct Cap {
+        pcs: Vec<usize>,
+        frames: Vec<Frame>,
+        insn: usize,
+    }
+
+    extern "C" fn capture(arg: *mut c_void) {
+        // SAFETY: `arg` is the `Cap` of `run`.
+        let cap = unsafe { &mut *(arg as *mut Cap) };
+        let mut out = [0usize; 128];
+        let before = INSN_FRAMES.with(|c| c.get());
+        let n = crate::capture_exact(0, &mut out);
+        cap.insn = INSN_FRAMES.with(|c| c.get()) - before;
+        cap.pcs = out[..n].to_vec();
+        let mut f = [Frame {
+            pc: 0,
+            sp: 0,
+            fp: 0,
+            method: Method::Context,
+        }; 128];
+        let (m, _) = crate::capture_exact_with_info(0, &mut f);
+        cap.frames = f[..m].to_vec();
+    }
+
+    #[inline(never)]
+    fn run(lib: &Lib) -> Cap {
+        let mut cap = Cap {
+            pcs: vec![],
+            frames: vec![],
+            insn: 0,
+        };
+        // SAFETY: `insn_entry` calls `capture(&mut cap)` once and returns.
+        unsafe { (lib.entry)(capture, &mut cap as *mut Cap as *mut c_void) };
+        std::hint::black_box(cap)
+    }
+
+    fn names(pcs: &[usize]) -> Vec<String> {
+        let mut s = crate::Symbolizer::new();
+        pcs.iter()
+            .map(|&pc| {
+                let r = s.symbolize(crate::symbolize::Address::Return(pc));
+                r.frames
+                    .last()
+                    .and_then(|f| f.function.as_deref())
+                    .unwrap_or("?")
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_warm_capture_walks_settled_frames_from_the_rule_cache() {
+        let lib = build_lib();
+        crate::prepare();
+        crate::unwind::insn::warm_up();
+        let in_lib = |pc: usize| lib.base <= pc && pc < lib.end;
+        // Every capture from one call site: the chains are the same.
+        let mut caps: Vec<Cap> = (0..4).map(|_| run(&lib)).collect();
+        let cold = caps.remove(0);
+        let cold_names = names(&cold.pcs);
+        // The library's chain, innermost first, as its code has it.
+        let lib_names: Vec<&str> = cold
+            .pcs
+            .iter()
+            .zip(&cold_names)
+            .filter(|(&pc, _)| in_lib(pc))
+            .map(|(_, n)| n.as_str())
+            .collect();
+        assert_eq!(
+            lib_names,
+            ["d", "c", "insn_asm_mid", "b", "a", "insn_entry"],
+            "{cold_names:?}"
+        );
+        for (round, warm) in caps.into_iter().enumerate() {
+            assert_eq!(warm.pcs, cold.pcs, "round {round}");
+            assert_eq!(names(&warm.pcs), cold_names);
+            // The library's frames but the innermost are found from their
+            // callee's settled rule (d's is the callback's, with CFI), and
+            // the first frame above the library from insn_entry's: at
+            // least the frames `c` .. `insn_entry` and the one above.
+            if round > 0 {
+                assert!(
+                    warm.insn >= 5,
+                    "{} frames by settled machine-code rules",
+                    warm.insn
+                );
+            }
+            // Their words are machine-code rules.
+            let settled = warm
+                .pcs
+                .iter()
+                .filter(|&&pc| in_lib(pc))
+                .filter(|&&pc| cache_get(pc as u64 - 1) & 0xf000 == INSN_MARK)
+                .count();
+            assert!(settled >= 5, "{settled} settled words");
+            // Reported as found by machine-code analysis: every caller of
+            // a frame in the library.
+            let pcs: Vec<usize> = warm.frames.iter().map(|f| f.pc as usize).collect();
+            assert_eq!(names(&pcs), cold_names);
+            for w in warm.frames.windows(2) {
+                if in_lib(w[0].pc as usize) {
+                    assert_eq!(w[1].method, Method::Insn, "{:x}", w[1].pc);
+                }
+            }
+        }
+    }
+}
