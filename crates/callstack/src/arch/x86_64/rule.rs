@@ -299,6 +299,8 @@ impl Arch for X86_64 {
 /// below `rsp` as popped, which the analysis does not). `None` for the
 /// other rules (a value rule for `rbp`, a slot relative to the other
 /// register, a frame over 4 GiB).
+// Used by the in-process capture (`unwind/local`) where it analyzes code.
+#[cfg_attr(not(callstack_insn), allow(dead_code))]
 pub(crate) fn from_insn(r: &InsnRule) -> Option<UnwindRuleX86_64> {
     if r.ra_at_cfa != Some(-8) || r.ret_pop != 0 || r.cfa_offset <= 0 {
         return None;

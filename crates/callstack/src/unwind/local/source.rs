@@ -330,9 +330,9 @@ fn seen_module(d: DlModule) -> bool {
     false
 }
 
-/// Frames the warm path took by machine-code rules from the rule cache, on
-/// this thread (unit tests check that a warm capture through code without
-/// CFI takes them).
+// Frames the warm path took by machine-code rules from the rule cache, on
+// this thread (unit tests check that a warm capture through code without
+// CFI takes them).
 #[cfg(all(test, callstack_insn))]
 std::thread_local! {
     pub(super) static INSN_FRAMES: Cell<usize> = const { Cell::new(0) };

@@ -232,6 +232,8 @@ fn check_ra<C: CodeMemory + ?Sized>(
 /// direct one into the function holding `lookup`, or is a signal or
 /// exit-hook trampoline), the function's start being unknown. Through
 /// `cache`'s return-address entries, as the step does.
+// Used by the in-process capture (`unwind/local`) where it analyzes code.
+#[cfg_attr(not(callstack_insn), allow(dead_code))]
 pub(crate) fn strict_return<C: CodeMemory + ?Sized>(
     code: &mut C,
     cache: Option<&InsnCache>,
@@ -250,6 +252,8 @@ pub(crate) fn strict_return<C: CodeMemory + ?Sized>(
 /// before anything else (step 2); when it does not, the other candidates,
 /// the frame record and scanning decide, against the stack, and are not
 /// settled.
+// Used by the in-process capture (`unwind/local`) where it analyzes code.
+#[cfg_attr(not(callstack_insn), allow(dead_code))]
 pub(crate) fn settled_rule(a: &FrameAnalysis) -> Option<InsnRule> {
     if a.trampoline || a.func_start.is_some() || a.prologue.is_some() {
         return None;
