@@ -4,7 +4,7 @@
 //! analysis settles into the rule cache.
 
 #[cfg(callstack_insn)]
-use super::cache::{cache_get, cache_put};
+use super::cache::{cache_get, cache_put, insn_words_current};
 use super::loader::{dl_exec_segment, dl_find};
 use super::snapshot::{published, unloaded, Snapshot};
 use super::A;
@@ -129,10 +129,10 @@ pub(super) const PACKED_NO_CFI: u16 = 3 << 14 | 2;
 /// (`insn_caller`). Nothing stack-dependent is stored.
 ///
 /// Taken from the analysis cache's entry for `pc` (just filled by the step
-/// that called this), under its generation: when `prepare()` clears the
-/// analysis cache meanwhile (the code may have changed), the word goes
-/// back to `NoCfi` (`prepare()` also sweeps the machine-code words out
-/// after clearing: `cache::clear_insn_words`).
+/// that called this), under its generation: when the analysis cache is
+/// cleared meanwhile (the code may have changed), the word goes back to
+/// `NoCfi`; a clear after that drops it at the next use
+/// (`cache::insn_words_current`).
 #[cfg(callstack_insn)]
 #[cold]
 #[inline(never)]
@@ -155,6 +155,9 @@ fn settle(pc: u64) {
     }
     let analyses = crate::unwind::insn::cache::fallback_cache();
     let g = analyses.generation();
+    if !insn_words_current(g) {
+        return;
+    }
     let Some(a) = analyses.get_frame(pc, false) else {
         return;
     };

@@ -345,11 +345,10 @@ pub fn prepare() -> PrepareStats {
     if removed {
         clear_cache();
     }
-    // Code may have changed under cached instruction-analysis answers,
-    // and under the rules they settled in the rule cache.
+    // Code may have changed under cached instruction-analysis answers (and
+    // the rules they settled in the rule cache, dropped at the next use:
+    // `cache::insn_words_current`).
     crate::unwind::insn::cache::invalidate();
-    #[cfg(callstack_insn)]
-    super::cache::clear_insn_words();
     stats
 }
 

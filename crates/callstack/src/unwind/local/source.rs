@@ -362,7 +362,13 @@ fn insn_caller(source: &LocalSource, hot: &Hot) -> Option<Hot> {
         return None;
     }
     let rule = unpack_insn(cache_get(lookup))?;
-    if !crate::unwind::insn::is_warm() {
+    let analyses = crate::unwind::insn::cache::fallback_cache();
+    // Found under the analysis cache's current generation (else the code
+    // may have changed: all are dropped, this frame takes the generic
+    // step).
+    if !super::cache::insn_words_current(analyses.generation())
+        || !crate::unwind::insn::is_warm()
+    {
         return None;
     }
     let (lo, hi) = source.stack;
@@ -404,12 +410,7 @@ fn insn_caller(source: &LocalSource, hot: &Hot) -> Option<Hot> {
         return None;
     }
     let mut code = super::code::LocalCode::new();
-    if !strict_return(
-        &mut code,
-        Some(crate::unwind::insn::cache::fallback_cache()),
-        n.pc,
-        lookup,
-    ) {
+    if !strict_return(&mut code, Some(analyses), n.pc, lookup) {
         return None;
     }
     if !source.is_code(n.pc) || source.return_address(n.pc, n.sp) != n.pc {
