@@ -132,6 +132,47 @@ pub(crate) fn from_wide_word(w: u64) -> UnwindRuleX86_64 {
     }
 }
 
+/// The mark of a packed machine-code rule (bits 15-12 = `1101`): bits
+/// 15-14 = 3 with bit 13 clear are the rules the hot loop leaves to its
+/// caller, and bit 12 is clear in every other rule [`X86_64::pack`] gives.
+/// For the CFI such a word is an address without CFI
+/// (`X86_64::unpack` gives `NoCfi`), which it is.
+///
+/// [`X86_64::pack`]: super::X86_64
+pub(crate) const INSN_MARK: u16 = 3 << 14 | 1 << 12;
+
+/// The packed form of a rule machine-code analysis settled for an address
+/// without CFI (see `rule::from_insn`), in the rule cache beside the CFI
+/// rules: [`INSN_MARK`], bit 11 set for an `rbp` base, bits 10-5 `cfa / 8`
+/// (up to 504), bits 4-0 `-bp / 8` (`rbp` saved down to 248 bytes under
+/// the CFA, or 0: unchanged). `None` for a rule that does not fit.
+pub(crate) fn pack_insn(rule: UnwindRuleX86_64) -> Option<u16> {
+    let (fp_base, cfa, bp) = match rule {
+        UnwindRuleX86_64::Sp { cfa, bp } => (0u16, cfa, bp),
+        UnwindRuleX86_64::Bp { cfa, bp } => (1, cfa, bp),
+        _ => return None,
+    };
+    if cfa % 8 != 0 || cfa == 0 || cfa / 8 > 0x3f || bp % 8 != 0 || !(-0xf8..=0).contains(&bp) {
+        return None;
+    }
+    Some(INSN_MARK | fp_base << 11 | ((cfa / 8) as u16) << 5 | (-bp / 8) as u16)
+}
+
+/// The rule of a [`pack_insn`] word, `None` for any other packed rule.
+#[inline(always)]
+pub(crate) fn unpack_insn(p: u16) -> Option<UnwindRuleX86_64> {
+    if p & 0xf000 != INSN_MARK {
+        return None;
+    }
+    let cfa = ((p >> 5) & 0x3f) as u32 * 8;
+    let bp = -((p & 0x1f) as i16) * 8;
+    Some(if p & 1 << 11 != 0 {
+        UnwindRuleX86_64::Bp { cfa, bp }
+    } else {
+        UnwindRuleX86_64::Sp { cfa, bp }
+    })
+}
+
 /// Slots of the caller-prediction table after the wide table: one `u16`
 /// per cache word plus a spare one (index [`CACHE_WORDS`]) that the first
 /// frame of a walk writes, having no frame before it.
@@ -419,6 +460,44 @@ mod tests {
             super::PACKED_FRAME_RECORD,
             X86_64::pack(UnwindRuleX86_64::Bp { cfa: 16, bp: -16 })
         );
+    }
+
+    #[test]
+    fn machine_code_rules_pack_apart() {
+        use super::{pack_insn, unpack_insn, INSN_MARK};
+        use UnwindRuleX86_64 as R;
+        for r in [
+            R::Sp { cfa: 8, bp: 0 },
+            R::Sp { cfa: 0x38, bp: -0x18 },
+            R::Bp { cfa: 16, bp: -16 },
+            R::Sp { cfa: 504, bp: -248 },
+        ] {
+            let p = pack_insn(r).unwrap();
+            assert_eq!(p & 0xf000, INSN_MARK);
+            assert_eq!(unpack_insn(p), Some(r));
+            // Not a rule of the CFI: an address without CFI.
+            assert_eq!(X86_64::unpack(p), R::NoCfi);
+            // Nor a word the hot loop applies (bits 15-14 = 3, not `End`).
+            assert_eq!(p >> 14, 3);
+            assert_ne!(p, super::PACKED_END);
+        }
+        assert_eq!(pack_insn(R::Sp { cfa: 512, bp: 0 }), None);
+        assert_eq!(pack_insn(R::Sp { cfa: 12, bp: 0 }), None);
+        assert_eq!(pack_insn(R::Sp { cfa: 48, bp: 8 }), None);
+        assert_eq!(pack_insn(R::End), None);
+        // No rule of the CFI packs as one.
+        for r in [
+            R::End,
+            R::NoCfi,
+            R::Evaluate,
+            R::SignalFrame,
+            R::Plt { threshold: 11 },
+            R::Sp { cfa: 8, bp: -16 },
+            R::Bp { cfa: 16, bp: -16 },
+            R::Sp { cfa: 48, bp: 0 },
+        ] {
+            assert_eq!(unpack_insn(X86_64::pack(r)), None, "{r:?}");
+        }
     }
 
     #[test]

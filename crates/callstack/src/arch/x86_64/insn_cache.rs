@@ -14,6 +14,29 @@
 //! believable), and stack scanning is never cached: a warm capture returns
 //! what a cold one would on the same stack.
 //!
+//! # Beside the rule cache
+//!
+//! `capture_exact` keeps a frame's rule in the in-process rule cache (the
+//! 16-bit words of CFI rules, `unwind/local/cache.rs`) when the code alone
+//! settles it: no function start known, not the signal trampoline, and a
+//! first epilogue candidate of the CFI rule's form (`rule::from_insn`,
+//! packed by `exact::pack_insn` and marked as a machine-code rule). What
+//! stays here is what that word cannot hold or what the code alone does
+//! not settle:
+//! - what each address taken as a return address follows ([`RaInfo`]):
+//!   checked on every frame found by analysis, it is a fact about the
+//!   *caller's* address, whose rule-cache word holds the caller's own rule,
+//!   and for a direct call its target must match the callee (a pair);
+//! - frames with several answers, chosen against the stack (the prologue
+//!   rule, accepted on a weaker check than the epilogue candidates after
+//!   it; the later candidates when the first one's return address fails),
+//!   frames at exact pcs, and rules outside the CFI rule's forms (`ret
+//!   imm16`, `rbp` as a value, frames over 504 bytes);
+//! - scanning's checks, keyed by the pc and a call target;
+//! - everything of [`in_process_cache`], whose reader knows function
+//!   symbols (`unwind::insn::InProcess`, a walk by machine code alone that
+//!   has no rule cache).
+//!
 //! The cache is a fixed-size table of [`SETS`] sets of [`WAYS`] entries,
 //! each entry one 64-byte line of atomic words guarded by a sequence
 //! counter: readers never wait (a line being written reads as a miss), a

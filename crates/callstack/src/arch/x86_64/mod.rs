@@ -24,6 +24,7 @@ mod rule;
 pub mod signal;
 pub(crate) mod switch;
 
+pub(crate) use rule::from_insn;
 pub use rule::{UnwindRuleX86_64, X86_64};
 
 /// This module's architecture.

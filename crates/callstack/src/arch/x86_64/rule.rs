@@ -11,6 +11,7 @@
 //! the CFI directly.
 
 use crate::arch::{Applied, Arch, FrameRecordLayout};
+use crate::types::{Base, FpRule, InsnRule};
 use crate::types::{CfaView, RowView, RuleView};
 use crate::types::{Memory, UnwindError, UnwindRegs};
 
@@ -259,6 +260,9 @@ impl Arch for X86_64 {
         match p >> 14 {
             1 => R::Sp { cfa, bp },
             2 => R::Bp { cfa, bp },
+            // A machine-code rule (`exact::pack_insn`): for the CFI, an
+            // address without CFI.
+            _ if p & 0x2000 == 0 && p & 0x1000 != 0 => R::NoCfi,
             _ if p & 0x2000 != 0 => {
                 let cfa = ((p >> 5) & 0x7f) as u32 * 8;
                 let bp = -((p & 0x1f) as i16) * 8;
@@ -283,6 +287,43 @@ impl Arch for X86_64 {
     fn signal_frame<M: Memory + ?Sized>(sp: u64, mem: &mut M) -> Result<UnwindRegs, UnwindError> {
         super::signal::saved_regs(sp, mem).map_err(UnwindError::Read)
     }
+}
+
+/// The CFI rule that applies as machine-code analysis's `r` does, when one
+/// does: `CFA = rsp + n` or `rbp + n` (`n > 0`), the return address at
+/// `CFA - 8`, no extra pop (`ret imm16`), and `rbp` unchanged (or lost:
+/// the analysis then keeps the current one too) or saved at a fixed place
+/// from the CFA's base. For an `rsp`-based CFA the slot must lie at or
+/// above `rsp` (where [`X86_64::apply`] reads it); for an `rbp`-based one
+/// whoever applies the rule checks that at run time (`apply` takes a slot
+/// below `rsp` as popped, which the analysis does not). `None` for the
+/// other rules (a value rule for `rbp`, a slot relative to the other
+/// register, a frame over 4 GiB).
+// Used by the in-process capture (`unwind/local`) where it analyzes code.
+#[cfg_attr(not(callstack_insn), allow(dead_code))]
+pub(crate) fn from_insn(r: &InsnRule) -> Option<UnwindRuleX86_64> {
+    if r.ra_at_cfa != Some(-8) || r.ret_pop != 0 || r.cfa_offset <= 0 {
+        return None;
+    }
+    let cfa = u32::try_from(r.cfa_offset).ok()?;
+    let bp = match r.fp {
+        FpRule::Unchanged | FpRule::Unknown => 0,
+        FpRule::At(b, off) if b == r.cfa_base => {
+            if b == Base::Sp && off < 0 {
+                return None;
+            }
+            let bp = i16::try_from(off as i64 - r.cfa_offset as i64).ok()?;
+            if bp == 0 {
+                return None;
+            }
+            bp
+        }
+        _ => return None,
+    };
+    Some(match r.cfa_base {
+        Base::Sp => UnwindRuleX86_64::Sp { cfa, bp },
+        Base::Fp => UnwindRuleX86_64::Bp { cfa, bp },
+    })
 }
 
 /// An `Sp`/`Bp` rule as the hot loop applies it: `(off_a, ra_at)` with
@@ -329,6 +370,78 @@ mod tests {
         ];
         assert_eq!(plt_threshold(&e), Some(11));
         assert_eq!(plt_threshold(&e[..10]), None);
+    }
+
+    #[test]
+    fn machine_code_rules_become_cfi_rules() {
+        use UnwindRuleX86_64 as R;
+        let insn = |cfa_base, cfa_offset, fp| InsnRule {
+            cfa_base,
+            cfa_offset,
+            ra_at_cfa: Some(-8),
+            ret_pop: 0,
+            fp,
+        };
+        assert_eq!(
+            from_insn(&insn(Base::Sp, 0x28, FpRule::Unknown)),
+            Some(R::Sp { cfa: 0x28, bp: 0 })
+        );
+        assert_eq!(
+            from_insn(&insn(Base::Sp, 0x30, FpRule::At(Base::Sp, 0x10))),
+            Some(R::Sp { cfa: 0x30, bp: -0x20 })
+        );
+        assert_eq!(
+            from_insn(&insn(Base::Fp, 16, FpRule::At(Base::Fp, 0))),
+            Some(R::Bp { cfa: 16, bp: -16 })
+        );
+        // Not in the CFI rule's forms.
+        assert_eq!(from_insn(&insn(Base::Sp, 0x30, FpRule::At(Base::Fp, 0))), None);
+        assert_eq!(from_insn(&insn(Base::Sp, 0x30, FpRule::Value(Base::Sp, 8))), None);
+        assert_eq!(from_insn(&insn(Base::Sp, 0x30, FpRule::At(Base::Sp, -8))), None);
+        assert_eq!(from_insn(&insn(Base::Sp, -8, FpRule::Unchanged)), None);
+        let mut r = insn(Base::Sp, 0x30, FpRule::Unchanged);
+        r.ret_pop = 16;
+        assert_eq!(from_insn(&r), None);
+        r = insn(Base::Sp, 0x30, FpRule::Unchanged);
+        r.ra_at_cfa = None;
+        assert_eq!(from_insn(&r), None);
+        // The CFI rule applies as the machine-code rule does.
+        let stack: Vec<u64> = (0..16).map(|i| 0x1000 + i).collect();
+        let base = stack.as_ptr() as u64;
+        struct Words(u64, Vec<u64>);
+        impl Memory for Words {
+            fn read_u64(&mut self, a: u64) -> Result<u64, crate::types::ReadError> {
+                let i = a.wrapping_sub(self.0) / 8;
+                self.1
+                    .get(i as usize)
+                    .copied()
+                    .ok_or(crate::types::ReadError::OutOfBounds(a))
+            }
+        }
+        let mut mem = Words(base, stack.clone());
+        let regs = UnwindRegs {
+            pc: 0x40_1000,
+            sp: base,
+            fp: base + 0x20,
+            lr: 0,
+        };
+        for r in [
+            insn(Base::Sp, 0x28, FpRule::Unknown),
+            insn(Base::Sp, 0x30, FpRule::At(Base::Sp, 0x10)),
+            insn(Base::Fp, 16, FpRule::At(Base::Fp, 0)),
+            insn(Base::Fp, 0x40, FpRule::At(Base::Fp, 0x8)),
+        ] {
+            let c = from_insn(&r).unwrap();
+            let want = r.apply(&regs, &mut mem, 8).unwrap();
+            assert_eq!(
+                X86_64::apply(c, &regs, &mut mem),
+                Ok(Applied::Caller {
+                    regs: want,
+                    signal: false
+                }),
+                "{r:?}"
+            );
+        }
     }
 
     #[test]

@@ -20,7 +20,10 @@
 //! What the analysis finds at a pc depends on the code alone, so the x86-64
 //! path keeps it per pc in an [`cache::InsnCache`] (lock-free, fixed-size):
 //! a warm frame costs a lookup and its stack loads, like a compiled CFI row.
-//! [`cache::invalidate`] clears the caches when code may have changed.
+//! [`cache::invalidate`] clears the caches when code may have changed. A
+//! rule the code alone settles for `capture_exact` goes into the rule cache
+//! of CFI rules instead, as the CFI rule type (see [`cache`]'s module
+//! documentation for what stays there and why).
 //!
 //! Everything here works on fixed-size state with bounded instruction counts:
 //! no allocation, no lock, async-signal-safe when the [`CodeMemory`] and

@@ -230,3 +230,35 @@ pub(super) fn clear_cache() {
         c.store(0, Ordering::Relaxed);
     }
 }
+
+/// Whether the rule cache's machine-code rules (`code::settle`) were found
+/// under generation `g` of the analysis cache (its current one, read by
+/// the caller). When the analysis cache was cleared since (`prepare()` on
+/// a new snapshot, `InProcess::new`, `unwind::insn::cache::invalidate`:
+/// the code may have changed), they are dropped first, the CFI's words
+/// left alone, and false is returned. Lock-free, async-signal-safe; the
+/// sweep (8192 words, once per clear) runs in the first capture that meets
+/// a machine-code rule after the clear.
+#[cfg(callstack_insn)]
+#[inline]
+pub(super) fn insn_words_current(g: u32) -> bool {
+    if FLAGS.insn_gen.load(Ordering::Acquire) == g {
+        return true;
+    }
+    drop_insn_words(g);
+    false
+}
+
+#[cfg(callstack_insn)]
+#[cold]
+#[inline(never)]
+fn drop_insn_words(g: u32) {
+    use crate::arch::native::exact::INSN_MARK;
+    for c in CACHE.words.iter() {
+        let w = c.load(Ordering::Relaxed);
+        if w != 0 && (w >> 48) as u16 & 0xf000 == INSN_MARK {
+            let _ = c.compare_exchange(w, 0, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+    FLAGS.insn_gen.store(g, Ordering::Release);
+}

@@ -1,9 +1,16 @@
-//! This process's code as the instruction-analysis fallback reads it: the
-//! executable segments of loaded objects only.
+//! This process's code as the instruction-analysis fallback reads it (the
+//! executable segments of loaded objects only), and the fallback of walks
+//! in this process ([`LocalFallback`]), which puts the rules machine-code
+//! analysis settles into the rule cache.
 
+#[cfg(callstack_insn)]
+use super::cache::{cache_get, cache_put, insn_words_current};
 use super::loader::{dl_exec_segment, dl_find};
 use super::snapshot::{published, unloaded, Snapshot};
+use super::A;
 use crate::stack::StackMemory;
+use crate::unwind::insn::InsnFallback;
+use crate::unwind::{Fallback, Memory, Method, UnwindRegs};
 
 /// This process's code for the instruction-analysis fallback: only the
 /// executable segments of loaded objects (so nothing unmapped or unreadable
@@ -60,9 +67,109 @@ impl crate::unwind::insn::CodeMemory for LocalCode {
     }
 }
 
+/// The fallback of walks in this process: instruction analysis over
+/// [`LocalCode`] with the process's analysis cache, which also notes in the
+/// rule cache the frames whose rule the code alone settles (x86-64, see
+/// [`settle`]), so that warm walks take them without the generic step.
+pub(crate) struct LocalFallback(InsnFallback<LocalCode>);
+
+impl Fallback<A> for LocalFallback
+where
+    InsnFallback<LocalCode>: Fallback<A>,
+{
+    #[inline]
+    fn unwind_frame<M: Memory + ?Sized>(
+        &mut self,
+        regs: &UnwindRegs,
+        pc_is_exact: bool,
+        known_module: bool,
+        mem: &mut M,
+    ) -> Option<(UnwindRegs, Method)> {
+        let r = <InsnFallback<LocalCode> as Fallback<A>>::unwind_frame(
+            &mut self.0,
+            regs,
+            pc_is_exact,
+            known_module,
+            mem,
+        );
+        #[cfg(callstack_insn)]
+        if matches!(r, Some((_, Method::Insn))) && !pc_is_exact && known_module {
+            settle(regs.pc);
+        }
+        r
+    }
+
+    fn before_frame_pointer(&self) -> bool {
+        <InsnFallback<LocalCode> as Fallback<A>>::before_frame_pointer(&self.0)
+    }
+}
+
 #[inline]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-pub(super) fn insn_fallback(mem: &StackMemory) -> crate::unwind::insn::InsnFallback<LocalCode> {
-    crate::unwind::insn::InsnFallback::new(LocalCode::new(), mem.hi())
-        .with_cache(crate::unwind::insn::cache::fallback_cache())
+pub(super) fn insn_fallback(mem: &StackMemory) -> LocalFallback {
+    LocalFallback(
+        InsnFallback::new(LocalCode::new(), mem.hi())
+            .with_cache(crate::unwind::insn::cache::fallback_cache()),
+    )
+}
+
+/// The packed `NoCfi` rule: what the rule cache holds for an address no
+/// CFI covers until [`settle`] puts a machine-code rule there.
+#[cfg(callstack_insn)]
+pub(super) const PACKED_NO_CFI: u16 = 3 << 14 | 2;
+
+/// Notes in the rule cache the rule machine-code analysis settles for the
+/// frame at the return address `pc` (without CFI: its word holds the packed
+/// `NoCfi`), if the code alone settles one (`settled_rule`: the first
+/// epilogue candidate, which the unwind step takes whenever the return
+/// address it gives follows a call into this function) and the CFI rule
+/// type has its form (`from_insn`, `exact::pack_insn`). The word is marked
+/// as a machine-code rule: the CFI reads it as `NoCfi`, the hot loop leaves
+/// it to `LocalSource::fast_walk`, which checks what depends on the stack
+/// (`insn_caller`). Nothing stack-dependent is stored.
+///
+/// Taken from the analysis cache's entry for `pc` (just filled by the step
+/// that called this), under its generation: when the analysis cache is
+/// cleared meanwhile (the code may have changed), the word goes back to
+/// `NoCfi`; a clear after that drops it at the next use
+/// (`cache::insn_words_current`).
+#[cfg(callstack_insn)]
+#[cold]
+#[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn settle(pc: u64) {
+    use crate::arch::native::exact::pack_insn;
+    use crate::arch::native::from_insn;
+    use crate::arch::native::instruction_analysis::unwinder::settled_rule;
+    // Before the cache is live (the first capture) its `NoCfi` words wait
+    // on the flags page, and its own pages are not read yet.
+    if !super::flags::FLAGS
+        .cache_live
+        .load(core::sync::atomic::Ordering::Relaxed)
+    {
+        return;
+    }
+    let addr = pc.wrapping_sub(1);
+    if cache_get(addr) != PACKED_NO_CFI {
+        return;
+    }
+    let analyses = crate::unwind::insn::cache::fallback_cache();
+    let g = analyses.generation();
+    if !insn_words_current(g) {
+        return;
+    }
+    let Some(a) = analyses.get_frame(pc, false) else {
+        return;
+    };
+    let Some(p) = settled_rule(&a)
+        .and_then(|r| from_insn(&r))
+        .and_then(pack_insn)
+    else {
+        return;
+    };
+    cache_put(addr, p);
+    core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+    if analyses.generation() != g {
+        cache_put(addr, PACKED_NO_CFI);
+    }
 }

@@ -2,7 +2,7 @@
 //! cache ([`FLAGS`]), and the types it holds: a leaf of `unwind/local`
 //! (it imports none of its siblings, so that every one of them may read it).
 
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: AtomicU64 = AtomicU64::new(0);
@@ -32,6 +32,11 @@ pub(crate) struct Flags {
     pub(super) stale: AtomicBool,
     /// Whether an exit hook was ever installed (see [`crate::exit_hook`]).
     pub(crate) exit_hooks: AtomicBool,
+    /// The generation of the machine-code analysis cache the rule cache's
+    /// machine-code rules were found under (`cache::insn_words_current`):
+    /// when the analysis cache is cleared (the code may have changed) they
+    /// are dropped.
+    pub(super) insn_gen: AtomicU32,
     pub(super) pending_n: AtomicUsize,
     /// Written once when the library is loaded ([`TOUCH_FLAGS`]).
     pub(super) touched: AtomicBool,
@@ -79,6 +84,8 @@ pub(crate) static FLAGS: Flags = Flags {
     cache_live: AtomicBool::new(false),
     stale: AtomicBool::new(false),
     exit_hooks: AtomicBool::new(false),
+    // The analysis cache's first generation.
+    insn_gen: AtomicU32::new(1),
     pending_n: AtomicUsize::new(0),
     touched: AtomicBool::new(false),
     snapshot: AtomicPtr::new(core::ptr::null_mut()),

@@ -345,7 +345,9 @@ pub fn prepare() -> PrepareStats {
     if removed {
         clear_cache();
     }
-    // Code may have changed under cached instruction-analysis answers.
+    // Code may have changed under cached instruction-analysis answers (and
+    // the rules they settled in the rule cache, dropped at the next use:
+    // `cache::insn_words_current`).
     crate::unwind::insn::cache::invalidate();
     stats
 }

@@ -125,10 +125,31 @@ impl RuleSource<A> for LocalSource {
             sp: regs.sp,
             fp: regs.fp,
         };
-        // SAFETY: `out.len()` slots at `out`; `regs.sp` lies in the stack
-        // whose top is `hi`, and `regs.pc` is a return address (the
-        // unwinder's promise).
-        let (k, end) = unsafe { hot_run(&mut hot, hi, out.as_mut_ptr(), out.len()) };
+        let mut k = 0;
+        let end = loop {
+            // SAFETY: `out.len() - k` slots at `out + k` (`k < out.len()`);
+            // `hot.sp` lies in the stack whose top is `hi`, and `hot.pc` is
+            // a return address (the unwinder's promise; then the hot
+            // loop's, or `insn_caller`'s).
+            let (j, end) =
+                unsafe { hot_run(&mut hot, hi, out.as_mut_ptr().add(k), out.len() - k) };
+            k += j;
+            // A frame whose word holds a machine-code rule: taken here
+            // when the generic step would take it the same way.
+            #[cfg(callstack_insn)]
+            if end == FastEnd::Slow {
+                if let Some(n) = insn_caller(self, &hot) {
+                    out[k] = n.pc as usize;
+                    k += 1;
+                    hot = n;
+                    if k == out.len() {
+                        break FastEnd::Full;
+                    }
+                    continue;
+                }
+            }
+            break end;
+        };
         if k > 0 {
             *regs = UnwindRegs {
                 pc: hot.pc,
@@ -307,4 +328,99 @@ fn seen_module(d: DlModule) -> bool {
         }
     }
     false
+}
+
+// Frames the warm path took by machine-code rules from the rule cache, on
+// this thread (unit tests check that a warm capture through code without
+// CFI takes them).
+#[cfg(all(test, callstack_insn))]
+std::thread_local! {
+    pub(super) static INSN_FRAMES: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The caller of the frame at `hot` (its pc a return address, written),
+/// when its rule-cache word holds a machine-code rule (`code::settle`) and
+/// the generic step would find the same caller by it: everything the
+/// generic step and the fallback's step decide against the stack is
+/// checked again here, in their order. The frame has no CFI (the word says
+/// so) and is not the signal trampoline (a settled rule's analysis says
+/// so); a frame record at `rbp` whose return address is the signal
+/// trampoline is taken by the generic step first; the rule's caller must
+/// lie above the frame on this stack and its return address pass the
+/// strict check (it follows a call into this function: the code's answer
+/// for that address, from the analysis cache), be code and not an exit
+/// hook's trampoline. `None` when anything differs or cannot be read on
+/// this stack: the generic step then takes the frame, as on a cold walk.
+#[cfg(callstack_insn)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn insn_caller(source: &LocalSource, hot: &Hot) -> Option<Hot> {
+    use crate::arch::native::exact::unpack_insn;
+    use crate::arch::native::instruction_analysis::unwinder::strict_return;
+    use crate::arch::native::UnwindRuleX86_64 as R;
+    let lookup = hot.pc.wrapping_sub(1);
+    if !source.read_cache || hot.pc == 0 {
+        return None;
+    }
+    let rule = unpack_insn(cache_get(lookup))?;
+    let analyses = crate::unwind::insn::cache::fallback_cache();
+    // Found under the analysis cache's current generation (else the code
+    // may have changed: all are dropped, this frame takes the generic
+    // step).
+    if !super::cache::insn_words_current(analyses.generation())
+        || !crate::unwind::insn::is_warm()
+    {
+        return None;
+    }
+    let (lo, hi) = source.stack;
+    if hot.sp < lo || hot.sp >= hi {
+        return None;
+    }
+    let mut mem = crate::stack::StackMemory::with_bounds(lo as usize, hi as usize);
+    let regs = UnwindRegs {
+        pc: hot.pc,
+        sp: hot.sp,
+        fp: hot.fp,
+        lr: 0,
+    };
+    // The generic step's frame record (`frame_pointer_step`): one whose
+    // return address is the signal trampoline is the generic step's.
+    if regs.fp >= regs.sp && regs.fp % 8 == 0 {
+        if let Some(end) = regs.fp.checked_add(16) {
+            if end > hi {
+                return None;
+            }
+            let ra = mem.read_u64(regs.fp + 8).ok()?;
+            if source.is_signal_trampoline(ra) {
+                return None;
+            }
+        }
+    }
+    // `rbp` saved under an `rbp`-based CFA: the analysis reads the slot
+    // wherever it is, `apply` only at or above `rsp`.
+    if let R::Bp { cfa, bp } = rule {
+        if bp != 0 && regs.fp.wrapping_add(cfa as u64).wrapping_add(bp as i64 as u64) < regs.sp {
+            return None;
+        }
+    }
+    let n = match A::apply(rule, &regs, &mut mem) {
+        Ok(Applied::Caller { regs: n, signal: false }) => n,
+        _ => return None,
+    };
+    if n.sp <= regs.sp || n.sp > hi || n.pc == 0 {
+        return None;
+    }
+    let mut code = super::code::LocalCode::new();
+    if !strict_return(&mut code, Some(analyses), n.pc, lookup) {
+        return None;
+    }
+    if !source.is_code(n.pc) || source.return_address(n.pc, n.sp) != n.pc {
+        return None;
+    }
+    #[cfg(test)]
+    INSN_FRAMES.with(|c| c.set(c.get() + 1));
+    Some(Hot {
+        pc: n.pc,
+        sp: n.sp,
+        fp: n.fp,
+    })
 }

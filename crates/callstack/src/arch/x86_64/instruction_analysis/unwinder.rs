@@ -226,6 +226,41 @@ fn check_ra<C: CodeMemory + ?Sized>(
     }
 }
 
+/// Whether the unwind step would take `ra`, the return address a rule of
+/// epilogue analysis gave for the frame whose lookup address is `lookup`,
+/// at once (the strict check of step 2: `ra` follows an indirect call or a
+/// direct one into the function holding `lookup`, or is a signal or
+/// exit-hook trampoline), the function's start being unknown. Through
+/// `cache`'s return-address entries, as the step does.
+// Used by the in-process capture (`unwind/local`) where it analyzes code.
+#[cfg_attr(not(callstack_insn), allow(dead_code))]
+pub(crate) fn strict_return<C: CodeMemory + ?Sized>(
+    code: &mut C,
+    cache: Option<&InsnCache>,
+    ra: u64,
+    lookup: u64,
+) -> bool {
+    let cache: CacheRef<'_> = cache.map(|c| (c, c.generation()));
+    check_ra(code, cache, ra, None, lookup) == Check::Strict
+}
+
+/// The rule the code alone settles for the frame at a return address whose
+/// analysis is `a`, where there is one: not the signal trampoline, no
+/// function start known (so no prologue rule and the strict check needs
+/// none), and a first epilogue candidate. [`step_cached`] takes that rule's
+/// caller whenever it passes [`strict_return`] and lies above the frame,
+/// before anything else (step 2); when it does not, the other candidates,
+/// the frame record and scanning decide, against the stack, and are not
+/// settled.
+// Used by the in-process capture (`unwind/local`) where it analyzes code.
+#[cfg_attr(not(callstack_insn), allow(dead_code))]
+pub(crate) fn settled_rule(a: &FrameAnalysis) -> Option<InsnRule> {
+    if a.trampoline || a.func_start.is_some() || a.prologue.is_some() {
+        return None;
+    }
+    a.epilogue[0]
+}
+
 /// The analysis of the frame at `pc` up to, not including, its epilogue
 /// candidates: the trampoline check, the function's start and the
 /// prologue rule. Also returns the function's bounds.
