@@ -295,8 +295,9 @@ struct Rotated {
     lost: u64,
     /// The first write that failed (the recording goes on).
     error: Option<String>,
-    /// The last period's modules and their symbolizer, kept while the
-    /// modules stay the same (files not read again every period).
+    /// The last period's modules and their symbolizer, kept across
+    /// periods (files not read again every period: a file is opened once
+    /// whatever the processes that map it, and stays open while mapped).
     symbolizer: Option<(
         Vec<callstack::tracefile::ModuleRecord>,
         callstack::Symbolizer,
@@ -311,12 +312,17 @@ impl Rotated {
         let names = if args.no_symbolize {
             Names::default()
         } else {
-            if self
-                .symbolizer
-                .as_ref()
-                .is_none_or(|(m, _)| *m != p.modules)
-            {
-                self.symbolizer = Some((p.modules.clone(), Names::symbolizer(&p, None, &[])));
+            match &mut self.symbolizer {
+                // Other modules (processes came and went): the files still
+                // mapped stay open, shared by build-id across processes.
+                Some((m, sym)) if *m != p.modules => {
+                    sym.set_modules(Names::module_infos(&p, None));
+                    *m = p.modules.clone();
+                }
+                Some(_) => {}
+                None => {
+                    self.symbolizer = Some((p.modules.clone(), Names::symbolizer(&p, None, &[])))
+                }
             }
             let (_, sym) = self.symbolizer.as_mut().expect("just set");
             Names::symbolize_with(&p, sym)
