@@ -1255,3 +1255,182 @@ fn whole_host() {
         "{f}"
     );
 }
+
+/// Whether `record -a` may run here (root, or `perf_event_paranoid` <= 0).
+fn whole_host_allowed() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .unwrap_or(3);
+    root || paranoid <= 0
+}
+
+/// A C program (70/20/10, no frame pointers: its CFI is needed) and
+/// python3 spinning, started apart from the recorder for `secs` seconds.
+fn two_busy_processes(dir: &Path, secs: f64) -> (std::process::Child, std::process::Child) {
+    let exe = Gcc::new(&["prof_hot.c"])
+        .flags("-O2 -fomit-frame-pointer")
+        .build(&dir.join("prof_hot"));
+    let c = Command::new(&exe)
+        .args([&secs.to_string(), "1"])
+        .spawn()
+        .unwrap();
+    let py = Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import time\nt=time.time()\ndef spin_here():\n    x=0\n    while time.time()-t<{secs}: x+=1\nspin_here()"
+            ),
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    (c, py)
+}
+
+/// The C program's samples by hot function, and python3's, from folded
+/// stacks; every chain reaches `main` (python3: `Py_BytesMain`).
+fn chains_to_main(f: &str) -> ([u64; 3], u64) {
+    let mut hot = [0u64; 3];
+    let mut py = 0;
+    for line in f.lines() {
+        let (path, v) = line.rsplit_once(' ').unwrap();
+        let v: u64 = v.parse().unwrap();
+        let frames: Vec<&str> = path.split(';').collect();
+        if let Some(i) = HOT.iter().position(|(h, _)| frames.contains(h)) {
+            assert!(frames.contains(&"main"), "{path}");
+            hot[i] += v;
+        } else if frames
+            .iter()
+            .any(|f| f.contains("_PyEval_EvalFrameDefault"))
+        {
+            assert!(
+                frames
+                    .iter()
+                    .any(|f| f.contains("Py_BytesMain") || *f == "main"),
+                "{path}"
+            );
+            py += v;
+        }
+    }
+    (hot, py)
+}
+
+/// `record -a --memory-budget` far below what two processes need (10 kB):
+/// the least recently used modules' tables and the module maps are
+/// dropped over and over, and rebuilt when a sample needs them, so every
+/// chain still reaches `main` and the 70/20/10 split holds; stderr says
+/// what was evicted. With `--rotate`, each period's symbolizer files are
+/// closed too, the profiles still named, and their comments (`go tool
+/// pprof -comments`) name the modules dropped.
+#[test]
+fn memory_budget_evicts_and_chains_resolve() {
+    if !whole_host_allowed() {
+        eprintln!("skipped: -a needs root or perf_event_paranoid <= 0");
+        return;
+    }
+    let dir = scratch_dir("record-budget");
+    let cli = &release_artifacts().cli;
+    let (mut c, mut py) = two_busy_processes(&dir, 6.0);
+    let pids = format!("{},{}", c.id(), py.id());
+    let data = dir.join("budget.data");
+    let o = Command::new(cli)
+        .args([
+            "record",
+            "-a",
+            "-d",
+            "1.5",
+            "--memory-budget",
+            "0.01",
+            "--pid-filter",
+        ])
+        .arg(&pids)
+        .arg("-o")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{stderr}");
+    let rotated = dir.join("rotated");
+    let o2 = Command::new(cli)
+        .args([
+            "record",
+            "-a",
+            "-d",
+            "1.6",
+            "--rotate",
+            "0.5",
+            "--memory-budget",
+            "0.01",
+        ])
+        .arg("--pid-filter")
+        .arg(&pids)
+        .arg("-o")
+        .arg(&rotated)
+        .output()
+        .unwrap();
+    let stderr2 = String::from_utf8_lossy(&o2.stderr).into_owned();
+    let _ = c.kill();
+    let _ = py.kill();
+    c.wait().unwrap();
+    py.wait().unwrap();
+    assert!(o2.status.success(), "{stderr2}");
+
+    // What was dropped, said once at the end.
+    for s in [&stderr, &stderr2] {
+        let line = s
+            .lines()
+            .find(|l| l.starts_with("callstack record: evicted "))
+            .unwrap_or_else(|| panic!("no eviction line:\n{s}"));
+        assert!(line.contains(" to stay under the budget: "), "{line}");
+        assert!(line.contains("prof_hot") || line.contains("libc"), "{line}");
+    }
+    let f = run(Command::new(cli)
+        .arg("report")
+        .arg(&data)
+        .args(["--top", "0", "--folded", "-"]));
+    let (hot, py_samples) = chains_to_main(&f);
+    let total: u64 = hot.iter().sum();
+    assert!(total > 0 && py_samples > 0, "{f}");
+    for ((name, want), n) in HOT.iter().zip(hot) {
+        let got = n as f64 * 100.0 / total as f64;
+        assert!(
+            (got - want).abs() < 5.0,
+            "{name}: {got:.1}% for {want}%\n{f}"
+        );
+    }
+
+    if Command::new("go").arg("version").output().is_err() {
+        eprintln!("go not found: the rotated profiles are not read back");
+        return;
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&rotated)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    let pprof = |args: &[&str], files: &[PathBuf]| -> String {
+        run(Command::new("go")
+            .args(["tool", "pprof"])
+            .args(args)
+            .args(files)
+            .env("HOME", &dir)
+            .env("PPROF_TMPDIR", &dir))
+    };
+    let mut with_comment = 0;
+    for f in &files {
+        let comments = pprof(&["-comments"], std::slice::from_ref(f));
+        if comments.contains("callstack: evicted to stay under the memory budget: ") {
+            with_comment += 1;
+        }
+    }
+    assert!(with_comment > 0, "no profile names what was evicted");
+    let top = pprof(&["-top", "-cum", "-nodecount=80"], &files);
+    for (h, _) in HOT {
+        assert!(top.contains(h), "{h}\n{top}");
+    }
+    assert!(top.contains("main"), "{top}");
+}

@@ -137,6 +137,10 @@ pub struct Profile {
     /// recorder so that a report names them on any machine. Empty when the
     /// profile has no kernel frames or predates them.
     pub kernel_symbols: Vec<KernelSymbol>,
+    /// Free-text notes on the profile (pprof's `comment`: `go tool pprof
+    /// -comments`), such as what a recorder dropped to stay under its
+    /// memory budget. Not stored in the trace file.
+    pub comments: Vec<String>,
     /// Stack hash -> indices in `stacks` with that hash.
     index: HashMap<u64, Vec<u32>>,
 }

@@ -230,6 +230,10 @@ pub fn encode(profile: &Profile, names: &Names) -> Vec<u8> {
         let c = strings.id(&format!("lost samples: {}", profile.lost));
         uint(&mut out, 13, c);
     }
+    for c in &profile.comments {
+        let c = strings.id(c);
+        uint(&mut out, 13, c);
+    }
     // 14: default_sample_type (a string index).
     if let Some(t) = profile.sample_types.get(profile.default_sample_type) {
         let id = strings.id(&t.name);

@@ -84,6 +84,8 @@ struct Direct {
     cfi: std::sync::OnceLock<Option<DirectCfi>>,
     /// Lookups made in the module so far.
     used: std::sync::atomic::AtomicUsize,
+    /// The key its compiled table is shared under ([`shared_tables`]).
+    key: Option<String>,
 }
 
 struct DirectCfi {
@@ -166,20 +168,50 @@ impl DirectCfi {
 /// same file (path and build-id): the recorder of a whole host, or of a
 /// program that forks, compiles glibc's CFI once, not once per process.
 /// Held weakly: a table goes when no snapshot uses it any more.
-mod shared_tables {
+pub(crate) mod shared_tables {
     use super::UnwindTable;
     use std::any::Any;
     use std::collections::HashMap;
     use std::path::Path;
     use std::sync::{Arc, Mutex, Weak};
 
-    type Entry = Weak<dyn Any + Send + Sync>;
+    /// A table, held weakly, and the bytes it takes.
+    type Entry = (Weak<dyn Any + Send + Sync>, usize);
     static TABLES: Mutex<Option<HashMap<String, Entry>>> = Mutex::new(None);
 
-    /// The key of `path`'s table for architecture `A`.
-    pub(super) fn key<A: crate::arch::Arch>(path: &Path, build_id: &[u8]) -> String {
-        let id: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{}\0{}\0{}", A::NAME, id, path.display())
+    /// The key of `path`'s table for architecture `A`: its build-id, or
+    /// for a file without one, its size and modification time.
+    pub(super) fn key<A: crate::arch::Arch>(
+        path: &Path,
+        build_id: Option<&[u8]>,
+    ) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        let id: String = match build_id.filter(|b| !b.is_empty()) {
+            Some(b) => b.iter().map(|b| format!("{b:02x}")).collect(),
+            None => {
+                let md = std::fs::metadata(path).ok()?;
+                format!("{}:{}.{}", md.size(), md.mtime(), md.mtime_nsec())
+            }
+        };
+        Some(format!("{}\0{}\0{}", A::NAME, id, path.display()))
+    }
+
+    /// The path of a key's file.
+    pub(crate) fn path_of(key: &str) -> &str {
+        key.splitn(3, '\0').nth(2).unwrap_or(key)
+    }
+
+    /// The tables alive now (used by some snapshot): key and bytes.
+    pub(crate) fn live() -> Vec<(String, usize)> {
+        let map = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+        map.as_ref()
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, (w, _))| w.strong_count() > 0)
+                    .map(|(k, (_, n))| (k.clone(), *n))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The live table of `key`, else `compile()`'s, kept for the others.
@@ -194,7 +226,7 @@ mod shared_tables {
             let map = TABLES.lock().unwrap_or_else(|e| e.into_inner());
             map.as_ref()
                 .and_then(|m| m.get(key))
-                .and_then(Weak::upgrade)
+                .and_then(|(w, _)| w.upgrade())
                 .and_then(|t| t.downcast::<UnwindTable<A>>().ok())
         };
         if let Some(t) = found {
@@ -206,10 +238,11 @@ mod shared_tables {
         let mut map = TABLES.lock().unwrap_or_else(|e| e.into_inner());
         let map = map.get_or_insert_with(HashMap::new);
         if map.len() > 4096 {
-            map.retain(|_, w| w.strong_count() > 0);
+            map.retain(|_, (w, _)| w.strong_count() > 0);
         }
+        let bytes = t.heap_bytes();
         let any: Arc<dyn Any + Send + Sync> = t.clone();
-        map.insert(key.to_string(), Arc::downgrade(&any));
+        map.insert(key.to_string(), (Arc::downgrade(&any), bytes));
         t
     }
 
@@ -220,7 +253,7 @@ mod shared_tables {
 
         #[test]
         fn a_table_is_compiled_once_while_used() {
-            let k = key::<X86_64>(Path::new("/lib/x.so"), &[1, 2, 3]);
+            let k = key::<X86_64>(Path::new("/lib/x.so"), Some(&[1, 2, 3])).unwrap();
             let n = std::cell::Cell::new(0);
             let compile = || {
                 n.set(n.get() + 1);
@@ -231,7 +264,7 @@ mod shared_tables {
             assert!(Arc::ptr_eq(&a, &b));
             assert_eq!(n.get(), 1);
             // Another build of the same path is another table.
-            let other = key::<X86_64>(Path::new("/lib/x.so"), &[9]);
+            let other = key::<X86_64>(Path::new("/lib/x.so"), Some(&[9])).unwrap();
             let c = get_or_compile(&other, compile);
             assert!(!Arc::ptr_eq(&a, &c));
             assert_eq!(n.get(), 2);
@@ -250,6 +283,10 @@ impl<A: crate::arch::Arch> LazySet<A> {
         for m in mods {
             let image = m.image.clone();
             let file = m.file.clone();
+            let key = match (&image, &file) {
+                (None, Some(p)) => shared_tables::key::<A>(p, m.build_id.as_deref()),
+                _ => None,
+            };
             direct.push(Direct {
                 start: m.start,
                 end: m.end,
@@ -258,11 +295,8 @@ impl<A: crate::arch::Arch> LazySet<A> {
                 file: file.clone(),
                 cfi: std::sync::OnceLock::new(),
                 used: std::sync::atomic::AtomicUsize::new(0),
+                key: key.clone(),
             });
-            let key = match (&image, &file, &m.build_id) {
-                (None, Some(p), Some(id)) => Some(shared_tables::key::<A>(p, id)),
-                _ => None,
-            };
             set.add_shared(m.start, m.end, m.bias, move || {
                 let compile = || {
                     let t = match (&image, &file) {
@@ -288,6 +322,26 @@ impl<A: crate::arch::Arch> LazySet<A> {
         }
         direct.sort_by_key(|d| d.start);
         LazySet { set, code, direct }
+    }
+
+    /// Drops the compiled table of every module shared under `key` (and
+    /// its mapped CFI): its next lookups are direct again, its table
+    /// compiled again once they are many.
+    fn forget(&mut self, key: &str) {
+        for d in &mut self.direct {
+            if d.key.as_deref() == Some(key) {
+                d.cfi = std::sync::OnceLock::new();
+                *d.used.get_mut() = 0;
+                self.set.forget(d.start);
+            }
+        }
+    }
+
+    /// The shared key of the module holding `addr`.
+    fn key_at(&self, addr: u64) -> Option<&str> {
+        let i = self.direct.partition_point(|d| d.start <= addr);
+        let d = self.direct.get(i.checked_sub(1)?)?;
+        (addr < d.end).then_some(d.key.as_deref()).flatten()
     }
 
     /// The direct reader of the module holding `addr`.
@@ -728,6 +782,39 @@ impl<'s> RemoteUnwinder<'s> {
     /// The snapshot being unwound.
     pub fn snapshot(&self) -> &Snapshot {
         self.snap
+    }
+
+    /// The key under which the compiled CFI table of the module holding
+    /// `pc` is shared with other snapshots (its architecture, build-id or
+    /// size and time, and path), if it has one.
+    pub(crate) fn module_key_at(&self, pc: u64) -> Option<&str> {
+        match &self.tables {
+            Tables::X86_64(s) => s.key_at(pc),
+            Tables::Aarch64(s) => s.key_at(pc),
+            Tables::Riscv64(s) => s.key_at(pc),
+            Tables::Arm(_) | Tables::Mips => None,
+        }
+    }
+
+    /// Drops this snapshot's hold on the compiled table shared under
+    /// `key` (compiled again when needed): with every snapshot's dropped,
+    /// the table is freed.
+    pub(crate) fn forget_module(&mut self, key: &str) {
+        match &mut self.tables {
+            Tables::X86_64(s) => s.forget(key),
+            Tables::Aarch64(s) => s.forget(key),
+            Tables::Riscv64(s) => s.forget(key),
+            Tables::Arm(_) | Tables::Mips => {}
+        }
+    }
+
+    /// The memory of this snapshot's own code map, in bytes: its
+    /// modules' function bounds (from their symbol tables) and segments.
+    pub(crate) fn code_bytes(&self) -> usize {
+        self.code.functions.len() * 16
+            + self.code.cold.len() * 24
+            + self.code.unread.len() * 16
+            + self.code.segments.len() * std::mem::size_of::<CodeSegment>()
     }
 }
 

@@ -6,6 +6,12 @@
 //! problem as a core file's thread). Modules come from `/proc/PID/maps` and
 //! the kernel's mmap events.
 //!
+//! A module's compiled CFI table is shared by every process that maps the
+//! same file (`remote/step.rs`, `shared_tables`: build-id, else path, size
+//! and time); [`RecordOptions::memory_budget`] bounds that state and the
+//! processes' module maps, dropping the least recently used
+//! ([`Recorded::evicted`], the period profiles' comments).
+//!
 //! On x86-64 and AArch64: the registers asked for and their numbering are
 //! the host architecture's `arch/<arch>/perf_regs.rs`, selected once
 //! (`arch::NATIVE_MACHINE`); elsewhere [`record`] returns
@@ -90,6 +96,27 @@ pub struct RecordOptions {
     /// of these names (`/proc/PID/comm`, the first 15 bytes of the
     /// program's name; empty: every name).
     pub comm_filter: Vec<String>,
+    /// A bound, in bytes, on the per-module state the recorder keeps
+    /// (compiled unwind tables, shared by every process mapping the same
+    /// file; each process's module map and function bounds), checked
+    /// after each pass over the rings. Over it, the least recently used
+    /// modules' tables are dropped (not those of the last sample; a
+    /// dropped table is rebuilt when a sample needs it again), then the
+    /// module maps of the processes sampled least recently (rebuilt at
+    /// their next sample). Each drop is listed in [`Recorded::evicted`]
+    /// and in the comments of the profile of its period. `None`: no
+    /// bound (the default; the CLI's default is 512 MB).
+    pub memory_budget: Option<usize>,
+}
+
+/// State dropped to stay under [`RecordOptions::memory_budget`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evicted {
+    /// The module whose compiled unwind table was dropped, or
+    /// `[maps of PID (COMM)]` for a process's module map.
+    pub what: String,
+    /// The memory it held (estimated), in bytes.
+    pub bytes: usize,
 }
 
 impl RecordOptions {
@@ -106,6 +133,7 @@ impl RecordOptions {
             off_cpu: false,
             pid_filter: Vec::new(),
             comm_filter: Vec::new(),
+            memory_budget: None,
         }
     }
 }
@@ -122,6 +150,10 @@ pub struct Progress {
     pub threads: usize,
     /// Time since recording started.
     pub elapsed: Duration,
+    /// The recorder's estimate of its per-module state (unwind tables,
+    /// module maps), in bytes, at the last budget check (0 without
+    /// [`RecordOptions::memory_budget`]).
+    pub state_bytes: usize,
 }
 
 /// How a recording is steered from outside while it runs (from a signal
@@ -171,6 +203,10 @@ pub struct Recorded {
     /// [`Control::forward`]); `None` for a running process, and for a
     /// command the recording ended (a duration, [`Control::stop`]).
     pub status: Option<ExitStatus>,
+    /// What was dropped to stay under [`RecordOptions::memory_budget`],
+    /// in the order it was (a module dropped, needed again and dropped
+    /// again is listed each time).
+    pub evicted: Vec<Evicted>,
 }
 
 /// Why recording failed.
@@ -275,6 +311,10 @@ impl OwnedUnwinder {
     fn get(&self) -> &RemoteUnwinder<'static> {
         &self.unwinder
     }
+
+    fn get_mut(&mut self) -> &mut RemoteUnwinder<'static> {
+        &mut self.unwinder
+    }
 }
 
 impl Drop for OwnedUnwinder {
@@ -316,6 +356,8 @@ struct Space {
     /// unwound with them may hold their addresses. The snapshots
     /// themselves (open files, compiled tables) are freed.
     retired: Vec<ModuleRecord>,
+    /// [`Recording::tick`] of its last sample.
+    last_used: u64,
 }
 
 impl Space {
@@ -368,6 +410,37 @@ impl Space {
             self.unwinder = Some(OwnedUnwinder::new(snap));
         }
         self.unwinder.as_ref().unwrap().get()
+    }
+
+    /// The memory of its module map (mappings, the snapshot's modules
+    /// and code map), estimated in bytes; compiled tables not included
+    /// (shared, counted once by key).
+    fn bytes(&self) -> usize {
+        let maps: usize = self
+            .mappings
+            .iter()
+            .map(|m| std::mem::size_of::<Mapping>() + m.path.len())
+            .sum();
+        maps + self.unwinder.as_ref().map_or(0, |u| {
+            let u = u.get();
+            u.code_bytes() + u.snapshot().modules.len() * std::mem::size_of::<Module>()
+        })
+    }
+
+    /// Drops the snapshot (rebuilt at the next sample), its modules kept in
+    /// `retired`; the bytes it held.
+    fn drop_unwinder(&mut self) -> usize {
+        let before = self.bytes();
+        if let Some(old) = self.unwinder.take() {
+            for m in &old.get().snapshot().modules {
+                let rec = module_record(m);
+                if !self.retired.contains(&rec) {
+                    self.retired.push(rec);
+                }
+            }
+        }
+        self.dirty = true;
+        before - self.bytes()
     }
 
     /// The records of every module unwound with so far, once each: the
@@ -555,6 +628,16 @@ struct Recording<'o> {
     exited_modules: Vec<ModuleRecord>,
     /// Samples left out by the filters or taken in the idle task.
     pub(crate) skipped: u64,
+    /// Counts samples: the recency of modules and processes.
+    tick: u64,
+    /// The tick of the last sample that had a frame in each shared module
+    /// (by [`RemoteUnwinder::module_key_at`]'s key).
+    module_used: HashMap<String, u64>,
+    /// Drops made to stay under the budget: all, and this period's.
+    evicted: Vec<Evicted>,
+    period_evicted: Vec<Evicted>,
+    /// The last estimate of the state under the budget.
+    state_bytes: usize,
 }
 
 /// A record of the context-switch event.
@@ -616,6 +699,11 @@ impl<'o> Recording<'o> {
             latest: 0,
             exited_modules: Vec::new(),
             skipped: 0,
+            tick: 0,
+            module_used: HashMap::new(),
+            evicted: Vec::new(),
+            period_evicted: Vec::new(),
+            state_bytes: 0,
         }
     }
 }
@@ -794,9 +882,30 @@ impl Recording<'_> {
         if !space.maps_read {
             space.read_proc_maps(pid);
         }
+        self.tick += 1;
+        space.last_used = self.tick;
         let unwinder = space.unwinder(lookup, pid, self.machine);
         let mut mem = CopiedStack { base: sp, data };
         let unwound = unwinder.unwind(&mut mem, &thread, 256);
+        if self.opts.memory_budget.is_some() {
+            // The modules this sample went through are the most recent.
+            let mut last: Option<&str> = None;
+            for f in &unwound.frames {
+                let Some(k) = unwinder.module_key_at(f.pc) else {
+                    continue;
+                };
+                if last == Some(k) {
+                    continue;
+                }
+                last = Some(k);
+                match self.module_used.get_mut(k) {
+                    Some(t) => *t = self.tick,
+                    None => {
+                        self.module_used.insert(k.to_string(), self.tick);
+                    }
+                }
+            }
+        }
         // The user frames' exact pcs: the interrupted one (the first user
         // frame, also after kernel frames: the kernel is entered by an
         // interrupt, a fault or a system call, never by a call) and those
@@ -918,6 +1027,84 @@ impl Recording<'_> {
         }
     }
 
+    /// Keeps the per-module state under [`RecordOptions::memory_budget`]:
+    /// drops the least recently used modules' compiled tables (from every
+    /// process's snapshot: the table is freed), then the module maps of
+    /// the processes sampled least recently, until the estimate is under
+    /// the budget; never those of the last sample.
+    fn enforce_budget(&mut self) {
+        let Some(budget) = self.opts.memory_budget else {
+            return;
+        };
+        let tables = super::step::shared_tables::live();
+        let table_bytes: usize = tables.iter().map(|t| t.1).sum();
+        let space_bytes: usize = self.spaces.values().map(Space::bytes).sum();
+        let mut total = table_bytes + space_bytes;
+        if total > budget {
+            let mut by_age: Vec<(u64, String, usize)> = tables
+                .into_iter()
+                .map(|(k, n)| (self.module_used.get(&k).copied().unwrap_or(0), k, n))
+                .collect();
+            by_age.sort();
+            for (used, key, bytes) in by_age {
+                if total <= budget {
+                    break;
+                }
+                if used == self.tick {
+                    continue;
+                }
+                for space in self.spaces.values_mut() {
+                    if let Some(u) = space.unwinder.as_mut() {
+                        u.get_mut().forget_module(&key);
+                    }
+                }
+                total = total.saturating_sub(bytes);
+                self.module_used.remove(&key);
+                self.note_evicted(Evicted {
+                    what: super::step::shared_tables::path_of(&key).to_string(),
+                    bytes,
+                });
+            }
+        }
+        if total > budget {
+            let mut pids: Vec<(u64, u32)> = self
+                .spaces
+                .iter()
+                .filter(|(_, s)| s.unwinder.is_some() && s.last_used != self.tick)
+                .map(|(&p, s)| (s.last_used, p))
+                .collect();
+            pids.sort();
+            for (_, pid) in pids {
+                if total <= budget {
+                    break;
+                }
+                let space = self.spaces.get_mut(&pid).expect("listed");
+                let bytes = space.drop_unwinder();
+                let comm = space.comm.clone().unwrap_or_else(|| {
+                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .map(|c| c.trim_end().to_string())
+                        .unwrap_or_default()
+                });
+                total = total.saturating_sub(bytes);
+                self.note_evicted(Evicted {
+                    what: format!("[maps of {pid} ({comm})]"),
+                    bytes,
+                });
+            }
+        }
+        // What is left, measured again (freed tables leave the list).
+        self.state_bytes = super::step::shared_tables::live()
+            .iter()
+            .map(|t| t.1)
+            .sum::<usize>()
+            + self.spaces.values().map(Space::bytes).sum::<usize>();
+    }
+
+    fn note_evicted(&mut self, e: Evicted) {
+        self.period_evicted.push(e.clone());
+        self.evicted.push(e);
+    }
+
     /// Ends the profile of the period that started at its `start_time_ns`
     /// (its modules and kernel symbols filled in, its duration up to now)
     /// and starts the next one, empty, with the thread names known.
@@ -929,6 +1116,9 @@ impl Recording<'_> {
         self.profile.modules = self.modules();
         self.profile.kernel_symbols = self.kernel_symbols();
         self.profile.duration_ns = now.saturating_sub(self.profile.start_time_ns);
+        self.profile
+            .comments
+            .extend(eviction_comments(&std::mem::take(&mut self.period_evicted)));
         self.exited_modules.clear();
         std::mem::replace(&mut self.profile, next)
     }
@@ -1171,6 +1361,7 @@ pub fn record_rotating(
             // the newest record is complete.
             rec.match_switches(rec.latest.saturating_sub(200_000_000));
         }
+        rec.enforce_budget();
         if opts.rotate.is_some_and(|d| last_cut.elapsed() >= d) && !exited {
             last_cut = Instant::now();
             period(rec.cut());
@@ -1182,6 +1373,7 @@ pub fn record_rotating(
                 lost: rec.profile.lost,
                 threads: rec.threads.len(),
                 elapsed: started.elapsed(),
+                state_bytes: rec.state_bytes,
             });
         }
         if exited {
@@ -1234,6 +1426,7 @@ pub fn record_rotating(
         lost: rec.profile.lost,
         threads: rec.threads.len(),
         elapsed: started.elapsed(),
+        state_bytes: rec.state_bytes,
     });
     if opts.off_cpu {
         rec.match_switches(u64::MAX);
@@ -1244,11 +1437,37 @@ pub fn record_rotating(
         rec.profile.modules = rec.modules();
         rec.profile.kernel_symbols = rec.kernel_symbols();
         rec.profile.duration_ns = started.elapsed().as_nanos() as u64;
+        let comments = eviction_comments(&std::mem::take(&mut rec.period_evicted));
+        rec.profile.comments.extend(comments);
     }
     Ok(Recorded {
         profile: rec.profile,
         status: status.filter(|_| !ended_by_us),
+        evicted: rec.evicted,
     })
+}
+
+/// The comments of a profile that name what was dropped to stay under
+/// the memory budget: one per module, with the bytes and how many times.
+pub fn eviction_comments(evicted: &[Evicted]) -> Vec<String> {
+    let mut by: Vec<(&str, usize, usize)> = Vec::new();
+    for e in evicted {
+        match by.iter_mut().find(|b| b.0 == e.what) {
+            Some(b) => {
+                b.1 += e.bytes;
+                b.2 += 1;
+            }
+            None => by.push((&e.what, e.bytes, 1)),
+        }
+    }
+    by.into_iter()
+        .map(|(what, bytes, n)| {
+            format!(
+                "callstack: evicted to stay under the memory budget: {what} ({:.2} MB, {n}x)",
+                bytes as f64 / 1e6
+            )
+        })
+        .collect()
 }
 
 /// An empty profile of `opts`' sample types: `samples`, `cpu`, and with
