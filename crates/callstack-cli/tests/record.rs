@@ -1434,3 +1434,78 @@ fn memory_budget_evicts_and_chains_resolve() {
     }
     assert!(top.contains("main"), "{top}");
 }
+
+/// `record -a`'s samples carry their process: `pid` (number) and `comm`
+/// labels in the pprof, which `go tool pprof -tags` lists and
+/// `-tagfocus` splits by (the C program's functions under its own pid and
+/// name only, python3's under its own).
+#[test]
+fn whole_host_pid_labels() {
+    if !whole_host_allowed() {
+        eprintln!("skipped: -a needs root or perf_event_paranoid <= 0");
+        return;
+    }
+    if Command::new("go").arg("version").output().is_err() {
+        eprintln!("skipped: go not found (go tool pprof reads the labels)");
+        return;
+    }
+    let dir = scratch_dir("record-labels");
+    let cli = &release_artifacts().cli;
+    let (mut c, mut py) = two_busy_processes(&dir, 4.0);
+    let (cpid, pypid) = (c.id(), py.id());
+    let data = dir.join("labels.data");
+    run(Command::new(cli)
+        .args(["record", "-q", "-a", "-d", "1", "--pid-filter"])
+        .arg(format!("{cpid},{pypid}"))
+        .arg("-o")
+        .arg(&data));
+    let _ = c.kill();
+    let _ = py.kill();
+    c.wait().unwrap();
+    py.wait().unwrap();
+    let pb = dir.join("labels.pb.gz");
+    run(Command::new(cli)
+        .args(["report", "--top", "0", "--pprof"])
+        .arg(&pb)
+        .arg(&data));
+    let pprof = |args: &[&str]| -> String {
+        run(Command::new("go")
+            .args(["tool", "pprof"])
+            .args(args)
+            .arg(&pb)
+            .env("HOME", &dir)
+            .env("PPROF_TMPDIR", &dir))
+    };
+    let tags = pprof(&["-tags"]);
+    // The `comm:` and `pid:` sections: exactly our two processes.
+    let section = |name: &str| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut inside = false;
+        for l in tags.lines() {
+            let t = l.trim();
+            if t.starts_with(&format!("{name}: Total")) {
+                inside = true;
+            } else if inside && t.is_empty() {
+                break;
+            } else if inside {
+                out.push(t.rsplit(": ").next().unwrap().to_string());
+            }
+        }
+        out.sort();
+        out
+    };
+    let mut want_pids = vec![cpid.to_string(), pypid.to_string()];
+    want_pids.sort();
+    assert_eq!(section("pid"), want_pids, "{tags}");
+    let comms = section("comm");
+    assert_eq!(comms.len(), 2, "{tags}");
+    assert!(comms.contains(&"prof_hot".to_string()), "{tags}");
+    assert!(comms.iter().any(|c| c.starts_with("python3")), "{tags}");
+    // Focused on one process: its functions only.
+    let c_top = pprof(&["-top", "-nodecount=50", "-tagfocus=comm=prof_hot"]);
+    assert!(c_top.contains("hot_seventy"), "{c_top}");
+    assert!(!c_top.contains("_PyEval_EvalFrameDefault"), "{c_top}");
+    let py_top = pprof(&["-top", "-nodecount=50", &format!("-tagfocus=pid={pypid}")]);
+    assert!(!py_top.contains("hot_seventy"), "{py_top}");
+    assert!(py_top.contains("_PyEval_EvalFrameDefault"), "{py_top}");
+}

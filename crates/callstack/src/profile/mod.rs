@@ -74,6 +74,16 @@ impl ValueType {
     }
 }
 
+/// The process a thread belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadProcess {
+    /// The process id.
+    pub pid: u32,
+    /// The process's name (`/proc/PID/comm`: the program's name cut at 15
+    /// bytes), empty when unknown.
+    pub name: String,
+}
+
 /// One distinct stack of a profile and its values.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProfileStack {
@@ -137,6 +147,10 @@ pub struct Profile {
     /// recorder so that a report names them on any machine. Empty when the
     /// profile has no kernel frames or predates them.
     pub kernel_symbols: Vec<KernelSymbol>,
+    /// The process of each thread (by thread id), for a recording of
+    /// several processes (`callstack record -a`): pprof's `pid` and
+    /// `comm` labels of its samples.
+    pub thread_processes: BTreeMap<u32, ThreadProcess>,
     /// Free-text notes on the profile (pprof's `comment`: `go tool pprof
     /// -comments`), such as what a recorder dropped to stay under its
     /// memory budget. Not stored in the trace file.
@@ -668,6 +682,13 @@ mod tests {
             bias: 0x1000,
         });
         p.threads.insert(7, "worker".into());
+        p.thread_processes.insert(
+            7,
+            ThreadProcess {
+                pid: 5,
+                name: "app".into(),
+            },
+        );
         // main -> a -> hot (7), main -> b (3)
         for _ in 0..7 {
             p.add(&[0x1100, 0x1200, 0x1300], true, Some(7), &[1, 10_000_000]);
@@ -733,6 +754,8 @@ mod tests {
         assert_eq!(q.stacks, p.stacks);
         assert_eq!(q.modules, p.modules);
         assert_eq!(q.threads, p.threads);
+        assert_eq!(q.thread_processes, p.thread_processes);
+        assert_eq!(q.thread_processes[&7].name, "app");
         assert_eq!((q.lost, q.duration_ns), (2, 123));
         assert_eq!(q.kernel_symbols, p.kernel_symbols);
         assert_eq!(q.kernel_symbols.len(), 2);

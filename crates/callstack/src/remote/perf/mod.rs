@@ -777,6 +777,14 @@ impl Recording<'_> {
                     if let Some(space) = self.spaces.get_mut(&pid) {
                         space.comm = Some(name.clone());
                     }
+                    // An exec renames the process: its threads' later
+                    // samples carry the new name (those before the cut of
+                    // a period keep the last one seen).
+                    for tp in self.profile.thread_processes.values_mut() {
+                        if tp.pid == pid {
+                            tp.name = name.clone();
+                        }
+                    }
                 }
                 self.profile.threads.insert(tid, name);
             }
@@ -863,6 +871,7 @@ impl Recording<'_> {
                 self.profile.lost += 1;
                 return None;
             }
+            self.note_process(pid, tid);
             let period = self.profile.period;
             self.profile
                 .add_exact(&self.frames, true, &[], Some(tid), &[1, period]);
@@ -870,6 +879,7 @@ impl Recording<'_> {
             return Some(());
         };
         self.threads.insert(tid);
+        self.note_process(pid, tid);
         let sp = regs.sp().unwrap_or(0);
         let thread = Thread {
             tid,
@@ -941,6 +951,35 @@ impl Recording<'_> {
             .add_exact(&self.frames, true, &self.exact, Some(tid), &[1, period]);
         self.samples += 1;
         Some(())
+    }
+
+    /// Records the process of thread `tid` at its first sample (its name
+    /// from the comm records seen, else `/proc/PID/comm`): the `pid` and
+    /// `comm` labels of its samples.
+    fn note_process(&mut self, pid: u32, tid: u32) {
+        if self
+            .profile
+            .thread_processes
+            .get(&tid)
+            .is_some_and(|tp| tp.pid == pid)
+        {
+            return;
+        }
+        let space = self.spaces.entry(pid).or_default();
+        if space.comm.is_none() {
+            space.comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .ok()
+                .map(|s| s.trim_end().to_string());
+        }
+        // Gone already: the name its main thread had, if seen.
+        let name = space
+            .comm
+            .clone()
+            .or_else(|| self.profile.threads.get(&pid).cloned())
+            .unwrap_or_default();
+        self.profile
+            .thread_processes
+            .insert(tid, crate::profile::ThreadProcess { pid, name });
     }
 
     /// Whether the filters keep the samples of process `pid`.
@@ -1113,6 +1152,7 @@ impl Recording<'_> {
         let mut next = new_profile(self.opts);
         next.start_time_ns = now;
         next.threads = self.profile.threads.clone();
+        next.thread_processes = self.profile.thread_processes.clone();
         self.profile.modules = self.modules();
         self.profile.kernel_symbols = self.kernel_symbols();
         self.profile.duration_ns = now.saturating_sub(self.profile.start_time_ns);
