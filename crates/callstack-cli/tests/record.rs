@@ -446,8 +446,11 @@ fn cpp_samples_match_gdb() {
         String::from_utf8_lossy(&o.stderr)
     );
     let data = dir.join("cpp.data");
+    // A fixed copy: every sample must unwind whole, and with the adaptive
+    // one (8 KiB at the start) the first samples under `big_frame` (an 8
+    // KiB frame) are cut until it grows.
     run(Command::new(&release_artifacts().cli)
-        .args(["record", "-q", "-F", "999", "-o"])
+        .args(["record", "-q", "-F", "999", "--stack-size", "16384", "-o"])
         .arg(&data)
         .arg("--")
         .arg(&exe)
@@ -1175,16 +1178,11 @@ fn whole_host() {
     let exe = Gcc::new(&["prof_hot.c"])
         .flags("-O2 -fno-omit-frame-pointer")
         .build(&dir.join("prof_hot"));
-    // Built before the programs start: they run 6 s.
+    // Built before the programs start.
     let cli = &release_artifacts().cli;
-    let mut c = Command::new(&exe).args(["6.0", "1"]).spawn().unwrap();
-    let mut py = Command::new("python3")
-        .args([
-            "-c",
-            "import time\nt=time.time()\ndef spin_here():\n    x=0\n    while time.time()-t<6: x+=1\nspin_here()",
-        ])
-        .spawn()
-        .unwrap();
+    // Long enough for three recordings on a loaded machine; killed after.
+    let mut c = Command::new(&exe).args(["20.0", "1"]).spawn().unwrap();
+    let mut py = python_spinning(20.0);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let filtered = dir.join("filtered.data");
     run(Command::new(cli)
@@ -1256,6 +1254,29 @@ fn whole_host() {
     );
 }
 
+/// python3 spinning in `spin_here` for `secs` seconds, once its imports
+/// are done (it says so on its stdout, read here): its startup's deep
+/// import stacks are not what the whole-host tests sample.
+fn python_spinning(secs: f64) -> std::process::Child {
+    use std::io::BufRead;
+    let mut py = Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import time, sys\nt=time.time()\ndef spin_here():\n    x=0\n    while time.time()-t<{secs}: x+=1\nprint('ready', flush=True)\nspin_here()"
+            ),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(py.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    py
+}
+
 /// Whether `record -a` may run here (root, or `perf_event_paranoid` <= 0).
 fn whole_host_allowed() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -1277,15 +1298,7 @@ fn two_busy_processes(dir: &Path, secs: f64) -> (std::process::Child, std::proce
         .args([&secs.to_string(), "1"])
         .spawn()
         .unwrap();
-    let py = Command::new("python3")
-        .args([
-            "-c",
-            &format!(
-                "import time\nt=time.time()\ndef spin_here():\n    x=0\n    while time.time()-t<{secs}: x+=1\nspin_here()"
-            ),
-        ])
-        .spawn()
-        .unwrap();
+    let py = python_spinning(secs);
     std::thread::sleep(std::time::Duration::from_millis(300));
     (c, py)
 }
@@ -1508,4 +1521,86 @@ fn whole_host_pid_labels() {
     let py_top = pprof(&["-top", "-nodecount=50", &format!("-tagfocus=pid={pypid}")]);
     assert!(!py_top.contains("hot_seventy"), "{py_top}");
     assert!(py_top.contains("_PyEval_EvalFrameDefault"), "{py_top}");
+}
+
+/// The user stack copy starts small (8 KiB: what sampling costs the
+/// program is mostly the kernel's copy) and grows when samples are cut at
+/// its end: a program whose hot loop runs 200 frames deep with 112-byte
+/// locals each (tests/fixtures/c/deep_stack.c, ~28 KiB of stack, on two
+/// threads, the second started before the copy grows) gets its whole
+/// chains, 200 `descend` frames down from `main` or the thread's start, and
+/// stderr says the copy grew; with `--stack-size 8192` the copy stays (the
+/// chains are cut); a shallow program keeps the small copy.
+#[test]
+fn stack_copy_grows_for_deep_stacks() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    let dir = scratch_dir("record-deep");
+    let deep = Gcc::new(&["deep_stack.c"])
+        .flags("-O2 -fomit-frame-pointer -pthread")
+        .build(&dir.join("deep_stack"));
+    let cli = &release_artifacts().cli;
+    let rec = |name: &str, extra: &[&str], exe: &Path, args: &[&str]| -> (String, String) {
+        let data = dir.join(format!("{name}.data"));
+        let o = Command::new(cli)
+            .args(["record", "-F", "999"])
+            .args(extra)
+            .arg("-o")
+            .arg(&data)
+            .arg("--")
+            .arg(exe)
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{stderr}");
+        (folded(&data), stderr)
+    };
+    // (samples whose chain is whole, samples cut) of the deep loop.
+    let whole_and_cut = |f: &str| -> (u64, u64) {
+        let (mut whole, mut cut) = (0, 0);
+        for line in f.lines() {
+            let (path, v) = line.rsplit_once(' ').unwrap();
+            let v: u64 = v.parse().unwrap();
+            let frames: Vec<&str> = path.split(';').collect();
+            if !frames.contains(&"spin_deep") {
+                continue;
+            }
+            let from_root = frames.contains(&"main") || frames.contains(&"worker");
+            if from_root {
+                let n = frames.iter().filter(|f| **f == "descend").count();
+                assert_eq!(n, 200, "{path}");
+                let i = frames.iter().position(|f| *f == "descend").unwrap();
+                assert!(["main", "worker"].contains(&frames[i - 1]), "{path}");
+                whole += v;
+            } else {
+                cut += v;
+            }
+        }
+        (whole, cut)
+    };
+    let (f, stderr) = rec("adaptive", &[], &deep, &["3.0", "2"]);
+    assert!(
+        stderr.contains("user stack copy grew from 8192 to 16384 bytes"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("to 32768 bytes"), "{stderr}");
+    let (whole, cut) = whole_and_cut(&f);
+    // The copy grows within about a second of a 3 s run (of CPU per
+    // thread): most samples are whole.
+    assert!(whole > 2 * cut, "{whole} whole, {cut} cut\n{stderr}");
+
+    let (f, stderr) = rec("fixed", &["--stack-size", "8192"], &deep, &["1.0", "1"]);
+    assert!(!stderr.contains("grew"), "{stderr}");
+    let (whole, cut) = whole_and_cut(&f);
+    assert!(whole == 0 && cut > 0, "{whole} whole, {cut} cut");
+
+    let shallow = Gcc::new(&["prof_hot.c"])
+        .flags("-O2 -fomit-frame-pointer")
+        .build(&dir.join("prof_hot"));
+    let (f, stderr) = rec("shallow", &[], &shallow, &["1.5", "2"]);
+    assert!(!stderr.contains("grew"), "{stderr}");
+    assert!(f.contains("hot_seventy"), "{f}");
 }

@@ -69,9 +69,18 @@ pub struct RecordOptions {
     /// Samples per second of CPU time per thread (default 999, off the
     /// beat of the kernel's timer tick).
     pub hz: u32,
-    /// Bytes of user stack copied per sample (default 16384; at most
-    /// 65528). Frames beyond the copy are cut.
+    /// Bytes of user stack copied per sample at the start (default 8192;
+    /// at most 65528). The kernel's copy is what sampling costs the
+    /// program, so it starts small; see [`RecordOptions::stack_bytes_max`].
     pub stack_bytes: u32,
+    /// How far the copy may grow (default 61440: the kernel's 64 KiB
+    /// bound on a sample less room for its registers and kernel frames).
+    /// When more than 3% of a window's samples (at least 50 samples and
+    /// 0.1 s, at most a second) are cut, the unwinder having run off the end of the copy before the
+    /// thread's first frame, the events are opened again with a copy
+    /// twice as large, up to this ([`Recorded::stack_growth`]). Equal to
+    /// [`RecordOptions::stack_bytes`] (or below it): a fixed size.
+    pub stack_bytes_max: u32,
     /// Stop after this long (default: when the target ends or
     /// [`Control::stop`] is called).
     pub duration: Option<Duration>,
@@ -109,6 +118,20 @@ pub struct RecordOptions {
     pub memory_budget: Option<usize>,
 }
 
+/// The user stack copy grown during a recording: samples were cut at its
+/// end.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StackGrowth {
+    /// When, since the recording started.
+    pub at: Duration,
+    /// The copy before and after, in bytes.
+    pub from: u32,
+    /// See `from`.
+    pub to: u32,
+    /// The share of the last window's user samples that were cut (0-100).
+    pub cut_percent: f64,
+}
+
 /// State dropped to stay under [`RecordOptions::memory_budget`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Evicted {
@@ -125,7 +148,8 @@ impl RecordOptions {
         RecordOptions {
             target,
             hz: 999,
-            stack_bytes: 16384,
+            stack_bytes: 8192,
+            stack_bytes_max: 61440,
             duration: None,
             lookup: Lookup::default(),
             kernel: true,
@@ -203,6 +227,10 @@ pub struct Recorded {
     /// [`Control::forward`]); `None` for a running process, and for a
     /// command the recording ended (a duration, [`Control::stop`]).
     pub status: Option<ExitStatus>,
+    /// Each time the user stack copy grew ([`RecordOptions::stack_bytes_max`]).
+    pub stack_growth: Vec<StackGrowth>,
+    /// The user stack copy at the end, in bytes.
+    pub stack_bytes: u32,
     /// What was dropped to stay under [`RecordOptions::memory_budget`],
     /// in the order it was (a module dropped, needed again and dropped
     /// again is listed each time).
@@ -274,12 +302,18 @@ const RECORDED_MACHINE: Option<Machine> = crate::arch::NATIVE_MACHINE;
 struct CopiedStack<'a> {
     base: u64,
     data: &'a [u8],
+    /// Whether a read went past the copy's end (the stack goes on there,
+    /// uncopied, when the copy was full).
+    past_end: bool,
 }
 
 impl Memory for CopiedStack<'_> {
     fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
         let off = addr.wrapping_sub(self.base);
         if addr < self.base || off + 8 > self.data.len() as u64 {
+            if addr >= self.base {
+                self.past_end = true;
+            }
             return Err(ReadError::OutOfBounds(addr));
         }
         let o = off as usize;
@@ -538,6 +572,9 @@ struct SampleRecord<'a> {
     regs: Option<Registers>,
     /// The copied user stack from the sampled sp (its valid part).
     stack: &'a [u8],
+    /// Whether the copy is as long as the kernel meant it (it did not stop
+    /// at unmapped memory: the stack's top is further up).
+    full: bool,
 }
 
 /// Parses a sample's body (after the 8-byte header): `kernel` is whether
@@ -585,6 +622,7 @@ fn parse_sample(
         callchain,
         regs,
         stack: &data[..dyn_size.min(size)],
+        full: size > 0 && dyn_size >= size,
     })
 }
 
@@ -638,6 +676,10 @@ struct Recording<'o> {
     period_evicted: Vec<Evicted>,
     /// The last estimate of the state under the budget.
     state_bytes: usize,
+    /// User samples unwound, and those cut at the end of a full stack
+    /// copy, since the last look ([`RecordOptions::stack_bytes_max`]).
+    window_user: u64,
+    window_cut: u64,
 }
 
 /// A record of the context-switch event.
@@ -704,6 +746,8 @@ impl<'o> Recording<'o> {
             evicted: Vec::new(),
             period_evicted: Vec::new(),
             state_bytes: 0,
+            window_user: 0,
+            window_cut: 0,
         }
     }
 }
@@ -838,6 +882,7 @@ impl Recording<'_> {
             callchain,
             regs,
             stack: data,
+            full,
         } = parse_sample(r.b, self.kernel, self.machine, self.regs_mask)?;
         self.latest = self.latest.max(time);
         if pid == 0 || !self.wanted(pid) {
@@ -895,8 +940,20 @@ impl Recording<'_> {
         self.tick += 1;
         space.last_used = self.tick;
         let unwinder = space.unwinder(lookup, pid, self.machine);
-        let mut mem = CopiedStack { base: sp, data };
+        let mut mem = CopiedStack {
+            base: sp,
+            data,
+            past_end: false,
+        };
         let unwound = unwinder.unwind(&mut mem, &thread, 256);
+        if kind == sys::EventKind::CpuClock {
+            // Cut: the walk stopped reading past the end of a full copy,
+            // short of the thread's first frame.
+            self.window_user += 1;
+            if full && mem.past_end && unwound.stop.is_some() {
+                self.window_cut += 1;
+            }
+        }
         if self.opts.memory_budget.is_some() {
             // The modules this sample went through are the most recent.
             let mut last: Option<&str> = None;
@@ -1274,9 +1331,14 @@ pub fn record_rotating(
         system_wide: matches!(opts.target, Target::All),
     };
     // Data pages per event: enough for ~100 ms of samples at the rate.
-    let per_sample = spec.stack_bytes as usize + 256;
-    let want = (opts.hz as usize / 8).max(16) * per_sample / sys::page_size();
-    let pages = want.next_power_of_two().clamp(16, 512);
+    let stack_max = (opts.stack_bytes_max.clamp(64, 65528) & !7).max(spec.stack_bytes);
+    let pages_for = |stack_bytes: u32| {
+        let per_sample = stack_bytes as usize + 256;
+        let want = (opts.hz as usize / 8).max(16) * per_sample / sys::page_size();
+        want.next_power_of_two().clamp(16, 512)
+    };
+    let pages = pages_for(spec.stack_bytes);
+    let mut stack_growth = Vec::new();
 
     let mut profile = new_profile(opts);
     profile.start_time_ns = now_ns();
@@ -1372,7 +1434,8 @@ pub fn record_rotating(
     }
 
     rec.kernel = spec.kernel_callchain;
-    let fds: Vec<i32> = events.iter().map(|(e, _)| e.fd()).collect();
+    let mut fds: Vec<i32> = events.iter().map(|(e, _)| e.fd()).collect();
+    let mut last_window = Instant::now();
     let mut buf = Vec::with_capacity(1 << 20);
     let mut last_progress = Instant::now();
     let mut last_cut = Instant::now();
@@ -1385,16 +1448,7 @@ pub fn record_rotating(
         for (e, kind) in &events {
             buf.clear();
             e.drain(&mut buf);
-            let mut at = 0;
-            while at + 8 <= buf.len() {
-                let size = u16::from_le_bytes([buf[at + 6], buf[at + 7]]) as usize;
-                if size < 8 || at + size > buf.len() {
-                    break;
-                }
-                let r = buf[at..at + size].to_vec();
-                rec.handle(&r, *kind);
-                at += size;
-            }
+            handle_all(&mut rec, &buf, *kind);
         }
         if opts.off_cpu {
             // Every ring was drained just now: what is 200 ms older than
@@ -1402,6 +1456,52 @@ pub fn record_rotating(
             rec.match_switches(rec.latest.saturating_sub(200_000_000));
         }
         rec.enforce_budget();
+        // A window: at least 50 user samples and 0.1 s (a second at most).
+        let window = last_window.elapsed();
+        if !exited
+            && ((rec.window_user >= 50 && window >= Duration::from_millis(100))
+                || window >= Duration::from_secs(1))
+        {
+            last_window = Instant::now();
+            let (user, cut) = (rec.window_user, rec.window_cut);
+            rec.window_user = 0;
+            rec.window_cut = 0;
+            if spec.stack_bytes < stack_max && user >= 50 && cut * 100 > user * 3 {
+                let from = spec.stack_bytes;
+                let mut grown = sys::EventSpec {
+                    stack_bytes: (from * 2).min(stack_max),
+                    enable_on_exec: false,
+                    ..spec
+                };
+                let pages = pages_for(grown.stack_bytes);
+                match reopen(opts, &rec, &mut grown, kinds, pages) {
+                    Ok(new) => {
+                        // The old rings' last records, then the new events.
+                        for (e, kind) in &events {
+                            buf.clear();
+                            e.drain(&mut buf);
+                            handle_all(&mut rec, &buf, *kind);
+                        }
+                        events = new;
+                        fds = events.iter().map(|(e, _)| e.fd()).collect();
+                        spec = grown;
+                        rec.kernel = spec.kernel_callchain;
+                        // The old copy's samples just drained do not count
+                        // against the new one.
+                        rec.window_user = 0;
+                        rec.window_cut = 0;
+                        stack_growth.push(StackGrowth {
+                            at: started.elapsed(),
+                            from,
+                            to: spec.stack_bytes,
+                            cut_percent: cut as f64 * 100.0 / user as f64,
+                        });
+                    }
+                    // Not to be opened again: the copy stays.
+                    Err(_) => spec.stack_bytes = stack_max,
+                }
+            }
+        }
         if opts.rotate.is_some_and(|d| last_cut.elapsed() >= d) && !exited {
             last_cut = Instant::now();
             period(rec.cut());
@@ -1483,8 +1583,104 @@ pub fn record_rotating(
     Ok(Recorded {
         profile: rec.profile,
         status: status.filter(|_| !ended_by_us),
+        stack_growth,
+        stack_bytes: spec.stack_bytes,
         evicted: rec.evicted,
     })
+}
+
+/// Hands every record of a drained ring to the recording.
+fn handle_all(rec: &mut Recording<'_>, buf: &[u8], kind: sys::EventKind) {
+    let mut at = 0;
+    while at + 8 <= buf.len() {
+        let size = u16::from_le_bytes([buf[at + 6], buf[at + 7]]) as usize;
+        if size < 8 || at + size > buf.len() {
+            break;
+        }
+        let r = buf[at..at + size].to_vec();
+        rec.handle(&r, kind);
+        at += size;
+    }
+}
+
+/// The sampling events opened again with `spec` (a larger stack copy) on
+/// what is being recorded now: every CPU for the whole host; else every
+/// thread of the recorded process and of the processes it started that
+/// still run (each event inherited by what its thread creates from now
+/// on). A thread created while this runs may be missed.
+fn reopen(
+    opts: &RecordOptions,
+    rec: &Recording<'_>,
+    spec: &mut sys::EventSpec,
+    kinds: &[sys::EventKind],
+    pages: usize,
+) -> Result<Vec<(sys::Event, sys::EventKind)>, RecordError> {
+    let mut events = Vec::new();
+    let mut tids: Vec<i32> = Vec::new();
+    if matches!(opts.target, Target::All) {
+        tids.push(-1);
+    } else {
+        let mut pids: Vec<u32> = rec.spaces.keys().copied().collect();
+        pids.push(rec.root_pid);
+        pids.sort_unstable();
+        pids.dedup();
+        for pid in pids {
+            if !descends_from(pid, rec.root_pid) {
+                continue;
+            }
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                continue;
+            };
+            tids.extend(
+                tasks
+                    .flatten()
+                    .filter_map(|t| t.file_name().to_str().and_then(|s| s.parse::<i32>().ok())),
+            );
+        }
+    }
+    for tid in tids {
+        for cpu in 0..sys::cpus() {
+            for &kind in kinds {
+                match open_event(tid, cpu, spec, kind, pages) {
+                    Ok(e) => events.push((e, kind)),
+                    // A thread gone, a CPU offline.
+                    Err(e)
+                        if matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENODEV)) =>
+                    {
+                        break
+                    }
+                    Err(e) => return Err(RecordError::PerfRefused(e)),
+                }
+            }
+        }
+    }
+    Ok(events)
+}
+
+/// Whether process `pid` is `root` or one of its descendants (a pid seen
+/// in the recording may have been reused since by another process).
+fn descends_from(mut pid: u32, root: u32) -> bool {
+    for _ in 0..64 {
+        if pid == root {
+            return true;
+        }
+        if pid <= 1 {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // "pid (comm) state ppid ...": comm may hold spaces and parens.
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+        else {
+            return false;
+        };
+        pid = ppid;
+    }
+    false
 }
 
 /// The comments of a profile that name what was dropped to stay under
