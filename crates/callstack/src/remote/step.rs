@@ -439,9 +439,92 @@ impl CodeBytes {
     }
 }
 
-/// Where [`RemoteCode::segments_of`] appends function symbols: the
-/// functions' `[start, end)` and the cold parts `(start, end, parent start)`.
-type SymbolLists<'a> = (&'a mut Vec<(u64, u64)>, &'a mut Vec<(u64, u64, u64)>);
+/// A module's function bounds from its symbol tables, at its file's
+/// addresses (bias 0): the functions' `[start, end)`, sorted, and the cold
+/// parts `(start, end, parent start)`, sorted. Shared by every snapshot
+/// that maps the same file ([`shared_functions`]).
+#[derive(Default)]
+struct FunctionLists {
+    functions: Vec<(u64, u64)>,
+    cold: Vec<(u64, u64, u64)>,
+}
+
+impl FunctionLists {
+    /// The lists of the object file `data`.
+    fn of(data: &[u8]) -> FunctionLists {
+        let mut l = FunctionLists::default();
+        crate::unwind::insn::inprocess::function_symbols_split(
+            data,
+            0,
+            &mut l.functions,
+            &mut l.cold,
+        );
+        l.functions.sort_unstable();
+        l.functions.dedup_by_key(|f| f.0);
+        l.cold.sort_unstable();
+        l
+    }
+
+    fn bytes(&self) -> usize {
+        self.functions.len() * 16 + self.cold.len() * 24
+    }
+}
+
+/// Function lists shared by every snapshot of this process that maps the
+/// same file (build-id, else size and time; and path), as the compiled
+/// tables are ([`shared_tables`]): read once per file, not once per
+/// process. Held weakly.
+pub(crate) mod shared_functions {
+    use super::FunctionLists;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, Weak};
+
+    type Entry = (Weak<FunctionLists>, usize);
+    static LISTS: Mutex<Option<HashMap<String, Entry>>> = Mutex::new(None);
+
+    /// The live lists of `key`, else `read()`'s, kept for the others.
+    pub(super) fn get_or_read(
+        key: &str,
+        read: impl FnOnce() -> FunctionLists,
+    ) -> Arc<FunctionLists> {
+        let found = {
+            let map = LISTS.lock().unwrap_or_else(|e| e.into_inner());
+            map.as_ref()
+                .and_then(|m| m.get(key))
+                .and_then(|(w, _)| w.upgrade())
+        };
+        if let Some(l) = found {
+            return l;
+        }
+        let l = Arc::new(read());
+        let mut map = LISTS.lock().unwrap_or_else(|e| e.into_inner());
+        let map = map.get_or_insert_with(HashMap::new);
+        if map.len() > 4096 {
+            map.retain(|_, (w, _)| w.strong_count() > 0);
+        }
+        map.insert(key.to_string(), (Arc::downgrade(&l), l.bytes()));
+        l
+    }
+
+    /// The bytes of the lists alive now (used by some snapshot).
+    pub(crate) fn live_bytes() -> usize {
+        let map = LISTS.lock().unwrap_or_else(|e| e.into_inner());
+        map.as_ref().map_or(0, |m| {
+            m.values()
+                .filter(|(w, _)| w.strong_count() > 0)
+                .map(|(_, n)| n)
+                .sum()
+        })
+    }
+}
+
+/// A module's function lists where it is loaded.
+struct ModuleFunctions {
+    start: u64,
+    end: u64,
+    bias: u64,
+    lists: Arc<FunctionLists>,
+}
 
 /// The code of the target's modules, read from their files on disk (or the
 /// vDSO image), for instruction analysis and stack scanning, with the
@@ -450,10 +533,9 @@ type SymbolLists<'a> = (&'a mut Vec<(u64, u64)>, &'a mut Vec<(u64, u64, u64)>);
 #[derive(Clone)]
 struct RemoteCode {
     segments: Arc<Vec<CodeSegment>>,
-    /// Sorted `[start, end)` of every function symbol, at the load bias.
-    functions: Arc<Vec<(u64, u64)>>,
-    /// Cold parts `(start, end, parent start)`, sorted.
-    cold: Arc<Vec<(u64, u64, u64)>>,
+    /// Each module's function bounds (from its `.symtab`/`.dynsym`),
+    /// sorted by start.
+    functions: Arc<Vec<ModuleFunctions>>,
     /// Sorted `[start, end)` of the executable mappings of modules whose
     /// file was not found (and not held by the snapshot): code that is
     /// there, unread ([`CodeMemory::is_unread_code`]).
@@ -465,11 +547,10 @@ impl RemoteCode {
     /// executable memory in no module (qemu-user's signal trampolines).
     fn of_snapshot(snap: &Snapshot) -> RemoteCode {
         let mut functions = Vec::new();
-        let mut cold = Vec::new();
         let mut segments = Self::segments_of(
             &snap.modules,
             super::files::exec_segments,
-            Some((&mut functions, &mut cold)),
+            Some(&mut functions),
         );
         for (start, bytes) in &snap.anon_code {
             segments.push(CodeSegment {
@@ -480,9 +561,7 @@ impl RemoteCode {
             });
         }
         segments.sort_by_key(|s| s.start);
-        functions.sort_unstable();
-        functions.dedup_by_key(|f| f.0);
-        cold.sort_unstable();
+        functions.sort_by_key(|f| f.start);
         let mut unread: Vec<(u64, u64)> = snap
             .modules
             .iter()
@@ -495,7 +574,6 @@ impl RemoteCode {
         RemoteCode {
             segments: Arc::new(segments),
             functions: Arc::new(functions),
-            cold: Arc::new(cold),
             unread: Arc::new(unread),
         }
     }
@@ -518,18 +596,18 @@ impl RemoteCode {
         RemoteCode {
             segments: Arc::new(segments),
             functions: Arc::new(Vec::new()),
-            cold: Arc::new(Vec::new()),
             unread: Arc::new(Vec::new()),
         }
     }
 
     /// The segments `segs` picks out of each module's file (or image), at
     /// its load bias; with `symbols`, also appends each module's function
-    /// symbols there (`.symtab` and `.dynsym`, read once per module).
+    /// bounds there (`.symtab` and `.dynsym`, read once per file while a
+    /// snapshot holds them: [`shared_functions`]).
     fn segments_of(
         mods: &[Module],
         segs: fn(&[u8]) -> Vec<super::files::FileSegment>,
-        mut symbols: Option<SymbolLists<'_>>,
+        mut symbols: Option<&mut Vec<ModuleFunctions>>,
     ) -> Vec<CodeSegment> {
         let mut segments = Vec::new();
         for m in mods {
@@ -541,13 +619,23 @@ impl RemoteCode {
                 },
                 (None, None) => continue,
             };
-            if let Some((functions, cold)) = symbols.as_mut() {
-                crate::unwind::insn::inprocess::function_symbols_split(
-                    bytes.get(),
-                    m.bias,
-                    functions,
-                    cold,
-                );
+            if let Some(out) = symbols.as_mut() {
+                let key = match (&m.image, &m.file) {
+                    // (The lists do not depend on the architecture named
+                    // in the key.)
+                    (None, Some(p)) => shared_tables::key::<X86_64>(p, m.build_id.as_deref()),
+                    _ => None,
+                };
+                let lists = match key {
+                    Some(k) => shared_functions::get_or_read(&k, || FunctionLists::of(bytes.get())),
+                    None => Arc::new(FunctionLists::of(bytes.get())),
+                };
+                out.push(ModuleFunctions {
+                    start: m.start,
+                    end: m.end,
+                    bias: m.bias,
+                    lists,
+                });
             }
             for (vaddr, off, filesz) in segs(bytes.get()) {
                 let bytes = match &bytes {
@@ -563,6 +651,15 @@ impl RemoteCode {
             }
         }
         segments
+    }
+}
+
+impl RemoteCode {
+    /// The function lists of the module holding `addr`.
+    fn functions_at(&self, addr: u64) -> Option<&ModuleFunctions> {
+        let i = self.functions.partition_point(|m| m.start <= addr);
+        let m = self.functions.get(i.checked_sub(1)?)?;
+        (addr < m.end).then_some(m)
     }
 }
 
@@ -587,11 +684,24 @@ impl CodeMemory for RemoteCode {
     }
 
     fn function_bounds(&mut self, addr: u64) -> Option<(u64, u64)> {
-        crate::unwind::insn::lookup_function(&self.functions, addr)
+        let m = self.functions_at(addr)?;
+        let (s, e) =
+            crate::unwind::insn::lookup_function(&m.lists.functions, addr.wrapping_sub(m.bias))?;
+        Some((s.wrapping_add(m.bias), e.wrapping_add(m.bias)))
     }
 
     fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
-        crate::unwind::insn::inprocess::function_entry_in(&self.functions, &self.cold, addr)
+        let m = self.functions_at(addr)?;
+        let b = m.bias;
+        let (entry, bounds) = crate::unwind::insn::inprocess::function_entry_in(
+            &m.lists.functions,
+            &m.lists.cold,
+            addr.wrapping_sub(b),
+        )?;
+        Some((
+            entry.wrapping_add(b),
+            bounds.map(|(s, e)| (s.wrapping_add(b), e.wrapping_add(b))),
+        ))
     }
 
     fn is_unread_code(&mut self, addr: u64) -> bool {
@@ -808,11 +918,11 @@ impl<'s> RemoteUnwinder<'s> {
         }
     }
 
-    /// The memory of this snapshot's own code map, in bytes: its
-    /// modules' function bounds (from their symbol tables) and segments.
+    /// The memory of this snapshot's own code map, in bytes: its segments
+    /// and its modules' places (their function lists are shared by file:
+    /// [`shared_functions::live_bytes`]).
     pub(crate) fn code_bytes(&self) -> usize {
-        self.code.functions.len() * 16
-            + self.code.cold.len() * 24
+        self.code.functions.len() * std::mem::size_of::<ModuleFunctions>()
             + self.code.unread.len() * 16
             + self.code.segments.len() * std::mem::size_of::<CodeSegment>()
     }

@@ -1134,7 +1134,9 @@ impl Recording<'_> {
         };
         let tables = super::step::shared_tables::live();
         let table_bytes: usize = tables.iter().map(|t| t.1).sum();
-        let space_bytes: usize = self.spaces.values().map(Space::bytes).sum();
+        // Function lists (shared by file) go with the module maps.
+        let space_bytes: usize = self.spaces.values().map(Space::bytes).sum::<usize>()
+            + super::step::shared_functions::live_bytes();
         let mut total = table_bytes + space_bytes;
         if total > budget {
             let mut by_age: Vec<(u64, String, usize)> = tables
@@ -1193,7 +1195,8 @@ impl Recording<'_> {
             .iter()
             .map(|t| t.1)
             .sum::<usize>()
-            + self.spaces.values().map(Space::bytes).sum::<usize>();
+            + self.spaces.values().map(Space::bytes).sum::<usize>()
+            + super::step::shared_functions::live_bytes();
     }
 
     fn note_evicted(&mut self, e: Evicted) {
