@@ -1335,9 +1335,10 @@ fn chains_to_main(f: &str) -> ([u64; 3], u64) {
 /// the least recently used modules' tables and the module maps are
 /// dropped over and over, and rebuilt when a sample needs them, so every
 /// chain still reaches `main` and the 70/20/10 split holds; stderr says
-/// what was evicted. With `--rotate`, each period's symbolizer files are
-/// closed too, the profiles still named, and their comments (`go tool
-/// pprof -comments`) name the modules dropped.
+/// what was evicted, and so do the comments of its pprof (`go tool pprof
+/// -comments`). With `--rotate`, each period's symbolizer files are
+/// closed too, the profiles still named, and their comments name the
+/// modules dropped.
 #[test]
 fn memory_budget_evicts_and_chains_resolve() {
     if !whole_host_allowed() {
@@ -1433,6 +1434,17 @@ fn memory_budget_evicts_and_chains_resolve() {
             .env("HOME", &dir)
             .env("PPROF_TMPDIR", &dir))
     };
+    // The one-file recording keeps them too (its trace's `C` records).
+    let pb = dir.join("budget.pb.gz");
+    run(Command::new(cli)
+        .args(["report", "--top", "0", "--pprof"])
+        .arg(&pb)
+        .arg(&data));
+    let comments = pprof(&["-comments"], std::slice::from_ref(&pb));
+    assert!(
+        comments.contains("callstack: evicted to stay under the memory budget: "),
+        "{comments}"
+    );
     let mut with_comment = 0;
     for f in &files {
         let comments = pprof(&["-comments"], std::slice::from_ref(f));

@@ -1,6 +1,6 @@
 //! A profile in the callstack trace file (`docs/trace-format.md`): the
-//! `P` (profile), `T` (thread), `R` (a thread's process), `I` (exact
-//! frames), `V` (values) and `E` (end) records beside the `M` and `S` records that every reader knows.
+//! `P` (profile), `T` (thread), `R` (a thread's process), `C` (comment),
+//! `I` (exact frames), `V` (values) and `E` (end) records beside the `M` and `S` records that every reader knows.
 
 use super::{Profile, ValueType};
 use crate::tracefile::{
@@ -19,6 +19,8 @@ pub(crate) const TAG_VALUES: u8 = b'V';
 pub(crate) const TAG_END: u8 = b'E';
 /// `R`: the process of a thread (id and name).
 pub(crate) const TAG_THREAD_PROCESS: u8 = b'R';
+/// `C`: a comment on the profile ([`Profile::comments`]).
+pub(crate) const TAG_COMMENT: u8 = b'C';
 /// `K`: a kernel function the profile's kernel frames fall in.
 pub(crate) const TAG_KERNEL_SYMBOL: u8 = b'K';
 // `I`: the exact pcs past the first frame of the stack record just before
@@ -85,6 +87,11 @@ impl Profile {
             put_varint(&mut b, tid as u64);
             put_str(&mut b, name);
             w.write_raw(TAG_THREAD, &b)?;
+        }
+        for c in &self.comments {
+            b.clear();
+            put_str(&mut b, c);
+            w.write_raw(TAG_COMMENT, &b)?;
         }
         for (&tid, tp) in &self.thread_processes {
             b.clear();
@@ -205,6 +212,7 @@ impl Profile {
                             let name = get_str(&mut b)?;
                             p.threads.insert(tid, name);
                         }
+                        TAG_COMMENT => p.comments.push(get_str(&mut b)?),
                         TAG_THREAD_PROCESS => {
                             let tid = b.varint()? as u32;
                             let pid = b.varint()? as u32;

@@ -153,7 +153,7 @@ pub struct Profile {
     pub thread_processes: BTreeMap<u32, ThreadProcess>,
     /// Free-text notes on the profile (pprof's `comment`: `go tool pprof
     /// -comments`), such as what a recorder dropped to stay under its
-    /// memory budget. Not stored in the trace file.
+    /// memory budget (`C` records of the trace file).
     pub comments: Vec<String>,
     /// Stack hash -> indices in `stacks` with that hash.
     index: HashMap<u64, Vec<u32>>,
@@ -698,6 +698,7 @@ mod tests {
         }
         p.lost = 2;
         p.duration_ns = 123;
+        p.comments = vec!["one note".into(), "another".into()];
         p.kernel_symbols = vec![
             KernelSymbol {
                 start: 0xffff_ffff_8100_0000,
@@ -756,6 +757,7 @@ mod tests {
         assert_eq!(q.threads, p.threads);
         assert_eq!(q.thread_processes, p.thread_processes);
         assert_eq!(q.thread_processes[&7].name, "app");
+        assert_eq!(q.comments, p.comments);
         assert_eq!((q.lost, q.duration_ns), (2, 123));
         assert_eq!(q.kernel_symbols, p.kernel_symbols);
         assert_eq!(q.kernel_symbols.len(), 2);
