@@ -201,6 +201,17 @@ pub(crate) mod shared_tables {
         key.splitn(3, '\0').nth(2).unwrap_or(key)
     }
 
+    /// The bytes of the tables alive now.
+    pub(crate) fn live_bytes() -> usize {
+        let map = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+        map.as_ref().map_or(0, |m| {
+            m.values()
+                .filter(|(w, _)| w.strong_count() > 0)
+                .map(|(_, n)| n)
+                .sum()
+        })
+    }
+
     /// The tables alive now (used by some snapshot): key and bytes.
     pub(crate) fn live() -> Vec<(String, usize)> {
         let map = TABLES.lock().unwrap_or_else(|e| e.into_inner());

@@ -1132,14 +1132,16 @@ impl Recording<'_> {
         let Some(budget) = self.opts.memory_budget else {
             return;
         };
-        let tables = super::step::shared_tables::live();
-        let table_bytes: usize = tables.iter().map(|t| t.1).sum();
         // Function lists (shared by file) go with the module maps.
         let space_bytes: usize = self.spaces.values().map(Space::bytes).sum::<usize>()
             + super::step::shared_functions::live_bytes();
-        let mut total = table_bytes + space_bytes;
-        if total > budget {
-            let mut by_age: Vec<(u64, String, usize)> = tables
+        let mut total = super::step::shared_tables::live_bytes() + space_bytes;
+        self.state_bytes = total;
+        if total <= budget {
+            return;
+        }
+        {
+            let mut by_age: Vec<(u64, String, usize)> = super::step::shared_tables::live()
                 .into_iter()
                 .map(|(k, n)| (self.module_used.get(&k).copied().unwrap_or(0), k, n))
                 .collect();
@@ -1190,11 +1192,8 @@ impl Recording<'_> {
                 });
             }
         }
-        // What is left, measured again (freed tables leave the list).
-        self.state_bytes = super::step::shared_tables::live()
-            .iter()
-            .map(|t| t.1)
-            .sum::<usize>()
+        // What is left, measured again (freed tables and lists are gone).
+        self.state_bytes = super::step::shared_tables::live_bytes()
             + self.spaces.values().map(Space::bytes).sum::<usize>()
             + super::step::shared_functions::live_bytes();
     }
