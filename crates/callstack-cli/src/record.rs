@@ -2,6 +2,9 @@
 //! sample any program with perf events (no recompiling, no frame
 //! pointers needed: the copied user stacks are unwound with the program's
 //! CFI), write the profile as a callstack trace file for `callstack report`.
+//! The user stack copy starts at 8 KiB and grows when samples are cut at
+//! its end (`--stack-size` fixes it); `--memory-budget` bounds the
+//! per-module state; with `-a`, each sample is labelled with its process.
 //!
 //! Where perf events are refused (`perf_event_paranoid`, a container, a
 //! kernel without them), or with `--preload`, a command is sampled from
@@ -18,7 +21,9 @@
 //! is a terminal. SIGINT and SIGTERM sent to `record` are passed on to the
 //! command, and the recording goes on until it ends (see [`on_signal`]).
 
-use callstack::remote::perf::{record_rotating, Control, RecordError, RecordOptions, Target};
+use callstack::remote::perf::{
+    record_rotating, Control, Evicted, RecordError, RecordOptions, Target,
+};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -52,9 +57,13 @@ pub struct Args {
     /// Stop after this many seconds.
     #[arg(short = 'd', long = "duration")]
     duration: Option<f64>,
-    /// Bytes of user stack copied per sample (deeper frames are cut).
-    #[arg(long = "stack-size", default_value_t = 16384)]
-    stack_size: u32,
+    /// Bytes of user stack copied per sample, fixed (deeper frames are
+    /// cut). Without it the copy starts at 8192 bytes (what sampling costs
+    /// the program is mostly this copy) and doubles, up to 61440, whenever
+    /// more than 3% of a window's samples (at least 50 and 0.1 s) were cut
+    /// at its end; stderr says when it grew.
+    #[arg(long = "stack-size")]
+    stack_size: Option<u32>,
     /// Do not print the progress line.
     #[arg(short = 'q', long)]
     quiet: bool,
@@ -83,6 +92,15 @@ pub struct Args {
     /// context switch: needs root or `perf_event_paranoid` <= 1.
     #[arg(long, conflicts_with = "preload")]
     off_cpu: bool,
+    /// A bound on the memory of the per-module state the recorder keeps
+    /// (compiled unwind tables, shared by build-id across processes; each
+    /// process's module map; with --rotate, the symbolizer's open files),
+    /// in MB (10^6 bytes). Over it, the least recently used modules are
+    /// dropped (rebuilt if needed again; never those of the sample being
+    /// unwound), and what was dropped is said on stderr at the end and in
+    /// each --rotate profile's comments (`go tool pprof -comments`).
+    #[arg(long, value_name = "MB", default_value_t = 512.0)]
+    memory_budget: f64,
     /// The command to run and record.
     #[arg(last = true, required_unless_present_any = ["pid", "all"])]
     command: Vec<OsString>,
@@ -188,12 +206,23 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     };
     let mut opts = RecordOptions::new(target);
     opts.hz = args.hz;
-    opts.stack_bytes = args.stack_size;
+    if let Some(n) = args.stack_size {
+        opts.stack_bytes = n;
+        opts.stack_bytes_max = n;
+    }
     opts.duration = args
         .duration
         .filter(|d| *d > 0.0)
         .map(std::time::Duration::from_secs_f64);
     opts.off_cpu = args.off_cpu;
+    if !(args.memory_budget >= 0.0 && args.memory_budget.is_finite()) {
+        return Err(format!(
+            "--memory-budget {}: a number of MB, 0 or more",
+            args.memory_budget
+        ));
+    }
+    let budget = (args.memory_budget * 1e6) as usize;
+    opts.memory_budget = Some(budget);
     opts.pid_filter = args.pid_filter.clone();
     opts.comm_filter = args.comm.clone();
     opts.rotate = args
@@ -214,11 +243,18 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     // The progress line rewrites itself with `\r`: only on a terminal.
     let live = !args.quiet && std::io::stderr().is_terminal();
     let mut shown = false;
-    let mut rotated = Rotated::default();
+    let mut rotated = Rotated {
+        budget,
+        ..Rotated::default()
+    };
+    // The recorder's own state, at its last budget check: the symbolizer
+    // of --rotate gets what is left of the budget.
+    let state_bytes = std::cell::Cell::new(0usize);
     let recorded = record_rotating(
         &opts,
         &CONTROL,
         &mut |p| {
+            state_bytes.set(p.state_bytes);
             if live {
                 eprint!(
                     "\rcallstack record: {:.1}s, {} samples, {} lost, {} threads   ",
@@ -231,7 +267,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
                 shown = true;
             }
         },
-        &mut |period| rotated.write(&args, period),
+        &mut |period| rotated.write(&args, period, state_bytes.get()),
     );
     if shown {
         eprintln!();
@@ -257,6 +293,22 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         Err(RecordError::Spawn(prog, e)) => return Ok(cannot_start(&prog, &e)),
         Err(e) => return Err(e.to_string()),
     };
+    if !args.quiet {
+        for g in &recorded.stack_growth {
+            eprintln!(
+                "callstack record: user stack copy grew from {} to {} bytes at {:.1} s ({:.0}% of samples were cut at its end)",
+                g.from,
+                g.to,
+                g.at.as_secs_f64(),
+                g.cut_percent
+            );
+        }
+        let mut all = recorded.evicted.clone();
+        all.extend(rotated.evicted.iter().cloned());
+        if let Some(line) = eviction_line(&all) {
+            eprintln!("{line}");
+        }
+    }
     if opts.rotate.is_some() {
         if let Some(e) = &rotated.error {
             return Err(e.clone());
@@ -287,16 +339,59 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     Ok(recorded.status.map_or(ExitCode::SUCCESS, exit_code_of))
 }
 
+/// The line that says what was dropped to stay under the memory budget
+/// (`None` when nothing was): how many drops, the bytes, and the modules
+/// (each once, the most often dropped first; the first ten).
+fn eviction_line(evicted: &[Evicted]) -> Option<String> {
+    if evicted.is_empty() {
+        return None;
+    }
+    let bytes: usize = evicted.iter().map(|e| e.bytes).sum();
+    let mut by: Vec<(&str, usize)> = Vec::new();
+    for e in evicted {
+        match by.iter_mut().find(|b| b.0 == e.what) {
+            Some(b) => b.1 += 1,
+            None => by.push((&e.what, 1)),
+        }
+    }
+    by.sort_by_key(|b| std::cmp::Reverse(b.1));
+    let mut names: Vec<String> = by
+        .iter()
+        .take(10)
+        .map(|(w, n)| {
+            if *n > 1 {
+                format!("{w} ({n}x)")
+            } else {
+                w.to_string()
+            }
+        })
+        .collect();
+    if by.len() > 10 {
+        names.push(format!("and {} more", by.len() - 10));
+    }
+    Some(format!(
+        "callstack record: evicted {} modules ({:.1} MB) to stay under the budget: {}",
+        evicted.len(),
+        bytes as f64 / 1e6,
+        names.join(", ")
+    ))
+}
+
 /// The profiles written by `--rotate` so far.
 #[derive(Default)]
 struct Rotated {
+    /// `--memory-budget` in bytes.
+    budget: usize,
+    /// The symbolizer's files closed to stay under it.
+    evicted: Vec<Evicted>,
     files: usize,
     samples: i64,
     lost: u64,
     /// The first write that failed (the recording goes on).
     error: Option<String>,
-    /// The last period's modules and their symbolizer, kept while the
-    /// modules stay the same (files not read again every period).
+    /// The last period's modules and their symbolizer, kept across
+    /// periods (files not read again every period: a file is opened once
+    /// whatever the processes that map it, and stays open while mapped).
     symbolizer: Option<(
         Vec<callstack::tracefile::ModuleRecord>,
         callstack::Symbolizer,
@@ -306,20 +401,38 @@ struct Rotated {
 impl Rotated {
     /// Writes one period's profile as `DIR/START.pb.gz` (through a
     /// temporary name: a reader never sees a partial file).
-    fn write(&mut self, args: &Args, p: callstack::profile::Profile) {
+    fn write(&mut self, args: &Args, mut p: callstack::profile::Profile, state_bytes: usize) {
         use callstack::profile::{pprof, Names};
         let names = if args.no_symbolize {
             Names::default()
         } else {
-            if self
-                .symbolizer
-                .as_ref()
-                .is_none_or(|(m, _)| *m != p.modules)
-            {
-                self.symbolizer = Some((p.modules.clone(), Names::symbolizer(&p, None, &[])));
+            match &mut self.symbolizer {
+                // Other modules (processes came and went): the files still
+                // mapped stay open, shared by build-id across processes.
+                Some((m, sym)) if *m != p.modules => {
+                    sym.set_modules(Names::module_infos(&p, None));
+                    *m = p.modules.clone();
+                }
+                Some(_) => {}
+                None => {
+                    self.symbolizer = Some((p.modules.clone(), Names::symbolizer(&p, None, &[])))
+                }
             }
             let (_, sym) = self.symbolizer.as_mut().expect("just set");
-            Names::symbolize_with(&p, sym)
+            let names = Names::symbolize_with(&p, sym);
+            // What the recorder's own state leaves of the budget.
+            let closed: Vec<Evicted> = sym
+                .evict_to(self.budget.saturating_sub(state_bytes))
+                .into_iter()
+                .map(|m| Evicted {
+                    what: m.path.display().to_string(),
+                    bytes: m.bytes,
+                })
+                .collect();
+            p.comments
+                .extend(callstack::remote::perf::eviction_comments(&closed));
+            self.evicted.extend(closed);
+            names
         };
         let name = format!("{}.pb.gz", utc_name(p.start_time_ns));
         let path = args.output.join(&name);

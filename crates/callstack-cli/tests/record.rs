@@ -446,8 +446,11 @@ fn cpp_samples_match_gdb() {
         String::from_utf8_lossy(&o.stderr)
     );
     let data = dir.join("cpp.data");
+    // A fixed copy: every sample must unwind whole, and with the adaptive
+    // one (8 KiB at the start) the first samples under `big_frame` (an 8
+    // KiB frame) are cut until it grows.
     run(Command::new(&release_artifacts().cli)
-        .args(["record", "-q", "-F", "999", "-o"])
+        .args(["record", "-q", "-F", "999", "--stack-size", "16384", "-o"])
         .arg(&data)
         .arg("--")
         .arg(&exe)
@@ -1175,16 +1178,11 @@ fn whole_host() {
     let exe = Gcc::new(&["prof_hot.c"])
         .flags("-O2 -fno-omit-frame-pointer")
         .build(&dir.join("prof_hot"));
-    // Built before the programs start: they run 6 s.
+    // Built before the programs start.
     let cli = &release_artifacts().cli;
-    let mut c = Command::new(&exe).args(["6.0", "1"]).spawn().unwrap();
-    let mut py = Command::new("python3")
-        .args([
-            "-c",
-            "import time\nt=time.time()\ndef spin_here():\n    x=0\n    while time.time()-t<6: x+=1\nspin_here()",
-        ])
-        .spawn()
-        .unwrap();
+    // Long enough for three recordings on a loaded machine; killed after.
+    let mut c = Command::new(&exe).args(["20.0", "1"]).spawn().unwrap();
+    let mut py = python_spinning(20.0);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let filtered = dir.join("filtered.data");
     run(Command::new(cli)
@@ -1254,4 +1252,367 @@ fn whole_host() {
         f.contains("hot_seventy") && f.contains("_PyEval_EvalFrameDefault"),
         "{f}"
     );
+}
+
+/// python3 spinning in `spin_here` for `secs` seconds, once its imports
+/// are done (it says so on its stdout, read here): its startup's deep
+/// import stacks are not what the whole-host tests sample.
+fn python_spinning(secs: f64) -> std::process::Child {
+    use std::io::BufRead;
+    let mut py = Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import time, sys\nt=time.time()\ndef spin_here():\n    x=0\n    while time.time()-t<{secs}: x+=1\nprint('ready', flush=True)\nspin_here()"
+            ),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(py.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    py
+}
+
+/// Whether `record -a` may run here (root, or `perf_event_paranoid` <= 0).
+fn whole_host_allowed() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .unwrap_or(3);
+    root || paranoid <= 0
+}
+
+/// A C program (70/20/10, no frame pointers: its CFI is needed) and
+/// python3 spinning, started apart from the recorder for `secs` seconds.
+fn two_busy_processes(dir: &Path, secs: f64) -> (std::process::Child, std::process::Child) {
+    let exe = Gcc::new(&["prof_hot.c"])
+        .flags("-O2 -fomit-frame-pointer")
+        .build(&dir.join("prof_hot"));
+    let c = Command::new(&exe)
+        .args([&secs.to_string(), "1"])
+        .spawn()
+        .unwrap();
+    let py = python_spinning(secs);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    (c, py)
+}
+
+/// The C program's samples by hot function, and python3's, from folded
+/// stacks; every chain reaches `main` (python3: `Py_BytesMain`).
+fn chains_to_main(f: &str) -> ([u64; 3], u64) {
+    let mut hot = [0u64; 3];
+    let mut py = 0;
+    for line in f.lines() {
+        let (path, v) = line.rsplit_once(' ').unwrap();
+        let v: u64 = v.parse().unwrap();
+        let frames: Vec<&str> = path.split(';').collect();
+        if let Some(i) = HOT.iter().position(|(h, _)| frames.contains(h)) {
+            assert!(frames.contains(&"main"), "{path}");
+            hot[i] += v;
+        } else if frames
+            .iter()
+            .any(|f| f.contains("_PyEval_EvalFrameDefault"))
+        {
+            assert!(
+                frames
+                    .iter()
+                    .any(|f| f.contains("Py_BytesMain") || *f == "main"),
+                "{path}"
+            );
+            py += v;
+        }
+    }
+    (hot, py)
+}
+
+/// `record -a --memory-budget` far below what two processes need (10 kB):
+/// the least recently used modules' tables and the module maps are
+/// dropped over and over, and rebuilt when a sample needs them, so every
+/// chain still reaches `main` and the 70/20/10 split holds; stderr says
+/// what was evicted, and so do the comments of its pprof (`go tool pprof
+/// -comments`). With `--rotate`, each period's symbolizer files are
+/// closed too, the profiles still named, and their comments name the
+/// modules dropped.
+#[test]
+fn memory_budget_evicts_and_chains_resolve() {
+    if !whole_host_allowed() {
+        eprintln!("skipped: -a needs root or perf_event_paranoid <= 0");
+        return;
+    }
+    let dir = scratch_dir("record-budget");
+    let cli = &release_artifacts().cli;
+    let (mut c, mut py) = two_busy_processes(&dir, 6.0);
+    let pids = format!("{},{}", c.id(), py.id());
+    let data = dir.join("budget.data");
+    let o = Command::new(cli)
+        .args([
+            "record",
+            "-a",
+            "-d",
+            "1.5",
+            "--memory-budget",
+            "0.01",
+            "--pid-filter",
+        ])
+        .arg(&pids)
+        .arg("-o")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{stderr}");
+    let rotated = dir.join("rotated");
+    let o2 = Command::new(cli)
+        .args([
+            "record",
+            "-a",
+            "-d",
+            "1.6",
+            "--rotate",
+            "0.5",
+            "--memory-budget",
+            "0.01",
+        ])
+        .arg("--pid-filter")
+        .arg(&pids)
+        .arg("-o")
+        .arg(&rotated)
+        .output()
+        .unwrap();
+    let stderr2 = String::from_utf8_lossy(&o2.stderr).into_owned();
+    let _ = c.kill();
+    let _ = py.kill();
+    c.wait().unwrap();
+    py.wait().unwrap();
+    assert!(o2.status.success(), "{stderr2}");
+
+    // What was dropped, said once at the end.
+    for s in [&stderr, &stderr2] {
+        let line = s
+            .lines()
+            .find(|l| l.starts_with("callstack record: evicted "))
+            .unwrap_or_else(|| panic!("no eviction line:\n{s}"));
+        assert!(line.contains(" to stay under the budget: "), "{line}");
+        assert!(line.contains("prof_hot") || line.contains("libc"), "{line}");
+    }
+    let f = run(Command::new(cli)
+        .arg("report")
+        .arg(&data)
+        .args(["--top", "0", "--folded", "-"]));
+    let (hot, py_samples) = chains_to_main(&f);
+    let total: u64 = hot.iter().sum();
+    assert!(total > 0 && py_samples > 0, "{f}");
+    for ((name, want), n) in HOT.iter().zip(hot) {
+        let got = n as f64 * 100.0 / total as f64;
+        assert!(
+            (got - want).abs() < 5.0,
+            "{name}: {got:.1}% for {want}%\n{f}"
+        );
+    }
+
+    if Command::new("go").arg("version").output().is_err() {
+        eprintln!("go not found: the rotated profiles are not read back");
+        return;
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&rotated)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    let pprof = |args: &[&str], files: &[PathBuf]| -> String {
+        run(Command::new("go")
+            .args(["tool", "pprof"])
+            .args(args)
+            .args(files)
+            .env("HOME", &dir)
+            .env("PPROF_TMPDIR", &dir))
+    };
+    // The one-file recording keeps them too (its trace's `C` records).
+    let pb = dir.join("budget.pb.gz");
+    run(Command::new(cli)
+        .args(["report", "--top", "0", "--pprof"])
+        .arg(&pb)
+        .arg(&data));
+    let comments = pprof(&["-comments"], std::slice::from_ref(&pb));
+    assert!(
+        comments.contains("callstack: evicted to stay under the memory budget: "),
+        "{comments}"
+    );
+    let mut with_comment = 0;
+    for f in &files {
+        let comments = pprof(&["-comments"], std::slice::from_ref(f));
+        if comments.contains("callstack: evicted to stay under the memory budget: ") {
+            with_comment += 1;
+        }
+    }
+    assert!(with_comment > 0, "no profile names what was evicted");
+    let top = pprof(&["-top", "-cum", "-nodecount=80"], &files);
+    for (h, _) in HOT {
+        assert!(top.contains(h), "{h}\n{top}");
+    }
+    assert!(top.contains("main"), "{top}");
+}
+
+/// `record -a`'s samples carry their process: `pid` (number) and `comm`
+/// labels in the pprof, which `go tool pprof -tags` lists and
+/// `-tagfocus` splits by (the C program's functions under its own pid and
+/// name only, python3's under its own).
+#[test]
+fn whole_host_pid_labels() {
+    if !whole_host_allowed() {
+        eprintln!("skipped: -a needs root or perf_event_paranoid <= 0");
+        return;
+    }
+    if Command::new("go").arg("version").output().is_err() {
+        eprintln!("skipped: go not found (go tool pprof reads the labels)");
+        return;
+    }
+    let dir = scratch_dir("record-labels");
+    let cli = &release_artifacts().cli;
+    let (mut c, mut py) = two_busy_processes(&dir, 4.0);
+    let (cpid, pypid) = (c.id(), py.id());
+    let data = dir.join("labels.data");
+    run(Command::new(cli)
+        .args(["record", "-q", "-a", "-d", "1", "--pid-filter"])
+        .arg(format!("{cpid},{pypid}"))
+        .arg("-o")
+        .arg(&data));
+    let _ = c.kill();
+    let _ = py.kill();
+    c.wait().unwrap();
+    py.wait().unwrap();
+    let pb = dir.join("labels.pb.gz");
+    run(Command::new(cli)
+        .args(["report", "--top", "0", "--pprof"])
+        .arg(&pb)
+        .arg(&data));
+    let pprof = |args: &[&str]| -> String {
+        run(Command::new("go")
+            .args(["tool", "pprof"])
+            .args(args)
+            .arg(&pb)
+            .env("HOME", &dir)
+            .env("PPROF_TMPDIR", &dir))
+    };
+    let tags = pprof(&["-tags"]);
+    // The `comm:` and `pid:` sections: exactly our two processes.
+    let section = |name: &str| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut inside = false;
+        for l in tags.lines() {
+            let t = l.trim();
+            if t.starts_with(&format!("{name}: Total")) {
+                inside = true;
+            } else if inside && t.is_empty() {
+                break;
+            } else if inside {
+                out.push(t.rsplit(": ").next().unwrap().to_string());
+            }
+        }
+        out.sort();
+        out
+    };
+    let mut want_pids = vec![cpid.to_string(), pypid.to_string()];
+    want_pids.sort();
+    assert_eq!(section("pid"), want_pids, "{tags}");
+    let comms = section("comm");
+    assert_eq!(comms.len(), 2, "{tags}");
+    assert!(comms.contains(&"prof_hot".to_string()), "{tags}");
+    assert!(comms.iter().any(|c| c.starts_with("python3")), "{tags}");
+    // Focused on one process: its functions only.
+    let c_top = pprof(&["-top", "-nodecount=50", "-tagfocus=comm=prof_hot"]);
+    assert!(c_top.contains("hot_seventy"), "{c_top}");
+    assert!(!c_top.contains("_PyEval_EvalFrameDefault"), "{c_top}");
+    let py_top = pprof(&["-top", "-nodecount=50", &format!("-tagfocus=pid={pypid}")]);
+    assert!(!py_top.contains("hot_seventy"), "{py_top}");
+    assert!(py_top.contains("_PyEval_EvalFrameDefault"), "{py_top}");
+}
+
+/// The user stack copy starts small (8 KiB: what sampling costs the
+/// program is mostly the kernel's copy) and grows when samples are cut at
+/// its end: a program whose hot loop runs 200 frames deep with 112-byte
+/// locals each (tests/fixtures/c/deep_stack.c, ~28 KiB of stack, on two
+/// threads, the second started before the copy grows) gets its whole
+/// chains, 200 `descend` frames down from `main` or the thread's start, and
+/// stderr says the copy grew; with `--stack-size 8192` the copy stays (the
+/// chains are cut); a shallow program keeps the small copy.
+#[test]
+fn stack_copy_grows_for_deep_stacks() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    let dir = scratch_dir("record-deep");
+    let deep = Gcc::new(&["deep_stack.c"])
+        .flags("-O2 -fomit-frame-pointer -pthread")
+        .build(&dir.join("deep_stack"));
+    let cli = &release_artifacts().cli;
+    let rec = |name: &str, extra: &[&str], exe: &Path, args: &[&str]| -> (String, String) {
+        let data = dir.join(format!("{name}.data"));
+        let o = Command::new(cli)
+            .args(["record", "-F", "999"])
+            .args(extra)
+            .arg("-o")
+            .arg(&data)
+            .arg("--")
+            .arg(exe)
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{stderr}");
+        (folded(&data), stderr)
+    };
+    // (samples whose chain is whole, samples cut) of the deep loop.
+    let whole_and_cut = |f: &str| -> (u64, u64) {
+        let (mut whole, mut cut) = (0, 0);
+        for line in f.lines() {
+            let (path, v) = line.rsplit_once(' ').unwrap();
+            let v: u64 = v.parse().unwrap();
+            let frames: Vec<&str> = path.split(';').collect();
+            if !frames.contains(&"spin_deep") {
+                continue;
+            }
+            let from_root = frames.contains(&"main") || frames.contains(&"worker");
+            if from_root {
+                let n = frames.iter().filter(|f| **f == "descend").count();
+                assert_eq!(n, 200, "{path}");
+                let i = frames.iter().position(|f| *f == "descend").unwrap();
+                assert!(["main", "worker"].contains(&frames[i - 1]), "{path}");
+                whole += v;
+            } else {
+                cut += v;
+            }
+        }
+        (whole, cut)
+    };
+    let (f, stderr) = rec("adaptive", &[], &deep, &["3.0", "2"]);
+    assert!(
+        stderr.contains("user stack copy grew from 8192 to 16384 bytes"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("to 32768 bytes"), "{stderr}");
+    let (whole, cut) = whole_and_cut(&f);
+    // The copy grows within about a second of a 3 s run (of CPU per
+    // thread): most samples are whole.
+    assert!(whole > 2 * cut, "{whole} whole, {cut} cut\n{stderr}");
+
+    let (f, stderr) = rec("fixed", &["--stack-size", "8192"], &deep, &["1.0", "1"]);
+    assert!(!stderr.contains("grew"), "{stderr}");
+    let (whole, cut) = whole_and_cut(&f);
+    assert!(whole == 0 && cut > 0, "{whole} whole, {cut} cut");
+
+    let shallow = Gcc::new(&["prof_hot.c"])
+        .flags("-O2 -fomit-frame-pointer")
+        .build(&dir.join("prof_hot"));
+    let (f, stderr) = rec("shallow", &[], &shallow, &["1.5", "2"]);
+    assert!(!stderr.contains("grew"), "{stderr}");
+    assert!(f.contains("hot_seventy"), "{f}");
 }

@@ -1,6 +1,6 @@
 //! A profile in the callstack trace file (`docs/trace-format.md`): the
-//! `P` (profile), `T` (thread), `I` (exact frames), `V` (values) and `E`
-//! (end) records beside the `M` and `S` records that every reader knows.
+//! `P` (profile), `T` (thread), `R` (a thread's process), `C` (comment),
+//! `I` (exact frames), `V` (values) and `E` (end) records beside the `M` and `S` records that every reader knows.
 
 use super::{Profile, ValueType};
 use crate::tracefile::{
@@ -17,6 +17,10 @@ pub(crate) const TAG_THREAD: u8 = b'T';
 pub(crate) const TAG_VALUES: u8 = b'V';
 /// `E`: duration and lost samples (the last one read wins).
 pub(crate) const TAG_END: u8 = b'E';
+/// `R`: the process of a thread (id and name).
+pub(crate) const TAG_THREAD_PROCESS: u8 = b'R';
+/// `C`: a comment on the profile ([`Profile::comments`]).
+pub(crate) const TAG_COMMENT: u8 = b'C';
 /// `K`: a kernel function the profile's kernel frames fall in.
 pub(crate) const TAG_KERNEL_SYMBOL: u8 = b'K';
 // `I`: the exact pcs past the first frame of the stack record just before
@@ -83,6 +87,18 @@ impl Profile {
             put_varint(&mut b, tid as u64);
             put_str(&mut b, name);
             w.write_raw(TAG_THREAD, &b)?;
+        }
+        for c in &self.comments {
+            b.clear();
+            put_str(&mut b, c);
+            w.write_raw(TAG_COMMENT, &b)?;
+        }
+        for (&tid, tp) in &self.thread_processes {
+            b.clear();
+            put_varint(&mut b, tid as u64);
+            put_varint(&mut b, tp.pid as u64);
+            put_str(&mut b, &tp.name);
+            w.write_raw(TAG_THREAD_PROCESS, &b)?;
         }
         for s in &self.stacks {
             w.write_stack_tagged(&s.frames, s.first_is_exact, s.thread.map(u64::from))?;
@@ -195,6 +211,14 @@ impl Profile {
                             let tid = b.varint()? as u32;
                             let name = get_str(&mut b)?;
                             p.threads.insert(tid, name);
+                        }
+                        TAG_COMMENT => p.comments.push(get_str(&mut b)?),
+                        TAG_THREAD_PROCESS => {
+                            let tid = b.varint()? as u32;
+                            let pid = b.varint()? as u32;
+                            let name = get_str(&mut b)?;
+                            p.thread_processes
+                                .insert(tid, super::ThreadProcess { pid, name });
                         }
                         TAG_END => {
                             p.duration_ns = b.varint()?;

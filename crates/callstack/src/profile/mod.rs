@@ -74,6 +74,16 @@ impl ValueType {
     }
 }
 
+/// The process a thread belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadProcess {
+    /// The process id.
+    pub pid: u32,
+    /// The process's name (`/proc/PID/comm`: the program's name cut at 15
+    /// bytes), empty when unknown.
+    pub name: String,
+}
+
 /// One distinct stack of a profile and its values.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProfileStack {
@@ -137,6 +147,14 @@ pub struct Profile {
     /// recorder so that a report names them on any machine. Empty when the
     /// profile has no kernel frames or predates them.
     pub kernel_symbols: Vec<KernelSymbol>,
+    /// The process of each thread (by thread id), for a recording of
+    /// several processes (`callstack record -a`): pprof's `pid` and
+    /// `comm` labels of its samples.
+    pub thread_processes: BTreeMap<u32, ThreadProcess>,
+    /// Free-text notes on the profile (pprof's `comment`: `go tool pprof
+    /// -comments`), such as what a recorder dropped to stay under its
+    /// memory budget (`C` records of the trace file).
+    pub comments: Vec<String>,
     /// Stack hash -> indices in `stacks` with that hash.
     index: HashMap<u64, Vec<u32>>,
 }
@@ -389,33 +407,49 @@ impl Names {
         sysroot: Option<&std::path::Path>,
         debug_dirs: &[std::path::PathBuf],
     ) -> crate::Symbolizer {
-        use crate::symbolize::{ModuleInfo, Symbolizer};
-        let modules = profile.modules.iter().map(|m| ModuleInfo {
-            path: match sysroot {
-                Some(root) => {
-                    let p = root.join(m.path.strip_prefix("/").unwrap_or(&m.path));
-                    if p.exists() {
-                        p
-                    } else {
-                        m.path.clone()
-                    }
-                }
-                None => m.path.clone(),
-            },
-            build_id: m.build_id.clone(),
-            start: m.start as usize,
-            end: m.end as usize,
-            bias: Some(m.bias as usize),
-        });
-        let mut sym = Symbolizer::from_modules(modules);
+        let modules = Names::module_infos(profile, sysroot);
+        let mut sym = crate::Symbolizer::from_modules(modules);
         for d in debug_dirs {
             sym.add_debug_dir(d.clone());
         }
         sym
     }
 
+    /// `profile`'s modules as a symbolizer takes them (each path under
+    /// `sysroot` first, when there): for [`crate::Symbolizer::set_modules`],
+    /// which gives the symbolizer of one period the modules of the next,
+    /// keeping the files it has open.
+    #[cfg(feature = "symbolize")]
+    pub fn module_infos(
+        profile: &Profile,
+        sysroot: Option<&std::path::Path>,
+    ) -> Vec<crate::symbolize::ModuleInfo> {
+        profile
+            .modules
+            .iter()
+            .map(|m| crate::symbolize::ModuleInfo {
+                path: match sysroot {
+                    Some(root) => {
+                        let p = root.join(m.path.strip_prefix("/").unwrap_or(&m.path));
+                        if p.exists() {
+                            p
+                        } else {
+                            m.path.clone()
+                        }
+                    }
+                    None => m.path.clone(),
+                },
+                build_id: m.build_id.clone(),
+                start: m.start as usize,
+                end: m.end as usize,
+                bias: Some(m.bias as usize),
+            })
+            .collect()
+    }
+
     /// [`Names::symbolize`] with `sym`, made by [`Names::symbolizer`] for a
-    /// profile of the same modules.
+    /// profile of the same modules (or given them since with
+    /// [`crate::Symbolizer::set_modules`]).
     #[cfg(feature = "symbolize")]
     pub fn symbolize_with(profile: &Profile, sym: &mut crate::Symbolizer) -> Names {
         use crate::symbolize::{Address, Symbolizer};
@@ -648,6 +682,13 @@ mod tests {
             bias: 0x1000,
         });
         p.threads.insert(7, "worker".into());
+        p.thread_processes.insert(
+            7,
+            ThreadProcess {
+                pid: 5,
+                name: "app".into(),
+            },
+        );
         // main -> a -> hot (7), main -> b (3)
         for _ in 0..7 {
             p.add(&[0x1100, 0x1200, 0x1300], true, Some(7), &[1, 10_000_000]);
@@ -657,6 +698,7 @@ mod tests {
         }
         p.lost = 2;
         p.duration_ns = 123;
+        p.comments = vec!["one note".into(), "another".into()];
         p.kernel_symbols = vec![
             KernelSymbol {
                 start: 0xffff_ffff_8100_0000,
@@ -713,6 +755,9 @@ mod tests {
         assert_eq!(q.stacks, p.stacks);
         assert_eq!(q.modules, p.modules);
         assert_eq!(q.threads, p.threads);
+        assert_eq!(q.thread_processes, p.thread_processes);
+        assert_eq!(q.thread_processes[&7].name, "app");
+        assert_eq!(q.comments, p.comments);
         assert_eq!((q.lost, q.duration_ns), (2, 123));
         assert_eq!(q.kernel_symbols, p.kernel_symbols);
         assert_eq!(q.kernel_symbols.len(), 2);
@@ -812,6 +857,79 @@ mod tests {
             names.stack_names(s)[1],
             "[kernel.kallsyms]+0xffffffff81000190"
         );
+    }
+
+    #[inline(never)]
+    fn marker_function() -> usize {
+        std::hint::black_box(7)
+    }
+
+    /// A whole-host profile has one module record per process that maps a
+    /// file (each at its own address): the file is opened once, and the
+    /// addresses of every process are named from it.
+    #[cfg(feature = "symbolize")]
+    #[test]
+    fn one_open_file_for_every_process_mapping_it() {
+        let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+        let m = crate::modules::loaded_modules()
+            .into_iter()
+            .find(|m| std::fs::canonicalize(&m.path).ok().as_ref() == Some(&exe))
+            .expect("the test program among the loaded modules");
+        let (start, end) = m.range();
+        let (start, end, bias) = (start as u64, end as u64, m.bias as u64);
+        let mut p = Profile::cpu(100);
+        // Three "processes": two map the test program at other addresses
+        // (one with no build-id recorded: known by path, size and time).
+        let shifts = [0u64, 0x1000_0000_0000, 0x2000_0000_0000];
+        for (k, d) in shifts.iter().enumerate() {
+            p.modules.push(ModuleRecord {
+                path: exe.clone(),
+                build_id: if k == 2 { None } else { m.build_id.clone() },
+                start: start + d,
+                end: end + d,
+                bias: bias + d,
+            });
+        }
+        let f = marker_function as *const () as u64;
+        assert_eq!(marker_function(), 7);
+        for d in shifts {
+            p.add(&[(f + d) as usize], true, Some(d as u32), &[1, 1]);
+        }
+        let mut sym = Names::symbolizer(&p, None, &[]);
+        let names = Names::symbolize_with(&p, &mut sym);
+        for s in &p.stacks {
+            let n = names.stack_names(s);
+            assert!(n[0].ends_with("marker_function"), "{n:?}");
+        }
+        // The records with the build-id share one open file (before: one
+        // per record); the one without is known by path, size and time.
+        let open = sym.open_modules();
+        assert_eq!(sym.debug_info().count(), open.len());
+        let with_id = open.iter().filter(|o| o.ranges == 2).count();
+        assert_eq!(with_id, usize::from(m.build_id.is_some()), "{open:?}");
+        assert!(open.len() <= 2, "{open:?}");
+
+        // Over a budget: the least recently used closed, and opened again
+        // when an address needs it.
+        let closed = sym.evict_to(0);
+        assert_eq!(closed.len(), open.len());
+        assert!(sym.open_modules().is_empty());
+        assert!(
+            closed.iter().all(|c| c.bytes > 0 && c.path == exe),
+            "{closed:?}"
+        );
+        sym.clear_cache();
+        let again = Names::symbolize_with(&p, &mut sym);
+        for s in &p.stacks {
+            assert!(again.stack_names(s)[0].ends_with("marker_function"));
+        }
+        // The next period's modules: the file stays open.
+        let before = sym.open_modules();
+        p.modules.truncate(1);
+        sym.set_modules(Names::module_infos(&p, None));
+        let after = sym.open_modules();
+        assert_eq!(after.len(), 1, "{after:?}");
+        assert!(before.iter().any(|b| b.path == after[0].path));
     }
 
     #[test]

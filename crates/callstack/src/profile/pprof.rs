@@ -87,7 +87,10 @@ fn is_pseudo_module(m: &crate::tracefile::ModuleRecord) -> bool {
 /// by `names` (with `Names::default()`, no names: locations hold their
 /// address and mapping only, and the mappings say they have no functions,
 /// for a server to symbolize by build-id). Every sample of a stack with a thread gets the labels
-/// `thread_id` (number) and `thread_name` (when known).
+/// `thread_id` (number) and `thread_name` (when known), and, when the
+/// profile knows the thread's process ([`Profile::thread_processes`]),
+/// `pid` (number) and `comm` (the process's name): `go tool pprof -tags`,
+/// `-tagfocus=comm=python3`, `-tagfocus=pid=1234` split by process.
 pub fn encode(profile: &Profile, names: &Names) -> Vec<u8> {
     let mut out = Vec::new();
     let mut strings = Strings::new();
@@ -203,6 +206,18 @@ pub fn encode(profile: &Profile, names: &Names) -> Vec<u8> {
                 uint(&mut line_msg, 2, strings.id(name));
                 bytes(&mut msg, 3, &line_msg);
             }
+            if let Some(tp) = profile.thread_processes.get(&t) {
+                line_msg.clear();
+                uint(&mut line_msg, 1, strings.id("pid"));
+                uint(&mut line_msg, 3, tp.pid as u64);
+                bytes(&mut msg, 3, &line_msg);
+                if !tp.name.is_empty() {
+                    line_msg.clear();
+                    uint(&mut line_msg, 1, strings.id("comm"));
+                    uint(&mut line_msg, 2, strings.id(&tp.name));
+                    bytes(&mut msg, 3, &line_msg);
+                }
+            }
         }
         sample_msgs.push(msg.clone());
     }
@@ -228,6 +243,10 @@ pub fn encode(profile: &Profile, names: &Names) -> Vec<u8> {
     // 13: comment.
     if profile.lost > 0 {
         let c = strings.id(&format!("lost samples: {}", profile.lost));
+        uint(&mut out, 13, c);
+    }
+    for c in &profile.comments {
+        let c = strings.id(c);
         uint(&mut out, 13, c);
     }
     // 14: default_sample_type (a string index).

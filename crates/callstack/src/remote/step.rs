@@ -84,6 +84,8 @@ struct Direct {
     cfi: std::sync::OnceLock<Option<DirectCfi>>,
     /// Lookups made in the module so far.
     used: std::sync::atomic::AtomicUsize,
+    /// The key its compiled table is shared under ([`shared_tables`]).
+    key: Option<String>,
 }
 
 struct DirectCfi {
@@ -166,20 +168,61 @@ impl DirectCfi {
 /// same file (path and build-id): the recorder of a whole host, or of a
 /// program that forks, compiles glibc's CFI once, not once per process.
 /// Held weakly: a table goes when no snapshot uses it any more.
-mod shared_tables {
+pub(crate) mod shared_tables {
     use super::UnwindTable;
     use std::any::Any;
     use std::collections::HashMap;
     use std::path::Path;
     use std::sync::{Arc, Mutex, Weak};
 
-    type Entry = Weak<dyn Any + Send + Sync>;
+    /// A table, held weakly, and the bytes it takes.
+    type Entry = (Weak<dyn Any + Send + Sync>, usize);
     static TABLES: Mutex<Option<HashMap<String, Entry>>> = Mutex::new(None);
 
-    /// The key of `path`'s table for architecture `A`.
-    pub(super) fn key<A: crate::arch::Arch>(path: &Path, build_id: &[u8]) -> String {
-        let id: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{}\0{}\0{}", A::NAME, id, path.display())
+    /// The key of `path`'s table for architecture `A`: its build-id, or
+    /// for a file without one, its size and modification time.
+    pub(super) fn key<A: crate::arch::Arch>(
+        path: &Path,
+        build_id: Option<&[u8]>,
+    ) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        let id: String = match build_id.filter(|b| !b.is_empty()) {
+            Some(b) => b.iter().map(|b| format!("{b:02x}")).collect(),
+            None => {
+                let md = std::fs::metadata(path).ok()?;
+                format!("{}:{}.{}", md.size(), md.mtime(), md.mtime_nsec())
+            }
+        };
+        Some(format!("{}\0{}\0{}", A::NAME, id, path.display()))
+    }
+
+    /// The path of a key's file.
+    pub(crate) fn path_of(key: &str) -> &str {
+        key.splitn(3, '\0').nth(2).unwrap_or(key)
+    }
+
+    /// The bytes of the tables alive now.
+    pub(crate) fn live_bytes() -> usize {
+        let map = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+        map.as_ref().map_or(0, |m| {
+            m.values()
+                .filter(|(w, _)| w.strong_count() > 0)
+                .map(|(_, n)| n)
+                .sum()
+        })
+    }
+
+    /// The tables alive now (used by some snapshot): key and bytes.
+    pub(crate) fn live() -> Vec<(String, usize)> {
+        let map = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+        map.as_ref()
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, (w, _))| w.strong_count() > 0)
+                    .map(|(k, (_, n))| (k.clone(), *n))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The live table of `key`, else `compile()`'s, kept for the others.
@@ -194,7 +237,7 @@ mod shared_tables {
             let map = TABLES.lock().unwrap_or_else(|e| e.into_inner());
             map.as_ref()
                 .and_then(|m| m.get(key))
-                .and_then(Weak::upgrade)
+                .and_then(|(w, _)| w.upgrade())
                 .and_then(|t| t.downcast::<UnwindTable<A>>().ok())
         };
         if let Some(t) = found {
@@ -206,10 +249,11 @@ mod shared_tables {
         let mut map = TABLES.lock().unwrap_or_else(|e| e.into_inner());
         let map = map.get_or_insert_with(HashMap::new);
         if map.len() > 4096 {
-            map.retain(|_, w| w.strong_count() > 0);
+            map.retain(|_, (w, _)| w.strong_count() > 0);
         }
+        let bytes = t.heap_bytes();
         let any: Arc<dyn Any + Send + Sync> = t.clone();
-        map.insert(key.to_string(), Arc::downgrade(&any));
+        map.insert(key.to_string(), (Arc::downgrade(&any), bytes));
         t
     }
 
@@ -220,7 +264,7 @@ mod shared_tables {
 
         #[test]
         fn a_table_is_compiled_once_while_used() {
-            let k = key::<X86_64>(Path::new("/lib/x.so"), &[1, 2, 3]);
+            let k = key::<X86_64>(Path::new("/lib/x.so"), Some(&[1, 2, 3])).unwrap();
             let n = std::cell::Cell::new(0);
             let compile = || {
                 n.set(n.get() + 1);
@@ -231,7 +275,7 @@ mod shared_tables {
             assert!(Arc::ptr_eq(&a, &b));
             assert_eq!(n.get(), 1);
             // Another build of the same path is another table.
-            let other = key::<X86_64>(Path::new("/lib/x.so"), &[9]);
+            let other = key::<X86_64>(Path::new("/lib/x.so"), Some(&[9])).unwrap();
             let c = get_or_compile(&other, compile);
             assert!(!Arc::ptr_eq(&a, &c));
             assert_eq!(n.get(), 2);
@@ -250,6 +294,10 @@ impl<A: crate::arch::Arch> LazySet<A> {
         for m in mods {
             let image = m.image.clone();
             let file = m.file.clone();
+            let key = match (&image, &file) {
+                (None, Some(p)) => shared_tables::key::<A>(p, m.build_id.as_deref()),
+                _ => None,
+            };
             direct.push(Direct {
                 start: m.start,
                 end: m.end,
@@ -258,11 +306,8 @@ impl<A: crate::arch::Arch> LazySet<A> {
                 file: file.clone(),
                 cfi: std::sync::OnceLock::new(),
                 used: std::sync::atomic::AtomicUsize::new(0),
+                key: key.clone(),
             });
-            let key = match (&image, &file, &m.build_id) {
-                (None, Some(p), Some(id)) => Some(shared_tables::key::<A>(p, id)),
-                _ => None,
-            };
             set.add_shared(m.start, m.end, m.bias, move || {
                 let compile = || {
                     let t = match (&image, &file) {
@@ -288,6 +333,26 @@ impl<A: crate::arch::Arch> LazySet<A> {
         }
         direct.sort_by_key(|d| d.start);
         LazySet { set, code, direct }
+    }
+
+    /// Drops the compiled table of every module shared under `key` (and
+    /// its mapped CFI): its next lookups are direct again, its table
+    /// compiled again once they are many.
+    fn forget(&mut self, key: &str) {
+        for d in &mut self.direct {
+            if d.key.as_deref() == Some(key) {
+                d.cfi = std::sync::OnceLock::new();
+                *d.used.get_mut() = 0;
+                self.set.forget(d.start);
+            }
+        }
+    }
+
+    /// The shared key of the module holding `addr`.
+    fn key_at(&self, addr: u64) -> Option<&str> {
+        let i = self.direct.partition_point(|d| d.start <= addr);
+        let d = self.direct.get(i.checked_sub(1)?)?;
+        (addr < d.end).then_some(d.key.as_deref()).flatten()
     }
 
     /// The direct reader of the module holding `addr`.
@@ -385,9 +450,92 @@ impl CodeBytes {
     }
 }
 
-/// Where [`RemoteCode::segments_of`] appends function symbols: the
-/// functions' `[start, end)` and the cold parts `(start, end, parent start)`.
-type SymbolLists<'a> = (&'a mut Vec<(u64, u64)>, &'a mut Vec<(u64, u64, u64)>);
+/// A module's function bounds from its symbol tables, at its file's
+/// addresses (bias 0): the functions' `[start, end)`, sorted, and the cold
+/// parts `(start, end, parent start)`, sorted. Shared by every snapshot
+/// that maps the same file ([`shared_functions`]).
+#[derive(Default)]
+struct FunctionLists {
+    functions: Vec<(u64, u64)>,
+    cold: Vec<(u64, u64, u64)>,
+}
+
+impl FunctionLists {
+    /// The lists of the object file `data`.
+    fn of(data: &[u8]) -> FunctionLists {
+        let mut l = FunctionLists::default();
+        crate::unwind::insn::inprocess::function_symbols_split(
+            data,
+            0,
+            &mut l.functions,
+            &mut l.cold,
+        );
+        l.functions.sort_unstable();
+        l.functions.dedup_by_key(|f| f.0);
+        l.cold.sort_unstable();
+        l
+    }
+
+    fn bytes(&self) -> usize {
+        self.functions.len() * 16 + self.cold.len() * 24
+    }
+}
+
+/// Function lists shared by every snapshot of this process that maps the
+/// same file (build-id, else size and time; and path), as the compiled
+/// tables are ([`shared_tables`]): read once per file, not once per
+/// process. Held weakly.
+pub(crate) mod shared_functions {
+    use super::FunctionLists;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, Weak};
+
+    type Entry = (Weak<FunctionLists>, usize);
+    static LISTS: Mutex<Option<HashMap<String, Entry>>> = Mutex::new(None);
+
+    /// The live lists of `key`, else `read()`'s, kept for the others.
+    pub(super) fn get_or_read(
+        key: &str,
+        read: impl FnOnce() -> FunctionLists,
+    ) -> Arc<FunctionLists> {
+        let found = {
+            let map = LISTS.lock().unwrap_or_else(|e| e.into_inner());
+            map.as_ref()
+                .and_then(|m| m.get(key))
+                .and_then(|(w, _)| w.upgrade())
+        };
+        if let Some(l) = found {
+            return l;
+        }
+        let l = Arc::new(read());
+        let mut map = LISTS.lock().unwrap_or_else(|e| e.into_inner());
+        let map = map.get_or_insert_with(HashMap::new);
+        if map.len() > 4096 {
+            map.retain(|_, (w, _)| w.strong_count() > 0);
+        }
+        map.insert(key.to_string(), (Arc::downgrade(&l), l.bytes()));
+        l
+    }
+
+    /// The bytes of the lists alive now (used by some snapshot).
+    pub(crate) fn live_bytes() -> usize {
+        let map = LISTS.lock().unwrap_or_else(|e| e.into_inner());
+        map.as_ref().map_or(0, |m| {
+            m.values()
+                .filter(|(w, _)| w.strong_count() > 0)
+                .map(|(_, n)| n)
+                .sum()
+        })
+    }
+}
+
+/// A module's function lists where it is loaded.
+struct ModuleFunctions {
+    start: u64,
+    end: u64,
+    bias: u64,
+    lists: Arc<FunctionLists>,
+}
 
 /// The code of the target's modules, read from their files on disk (or the
 /// vDSO image), for instruction analysis and stack scanning, with the
@@ -396,10 +544,9 @@ type SymbolLists<'a> = (&'a mut Vec<(u64, u64)>, &'a mut Vec<(u64, u64, u64)>);
 #[derive(Clone)]
 struct RemoteCode {
     segments: Arc<Vec<CodeSegment>>,
-    /// Sorted `[start, end)` of every function symbol, at the load bias.
-    functions: Arc<Vec<(u64, u64)>>,
-    /// Cold parts `(start, end, parent start)`, sorted.
-    cold: Arc<Vec<(u64, u64, u64)>>,
+    /// Each module's function bounds (from its `.symtab`/`.dynsym`),
+    /// sorted by start.
+    functions: Arc<Vec<ModuleFunctions>>,
     /// Sorted `[start, end)` of the executable mappings of modules whose
     /// file was not found (and not held by the snapshot): code that is
     /// there, unread ([`CodeMemory::is_unread_code`]).
@@ -411,11 +558,10 @@ impl RemoteCode {
     /// executable memory in no module (qemu-user's signal trampolines).
     fn of_snapshot(snap: &Snapshot) -> RemoteCode {
         let mut functions = Vec::new();
-        let mut cold = Vec::new();
         let mut segments = Self::segments_of(
             &snap.modules,
             super::files::exec_segments,
-            Some((&mut functions, &mut cold)),
+            Some(&mut functions),
         );
         for (start, bytes) in &snap.anon_code {
             segments.push(CodeSegment {
@@ -426,9 +572,7 @@ impl RemoteCode {
             });
         }
         segments.sort_by_key(|s| s.start);
-        functions.sort_unstable();
-        functions.dedup_by_key(|f| f.0);
-        cold.sort_unstable();
+        functions.sort_by_key(|f| f.start);
         let mut unread: Vec<(u64, u64)> = snap
             .modules
             .iter()
@@ -441,7 +585,6 @@ impl RemoteCode {
         RemoteCode {
             segments: Arc::new(segments),
             functions: Arc::new(functions),
-            cold: Arc::new(cold),
             unread: Arc::new(unread),
         }
     }
@@ -464,18 +607,18 @@ impl RemoteCode {
         RemoteCode {
             segments: Arc::new(segments),
             functions: Arc::new(Vec::new()),
-            cold: Arc::new(Vec::new()),
             unread: Arc::new(Vec::new()),
         }
     }
 
     /// The segments `segs` picks out of each module's file (or image), at
     /// its load bias; with `symbols`, also appends each module's function
-    /// symbols there (`.symtab` and `.dynsym`, read once per module).
+    /// bounds there (`.symtab` and `.dynsym`, read once per file while a
+    /// snapshot holds them: [`shared_functions`]).
     fn segments_of(
         mods: &[Module],
         segs: fn(&[u8]) -> Vec<super::files::FileSegment>,
-        mut symbols: Option<SymbolLists<'_>>,
+        mut symbols: Option<&mut Vec<ModuleFunctions>>,
     ) -> Vec<CodeSegment> {
         let mut segments = Vec::new();
         for m in mods {
@@ -487,13 +630,23 @@ impl RemoteCode {
                 },
                 (None, None) => continue,
             };
-            if let Some((functions, cold)) = symbols.as_mut() {
-                crate::unwind::insn::inprocess::function_symbols_split(
-                    bytes.get(),
-                    m.bias,
-                    functions,
-                    cold,
-                );
+            if let Some(out) = symbols.as_mut() {
+                let key = match (&m.image, &m.file) {
+                    // (The lists do not depend on the architecture named
+                    // in the key.)
+                    (None, Some(p)) => shared_tables::key::<X86_64>(p, m.build_id.as_deref()),
+                    _ => None,
+                };
+                let lists = match key {
+                    Some(k) => shared_functions::get_or_read(&k, || FunctionLists::of(bytes.get())),
+                    None => Arc::new(FunctionLists::of(bytes.get())),
+                };
+                out.push(ModuleFunctions {
+                    start: m.start,
+                    end: m.end,
+                    bias: m.bias,
+                    lists,
+                });
             }
             for (vaddr, off, filesz) in segs(bytes.get()) {
                 let bytes = match &bytes {
@@ -509,6 +662,15 @@ impl RemoteCode {
             }
         }
         segments
+    }
+}
+
+impl RemoteCode {
+    /// The function lists of the module holding `addr`.
+    fn functions_at(&self, addr: u64) -> Option<&ModuleFunctions> {
+        let i = self.functions.partition_point(|m| m.start <= addr);
+        let m = self.functions.get(i.checked_sub(1)?)?;
+        (addr < m.end).then_some(m)
     }
 }
 
@@ -533,11 +695,24 @@ impl CodeMemory for RemoteCode {
     }
 
     fn function_bounds(&mut self, addr: u64) -> Option<(u64, u64)> {
-        crate::unwind::insn::lookup_function(&self.functions, addr)
+        let m = self.functions_at(addr)?;
+        let (s, e) =
+            crate::unwind::insn::lookup_function(&m.lists.functions, addr.wrapping_sub(m.bias))?;
+        Some((s.wrapping_add(m.bias), e.wrapping_add(m.bias)))
     }
 
     fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
-        crate::unwind::insn::inprocess::function_entry_in(&self.functions, &self.cold, addr)
+        let m = self.functions_at(addr)?;
+        let b = m.bias;
+        let (entry, bounds) = crate::unwind::insn::inprocess::function_entry_in(
+            &m.lists.functions,
+            &m.lists.cold,
+            addr.wrapping_sub(b),
+        )?;
+        Some((
+            entry.wrapping_add(b),
+            bounds.map(|(s, e)| (s.wrapping_add(b), e.wrapping_add(b))),
+        ))
     }
 
     fn is_unread_code(&mut self, addr: u64) -> bool {
@@ -728,6 +903,39 @@ impl<'s> RemoteUnwinder<'s> {
     /// The snapshot being unwound.
     pub fn snapshot(&self) -> &Snapshot {
         self.snap
+    }
+
+    /// The key under which the compiled CFI table of the module holding
+    /// `pc` is shared with other snapshots (its architecture, build-id or
+    /// size and time, and path), if it has one.
+    pub(crate) fn module_key_at(&self, pc: u64) -> Option<&str> {
+        match &self.tables {
+            Tables::X86_64(s) => s.key_at(pc),
+            Tables::Aarch64(s) => s.key_at(pc),
+            Tables::Riscv64(s) => s.key_at(pc),
+            Tables::Arm(_) | Tables::Mips => None,
+        }
+    }
+
+    /// Drops this snapshot's hold on the compiled table shared under
+    /// `key` (compiled again when needed): with every snapshot's dropped,
+    /// the table is freed.
+    pub(crate) fn forget_module(&mut self, key: &str) {
+        match &mut self.tables {
+            Tables::X86_64(s) => s.forget(key),
+            Tables::Aarch64(s) => s.forget(key),
+            Tables::Riscv64(s) => s.forget(key),
+            Tables::Arm(_) | Tables::Mips => {}
+        }
+    }
+
+    /// The memory of this snapshot's own code map, in bytes: its segments
+    /// and its modules' places (their function lists are shared by file:
+    /// [`shared_functions::live_bytes`]).
+    pub(crate) fn code_bytes(&self) -> usize {
+        self.code.functions.len() * std::mem::size_of::<ModuleFunctions>()
+            + self.code.unread.len() * 16
+            + self.code.segments.len() * std::mem::size_of::<CodeSegment>()
     }
 }
 

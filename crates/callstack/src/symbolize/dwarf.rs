@@ -410,6 +410,28 @@ impl Info {
 }
 
 impl DwarfIndex {
+    /// An estimate of the heap this index takes (what a memory budget
+    /// counts): the sections inflated so far, the units read, the address
+    /// indexes built and the names looked up. Parsed unit contents (line
+    /// tables, functions) are counted at a flat rate per unit read.
+    pub(crate) fn approx_bytes(&self) -> usize {
+        let inflated: usize = self._inflated.iter().map(Inflating::len).sum::<usize>()
+            + match &self.info {
+                Info::Inflating(z, _) => z.len(),
+                Info::Plain(_) => 0,
+            };
+        let ranges = |r: &OnceCell<RangeIndex>| {
+            r.get()
+                .map_or(0, |r| r.ranges.len() * 32 + r.covered.len() * 8)
+        };
+        inflated
+            + self.slots.len()
+                * (std::mem::size_of::<Slot>() + std::mem::size_of::<UnitData>() + 4096)
+            + ranges(&self.aranges)
+            + ranges(&self.all_ranges)
+            + self.names.borrow().len() * 48
+    }
+
     /// `dwarf.debug_info` is not used: `info` is.
     /// `inflated`: the sections `dwarf` reads from inflated buffers, kept
     /// alive as long as it.

@@ -118,6 +118,18 @@ impl SearchPaths {
 }
 
 impl ElfModule {
+    /// An estimate of the heap this module takes: its symbol tables,
+    /// interned names and DWARF index (the mapped files are not counted:
+    /// the kernel's page cache, given back under pressure).
+    pub(crate) fn approx_bytes(&self) -> usize {
+        std::mem::size_of::<ElfModule>()
+            + self.syms.len() * std::mem::size_of::<Sym>()
+            + self.prev_sized.len() * 4
+            + self.alloc.len() * 16
+            + (self.names.borrow().len() + self.files.borrow().len()) * 64
+            + self.dwarf.as_ref().map_or(0, DwarfIndex::approx_bytes)
+    }
+
     pub(crate) fn open(path: &Path, search: &SearchPaths) -> Result<ElfModule, Error> {
         let map = Mapped::open(path).map_err(|e| Error::new(ErrorKind::Io, path, e.to_string()))?;
         Self::from_mapped(map, path, search)

@@ -58,11 +58,12 @@ impl Symbolizer {
             if !self.entries.iter().any(|e| *e.info == m) {
                 self.entries.push(Entry {
                     info: Arc::new(m),
-                    opened: None,
+                    slot: None,
                 });
             }
         }
         self.entries.sort_by_key(|e| e.info.start);
+        self.close_unused();
         self.tail_cache.clear();
         let entries = &self.entries;
         let kept = |m: &Arc<ModuleInfo>| entries.iter().any(|e| Arc::ptr_eq(&e.info, m));

@@ -64,6 +64,15 @@
 //! addresses from the files on disk; [`Symbolizer::for_file`] does the same
 //! for one file at its link-time addresses (what `addr2line -e` does).
 //!
+//! A file listed at several ranges (a library mapped by every process of a
+//! whole-host profile, each at its own address) is opened once and shared
+//! by all of them: the same GNU build-id, or for a file without one, the
+//! same path, size and modification time.
+//! [`Symbolizer::set_modules`] replaces the module list keeping the files
+//! still listed open (a recording's next period);
+//! [`Symbolizer::open_modules`] and [`Symbolizer::evict_to`] keep the
+//! files held open under a memory budget.
+//!
 //! ## Libraries loaded and unloaded
 //! An in-process symbolizer ([`Symbolizer::new`]) follows `dlopen` and
 //! `dlclose`: on every cache miss it compares the loader's counters of
@@ -360,7 +369,63 @@ pub(crate) type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 
 struct Entry {
     info: Arc<ModuleInfo>,
-    opened: Option<Result<ElfModule, Error>>,
+    /// Where its opened module is in [`Symbolizer::opened`], once opened:
+    /// every entry of the same file (one per process that maps it, in a
+    /// whole-host profile) points at the same slot.
+    slot: Option<usize>,
+}
+
+/// What makes two modules the same file, so that it is opened once however
+/// many processes (or places) map it: its GNU build-id, else its path, size
+/// and modification time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum ModuleKey {
+    BuildId(Vec<u8>),
+    File(PathBuf, u64, i64, i64),
+}
+
+impl ModuleKey {
+    /// The key of `info` (`None` when it has no build-id and its file
+    /// cannot be read: it is then opened on its own).
+    fn of(info: &ModuleInfo) -> Option<ModuleKey> {
+        use std::os::unix::fs::MetadataExt;
+        if let Some(id) = info.build_id.as_ref().filter(|b| !b.is_empty()) {
+            return Some(ModuleKey::BuildId(id.clone()));
+        }
+        let md = std::fs::metadata(&info.path).ok()?;
+        Some(ModuleKey::File(
+            info.path.clone(),
+            md.size(),
+            md.mtime(),
+            md.mtime_nsec(),
+        ))
+    }
+}
+
+/// An opened module, shared by every [`Entry`] of its file.
+struct Opened {
+    key: Option<ModuleKey>,
+    module: Result<ElfModule, Error>,
+    /// The path it was opened from (the first entry's).
+    path: PathBuf,
+    /// [`Symbolizer::tick`] at its last lookup.
+    last_used: u64,
+}
+
+/// A module a [`Symbolizer`] holds open: what [`Symbolizer::open_modules`]
+/// lists and [`Symbolizer::evict_to`] drops.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenModule {
+    /// The file it was opened from.
+    pub path: PathBuf,
+    /// Its build-id, if it has one.
+    pub build_id: Option<Vec<u8>>,
+    /// An estimate of the memory its parsed state takes (symbol tables,
+    /// the DWARF index built so far, inflated sections, interned names),
+    /// in bytes; the file's mapping itself is not counted.
+    pub bytes: usize,
+    /// How many of the symbolizer's modules (address ranges) use it.
+    pub ranges: usize,
 }
 
 /// How many answers a [`Symbolizer`] keeps at most: past it the cache is
@@ -383,6 +448,13 @@ pub const CACHE_CAPACITY: usize = 1 << 16;
 /// `Symbolizer` stops and joins its workers.
 pub struct Symbolizer {
     entries: Vec<Entry>,
+    /// The opened modules, by slot (`None`: a free slot), each shared by
+    /// the entries of the same file ([`ModuleKey`]).
+    opened: Vec<Option<Opened>>,
+    /// The slot of each opened module by its key.
+    by_key: HashMap<ModuleKey, usize>,
+    /// Counts lookups that open or use a module: [`Opened::last_used`].
+    tick: u64,
     in_process: bool,
     whole_file: bool,
     search: SearchPaths,
@@ -426,12 +498,15 @@ impl Symbolizer {
             .into_iter()
             .map(|m| Entry {
                 info: Arc::new(m),
-                opened: None,
+                slot: None,
             })
             .collect();
         entries.sort_by_key(|e| e.info.start);
         Symbolizer {
             entries,
+            opened: Vec::new(),
+            by_key: HashMap::new(),
+            tick: 0,
             in_process: false,
             whole_file: false,
             search: SearchPaths {
@@ -474,11 +549,20 @@ impl Symbolizer {
             end: usize::MAX,
             bias: Some(0),
         };
+        let opened = Opened {
+            key: None,
+            module: Ok(m),
+            path: info.path.clone(),
+            last_used: 0,
+        };
         Symbolizer {
             entries: vec![Entry {
                 info: Arc::new(info),
-                opened: Some(Ok(m)),
+                slot: Some(0),
             }],
+            opened: vec![Some(opened)],
+            by_key: HashMap::new(),
+            tick: 0,
             in_process: false,
             whole_file: true,
             search,
@@ -569,8 +653,8 @@ impl Symbolizer {
     pub fn set_scoped_names(&mut self, on: bool) {
         self.scoped_names = on;
         self.cache.clear();
-        for e in &self.entries {
-            if let Some(Ok(m)) = &e.opened {
+        for o in self.opened.iter().flatten() {
+            if let Ok(m) = &o.module {
                 if let Some(d) = &m.dwarf {
                     d.set_scoped_names(on);
                 }
@@ -585,19 +669,24 @@ impl Symbolizer {
 
     /// The modules that could not be opened so far, with the reason.
     pub fn module_errors(&self) -> impl Iterator<Item = &Error> {
-        self.entries.iter().filter_map(|e| match &e.opened {
-            Some(Err(err)) => Some(err),
-            _ => None,
-        })
+        self.opened
+            .iter()
+            .flatten()
+            .filter_map(|o| o.module.as_ref().err())
     }
 
     /// How the debug info of each module opened so far was found: which
     /// file, which candidates were skipped and why (a stale debug file of
     /// another build), what is missing (a dwz supplementary file).
+    ///
+    /// A file mapped at several places (by several processes of a
+    /// whole-host profile) is opened once and reported once, with the
+    /// first of its modules.
     pub fn debug_info(&self) -> impl Iterator<Item = (&ModuleInfo, &DebugInfoReport)> {
-        self.entries.iter().filter_map(|e| match &e.opened {
-            Some(Ok(m)) => Some((&*e.info, &m.report)),
-            _ => None,
+        self.opened.iter().enumerate().filter_map(move |(slot, o)| {
+            let m = o.as_ref()?.module.as_ref().ok()?;
+            let e = self.entries.iter().find(|e| e.slot == Some(slot))?;
+            Some((&*e.info, &m.report))
         })
     }
 
@@ -697,7 +786,10 @@ impl Symbolizer {
     /// Moves the split-DWARF files that lookups in module `i` found
     /// missing into its report.
     fn note_missing_split(&mut self, i: usize) {
-        if let Some(Ok(m)) = &mut self.entries[i].opened {
+        let Some(slot) = self.entries[i].slot else {
+            return;
+        };
+        if let Some(Opened { module: Ok(m), .. }) = &mut self.opened[slot] {
             let Some(d) = &m.dwarf else { return };
             for p in d.take_missing_split() {
                 m.report.degraded.push(Error::new(
@@ -713,19 +805,161 @@ impl Symbolizer {
 
     /// The module of entry `i`, opened now if it was not yet (`None` when
     /// it cannot be), and its load bias.
+    ///
+    /// A file is opened once for all the entries that map it (same
+    /// build-id, or same path, size and modification time: the same
+    /// library in every process of a whole-host profile), whatever their
+    /// addresses.
     fn open(&mut self, i: usize) -> (Option<&ElfModule>, usize) {
-        let search = &self.search;
-        let scoped = self.scoped_names;
-        let e = &mut self.entries[i];
-        e.opened.get_or_insert_with(|| {
-            let m = open_entry(&e.info, search);
-            if let Ok(Some(d)) = m.as_ref().map(|m| m.dwarf.as_ref()) {
-                d.set_scoped_names(scoped);
+        self.tick += 1;
+        let slot = match self.entries[i].slot {
+            Some(s) => s,
+            None => {
+                let info = self.entries[i].info.clone();
+                let key = ModuleKey::of(&info);
+                let shared = key
+                    .as_ref()
+                    .and_then(|k| self.by_key.get(k))
+                    .copied()
+                    .filter(|&s| matches!(&self.opened[s], Some(o) if o.module.is_ok()));
+                let s = match shared {
+                    Some(s) => s,
+                    None => {
+                        let m = open_entry(&info, &self.search);
+                        if let Ok(Some(d)) = m.as_ref().map(|m| m.dwarf.as_ref()) {
+                            d.set_scoped_names(self.scoped_names);
+                        }
+                        let s = match self.opened.iter().position(Option::is_none) {
+                            Some(s) => s,
+                            None => {
+                                self.opened.push(None);
+                                self.opened.len() - 1
+                            }
+                        };
+                        if let (Some(k), true) = (&key, m.is_ok()) {
+                            self.by_key.insert(k.clone(), s);
+                        }
+                        self.opened[s] = Some(Opened {
+                            key,
+                            module: m,
+                            path: info.path.clone(),
+                            last_used: 0,
+                        });
+                        s
+                    }
+                };
+                self.entries[i].slot = Some(s);
+                s
             }
-            m
-        });
-        let e = &self.entries[i];
-        (e.opened.as_ref().and_then(|o| o.as_ref().ok()), bias_of(e))
+        };
+        let tick = self.tick;
+        let o = self.opened[slot].as_mut().expect("an entry's slot is live");
+        o.last_used = tick;
+        let m = o.module.as_ref().ok();
+        (m, bias_of(&self.entries[i].info, m))
+    }
+
+    /// The modules held open, with an estimate of their memory.
+    pub fn open_modules(&self) -> Vec<OpenModule> {
+        self.opened
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, o)| {
+                let o = o.as_ref()?;
+                let m = o.module.as_ref().ok();
+                Some(OpenModule {
+                    path: o.path.clone(),
+                    build_id: m.and_then(|m| m.build_id.clone()),
+                    bytes: m.map_or(0, ElfModule::approx_bytes),
+                    ranges: self.entries.iter().filter(|e| e.slot == Some(slot)).count(),
+                })
+            })
+            .collect()
+    }
+
+    /// Closes the least recently used modules until the estimated memory
+    /// of those left open ([`OpenModule::bytes`]) is at most `budget`
+    /// bytes, and returns the ones closed. A closed module is opened again
+    /// if an address needs it (the answers cached so far stay).
+    pub fn evict_to(&mut self, budget: usize) -> Vec<OpenModule> {
+        let mut live: Vec<(u64, usize, usize)> = self
+            .opened
+            .iter()
+            .enumerate()
+            .filter_map(|(s, o)| {
+                let o = o.as_ref()?;
+                let bytes = o.module.as_ref().map_or(0, ElfModule::approx_bytes);
+                Some((o.last_used, s, bytes))
+            })
+            .collect();
+        let mut total: usize = live.iter().map(|l| l.2).sum();
+        live.sort_unstable();
+        let mut out = Vec::new();
+        for (_, s, bytes) in live {
+            if total <= budget {
+                break;
+            }
+            let ranges = self.entries.iter().filter(|e| e.slot == Some(s)).count();
+            for e in &mut self.entries {
+                if e.slot == Some(s) {
+                    e.slot = None;
+                }
+            }
+            let o = self.opened[s].take().expect("live slot");
+            if let Some(k) = &o.key {
+                if self.by_key.get(k) == Some(&s) {
+                    self.by_key.remove(k);
+                }
+            }
+            total -= bytes;
+            out.push(OpenModule {
+                path: o.path,
+                build_id: o.module.as_ref().ok().and_then(|m| m.build_id.clone()),
+                bytes,
+                ranges,
+            });
+        }
+        if !out.is_empty() {
+            self.tail_cache.clear();
+        }
+        out
+    }
+
+    /// Replaces the modules (address ranges) this symbolizer knows with
+    /// `modules`, keeping the files already opened that the new list
+    /// still maps (same build-id, or same path, size and modification
+    /// time): the next period of a recording, or of a whole host whose
+    /// processes come and go, does not read them again. Cached answers
+    /// are dropped (an address may now be another module's).
+    pub fn set_modules(&mut self, modules: impl IntoIterator<Item = ModuleInfo>) {
+        let mut entries: Vec<Entry> = modules
+            .into_iter()
+            .map(|m| {
+                // Already opened under its key: point at it at once.
+                let slot = ModuleKey::of(&m).and_then(|k| self.by_key.get(&k).copied());
+                Entry {
+                    info: Arc::new(m),
+                    slot,
+                }
+            })
+            .collect();
+        entries.sort_by_key(|e| e.info.start);
+        self.entries = entries;
+        self.close_unused();
+        self.clear_cache();
+    }
+
+    /// Closes the modules no entry uses any more.
+    fn close_unused(&mut self) {
+        for s in 0..self.opened.len() {
+            if self.opened[s].is_some() && !self.entries.iter().any(|e| e.slot == Some(s)) {
+                if let Some(k) = self.opened[s].take().and_then(|o| o.key) {
+                    if self.by_key.get(&k) == Some(&s) {
+                        self.by_key.remove(&k);
+                    }
+                }
+            }
+        }
     }
 
     /// The tail-call frames between a caller and its callee, as gdb shows
@@ -770,12 +1004,13 @@ impl Symbolizer {
                 .entries
                 .iter()
                 .filter_map(|e| {
-                    let m = e.opened.as_ref()?.as_ref().ok()?;
+                    let o = self.opened.get(e.slot?)?.as_ref()?;
+                    let m = o.module.as_ref().ok()?;
                     Some(tailcall::Loaded {
                         start: e.info.start as u64,
                         end: e.info.end as u64,
                         module: m,
-                        bias: bias_of(e) as u64,
+                        bias: bias_of(&e.info, Some(m)) as u64,
                     })
                 })
                 .collect(),
@@ -812,16 +1047,15 @@ impl Symbolizer {
     }
 }
 
-/// The load bias of an entry: given, or derived from where its first
-/// `PT_LOAD` is mapped once opened.
-fn bias_of(e: &Entry) -> usize {
-    match (&e.opened, e.info.bias) {
+/// The load bias of a module: given, or derived from where the first
+/// `PT_LOAD` of its file `m` (once opened) is mapped.
+fn bias_of(info: &ModuleInfo, m: Option<&ElfModule>) -> usize {
+    match (m, info.bias) {
         (_, Some(b)) => b,
-        (Some(Ok(m)), None) => e
-            .info
+        (Some(m), None) => info
             .start
             .wrapping_sub((m.first_load_vaddr & !0xfff) as usize),
-        _ => e.info.start,
+        _ => info.start,
     }
 }
 

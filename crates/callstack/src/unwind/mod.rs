@@ -145,6 +145,20 @@ impl<A: Arch> ModuleSet<A> {
         });
     }
 
+    /// Drops the table of the lazily added module that starts at `start`
+    /// (compiled again at its next use); `false` when there is no such
+    /// module or its table was given at [`ModuleSet::add`].
+    pub fn forget(&mut self, start: u64) -> bool {
+        let mut any = false;
+        for m in &mut self.modules {
+            if m.start == start && m.compile.is_some() && m.table.get().is_some() {
+                m.table = std::sync::OnceLock::new();
+                any = true;
+            }
+        }
+        any
+    }
+
     fn insert(&mut self, e: SetEntry<A>) {
         let i = self.modules.partition_point(|m| m.start <= e.start);
         self.modules.insert(i, e);

@@ -363,6 +363,24 @@ impl<A: Arch> UnwindTable<A> {
             .map(move |(i, &a)| (self.base + a as u64, self.rule_at(i)))
     }
 
+    /// The memory the table holds, in bytes: its rows and the CFI it
+    /// keeps a copy of (cheap: no walk over the rows, unlike
+    /// [`UnwindTable::stats`]).
+    pub fn heap_bytes(&self) -> usize {
+        let owned = |b: &Bytes| match b {
+            Bytes::Owned(b) => b.len(),
+            Bytes::Static(_) => 0,
+        };
+        core::mem::size_of::<Self>()
+            + self.addrs.len() * 4
+            + self.packed.len() * 2
+            + self.extra.len() * core::mem::size_of::<(u32, A::Rule)>()
+            + self.eval_fdes.len() * core::mem::size_of::<(u32, u32, FdeAt)>()
+            + self.eh_frame_hdr.as_ref().map_or(0, |(b, _)| owned(b))
+            + self.eh_frame.as_ref().map_or(0, |(b, _)| owned(b))
+            + self.debug_frame.as_ref().map_or(0, owned)
+    }
+
     /// Counters and sizes of the table.
     pub fn stats(&self) -> TableStats {
         TableStats {

@@ -6,6 +6,12 @@
 //! problem as a core file's thread). Modules come from `/proc/PID/maps` and
 //! the kernel's mmap events.
 //!
+//! A module's compiled CFI table is shared by every process that maps the
+//! same file (`remote/step.rs`, `shared_tables`: build-id, else path, size
+//! and time); [`RecordOptions::memory_budget`] bounds that state and the
+//! processes' module maps, dropping the least recently used
+//! ([`Recorded::evicted`], the period profiles' comments).
+//!
 //! On x86-64 and AArch64: the registers asked for and their numbering are
 //! the host architecture's `arch/<arch>/perf_regs.rs`, selected once
 //! (`arch::NATIVE_MACHINE`); elsewhere [`record`] returns
@@ -63,9 +69,18 @@ pub struct RecordOptions {
     /// Samples per second of CPU time per thread (default 999, off the
     /// beat of the kernel's timer tick).
     pub hz: u32,
-    /// Bytes of user stack copied per sample (default 16384; at most
-    /// 65528). Frames beyond the copy are cut.
+    /// Bytes of user stack copied per sample at the start (default 8192;
+    /// at most 65528). The kernel's copy is what sampling costs the
+    /// program, so it starts small; see [`RecordOptions::stack_bytes_max`].
     pub stack_bytes: u32,
+    /// How far the copy may grow (default 61440: the kernel's 64 KiB
+    /// bound on a sample less room for its registers and kernel frames).
+    /// When more than 3% of a window's samples (at least 50 samples and
+    /// 0.1 s, at most a second) are cut, the unwinder having run off the end of the copy before the
+    /// thread's first frame, the events are opened again with a copy
+    /// twice as large, up to this ([`Recorded::stack_growth`]). Equal to
+    /// [`RecordOptions::stack_bytes`] (or below it): a fixed size.
+    pub stack_bytes_max: u32,
     /// Stop after this long (default: when the target ends or
     /// [`Control::stop`] is called).
     pub duration: Option<Duration>,
@@ -90,6 +105,41 @@ pub struct RecordOptions {
     /// of these names (`/proc/PID/comm`, the first 15 bytes of the
     /// program's name; empty: every name).
     pub comm_filter: Vec<String>,
+    /// A bound, in bytes, on the per-module state the recorder keeps
+    /// (compiled unwind tables, shared by every process mapping the same
+    /// file; each process's module map and function bounds), checked
+    /// after each pass over the rings. Over it, the least recently used
+    /// modules' tables are dropped (not those of the last sample; a
+    /// dropped table is rebuilt when a sample needs it again), then the
+    /// module maps of the processes sampled least recently (rebuilt at
+    /// their next sample). Each drop is listed in [`Recorded::evicted`]
+    /// and in the comments of the profile of its period. `None`: no
+    /// bound (the default; the CLI's default is 512 MB).
+    pub memory_budget: Option<usize>,
+}
+
+/// The user stack copy grown during a recording: samples were cut at its
+/// end.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StackGrowth {
+    /// When, since the recording started.
+    pub at: Duration,
+    /// The copy before and after, in bytes.
+    pub from: u32,
+    /// See `from`.
+    pub to: u32,
+    /// The share of the last window's user samples that were cut (0-100).
+    pub cut_percent: f64,
+}
+
+/// State dropped to stay under [`RecordOptions::memory_budget`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evicted {
+    /// The module whose compiled unwind table was dropped, or
+    /// `[maps of PID (COMM)]` for a process's module map.
+    pub what: String,
+    /// The memory it held (estimated), in bytes.
+    pub bytes: usize,
 }
 
 impl RecordOptions {
@@ -98,7 +148,8 @@ impl RecordOptions {
         RecordOptions {
             target,
             hz: 999,
-            stack_bytes: 16384,
+            stack_bytes: 8192,
+            stack_bytes_max: 61440,
             duration: None,
             lookup: Lookup::default(),
             kernel: true,
@@ -106,6 +157,7 @@ impl RecordOptions {
             off_cpu: false,
             pid_filter: Vec::new(),
             comm_filter: Vec::new(),
+            memory_budget: None,
         }
     }
 }
@@ -122,6 +174,10 @@ pub struct Progress {
     pub threads: usize,
     /// Time since recording started.
     pub elapsed: Duration,
+    /// The recorder's estimate of its per-module state (unwind tables,
+    /// module maps), in bytes, at the last budget check (0 without
+    /// [`RecordOptions::memory_budget`]).
+    pub state_bytes: usize,
 }
 
 /// How a recording is steered from outside while it runs (from a signal
@@ -171,6 +227,14 @@ pub struct Recorded {
     /// [`Control::forward`]); `None` for a running process, and for a
     /// command the recording ended (a duration, [`Control::stop`]).
     pub status: Option<ExitStatus>,
+    /// Each time the user stack copy grew ([`RecordOptions::stack_bytes_max`]).
+    pub stack_growth: Vec<StackGrowth>,
+    /// The user stack copy at the end, in bytes.
+    pub stack_bytes: u32,
+    /// What was dropped to stay under [`RecordOptions::memory_budget`],
+    /// in the order it was (a module dropped, needed again and dropped
+    /// again is listed each time).
+    pub evicted: Vec<Evicted>,
 }
 
 /// Why recording failed.
@@ -238,12 +302,18 @@ const RECORDED_MACHINE: Option<Machine> = crate::arch::NATIVE_MACHINE;
 struct CopiedStack<'a> {
     base: u64,
     data: &'a [u8],
+    /// Whether a read went past the copy's end (the stack goes on there,
+    /// uncopied, when the copy was full).
+    past_end: bool,
 }
 
 impl Memory for CopiedStack<'_> {
     fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
         let off = addr.wrapping_sub(self.base);
         if addr < self.base || off + 8 > self.data.len() as u64 {
+            if addr >= self.base {
+                self.past_end = true;
+            }
             return Err(ReadError::OutOfBounds(addr));
         }
         let o = off as usize;
@@ -274,6 +344,10 @@ impl OwnedUnwinder {
 
     fn get(&self) -> &RemoteUnwinder<'static> {
         &self.unwinder
+    }
+
+    fn get_mut(&mut self) -> &mut RemoteUnwinder<'static> {
+        &mut self.unwinder
     }
 }
 
@@ -316,6 +390,8 @@ struct Space {
     /// unwound with them may hold their addresses. The snapshots
     /// themselves (open files, compiled tables) are freed.
     retired: Vec<ModuleRecord>,
+    /// [`Recording::tick`] of its last sample.
+    last_used: u64,
 }
 
 impl Space {
@@ -368,6 +444,37 @@ impl Space {
             self.unwinder = Some(OwnedUnwinder::new(snap));
         }
         self.unwinder.as_ref().unwrap().get()
+    }
+
+    /// The memory of its module map (mappings, the snapshot's modules
+    /// and code map), estimated in bytes; compiled tables not included
+    /// (shared, counted once by key).
+    fn bytes(&self) -> usize {
+        let maps: usize = self
+            .mappings
+            .iter()
+            .map(|m| std::mem::size_of::<Mapping>() + m.path.len())
+            .sum();
+        maps + self.unwinder.as_ref().map_or(0, |u| {
+            let u = u.get();
+            u.code_bytes() + u.snapshot().modules.len() * std::mem::size_of::<Module>()
+        })
+    }
+
+    /// Drops the snapshot (rebuilt at the next sample), its modules kept in
+    /// `retired`; the bytes it held.
+    fn drop_unwinder(&mut self) -> usize {
+        let before = self.bytes();
+        if let Some(old) = self.unwinder.take() {
+            for m in &old.get().snapshot().modules {
+                let rec = module_record(m);
+                if !self.retired.contains(&rec) {
+                    self.retired.push(rec);
+                }
+            }
+        }
+        self.dirty = true;
+        before - self.bytes()
     }
 
     /// The records of every module unwound with so far, once each: the
@@ -465,6 +572,9 @@ struct SampleRecord<'a> {
     regs: Option<Registers>,
     /// The copied user stack from the sampled sp (its valid part).
     stack: &'a [u8],
+    /// Whether the copy is as long as the kernel meant it (it did not stop
+    /// at unmapped memory: the stack's top is further up).
+    full: bool,
 }
 
 /// Parses a sample's body (after the 8-byte header): `kernel` is whether
@@ -512,6 +622,7 @@ fn parse_sample(
         callchain,
         regs,
         stack: &data[..dyn_size.min(size)],
+        full: size > 0 && dyn_size >= size,
     })
 }
 
@@ -555,6 +666,20 @@ struct Recording<'o> {
     exited_modules: Vec<ModuleRecord>,
     /// Samples left out by the filters or taken in the idle task.
     pub(crate) skipped: u64,
+    /// Counts samples: the recency of modules and processes.
+    tick: u64,
+    /// The tick of the last sample that had a frame in each shared module
+    /// (by [`RemoteUnwinder::module_key_at`]'s key).
+    module_used: HashMap<String, u64>,
+    /// Drops made to stay under the budget: all, and this period's.
+    evicted: Vec<Evicted>,
+    period_evicted: Vec<Evicted>,
+    /// The last estimate of the state under the budget.
+    state_bytes: usize,
+    /// User samples unwound, and those cut at the end of a full stack
+    /// copy, since the last look ([`RecordOptions::stack_bytes_max`]).
+    window_user: u64,
+    window_cut: u64,
 }
 
 /// A record of the context-switch event.
@@ -616,6 +741,13 @@ impl<'o> Recording<'o> {
             latest: 0,
             exited_modules: Vec::new(),
             skipped: 0,
+            tick: 0,
+            module_used: HashMap::new(),
+            evicted: Vec::new(),
+            period_evicted: Vec::new(),
+            state_bytes: 0,
+            window_user: 0,
+            window_cut: 0,
         }
     }
 }
@@ -689,6 +821,14 @@ impl Recording<'_> {
                     if let Some(space) = self.spaces.get_mut(&pid) {
                         space.comm = Some(name.clone());
                     }
+                    // An exec renames the process: its threads' later
+                    // samples carry the new name (those before the cut of
+                    // a period keep the last one seen).
+                    for tp in self.profile.thread_processes.values_mut() {
+                        if tp.pid == pid {
+                            tp.name = name.clone();
+                        }
+                    }
                 }
                 self.profile.threads.insert(tid, name);
             }
@@ -742,6 +882,7 @@ impl Recording<'_> {
             callchain,
             regs,
             stack: data,
+            full,
         } = parse_sample(r.b, self.kernel, self.machine, self.regs_mask)?;
         self.latest = self.latest.max(time);
         if pid == 0 || !self.wanted(pid) {
@@ -775,6 +916,7 @@ impl Recording<'_> {
                 self.profile.lost += 1;
                 return None;
             }
+            self.note_process(pid, tid);
             let period = self.profile.period;
             self.profile
                 .add_exact(&self.frames, true, &[], Some(tid), &[1, period]);
@@ -782,6 +924,7 @@ impl Recording<'_> {
             return Some(());
         };
         self.threads.insert(tid);
+        self.note_process(pid, tid);
         let sp = regs.sp().unwrap_or(0);
         let thread = Thread {
             tid,
@@ -794,9 +937,42 @@ impl Recording<'_> {
         if !space.maps_read {
             space.read_proc_maps(pid);
         }
+        self.tick += 1;
+        space.last_used = self.tick;
         let unwinder = space.unwinder(lookup, pid, self.machine);
-        let mut mem = CopiedStack { base: sp, data };
+        let mut mem = CopiedStack {
+            base: sp,
+            data,
+            past_end: false,
+        };
         let unwound = unwinder.unwind(&mut mem, &thread, 256);
+        if kind == sys::EventKind::CpuClock {
+            // Cut: the walk stopped reading past the end of a full copy,
+            // short of the thread's first frame.
+            self.window_user += 1;
+            if full && mem.past_end && unwound.stop.is_some() {
+                self.window_cut += 1;
+            }
+        }
+        if self.opts.memory_budget.is_some() {
+            // The modules this sample went through are the most recent.
+            let mut last: Option<&str> = None;
+            for f in &unwound.frames {
+                let Some(k) = unwinder.module_key_at(f.pc) else {
+                    continue;
+                };
+                if last == Some(k) {
+                    continue;
+                }
+                last = Some(k);
+                match self.module_used.get_mut(k) {
+                    Some(t) => *t = self.tick,
+                    None => {
+                        self.module_used.insert(k.to_string(), self.tick);
+                    }
+                }
+            }
+        }
         // The user frames' exact pcs: the interrupted one (the first user
         // frame, also after kernel frames: the kernel is entered by an
         // interrupt, a fault or a system call, never by a call) and those
@@ -832,6 +1008,35 @@ impl Recording<'_> {
             .add_exact(&self.frames, true, &self.exact, Some(tid), &[1, period]);
         self.samples += 1;
         Some(())
+    }
+
+    /// Records the process of thread `tid` at its first sample (its name
+    /// from the comm records seen, else `/proc/PID/comm`): the `pid` and
+    /// `comm` labels of its samples.
+    fn note_process(&mut self, pid: u32, tid: u32) {
+        if self
+            .profile
+            .thread_processes
+            .get(&tid)
+            .is_some_and(|tp| tp.pid == pid)
+        {
+            return;
+        }
+        let space = self.spaces.entry(pid).or_default();
+        if space.comm.is_none() {
+            space.comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .ok()
+                .map(|s| s.trim_end().to_string());
+        }
+        // Gone already: the name its main thread had, if seen.
+        let name = space
+            .comm
+            .clone()
+            .or_else(|| self.profile.threads.get(&pid).cloned())
+            .unwrap_or_default();
+        self.profile
+            .thread_processes
+            .insert(tid, crate::profile::ThreadProcess { pid, name });
     }
 
     /// Whether the filters keep the samples of process `pid`.
@@ -918,6 +1123,86 @@ impl Recording<'_> {
         }
     }
 
+    /// Keeps the per-module state under [`RecordOptions::memory_budget`]:
+    /// drops the least recently used modules' compiled tables (from every
+    /// process's snapshot: the table is freed), then the module maps of
+    /// the processes sampled least recently, until the estimate is under
+    /// the budget; never those of the last sample.
+    fn enforce_budget(&mut self) {
+        let Some(budget) = self.opts.memory_budget else {
+            return;
+        };
+        // Function lists (shared by file) go with the module maps.
+        let space_bytes: usize = self.spaces.values().map(Space::bytes).sum::<usize>()
+            + super::step::shared_functions::live_bytes();
+        let mut total = super::step::shared_tables::live_bytes() + space_bytes;
+        self.state_bytes = total;
+        if total <= budget {
+            return;
+        }
+        {
+            let mut by_age: Vec<(u64, String, usize)> = super::step::shared_tables::live()
+                .into_iter()
+                .map(|(k, n)| (self.module_used.get(&k).copied().unwrap_or(0), k, n))
+                .collect();
+            by_age.sort();
+            for (used, key, bytes) in by_age {
+                if total <= budget {
+                    break;
+                }
+                if used == self.tick {
+                    continue;
+                }
+                for space in self.spaces.values_mut() {
+                    if let Some(u) = space.unwinder.as_mut() {
+                        u.get_mut().forget_module(&key);
+                    }
+                }
+                total = total.saturating_sub(bytes);
+                self.module_used.remove(&key);
+                self.note_evicted(Evicted {
+                    what: super::step::shared_tables::path_of(&key).to_string(),
+                    bytes,
+                });
+            }
+        }
+        if total > budget {
+            let mut pids: Vec<(u64, u32)> = self
+                .spaces
+                .iter()
+                .filter(|(_, s)| s.unwinder.is_some() && s.last_used != self.tick)
+                .map(|(&p, s)| (s.last_used, p))
+                .collect();
+            pids.sort();
+            for (_, pid) in pids {
+                if total <= budget {
+                    break;
+                }
+                let space = self.spaces.get_mut(&pid).expect("listed");
+                let bytes = space.drop_unwinder();
+                let comm = space.comm.clone().unwrap_or_else(|| {
+                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .map(|c| c.trim_end().to_string())
+                        .unwrap_or_default()
+                });
+                total = total.saturating_sub(bytes);
+                self.note_evicted(Evicted {
+                    what: format!("[maps of {pid} ({comm})]"),
+                    bytes,
+                });
+            }
+        }
+        // What is left, measured again (freed tables and lists are gone).
+        self.state_bytes = super::step::shared_tables::live_bytes()
+            + self.spaces.values().map(Space::bytes).sum::<usize>()
+            + super::step::shared_functions::live_bytes();
+    }
+
+    fn note_evicted(&mut self, e: Evicted) {
+        self.period_evicted.push(e.clone());
+        self.evicted.push(e);
+    }
+
     /// Ends the profile of the period that started at its `start_time_ns`
     /// (its modules and kernel symbols filled in, its duration up to now)
     /// and starts the next one, empty, with the thread names known.
@@ -926,9 +1211,13 @@ impl Recording<'_> {
         let mut next = new_profile(self.opts);
         next.start_time_ns = now;
         next.threads = self.profile.threads.clone();
+        next.thread_processes = self.profile.thread_processes.clone();
         self.profile.modules = self.modules();
         self.profile.kernel_symbols = self.kernel_symbols();
         self.profile.duration_ns = now.saturating_sub(self.profile.start_time_ns);
+        self.profile
+            .comments
+            .extend(eviction_comments(&std::mem::take(&mut self.period_evicted)));
         self.exited_modules.clear();
         std::mem::replace(&mut self.profile, next)
     }
@@ -1044,9 +1333,14 @@ pub fn record_rotating(
         system_wide: matches!(opts.target, Target::All),
     };
     // Data pages per event: enough for ~100 ms of samples at the rate.
-    let per_sample = spec.stack_bytes as usize + 256;
-    let want = (opts.hz as usize / 8).max(16) * per_sample / sys::page_size();
-    let pages = want.next_power_of_two().clamp(16, 512);
+    let stack_max = (opts.stack_bytes_max.clamp(64, 65528) & !7).max(spec.stack_bytes);
+    let pages_for = |stack_bytes: u32| {
+        let per_sample = stack_bytes as usize + 256;
+        let want = (opts.hz as usize / 8).max(16) * per_sample / sys::page_size();
+        want.next_power_of_two().clamp(16, 512)
+    };
+    let pages = pages_for(spec.stack_bytes);
+    let mut stack_growth = Vec::new();
 
     let mut profile = new_profile(opts);
     profile.start_time_ns = now_ns();
@@ -1142,7 +1436,8 @@ pub fn record_rotating(
     }
 
     rec.kernel = spec.kernel_callchain;
-    let fds: Vec<i32> = events.iter().map(|(e, _)| e.fd()).collect();
+    let mut fds: Vec<i32> = events.iter().map(|(e, _)| e.fd()).collect();
+    let mut last_window = Instant::now();
     let mut buf = Vec::with_capacity(1 << 20);
     let mut last_progress = Instant::now();
     let mut last_cut = Instant::now();
@@ -1155,21 +1450,59 @@ pub fn record_rotating(
         for (e, kind) in &events {
             buf.clear();
             e.drain(&mut buf);
-            let mut at = 0;
-            while at + 8 <= buf.len() {
-                let size = u16::from_le_bytes([buf[at + 6], buf[at + 7]]) as usize;
-                if size < 8 || at + size > buf.len() {
-                    break;
-                }
-                let r = buf[at..at + size].to_vec();
-                rec.handle(&r, *kind);
-                at += size;
-            }
+            handle_all(&mut rec, &buf, *kind);
         }
         if opts.off_cpu {
             // Every ring was drained just now: what is 200 ms older than
             // the newest record is complete.
             rec.match_switches(rec.latest.saturating_sub(200_000_000));
+        }
+        rec.enforce_budget();
+        // A window: at least 50 user samples and 0.1 s (a second at most).
+        let window = last_window.elapsed();
+        if !exited
+            && ((rec.window_user >= 50 && window >= Duration::from_millis(100))
+                || window >= Duration::from_secs(1))
+        {
+            last_window = Instant::now();
+            let (user, cut) = (rec.window_user, rec.window_cut);
+            rec.window_user = 0;
+            rec.window_cut = 0;
+            if spec.stack_bytes < stack_max && user >= 50 && cut * 100 > user * 3 {
+                let from = spec.stack_bytes;
+                let mut grown = sys::EventSpec {
+                    stack_bytes: (from * 2).min(stack_max),
+                    enable_on_exec: false,
+                    ..spec
+                };
+                let pages = pages_for(grown.stack_bytes);
+                match reopen(opts, &rec, &mut grown, kinds, pages) {
+                    Ok(new) => {
+                        // The old rings' last records, then the new events.
+                        for (e, kind) in &events {
+                            buf.clear();
+                            e.drain(&mut buf);
+                            handle_all(&mut rec, &buf, *kind);
+                        }
+                        events = new;
+                        fds = events.iter().map(|(e, _)| e.fd()).collect();
+                        spec = grown;
+                        rec.kernel = spec.kernel_callchain;
+                        // The old copy's samples just drained do not count
+                        // against the new one.
+                        rec.window_user = 0;
+                        rec.window_cut = 0;
+                        stack_growth.push(StackGrowth {
+                            at: started.elapsed(),
+                            from,
+                            to: spec.stack_bytes,
+                            cut_percent: cut as f64 * 100.0 / user as f64,
+                        });
+                    }
+                    // Not to be opened again: the copy stays.
+                    Err(_) => spec.stack_bytes = stack_max,
+                }
+            }
         }
         if opts.rotate.is_some_and(|d| last_cut.elapsed() >= d) && !exited {
             last_cut = Instant::now();
@@ -1182,6 +1515,7 @@ pub fn record_rotating(
                 lost: rec.profile.lost,
                 threads: rec.threads.len(),
                 elapsed: started.elapsed(),
+                state_bytes: rec.state_bytes,
             });
         }
         if exited {
@@ -1234,6 +1568,7 @@ pub fn record_rotating(
         lost: rec.profile.lost,
         threads: rec.threads.len(),
         elapsed: started.elapsed(),
+        state_bytes: rec.state_bytes,
     });
     if opts.off_cpu {
         rec.match_switches(u64::MAX);
@@ -1244,11 +1579,133 @@ pub fn record_rotating(
         rec.profile.modules = rec.modules();
         rec.profile.kernel_symbols = rec.kernel_symbols();
         rec.profile.duration_ns = started.elapsed().as_nanos() as u64;
+        let comments = eviction_comments(&std::mem::take(&mut rec.period_evicted));
+        rec.profile.comments.extend(comments);
     }
     Ok(Recorded {
         profile: rec.profile,
         status: status.filter(|_| !ended_by_us),
+        stack_growth,
+        stack_bytes: spec.stack_bytes,
+        evicted: rec.evicted,
     })
+}
+
+/// Hands every record of a drained ring to the recording.
+fn handle_all(rec: &mut Recording<'_>, buf: &[u8], kind: sys::EventKind) {
+    let mut at = 0;
+    while at + 8 <= buf.len() {
+        let size = u16::from_le_bytes([buf[at + 6], buf[at + 7]]) as usize;
+        if size < 8 || at + size > buf.len() {
+            break;
+        }
+        let r = buf[at..at + size].to_vec();
+        rec.handle(&r, kind);
+        at += size;
+    }
+}
+
+/// The sampling events opened again with `spec` (a larger stack copy) on
+/// what is being recorded now: every CPU for the whole host; else every
+/// thread of the recorded process and of the processes it started that
+/// still run (each event inherited by what its thread creates from now
+/// on). A thread created while this runs may be missed.
+fn reopen(
+    opts: &RecordOptions,
+    rec: &Recording<'_>,
+    spec: &mut sys::EventSpec,
+    kinds: &[sys::EventKind],
+    pages: usize,
+) -> Result<Vec<(sys::Event, sys::EventKind)>, RecordError> {
+    let mut events = Vec::new();
+    let mut tids: Vec<i32> = Vec::new();
+    if matches!(opts.target, Target::All) {
+        tids.push(-1);
+    } else {
+        let mut pids: Vec<u32> = rec.spaces.keys().copied().collect();
+        pids.push(rec.root_pid);
+        pids.sort_unstable();
+        pids.dedup();
+        for pid in pids {
+            if !descends_from(pid, rec.root_pid) {
+                continue;
+            }
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                continue;
+            };
+            tids.extend(
+                tasks
+                    .flatten()
+                    .filter_map(|t| t.file_name().to_str().and_then(|s| s.parse::<i32>().ok())),
+            );
+        }
+    }
+    for tid in tids {
+        for cpu in 0..sys::cpus() {
+            for &kind in kinds {
+                match open_event(tid, cpu, spec, kind, pages) {
+                    Ok(e) => events.push((e, kind)),
+                    // A thread gone, a CPU offline.
+                    Err(e)
+                        if matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENODEV)) =>
+                    {
+                        break
+                    }
+                    Err(e) => return Err(RecordError::PerfRefused(e)),
+                }
+            }
+        }
+    }
+    Ok(events)
+}
+
+/// Whether process `pid` is `root` or one of its descendants (a pid seen
+/// in the recording may have been reused since by another process).
+fn descends_from(mut pid: u32, root: u32) -> bool {
+    for _ in 0..64 {
+        if pid == root {
+            return true;
+        }
+        if pid <= 1 {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // "pid (comm) state ppid ...": comm may hold spaces and parens.
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+        else {
+            return false;
+        };
+        pid = ppid;
+    }
+    false
+}
+
+/// The comments of a profile that name what was dropped to stay under
+/// the memory budget: one per module, with the bytes and how many times.
+pub fn eviction_comments(evicted: &[Evicted]) -> Vec<String> {
+    let mut by: Vec<(&str, usize, usize)> = Vec::new();
+    for e in evicted {
+        match by.iter_mut().find(|b| b.0 == e.what) {
+            Some(b) => {
+                b.1 += e.bytes;
+                b.2 += 1;
+            }
+            None => by.push((&e.what, e.bytes, 1)),
+        }
+    }
+    by.into_iter()
+        .map(|(what, bytes, n)| {
+            format!(
+                "callstack: evicted to stay under the memory budget: {what} ({:.2} MB, {n}x)",
+                bytes as f64 / 1e6
+            )
+        })
+        .collect()
 }
 
 /// An empty profile of `opts`' sample types: `samples`, `cpu`, and with
