@@ -231,7 +231,18 @@ mod scenarios {
             std::thread::spawn(stack_switching).join().unwrap()
         });
         step("garbage frame chains", &garbage_chains);
-        step("SIGPROF storm with dlopen/dlclose", &storm);
+        if cfg!(target_arch = "riscv64") {
+            // Under qemu-riscv64 a sample in this storm takes milliseconds
+            // (Debian's riscv64 glibc has no CFI for malloc and the string
+            // functions: every capture interrupted there analyses their
+            // machine code), so the loader thread, signalled at 7 kHz,
+            // loads the plugin about 8 times a minute: the storm would
+            // test little of dlopen/dlclose (as exact_storm, left out of
+            // the riscv64 stage for the same reason).
+            eprintln!("skipped on riscv64: SIGPROF storm with dlopen/dlclose");
+        } else {
+            step("SIGPROF storm with dlopen/dlclose", &storm);
+        }
         eprintln!(
             "adversarial: all passed in {:.1} s",
             t0.elapsed().as_secs_f64()
@@ -242,7 +253,7 @@ mod scenarios {
         // SAFETY: getcontext fills a zeroed ucontext_t we own.
         unsafe {
             let mut uc: libc::ucontext_t = std::mem::zeroed();
-            assert_eq!(libc::getcontext(&mut uc), 0);
+            assert_eq!(super::crafted::getcontext(&mut uc), 0);
             uc
         }
     }
@@ -557,7 +568,7 @@ mod scenarios {
             let c = c.get();
             // SAFETY: both contexts live in this thread's CTX; the caller
             // is suspended in swapcontext and resumes here.
-            unsafe { libc::swapcontext(&mut (*c).1, &(*c).0) };
+            unsafe { super::crafted::swapcontext(&mut (*c).1, &(*c).0) };
         });
     }
 
@@ -568,12 +579,12 @@ mod scenarios {
             // SAFETY: the coroutine context gets the stack we mapped; it
             // swaps back to `(*c).0` before returning, so uc_link is unused.
             unsafe {
-                assert_eq!(libc::getcontext(&mut (*c).1), 0);
+                assert_eq!(super::crafted::getcontext(&mut (*c).1), 0);
                 (*c).1.uc_stack.ss_sp = base as *mut libc::c_void;
                 (*c).1.uc_stack.ss_size = len;
                 (*c).1.uc_link = std::ptr::null_mut();
-                libc::makecontext(&mut (*c).1, co_entry, 0);
-                assert_eq!(libc::swapcontext(&mut (*c).0, &(*c).1), 0);
+                super::crafted::makecontext(&mut (*c).1, co_entry, 0);
+                assert_eq!(super::crafted::swapcontext(&mut (*c).0, &(*c).1), 0);
             }
         });
     }
@@ -836,10 +847,14 @@ mod scenarios {
         STORM_ON.store(true, Ordering::Relaxed);
         // Each thread's own timer at 5 kHz, plus kills from here.
         // Three seconds, longer (up to a minute) until the plugin has been
-        // loaded 10 times: under qemu-user a load takes about 0.3 s.
+        // loaded 10 times and 1000 samples taken: under qemu-user a load
+        // takes about 0.3 s, and under qemu-riscv64 the threads take about
+        // 60 samples a second each.
         let start = Instant::now();
+        let enough =
+            || loads.load(Ordering::Relaxed) >= 10 && SAMPLES.load(Ordering::Relaxed) >= 1000;
         while start.elapsed() < Duration::from_secs(3)
-            || (loads.load(Ordering::Relaxed) < 10 && start.elapsed() < Duration::from_secs(60))
+            || (!enough() && start.elapsed() < Duration::from_secs(60))
         {
             for &t in &tids {
                 // SAFETY: the threads are alive until `stop` is set and joined.

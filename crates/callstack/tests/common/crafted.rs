@@ -7,6 +7,29 @@
 //! Included with `#[path]` by each test that uses it.
 #![allow(dead_code)]
 
+// getcontext, makecontext and swapcontext: the libc crate declares them
+// except on RISC-V 64, where glibc has them too.
+#[cfg(not(target_arch = "riscv64"))]
+pub use libc::{getcontext, makecontext, swapcontext};
+
+#[cfg(target_arch = "riscv64")]
+unsafe extern "C" {
+    /// glibc's `getcontext`.
+    pub fn getcontext(ucp: *mut libc::ucontext_t) -> libc::c_int;
+    /// glibc's `makecontext`.
+    pub fn makecontext(ucp: *mut libc::ucontext_t, func: extern "C" fn(), argc: libc::c_int, ...);
+    /// glibc's `swapcontext`.
+    pub fn swapcontext(oucp: *mut libc::ucontext_t, ucp: *const libc::ucontext_t) -> libc::c_int;
+}
+
+// glibc's riscv64 `ucontext_t` is 960 bytes, its `uc_mcontext` at 176:
+// the libc crate's must hold as much (getcontext writes all of it).
+#[cfg(target_arch = "riscv64")]
+const _: () = assert!(
+    core::mem::size_of::<libc::ucontext_t>() >= 960
+        && core::mem::offset_of!(libc::ucontext_t, uc_mcontext) == 176
+);
+
 /// A capture entry: `(skip, max, out) -> frames written`.
 pub type RawCapture = unsafe extern "C" fn(u32, u32, *mut usize) -> u32;
 
