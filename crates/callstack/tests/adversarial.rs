@@ -760,6 +760,19 @@ mod scenarios {
 
     /// Per-thread SIGPROF period of the storm (5 kHz).
     const STORM_PERIOD: Duration = Duration::from_micros(200);
+    /// The storm's periods, per-thread timer and kills from the main
+    /// thread: 5 kHz and 2 kHz, or under qemu-user (`CALLSTACK_TEST_QEMU`)
+    /// 1 kHz and 500 Hz. There a sample costs about 0.35 ms (a debug build
+    /// under qemu-aarch64): at 7 kHz the loader thread spends nearly all its
+    /// time in the handler, and when samples cost a little more it starves
+    /// (seen: 9 plugin loads in a minute).
+    fn storm_periods() -> (Duration, Duration) {
+        if std::env::var_os("CALLSTACK_TEST_QEMU").is_some() {
+            (Duration::from_millis(1), Duration::from_millis(2))
+        } else {
+            (STORM_PERIOD, Duration::from_micros(500))
+        }
+    }
 
     #[inline(never)]
     fn busy_recurse(d: usize, sink: &mut usize) {
@@ -785,6 +798,7 @@ mod scenarios {
             libs.push(std::ffi::CString::new(so.to_str().unwrap()).unwrap());
         }
         install(libc::SIGPROF, on_storm);
+        let (period, kill_period) = storm_periods();
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
         let mut handles = Vec::new();
@@ -798,7 +812,7 @@ mod scenarios {
             handles.push(std::thread::spawn(move || {
                 // SAFETY: pthread_self is always safe.
                 tx.send(unsafe { libc::pthread_self() } as usize).unwrap();
-                let _timer = ThreadTimer::start(STORM_PERIOD);
+                let _timer = ThreadTimer::start(period);
                 let mut i = 0;
                 while !stop.load(Ordering::Relaxed) {
                     // SAFETY: loading our own plugin (no constructors),
@@ -832,7 +846,7 @@ mod scenarios {
             handles.push(std::thread::spawn(move || {
                 // SAFETY: pthread_self is always safe.
                 tx.send(unsafe { libc::pthread_self() } as usize).unwrap();
-                let _timer = ThreadTimer::start(STORM_PERIOD);
+                let _timer = ThreadTimer::start(period);
                 let mut sink = 0usize;
                 while !stop.load(Ordering::Relaxed) {
                     busy_recurse(12, &mut sink);
@@ -846,11 +860,9 @@ mod scenarios {
         std::thread::sleep(Duration::from_millis(50));
         CODE.fill();
         STORM_ON.store(true, Ordering::Relaxed);
-        // Each thread's own timer at 5 kHz, plus kills from here.
+        // Each thread's own timer, plus kills from here (`storm_periods`).
         // Three seconds, longer (up to a minute) until the plugin has been
-        // loaded 10 times and 1000 samples taken: under qemu-user a load
-        // takes about 0.3 s, and under qemu-riscv64 the threads take about
-        // 60 samples a second each.
+        // loaded 10 times and 1000 samples taken (a slow emulator).
         let start = Instant::now();
         let enough =
             || loads.load(Ordering::Relaxed) >= 10 && SAMPLES.load(Ordering::Relaxed) >= 1000;
@@ -861,7 +873,7 @@ mod scenarios {
                 // SAFETY: the threads are alive until `stop` is set and joined.
                 unsafe { libc::pthread_kill(t as libc::pthread_t, libc::SIGPROF) };
             }
-            std::thread::sleep(Duration::from_micros(500));
+            std::thread::sleep(kill_period);
         }
         STORM_ON.store(false, Ordering::Relaxed);
         stop.store(true, Ordering::Relaxed);
