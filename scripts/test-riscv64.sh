@@ -77,9 +77,10 @@ cargo test --target "$target" -p callstack --lib \
 # harness = false, and stale_stack takes the arguments above as filters.
 # What they skip here, and say so: stale_stack's main-thread cases
 # (qemu-riscv64 leaves no room below the main thread's descriptor), the
-# adversarial SIGPROF storm (each capture_exact on a thread takes about
-# 8 ms under qemu-riscv64: its last step, from glibc's outermost frame,
-# which has no CFI, is analysed anew every time).
+# adversarial SIGPROF storm (each capture on a thread takes 8 ms or more
+# under qemu-riscv64: the step from glibc's start_thread, which has no CFI
+# and no symbol, guesses that function's start by prologue analysis anew
+# every time).
 if [ $# -eq 0 ]; then
     cargo test --target "$target" -p callstack --test adversarial --test stale_stack
 fi

@@ -234,12 +234,13 @@ mod scenarios {
         if cfg!(target_arch = "riscv64") {
             // Under qemu-riscv64 a capture_from_context in this storm
             // takes about 18 ms (0.35 ms under qemu-aarch64): on a thread,
-            // the walk's last step, from glibc's outermost thread-start
-            // frame (no CFI and no symbols in Debian's riscv64 libc),
-            // costs about 8 ms every time (instruction analysis, which
-            // caches nothing on RISC architectures). So the loader thread,
-            // signalled at 7 kHz, loads the plugin about 8 times a minute
-            // and the storm would test little of dlopen/dlclose.
+            // the walk's step from glibc's start_thread (no CFI, and no
+            // symbol for it in Debian's riscv64 libc) finds no function
+            // entry, and prologue analysis then guesses the start from the
+            // pc backwards, 8 to 16 ms each time (RISC instruction analysis
+            // caches nothing). So even at qemu's 1.5 kHz the loader thread
+            // starves (8 plugin loads a minute at 7 kHz) and the storm
+            // would test little of dlopen/dlclose.
             eprintln!("skipped on riscv64: SIGPROF storm with dlopen/dlclose");
         } else {
             step("SIGPROF storm with dlopen/dlclose", &storm);
