@@ -77,10 +77,9 @@ cargo test --target "$target" -p callstack --lib \
 # harness = false, and stale_stack takes the arguments above as filters.
 # What they skip here, and say so: stale_stack's main-thread cases
 # (qemu-riscv64 leaves no room below the main thread's descriptor), the
-# adversarial SIGPROF storm (each capture on a thread takes 8 ms or more
-# under qemu-riscv64: the step from glibc's start_thread, which has no CFI
-# and no symbol, guesses that function's start by prologue analysis anew
-# every time).
+# adversarial SIGPROF storm (samples through glibc code without CFI run
+# uncached prologue analysis, and the loader thread starved in one run of
+# six).
 if [ $# -eq 0 ]; then
     cargo test --target "$target" -p callstack --test adversarial --test stale_stack
 fi
