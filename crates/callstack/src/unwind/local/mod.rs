@@ -87,6 +87,7 @@
 
 mod cache;
 mod code;
+pub use code::lookups as code_lookups;
 mod entries;
 mod flags;
 mod hot;
