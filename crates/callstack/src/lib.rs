@@ -111,14 +111,14 @@ pub use stack::{prepare_thread, StackBounds};
 /// not for Rust users.
 #[doc(hidden)]
 pub use stack::lookups as __stack_lookups;
+#[cfg(feature = "symbolize")]
+pub use symbolize::{called_from, called_from_any, Symbolizer};
+pub use trace::Trace;
 /// How many times the machine-code fallback of an in-process walk has
 /// looked up the loaded segment of the code it reads (a walk remembers the
 /// last one). For tests; not for Rust users.
 #[doc(hidden)]
 pub use unwind::local::code_lookups as __code_lookups;
-#[cfg(feature = "symbolize")]
-pub use symbolize::{called_from, called_from_any, Symbolizer};
-pub use trace::Trace;
 pub use unwind::local::{has_dl_find_object, prepare, prepare_in_background, PrepareStats};
 pub use unwind::{Frame, Method, StopReason};
 

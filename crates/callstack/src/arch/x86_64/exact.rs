@@ -468,7 +468,10 @@ mod tests {
         use UnwindRuleX86_64 as R;
         for r in [
             R::Sp { cfa: 8, bp: 0 },
-            R::Sp { cfa: 0x38, bp: -0x18 },
+            R::Sp {
+                cfa: 0x38,
+                bp: -0x18,
+            },
             R::Bp { cfa: 16, bp: -16 },
             R::Sp { cfa: 504, bp: -248 },
         ] {

@@ -388,16 +388,28 @@ mod tests {
         );
         assert_eq!(
             from_insn(&insn(Base::Sp, 0x30, FpRule::At(Base::Sp, 0x10))),
-            Some(R::Sp { cfa: 0x30, bp: -0x20 })
+            Some(R::Sp {
+                cfa: 0x30,
+                bp: -0x20
+            })
         );
         assert_eq!(
             from_insn(&insn(Base::Fp, 16, FpRule::At(Base::Fp, 0))),
             Some(R::Bp { cfa: 16, bp: -16 })
         );
         // Not in the CFI rule's forms.
-        assert_eq!(from_insn(&insn(Base::Sp, 0x30, FpRule::At(Base::Fp, 0))), None);
-        assert_eq!(from_insn(&insn(Base::Sp, 0x30, FpRule::Value(Base::Sp, 8))), None);
-        assert_eq!(from_insn(&insn(Base::Sp, 0x30, FpRule::At(Base::Sp, -8))), None);
+        assert_eq!(
+            from_insn(&insn(Base::Sp, 0x30, FpRule::At(Base::Fp, 0))),
+            None
+        );
+        assert_eq!(
+            from_insn(&insn(Base::Sp, 0x30, FpRule::Value(Base::Sp, 8))),
+            None
+        );
+        assert_eq!(
+            from_insn(&insn(Base::Sp, 0x30, FpRule::At(Base::Sp, -8))),
+            None
+        );
         assert_eq!(from_insn(&insn(Base::Sp, -8, FpRule::Unchanged)), None);
         let mut r = insn(Base::Sp, 0x30, FpRule::Unchanged);
         r.ret_pop = 16;

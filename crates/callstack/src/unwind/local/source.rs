@@ -131,8 +131,7 @@ impl RuleSource<A> for LocalSource {
             // `hot.sp` lies in the stack whose top is `hi`, and `hot.pc` is
             // a return address (the unwinder's promise; then the hot
             // loop's, or `insn_caller`'s).
-            let (j, end) =
-                unsafe { hot_run(&mut hot, hi, out.as_mut_ptr().add(k), out.len() - k) };
+            let (j, end) = unsafe { hot_run(&mut hot, hi, out.as_mut_ptr().add(k), out.len() - k) };
             k += j;
             // A frame whose word holds a machine-code rule: taken here
             // when the generic step would take it the same way.
@@ -366,9 +365,7 @@ fn insn_caller(source: &LocalSource, hot: &Hot) -> Option<Hot> {
     // Found under the analysis cache's current generation (else the code
     // may have changed: all are dropped, this frame takes the generic
     // step).
-    if !super::cache::insn_words_current(analyses.generation())
-        || !crate::unwind::insn::is_warm()
-    {
+    if !super::cache::insn_words_current(analyses.generation()) || !crate::unwind::insn::is_warm() {
         return None;
     }
     let (lo, hi) = source.stack;
@@ -398,12 +395,21 @@ fn insn_caller(source: &LocalSource, hot: &Hot) -> Option<Hot> {
     // `rbp` saved under an `rbp`-based CFA: the analysis reads the slot
     // wherever it is, `apply` only at or above `rsp`.
     if let R::Bp { cfa, bp } = rule {
-        if bp != 0 && regs.fp.wrapping_add(cfa as u64).wrapping_add(bp as i64 as u64) < regs.sp {
+        if bp != 0
+            && regs
+                .fp
+                .wrapping_add(cfa as u64)
+                .wrapping_add(bp as i64 as u64)
+                < regs.sp
+        {
             return None;
         }
     }
     let n = match A::apply(rule, &regs, &mut mem) {
-        Ok(Applied::Caller { regs: n, signal: false }) => n,
+        Ok(Applied::Caller {
+            regs: n,
+            signal: false,
+        }) => n,
         _ => return None,
     };
     if n.sp <= regs.sp || n.sp > hi || n.pc == 0 {

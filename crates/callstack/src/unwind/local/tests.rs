@@ -474,7 +474,10 @@ mod settled_machine_code_rules {
         // analysis cache at any time: the count is checked over a few
         // captures.)
         let took = |r: &[(Cap, usize)]| r.iter().any(|(c, s)| c.insn >= 5 && *s >= 5);
-        assert!(took(&caps[1..CLEAR]), "no warm capture took the settled rules");
+        assert!(
+            took(&caps[1..CLEAR]),
+            "no warm capture took the settled rules"
+        );
         // The capture after the clear takes the generic step there, and
         // settles them again.
         assert_eq!(caps[CLEAR].0.insn, 0);
