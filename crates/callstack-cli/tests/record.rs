@@ -1209,28 +1209,7 @@ fn whole_host() {
             .args(["--top", "0", "--folded", "-"]))
     };
     let f = folded(&filtered);
-    let mut hot = [0u64; 3];
-    let mut py_samples = 0;
-    for line in f.lines() {
-        let (path, v) = line.rsplit_once(' ').unwrap();
-        let v: u64 = v.parse().unwrap();
-        let frames: Vec<&str> = path.split(';').collect();
-        if let Some(i) = HOT.iter().position(|(h, _)| frames.contains(h)) {
-            assert!(frames.contains(&"main"), "{path}");
-            hot[i] += v;
-        } else if frames
-            .iter()
-            .any(|f| f.contains("_PyEval_EvalFrameDefault"))
-        {
-            assert!(
-                frames
-                    .iter()
-                    .any(|f| f.contains("Py_BytesMain") || *f == "main"),
-                "{path}"
-            );
-            py_samples += v;
-        }
-    }
+    let (hot, py_samples) = chains_to_main(&f);
     let total: u64 = hot.iter().sum();
     assert!(total > 0 && py_samples > 0, "{f}");
     // Each process's vDSO is named (one per process, at its own address).

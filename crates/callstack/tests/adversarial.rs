@@ -911,9 +911,19 @@ mod scenarios {
 
 /// A loop calling a leaf that is a lone return, with CFI: a signal lands on
 /// that return a good part of the time. `adv_ret_site` is the return
-/// address of the loop's call.
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+/// address of the loop's call. x86-64: `call` from a frame on `rbp`;
+/// AArch64: a frame record, `bl`; RISC-V 64: a frame record below `s0`,
+/// `jal` (uncompressed: 4 bytes each).
+#[cfg(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    )
+))]
 mod ret_loop {
+    #[cfg(target_arch = "x86_64")]
     core::arch::global_asm!(
         ".text",
         ".globl adv_ret_loop",
@@ -945,38 +955,7 @@ mod ret_loop {
         ".cfi_endproc",
         ".size adv_leaf_rets, .-adv_leaf_rets",
     );
-    unsafe extern "C" {
-        pub fn adv_ret_loop();
-        pub fn adv_leaf_rets();
-        pub fn adv_ret_site();
-    }
-
-    /// Whether `pc` is in the loop from its call (5 bytes) to its branch
-    /// (`dec ecx`, `jnz`: 2 bytes each): the loop's frame is set up there.
-    pub fn in_loop(pc: usize) -> bool {
-        let site = adv_ret_site as *const () as usize;
-        pc >= adv_ret_loop as *const () as usize && pc >= site - 5 && pc < site + 4
-    }
-
-    /// The context `uc` (interrupted in the loop) moved onto the leaf's
-    /// `ret`, as if the loop had just called it: the return address pushed
-    /// into the red zone below sp, which the asm loop does not use.
-    pub fn onto_leaf(uc: &libc::ucontext_t) -> libc::ucontext_t {
-        let sp = super::crafted::sp(uc);
-        let mut c = *uc;
-        // SAFETY: the red zone below the interrupted sp, which the kernel
-        // left free and the asm loop does not use.
-        unsafe { *((sp - 8) as *mut usize) = adv_ret_site as *const () as usize };
-        super::crafted::set_pc(&mut c, adv_leaf_rets as *const () as usize);
-        super::crafted::set_sp(&mut c, sp - 8);
-        c
-    }
-}
-
-/// The AArch64 form of the x86-64 `ret_loop`: a frame record, `bl` to a
-/// leaf that is a lone `ret`.
-#[cfg(all(target_os = "linux", target_arch = "aarch64"))]
-mod ret_loop {
+    #[cfg(target_arch = "aarch64")]
     core::arch::global_asm!(
         ".text",
         ".globl adv_ret_loop",
@@ -1012,33 +991,7 @@ mod ret_loop {
         ".cfi_endproc",
         ".size adv_leaf_rets, .-adv_leaf_rets",
     );
-    unsafe extern "C" {
-        pub fn adv_ret_loop();
-        pub fn adv_leaf_rets();
-        pub fn adv_ret_site();
-    }
-
-    /// Whether `pc` is in the loop from its `bl` to its `b.ne` (4 bytes
-    /// each): the loop's frame is set up there.
-    pub fn in_loop(pc: usize) -> bool {
-        let site = adv_ret_site as *const () as usize;
-        pc >= site - 4 && pc < site + 8
-    }
-
-    /// The context `uc` (interrupted in the loop) moved onto the leaf's
-    /// `ret`, as if the loop had just called it: x30 is the return address.
-    pub fn onto_leaf(uc: &libc::ucontext_t) -> libc::ucontext_t {
-        let mut c = *uc;
-        super::crafted::set_pc(&mut c, adv_leaf_rets as *const () as usize);
-        super::crafted::set_lr(&mut c, adv_ret_site as *const () as usize);
-        c
-    }
-}
-
-/// The RISC-V 64 form of the x86-64 `ret_loop`: a frame record below `s0`,
-/// `jal` to a leaf that is a lone `ret` (uncompressed: 4 bytes each).
-#[cfg(all(target_os = "linux", target_arch = "riscv64"))]
-mod ret_loop {
+    #[cfg(target_arch = "riscv64")]
     core::arch::global_asm!(
         ".text",
         ".option push",
@@ -1087,15 +1040,41 @@ mod ret_loop {
         pub fn adv_ret_site();
     }
 
-    /// Whether `pc` is in the loop from its `jal` to its `bnez` (4 bytes
-    /// each): the loop's frame is set up there.
+    /// Whether `pc` is in the loop from its call (5 bytes) to its branch
+    /// (`dec ecx`, `jnz`: 2 bytes each): the loop's frame is set up there.
+    #[cfg(target_arch = "x86_64")]
+    pub fn in_loop(pc: usize) -> bool {
+        let site = adv_ret_site as *const () as usize;
+        pc >= adv_ret_loop as *const () as usize && pc >= site - 5 && pc < site + 4
+    }
+
+    /// The context `uc` (interrupted in the loop) moved onto the leaf's
+    /// `ret`, as if the loop had just called it: the return address pushed
+    /// into the red zone below sp, which the asm loop does not use.
+    #[cfg(target_arch = "x86_64")]
+    pub fn onto_leaf(uc: &libc::ucontext_t) -> libc::ucontext_t {
+        let sp = super::crafted::sp(uc);
+        let mut c = *uc;
+        // SAFETY: the red zone below the interrupted sp, which the kernel
+        // left free and the asm loop does not use.
+        unsafe { *((sp - 8) as *mut usize) = adv_ret_site as *const () as usize };
+        super::crafted::set_pc(&mut c, adv_leaf_rets as *const () as usize);
+        super::crafted::set_sp(&mut c, sp - 8);
+        c
+    }
+
+    /// Whether `pc` is in the loop from its call (`bl`, `jal`) to its
+    /// branch (`b.ne`, `bnez`), 4 bytes each: the loop's frame is set up there.
+    #[cfg(not(target_arch = "x86_64"))]
     pub fn in_loop(pc: usize) -> bool {
         let site = adv_ret_site as *const () as usize;
         pc >= site - 4 && pc < site + 8
     }
 
     /// The context `uc` (interrupted in the loop) moved onto the leaf's
-    /// `ret`, as if the loop had just called it: `ra` is the return address.
+    /// `ret`, as if the loop had just called it: the link register (x30,
+    /// `ra`) is the return address.
+    #[cfg(not(target_arch = "x86_64"))]
     pub fn onto_leaf(uc: &libc::ucontext_t) -> libc::ucontext_t {
         let mut c = *uc;
         super::crafted::set_pc(&mut c, adv_leaf_rets as *const () as usize);

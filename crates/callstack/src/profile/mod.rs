@@ -859,6 +859,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "symbolize")]
     #[inline(never)]
     fn marker_function() -> usize {
         std::hint::black_box(7)

@@ -335,7 +335,7 @@ fn hot_loop_walks_big_frames() {
 /// generic step, the chain is the cold capture's, function by function,
 /// and `capture_exact_with_info` still reports those frames as found by
 /// machine-code analysis.
-#[cfg(callstack_insn)]
+#[cfg(all(callstack_insn, feature = "symbolize"))]
 mod settled_machine_code_rules {
     use super::super::cache::cache_get;
     use super::super::source::INSN_FRAMES;
