@@ -161,3 +161,45 @@ fn pstack_and_core_name_jit_frames_from_a_jitdump_file() {
     let _ = std::fs::remove_file(&core);
     let _ = std::fs::remove_file(&dump);
 }
+
+/// `record` of a program that spends its time in JIT code: `report` names
+/// the samples from the process's perf map (read at report time, the
+/// file still there), under `main`, as perf does from the same map.
+#[test]
+fn record_names_jit_samples_from_the_perf_map() {
+    let exe = build();
+    let dir = scratch_dir("jit-record");
+    let data = dir.join("jit.data");
+    let o = Command::new(&release_artifacts().cli)
+        .args(["record", "-q", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .arg("spin")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pid: u32 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    let folded = cli(&[
+        "report",
+        data.to_str().unwrap(),
+        "--top",
+        "0",
+        "--folded",
+        "-",
+    ]);
+    let _ = std::fs::remove_file(map_of(pid));
+    let total: u64 = folded
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    let jit: u64 = folded
+        .lines()
+        .filter(|l| l.contains(";main;LazyCompile:*jit_spin app.js:5 "))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert!(
+        total > 0 && jit * 10 >= total * 9,
+        "{jit} of {total}\n{folded}"
+    );
+}

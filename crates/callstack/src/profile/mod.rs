@@ -490,7 +490,24 @@ impl Names {
                 };
                 (m.start, m.end, syms)
             });
+        // JIT code (in no module): named from the perf maps of the
+        // recorded processes (`/tmp/perf-PID.map`), read when the first
+        // such address comes, if the files are still there.
+        let mut jit: Option<Vec<crate::symbolize::perfmap::PerfMap>> = None;
         Names::resolve(profile, |a, exact| {
+            if profile.module_of(a as u64).is_none_or(is_anonymous) {
+                let maps = jit.get_or_insert_with(|| jit_maps(profile));
+                let probe = if exact {
+                    a as u64
+                } else {
+                    (a as u64).wrapping_sub(1)
+                };
+                return maps
+                    .iter()
+                    .find_map(|m| m.lookup(probe))
+                    .map(|n| vec![FrameName::function(n)])
+                    .unwrap_or_default();
+            }
             if let Some((lo, hi, syms)) = &kernel {
                 if *lo <= a as u64 && (a as u64) < *hi {
                     let probe = if exact { a as u64 } else { a as u64 - 1 };
@@ -562,6 +579,31 @@ impl Names {
         }
         out
     }
+}
+
+/// Whether a module record is anonymous executable memory (the kernel's
+/// `//anon` of a perf `MMAP` record, a named `[anon:...]` region): JIT
+/// code, named by perf maps rather than by a file.
+#[cfg(feature = "symbolize")]
+fn is_anonymous(m: &ModuleRecord) -> bool {
+    let p = m.path.as_os_str().to_string_lossy();
+    p == "//anon" || p.starts_with("[anon")
+}
+
+/// The perf maps of the processes a profile recorded: of each process of
+/// a whole-host recording, else of each thread id (a process's main thread
+/// has its pid).
+#[cfg(feature = "symbolize")]
+fn jit_maps(profile: &Profile) -> Vec<crate::symbolize::perfmap::PerfMap> {
+    let mut pids: Vec<u32> = profile.thread_processes.values().map(|p| p.pid).collect();
+    pids.extend(profile.threads.keys().copied());
+    pids.extend(profile.stacks.iter().filter_map(|s| s.thread));
+    pids.sort_unstable();
+    pids.dedup();
+    pids.into_iter()
+        .filter_map(crate::symbolize::perfmap::PerfMap::for_pid)
+        .filter_map(Result::ok)
+        .collect()
 }
 
 fn unknown_name(profile: &Profile, addr: usize) -> String {
