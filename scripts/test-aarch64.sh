@@ -52,10 +52,12 @@ export CALLSTACK_TEST_TARGET=$target
 # than with capture_exact (see exact_signal below), and stale_stack's
 # main-thread stacks are sized to the 60 KiB or so qemu leaves free below
 # the thread descriptor's mapping (a kernel leaves a wide gap there).
-# Left out, and why: exact_signal (a capture in a handler that crosses the
-# signal frame: qemu-user 7.2 has no AArch64 vDSO, and its signal
-# trampoline is an anonymous page that is no module, where a kernel's
-# `__kernel_rt_sigreturn` has CFI); exit_hook_step (single-steps the
+# exact_signal and the alternate-stack exit hooks cross qemu-user's signal
+# frame, whose trampoline (qemu 7.2 maps no AArch64 vDSO) is an anonymous
+# page in no module: the walk knows the frame by its layout there
+# (arch/aarch64/signal.rs `looks_like_frame`), where a kernel's
+# `__kernel_rt_sigreturn` has CFI.
+# Left out, and why: exit_hook_step (single-steps the
 # trampoline with x86-64's EFLAGS.TF; AArch64 single-step is a debug
 # register, MDSCR_EL1.SS, that only a debugger sets, through ptrace, which
 # qemu-user does not offer), insn_cache, insn_noalloc, insn_signal_inprocess
@@ -81,7 +83,7 @@ else
     lib=(--lib --test insn_inprocess)
 fi
 cargo test --target "$target" -p callstack "${lib[@]}" \
-    --test capture_fast --test exact_rust --test exact_rust_nofp \
+    --test capture_fast --test exact_rust --test exact_rust_nofp --test exact_signal \
     --test exact_dlopen --test exact_first_capture --test exact_storm \
     --test exact_table --test c_frame_records --test context_chain \
     --test aarch64_asm --test layers \
@@ -103,10 +105,9 @@ fi
 # The C API's exit-hook fixtures (the host's crates/callstack-capi/tests
 # run them on x86-64), cross-built against the aarch64 libcallstack.a and
 # run under qemu-aarch64: every return register class, nested hooks,
-# captures below a hooked frame, longjmp; hooks on makecontext coroutines;
-# threads ending with hooks pending. Not the alternate-signal-stack modes:
-# qemu-user's signal-return trampoline lies in no module, so no walk from a
-# handler reaches the frames it interrupted.
+# captures below a hooked frame, longjmp; hooks on makecontext coroutines
+# and in a handler on an alternate signal stack; threads ending with hooks
+# pending.
 if [ $# -eq 0 ]; then
     cargo build -q --release --target "$target" -p callstack-capi
     lib="${CARGO_TARGET_DIR:-target}/$target/release/libcallstack.a"
@@ -139,6 +140,10 @@ if [ $# -eq 0 ]; then
         for mode in late-local late-heap; do
             expect "$flags $mode" "$(run "$scratch/exit_hook_stacks" "$mode" | tail -1)" \
                 "LATE a1m skipped 0"
+        done
+        for mode in mapped local; do
+            expect "$flags alt-$mode" "$(run "$scratch/exit_hook_stacks" "alt-$mode" | tail -1)" \
+                "ALT $mode sHhjio skipped 0"
         done
         expect "$flags threads" "$(run "$scratch/exit_hook_threads" 3000 | tail -1)" \
             "THREADS ran 3064 skipped 12000 never 0"

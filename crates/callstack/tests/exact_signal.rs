@@ -26,6 +26,10 @@ static H_ALLOCS: AtomicU64 = AtomicU64::new(u64::MAX);
 static H_FRAMES_CTX: AtomicUsize = AtomicUsize::new(0);
 static H_FRAMES_EXACT: AtomicUsize = AtomicUsize::new(0);
 static H_SIGNAL_METHOD: AtomicBool = AtomicBool::new(false);
+/// Whether the exact captures' frames (with and without frame details)
+/// from the interrupted pc on (the one the signal frame gives) are the
+/// context capture's.
+static H_SAME_BELOW: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn count_handler(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let before = allocs();
@@ -34,14 +38,28 @@ extern "C" fn count_handler(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut li
     let n = callstack::capture_from_context(unsafe { &*(uc as *const libc::ucontext_t) }, &mut out);
     let mut frames = [EMPTY; 128];
     let (m, _) = callstack::capture_exact_with_info(0, &mut frames);
+    // The pcs-only capture (its fast path) too.
+    let mut pcs = [0usize; 128];
+    let p = callstack::capture_exact(0, &mut pcs);
     let after = allocs();
     H_ALLOCS.store(after - before, Ordering::SeqCst);
     H_FRAMES_CTX.store(n, Ordering::SeqCst);
     H_FRAMES_EXACT.store(m, Ordering::SeqCst);
-    H_SIGNAL_METHOD.store(
-        frames[..m].iter().any(|f| f.method == Method::SignalFrame),
-        Ordering::SeqCst,
-    );
+    let signal = frames[..m]
+        .iter()
+        .position(|f| f.method == Method::SignalFrame);
+    H_SIGNAL_METHOD.store(signal.is_some(), Ordering::SeqCst);
+    let same = signal.is_some_and(|k| {
+        let below = &frames[k..m];
+        below.len() == n
+            && below
+                .iter()
+                .zip(&out[..n])
+                .all(|(f, &pc)| f.pc as usize == pc)
+            && p == m
+            && pcs[k..p] == out[..n]
+    });
+    H_SAME_BELOW.store(same, Ordering::SeqCst);
 }
 
 fn install(
@@ -80,6 +98,10 @@ fn raise_and_check(what: &str) {
     assert!(
         H_SIGNAL_METHOD.load(Ordering::SeqCst),
         "{what}: no signal frame crossed"
+    );
+    assert!(
+        H_SAME_BELOW.load(Ordering::SeqCst),
+        "{what}: below the signal frame, the exact capture is not the context's"
     );
 }
 

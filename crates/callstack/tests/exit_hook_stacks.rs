@@ -211,13 +211,6 @@ fn alt_outer() {
 
 #[test]
 fn a_handler_on_an_alternate_stack_hooks_frames() {
-    if skipped_under_qemu(
-        "qemu-user's signal-return trampoline lies in no module, so no walk \
-         from a handler reaches the interrupted frames (the hook on the \
-         handler's own frame, whose caller it is, has no frame to find)",
-    ) {
-        return;
-    }
     let _g = serial();
     const ALT: usize = 256 * 1024;
     // SAFETY: a fresh private mapping (mapped before the thread, so that
@@ -245,10 +238,32 @@ fn a_handler_on_an_alternate_stack_hooks_frames() {
             ss_flags: 0,
             ss_size: ALT,
         };
-        // SAFETY: the mapping stays until the thread is joined.
-        assert_eq!(unsafe { libc::sigaltstack(&ss, core::ptr::null_mut()) }, 0);
         let here = black_box(0u8);
         let sp = &here as *const u8 as usize;
+        // qemu-user maps upwards: there the thread's stack, mapped after
+        // the alternate one, lies above it. Another mapping, asked for
+        // above this stack, gives the layout under test.
+        let mut ss = ss;
+        let mut moved = 0;
+        if sp > alt {
+            // SAFETY: a fresh private mapping at a free address near the
+            // hint, unmapped below.
+            let m = unsafe {
+                libc::mmap(
+                    ((sp + (64 << 20)) & !0xfff) as *mut libc::c_void,
+                    ALT,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(m, libc::MAP_FAILED);
+            ss.ss_sp = m;
+            moved = m as usize;
+        }
+        // SAFETY: the mapping stays until the thread is joined.
+        assert_eq!(unsafe { libc::sigaltstack(&ss, core::ptr::null_mut()) }, 0);
         alt_outer();
         let off = libc::stack_t {
             ss_sp: core::ptr::null_mut(),
@@ -257,14 +272,21 @@ fn a_handler_on_an_alternate_stack_hooks_frames() {
         };
         // SAFETY: disables the alternate stack before the thread ends.
         unsafe { libc::sigaltstack(&off, core::ptr::null_mut()) };
-        (ORDER.with(|o| o.borrow().clone()), sp)
+        let used = if moved != 0 {
+            // SAFETY: the second mapping, no longer in use.
+            unsafe { libc::munmap(moved as *mut libc::c_void, ALT) };
+            moved
+        } else {
+            alt
+        };
+        (ORDER.with(|o| o.borrow().clone()), sp, used)
     })
     .join()
     .unwrap();
     // SAFETY: unmaps the alternate stack, no longer in use.
     unsafe { libc::munmap(alt as *mut libc::c_void, ALT) };
     assert!(
-        order.1 < alt,
+        order.1 < order.2,
         "the thread's stack is above the alternate one"
     );
     assert_eq!(order.0, "sHhjio");

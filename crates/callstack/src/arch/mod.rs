@@ -232,4 +232,14 @@ pub trait Arch: Copy + Default + core::fmt::Debug + Send + Sync + 'static {
         sp: u64,
         mem: &mut M,
     ) -> Result<crate::types::UnwindRegs, crate::types::UnwindError>;
+
+    /// Whether the stack at `sp` holds a signal frame, judged by the frame
+    /// alone (its layout has marks no other frame has): for a handler's
+    /// return address that lies in no code the walk can read (qemu-user's
+    /// trampoline page, seen from the process itself). `false` where the
+    /// layout has nothing distinctive.
+    fn looks_like_signal_frame<M: crate::types::Memory + ?Sized>(sp: u64, mem: &mut M) -> bool {
+        let _ = (sp, mem);
+        false
+    }
 }

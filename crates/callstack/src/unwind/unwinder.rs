@@ -300,7 +300,7 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
             }
             if !self.exact {
                 let sp = self.regs.sp;
-                if let Some(stop) = v.fast(self.source, &mut self.regs) {
+                if let Some(stop) = v.fast(self.source, &mut self.regs, mem) {
                     self.stop = stop;
                     break;
                 }
@@ -400,7 +400,7 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
             if let Ok(Applied::Caller { regs: r, .. }) = A::apply(A::ENTRY, &regs, mem) {
                 let ra = self.source.return_address(r.pc, r.sp);
                 if ra != 0 && ra >= 4096 && self.source.is_code(ra) {
-                    return self.check(&regs, r, Method::Insn);
+                    return self.check(mem, &regs, r, Method::Insn);
                 }
             }
         }
@@ -420,7 +420,7 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
             },
             Found::Unknown => {
                 return match self.fallback.unwind_frame(&regs, self.exact, false, mem) {
-                    Some((r, m)) => self.check(&regs, r, m),
+                    Some((r, m)) => self.check(mem, &regs, r, m),
                     None => {
                         self.stop = StopReason::UnknownModule(regs.pc);
                         Ok(None)
@@ -435,7 +435,7 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
                 } else {
                     Method::Cfi
                 };
-                self.check(&regs, r, m)
+                self.check(mem, &regs, r, m)
             }
             Applied::End => {
                 self.stop = StopReason::Outermost;
@@ -444,7 +444,7 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
             Applied::NoCfi | Applied::Evaluate => {
                 if self.source.is_signal_trampoline(regs.pc) {
                     let r = A::signal_frame(regs.sp, mem)?;
-                    return self.check(&regs, r, Method::SignalFrame);
+                    return self.check(mem, &regs, r, Method::SignalFrame);
                 }
                 if self.fallback.before_frame_pointer() {
                     // A frame record whose return address is a signal
@@ -466,18 +466,18 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
                                 // frame) a leaf's fp is still its caller's:
                                 // the record would skip the caller.
                                 if (f.pc == r.pc && f.sp >= r.sp) || self.exact {
-                                    return self.check(&regs, f, m);
+                                    return self.check(mem, &regs, f, m);
                                 }
                             }
-                            return self.check(&regs, r, Method::FramePointer);
+                            return self.check(mem, &regs, r, Method::FramePointer);
                         }
                     }
                     if let Some((r, m)) = self.fallback.unwind_frame(&regs, self.exact, true, mem) {
-                        return self.check(&regs, r, m);
+                        return self.check(mem, &regs, r, m);
                     }
                 }
                 if let Some(r) = frame_pointer_step::<A, M>(&regs, mem) {
-                    return self.check(&regs, r, Method::FramePointer);
+                    return self.check(mem, &regs, r, Method::FramePointer);
                 }
                 let late = if self.fallback.before_frame_pointer() {
                     None // already asked above
@@ -485,7 +485,7 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
                     self.fallback.unwind_frame(&regs, self.exact, true, mem)
                 };
                 match late {
-                    Some((r, m)) => self.check(&regs, r, m),
+                    Some((r, m)) => self.check(mem, &regs, r, m),
                     None => {
                         self.stop = StopReason::NoRule(regs.pc);
                         Ok(None)
@@ -496,8 +496,9 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
     }
 
     #[inline(always)]
-    fn check(
+    fn check<M: Memory + ?Sized>(
         &mut self,
+        mem: &mut M,
         old: &UnwindRegs,
         mut new: UnwindRegs,
         method: Method,
@@ -512,7 +513,12 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
             self.stop = StopReason::Outermost;
             return Ok(None);
         }
-        if !self.source.is_code(new.pc) {
+        // A handler's return address in no code the source knows may be a
+        // signal trampoline it cannot read (qemu-user's page); the frame at
+        // the caller's sp then says so, and the next step restores it.
+        if !self.source.is_code(new.pc)
+            && (method == Method::SignalFrame || !A::looks_like_signal_frame(new.sp, mem))
+        {
             self.stop = StopReason::UnknownModule(new.pc);
             return Ok(None);
         }
@@ -547,8 +553,13 @@ trait Visit<A: Arch, S: RuleSource<A>> {
     /// At a frame whose pc is a return address, before the generic step:
     /// may walk callers on its own, moving `regs`. `Some` ends the walk.
     #[inline(always)]
-    fn fast(&mut self, source: &S, regs: &mut UnwindRegs) -> Option<StopReason> {
-        let _ = (source, regs);
+    fn fast<M: Memory + ?Sized>(
+        &mut self,
+        source: &S,
+        regs: &mut UnwindRegs,
+        mem: &mut M,
+    ) -> Option<StopReason> {
+        let _ = (source, regs, mem);
         None
     }
 }
@@ -589,7 +600,12 @@ impl<A: Arch, S: RuleSource<A>> Visit<A, S> for Pcs<'_> {
     }
 
     #[inline(always)]
-    fn fast(&mut self, source: &S, regs: &mut UnwindRegs) -> Option<StopReason> {
+    fn fast<M: Memory + ?Sized>(
+        &mut self,
+        source: &S,
+        regs: &mut UnwindRegs,
+        mem: &mut M,
+    ) -> Option<StopReason> {
         loop {
             let (k, end) = if self.skip > 0 {
                 // Where the fast path writes the frames it skips.
@@ -620,8 +636,12 @@ impl<A: Arch, S: RuleSource<A>> Visit<A, S> for Pcs<'_> {
                 // The fast path writes a return address before it looks for
                 // its rule: one it found none for may be garbage read
                 // through a corrupt frame, which the generic step would not
-                // have given (its callers are checked in `check`).
-                if core::mem::take(&mut self.unchecked) && !source.is_code(regs.pc) {
+                // have given (its callers are checked in `check`, which
+                // also lets a signal frame's unreadable trampoline pass).
+                if core::mem::take(&mut self.unchecked)
+                    && !source.is_code(regs.pc)
+                    && !A::looks_like_signal_frame(regs.sp, mem)
+                {
                     self.n -= written as usize;
                     return Some(StopReason::UnknownModule(regs.pc));
                 }

@@ -242,6 +242,10 @@ impl Arch for Aarch64 {
     fn signal_frame<M: Memory + ?Sized>(sp: u64, mem: &mut M) -> Result<UnwindRegs, UnwindError> {
         super::signal::saved_regs(sp, mem).map_err(UnwindError::Read)
     }
+
+    fn looks_like_signal_frame<M: Memory + ?Sized>(sp: u64, mem: &mut M) -> bool {
+        super::signal::looks_like_frame(sp, mem)
+    }
 }
 
 /// A rule with its return address saved, as the in-process hot loop

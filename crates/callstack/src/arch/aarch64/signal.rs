@@ -46,15 +46,118 @@ pub fn restore<M: Memory + ?Sized>(regs: &UnwindRegs, mem: &mut M) -> Option<Unw
     saved_regs(regs.sp, mem).ok()
 }
 
+/// Offset from the trampoline's sp of the sigcontext's first extension
+/// record (`__reserved`, 16-aligned after `pstate`): the FP/SIMD record,
+/// which the kernel and qemu-user both write first.
+const FIRST_RECORD_OFFSET: u64 = 128 + 176 + 8 + 31 * 8 + 3 * 8 + 8;
+
+/// The FP/SIMD record's header: its magic, then its size (528).
+const FPSIMD_HEADER: u64 = 0x4650_8001 | (528 << 32);
+
+/// Whether the stack at `sp` holds a signal frame as the kernel and
+/// qemu-user lay it out: `uc_flags` and `uc_link` zero (both write them;
+/// `siginfo` is no mark, qemu-user leaves it unwritten for a handler
+/// without `SA_SIGINFO`), and the FP/SIMD record's header right after the
+/// saved registers. For a trampoline whose
+/// code cannot be read: qemu-user's (7.x) is an anonymous page that no
+/// module covers, so a walk in process (which reads only loaded objects'
+/// code) cannot see its instructions, and has no vDSO CFI to go by.
+pub fn looks_like_frame<M: Memory + ?Sized>(sp: u64, mem: &mut M) -> bool {
+    if sp & 15 != 0 {
+        return false;
+    }
+    let uc = sp.wrapping_add(128);
+    mem.read_u64(uc) == Ok(0)
+        && mem.read_u64(uc.wrapping_add(8)) == Ok(0)
+        && mem.read_u64(sp.wrapping_add(FIRST_RECORD_OFFSET)) == Ok(FPSIMD_HEADER)
+}
+
 /// The interrupted registers when `regs.pc` is the trampoline (a handler
-/// returned there and `regs.sp` is its frame).
+/// returned there and `regs.sp` is its frame): by its code, or, where the
+/// code at `regs.pc` cannot be read, by the frame itself
+/// ([`looks_like_frame`]).
 pub fn frame<C: CodeMemory + ?Sized, M: Memory + ?Sized>(
     code: &mut C,
     regs: &UnwindRegs,
     mem: &mut M,
 ) -> Option<UnwindRegs> {
-    if !is_trampoline(code, regs.pc) {
+    let readable = insn_at(code, regs.pc).is_some();
+    if readable && !is_trampoline(code, regs.pc) {
+        return None;
+    }
+    if !readable && !looks_like_frame(regs.sp, mem) {
         return None;
     }
     restore(regs, mem)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stack words from `base`.
+    struct Words {
+        base: u64,
+        words: Vec<u64>,
+    }
+
+    impl Memory for Words {
+        fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
+            let i = addr.wrapping_sub(self.base) / 8;
+            if addr % 8 != 0 {
+                return Err(ReadError::OutOfBounds(addr));
+            }
+            self.words
+                .get(i as usize)
+                .copied()
+                .ok_or(ReadError::OutOfBounds(addr))
+        }
+    }
+
+    /// A frame as the kernel and qemu-user write it: siginfo's signal
+    /// number, the saved x29/x30/sp/pc, the FP/SIMD record's header.
+    fn frame(uc_link: u64, header: u64) -> Words {
+        let base = 0x7000_0000;
+        let mut words = vec![0u64; 1200 / 8];
+        words[0] = 27 | (1 << 32); // si_signo, si_errno, si_code
+        words[(128 + 8) / 8] = uc_link;
+        let x = |i: u64| ((X0_OFFSET + 8 * i) / 8) as usize;
+        words[x(29)] = 0x7000_2000;
+        words[x(30)] = 0x40_1000;
+        words[x(31)] = 0x7000_1000;
+        words[x(32)] = 0x40_2000;
+        words[(FIRST_RECORD_OFFSET / 8) as usize] = header;
+        Words { base, words }
+    }
+
+    #[test]
+    fn the_first_record_follows_the_saved_registers() {
+        // x0 at 312, x0..x30, sp, pc, pstate, then 16-aligned.
+        assert_eq!(FIRST_RECORD_OFFSET, 592);
+        assert_eq!(FIRST_RECORD_OFFSET % 16, 0);
+        assert_eq!(FIRST_RECORD_OFFSET, (X0_OFFSET + 34 * 8 + 15) & !15);
+    }
+
+    #[test]
+    fn a_frame_is_known_by_its_fpsimd_record() {
+        let mut m = frame(0, FPSIMD_HEADER);
+        assert!(looks_like_frame(0x7000_0000, &mut m));
+        let r = saved_regs(0x7000_0000, &mut m).unwrap();
+        assert_eq!(
+            (r.pc, r.sp, r.fp, r.lr),
+            (0x40_2000, 0x7000_1000, 0x7000_2000, 0x40_1000)
+        );
+        // Misaligned sp, a `uc_link`, another record first (or none), a
+        // stack too short to hold the record: not a signal frame.
+        assert!(!looks_like_frame(0x7000_0008, &mut m));
+        assert!(!looks_like_frame(
+            0x7000_0000,
+            &mut frame(0x7000_4000, FPSIMD_HEADER)
+        ));
+        assert!(!looks_like_frame(0x7000_0000, &mut frame(0, 0x4650_8001)));
+        assert!(!looks_like_frame(0x7000_0000, &mut frame(0, 0)));
+        let mut short = frame(0, FPSIMD_HEADER);
+        short.words.truncate((FIRST_RECORD_OFFSET / 8) as usize);
+        assert!(!looks_like_frame(0x7000_0000, &mut short));
+    }
 }
