@@ -6,8 +6,9 @@
 //! (`crate::arch::native::exit_hook`), and `cfg(callstack_insn)` when it
 //! has in-process machine-code analysis (`crate::arch::native::regs_entry`,
 //! which `unwind::insn::InProcess` walks from, and a decoder warmed up at
-//! load). Adding an architecture adds its name here and its folder under
-//! `src/arch/`.
+//! load), and `cfg(callstack_risc_insn)` when its in-process walk keeps
+//! prologue analysis's rules in the rule cache. Adding an architecture
+//! adds its name here and its folder under `src/arch/`.
 
 /// The architectures with an in-process module (`src/arch/<name>/`).
 const NATIVE: &[&str] = &["x86_64", "aarch64", "riscv64"];
@@ -16,12 +17,16 @@ const NATIVE: &[&str] = &["x86_64", "aarch64", "riscv64"];
 const EXIT_HOOKS: &[&str] = &["x86_64", "aarch64"];
 /// Those of them with in-process machine-code analysis (`regs_entry`).
 const INSN: &[&str] = &["x86_64"];
+/// Those of them whose in-process walk keeps the rules of prologue
+/// analysis in the rule cache (`exact::settle_insn`, `exact::insn_caller`).
+const RISC_INSN: &[&str] = &["aarch64", "riscv64"];
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rustc-check-cfg=cfg(callstack_native)");
     println!("cargo::rustc-check-cfg=cfg(callstack_exit_hooks)");
     println!("cargo::rustc-check-cfg=cfg(callstack_insn)");
+    println!("cargo::rustc-check-cfg=cfg(callstack_risc_insn)");
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     if NATIVE.contains(&arch.as_str()) {
         println!("cargo::rustc-cfg=callstack_native");
@@ -30,6 +35,9 @@ fn main() {
         }
         if INSN.contains(&arch.as_str()) {
             println!("cargo::rustc-cfg=callstack_insn");
+        }
+        if RISC_INSN.contains(&arch.as_str()) {
+            println!("cargo::rustc-cfg=callstack_risc_insn");
         }
     }
 }

@@ -12,7 +12,9 @@
 //!
 //! One more scenario, `nocfi_lib`, captures from inside a C library built
 //! here by gcc with `-O2 -fomit-frame-pointer` and without unwind tables
-//! (tests/fixtures/c/insn_chain.c and its assembly function): six frames
+//! (tests/fixtures/c/insn_chain.c and its assembly function, or its C
+//! middle frame `insn_mid.c` off x86-64, by `$CALLSTACK_TEST_CC` when set,
+//! as under qemu-user): six frames
 //! that only instruction analysis can walk, under the bench's own 8-deep
 //! recursion. There `capture_exact` takes CFI for the Rust frames and its
 //! instruction-analysis fallback for the library's, and `capture_fast`
@@ -28,6 +30,7 @@
 use std::hint::black_box;
 use std::sync::OnceLock;
 
+#[cfg(target_arch = "x86_64")]
 use callstack::unwind::insn::InProcess;
 use criterion::Criterion;
 
@@ -45,11 +48,20 @@ fn nocfi_entry() -> Entry {
         let fx = testsupport::c_fixtures();
         let dir = testsupport::scratch_dir("bench-insn-nocfi");
         let so = dir.join("libinsn-bench-nocfi.so");
-        let ok = std::process::Command::new("gcc")
+        // The cross compiler when the bench runs under qemu-user, and the
+        // middle frame in C where there is no hand-written assembly for it
+        // (as tests/insn_inprocess.rs builds it).
+        let cc = std::env::var("CALLSTACK_TEST_CC").unwrap_or_else(|_| "gcc".into());
+        let mid = if cfg!(target_arch = "x86_64") {
+            "insn_asm_x86_64.S"
+        } else {
+            "insn_mid.c"
+        };
+        let ok = std::process::Command::new(cc)
             .args(["-O2", "-fomit-frame-pointer", "-fPIC", "-shared"])
             .args(["-fno-asynchronous-unwind-tables", "-fno-unwind-tables"])
             .arg(fx.join("insn_chain.c"))
-            .arg(fx.join("insn_asm_x86_64.S"))
+            .arg(fx.join(mid))
             .arg("-o")
             .arg(&so)
             .status()
@@ -100,6 +112,7 @@ struct Row {
     capture: fn(&mut [usize]) -> usize,
 }
 
+#[cfg(target_arch = "x86_64")]
 fn snapshot() -> &'static InProcess {
     static SNAP: OnceLock<InProcess> = OnceLock::new();
     SNAP.get_or_init(InProcess::new)
@@ -110,6 +123,7 @@ fn capture_exact(out: &mut [usize]) -> usize {
     callstack::capture_exact(0, out)
 }
 
+#[cfg(target_arch = "x86_64")]
 #[inline(never)]
 fn insn_inprocess(out: &mut [usize]) -> usize {
     snapshot().capture(0, out)
@@ -120,11 +134,13 @@ fn capture_fast(out: &mut [usize]) -> usize {
     callstack::capture_fast(0, out)
 }
 
+/// The rows; the machine-code-only walker `InProcess` is x86-64's.
 const ROWS: &[Row] = &[
     Row {
         name: "capture_exact",
         capture: capture_exact,
     },
+    #[cfg(target_arch = "x86_64")]
     Row {
         name: "insn_inprocess",
         capture: insn_inprocess,
@@ -138,6 +154,7 @@ const ROWS: &[Row] = &[
 fn main() {
     nocfi_entry();
     callstack::prepare();
+    #[cfg(target_arch = "x86_64")]
     snapshot();
     let mut c = Criterion::default().configure_from_args();
     for sc in all_scenarios() {

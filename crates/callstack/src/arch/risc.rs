@@ -194,6 +194,47 @@ fn after_call<A: RiscArch, C: CodeMemory + ?Sized>(code: &mut C, ra: u64) -> boo
     ra > 4096 && (A::call_before(code, ra).is_some() || A::is_trampoline(code, ra))
 }
 
+/// The caller that `rule` (prologue analysis's for the frame at `regs`)
+/// gives, when [`step`] takes it: the return address saved (or, at an
+/// exact pc, still in the link register), the caller's stack pointer
+/// above the frame's and inside the stack, and the return address right
+/// after a call (or at the signal trampoline). The code decides the rule,
+/// the stack the rest: the in-process walk applies a rule it cached for a
+/// return address ([`return_rule`]) through this same check.
+pub(crate) fn caller_by_rule<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
+    rule: &InsnRule,
+    regs: &UnwindRegs,
+    mem: &mut M,
+    code: &mut C,
+    first: bool,
+    stack_end: u64,
+) -> Option<UnwindRegs> {
+    if rule.ra_at_cfa.is_none() && !first {
+        return None;
+    }
+    let n = rule.apply(regs, mem, A::WORD).ok()?;
+    let moved = n.sp > regs.sp || (first && rule.ra_at_cfa.is_none());
+    let ok_sp = n.sp >= regs.sp && n.sp <= stack_end;
+    (ok_sp && moved && after_call::<A, C>(code, A::code_addr(n.pc))).then_some(n)
+}
+
+/// The rule prologue analysis gives the frame whose return address is
+/// `pc` (not an exact pc), as [`step`] finds it, when it saves the return
+/// address: the code alone decides it, so a walk in process may keep it
+/// for that address.
+#[cfg_attr(
+    not(any(target_arch = "aarch64", target_arch = "riscv64")),
+    allow(dead_code)
+)]
+pub(crate) fn return_rule<A: RiscArch, C: CodeMemory + ?Sized>(
+    code: &mut C,
+    pc: u64,
+) -> Option<InsnRule> {
+    let pc = A::code_addr(pc);
+    let entry = code.function_entry(pc.wrapping_sub(1)).map(|e| e.0);
+    A::analyze(code, pc, entry, false).filter(|r| r.ra_at_cfa.is_some())
+}
+
 /// Unwinds one frame of architecture `A`.
 pub fn step<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
     regs: &UnwindRegs,
@@ -216,16 +257,11 @@ pub fn step<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
     let ok_sp = |n: &UnwindRegs| n.sp >= regs.sp && n.sp <= stack_end;
 
     if let Some(rule) = A::analyze(code, pc, entry, first) {
-        if rule.ra_at_cfa.is_some() || first {
-            if let Ok(n) = rule.apply(regs, mem, A::WORD) {
-                let moved = n.sp > regs.sp || (first && rule.ra_at_cfa.is_none());
-                if ok_sp(&n) && moved && after_call::<A, C>(code, A::code_addr(n.pc)) {
-                    return Some(RiscStep {
-                        regs: n,
-                        method: Method::Insn,
-                    });
-                }
-            }
+        if let Some(n) = caller_by_rule::<A, M, C>(&rule, regs, mem, code, first, stack_end) {
+            return Some(RiscStep {
+                regs: n,
+                method: Method::Insn,
+            });
         }
     }
 

@@ -96,3 +96,41 @@ pub(crate) const LOCAL_SIGRETURN_BYTES: usize = 0;
 pub(crate) fn is_sigreturn_trampoline(_code: &[u8]) -> bool {
     false
 }
+
+/// Marks a rule-cache word as a machine-code rule ([`settle_insn`]).
+pub(crate) use super::rule::INSN_MARK;
+
+/// The packed machine-code rule for the frame whose return address is
+/// `pc`, when prologue analysis settles one of the packed shapes: what the
+/// in-process walk keeps in the rule cache for that address, to take the
+/// frame by [`insn_caller`] on later walks instead of analysing its code
+/// again.
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+pub(crate) fn settle_insn<C: crate::types::CodeMemory + ?Sized>(
+    code: &mut C,
+    pc: u64,
+) -> Option<u16> {
+    let rule = crate::arch::risc::return_rule::<super::instruction_analysis::Arch, C>(code, pc)?;
+    super::rule::pack_insn(&rule)
+}
+
+/// The caller of the frame at `regs` (its pc a return address) by the
+/// machine-code rule of cache word `p`, when the machine-code step would
+/// take it (`arch::risc::caller_by_rule`); `None` for a word that holds
+/// none, or when the stack says otherwise.
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+pub(crate) fn insn_caller<
+    M: crate::types::Memory + ?Sized,
+    C: crate::types::CodeMemory + ?Sized,
+>(
+    p: u16,
+    regs: &crate::types::UnwindRegs,
+    mem: &mut M,
+    code: &mut C,
+    stack_end: u64,
+) -> Option<crate::types::UnwindRegs> {
+    let rule = super::rule::unpack_insn(p)?;
+    crate::arch::risc::caller_by_rule::<super::instruction_analysis::Arch, M, C>(
+        &rule, regs, mem, code, false, stack_end,
+    )
+}

@@ -29,7 +29,10 @@ mod rule;
 #[cfg(test)]
 pub(crate) use rule::fast_form;
 #[allow(unused_imports)]
-pub(crate) use rule::{decode_fast, decode_wide, from_wide_word, wide_word, FastForm, PACKED_END};
+pub(crate) use rule::{
+    decode_fast, decode_wide, from_wide_word, pack_insn, unpack_insn, wide_word, FastForm,
+    INSN_MARK, PACKED_END,
+};
 pub use rule::{Aarch64, UnwindRuleAarch64};
 
 /// This module's architecture.

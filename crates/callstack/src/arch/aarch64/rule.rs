@@ -226,6 +226,10 @@ impl Arch for Aarch64 {
                     R::Sp { cfa, ra: 0, fp: 0 }
                 };
             }
+            if p & 0xf000 == INSN_MARK {
+                // A machine-code rule: no CFI here.
+                return R::NoCfi;
+            }
             return match p & 0x1fff {
                 1 => R::End,
                 2 => R::NoCfi,
@@ -418,9 +422,161 @@ pub(crate) fn from_wide_word(w: u64) -> UnwindRuleAarch64 {
     from_fast_form(decode_wide(w))
 }
 
+/// Bits 15-12 of a rule-cache word that holds a rule machine-code
+/// analysis settled for an address without CFI ([`pack_insn`]), as on
+/// x86-64: the CFI reads it as `NoCfi` ([`Aarch64::unpack`]), the hot loop
+/// as no rule of its own (bits 15-14 = 3, not `End`), so the frame goes to
+/// the in-process walk's machine-code step, which checks what the stack
+/// decides. RISC-V 64 shares this word space.
+pub(crate) const INSN_MARK: u16 = 3 << 14 | 1 << 12;
+
+/// The packed form of a rule prologue analysis gave for a return address
+/// (`arch::risc::return_rule`), where it has one of the shapes of real
+/// code: `CFA = sp + n` or `fp + n` (`n` a multiple of 16 up to 1008), the
+/// return address saved 8 to 32 bytes under the CFA or 0 to 24 bytes above
+/// the CFA's base register (the frame record at the top of the frame, or at
+/// its bottom as gcc's `stp x29, x30, [sp, #-n]!` leaves it), the frame
+/// pointer unchanged, lost, or saved right under the return address.
+/// [`INSN_MARK`], then bit 11 an `fp` base, bits 10-5 `n / 16`, bit 4 the
+/// return address's slot counted from the base (else from the CFA), bits
+/// 3-2 that slot, bits 1-0 the frame pointer (0 unchanged, 1 lost, 2 saved
+/// under the return address). `None` for any other rule.
+#[cfg_attr(
+    not(any(target_arch = "aarch64", target_arch = "riscv64")),
+    allow(dead_code)
+)]
+pub(crate) fn pack_insn(r: &crate::types::InsnRule) -> Option<u16> {
+    use crate::types::{Base, FpRule};
+    let ra = r.ra_at_cfa?;
+    if r.ret_pop != 0 || r.cfa_offset < 0 || r.cfa_offset % 16 != 0 || r.cfa_offset / 16 > 63 {
+        return None;
+    }
+    let from_base = ra + r.cfa_offset;
+    let (bottom, k) = if (-32..=-8).contains(&ra) && ra % 8 == 0 {
+        (0u16, (-ra / 8 - 1) as u16)
+    } else if (0..=24).contains(&from_base) && from_base % 8 == 0 {
+        (1, (from_base / 8) as u16)
+    } else {
+        return None;
+    };
+    let fp = match r.fp {
+        FpRule::Unchanged => 0u16,
+        FpRule::Unknown => 1,
+        FpRule::At(b, off) if b == r.cfa_base && off == from_base - 8 => 2,
+        _ => return None,
+    };
+    let p = INSN_MARK
+        | ((r.cfa_base == Base::Fp) as u16) << 11
+        | ((r.cfa_offset / 16) as u16) << 5
+        | bottom << 4
+        | k << 2
+        | fp;
+    // Only a form that decodes to the very rule: the walk applies it as the
+    // analysis would.
+    (unpack_insn(p) == Some(*r)).then_some(p)
+}
+
+/// The rule of a [`pack_insn`] word, `None` for any other word.
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "aarch64", target_arch = "riscv64")),
+    allow(dead_code)
+)]
+pub(crate) fn unpack_insn(p: u16) -> Option<crate::types::InsnRule> {
+    use crate::types::{Base, FpRule, InsnRule};
+    if p & 0xf000 != INSN_MARK {
+        return None;
+    }
+    let cfa_base = if p & 1 << 11 != 0 { Base::Fp } else { Base::Sp };
+    let cfa_offset = ((p >> 5) & 0x3f) as i32 * 16;
+    let k = ((p >> 2) & 3) as i32;
+    let ra = if p & 1 << 4 != 0 {
+        k * 8 - cfa_offset
+    } else {
+        -(k + 1) * 8
+    };
+    let fp = match p & 3 {
+        0 => FpRule::Unchanged,
+        1 => FpRule::Unknown,
+        2 => FpRule::At(cfa_base, ra + cfa_offset - 8),
+        _ => return None,
+    };
+    Some(InsnRule {
+        cfa_base,
+        cfa_offset,
+        ra_at_cfa: Some(ra),
+        ret_pop: 0,
+        fp,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn machine_code_rules_pack_in_their_own_words() {
+        use crate::types::{Base, FpRule, InsnRule};
+        let rule = |cfa_base, cfa_offset, ra: i32, fp| InsnRule {
+            cfa_base,
+            cfa_offset,
+            ra_at_cfa: Some(ra),
+            ret_pop: 0,
+            fp,
+        };
+        for r in [
+            // gcc: `stp x29, x30, [sp, #-48]!` (then `mov x29, sp`).
+            rule(Base::Sp, 48, -40, FpRule::At(Base::Sp, 0)),
+            rule(Base::Fp, 48, -40, FpRule::At(Base::Fp, 0)),
+            // RISC-V: `addi sp, sp, -32; sd ra, 24(sp); sd s0, 16(sp)`, then
+            // `addi s0, sp, 32`.
+            rule(Base::Sp, 32, -8, FpRule::At(Base::Sp, 16)),
+            rule(Base::Fp, 0, -8, FpRule::At(Base::Fp, -16)),
+            // `str x30, [sp, #-16]!` without a frame pointer; a leaf-ish
+            // frame that clobbers the frame pointer.
+            rule(Base::Sp, 16, -16, FpRule::Unchanged),
+            rule(Base::Sp, 1008, -8, FpRule::Unknown),
+        ] {
+            let p = pack_insn(&r).unwrap_or_else(|| panic!("{r:?}"));
+            assert_eq!(p & 0xf000, INSN_MARK);
+            assert_eq!(unpack_insn(p), Some(r));
+            // The CFI reads it as no CFI; the hot loop has no rule for it.
+            assert_eq!(Aarch64::unpack(p), UnwindRuleAarch64::NoCfi);
+            assert_eq!(decode_fast(p), None);
+            assert_ne!(p, PACKED_END);
+        }
+        for r in [
+            rule(Base::Sp, 1024, -8, FpRule::Unchanged),
+            rule(Base::Sp, 24, -8, FpRule::Unchanged),
+            rule(Base::Sp, 96, -48, FpRule::Unchanged),
+            rule(Base::Sp, 48, -40, FpRule::At(Base::Fp, 0)),
+            rule(Base::Sp, 48, -40, FpRule::Value(Base::Sp, 0)),
+        ] {
+            assert_eq!(pack_insn(&r), None, "{r:?}");
+        }
+        let mut leaf = rule(Base::Sp, 0, -8, FpRule::Unchanged);
+        leaf.ra_at_cfa = None;
+        assert_eq!(pack_insn(&leaf), None);
+        // No rule of the CFI packs as one.
+        for r in [
+            UnwindRuleAarch64::End,
+            UnwindRuleAarch64::NoCfi,
+            UnwindRuleAarch64::Evaluate,
+            UnwindRuleAarch64::SignalFrame,
+            UnwindRuleAarch64::Sp {
+                cfa: 48,
+                ra: -40,
+                fp: -48,
+            },
+            UnwindRuleAarch64::Fp {
+                cfa: 16,
+                ra: 0,
+                fp: 0,
+            },
+        ] {
+            assert_eq!(unpack_insn(Aarch64::pack(r)), None, "{r:?}");
+        }
+    }
 
     #[test]
     fn pack_round_trips() {

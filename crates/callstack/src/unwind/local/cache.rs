@@ -239,7 +239,7 @@ pub(super) fn clear_cache() {
 /// left alone, and false is returned. Lock-free, async-signal-safe; the
 /// sweep (8192 words, once per clear) runs in the first capture that meets
 /// a machine-code rule after the clear.
-#[cfg(callstack_insn)]
+#[cfg(any(callstack_insn, callstack_risc_insn))]
 #[inline]
 pub(super) fn insn_words_current(g: u32) -> bool {
     if FLAGS.insn_gen.load(Ordering::Acquire) == g {
@@ -249,7 +249,7 @@ pub(super) fn insn_words_current(g: u32) -> bool {
     false
 }
 
-#[cfg(callstack_insn)]
+#[cfg(any(callstack_insn, callstack_risc_insn))]
 #[cold]
 #[inline(never)]
 fn drop_insn_words(g: u32) {

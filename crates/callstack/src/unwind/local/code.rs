@@ -3,7 +3,7 @@
 //! in this process ([`LocalFallback`]), which puts the rules machine-code
 //! analysis settles into the rule cache.
 
-#[cfg(callstack_insn)]
+#[cfg(any(callstack_insn, callstack_risc_insn))]
 use super::cache::{cache_get, cache_put, insn_words_current};
 use super::loader::{dl_exec_segment, dl_find};
 use super::snapshot::{published, unloaded, Snapshot};
@@ -128,7 +128,7 @@ where
             known_module,
             mem,
         );
-        #[cfg(callstack_insn)]
+        #[cfg(any(callstack_insn, callstack_risc_insn))]
         if matches!(r, Some((_, Method::Insn))) && !pc_is_exact && known_module {
             settle(regs.pc);
         }
@@ -151,7 +151,7 @@ pub(super) fn insn_fallback(mem: &StackMemory) -> LocalFallback {
 
 /// The packed `NoCfi` rule: what the rule cache holds for an address no
 /// CFI covers until [`settle`] puts a machine-code rule there.
-#[cfg(callstack_insn)]
+#[cfg(any(callstack_insn, callstack_risc_insn))]
 pub(super) const PACKED_NO_CFI: u16 = 3 << 14 | 2;
 
 /// Notes in the rule cache the rule machine-code analysis settles for the
@@ -201,6 +201,43 @@ fn settle(pc: u64) {
         .and_then(|r| from_insn(&r))
         .and_then(pack_insn)
     else {
+        return;
+    };
+    cache_put(addr, p);
+    core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+    if analyses.generation() != g {
+        cache_put(addr, PACKED_NO_CFI);
+    }
+}
+
+/// Notes in the rule cache the rule prologue analysis settles for the frame
+/// at the return address `pc` (AArch64, RISC-V 64; without CFI: its word
+/// holds the packed `NoCfi`), when it has one of the packed shapes
+/// (`exact::settle_insn`). As on x86-64, the word is marked as a
+/// machine-code rule and follows the analysis cache's generation; the warm
+/// path applies it through the machine-code step's own checks
+/// (`source::insn_caller`).
+#[cfg(callstack_risc_insn)]
+#[cold]
+#[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn settle(pc: u64) {
+    if !super::flags::FLAGS
+        .cache_live
+        .load(core::sync::atomic::Ordering::Relaxed)
+    {
+        return;
+    }
+    let addr = pc.wrapping_sub(1);
+    if cache_get(addr) != PACKED_NO_CFI {
+        return;
+    }
+    let analyses = crate::unwind::insn::cache::fallback_cache();
+    let g = analyses.generation();
+    if !insn_words_current(g) {
+        return;
+    }
+    let Some(p) = crate::arch::native::exact::settle_insn(&mut LocalCode::new(), pc) else {
         return;
     };
     cache_put(addr, p);

@@ -92,6 +92,8 @@ mod entries;
 mod flags;
 mod hot;
 mod loader;
+#[cfg(all(test, any(callstack_insn, callstack_risc_insn), feature = "symbolize"))]
+mod settled_tests;
 mod snapshot;
 mod source;
 #[cfg(all(test, target_arch = "x86_64"))]

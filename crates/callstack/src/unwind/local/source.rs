@@ -135,7 +135,7 @@ impl RuleSource<A> for LocalSource {
             k += j;
             // A frame whose word holds a machine-code rule: taken here
             // when the generic step would take it the same way.
-            #[cfg(callstack_insn)]
+            #[cfg(any(callstack_insn, callstack_risc_insn))]
             if end == FastEnd::Slow {
                 if let Some(n) = insn_caller(self, &hot) {
                     out[k] = n.pc as usize;
@@ -332,7 +332,7 @@ fn seen_module(d: DlModule) -> bool {
 // Frames the warm path took by machine-code rules from the rule cache, on
 // this thread (unit tests check that a warm capture through code without
 // CFI takes them).
-#[cfg(all(test, callstack_insn))]
+#[cfg(all(test, any(callstack_insn, callstack_risc_insn)))]
 std::thread_local! {
     pub(super) static INSN_FRAMES: Cell<usize> = const { Cell::new(0) };
 }
@@ -420,6 +420,58 @@ fn insn_caller(source: &LocalSource, hot: &Hot) -> Option<Hot> {
         return None;
     }
     if !source.is_code(n.pc) || source.return_address(n.pc, n.sp) != n.pc {
+        return None;
+    }
+    #[cfg(test)]
+    INSN_FRAMES.with(|c| c.set(c.get() + 1));
+    Some(Hot {
+        pc: n.pc,
+        sp: n.sp,
+        fp: n.fp,
+    })
+}
+
+/// The caller of the frame at `hot` (its pc a return address, written),
+/// when its rule-cache word holds a machine-code rule (`code::settle`:
+/// AArch64, RISC-V 64) and the generic step would find the same caller by
+/// it: the frame has no CFI (the word says so), and the generic step then
+/// asks the machine-code step, which takes the rule its analysis gives
+/// (the cached one: the code decides it) when the stack agrees
+/// (`arch::risc::caller_by_rule`, the same check); the caller must then be
+/// code and not an exit hook's trampoline. The signal trampoline is not
+/// recognised by its code in process on these architectures, and a
+/// settled address is none. `None` when anything differs or cannot be read
+/// on this stack: the generic step then takes the frame, as on a cold
+/// walk.
+#[cfg(callstack_risc_insn)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn insn_caller(source: &LocalSource, hot: &Hot) -> Option<Hot> {
+    use crate::arch::native::exact::INSN_MARK;
+    if !source.read_cache || hot.pc == 0 {
+        return None;
+    }
+    let p = cache_get(hot.pc.wrapping_sub(1));
+    if p & 0xf000 != INSN_MARK {
+        return None;
+    }
+    let analyses = crate::unwind::insn::cache::fallback_cache();
+    if !super::cache::insn_words_current(analyses.generation()) {
+        return None;
+    }
+    let (lo, hi) = source.stack;
+    if hot.sp < lo || hot.sp >= hi {
+        return None;
+    }
+    let mut mem = crate::stack::StackMemory::with_bounds(lo as usize, hi as usize);
+    let regs = UnwindRegs {
+        pc: hot.pc,
+        sp: hot.sp,
+        fp: hot.fp,
+        lr: 0,
+    };
+    let mut code = super::code::LocalCode::new();
+    let n = crate::arch::native::exact::insn_caller(p, &regs, &mut mem, &mut code, hi)?;
+    if n.pc == 0 || !source.is_code(n.pc) || source.return_address(n.pc, n.sp) != n.pc {
         return None;
     }
     #[cfg(test)]
