@@ -31,7 +31,7 @@ pub(crate) use rule::fast_form;
 #[allow(unused_imports)]
 pub(crate) use rule::{
     decode_fast, decode_wide, from_wide_word, pack_insn, unpack_insn, wide_word, FastForm,
-    INSN_MARK, PACKED_END,
+    INSN_MARK, INSN_UNPACKED, PACKED_END,
 };
 pub use rule::{Aarch64, UnwindRuleAarch64};
 

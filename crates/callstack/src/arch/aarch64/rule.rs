@@ -476,6 +476,16 @@ pub(crate) fn pack_insn(r: &crate::types::InsnRule) -> Option<u16> {
     (unpack_insn(p) == Some(*r)).then_some(p)
 }
 
+/// The marked word of an address whose prologue rule was looked at and
+/// has no packed form (or none at all): the CFI reads it as `NoCfi`,
+/// [`unpack_insn`] as no rule, and the in-process walk does not analyse
+/// the code again only to find that out (`unwind/local/code.rs` `settle`).
+#[cfg_attr(
+    not(any(target_arch = "aarch64", target_arch = "riscv64")),
+    allow(dead_code)
+)]
+pub(crate) const INSN_UNPACKED: u16 = INSN_MARK | 3;
+
 /// The rule of a [`pack_insn`] word, `None` for any other word.
 #[inline]
 #[cfg_attr(
@@ -544,7 +554,10 @@ mod tests {
             assert_eq!(Aarch64::unpack(p), UnwindRuleAarch64::NoCfi);
             assert_eq!(decode_fast(p), None);
             assert_ne!(p, PACKED_END);
+            assert_ne!(p, INSN_UNPACKED);
         }
+        assert_eq!(unpack_insn(INSN_UNPACKED), None);
+        assert_eq!(Aarch64::unpack(INSN_UNPACKED), UnwindRuleAarch64::NoCfi);
         for r in [
             rule(Base::Sp, 1024, -8, FpRule::Unchanged),
             rule(Base::Sp, 24, -8, FpRule::Unchanged),

@@ -96,18 +96,17 @@ pub(crate) use super::signal::is_sigreturn_trampoline;
 /// Marks a rule-cache word as a machine-code rule ([`settle_insn`]).
 pub(crate) use crate::arch::aarch64::INSN_MARK;
 
-/// The packed machine-code rule for the frame whose return address is
-/// `pc`, when prologue analysis settles one of the packed shapes: what the
+/// The machine-code word for the frame whose return address is `pc`: the
+/// packed rule prologue analysis settles when it has one of the packed
+/// shapes, else `INSN_UNPACKED` (looked at, nothing to keep). What the
 /// in-process walk keeps in the rule cache for that address, to take the
-/// frame by [`insn_caller`] on later walks instead of analysing its code
-/// again.
+/// frame by [`insn_caller`] on later walks, or to leave it to the generic
+/// step without analysing its code twice.
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-pub(crate) fn settle_insn<C: crate::types::CodeMemory + ?Sized>(
-    code: &mut C,
-    pc: u64,
-) -> Option<u16> {
-    let rule = crate::arch::risc::return_rule::<super::instruction_analysis::Arch, C>(code, pc)?;
-    crate::arch::aarch64::pack_insn(&rule)
+pub(crate) fn settle_insn<C: crate::types::CodeMemory + ?Sized>(code: &mut C, pc: u64) -> u16 {
+    crate::arch::risc::return_rule::<super::instruction_analysis::Arch, C>(code, pc)
+        .and_then(|rule| crate::arch::aarch64::pack_insn(&rule))
+        .unwrap_or(crate::arch::aarch64::INSN_UNPACKED)
 }
 
 /// The caller of the frame at `regs` (its pc a return address) by the

@@ -213,7 +213,9 @@ fn settle(pc: u64) {
 /// Notes in the rule cache the rule prologue analysis settles for the frame
 /// at the return address `pc` (AArch64, RISC-V 64; without CFI: its word
 /// holds the packed `NoCfi`), when it has one of the packed shapes
-/// (`exact::settle_insn`). As on x86-64, the word is marked as a
+/// (`exact::settle_insn`; else a marked word that says there is none, so
+/// that the next walk does not analyse the code a second time to find that
+/// out). As on x86-64, the word is marked as a
 /// machine-code rule and follows the analysis cache's generation; the warm
 /// path applies it through the machine-code step's own checks
 /// (`source::insn_caller`).
@@ -237,9 +239,7 @@ fn settle(pc: u64) {
     if !insn_words_current(g) {
         return;
     }
-    let Some(p) = crate::arch::native::exact::settle_insn(&mut LocalCode::new(), pc) else {
-        return;
-    };
+    let p = crate::arch::native::exact::settle_insn(&mut LocalCode::new(), pc);
     cache_put(addr, p);
     core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
     if analyses.generation() != g {
