@@ -113,7 +113,11 @@ impl Fallback<A> for LocalFallback
 where
     InsnFallback<LocalCode>: Fallback<A>,
 {
-    #[inline]
+    // Out of line: only frames without CFI come here, and its body (the
+    // machine-code step, `settle`) would otherwise weigh on the inlining
+    // of the walk loops that call it (under qemu-aarch64, inlined, it cost
+    // the warm CFI walk 60% per frame).
+    #[inline(never)]
     fn unwind_frame<M: Memory + ?Sized>(
         &mut self,
         regs: &UnwindRegs,
