@@ -125,30 +125,18 @@ impl RuleSource<A> for LocalSource {
             sp: regs.sp,
             fp: regs.fp,
         };
-        let mut k = 0;
-        let end = loop {
-            // SAFETY: `out.len() - k` slots at `out + k` (`k < out.len()`);
-            // `hot.sp` lies in the stack whose top is `hi`, and `hot.pc` is
-            // a return address (the unwinder's promise; then the hot
-            // loop's, or `insn_caller`'s).
-            let (j, end) = unsafe { hot_run(&mut hot, hi, out.as_mut_ptr().add(k), out.len() - k) };
-            k += j;
-            // A frame whose word holds a machine-code rule: taken here
-            // when the generic step would take it the same way.
-            #[cfg(any(callstack_insn, callstack_risc_insn))]
-            if end == FastEnd::Slow {
-                if let Some(n) = insn_caller(self, &hot) {
-                    out[k] = n.pc as usize;
-                    k += 1;
-                    hot = n;
-                    if k == out.len() {
-                        break FastEnd::Full;
-                    }
-                    continue;
-                }
-            }
-            break end;
-        };
+        // SAFETY: `out.len()` slots at `out`; `hot.sp` lies in the stack
+        // whose top is `hi`, and `hot.pc` is a return address (the
+        // unwinder's promise).
+        let (mut k, mut end) = unsafe { hot_run(&mut hot, hi, out.as_mut_ptr(), out.len()) };
+        // A frame whose word holds a machine-code rule: taken out of line
+        // (`insn_frames`) when the generic step would take it the same way.
+        #[cfg(any(callstack_insn, callstack_risc_insn))]
+        if end == FastEnd::Slow
+            && cache_get(hot.pc.wrapping_sub(1)) & 0xf000 == crate::arch::native::exact::INSN_MARK
+        {
+            (k, end) = insn_frames(self, &mut hot, hi, out, k);
+        }
         if k > 0 {
             *regs = UnwindRegs {
                 pc: hot.pc,
@@ -327,6 +315,42 @@ fn seen_module(d: DlModule) -> bool {
         }
     }
     false
+}
+
+/// The rest of [`LocalSource::fast_walk`] from a frame whose rule-cache
+/// word holds a machine-code rule (`hot`, `k` frames written to `out`):
+/// such frames by [`insn_caller`] while it takes them, the hot loop between
+/// them. Out of line, so that walks through CFI alone do not carry it.
+#[cfg(any(callstack_insn, callstack_risc_insn))]
+#[cold]
+#[inline(never)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+fn insn_frames(
+    source: &LocalSource,
+    hot: &mut Hot,
+    hi: u64,
+    out: &mut [usize],
+    mut k: usize,
+) -> (usize, FastEnd) {
+    loop {
+        let Some(n) = insn_caller(source, hot) else {
+            return (k, FastEnd::Slow);
+        };
+        out[k] = n.pc as usize;
+        k += 1;
+        *hot = n;
+        if k == out.len() {
+            return (k, FastEnd::Full);
+        }
+        // SAFETY: `out.len() - k` slots at `out + k` (`k < out.len()`);
+        // `hot.sp` lies in the stack whose top is `hi` (`insn_caller`
+        // checks it), and `hot.pc` is a return address.
+        let (j, end) = unsafe { hot_run(hot, hi, out.as_mut_ptr().add(k), out.len() - k) };
+        k += j;
+        if end != FastEnd::Slow {
+            return (k, end);
+        }
+    }
 }
 
 // Frames the warm path took by machine-code rules from the rule cache, on
