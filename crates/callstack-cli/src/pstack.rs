@@ -47,5 +47,5 @@ pub fn run(args: Args) -> Result<(), String> {
     let snap = live.snapshot();
     stacks::warn(snap);
     args.report
-        .print(snap, &mut live.memory(), 0, &stacks::Header::default())
+        .print(snap, &mut live.memory(), &live, 0, &stacks::Header::default())
 }

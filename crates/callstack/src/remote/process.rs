@@ -481,6 +481,12 @@ fn read_proc_mem(pid: u32, tid: u32, addr: u64, buf: &mut [u8]) -> bool {
         .is_ok()
 }
 
+impl super::ReadTarget for LiveProcess {
+    fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.memory().read_bytes(addr, buf)
+    }
+}
+
 impl Memory for ProcessMemory<'_> {
     fn read_u64(&mut self, addr: u64) -> Result<u64, ReadError> {
         let mut b = [0u8; 8];
