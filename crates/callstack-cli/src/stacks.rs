@@ -194,7 +194,10 @@ pub struct PythonFrames {
 /// warning on stderr, and the native frames are shown alone.
 pub fn python_frames(snap: &Snapshot, target: &dyn ReadTarget) -> PythonFrames {
     let threads = callstack::python::Interpreter::find(snap, target).and_then(|i| match i {
-        Some(i) => i.threads(target),
+        Some(i) => {
+            let tids: Vec<u32> = snap.threads.iter().map(|t| t.tid).collect();
+            i.threads_of(target, snap.pid, &tids)
+        }
         None => Ok(Vec::new()),
     });
     match threads {

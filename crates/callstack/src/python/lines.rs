@@ -62,6 +62,10 @@ fn lnotab(table: &[u8], first_line: i64, offset: i64) -> Option<i64> {
 }
 
 fn linetable_310(table: &[u8], first_line: i64, offset: i64) -> Option<i64> {
+    // A frame not started yet (`f_lasti` -1): the first line, as CPython says.
+    if offset < 0 {
+        return Some(first_line);
+    }
     let mut line = first_line;
     let mut start: i64 = 0;
     for pair in table.chunks_exact(2) {

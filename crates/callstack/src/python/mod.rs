@@ -81,10 +81,17 @@ pub fn supported_versions() -> String {
     v.join(", ")
 }
 
-/// The versions read: those of the layout table whose thread states name
-/// their native thread (3.11+), so that their frames can be put beside the
-/// native ones.
-const SUPPORTED: &[(u8, u8)] = &[(3, 11), (3, 12), (3, 13)];
+/// The versions read: every one of the layout table (3.7, the first with
+/// `_PyRuntime`, to 3.13).
+const SUPPORTED: &[(u8, u8)] = &[
+    (3, 7),
+    (3, 8),
+    (3, 9),
+    (3, 10),
+    (3, 11),
+    (3, 12),
+    (3, 13),
+];
 
 /// The interpreter of a target: where `_PyRuntime` is, and its layout.
 #[derive(Clone, Debug)]
@@ -212,12 +219,21 @@ impl Interpreter {
             .filter_map(|m| Some((m, python_module(&m.name)?)))
             .collect();
         candidates.sort_by_key(|(m, _)| !m.name.rsplit('/').next().unwrap_or("").starts_with("lib"));
+        // A python without `_PyRuntime` (before 3.7): refused, unless
+        // another module is the interpreter.
+        let mut refusal = None;
         for (m, name_version) in candidates {
             let Some(path) = m.file.as_deref() else {
                 continue;
             };
             let syms = read_symbols(path)?;
             let Some(runtime) = syms.runtime else {
+                if let Some((a, b)) = name_version {
+                    refusal.get_or_insert(PyError::Unsupported {
+                        version: format!("{a}.{b}"),
+                        file: m.name.clone(),
+                    });
+                }
                 continue;
             };
             let version = match (syms.version, name_version) {
@@ -254,10 +270,43 @@ impl Interpreter {
                 layout,
             }));
         }
-        Ok(None)
+        match refusal {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
     }
 
-    /// Every thread state of every interpreter, with its frames.
+    /// Every thread state of every interpreter, with its frames and its
+    /// native thread id: from the thread state (3.11+), else from glibc's
+    /// thread descriptor its `pthread_t` points to ([`tid_offset`]), checked
+    /// against `tids` (the target's threads).
+    pub fn threads_of(
+        &self,
+        mem: &dyn ReadTarget,
+        pid: u32,
+        tids: &[u32],
+    ) -> Result<Vec<PyThread>, PyError> {
+        let mut threads = self.threads(mem)?;
+        if threads.iter().all(|t| t.native_tid.is_some()) {
+            return Ok(threads);
+        }
+        let pthreads: Vec<u64> = threads.iter().map(|t| t.thread_id).collect();
+        if let Some(off) = tid_offset(mem, pid, &pthreads, tids) {
+            for t in threads.iter_mut().filter(|t| t.native_tid.is_none()) {
+                let mut b = [0u8; 4];
+                if mem.read_bytes(t.thread_id.wrapping_add(off), &mut b) {
+                    let tid = u32::from_le_bytes(b);
+                    if tids.contains(&tid) {
+                        t.native_tid = Some(u64::from(tid));
+                    }
+                }
+            }
+        }
+        Ok(threads)
+    }
+
+    /// Every thread state of every interpreter, with its frames (the native
+    /// thread id only where the thread state records it, 3.11+).
     pub fn threads(&self, mem: &dyn ReadTarget) -> Result<Vec<PyThread>, PyError> {
         let l = self.layout;
         let r = Reader { mem, l };
@@ -380,6 +429,30 @@ impl Interpreter {
             entry,
         }))
     }
+}
+
+/// Where glibc's thread descriptor (`struct pthread`, at the address a
+/// `pthread_t` holds) keeps the thread's kernel id: the offset, 4-aligned,
+/// under 4 KiB, at which the main thread's descriptor (one of `pthreads`)
+/// holds the process id, and every other descriptor one of `tids` (the
+/// target's threads). `None` when there is no such offset (or no
+/// descriptor can be read).
+pub fn tid_offset(mem: &dyn ReadTarget, pid: u32, pthreads: &[u64], tids: &[u32]) -> Option<u64> {
+    const SPAN: usize = 4096;
+    let descs: Vec<Vec<u8>> = pthreads
+        .iter()
+        .filter(|&&p| p != 0)
+        .filter_map(|&p| {
+            let mut b = vec![0u8; SPAN];
+            mem.read_bytes(p, &mut b).then_some(b)
+        })
+        .collect();
+    (0..SPAN / 4).map(|i| i * 4).find_map(|off| {
+        let at = |d: &Vec<u8>| u32::from_le_bytes([d[off], d[off + 1], d[off + 2], d[off + 3]]);
+        let holders = descs.iter().filter(|d| at(d) == pid).count();
+        let all_threads = descs.iter().all(|d| tids.contains(&at(d)));
+        (holders == 1 && all_threads).then_some(off as u64)
+    })
 }
 
 /// Reads the target's memory as the layout says.
