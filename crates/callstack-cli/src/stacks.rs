@@ -83,12 +83,30 @@ impl ReportArgs {
         size: u64,
         header: &Header,
     ) -> Result<(), String> {
-        let progress = Progress::new(snap.threads.len(), size);
         let python = if self.no_python {
             PythonFrames::default()
         } else {
             python_frames(snap, target)
         };
+        self.print_with(snap, mem, python, size, header)
+    }
+
+    /// Whether Python frames are wanted (no `--no-python`).
+    pub fn python(&self) -> bool {
+        !self.no_python
+    }
+
+    /// [`print`](Self::print) with the Python frames already read (by
+    /// [`PythonHook`] while a live process was stopped).
+    pub fn print_with<M: Memory + Send>(
+        &self,
+        snap: &Snapshot,
+        mem: &mut M,
+        python: PythonFrames,
+        size: u64,
+        header: &Header,
+    ) -> Result<(), String> {
+        let progress = Progress::new(snap.threads.len(), size);
         let threads = collect(
             snap,
             mem,
@@ -193,13 +211,59 @@ pub struct PythonFrames {
 /// supported, or memory that does not read as the layout says, is one
 /// warning on stderr, and the native frames are shown alone.
 pub fn python_frames(snap: &Snapshot, target: &dyn ReadTarget) -> PythonFrames {
+    let tids: Vec<u32> = snap.threads.iter().map(|t| t.tid).collect();
     let threads = callstack::python::Interpreter::find(snap, target).and_then(|i| match i {
-        Some(i) => {
-            let tids: Vec<u32> = snap.threads.iter().map(|t| t.tid).collect();
-            i.threads_of(target, snap.pid, &tids)
-        }
+        Some(i) => i.threads_of(target, snap.pid, &tids),
         None => Ok(Vec::new()),
     });
+    python_frames_of(threads)
+}
+
+/// Reads a live process's Python frames while its threads are stopped
+/// (`LiveProcess::capture_with`): the interpreter is found before the stop,
+/// its threads read during it.
+#[derive(Default)]
+pub struct PythonHook {
+    pid: u32,
+    interp: Option<callstack::python::Interpreter>,
+    result: Option<Result<Vec<callstack::python::PyThread>, callstack::python::PyError>>,
+}
+
+impl callstack::remote::process::WhileStopped for PythonHook {
+    fn wants(&self, path: &str) -> bool {
+        callstack::python::is_python_file(path)
+    }
+    fn prepare(&mut self, pid: u32, modules: &[callstack::remote::Module]) -> bool {
+        self.pid = pid;
+        match callstack::python::Interpreter::find_in(modules) {
+            Ok(Some(i)) => {
+                self.interp = Some(i);
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                self.result = Some(Err(e));
+                false
+            }
+        }
+    }
+    fn stopped(&mut self, mem: &dyn ReadTarget, tids: &[u32]) {
+        if let Some(i) = &self.interp {
+            self.result = Some(i.threads_of(mem, self.pid, tids));
+        }
+    }
+}
+
+impl PythonHook {
+    /// The frames read (a warning on stderr if they could not be).
+    pub fn frames(self) -> PythonFrames {
+        python_frames_of(self.result.unwrap_or(Ok(Vec::new())))
+    }
+}
+
+fn python_frames_of(
+    threads: Result<Vec<callstack::python::PyThread>, callstack::python::PyError>,
+) -> PythonFrames {
     match threads {
         Ok(threads) => PythonFrames {
             by_tid: threads
@@ -344,7 +408,8 @@ fn ends_at_main(frames: &[FrameOut], rule: Option<&crate::mainfn::MainRule>) -> 
     let (Some(last), Some(rule)) = (frames.last(), rule) else {
         return false;
     };
-    !last.inlined && last.function.as_deref().is_some_and(|f| rule.stops_at(f))
+    // A Python function called `main` is not the program's.
+    !last.inlined && !last.python && last.function.as_deref().is_some_and(|f| rule.stops_at(f))
 }
 
 fn name_thread(
@@ -429,9 +494,7 @@ fn name_thread(
             }
             // The evaluation loop's own level (its inlined callees stay):
             // the Python frames it runs, innermost first, up to its entry.
-            if k + 1 == n_syms
-                && !python.is_empty()
-                && s.function.as_deref() == Some(EVAL_FUNCTION)
+            if k + 1 == n_syms && !python.is_empty() && s.function.as_deref() == Some(EVAL_FUNCTION)
             {
                 let n = python
                     .iter()
@@ -463,6 +526,7 @@ fn name_thread(
             (Some(m), Some(last))
                 if !past_main
                     && !last.inlined
+                    && !last.python
                     && last
                         .function
                         .as_deref()

@@ -38,8 +38,11 @@ fn header_dirs() -> Vec<PathBuf> {
     dirs
 }
 
-/// Runs the generator against `include`: (major, minor) and its lines.
-fn generate(include: &Path, out: &Path) -> Option<((u8, u8), Vec<(String, u64)>)> {
+/// What the generator prints: (major, minor), and its `name value` lines.
+type Generated = ((u8, u8), Vec<(String, u64)>);
+
+/// Runs the generator against `include`.
+fn generate(include: &Path, out: &Path) -> Option<Generated> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/python/layout_gen.c");
     let o = Command::new("gcc")
         .arg("-w")
@@ -56,7 +59,10 @@ fn generate(include: &Path, out: &Path) -> Option<((u8, u8), Vec<(String, u64)>)
         eprintln!(
             "note: {}: the generator does not build: {}",
             include.display(),
-            String::from_utf8_lossy(&o.stderr).lines().next().unwrap_or("")
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .next()
+                .unwrap_or("")
         );
         return None;
     }

@@ -74,24 +74,13 @@ impl std::error::Error for PyError {}
 
 /// The versions whose frames are read, as a list for messages (`3.7, 3.8, ...`).
 pub fn supported_versions() -> String {
-    let v: Vec<String> = SUPPORTED
-        .iter()
-        .map(|(a, b)| format!("{a}.{b}"))
-        .collect();
+    let v: Vec<String> = SUPPORTED.iter().map(|(a, b)| format!("{a}.{b}")).collect();
     v.join(", ")
 }
 
 /// The versions read: every one of the layout table (3.7, the first with
 /// `_PyRuntime`, to 3.13).
-const SUPPORTED: &[(u8, u8)] = &[
-    (3, 7),
-    (3, 8),
-    (3, 9),
-    (3, 10),
-    (3, 11),
-    (3, 12),
-    (3, 13),
-];
+const SUPPORTED: &[(u8, u8)] = &[(3, 7), (3, 8), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13)];
 
 /// The interpreter of a target: where `_PyRuntime` is, and its layout.
 #[derive(Clone, Debug)]
@@ -138,8 +127,10 @@ pub struct PyThread {
 /// At most this many interpreters, threads per interpreter and frames per
 /// thread are read (a cycle in bad memory ends there).
 const MAX_INTERPRETERS: usize = 256;
-const MAX_THREADS: usize = 65536;
-const MAX_FRAMES: usize = 65536;
+const MAX_THREADS: usize = 4096;
+const MAX_FRAMES: usize = 16384;
+/// At most this many thread descriptors are read to find the tid's offset.
+const MAX_DESCRIPTORS: usize = 64;
 /// Strings and tables longer than this are taken for bad memory.
 const MAX_STRING: u64 = 1 << 16;
 const MAX_TABLE: u64 = 1 << 24;
@@ -164,6 +155,12 @@ fn python_module(path: &str) -> Option<Option<(u8, u8)>> {
         return None;
     }
     Some(major.zip(minor))
+}
+
+/// Whether the file at `path` (as the target maps it) may hold a CPython
+/// interpreter: a python executable or libpython, by its name.
+pub fn is_python_file(path: &str) -> bool {
+    python_module(path).is_some()
 }
 
 /// The symbols the reader needs from the python file.
@@ -195,7 +192,9 @@ fn read_symbols(path: &std::path::Path) -> Result<Symbols, PyError> {
         }
         if name == "Py_Version" && s.version.is_none() {
             // A constant: read from the file (read-only data may not be in a core).
-            if let Some(section) = sym.section_index().and_then(|i| file.section_by_index(i).ok())
+            if let Some(section) = sym
+                .section_index()
+                .and_then(|i| file.section_by_index(i).ok())
             {
                 if let Ok(Some(b)) = section.data_range(sym.address(), 4) {
                     s.version = Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
@@ -211,14 +210,21 @@ impl Interpreter {
     /// no module is a python with `_PyRuntime`, an error when it is one of
     /// a version not supported.
     pub fn find(snap: &Snapshot, _mem: &dyn ReadTarget) -> Result<Option<Interpreter>, PyError> {
+        Self::find_in(&snap.modules)
+    }
+
+    /// [`find`](Self::find) among `modules` (their files found, biases
+    /// known), such as those a [`crate::remote::process::WhileStopped`]
+    /// hook is given before a live process is stopped.
+    pub fn find_in(modules: &[Module]) -> Result<Option<Interpreter>, PyError> {
         // libpython before the executable: a python linked to libpython has
         // `_PyRuntime` there only.
-        let mut candidates: Vec<(&Module, Option<(u8, u8)>)> = snap
-            .modules
+        let mut candidates: Vec<(&Module, Option<(u8, u8)>)> = modules
             .iter()
             .filter_map(|m| Some((m, python_module(&m.name)?)))
             .collect();
-        candidates.sort_by_key(|(m, _)| !m.name.rsplit('/').next().unwrap_or("").starts_with("lib"));
+        candidates
+            .sort_by_key(|(m, _)| !m.name.rsplit('/').next().unwrap_or("").starts_with("lib"));
         // A python without `_PyRuntime` (before 3.7): refused, unless
         // another module is the interpreter.
         let mut refusal = None;
@@ -439,9 +445,15 @@ impl Interpreter {
 /// descriptor can be read).
 pub fn tid_offset(mem: &dyn ReadTarget, pid: u32, pthreads: &[u64], tids: &[u32]) -> Option<u64> {
     const SPAN: usize = 4096;
-    let descs: Vec<Vec<u8>> = pthreads
+    // The main thread's state is the oldest: the last of the list.
+    let mut chosen: Vec<u64> = pthreads.iter().copied().filter(|&p| p != 0).collect();
+    if chosen.len() > MAX_DESCRIPTORS {
+        let last = chosen[chosen.len() - 1];
+        chosen.truncate(MAX_DESCRIPTORS - 1);
+        chosen.push(last);
+    }
+    let descs: Vec<Vec<u8>> = chosen
         .iter()
-        .filter(|&&p| p != 0)
         .filter_map(|&p| {
             let mut b = vec![0u8; SPAN];
             mem.read_bytes(p, &mut b).then_some(b)
