@@ -54,9 +54,14 @@ fn interpreters() -> Vec<PathBuf> {
 
 /// py-spy, on PATH; `None` (with a note) when it is missing and not required.
 fn py_spy() -> Option<PathBuf> {
+    tool("py-spy")
+}
+
+/// A tool on PATH; `None` (with a note) when it is missing and not required.
+fn tool(name: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)
-            .map(|d| d.join("py-spy"))
+            .map(|d| d.join(name))
             .find(|p| p.is_file())
     });
     if found.is_none() {
@@ -64,9 +69,11 @@ fn py_spy() -> Option<PathBuf> {
             || std::env::var_os("CALLSTACK_REQUIRE_PYSPY").is_some();
         assert!(
             !required,
-            "py-spy is not installed (scripts/install-test-deps.sh installs it from PyPI)"
+            "{name} is not installed (scripts/install-test-deps.sh installs it from PyPI)"
         );
-        eprintln!("note: py-spy is not installed: Python frame tests skipped (scripts/install-test-deps.sh)");
+        eprintln!(
+            "note: {name} is not installed: its checks are skipped (scripts/install-test-deps.sh)"
+        );
     }
     found
 }
@@ -182,6 +189,51 @@ fn py_spy_threads(py_spy: &Path, pid: u32) -> Spy {
         by_tid: out,
         without_tid,
     }
+}
+
+/// `pystack core CORE`'s Python frames per LWP, innermost first: (name,
+/// file, line). pystack names a function by `co_name` (ours is the
+/// qualified name from 3.11).
+fn pystack_core(pystack: &Path, core: &Path) -> BTreeMap<u32, Vec<PyFrame>> {
+    let o = Command::new(pystack)
+        .arg("core")
+        .arg(core)
+        .output()
+        .expect("run pystack");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "pystack failed: {text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut out: BTreeMap<u32, Vec<PyFrame>> = BTreeMap::new();
+    let mut tid = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("Traceback for thread ") {
+            tid = rest
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse::<u32>().ok());
+            if let Some(t) = tid {
+                out.insert(t, Vec::new());
+            }
+        } else if let Some(rest) = line.trim_start().strip_prefix("(Python) File \"") {
+            let (file, rest) = rest.split_once("\", line ").expect("pystack's frame line");
+            let (line_no, name) = rest.split_once(", in ").expect("pystack's frame line");
+            if let Some(t) = tid {
+                out.get_mut(&t).unwrap().push((
+                    name.trim().to_string(),
+                    file.to_string(),
+                    line_no.trim().parse().ok(),
+                ));
+            }
+        }
+    }
+    // pystack prints the outermost frame first.
+    for frames in out.values_mut() {
+        frames.reverse();
+    }
+    out
 }
 
 /// gdb's `thread apply all bt`: LWP -> function names.
@@ -437,6 +489,25 @@ fn python_frames_match_py_spy_and_gdb() {
             &gdb,
             one_per_call,
         );
+        // pystack, the other oracle, on the same core.
+        if let Some(pystack) = tool("pystack") {
+            let theirs = pystack_core(&pystack, &core);
+            for (tid, frames) in &from_core {
+                let ours: Vec<PyFrame> = frames
+                    .iter()
+                    .filter_map(|f| match f {
+                        Ours::Py((name, file, line)) => Some((
+                            name.rsplit('.').next().unwrap().to_string(),
+                            file.clone(),
+                            *line,
+                        )),
+                        _ => None,
+                    })
+                    .collect();
+                let want = theirs.get(tid).cloned().unwrap_or_default();
+                assert_eq!(ours, want, "{what} core: thread {tid}: ours vs pystack");
+            }
+        }
 
         // --no-python: gdb's native frames alone.
         let native = callstack_threads(&["pstack", "--json", "--no-python", &pid]);

@@ -126,7 +126,7 @@ pub struct PyThread {
 
 /// At most this many interpreters, threads per interpreter and frames per
 /// thread are read (a cycle in bad memory ends there).
-const MAX_INTERPRETERS: usize = 256;
+const MAX_INTERPRETERS: usize = 64;
 const MAX_THREADS: usize = 4096;
 const MAX_FRAMES: usize = 16384;
 /// At most this many thread descriptors are read to find the tid's offset.
@@ -554,6 +554,64 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Memory of words pointing back into itself (or not), as a target
+    /// whose interpreter state is garbage.
+    struct Garbage {
+        base: u64,
+        bytes: Vec<u8>,
+    }
+
+    impl ReadTarget for Garbage {
+        fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
+            let Some(off) = addr.checked_sub(self.base) else {
+                return false;
+            };
+            let off = off as usize;
+            match self.bytes.get(off..off.saturating_add(buf.len())) {
+                Some(src) if off.checked_add(buf.len()).is_some() => {
+                    buf.copy_from_slice(src);
+                    true
+                }
+                _ => false,
+            }
+        }
+    }
+
+    #[test]
+    fn garbage_memory_gives_errors_not_panics() {
+        let base = 0x10_0000u64;
+        let size = 1 << 16;
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..64 {
+            let mut bytes = vec![0u8; size];
+            for w in bytes.chunks_exact_mut(8) {
+                // xorshift64
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let v = match state % 4 {
+                    0 => base + (state >> 8) % size as u64,
+                    1 => base + ((state >> 8) % size as u64 & !7),
+                    2 => state >> (round % 60),
+                    _ => 0,
+                };
+                w.copy_from_slice(&v.to_le_bytes());
+            }
+            let mem = Garbage { base, bytes };
+            for layout in layout::LAYOUTS {
+                let i = Interpreter {
+                    version: (layout.version.0, layout.version.1, 0),
+                    module: "python".into(),
+                    runtime: base + (round as u64 * 64) % size as u64,
+                    code_type: None,
+                    layout,
+                };
+                let _ = i.threads(&mem);
+                let _ = i.threads_of(&mem, 1, &[1, 2, 3]);
+            }
+        }
+    }
 
     #[test]
     fn python_module_names() {
