@@ -771,14 +771,16 @@ pub fn warn(snap: &Snapshot) {
     }
 }
 
-/// How many frames each method found, in a fixed order
+/// How many native frames each method found, in a fixed order
 /// (`context`, `cfi`, `fp`, `insn`, `scan`, then any other).
 pub fn method_counts(threads: &[ThreadOut]) -> Vec<(&'static str, usize)> {
     let mut counts: Vec<(&'static str, usize)> = ["context", "cfi", "fp", "insn", "scan"]
         .iter()
         .map(|m| (*m, 0))
         .collect();
-    for f in threads.iter().flat_map(|t| &t.frames) {
+    // Python frames stand for an evaluation loop frame: not native frames
+    // found by a method.
+    for f in threads.iter().flat_map(|t| &t.frames).filter(|f| !f.python) {
         match counts.iter_mut().find(|c| c.0 == f.method) {
             Some(c) => c.1 += 1,
             None => counts.push((f.method, 1)),

@@ -592,7 +592,7 @@ mod tests {
                 state ^= state << 17;
                 let v = match state % 4 {
                     0 => base + (state >> 8) % size as u64,
-                    1 => base + ((state >> 8) % size as u64 & !7),
+                    1 => base + (((state >> 8) % size as u64) & !7),
                     2 => state >> (round % 60),
                     _ => 0,
                 };
