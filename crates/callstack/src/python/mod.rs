@@ -230,6 +230,11 @@ impl Interpreter {
         let mut refusal = None;
         for (m, name_version) in candidates {
             let Some(path) = m.file.as_deref() else {
+                // Its symbols are needed to find the interpreter.
+                refusal.get_or_insert(PyError::File(format!(
+                    "{}: file not found (or not the one the target ran): Python frames are not shown",
+                    m.name
+                )));
                 continue;
             };
             let syms = read_symbols(path)?;
