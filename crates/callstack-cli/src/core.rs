@@ -60,5 +60,5 @@ pub fn run(args: Args) -> Result<(), String> {
     stacks::executable_header(&mut header, core.executable());
     stacks::signal_header(&mut header, core.signal(), snap);
     args.report
-        .print(snap, &mut core.memory(), core.size(), &header)
+        .print(snap, &mut core.memory(), &core, core.size(), &header)
 }

@@ -51,5 +51,5 @@ pub fn run(args: Args) -> Result<(), String> {
         .insert("missing_modules".into(), json!(dump.missing_modules()));
     stacks::signal_header(&mut header, dump.signal(), snap);
     args.report
-        .print(snap, &mut dump.memory(), dump.size(), &header)
+        .print(snap, &mut dump.memory(), &dump, dump.size(), &header)
 }

@@ -1,6 +1,10 @@
 //! `callstack pstack [--json] PID`: every thread's backtrace from a live
 //! process, which is stopped only while its registers and stacks are copied.
 //!
+//! A CPython interpreter's frames are read while the threads are stopped,
+//! and shown in place of the `_PyEval_EvalFrameDefault` frames that run
+//! them (`--no-python`: native frames only).
+//!
 //! `callstack pstack --minidump OUT PID` writes a minidump of the process
 //! instead of printing its stacks (one line on stderr says what was
 //! written); the process is left running as always.
@@ -36,7 +40,17 @@ pub fn run(args: Args) -> Result<(), String> {
         crate::minidump_args::note(out, &stats, args.timing.then(|| t0.elapsed()));
         return Ok(());
     }
-    let live = LiveProcess::capture(args.pid, &args.report.lookup()).map_err(|e| e.to_string())?;
+    // A CPython interpreter's frames are read while the threads are
+    // stopped, of the same instant as their stacks.
+    let mut hook = stacks::PythonHook::default();
+    let live = LiveProcess::capture_with(
+        args.pid,
+        &args.report.lookup(),
+        args.report
+            .python()
+            .then_some(&mut hook as &mut dyn callstack::remote::process::WhileStopped),
+    )
+    .map_err(|e| e.to_string())?;
     if args.timing {
         eprintln!(
             "callstack: target stopped for {:.3} ms ({} threads)",
@@ -46,6 +60,11 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let snap = live.snapshot();
     stacks::warn(snap);
-    args.report
-        .print(snap, &mut live.memory(), 0, &stacks::Header::default())
+    args.report.print_with(
+        snap,
+        &mut live.memory(),
+        hook.frames(),
+        0,
+        &stacks::Header::default(),
+    )
 }

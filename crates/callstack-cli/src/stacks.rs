@@ -11,7 +11,8 @@
 //! ended with a jump to the next), marked `"tail_call":true` in JSON and
 //! printed as ordinary frames in text.
 
-use callstack::remote::{Lookup, RemoteUnwinder, Snapshot, Unwound};
+use callstack::python::PyFrame;
+use callstack::remote::{Lookup, ReadTarget, RemoteUnwinder, Snapshot, Unwound};
 use callstack::symbolize::{Address, Debuginfod, ModuleInfo, SymbolExtent, Symbolizer};
 use callstack::unwind::Memory;
 use serde_json::{json, Value};
@@ -33,6 +34,11 @@ pub struct ReportArgs {
     /// Show the frames below `main` too (gdb's `set backtrace past-main`).
     #[arg(long)]
     past_main: bool,
+    /// Native frames only: do not read a CPython interpreter's frames
+    /// (by default they replace the `_PyEval_EvalFrameDefault` frames that
+    /// run them).
+    #[arg(long)]
+    no_python: bool,
     /// Look up the target's file paths under this directory first.
     #[arg(long, value_name = "DIR")]
     sysroot: Option<PathBuf>,
@@ -64,6 +70,8 @@ impl ReportArgs {
 
     /// Unwinds and symbolizes every thread of `snap` ([`collect`]) and prints
     /// them as asked. `size` is the bytes the progress line counts (0: none).
+    /// `target` reads the memory a CPython interpreter's frames are read
+    /// from (unless `--no-python`).
     ///
     /// `header` comes first: its text lines before the threads, its JSON
     /// keys at the top level.
@@ -71,6 +79,30 @@ impl ReportArgs {
         &self,
         snap: &Snapshot,
         mem: &mut M,
+        target: &dyn ReadTarget,
+        size: u64,
+        header: &Header,
+    ) -> Result<(), String> {
+        let python = if self.no_python {
+            PythonFrames::default()
+        } else {
+            python_frames(snap, target)
+        };
+        self.print_with(snap, mem, python, size, header)
+    }
+
+    /// Whether Python frames are wanted (no `--no-python`).
+    pub fn python(&self) -> bool {
+        !self.no_python
+    }
+
+    /// [`print`](Self::print) with the Python frames already read (by
+    /// [`PythonHook`] while a live process was stopped).
+    pub fn print_with<M: Memory + Send>(
+        &self,
+        snap: &Snapshot,
+        mem: &mut M,
+        python: PythonFrames,
         size: u64,
         header: &Header,
     ) -> Result<(), String> {
@@ -82,6 +114,7 @@ impl ReportArgs {
             self.past_main,
             &self.debug_dir,
             self.client().clone(),
+            &python,
         );
         crate::debuginfod::warn(self.client().as_ref());
         print_methods(&threads, self.json, self.methods, header)
@@ -167,6 +200,88 @@ pub fn signal_header(
     header.json.insert("signal".into(), signal);
 }
 
+/// The Python frames of each thread, by native thread id (empty when the
+/// target runs no CPython interpreter, or it could not be read).
+#[derive(Default)]
+pub struct PythonFrames {
+    by_tid: std::collections::HashMap<u64, Vec<PyFrame>>,
+}
+
+/// Reads the interpreter's threads ([`callstack::python`]); a version not
+/// supported, or memory that does not read as the layout says, is one
+/// warning on stderr, and the native frames are shown alone.
+pub fn python_frames(snap: &Snapshot, target: &dyn ReadTarget) -> PythonFrames {
+    let tids: Vec<u32> = snap.threads.iter().map(|t| t.tid).collect();
+    let threads = callstack::python::Interpreter::find(snap, target).and_then(|i| match i {
+        Some(i) => i.threads_of(target, snap.pid, &tids),
+        None => Ok(Vec::new()),
+    });
+    python_frames_of(threads)
+}
+
+/// Reads a live process's Python frames while its threads are stopped
+/// (`LiveProcess::capture_with`): the interpreter is found before the stop,
+/// its threads read during it.
+#[derive(Default)]
+pub struct PythonHook {
+    pid: u32,
+    interp: Option<callstack::python::Interpreter>,
+    result: Option<Result<Vec<callstack::python::PyThread>, callstack::python::PyError>>,
+}
+
+impl callstack::remote::process::WhileStopped for PythonHook {
+    fn wants(&self, path: &str) -> bool {
+        callstack::python::is_python_file(path)
+    }
+    fn prepare(&mut self, pid: u32, modules: &[callstack::remote::Module]) -> bool {
+        self.pid = pid;
+        match callstack::python::Interpreter::find_in(modules) {
+            Ok(Some(i)) => {
+                self.interp = Some(i);
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                self.result = Some(Err(e));
+                false
+            }
+        }
+    }
+    fn stopped(&mut self, mem: &dyn ReadTarget, tids: &[u32]) {
+        if let Some(i) = &self.interp {
+            self.result = Some(i.threads_of(mem, self.pid, tids));
+        }
+    }
+}
+
+impl PythonHook {
+    /// The frames read (a warning on stderr if they could not be).
+    pub fn frames(self) -> PythonFrames {
+        python_frames_of(self.result.unwrap_or(Ok(Vec::new())))
+    }
+}
+
+fn python_frames_of(
+    threads: Result<Vec<callstack::python::PyThread>, callstack::python::PyError>,
+) -> PythonFrames {
+    match threads {
+        Ok(threads) => PythonFrames {
+            by_tid: threads
+                .into_iter()
+                .filter_map(|t| Some((t.native_tid?, t.frames)))
+                .collect(),
+        },
+        Err(e) => {
+            eprintln!("callstack: warning: {e}");
+            PythonFrames::default()
+        }
+    }
+}
+
+/// The native function that runs Python frames (3.11+: several per call;
+/// before: one).
+const EVAL_FUNCTION: &str = "_PyEval_EvalFrameDefault";
+
 /// Frames deeper than this are not unwound (a runaway chain ends here).
 pub const MAX_FRAMES: usize = 1024;
 
@@ -189,6 +304,9 @@ pub struct FrameOut {
     /// to the next, so it has no frame on the stack; found from the DWARF
     /// call sites. Its pc is the address just past that jump.
     pub tail_call: bool,
+    /// A CPython frame (function, file, line of Python code), in place of
+    /// the `_PyEval_EvalFrameDefault` frame that runs it.
+    pub python: bool,
 }
 
 /// One printed thread.
@@ -240,6 +358,7 @@ pub fn collect<M: Memory + Send>(
     past_main: bool,
     debug_dirs: &[PathBuf],
     debuginfod: Option<Arc<Debuginfod>>,
+    python: &PythonFrames,
 ) -> Vec<ThreadOut> {
     let out = std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::channel::<(usize, Unwound)>();
@@ -258,7 +377,9 @@ pub fn collect<M: Memory + Send>(
             .into_iter()
             .map(|(i, u)| {
                 progress.tick(i);
-                name_thread(snap, &snap.threads[i], u, &mut sym, past_main)
+                let t = &snap.threads[i];
+                let py = python.by_tid.get(&u64::from(t.tid)).map(|v| v.as_slice());
+                name_thread(snap, t, u, &mut sym, past_main, py.unwrap_or(&[]))
             })
             .collect();
         // Split DWARF found missing while naming (a `.dwo` moved away):
@@ -287,7 +408,8 @@ fn ends_at_main(frames: &[FrameOut], rule: Option<&crate::mainfn::MainRule>) -> 
     let (Some(last), Some(rule)) = (frames.last(), rule) else {
         return false;
     };
-    !last.inlined && last.function.as_deref().is_some_and(|f| rule.stops_at(f))
+    // A Python function called `main` is not the program's.
+    !last.inlined && !last.python && last.function.as_deref().is_some_and(|f| rule.stops_at(f))
 }
 
 fn name_thread(
@@ -296,6 +418,7 @@ fn name_thread(
     unwound: Unwound,
     sym: &mut Names,
     past_main: bool,
+    mut python: &[PyFrame],
 ) -> ThreadOut {
     let mut frames: Vec<FrameOut> = Vec::new();
     let mut stop = unwound.stop.clone();
@@ -338,6 +461,7 @@ fn name_thread(
                         show_pc: true,
                         signal_trampoline: false,
                         tail_call: true,
+                        python: false,
                     });
                 }
             }
@@ -360,11 +484,27 @@ fn name_thread(
                 show_pc: true,
                 signal_trampoline,
                 tail_call: false,
+                python: false,
             });
         }
+        let n_syms = syms.len();
         for (k, s) in syms.into_iter().enumerate() {
             if signal_trampoline && k > 0 {
                 break;
+            }
+            // The evaluation loop's own level (its inlined callees stay):
+            // the Python frames it runs, innermost first, up to its entry.
+            if k + 1 == n_syms && !python.is_empty() && s.function.as_deref() == Some(EVAL_FUNCTION)
+            {
+                let n = python
+                    .iter()
+                    .position(|p| p.entry)
+                    .map_or(python.len(), |i| i + 1);
+                for p in &python[..n] {
+                    frames.push(python_frame(f.pc, module_name.clone(), f.method, p));
+                }
+                python = &python[n..];
+                continue;
             }
             frames.push(FrameOut {
                 pc: f.pc,
@@ -377,6 +517,7 @@ fn name_thread(
                 show_pc: k == 0,
                 signal_trampoline,
                 tail_call: false,
+                python: false,
             });
         }
         // Read the module's rule only when the real frame just printed may
@@ -385,6 +526,7 @@ fn name_thread(
             (Some(m), Some(last))
                 if !past_main
                     && !last.inlined
+                    && !last.python
                     && last
                         .function
                         .as_deref()
@@ -395,11 +537,39 @@ fn name_thread(
             _ => None,
         };
     }
+    // Python frames whose evaluation loop's frame was not reached (the
+    // native walk ended early): outermost last, after the native frames.
+    for p in python {
+        frames.push(python_frame(0, None, callstack::remote::Method::Cfi, p));
+    }
     ThreadOut {
         tid: t.tid,
         name: t.name.clone(),
         frames,
         stop,
+    }
+}
+
+/// A Python frame as printed, in place of the evaluation loop's frame at
+/// `pc` (its module and method).
+fn python_frame(
+    pc: u64,
+    module: Option<String>,
+    method: callstack::remote::Method,
+    p: &PyFrame,
+) -> FrameOut {
+    FrameOut {
+        pc,
+        function: Some(p.function.clone()),
+        file: Some(p.file.clone()),
+        line: p.line,
+        inlined: false,
+        module,
+        method: json_method(method),
+        show_pc: false,
+        signal_trampoline: false,
+        tail_call: false,
+        python: true,
     }
 }
 
@@ -601,14 +771,16 @@ pub fn warn(snap: &Snapshot) {
     }
 }
 
-/// How many frames each method found, in a fixed order
+/// How many native frames each method found, in a fixed order
 /// (`context`, `cfi`, `fp`, `insn`, `scan`, then any other).
 pub fn method_counts(threads: &[ThreadOut]) -> Vec<(&'static str, usize)> {
     let mut counts: Vec<(&'static str, usize)> = ["context", "cfi", "fp", "insn", "scan"]
         .iter()
         .map(|m| (*m, 0))
         .collect();
-    for f in threads.iter().flat_map(|t| &t.frames) {
+    // Python frames stand for an evaluation loop frame: not native frames
+    // found by a method.
+    for f in threads.iter().flat_map(|t| &t.frames).filter(|f| !f.python) {
         match counts.iter_mut().find(|c| c.0 == f.method) {
             Some(c) => c.1 += 1,
             None => counts.push((f.method, 1)),
@@ -638,6 +810,20 @@ pub fn print_text_methods(
             if f.signal_trampoline {
                 // As gdb prints the frame of a signal trampoline.
                 write!(w, "<signal handler called>")?;
+                if methods {
+                    write!(w, " [{}]", f.method)?;
+                }
+                writeln!(w)?;
+                continue;
+            }
+            if f.python {
+                // py-spy's form: `function (file:line)`.
+                write!(w, "[python] {} (", f.function.as_deref().unwrap_or("??"))?;
+                write!(w, "{}", f.file.as_deref().unwrap_or("??"))?;
+                if let Some(line) = f.line {
+                    write!(w, ":{line}")?;
+                }
+                write!(w, ")")?;
                 if methods {
                     write!(w, " [{}]", f.method)?;
                 }
@@ -701,6 +887,11 @@ pub fn to_json(threads: &[ThreadOut]) -> Value {
                     if f.tail_call {
                         // gdb's tail-call frame.
                         v["tail_call"] = json!(true);
+                    }
+                    if f.python {
+                        // A CPython frame: function, file and line of
+                        // Python code.
+                        v["python"] = json!(true);
                     }
                     v
                 })

@@ -339,3 +339,28 @@ fn symbolize_json_matches_its_schema() {
     assert!(stacks[2]["frames"][0]["function"].is_null());
     check("symbolize.schema.json", &v);
 }
+
+/// Python frames (`"python": true`) follow the pstack schema: Debian's
+/// python3.11 running the Python test fixture (skipped when absent).
+#[test]
+fn pstack_json_with_python_frames_matches_the_schema() {
+    let python = std::path::Path::new("/usr/bin/python3.11");
+    if !python.is_file() {
+        eprintln!("note: /usr/bin/python3.11 not present: skipped");
+        return;
+    }
+    let script = workspace_root().join("crates/callstack-cli/tests/fixtures/python/threads.py");
+    let mut child = Command::new(python)
+        .arg(&script)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = [0u8; 6];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut ready).unwrap();
+    let pid = child.id().to_string();
+    let v = run_json(&["pstack", "--json", &pid], None);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(v.to_string().contains("\"python\":true"), "{v}");
+    check("pstack.schema.json", &v);
+}

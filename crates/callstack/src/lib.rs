@@ -87,6 +87,8 @@ pub mod profile;
 #[cfg(all(target_os = "linux", callstack_native))]
 pub mod profiler;
 #[cfg(feature = "remote")]
+pub mod python;
+#[cfg(feature = "remote")]
 pub mod remote;
 mod stack;
 #[cfg(feature = "symbolize")]

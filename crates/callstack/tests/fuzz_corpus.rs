@@ -145,6 +145,16 @@ fn perf_map_corpus() {
 }
 
 #[test]
+fn python_lines_corpus() {
+    let runs = replay("python_lines", targets::python_lines);
+    let named = |n: &str| runs.iter().find(|r| r.0.ends_with(n)).unwrap().1;
+    // Real tables (seeds from python3.9 to 3.13) give lines.
+    for seed in ["/py39", "/py310", "/py311", "/py313"] {
+        assert!(named(seed).is_some_and(|n| n > 0), "{seed}");
+    }
+}
+
+#[test]
 fn remote_image_corpus() {
     let runs = replay("remote_image", targets::remote_image);
     // The intact library names its functions.

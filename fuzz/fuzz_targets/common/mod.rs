@@ -410,3 +410,27 @@ pub fn cfi_eval(data: &[u8]) {
         let _ = evaluate::<Aarch64, _>(&secs, at, pc, &regs, &mut Wild);
     }
 }
+
+/// `python_lines`: a CPython code object's line table, decoded at every
+/// instruction offset. The first byte picks the format (`co_lnotab`, 3.10's
+/// `co_linetable`, 3.11+'s location table), the next two are the first
+/// line (little-endian `i16`), the rest is the table. Returns how many
+/// offsets have a line (`None` when the input is too short).
+pub fn python_lines(data: &[u8]) -> Option<usize> {
+    use callstack::python::lines::{line_for, Format};
+    let (&which, rest) = data.split_first()?;
+    let first = rest.get(..2)?;
+    let table = &rest[2..];
+    let format = match which % 3 {
+        0 => Format::Lnotab,
+        1 => Format::Linetable310,
+        _ => Format::Locations,
+    };
+    let first_line = i64::from(i16::from_le_bytes([first[0], first[1]]));
+    let end = (table.len() as i64) * 8 + 4;
+    Some(
+        (-2..end)
+            .filter(|&o| line_for(format, table, first_line, o).is_some())
+            .count(),
+    )
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::files::{self, Lookup};
 use super::ptrace;
-use super::{Machine, Mapping, RemoteError, Snapshot, Thread};
+use super::{Machine, Mapping, Module, RemoteError, Snapshot, Thread};
 use crate::unwind::{Memory, ReadError};
 
 /// How many bytes of each thread's stack are copied while it is stopped,
@@ -208,10 +208,49 @@ fn wait_for_stops(pid: u32, stopped: &mut [Stopped], deadline: Instant) -> Vec<u
     Vec::new()
 }
 
+/// Work on a live target's memory while all its threads are stopped, so
+/// that what it reads is of the same instant as the copied stacks (a
+/// language runtime's own frames: `callstack::python`).
+pub trait WhileStopped {
+    /// Whether the module mapped from `path` is needed by [`prepare`](Self::prepare).
+    fn wants(&self, path: &str) -> bool;
+    /// Before the threads are stopped: the modules [`wants`](Self::wants)
+    /// chose, their files found and load biases known. False: nothing to
+    /// do while stopped.
+    fn prepare(&mut self, pid: u32, modules: &[Module]) -> bool;
+    /// While stopped, after the registers and stacks are copied: `mem`
+    /// reads the process, `tids` are its stopped threads.
+    fn stopped(&mut self, mem: &dyn super::ReadTarget, tids: &[u32]);
+}
+
+/// A live process's memory read directly (`process_vm_readv`, else
+/// `/proc/PID/mem`).
+struct RawMemory {
+    pid: u32,
+    tid: u32,
+}
+
+impl super::ReadTarget for RawMemory {
+    fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
+        matches!(ptrace::read_remote(self.tid as i32, addr, buf), Ok(n) if n == buf.len())
+            || read_proc_mem(self.pid, self.tid, addr, buf)
+    }
+}
+
 impl LiveProcess {
     /// Stops every thread of `pid`, copies registers and stacks, and lets
     /// them go. Unwinding happens afterwards, on the copies.
     pub fn capture(pid: u32, lookup: &Lookup) -> Result<LiveProcess, RemoteError> {
+        Self::capture_with(pid, lookup, None)
+    }
+
+    /// [`capture`](Self::capture), running `hook` on the process's memory
+    /// while its threads are stopped (it lengthens the stop by its reads).
+    pub fn capture_with(
+        pid: u32,
+        lookup: &Lookup,
+        mut hook: Option<&mut dyn WhileStopped>,
+    ) -> Result<LiveProcess, RemoteError> {
         if pid == 0 || std::fs::metadata(proc_path(pid, "")).is_err() {
             return Err(RemoteError::NoSuchProcess(pid));
         }
@@ -240,6 +279,26 @@ impl LiveProcess {
             // An unreadable executable: the process is taken to be of this
             // host's architecture.
             .unwrap_or(crate::arch::NATIVE_MACHINE.unwrap_or(Machine::X86_64));
+
+        // The hook's modules, found before anything is stopped.
+        let exe_link = std::fs::read_link(&exe)
+            .ok()
+            .map(|p| p.display().to_string());
+        if let Some(h) = hook.as_deref_mut() {
+            let wanted: Vec<Mapping> = maps
+                .iter()
+                .map(|(m, _)| m)
+                .filter(|m| m.path.starts_with('/') && h.wants(&m.path))
+                .cloned()
+                .collect();
+            let mut mods = files::group_mappings(&wanted);
+            let mut ignored = Vec::new();
+            let exe_arg = exe_link.as_deref().map(|n| (Path::new(&exe), n));
+            files::resolve_files(&mut mods, lookup, exe_arg, &mut ignored);
+            if !h.prepare(pid, &mods) {
+                hook = None;
+            }
+        }
 
         // Attach (no stop yet), re-listing until no new thread appears.
         let mut seized: Vec<u32> = Vec::new();
@@ -338,6 +397,10 @@ impl LiveProcess {
                 registers,
                 stack_end,
             });
+        }
+        if let Some(h) = hook {
+            let tids: Vec<u32> = threads.iter().map(|t: &Thread| t.tid).collect();
+            h.stopped(&RawMemory { pid, tid: mm_tid }, &tids);
         }
         for s in &stopped {
             let _ = ptrace::detach(s.tid as i32, s.signal);
@@ -479,6 +542,12 @@ fn read_proc_mem(pid: u32, tid: u32, addr: u64, buf: &mut [u8]) -> bool {
     std::fs::File::open(proc_path(pid, &format!("task/{tid}/mem")))
         .and_then(|f| f.read_exact_at(buf, addr))
         .is_ok()
+}
+
+impl super::ReadTarget for LiveProcess {
+    fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.memory().read_bytes(addr, buf)
+    }
 }
 
 impl Memory for ProcessMemory<'_> {

@@ -1,0 +1,590 @@
+//! CPython frames in `callstack pstack` and `callstack core`, against py-spy
+//! and gdb, on `tests/fixtures/python/threads.py` (threads in `time.sleep`,
+//! `json.loads`, `zlib.compress`, a pure-Python loop, and the main thread
+//! joining them), for every supported interpreter found on the machine.
+//!
+//! The process is stopped with SIGSTOP, and every tool reads the same
+//! stopped state: `py-spy dump --json --nonblocking` (py-spy cannot suspend
+//! a stopped process itself), `gdb -p PID -ex 'thread apply all bt'`, then
+//! `callstack pstack --json`, then `gcore` and `callstack core --json`.
+//! Per thread (by LWP):
+//! - our Python frames (function, file, line) equal py-spy's, in order;
+//! - our native frames equal gdb's chain, where each run of Python frames
+//!   stands in place of one `_PyEval_EvalFrameDefault` frame of gdb's, and
+//!   the runs end where py-spy's frames say an evaluation call's entry
+//!   frame is (`is_entry`): py-spy `dump --native`'s merge.
+//!
+//! py-spy comes from PyPI (scripts/install-test-deps.sh). Without it the
+//! test says so and passes, unless `CI` or `CALLSTACK_REQUIRE_PYSPY` is set.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use testsupport::{gcore, release_artifacts, scratch_dir, workspace_root};
+
+/// The interpreters tried: Debian's, then pyenv's builds of each supported
+/// version (where present).
+fn interpreters() -> Vec<PathBuf> {
+    let mut v = vec![PathBuf::from("/usr/bin/python3.11")];
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")));
+    if let Some(root) = root {
+        if let Ok(dir) = std::fs::read_dir(root.join("versions")) {
+            let mut found: Vec<PathBuf> = dir
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().into_string().ok()?;
+                    let mut parts = name.split('.');
+                    let (major, minor) = (parts.next()?, parts.next()?);
+                    if major != "3" || !SUPPORTED_MINORS.contains(&minor) {
+                        return None;
+                    }
+                    Some(e.path().join("bin").join(format!("python3.{minor}")))
+                })
+                .collect();
+            found.sort();
+            v.extend(found);
+        }
+    }
+    v
+}
+
+/// py-spy, on PATH; `None` (with a note) when it is missing and not required.
+fn py_spy() -> Option<PathBuf> {
+    tool("py-spy")
+}
+
+/// A tool on PATH; `None` (with a note) when it is missing and not required.
+fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        let required = std::env::var_os("CI").is_some()
+            || std::env::var_os("CALLSTACK_REQUIRE_PYSPY").is_some();
+        assert!(
+            !required,
+            "{name} is not installed (scripts/install-test-deps.sh installs it from PyPI)"
+        );
+        eprintln!(
+            "note: {name} is not installed: its checks are skipped (scripts/install-test-deps.sh)"
+        );
+    }
+    found
+}
+
+/// The fixture under `python`, running and stopped (SIGSTOP) once every
+/// thread has started and had a moment to enter its loop.
+struct Stopped {
+    child: Child,
+    pid: u32,
+}
+
+impl Stopped {
+    fn start(python: &Path) -> Stopped {
+        let script = workspace_root().join("crates/callstack-cli/tests/fixtures/python/threads.py");
+        let mut child = Command::new(python)
+            .arg(&script)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the python fixture");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "the fixture did not start");
+        // Let the threads reach their loops (not a timing assertion: every
+        // tool reads the same stopped state, whatever it is).
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let pid = child.id();
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !all_stopped(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the fixture did not stop"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        Stopped { child, pid }
+    }
+}
+
+/// Whether every thread of `pid` is in a stopped state (`T`).
+fn all_stopped(pid: u32) -> bool {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    dir.flatten().all(|e| {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, r)| r.starts_with('T') || r.starts_with('t'))
+    })
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One Python frame: function, file, line.
+type PyFrame = (String, String, Option<u64>);
+
+/// py-spy's frames per thread, innermost first, with its `is_entry` marks.
+/// Keyed by LWP; before 3.11, py-spy cannot name the LWP of a process it
+/// does not suspend itself, and those threads are listed apart.
+struct Spy {
+    by_tid: BTreeMap<u32, Vec<(PyFrame, bool)>>,
+    without_tid: Vec<Vec<PyFrame>>,
+}
+
+fn py_spy_threads(py_spy: &Path, pid: u32) -> Spy {
+    let o = Command::new(py_spy)
+        .args(["dump", "--json", "--nonblocking", "--pid", &pid.to_string()])
+        .output()
+        .expect("run py-spy");
+    assert!(
+        o.status.success(),
+        "py-spy failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).expect("py-spy's JSON");
+    let mut out = BTreeMap::new();
+    let mut without_tid = Vec::new();
+    for t in v.as_array().expect("py-spy's thread list") {
+        let frames: Vec<(PyFrame, bool)> = t["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    (
+                        f["name"].as_str().unwrap().to_string(),
+                        f["filename"].as_str().unwrap().to_string(),
+                        f["line"].as_u64(),
+                    ),
+                    // py-spy marks an evaluation call's entry frame
+                    // `is_entry` in 3.11, `is_shim_entry` from 3.12.
+                    f["is_entry"].as_bool().unwrap_or(false)
+                        || f["is_shim_entry"].as_bool().unwrap_or(false),
+                )
+            })
+            .collect();
+        match t["os_thread_id"].as_u64() {
+            Some(tid) => {
+                out.insert(tid as u32, frames);
+            }
+            None => without_tid.push(frames.into_iter().map(|f| f.0).collect()),
+        }
+    }
+    Spy {
+        by_tid: out,
+        without_tid,
+    }
+}
+
+/// `pystack core CORE`'s Python frames per LWP, innermost first: (name,
+/// file, line). pystack names a function by `co_name` (ours is the
+/// qualified name from 3.11).
+fn pystack_core(pystack: &Path, core: &Path) -> BTreeMap<u32, Vec<PyFrame>> {
+    let o = Command::new(pystack)
+        .arg("core")
+        .arg(core)
+        .output()
+        .expect("run pystack");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "pystack failed: {text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut out: BTreeMap<u32, Vec<PyFrame>> = BTreeMap::new();
+    let mut tid = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("Traceback for thread ") {
+            tid = rest
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse::<u32>().ok());
+            if let Some(t) = tid {
+                out.insert(t, Vec::new());
+            }
+        } else if let Some(rest) = line.trim_start().strip_prefix("(Python) File \"") {
+            let (file, rest) = rest.split_once("\", line ").expect("pystack's frame line");
+            let (line_no, name) = rest.split_once(", in ").expect("pystack's frame line");
+            if let Some(t) = tid {
+                out.get_mut(&t).unwrap().push((
+                    name.trim().to_string(),
+                    file.to_string(),
+                    line_no.trim().parse().ok(),
+                ));
+            }
+        }
+    }
+    // pystack prints the outermost frame first.
+    for frames in out.values_mut() {
+        frames.reverse();
+    }
+    out
+}
+
+/// gdb's `thread apply all bt`: LWP -> function names.
+fn gdb_threads(args: &[&str]) -> BTreeMap<u32, Vec<String>> {
+    let o = testsupport::gdb_batch("gdb")
+        .args(["-ex", "thread apply all bt"])
+        .args(args)
+        .output()
+        .expect("run gdb");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut out: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let mut tid = None;
+    for line in text.lines() {
+        if line.starts_with("Thread ") {
+            tid = line
+                .split_once("(LWP ")
+                .and_then(|(_, r)| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse::<u32>().ok());
+            if let Some(t) = tid {
+                out.insert(t, Vec::new());
+            }
+        } else if line.starts_with('#') {
+            if let Some(t) = tid {
+                out.get_mut(&t)
+                    .unwrap()
+                    .extend(testsupport::parse_gdb_bt(line));
+            }
+        }
+    }
+    assert!(!out.is_empty(), "gdb printed no threads:\n{text}");
+    out
+}
+
+/// One of our frames: a Python frame, or a native function name.
+#[derive(Debug, Clone, PartialEq)]
+enum Ours {
+    Py(PyFrame),
+    Native(String),
+    /// A tail-call frame inferred from the DWARF call sites.
+    TailCall(String),
+}
+
+fn callstack_threads(args: &[&str]) -> BTreeMap<u32, Vec<Ours>> {
+    let o = Command::new(&release_artifacts().cli)
+        .args(args)
+        .output()
+        .expect("run callstack");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("panicked"), "callstack panicked: {stderr}");
+    assert!(o.status.success(), "callstack {args:?} failed: {stderr}");
+    assert!(
+        !stderr.contains("Python"),
+        "callstack {args:?} warned about Python frames: {stderr}"
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).expect("callstack's JSON");
+    let mut out = BTreeMap::new();
+    for t in v["threads"].as_array().unwrap() {
+        let frames = t["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                let function = f["function"].as_str().unwrap_or("??").to_string();
+                if f["python"].as_bool() == Some(true) {
+                    Ours::Py((
+                        function,
+                        f["file"].as_str().unwrap().to_string(),
+                        f["line"].as_u64(),
+                    ))
+                } else if f["tail_call"].as_bool() == Some(true) {
+                    Ours::TailCall(function)
+                } else {
+                    Ours::Native(function)
+                }
+            })
+            .collect();
+        out.insert(t["tid"].as_u64().unwrap() as u32, frames);
+    }
+    out
+}
+
+/// The tail-call frame the inference gets wrong at libpython's call of
+/// `pthread_cond_timedwait` (see `compare`), when gdb does not show it.
+fn is_known_bad_tail_call(name: &str, gdb: &[String]) -> bool {
+    name == "__pthread_cond_timedwait_2_0" && !gdb.iter().any(|g| g == name)
+}
+
+/// Checks our threads against py-spy's and gdb's.
+/// `one_per_call`: before 3.11, each evaluation loop call runs one frame.
+fn compare(
+    what: &str,
+    ours: &BTreeMap<u32, Vec<Ours>>,
+    spy_all: &Spy,
+    gdb: &BTreeMap<u32, Vec<String>>,
+    one_per_call: bool,
+) {
+    let spy = &spy_all.by_tid;
+    // Threads py-spy could not name: the same stacks, as a multiset.
+    if !spy_all.without_tid.is_empty() {
+        let mut theirs = spy_all.without_tid.clone();
+        let mut mine: Vec<Vec<PyFrame>> = ours
+            .iter()
+            .filter(|(tid, _)| !spy.contains_key(tid))
+            .map(|(_, frames)| {
+                frames
+                    .iter()
+                    .filter_map(|f| match f {
+                        Ours::Py(p) => Some(p.clone()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .filter(|v| !v.is_empty())
+            .collect();
+        theirs.retain(|v| !v.is_empty());
+        theirs.sort();
+        mine.sort();
+        assert_eq!(mine, theirs, "{what}: Python stacks, ours vs py-spy");
+    }
+    assert_eq!(
+        ours.keys().collect::<Vec<_>>(),
+        gdb.keys().collect::<Vec<_>>(),
+        "{what}: threads"
+    );
+    // Every thread py-spy sees has Python frames in ours.
+    for tid in spy.keys() {
+        assert!(
+            ours.contains_key(tid),
+            "{what}: py-spy's thread {tid} missing"
+        );
+    }
+    let mut seen_functions = Vec::new();
+    for (tid, frames) in ours {
+        let py: Vec<PyFrame> = frames
+            .iter()
+            .filter_map(|f| match f {
+                Ours::Py(p) => Some(p.clone()),
+                _ => None,
+            })
+            .collect();
+        if spy_all.without_tid.is_empty() || spy.contains_key(tid) {
+            let want: Vec<PyFrame> = spy
+                .get(tid)
+                .map(|v| v.iter().map(|(p, _)| p.clone()).collect())
+                .unwrap_or_default();
+            assert_eq!(
+                py, want,
+                "{what}: thread {tid}: Python frames, ours vs py-spy"
+            );
+        }
+        seen_functions.extend(py.iter().map(|p| p.0.clone()));
+
+        // The merge: each run of Python frames in place of one evaluation
+        // loop frame of gdb's, a run ending at py-spy's entry frames.
+        let mut collapsed: Vec<String> = Vec::new();
+        let mut runs: Vec<usize> = Vec::new();
+        for f in frames {
+            match f {
+                Ours::Py(_) if collapsed.last().map(String::as_str) == Some("<python>") => {
+                    *runs.last_mut().unwrap() += 1
+                }
+                Ours::Py(_) => {
+                    collapsed.push("<python>".into());
+                    runs.push(1);
+                }
+                Ours::Native(n) => collapsed.push(n.clone()),
+                // Known wrong, and not a Python matter: at libpython's call
+                // of `pthread_cond_timedwait`, the tail-call inference gives
+                // glibc's compat `__pthread_cond_timedwait_2_0` (the call's
+                // target resolved to the old symbol version), which gdb does
+                // not show. Other tail-call frames are compared (gdb shows
+                // them, such as `do_futex_wait`).
+                Ours::TailCall(n) if is_known_bad_tail_call(n, &gdb[tid]) => {}
+                Ours::TailCall(n) => collapsed.push(n.clone()),
+            }
+        }
+        let gdb_chain: Vec<String> = gdb[tid]
+            .iter()
+            .map(|f| {
+                if f == "_PyEval_EvalFrameDefault" {
+                    "<python>".to_string()
+                } else {
+                    f.clone()
+                }
+            })
+            .collect();
+        assert_eq!(
+            collapsed, gdb_chain,
+            "{what}: thread {tid}: native frames (Python runs as <python>) vs gdb"
+        );
+        if one_per_call {
+            assert!(
+                runs.iter().all(|&n| n == 1),
+                "{what}: thread {tid}: runs {runs:?}"
+            );
+        } else if let Some(spy_frames) = spy.get(tid) {
+            let mut spy_runs = Vec::new();
+            let mut n = 0;
+            for (_, entry) in spy_frames {
+                n += 1;
+                if *entry {
+                    spy_runs.push(n);
+                    n = 0;
+                }
+            }
+            if n > 0 {
+                spy_runs.push(n);
+            }
+            assert_eq!(
+                runs, spy_runs,
+                "{what}: thread {tid}: frames per evaluation call"
+            );
+        }
+    }
+    for f in ["sleep_forever", "parse_json", "compress", "spin", "main"] {
+        assert!(
+            seen_functions
+                .iter()
+                .any(|s| s == f || s.strip_prefix("Spinner.") == Some(f)),
+            "{what}: no thread in {f}: {seen_functions:?}"
+        );
+    }
+}
+
+#[test]
+fn python_frames_match_py_spy_and_gdb() {
+    let Some(py_spy) = py_spy() else { return };
+    let mut tested = 0;
+    for python in interpreters() {
+        if !python.is_file() {
+            eprintln!("note: {} not present: skipped", python.display());
+            continue;
+        }
+        let what = python.display().to_string();
+        let fx = Stopped::start(&python);
+        let pid = fx.pid.to_string();
+        let spy = py_spy_threads(&py_spy, fx.pid);
+        let gdb = gdb_threads(&["-p", &pid]);
+        let live = callstack_threads(&["pstack", "--json", &pid]);
+        let one_per_call = ["3.7", "3.8", "3.9", "3.10"]
+            .iter()
+            .any(|v| what.ends_with(&format!("python{v}")));
+        compare(&format!("{what} pstack"), &live, &spy, &gdb, one_per_call);
+
+        let dir = scratch_dir("python-core");
+        let core = gcore(fx.pid, &dir);
+        let core_s = core.to_str().unwrap();
+        let from_core = callstack_threads(&["core", "--json", core_s]);
+        compare(
+            &format!("{what} core"),
+            &from_core,
+            &spy,
+            &gdb,
+            one_per_call,
+        );
+        // pystack, the other oracle, on the same core.
+        if let Some(pystack) = tool("pystack") {
+            let theirs = pystack_core(&pystack, &core);
+            for (tid, frames) in &from_core {
+                let ours: Vec<PyFrame> = frames
+                    .iter()
+                    .filter_map(|f| match f {
+                        Ours::Py((name, file, line)) => Some((
+                            name.rsplit('.').next().unwrap().to_string(),
+                            file.clone(),
+                            *line,
+                        )),
+                        _ => None,
+                    })
+                    .collect();
+                let want = theirs.get(tid).cloned().unwrap_or_default();
+                assert_eq!(ours, want, "{what} core: thread {tid}: ours vs pystack");
+            }
+        }
+
+        // --no-python: gdb's native frames alone.
+        let native = callstack_threads(&["pstack", "--json", "--no-python", &pid]);
+        for (tid, frames) in &native {
+            let names: Vec<String> = frames
+                .iter()
+                .filter_map(|f| match f {
+                    Ours::Native(n) => Some(n.clone()),
+                    Ours::TailCall(n) if is_known_bad_tail_call(n, &gdb[tid]) => None,
+                    Ours::TailCall(n) => Some(n.clone()),
+                    Ours::Py(p) => panic!("{what}: --no-python printed {p:?}"),
+                })
+                .collect();
+            assert_eq!(&names, &gdb[tid], "{what}: --no-python thread {tid}");
+        }
+        drop(fx);
+        let _ = std::fs::remove_dir_all(&dir);
+        tested += 1;
+    }
+    assert!(tested > 0, "no CPython 3.11+ on this machine");
+}
+
+/// The minor versions of CPython 3 whose frames are read.
+const SUPPORTED_MINORS: &[&str] = &["7", "8", "9", "10", "11", "12", "13"];
+
+/// A version without a layout: one clear warning, native frames shown.
+#[test]
+fn unsupported_version_is_refused_clearly() {
+    let python = std::env::var_os("HOME")
+        .map(|h| PathBuf::from(h).join(".pyenv/versions"))
+        .and_then(|d| std::fs::read_dir(d).ok())
+        .and_then(|d| {
+            let mut found: Vec<PathBuf> = d
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().into_string().ok()?;
+                    let minor = name.strip_prefix("3.")?.split('.').next()?.to_string();
+                    if SUPPORTED_MINORS.contains(&minor.as_str()) {
+                        return None;
+                    }
+                    Some(e.path().join("bin").join(format!("python3.{minor}")))
+                })
+                .filter(|p| p.is_file())
+                .collect();
+            found.sort();
+            found.pop()
+        });
+    let Some(python) = python else {
+        eprintln!("note: no unsupported CPython 3 here: skipped");
+        return;
+    };
+    let fx = Stopped::start(&python);
+    for cmd in ["pstack", "--no-python"] {
+        let mut args = vec!["pstack"];
+        if cmd == "--no-python" {
+            args.push(cmd);
+        }
+        let pid = fx.pid.to_string();
+        args.push(&pid);
+        let o = Command::new(&release_artifacts().cli)
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{stderr}");
+        let refusals = if cmd == "--no-python" { 0 } else { 1 };
+        assert_eq!(
+            stderr.matches("is not supported").count(),
+            refusals,
+            "{}: {args:?}: {stderr}",
+            python.display()
+        );
+        if refusals == 1 {
+            assert!(stderr.contains("Python frames are not shown"), "{stderr}");
+        }
+        assert!(!stdout.contains("[python]"), "{stdout}");
+        assert!(stdout.contains("PyEval"), "{stdout}");
+    }
+}

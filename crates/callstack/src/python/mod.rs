@@ -1,0 +1,632 @@
+//! CPython frames of another process (live or a core): which Python
+//! function, file and line each interpreter thread is running, read from
+//! the target's memory alone.
+//!
+//! The interpreter is found as py-spy finds it: the `_PyRuntime` symbol in
+//! the ELF symbol table (`.dynsym` or `.symtab`; no debug info needed) of
+//! the python executable or of `libpython`. Its version comes from the same
+//! file (`Py_Version` from 3.11, else the file's name), and the struct
+//! offsets from that version's own headers ([`layout`]). A version not in
+//! the table is refused with [`PyError::Unsupported`], never guessed.
+//!
+//! From `_PyRuntime`: the interpreters, each one's thread states (with the
+//! native thread id from 3.11), and each thread's chain of frames, innermost
+//! first. Each frame says whether it is the last (outermost) one run by its
+//! native `_PyEval_EvalFrameDefault` call ([`PyFrame::entry`]): from 3.11 one
+//! evaluation loop call runs several Python frames (`is_entry` in 3.11, a
+//! frame owned by the C stack marks the boundary from 3.12); before 3.11
+//! each call runs one.
+//!
+//! ```no_run
+//! use callstack::remote::{corefile::CoreFile, Lookup};
+//! let core = CoreFile::open("core".as_ref(), None, &Lookup::default())?;
+//! if let Ok(Some(py)) = callstack::python::Interpreter::find(core.snapshot(), &core) {
+//!     for t in py.threads(&core).unwrap_or_default() {
+//!         for f in &t.frames {
+//!             println!("{:?} {} ({}:{:?})", t.native_tid, f.function, f.file, f.line);
+//!         }
+//!     }
+//! }
+//! # Ok::<(), callstack::remote::RemoteError>(())
+//! ```
+
+pub mod layout;
+pub mod lines;
+
+use crate::remote::{Module, ReadTarget, Snapshot};
+use layout::Layout;
+use std::fmt;
+
+/// Why Python frames could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PyError {
+    /// The interpreter's version has no layout in the table.
+    Unsupported {
+        /// The version found (`3.14`, `3.6.15`).
+        version: String,
+        /// The file it was found in.
+        file: String,
+    },
+    /// The target's memory did not read as the layout says (unsaved, or
+    /// not a CPython structure): the address and what was read.
+    BadMemory(u64, &'static str),
+    /// The python file's symbols could not be read.
+    File(String),
+}
+
+impl fmt::Display for PyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PyError::Unsupported { version, file } => write!(
+                f,
+                "Python {version} ({file}) is not supported (struct layouts are known for {}): Python frames are not shown",
+                supported_versions()
+            ),
+            PyError::BadMemory(a, what) => {
+                write!(f, "could not read the Python {what} at {a:#x}")
+            }
+            PyError::File(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+impl std::error::Error for PyError {}
+
+/// The versions whose frames are read, as a list for messages (`3.7, 3.8, ...`).
+pub fn supported_versions() -> String {
+    let v: Vec<String> = SUPPORTED.iter().map(|(a, b)| format!("{a}.{b}")).collect();
+    v.join(", ")
+}
+
+/// The versions read: every one of the layout table (3.7, the first with
+/// `_PyRuntime`, to 3.13).
+const SUPPORTED: &[(u8, u8)] = &[(3, 7), (3, 8), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13)];
+
+/// The interpreter of a target: where `_PyRuntime` is, and its layout.
+#[derive(Clone, Debug)]
+pub struct Interpreter {
+    /// The version (major, minor, micro; micro 0 when only the file name
+    /// gave it).
+    pub version: (u8, u8, u8),
+    /// The module (executable or `libpython`) holding the interpreter.
+    pub module: String,
+    /// The address of `_PyRuntime` in the target.
+    pub runtime: u64,
+    /// The address of `PyCode_Type`, when the symbol table has it: each
+    /// frame's code object is checked to be one.
+    pub code_type: Option<u64>,
+    layout: &'static Layout,
+}
+
+/// One Python frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyFrame {
+    /// The function's qualified name (`Class.method`; `co_qualname`), its
+    /// name before 3.11.
+    pub function: String,
+    /// The code object's file name.
+    pub file: String,
+    /// The line being run, when the line table says.
+    pub line: Option<u32>,
+    /// The outermost frame of its `_PyEval_EvalFrameDefault` call: the
+    /// frames up to and including this one replace that native frame.
+    pub entry: bool,
+}
+
+/// One thread state of the interpreter.
+#[derive(Clone, Debug, Default)]
+pub struct PyThread {
+    /// The native thread id (LWP) of the thread, when the version records it.
+    pub native_tid: Option<u64>,
+    /// The thread's `pthread_t`.
+    pub thread_id: u64,
+    /// Its frames, innermost first.
+    pub frames: Vec<PyFrame>,
+}
+
+/// At most this many interpreters, threads per interpreter and frames per
+/// thread are read (a cycle in bad memory ends there).
+const MAX_INTERPRETERS: usize = 64;
+const MAX_THREADS: usize = 4096;
+const MAX_FRAMES: usize = 16384;
+/// At most this many thread descriptors are read to find the tid's offset.
+const MAX_DESCRIPTORS: usize = 64;
+/// Strings and tables longer than this are taken for bad memory.
+const MAX_STRING: u64 = 1 << 16;
+const MAX_TABLE: u64 = 1 << 24;
+
+/// `_PyInterpreterFrame.owner` of the frame a `_PyEval_EvalFrameDefault`
+/// call puts at its base (3.12+).
+const FRAME_OWNED_BY_CSTACK: u8 = 3;
+
+/// Whether a module's path names a python executable or libpython
+/// (`python3.11`, `libpython3.12.so.1.0`, `python3.13d`), and its version
+/// from the name when it has one.
+fn python_module(path: &str) -> Option<Option<(u8, u8)>> {
+    let name = path.rsplit('/').next()?;
+    let rest = name
+        .strip_prefix("libpython")
+        .or_else(|| name.strip_prefix("python"))?;
+    // `python`, `python3`: a name without the version.
+    let mut parts = rest.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next().and_then(|s| s.parse::<u8>().ok());
+    let minor = parts.next().and_then(|s| s.parse::<u8>().ok());
+    if !rest.is_empty() && !rest.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    Some(major.zip(minor))
+}
+
+/// Whether the file at `path` (as the target maps it) may hold a CPython
+/// interpreter: a python executable or libpython, by its name.
+pub fn is_python_file(path: &str) -> bool {
+    python_module(path).is_some()
+}
+
+/// The symbols the reader needs from the python file.
+#[derive(Default)]
+struct Symbols {
+    runtime: Option<u64>,
+    version_addr: Option<u64>,
+    code_type: Option<u64>,
+    version: Option<u32>,
+}
+
+fn read_symbols(path: &std::path::Path) -> Result<Symbols, PyError> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let data = crate::remote::files::map_file(path)
+        .map_err(|e| PyError::File(format!("{}: {e}", path.display())))?;
+    let file = object::File::parse(&*data)
+        .map_err(|e| PyError::File(format!("{}: {e}", path.display())))?;
+    let mut s = Symbols::default();
+    for sym in file.dynamic_symbols().chain(file.symbols()) {
+        let Ok(name) = sym.name() else { continue };
+        let slot = match name {
+            "_PyRuntime" => &mut s.runtime,
+            "Py_Version" => &mut s.version_addr,
+            "PyCode_Type" => &mut s.code_type,
+            _ => continue,
+        };
+        if slot.is_none() && sym.address() != 0 {
+            *slot = Some(sym.address());
+        }
+        if name == "Py_Version" && s.version.is_none() {
+            // A constant: read from the file (read-only data may not be in a core).
+            if let Some(section) = sym
+                .section_index()
+                .and_then(|i| file.section_by_index(i).ok())
+            {
+                if let Ok(Some(b)) = section.data_range(sym.address(), 4) {
+                    s.version = Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                }
+            }
+        }
+    }
+    Ok(s)
+}
+
+impl Interpreter {
+    /// Finds the interpreter of a target from its modules: `Ok(None)` when
+    /// no module is a python with `_PyRuntime`, an error when it is one of
+    /// a version not supported.
+    pub fn find(snap: &Snapshot, _mem: &dyn ReadTarget) -> Result<Option<Interpreter>, PyError> {
+        Self::find_in(&snap.modules)
+    }
+
+    /// [`find`](Self::find) among `modules` (their files found, biases
+    /// known), such as those a [`crate::remote::process::WhileStopped`]
+    /// hook is given before a live process is stopped.
+    pub fn find_in(modules: &[Module]) -> Result<Option<Interpreter>, PyError> {
+        // libpython before the executable: a python linked to libpython has
+        // `_PyRuntime` there only.
+        let mut candidates: Vec<(&Module, Option<(u8, u8)>)> = modules
+            .iter()
+            .filter_map(|m| Some((m, python_module(&m.name)?)))
+            .collect();
+        candidates
+            .sort_by_key(|(m, _)| !m.name.rsplit('/').next().unwrap_or("").starts_with("lib"));
+        // A python without `_PyRuntime` (before 3.7): refused, unless
+        // another module is the interpreter.
+        let mut refusal = None;
+        for (m, name_version) in candidates {
+            let Some(path) = m.file.as_deref() else {
+                // Its symbols are needed to find the interpreter.
+                refusal.get_or_insert(PyError::File(format!(
+                    "{}: file not found (or not the one the target ran): Python frames are not shown",
+                    m.name
+                )));
+                continue;
+            };
+            let syms = read_symbols(path)?;
+            let Some(runtime) = syms.runtime else {
+                if let Some((a, b)) = name_version {
+                    refusal.get_or_insert(PyError::Unsupported {
+                        version: format!("{a}.{b}"),
+                        file: m.name.clone(),
+                    });
+                }
+                continue;
+            };
+            let version = match (syms.version, name_version) {
+                (Some(hex), _) if hex >> 24 == 3 => {
+                    ((hex >> 24) as u8, (hex >> 16) as u8, (hex >> 8) as u8)
+                }
+                (_, Some((a, b))) => (a, b, 0),
+                _ => {
+                    return Err(PyError::Unsupported {
+                        version: "of unknown version".into(),
+                        file: m.name.clone(),
+                    })
+                }
+            };
+            let shown = if version.2 == 0 && syms.version.is_none() {
+                format!("{}.{}", version.0, version.1)
+            } else {
+                format!("{}.{}.{}", version.0, version.1, version.2)
+            };
+            let layout = match Layout::for_version(version.0, version.1) {
+                Some(l) if SUPPORTED.contains(&(version.0, version.1)) => l,
+                _ => {
+                    return Err(PyError::Unsupported {
+                        version: shown,
+                        file: m.name.clone(),
+                    })
+                }
+            };
+            return Ok(Some(Interpreter {
+                version,
+                module: m.name.clone(),
+                runtime: runtime.wrapping_add(m.bias),
+                code_type: syms.code_type.map(|a| a.wrapping_add(m.bias)),
+                layout,
+            }));
+        }
+        match refusal {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
+    }
+
+    /// Every thread state of every interpreter, with its frames and its
+    /// native thread id: from the thread state (3.11+), else from glibc's
+    /// thread descriptor its `pthread_t` points to ([`tid_offset`]), checked
+    /// against `tids` (the target's threads).
+    pub fn threads_of(
+        &self,
+        mem: &dyn ReadTarget,
+        pid: u32,
+        tids: &[u32],
+    ) -> Result<Vec<PyThread>, PyError> {
+        let mut threads = self.threads(mem)?;
+        if threads.iter().all(|t| t.native_tid.is_some()) {
+            return Ok(threads);
+        }
+        let pthreads: Vec<u64> = threads.iter().map(|t| t.thread_id).collect();
+        if let Some(off) = tid_offset(mem, pid, &pthreads, tids) {
+            for t in threads.iter_mut().filter(|t| t.native_tid.is_none()) {
+                let mut b = [0u8; 4];
+                if mem.read_bytes(t.thread_id.wrapping_add(off), &mut b) {
+                    let tid = u32::from_le_bytes(b);
+                    if tids.contains(&tid) {
+                        t.native_tid = Some(u64::from(tid));
+                    }
+                }
+            }
+        }
+        Ok(threads)
+    }
+
+    /// Every thread state of every interpreter, with its frames (the native
+    /// thread id only where the thread state records it, 3.11+).
+    pub fn threads(&self, mem: &dyn ReadTarget) -> Result<Vec<PyThread>, PyError> {
+        let l = self.layout;
+        let r = Reader { mem, l };
+        let head_at = l
+            .runtime_interpreters_head
+            .ok_or(PyError::BadMemory(self.runtime, "runtime"))?;
+        let mut interp = r.ptr(self.runtime + head_at, "interpreter list")?;
+        let mut out = Vec::new();
+        let mut n_interp = 0;
+        while interp != 0 && n_interp < MAX_INTERPRETERS {
+            n_interp += 1;
+            let mut tstate = r.ptr(interp + l.interp_threads_head, "thread list")?;
+            let mut n = 0;
+            while tstate != 0 && n < MAX_THREADS {
+                n += 1;
+                out.push(self.thread(&r, tstate)?);
+                tstate = r.ptr(tstate + l.tstate_next, "thread state")?;
+            }
+            interp = r.ptr(interp + l.interp_next, "interpreter")?;
+        }
+        Ok(out)
+    }
+
+    fn thread(&self, r: &Reader, tstate: u64) -> Result<PyThread, PyError> {
+        let l = self.layout;
+        let native_tid = match l.tstate_native_thread_id {
+            Some(o) => Some(r.u64(tstate + o, "thread state")?),
+            None => None,
+        };
+        let thread_id = r.u64(tstate + l.tstate_thread_id, "thread state")?;
+        let mut frame = match (l.tstate_frame, l.tstate_cframe, l.cframe_current_frame) {
+            (Some(o), _, _) => r.ptr(tstate + o, "thread state")?,
+            (None, Some(c), Some(cur)) => {
+                let cframe = r.ptr(tstate + c, "thread state")?;
+                if cframe == 0 {
+                    0
+                } else {
+                    r.ptr(cframe + cur, "C frame")?
+                }
+            }
+            _ => 0,
+        };
+        let mut frames: Vec<PyFrame> = Vec::new();
+        let mut n = 0;
+        while frame != 0 && n < MAX_FRAMES {
+            n += 1;
+            let previous = r.ptr(frame + l.frame_previous, "frame")?;
+            let owner = match l.frame_owner {
+                Some(o) => Some(r.u8(frame + o, "frame")?),
+                None => None,
+            };
+            if owner == Some(FRAME_OWNED_BY_CSTACK) {
+                // The base of a `_PyEval_EvalFrameDefault` call (3.12+):
+                // the frame above it was that call's outermost.
+                if let Some(last) = frames.last_mut() {
+                    last.entry = true;
+                }
+                frame = previous;
+                continue;
+            }
+            if let Some(f) = self.frame(r, frame)? {
+                frames.push(f);
+            }
+            frame = previous;
+        }
+        Ok(PyThread {
+            native_tid,
+            thread_id,
+            frames,
+        })
+    }
+
+    /// One frame: `None` when its code is not a code object (3.13's frames
+    /// of other executables).
+    fn frame(&self, r: &Reader, frame: u64) -> Result<Option<PyFrame>, PyError> {
+        let l = self.layout;
+        let code = r.ptr(frame + l.frame_code, "frame")?;
+        if code == 0 {
+            return Ok(None);
+        }
+        if let Some(t) = self.code_type {
+            if r.ptr(code + l.object_type, "code object")? != t {
+                return Ok(None);
+            }
+        }
+        let name_at = l.code_qualname.unwrap_or(l.code_name);
+        let function = r.string(r.ptr(code + name_at, "code object")?)?;
+        let file = r.string(r.ptr(code + l.code_filename, "code object")?)?;
+        let first_line = i64::from(r.u32(code + l.code_firstlineno, "code object")? as i32);
+        let table = r.bytes(r.ptr(code + l.code_linetable, "code object")?, MAX_TABLE)?;
+        let format = lines::Format::for_version(l.version);
+        let offset = match l.code_code_adaptive {
+            // 3.11+: a pointer into the code object's instructions.
+            Some(start) => {
+                let instr = r.ptr(frame + l.frame_instr, "frame")?;
+                (instr as i64).wrapping_sub((code + start) as i64) / 2
+            }
+            // Before 3.11: `f_lasti`, in bytes (code units from 3.10).
+            None => {
+                let lasti = i64::from(r.u32(frame + l.frame_instr, "frame")? as i32);
+                if l.version >= (3, 10) {
+                    lasti * 2
+                } else {
+                    lasti
+                }
+            }
+        };
+        let line = lines::line_for(format, &table, first_line, offset);
+        let entry = match (l.frame_is_entry, l.frame_owner) {
+            (Some(o), _) => r.u8(frame + o, "frame")? != 0,
+            // 3.12+: marked when the C stack's frame is met.
+            (None, Some(_)) => false,
+            // One frame per evaluation call.
+            (None, None) => true,
+        };
+        Ok(Some(PyFrame {
+            function,
+            file,
+            line,
+            entry,
+        }))
+    }
+}
+
+/// Where glibc's thread descriptor (`struct pthread`, at the address a
+/// `pthread_t` holds) keeps the thread's kernel id: the offset, 4-aligned,
+/// under 4 KiB, at which the main thread's descriptor (one of `pthreads`)
+/// holds the process id, and every other descriptor one of `tids` (the
+/// target's threads). `None` when there is no such offset (or no
+/// descriptor can be read).
+pub fn tid_offset(mem: &dyn ReadTarget, pid: u32, pthreads: &[u64], tids: &[u32]) -> Option<u64> {
+    const SPAN: usize = 4096;
+    // The main thread's state is the oldest: the last of the list.
+    let mut chosen: Vec<u64> = pthreads.iter().copied().filter(|&p| p != 0).collect();
+    if chosen.len() > MAX_DESCRIPTORS {
+        let last = chosen[chosen.len() - 1];
+        chosen.truncate(MAX_DESCRIPTORS - 1);
+        chosen.push(last);
+    }
+    let descs: Vec<Vec<u8>> = chosen
+        .iter()
+        .filter_map(|&p| {
+            let mut b = vec![0u8; SPAN];
+            mem.read_bytes(p, &mut b).then_some(b)
+        })
+        .collect();
+    (0..SPAN / 4).map(|i| i * 4).find_map(|off| {
+        let at = |d: &Vec<u8>| u32::from_le_bytes([d[off], d[off + 1], d[off + 2], d[off + 3]]);
+        let holders = descs.iter().filter(|d| at(d) == pid).count();
+        let all_threads = descs.iter().all(|d| tids.contains(&at(d)));
+        (holders == 1 && all_threads).then_some(off as u64)
+    })
+}
+
+/// Reads the target's memory as the layout says.
+struct Reader<'a> {
+    mem: &'a dyn ReadTarget,
+    l: &'static Layout,
+}
+
+impl Reader<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8], what: &'static str) -> Result<(), PyError> {
+        if self.mem.read_bytes(addr, buf) {
+            Ok(())
+        } else {
+            Err(PyError::BadMemory(addr, what))
+        }
+    }
+    fn u64(&self, addr: u64, what: &'static str) -> Result<u64, PyError> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b, what)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    fn ptr(&self, addr: u64, what: &'static str) -> Result<u64, PyError> {
+        self.u64(addr, what)
+    }
+    fn u32(&self, addr: u64, what: &'static str) -> Result<u32, PyError> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b, what)?;
+        Ok(u32::from_le_bytes(b))
+    }
+    fn u8(&self, addr: u64, what: &'static str) -> Result<u8, PyError> {
+        let mut b = [0u8; 1];
+        self.read(addr, &mut b, what)?;
+        Ok(b[0])
+    }
+
+    /// A `bytes` object's contents.
+    fn bytes(&self, obj: u64, max: u64) -> Result<Vec<u8>, PyError> {
+        let len = self.u64(obj + self.l.varobject_size, "bytes object")?;
+        if len > max {
+            return Err(PyError::BadMemory(obj, "bytes object"));
+        }
+        let mut v = vec![0u8; len as usize];
+        self.read(obj + self.l.bytes_sval, &mut v, "bytes object")?;
+        Ok(v)
+    }
+
+    /// A `str` object (compact: every name and file name of a code object
+    /// is) as UTF-8.
+    fn string(&self, obj: u64) -> Result<String, PyError> {
+        let l = self.l;
+        let len = self.u64(obj + l.unicode_length, "string")?;
+        let state = self.u32(obj + l.unicode_state, "string")?;
+        let kind = (state >> 2) & 7;
+        let compact = state & (1 << 5) != 0;
+        let ascii = state & (1 << 6) != 0;
+        if len > MAX_STRING || !compact || !matches!(kind, 1 | 2 | 4) {
+            return Err(PyError::BadMemory(obj, "string"));
+        }
+        let data = if ascii {
+            obj + l.unicode_ascii_size
+        } else {
+            obj + l.unicode_compact_size
+        };
+        let mut raw = vec![0u8; (len * u64::from(kind)) as usize];
+        self.read(data, &mut raw, "string")?;
+        let chars: String = match kind {
+            1 => raw.iter().map(|&b| char::from(b)).collect(),
+            2 => raw
+                .chunks_exact(2)
+                .map(|c| {
+                    char::from_u32(u32::from(u16::from_le_bytes([c[0], c[1]])))
+                        .unwrap_or('\u{fffd}')
+                })
+                .collect(),
+            _ => raw
+                .chunks_exact(4)
+                .map(|c| {
+                    char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .unwrap_or('\u{fffd}')
+                })
+                .collect(),
+        };
+        Ok(chars)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Memory of words pointing back into itself (or not), as a target
+    /// whose interpreter state is garbage.
+    struct Garbage {
+        base: u64,
+        bytes: Vec<u8>,
+    }
+
+    impl ReadTarget for Garbage {
+        fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
+            let Some(off) = addr.checked_sub(self.base) else {
+                return false;
+            };
+            let off = off as usize;
+            match self.bytes.get(off..off.saturating_add(buf.len())) {
+                Some(src) if off.checked_add(buf.len()).is_some() => {
+                    buf.copy_from_slice(src);
+                    true
+                }
+                _ => false,
+            }
+        }
+    }
+
+    #[test]
+    fn garbage_memory_gives_errors_not_panics() {
+        let base = 0x10_0000u64;
+        let size = 1 << 16;
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..64 {
+            let mut bytes = vec![0u8; size];
+            for w in bytes.chunks_exact_mut(8) {
+                // xorshift64
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let v = match state % 4 {
+                    0 => base + (state >> 8) % size as u64,
+                    1 => base + (((state >> 8) % size as u64) & !7),
+                    2 => state >> (round % 60),
+                    _ => 0,
+                };
+                w.copy_from_slice(&v.to_le_bytes());
+            }
+            let mem = Garbage { base, bytes };
+            for layout in layout::LAYOUTS {
+                let i = Interpreter {
+                    version: (layout.version.0, layout.version.1, 0),
+                    module: "python".into(),
+                    runtime: base + (round as u64 * 64) % size as u64,
+                    code_type: None,
+                    layout,
+                };
+                let _ = i.threads(&mem);
+                let _ = i.threads_of(&mem, 1, &[1, 2, 3]);
+            }
+        }
+    }
+
+    #[test]
+    fn python_module_names() {
+        assert_eq!(python_module("/usr/bin/python3.11"), Some(Some((3, 11))));
+        assert_eq!(
+            python_module("/usr/lib/libpython3.12.so.1.0"),
+            Some(Some((3, 12)))
+        );
+        assert_eq!(python_module("/usr/bin/python3"), Some(None));
+        assert_eq!(python_module("/usr/lib/libpthread.so.0"), None);
+        assert_eq!(python_module("/usr/bin/pythonista"), None);
+    }
+}
