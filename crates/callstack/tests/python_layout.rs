@@ -5,6 +5,7 @@
 //! what it prints must equal the table's entry for that version. A version
 //! whose headers are here but that the table lacks is listed, not failed:
 //! the reader refuses it.
+#![cfg(feature = "remote")]
 
 use callstack::python::layout::Layout;
 use std::path::{Path, PathBuf};
