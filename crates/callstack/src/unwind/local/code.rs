@@ -160,27 +160,19 @@ pub(super) const PACKED_NO_CFI: u16 = 3 << 14 | 2;
 
 /// Notes in the rule cache the rule machine-code analysis settles for the
 /// frame at the return address `pc` (without CFI: its word holds the packed
-/// `NoCfi`), if the code alone settles one (`settled_rule`: the first
-/// epilogue candidate, which the unwind step takes whenever the return
-/// address it gives follows a call into this function) and the CFI rule
-/// type has its form (`from_insn`, `exact::pack_insn`). The word is marked
-/// as a machine-code rule: the CFI reads it as `NoCfi`, the hot loop leaves
-/// it to `LocalSource::fast_walk`, which checks what depends on the stack
+/// `NoCfi`), as [`settled_word`] gives it. The word is marked as a
+/// machine-code rule: the CFI reads it as `NoCfi`, the hot loop leaves it
+/// to `LocalSource::fast_walk`, which checks what depends on the stack
 /// (`insn_caller`). Nothing stack-dependent is stored.
 ///
-/// Taken from the analysis cache's entry for `pc` (just filled by the step
-/// that called this), under its generation: when the analysis cache is
-/// cleared meanwhile (the code may have changed), the word goes back to
-/// `NoCfi`; a clear after that drops it at the next use
-/// (`cache::insn_words_current`).
-#[cfg(callstack_insn)]
+/// Under the analysis cache's generation: when that cache is cleared
+/// meanwhile (the code may have changed), the word goes back to `NoCfi`; a
+/// clear after that drops it at the next use (`cache::insn_words_current`).
+#[cfg(any(callstack_insn, callstack_risc_insn))]
 #[cold]
 #[inline(never)]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn settle(pc: u64) {
-    use crate::arch::native::exact::pack_insn;
-    use crate::arch::native::from_insn;
-    use crate::arch::native::instruction_analysis::unwinder::settled_rule;
     // Before the cache is live (the first capture) its `NoCfi` words wait
     // on the flags page, and its own pages are not read yet.
     if !super::flags::FLAGS
@@ -198,13 +190,7 @@ fn settle(pc: u64) {
     if !insn_words_current(g) {
         return;
     }
-    let Some(a) = analyses.get_frame(pc, false) else {
-        return;
-    };
-    let Some(p) = settled_rule(&a)
-        .and_then(|r| from_insn(&r))
-        .and_then(pack_insn)
-    else {
+    let Some(p) = settled_word(pc) else {
         return;
     };
     cache_put(addr, p);
@@ -214,39 +200,34 @@ fn settle(pc: u64) {
     }
 }
 
-/// Notes in the rule cache the rule prologue analysis settles for the frame
-/// at the return address `pc` (AArch64, RISC-V 64; without CFI: its word
-/// holds the packed `NoCfi`), when it has one of the packed shapes
-/// (`exact::settle_insn`; else a marked word that says there is none, so
-/// that the next walk does not analyse the code a second time to find that
-/// out). As on x86-64, the word is marked as a
-/// machine-code rule and follows the analysis cache's generation; the warm
-/// path applies it through the machine-code step's own checks
-/// (`source::insn_caller`).
+/// x86-64: the analysis cache's entry for `pc` (just filled by the step
+/// that called [`settle`]), when the code alone settles its rule
+/// (`settled_rule`: the first epilogue candidate, which the unwind step
+/// takes whenever the return address it gives follows a call into this
+/// function) and the CFI rule type has its form (`from_insn`,
+/// `exact::pack_insn`).
+#[cfg(callstack_insn)]
+#[inline]
+fn settled_word(pc: u64) -> Option<u16> {
+    use crate::arch::native::exact::pack_insn;
+    use crate::arch::native::from_insn;
+    use crate::arch::native::instruction_analysis::unwinder::settled_rule;
+    let a = crate::unwind::insn::cache::fallback_cache().get_frame(pc, false)?;
+    settled_rule(&a)
+        .and_then(|r| from_insn(&r))
+        .and_then(pack_insn)
+}
+
+/// AArch64, RISC-V 64: prologue analysis's rule for the return address
+/// `pc` when it has one of the packed shapes, else a marked word that says
+/// there is none, so that the next walk does not analyse the code a second
+/// time to find that out (`exact::settle_insn`); the warm path applies it
+/// through the machine-code step's own checks (`source::insn_caller`).
 #[cfg(callstack_risc_insn)]
-#[cold]
-#[inline(never)]
-#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-fn settle(pc: u64) {
-    if !super::flags::FLAGS
-        .cache_live
-        .load(core::sync::atomic::Ordering::Relaxed)
-    {
-        return;
-    }
-    let addr = pc.wrapping_sub(1);
-    if cache_get(addr) != PACKED_NO_CFI {
-        return;
-    }
-    let analyses = crate::unwind::insn::cache::fallback_cache();
-    let g = analyses.generation();
-    if !insn_words_current(g) {
-        return;
-    }
-    let p = crate::arch::native::exact::settle_insn(&mut LocalCode::new(), pc);
-    cache_put(addr, p);
-    core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
-    if analyses.generation() != g {
-        cache_put(addr, PACKED_NO_CFI);
-    }
+#[inline]
+fn settled_word(pc: u64) -> Option<u16> {
+    Some(crate::arch::native::exact::settle_insn(
+        &mut LocalCode::new(),
+        pc,
+    ))
 }
