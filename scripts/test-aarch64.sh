@@ -60,9 +60,10 @@ export CALLSTACK_TEST_TARGET=$target
 # Left out, and why: exit_hook_step (single-steps the
 # trampoline with x86-64's EFLAGS.TF; AArch64 single-step is a debug
 # register, MDSCR_EL1.SS, that only a debugger sets, through ptrace, which
-# qemu-user does not offer), insn_cache, insn_noalloc, insn_signal_inprocess
-# (of the x86-64 machine-code walker `InProcess`); the tests that drive
-# gdb, cores or the CLI.
+# qemu-user does not offer), insn_cache and insn_x86_64 (of x86-64's
+# per-pc analysis cache and decoder, which AArch64 has no use for: its
+# prologue rules live in the rule cache); the tests that drive gdb, cores
+# or the CLI.
 # The library's unit tests that spawn a compiler or a shell (the
 # cross compiler for real CFI, gcc for DWARF fixtures, sh for tools) run
 # one at a time, apart: qemu-user 7.2 can deadlock a child forked while
@@ -77,7 +78,8 @@ if [ $# -eq 0 ]; then
     for t in "${forking[@]}"; do skips+=(--skip "$t"); done
     cargo test --target "$target" -p callstack --lib -- "${skips[@]}"
     cargo test --target "$target" -p callstack --lib -- --test-threads=1 "${forking[@]}"
-    cargo test --target "$target" -p callstack --test insn_inprocess -- --test-threads=1
+    cargo test --target "$target" -p callstack --test insn_inprocess --test insn_noalloc \
+        --test insn_signal_inprocess -- --test-threads=1
     lib=()
 else
     lib=(--lib --test insn_inprocess)

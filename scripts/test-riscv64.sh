@@ -56,6 +56,9 @@ export CALLSTACK_TEST_TARGET=$target
 # Also left out, for time (each takes over a minute under qemu, where the
 # host and the AArch64 stage run them): the unit tests that compare the
 # DWARF and CFI readers with gimli over this test binary.
+# The machine-code walker `InProcess` (insn_noalloc, insn_signal_inprocess:
+# its code reader takes every executable mapping, qemu's trampoline page
+# too, so it crosses the signal frame by the trampoline's code).
 # The unit tests that spawn a compiler or a shell run one at a time, apart,
 # and insn_inprocess too (it builds its libraries from four tests):
 # qemu-user 7.2 can deadlock a child forked while other guest threads run
@@ -69,7 +72,8 @@ if [ ${#args[@]} -eq 0 ]; then
         --skip unwind::cfi_fast::tests::agrees_with_gimli_on_loaded_modules)
     for t in "${forking[@]}"; do args+=(--skip "$t"); done
     cargo test --target "$target" -p callstack --lib -- --test-threads=1 "${forking[@]}"
-    cargo test --target "$target" -p callstack --test insn_inprocess -- --test-threads=1
+    cargo test --target "$target" -p callstack --test insn_inprocess --test insn_noalloc \
+        --test insn_signal_inprocess -- --test-threads=1
 fi
 # alloc_tracking is left out for time too (about 10 minutes under
 # qemu-riscv64, 8 s under qemu-aarch64); alloc_sampled, over the same

@@ -9,13 +9,11 @@
 //! `capture_exact` is checked on every architecture (under a qemu-user
 //! stage the library is built by the stage's cross compiler), also from a
 //! signal handler that interrupted the library, through the signal frame,
-//! and allocating nothing; the machine-code-only walker `InProcess` where
-//! it exists (x86-64).
+//! and allocating nothing; the machine-code-only walker `InProcess` too.
 
 #[global_allocator]
 static COUNTING: testsupport::alloc::Counting = testsupport::alloc::Counting;
 
-#[cfg(target_arch = "x86_64")]
 use callstack::unwind::insn::InProcess;
 use callstack::unwind::insn::Method;
 use std::ffi::{c_int, c_void};
@@ -97,7 +95,6 @@ extern "C" fn collect(ctx: *mut UnwindContext, arg: *mut c_void) -> c_int {
 }
 
 struct Capture {
-    #[cfg(target_arch = "x86_64")]
     snap: *const InProcess,
     frames: Vec<(u64, Method)>,
     truth: Vec<usize>,
@@ -219,7 +216,6 @@ extern "C" fn exact_signal_cb(arg: *mut c_void) {
     cap.allocs = HANDLER_ALLOCS.load(SeqCst);
 }
 
-#[cfg(target_arch = "x86_64")]
 extern "C" fn insn_cb(arg: *mut c_void) {
     // SAFETY: `arg` is the `Capture` of `run`.
     let cap = unsafe { &mut *(arg as *mut Capture) };
@@ -248,7 +244,6 @@ fn norm(lib: &Lib, text: u64, pc: usize) -> (bool, usize) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
 fn check(opt: &str, strip: bool) {
     check_with(opt, strip, insn_cb);
 }
@@ -303,11 +298,9 @@ fn check_inner(
     );
     let cfi = load(&cfi);
     let nocfi = load(&nocfi);
-    #[cfg(target_arch = "x86_64")]
     let snap = InProcess::new();
     callstack::prepare();
     let mut cap = Capture {
-        #[cfg(target_arch = "x86_64")]
         snap: &snap,
         frames: vec![],
         truth: vec![],
@@ -381,25 +374,21 @@ fn capture_exact_o0_unstripped() {
     check_exact("-O0", false);
 }
 
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn inprocess_o2_unstripped() {
     check("-O2", false);
 }
 
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn inprocess_o2_stripped() {
     check("-O2", true);
 }
 
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn inprocess_o0_unstripped() {
     check("-O0", false);
 }
 
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn inprocess_o0_stripped() {
     check("-O0", true);
@@ -451,7 +440,6 @@ fn capture_exact_looks_code_up_once_per_segment() {
     let lib = load(&build_so(&dir, "-O2", false, true));
     callstack::prepare();
     let mut cap = Capture {
-        #[cfg(target_arch = "x86_64")]
         snap: std::ptr::null(),
         frames: vec![],
         truth: vec![],

@@ -1,6 +1,10 @@
 //! In-process machine-code capture from a signal handler: the walk passes
 //! `__restore_rt` (a signal frame) back into the code that raised.
-#![cfg(target_arch = "x86_64")]
+#![cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+))]
 
 use callstack::unwind::insn::{InProcess, Method};
 use std::sync::OnceLock;

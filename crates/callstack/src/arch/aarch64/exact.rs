@@ -133,3 +133,44 @@ pub(crate) fn insn_caller<
         &rule, regs, mem, code, false, stack_end,
     )
 }
+
+/// The signature of the function [`regs_entry`] hands over to: its three
+/// arguments, then `[pc, sp, fp]` of the entry's caller as it will be after
+/// the entry returns (`pc` is the return address into it).
+pub type RegsEntryFn = unsafe extern "C" fn(*const u8, *mut u8, usize, *const u64) -> usize;
+
+/// A naked entry that records the registers of its caller (`x30`, `sp` after the return, `x29`) and
+/// calls `f` with them: where `unwind::insn::InProcess`, the walk by
+/// machine code alone, starts.
+///
+/// # Safety
+/// `f` must be safe to call with `a`, `b`, `c` and a pointer to three words.
+#[unsafe(naked)]
+pub unsafe extern "C" fn regs_entry(a: *const u8, b: *mut u8, c: usize, f: RegsEntryFn) -> usize {
+    // SAFETY: saves x29/x30 in a 48-byte frame (sp stays 16-aligned),
+    // stores [x30, caller's sp, caller's x29] in it, passes their address
+    // as the 4th argument to `f` (taken from x3 first), and restores x29,
+    // x30 and sp before returning.
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "stp x29, x30, [sp, #-48]!",
+        ".cfi_def_cfa_offset 48",
+        ".cfi_offset x29, -48",
+        ".cfi_offset x30, -40",
+        "mov x29, sp",
+        "str x30, [sp, #16]",
+        "add x9, sp, #48",
+        "str x9, [sp, #24]",
+        "ldr x9, [sp]",
+        "str x9, [sp, #32]",
+        "mov x9, x3",
+        "add x3, sp, #16",
+        "blr x9",
+        "ldp x29, x30, [sp], #48",
+        ".cfi_def_cfa_offset 0",
+        ".cfi_restore x29",
+        ".cfi_restore x30",
+        "ret",
+        ".cfi_endproc",
+    )
+}

@@ -129,3 +129,46 @@ pub(crate) fn insn_caller<
         &rule, regs, mem, code, false, stack_end,
     )
 }
+
+/// The signature of the function [`regs_entry`] hands over to: its three
+/// arguments, then `[pc, sp, fp]` of the entry's caller as it will be after
+/// the entry returns (`pc` is the return address into it).
+pub type RegsEntryFn = unsafe extern "C" fn(*const u8, *mut u8, usize, *const u64) -> usize;
+
+/// A naked entry that records the registers of its caller (`ra`, `sp` after the return, `s0`) and
+/// calls `f` with them: where `unwind::insn::InProcess`, the walk by
+/// machine code alone, starts.
+///
+/// # Safety
+/// `f` must be safe to call with `a`, `b`, `c` and a pointer to three words.
+#[unsafe(naked)]
+pub unsafe extern "C" fn regs_entry(a: *const u8, b: *mut u8, c: usize, f: RegsEntryFn) -> usize {
+    // SAFETY: saves ra/s0 in a 48-byte frame (sp stays 16-aligned),
+    // stores [ra, caller's sp, caller's s0] in it, passes their address as
+    // the 4th argument to `f` (taken from a3 first), and restores ra, s0 and
+    // sp before returning.
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "addi sp, sp, -48",
+        ".cfi_def_cfa_offset 48",
+        "sd ra, 40(sp)",
+        "sd s0, 32(sp)",
+        ".cfi_offset ra, -8",
+        ".cfi_offset s0, -16",
+        "sd ra, 0(sp)",
+        "addi t0, sp, 48",
+        "sd t0, 8(sp)",
+        "sd s0, 16(sp)",
+        "mv t1, a3",
+        "mv a3, sp",
+        "jalr t1",
+        "ld ra, 40(sp)",
+        "ld s0, 32(sp)",
+        ".cfi_restore ra",
+        ".cfi_restore s0",
+        "addi sp, sp, 48",
+        ".cfi_def_cfa_offset 0",
+        "ret",
+        ".cfi_endproc",
+    )
+}

@@ -8,12 +8,15 @@
 //! handler, as long as no module in the snapshot has been unloaded since
 //! (`dlclose`); take a new snapshot after loading or unloading code.
 //!
-//! The rules found at each pc are kept in
+//! On x86-64 the rules found at each pc are kept in
 //! [`in_process_cache`](super::cache::in_process_cache), so a warm frame is
 //! a lookup and its stack loads; [`InProcess::new`] clears the caches
-//! (code may have changed since the last snapshot).
+//! (code may have changed since the last snapshot). On AArch64 and RISC-V
+//! 64 each frame's prologue is analysed again (a few dozen instructions
+//! read back from its pc); their `capture_exact` keeps those rules in the
+//! rule cache instead.
 
-#[cfg(callstack_insn)]
+#[cfg(any(callstack_insn, callstack_risc_insn))]
 use super::UnwindRegs;
 use super::{lookup_function, CodeMemory, Method};
 
@@ -86,13 +89,13 @@ impl InProcess {
     /// caller of this function. Returns how many entries were written.
     #[inline(never)]
     pub fn capture_with_methods(&self, out: &mut [(u64, Method)]) -> usize {
-        #[cfg(callstack_insn)]
+        #[cfg(any(callstack_insn, callstack_risc_insn))]
         {
             let mut frames = [(0u64, Method::Context); 256];
             // SAFETY: `walk_entry` receives `self`, a buffer of 256 frames and
             // its length, as `regs_entry` passes them through.
             let n = unsafe {
-                crate::arch::native::regs_entry(
+                regs_entry(
                     (self as *const InProcess).cast(),
                     frames.as_mut_ptr().cast(),
                     frames.len(),
@@ -114,7 +117,7 @@ impl InProcess {
             }
             w
         }
-        #[cfg(not(callstack_insn))]
+        #[cfg(not(any(callstack_insn, callstack_risc_insn)))]
         {
             let _ = out;
             0
@@ -200,9 +203,16 @@ pub fn function_entry_in(
     lookup_function(functions, addr).map(|b| (b.0, Some(b)))
 }
 
+#[cfg(callstack_risc_insn)]
+use crate::arch::native::exact::regs_entry;
+/// The naked entry that hands `capture_with_methods`'s registers to
+/// [`walk_entry`].
+#[cfg(callstack_insn)]
+use crate::arch::native::regs_entry;
+
 /// Called by `regs_entry` with the snapshot, the frame buffer and the
 /// registers of `capture_with_methods` after the entry returns.
-#[cfg(callstack_insn)]
+#[cfg(any(callstack_insn, callstack_risc_insn))]
 unsafe extern "C" fn walk_entry(
     snap: *const u8,
     out: *mut u8,
@@ -229,7 +239,8 @@ unsafe extern "C" fn walk_entry(
     let mut code = Code { snap };
     // `pc` is a return address (looked up at pc - 1), except below a
     // signal frame, where it is the exact interrupted pc.
-    super::walk::x86_64_from(
+    #[cfg(callstack_insn)]
+    return super::walk::x86_64_from(
         UnwindRegs { pc, sp, fp, lr: 0 },
         false,
         &mut mem,
@@ -238,7 +249,29 @@ unsafe extern "C" fn walk_entry(
         Some(super::cache::in_process_cache()),
         out,
     )
-    .0
+    .0;
+    // Prologue analysis, the frame record, scanning (no per-pc cache: the
+    // analysis of a frame is a few dozen instructions read back from it).
+    #[cfg(callstack_risc_insn)]
+    {
+        let mut n = 0;
+        if out.is_empty() {
+            return 0;
+        }
+        super::walk::risc_each_from::<crate::arch::native::instruction_analysis::Arch, _, _>(
+            UnwindRegs { pc, sp, fp, lr: 0 },
+            false,
+            &mut mem,
+            &mut code,
+            stack_end,
+            |f| {
+                out[n] = (f.pc, f.method);
+                n += 1;
+                n < out.len()
+            },
+        );
+        n
+    }
 }
 
 struct Code<'a> {

@@ -97,12 +97,26 @@ pub fn risc_each<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
     stack_end: u64,
     each: impl FnMut(&Frame) -> bool,
 ) -> StopReason {
+    risc_each_from::<A, M, C>(regs, true, mem, code, stack_end, each)
+}
+
+/// [`risc_each`] from `regs` whose pc is exact (the innermost frame, or
+/// below a signal frame) or a return address (`exact` false: a walk that
+/// starts in a caller, as `InProcess` does).
+pub fn risc_each_from<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
+    regs: UnwindRegs,
+    exact: bool,
+    mem: &mut M,
+    code: &mut C,
+    stack_end: u64,
+    each: impl FnMut(&Frame) -> bool,
+) -> StopReason {
     let steps = RiscSteps::<A, C> {
         code,
         stack_end,
         arch: core::marker::PhantomData,
     };
-    Unwinder::<CodeOnly, _, _>::with_fallback(&NoRules, regs, true, steps).run(mem, each)
+    Unwinder::<CodeOnly, _, _>::with_fallback(&NoRules, regs, exact, steps).run(mem, each)
 }
 
 /// 32-bit ARM (EHABI tables, then prologue analysis) from `regs` (the

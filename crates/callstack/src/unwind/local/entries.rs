@@ -486,6 +486,11 @@ mod tests {
                 "regs_entry",
                 crate::arch::x86_64::regs_entry as *const () as usize,
             ),
+            #[cfg(callstack_risc_insn)]
+            (
+                "regs_entry",
+                crate::arch::native::exact::regs_entry as *const () as usize,
+            ),
         ];
         for (name, f) in entries {
             let a = file_address(f);
