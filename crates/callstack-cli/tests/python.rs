@@ -315,12 +315,6 @@ fn callstack_threads(args: &[&str]) -> BTreeMap<u32, Vec<Ours>> {
     out
 }
 
-/// The tail-call frame the inference gets wrong at libpython's call of
-/// `pthread_cond_timedwait` (see `compare`), when gdb does not show it.
-fn is_known_bad_tail_call(name: &str, gdb: &[String]) -> bool {
-    name == "__pthread_cond_timedwait_2_0" && !gdb.iter().any(|g| g == name)
-}
-
 /// Checks our threads against py-spy's and gdb's.
 /// `one_per_call`: before 3.11, each evaluation loop call runs one frame.
 fn compare(
@@ -400,13 +394,10 @@ fn compare(
                     runs.push(1);
                 }
                 Ours::Native(n) => collapsed.push(n.clone()),
-                // Known wrong, and not a Python matter: at libpython's call
-                // of `pthread_cond_timedwait`, the tail-call inference gives
-                // glibc's compat `__pthread_cond_timedwait_2_0` (the call's
-                // target resolved to the old symbol version), which gdb does
-                // not show. Other tail-call frames are compared (gdb shows
-                // them, such as `do_futex_wait`).
-                Ours::TailCall(n) if is_known_bad_tail_call(n, &gdb[tid]) => {}
+                // Tail-call frames are compared too (gdb shows them, such as
+                // `do_futex_wait`); the call of `pthread_cond_timedwait`
+                // resolves to its default version, not glibc's compat
+                // `__pthread_cond_timedwait_2_0`, which gdb does not show.
                 Ours::TailCall(n) => collapsed.push(n.clone()),
             }
         }
@@ -516,7 +507,6 @@ fn python_frames_match_py_spy_and_gdb() {
                 .iter()
                 .filter_map(|f| match f {
                     Ours::Native(n) => Some(n.clone()),
-                    Ours::TailCall(n) if is_known_bad_tail_call(n, &gdb[tid]) => None,
                     Ours::TailCall(n) => Some(n.clone()),
                     Ours::Py(p) => panic!("{what}: --no-python printed {p:?}"),
                 })

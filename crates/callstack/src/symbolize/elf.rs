@@ -374,6 +374,19 @@ fn find_symbol<Elf: object::read::elf::FileHeader<Endian = object::Endianness>>(
     let elf = ElfFile::<Elf>::parse(bytes).ok()?;
     let endian = elf.endian();
     let mut local = None;
+    // A global symbol of a version other than the name's default (`name@V`
+    // rather than `name@@V`: glibc's compatibility entry points, such as
+    // `__pthread_cond_timedwait_2_0` for `pthread_cond_timedwait@GLIBC_2.2.5`)
+    // is what a call by that name never binds to: the default one first.
+    let mut non_default = None;
+    // `.gnu.version`: a 16-bit word per `.dynsym` entry, bit 15 set on a
+    // non-default version.
+    let versym = elf
+        .elf_section_table()
+        .iter()
+        .find(|h| h.sh_type(endian) == object::elf::SHT_GNU_VERSYM)
+        .and_then(|h| h.data(endian, bytes).ok());
+    let dynamic = elf.elf_dynamic_symbol_table().string_section();
     for table in [elf.elf_symbol_table(), elf.elf_dynamic_symbol_table()] {
         let Some(strings) = elf
             .elf_section_table()
@@ -383,7 +396,8 @@ fn find_symbol<Elf: object::read::elf::FileHeader<Endian = object::Endianness>>(
         else {
             continue;
         };
-        for sym in table.symbols() {
+        let is_dynamic = !table.is_empty() && table.string_section() == dynamic;
+        for (i, sym) in table.symbols().iter().enumerate() {
             let at = sym.st_name(endian) as usize;
             let matches = strings.get(at..at.saturating_add(name.len())) == Some(name)
                 && strings.get(at + name.len()) == Some(&0);
@@ -399,12 +413,27 @@ fn find_symbol<Elf: object::read::elf::FileHeader<Endian = object::Endianness>>(
             }
             let addr: u64 = sym.st_value(endian).into();
             if sym.st_bind() != object::elf::STB_LOCAL {
-                return Some((addr, true));
+                let hidden = is_dynamic
+                    && versym
+                        .and_then(|v| v.get(2 * i..2 * i + 2))
+                        .is_some_and(|b| {
+                            let w = if endian == object::Endianness::Little {
+                                u16::from_le_bytes([b[0], b[1]])
+                            } else {
+                                u16::from_be_bytes([b[0], b[1]])
+                            };
+                            w & 0x8000 != 0
+                        });
+                if !hidden {
+                    return Some((addr, true));
+                }
+                non_default = non_default.or(Some((addr, true)));
+                continue;
             }
             local = local.or(Some((addr, false)));
         }
     }
-    local
+    non_default.or(local)
 }
 
 /// The most a `.gnu_debugdata` image may inflate to: Fedora's are a few
@@ -982,4 +1011,45 @@ fn find_supplementary(
         ),
     ));
     None
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    use super::{ElfModule, SearchPaths};
+
+    /// A name with several versions in `.dynsym` (glibc's compatibility
+    /// entry points: `pthread_cond_timedwait@GLIBC_2.2.5` is
+    /// `__pthread_cond_timedwait_2_0` on x86-64) resolves to its default
+    /// version, the one a call by that name binds to and `dlsym` returns:
+    /// the tail-call search took the old one for the target of libpython's
+    /// call and added a frame gdb does not show.
+    #[test]
+    fn a_versioned_name_resolves_to_its_default_version() {
+        for name in [&b"pthread_cond_timedwait"[..], b"pthread_cond_wait"] {
+            let c = std::ffi::CString::new(name).unwrap();
+            // SAFETY: dlsym/dladdr with a valid C string and a zeroed
+            // `Dl_info` they fill.
+            let (sym, path, base) = unsafe {
+                let sym = libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr());
+                assert!(!sym.is_null());
+                let mut info: libc::Dl_info = core::mem::zeroed();
+                assert_ne!(libc::dladdr(sym, &mut info), 0);
+                let path = std::ffi::CStr::from_ptr(info.dli_fname)
+                    .to_str()
+                    .unwrap()
+                    .to_string();
+                (sym as u64, path, info.dli_fbase as u64)
+            };
+            let m = ElfModule::open(std::path::Path::new(&path), &SearchPaths::none()).unwrap();
+            let name: &'static [u8] = Box::leak(name.to_vec().into_boxed_slice());
+            let (a, global) = m.address_of(name).unwrap();
+            assert!(global);
+            assert_eq!(
+                a.wrapping_add(base),
+                sym,
+                "{} in {path}",
+                String::from_utf8_lossy(name)
+            );
+        }
+    }
 }
