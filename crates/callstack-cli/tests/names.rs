@@ -319,11 +319,18 @@ fn python3_names_like_gdb() {
 
     let p = pid.to_string();
     let live_gdb = gdb_frames(&dir, &["-p", &p]);
-    let live = our_frames(&["pstack", &p]);
+    // Native frames only: gdb shows `_PyEval_EvalFrameDefault` where
+    // Python frames would stand (tests/python.rs checks those).
+    let live = our_frames(&["pstack", "--no-python", &p]);
     let core = gcore(pid, &dir);
     drop(child);
     let core_gdb = gdb_frames(&dir, &[py.to_str().unwrap(), core.to_str().unwrap()]);
-    let ours_core = our_frames(&["core", py.to_str().unwrap(), core.to_str().unwrap()]);
+    let ours_core = our_frames(&[
+        "core",
+        "--no-python",
+        py.to_str().unwrap(),
+        core.to_str().unwrap(),
+    ]);
     // Stripped: some frames have no name.
     assert!(
         core_gdb.values().flatten().any(|f| f.1 == "??"),
