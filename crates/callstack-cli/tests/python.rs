@@ -505,9 +505,8 @@ fn python_frames_match_py_spy_and_gdb() {
         for (tid, frames) in &native {
             let names: Vec<String> = frames
                 .iter()
-                .filter_map(|f| match f {
-                    Ours::Native(n) => Some(n.clone()),
-                    Ours::TailCall(n) => Some(n.clone()),
+                .map(|f| match f {
+                    Ours::Native(n) | Ours::TailCall(n) => n.clone(),
                     Ours::Py(p) => panic!("{what}: --no-python printed {p:?}"),
                 })
                 .collect();
