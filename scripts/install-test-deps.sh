@@ -42,6 +42,7 @@ have llvm-dwp || need+=(llvm)
 have clang || need+=(clang)
 # go tool pprof: reads back the pprof files of `callstack report --pprof`.
 have go || need+=(golang-go)
+have node || need+=(nodejs)
 # heaptrack: the oracle of `callstack memtrack`'s allocation totals.
 { have heaptrack && have heaptrack_print; } || need+=(heaptrack)
 # libunwind's figures in the accuracy report (the runtime library only).

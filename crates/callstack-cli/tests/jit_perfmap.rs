@@ -5,7 +5,8 @@
 //! functions are machine code it wrote into an anonymous page (no file, no
 //! CFI, frame-pointer prologues), named in the map as a JavaScript engine
 //! names its compiled functions. The whole chain is asserted, with and
-//! without the map.
+//! without the map. Last, `record` of Debian's nodejs under
+//! `--perf-basic-prof` against perf on the same program.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 use std::io::{BufRead, BufReader};
@@ -202,4 +203,147 @@ fn record_names_jit_samples_from_the_perf_map() {
         total > 0 && jit * 10 >= total * 9,
         "{jit} of {total}\n{folded}"
     );
+}
+
+/// A JavaScript function's name as node's perf map gives it
+/// (`JS:*hotSeventy /path:1:20`, `*` optimized, `~` interpreted, `^`
+/// baseline), without the tier mark and the place: `hotSeventy`.
+fn js_function(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("JS:")?;
+    let rest = rest.trim_start_matches(['*', '~', '^']);
+    Some(rest.split_whitespace().next().unwrap_or(rest))
+}
+
+/// Shares (percent of all samples) of `hotSeventy` and `warmThirty` by
+/// leaf function, from `(leaf name, weight)` pairs.
+fn js_shares<'a>(leaves: impl Iterator<Item = (&'a str, f64)>) -> (f64, f64) {
+    let (mut hot, mut warm, mut total) = (0.0, 0.0, 0.0);
+    for (name, w) in leaves {
+        total += w;
+        match js_function(name) {
+            Some("hotSeventy") => hot += w,
+            Some("warmThirty") => warm += w,
+            _ => {}
+        }
+    }
+    assert!(total > 0.0, "no samples");
+    (100.0 * hot / total, 100.0 * warm / total)
+}
+
+/// Debian's nodejs under `--perf-basic-prof`, running a CPU-bound loop
+/// (`tests/fixtures/js/hot_loop.js`: `hotSeventy` about 70% of the time,
+/// `warmThirty` 30%): `record` names the JavaScript functions from the
+/// perf map node writes, as perf names them from the same map, with the
+/// same shares within 5 points.
+#[test]
+fn record_names_node_functions_as_perf_does() {
+    let have = |tool: &str| {
+        Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have("node") {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "node is missing (scripts/install-test-deps.sh installs nodejs)"
+        );
+        eprintln!("skipped: no node");
+        return;
+    }
+    let js = testsupport::c_fixtures()
+        .parent()
+        .unwrap()
+        .join("js/hot_loop.js");
+    let dir = scratch_dir("jit-node");
+    // Ours.
+    let data = dir.join("node.data");
+    let o = Command::new(&release_artifacts().cli)
+        .args(["record", "-q", "-F", "499", "-o"])
+        .arg(&data)
+        .args(["--", "node", "--perf-basic-prof"])
+        .arg(&js)
+        .arg("3")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pid: u32 = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("the fixture's pid");
+    let folded = cli(&[
+        "report",
+        data.to_str().unwrap(),
+        "--top",
+        "0",
+        "--folded",
+        "-",
+    ]);
+    let _ = std::fs::remove_file(map_of(pid));
+    let ours = js_shares(folded.lines().filter_map(|l| {
+        let (stack, n) = l.rsplit_once(' ')?;
+        Some((stack.rsplit(';').next()?, n.parse::<f64>().ok()?))
+    }));
+    eprintln!(
+        "callstack record: hotSeventy {:.1}%, warmThirty {:.1}%",
+        ours.0, ours.1
+    );
+    // The functions are named (not `??` or an anonymous mapping) and take
+    // the time the program gives them.
+    assert!(
+        ours.0 > 50.0 && ours.1 > 15.0 && ours.0 + ours.1 > 85.0,
+        "{ours:?}\n{folded}"
+    );
+    // perf, from the same kind of map, when it can record here.
+    if !have("perf") {
+        eprintln!("perf is missing: its half of the comparison skipped");
+        return;
+    }
+    let pdata = dir.join("perf.data");
+    let o = Command::new("perf")
+        .args(["record", "-q", "-F", "499", "-o"])
+        .arg(&pdata)
+        .args(["--", "node", "--perf-basic-prof"])
+        .arg(&js)
+        .arg("3")
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        eprintln!(
+            "perf record failed here, its half skipped: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        return;
+    }
+    let ppid: Option<u32> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok());
+    let rep = Command::new("perf")
+        .args(["report", "--stdio", "--no-children", "--sort", "sym", "-i"])
+        .arg(&pdata)
+        .output()
+        .unwrap();
+    if let Some(p) = ppid {
+        let _ = std::fs::remove_file(map_of(p));
+    }
+    let text = String::from_utf8_lossy(&rep.stdout);
+    // `    71.25%  [.] JS:*hotSeventy /tmp/loop.js:1:20`
+    let theirs = js_shares(text.lines().filter_map(|l| {
+        let l = l.trim_start();
+        let (pct, rest) = l.split_once('%')?;
+        let pct: f64 = pct.trim().parse().ok()?;
+        let name = rest.trim_start().split_once(' ')?.1.trim_start();
+        Some((name, pct))
+    }));
+    eprintln!(
+        "perf: hotSeventy {:.1}%, warmThirty {:.1}%",
+        theirs.0, theirs.1
+    );
+    assert!(
+        (ours.0 - theirs.0).abs() <= 5.0 && (ours.1 - theirs.1).abs() <= 5.0,
+        "ours {ours:?}, perf's {theirs:?}\n{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
