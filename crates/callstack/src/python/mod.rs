@@ -457,17 +457,36 @@ pub fn tid_offset(mem: &dyn ReadTarget, pid: u32, pthreads: &[u64], tids: &[u32]
         chosen.truncate(MAX_DESCRIPTORS - 1);
         chosen.push(last);
     }
+    // What can be read of each descriptor, page by page: a descriptor may
+    // lie less than `SPAN` bytes before the end of its mapping (the main
+    // thread's, wherever the loader put it), and a read across that end
+    // fails whole.
     let descs: Vec<Vec<u8>> = chosen
         .iter()
         .filter_map(|&p| {
-            let mut b = vec![0u8; SPAN];
-            mem.read_bytes(p, &mut b).then_some(b)
+            let mut b = Vec::with_capacity(SPAN);
+            let mut at = p;
+            while b.len() < SPAN {
+                let page_end = (at | 0xfff).checked_add(1)?;
+                let mut chunk = vec![0u8; ((page_end - at) as usize).min(SPAN - b.len())];
+                if !mem.read_bytes(at, &mut chunk) {
+                    break;
+                }
+                b.extend_from_slice(&chunk);
+                at = page_end;
+            }
+            (b.len() >= 4).then_some(b)
         })
         .collect();
     (0..SPAN / 4).map(|i| i * 4).find_map(|off| {
-        let at = |d: &Vec<u8>| u32::from_le_bytes([d[off], d[off + 1], d[off + 2], d[off + 3]]);
-        let holders = descs.iter().filter(|d| at(d) == pid).count();
-        let all_threads = descs.iter().all(|d| tids.contains(&at(d)));
+        let at = |d: &Vec<u8>| {
+            let w = d.get(off..off + 4)?;
+            Some(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        };
+        let holders = descs.iter().filter(|d| at(d) == Some(pid)).count();
+        let all_threads = descs
+            .iter()
+            .all(|d| at(d).is_some_and(|t| tids.contains(&t)));
         (holders == 1 && all_threads).then_some(off as u64)
     })
 }
@@ -581,6 +600,31 @@ mod tests {
                 _ => false,
             }
         }
+    }
+
+    /// The threads' kernel ids are found in glibc's descriptors also when
+    /// the main thread's lies less than a page before the end of its
+    /// mapping (where the loader put it: with address randomization, now
+    /// and then), so that no read of a whole page from it succeeds.
+    #[test]
+    fn tid_offset_reads_what_there_is_of_a_descriptor() {
+        const TID: usize = 0x2d0;
+        let base = 0x10_0000u64;
+        // Two descriptors: a thread's at base, the main thread's 1 KiB
+        // before the end of the memory.
+        let mut bytes = vec![0u8; 0x3000];
+        let thread = base;
+        let main = base + 0x3000 - 0x400;
+        bytes[TID..TID + 4].copy_from_slice(&4242u32.to_le_bytes());
+        let m = (main - base) as usize + TID;
+        bytes[m..m + 4].copy_from_slice(&4241u32.to_le_bytes());
+        let mem = Garbage { base, bytes };
+        assert_eq!(
+            tid_offset(&mem, 4241, &[thread, main], &[4241, 4242]),
+            Some(TID as u64)
+        );
+        // A tid that is no thread of the target: no offset.
+        assert_eq!(tid_offset(&mem, 4241, &[thread, main], &[4241]), None);
     }
 
     #[test]
