@@ -235,6 +235,44 @@ pub(crate) fn return_rule<A: RiscArch, C: CodeMemory + ?Sized>(
     A::analyze(code, pc, entry, false).filter(|r| r.ra_at_cfa.is_some())
 }
 
+/// The machine-code word for the frame whose return address is `pc`: the
+/// packed rule prologue analysis settles ([`return_rule`]) when it has one
+/// of the packed shapes (`aarch64::pack_insn`, the word space RISC-V 64
+/// shares), else `INSN_UNPACKED` (looked at, nothing to keep). What the
+/// in-process walk keeps in the rule cache for that address, to take the
+/// frame by [`insn_caller`] on later walks, or to leave it to the generic
+/// step without analysing its code twice.
+#[cfg_attr(
+    not(any(target_arch = "aarch64", target_arch = "riscv64")),
+    allow(dead_code)
+)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+pub(crate) fn settle_insn<A: RiscArch, C: CodeMemory + ?Sized>(code: &mut C, pc: u64) -> u16 {
+    return_rule::<A, C>(code, pc)
+        .and_then(|rule| super::aarch64::pack_insn(&rule))
+        .unwrap_or(super::aarch64::INSN_UNPACKED)
+}
+
+/// The caller of the frame at `regs` (its pc a return address) by the
+/// machine-code rule of cache word `p` ([`settle_insn`]), when the
+/// machine-code step would take it ([`caller_by_rule`]); `None` for a word
+/// that holds none, or when the stack says otherwise.
+#[cfg_attr(
+    not(any(target_arch = "aarch64", target_arch = "riscv64")),
+    allow(dead_code)
+)]
+#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
+pub(crate) fn insn_caller<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
+    p: u16,
+    regs: &UnwindRegs,
+    mem: &mut M,
+    code: &mut C,
+    stack_end: u64,
+) -> Option<UnwindRegs> {
+    let rule = super::aarch64::unpack_insn(p)?;
+    caller_by_rule::<A, M, C>(&rule, regs, mem, code, false, stack_end)
+}
+
 /// Unwinds one frame of architecture `A`.
 pub fn step<A: RiscArch, M: Memory + ?Sized, C: CodeMemory + ?Sized>(
     regs: &UnwindRegs,

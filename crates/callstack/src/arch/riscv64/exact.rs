@@ -93,42 +93,9 @@ pub(crate) const LOCAL_SIGRETURN_BYTES: usize = 0;
 
 pub(crate) use super::signal::is_sigreturn_trampoline;
 
-/// Marks a rule-cache word as a machine-code rule ([`settle_insn`]).
+/// Marks a rule-cache word as a machine-code rule
+/// (`arch::risc::settle_insn`).
 pub(crate) use crate::arch::aarch64::INSN_MARK;
-
-/// The machine-code word for the frame whose return address is `pc`: the
-/// packed rule prologue analysis settles when it has one of the packed
-/// shapes, else `INSN_UNPACKED` (looked at, nothing to keep). What the
-/// in-process walk keeps in the rule cache for that address, to take the
-/// frame by [`insn_caller`] on later walks, or to leave it to the generic
-/// step without analysing its code twice.
-#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-pub(crate) fn settle_insn<C: crate::types::CodeMemory + ?Sized>(code: &mut C, pc: u64) -> u16 {
-    crate::arch::risc::return_rule::<super::instruction_analysis::Arch, C>(code, pc)
-        .and_then(|rule| crate::arch::aarch64::pack_insn(&rule))
-        .unwrap_or(crate::arch::aarch64::INSN_UNPACKED)
-}
-
-/// The caller of the frame at `regs` (its pc a return address) by the
-/// machine-code rule of cache word `p`, when the machine-code step would
-/// take it (`arch::risc::caller_by_rule`); `None` for a word that holds
-/// none, or when the stack says otherwise.
-#[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
-pub(crate) fn insn_caller<
-    M: crate::types::Memory + ?Sized,
-    C: crate::types::CodeMemory + ?Sized,
->(
-    p: u16,
-    regs: &crate::types::UnwindRegs,
-    mem: &mut M,
-    code: &mut C,
-    stack_end: u64,
-) -> Option<crate::types::UnwindRegs> {
-    let rule = crate::arch::aarch64::unpack_insn(p)?;
-    crate::arch::risc::caller_by_rule::<super::instruction_analysis::Arch, M, C>(
-        &rule, regs, mem, code, false, stack_end,
-    )
-}
 
 /// The signature of the function [`regs_entry`] hands over to: its three
 /// arguments, then `[pc, sp, fp]` of the entry's caller as it will be after

@@ -221,13 +221,13 @@ fn settled_word(pc: u64) -> Option<u16> {
 /// AArch64, RISC-V 64: prologue analysis's rule for the return address
 /// `pc` when it has one of the packed shapes, else a marked word that says
 /// there is none, so that the next walk does not analyse the code a second
-/// time to find that out (`exact::settle_insn`); the warm path applies it
+/// time to find that out (`arch::risc::settle_insn`); the warm path applies it
 /// through the machine-code step's own checks (`source::insn_caller`).
 #[cfg(callstack_risc_insn)]
 #[inline]
 fn settled_word(pc: u64) -> Option<u16> {
-    Some(crate::arch::native::exact::settle_insn(
-        &mut LocalCode::new(),
-        pc,
-    ))
+    Some(crate::arch::risc::settle_insn::<
+        crate::arch::native::instruction_analysis::Arch,
+        _,
+    >(&mut LocalCode::new(), pc))
 }

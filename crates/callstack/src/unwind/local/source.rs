@@ -381,28 +381,12 @@ fn insn_caller(source: &LocalSource, hot: &Hot) -> Option<Hot> {
     use crate::arch::native::instruction_analysis::unwinder::strict_return;
     use crate::arch::native::UnwindRuleX86_64 as R;
     let lookup = hot.pc.wrapping_sub(1);
-    if !source.read_cache || hot.pc == 0 {
+    let (p, mut mem, regs, hi) = insn_frame(source, hot)?;
+    let rule = unpack_insn(p)?;
+    if !crate::unwind::insn::is_warm() {
         return None;
     }
-    let rule = unpack_insn(cache_get(lookup))?;
     let analyses = crate::unwind::insn::cache::fallback_cache();
-    // Found under the analysis cache's current generation (else the code
-    // may have changed: all are dropped, this frame takes the generic
-    // step).
-    if !super::cache::insn_words_current(analyses.generation()) || !crate::unwind::insn::is_warm() {
-        return None;
-    }
-    let (lo, hi) = source.stack;
-    if hot.sp < lo || hot.sp >= hi {
-        return None;
-    }
-    let mut mem = crate::stack::StackMemory::with_bounds(lo as usize, hi as usize);
-    let regs = UnwindRegs {
-        pc: hot.pc,
-        sp: hot.sp,
-        fp: hot.fp,
-        lr: 0,
-    };
     // The generic step's frame record (`frame_pointer_step`): one whose
     // return address is the signal trampoline is the generic step's.
     if regs.fp >= regs.sp && regs.fp % 8 == 0 {
@@ -443,16 +427,7 @@ fn insn_caller(source: &LocalSource, hot: &Hot) -> Option<Hot> {
     if !strict_return(&mut code, Some(analyses), n.pc, lookup) {
         return None;
     }
-    if !source.is_code(n.pc) || source.return_address(n.pc, n.sp) != n.pc {
-        return None;
-    }
-    #[cfg(test)]
-    INSN_FRAMES.with(|c| c.set(c.get() + 1));
-    Some(Hot {
-        pc: n.pc,
-        sp: n.sp,
-        fp: n.fp,
-    })
+    insn_taken(source, n)
 }
 
 /// The caller of the frame at `hot` (its pc a return address, written),
@@ -470,6 +445,26 @@ fn insn_caller(source: &LocalSource, hot: &Hot) -> Option<Hot> {
 #[cfg(callstack_risc_insn)]
 #[cfg_attr(target_os = "linux", link_section = ".text.callstack_unwind")]
 fn insn_caller(source: &LocalSource, hot: &Hot) -> Option<Hot> {
+    let (p, mut mem, regs, hi) = insn_frame(source, hot)?;
+    let mut code = super::code::LocalCode::new();
+    let n = crate::arch::risc::insn_caller::<crate::arch::native::instruction_analysis::Arch, _, _>(
+        p, &regs, &mut mem, &mut code, hi,
+    )?;
+    insn_taken(source, n)
+}
+
+/// What both architectures' `insn_caller` start from: the marked word of
+/// the frame at `hot` (its pc a return address), found under the analysis
+/// cache's current generation (else the code may have changed: all are
+/// dropped, the frame takes the generic step), the frame on this walk's
+/// stack, a reader of that stack and the frame's registers, and the
+/// stack's top.
+#[cfg(any(callstack_insn, callstack_risc_insn))]
+#[inline]
+fn insn_frame(
+    source: &LocalSource,
+    hot: &Hot,
+) -> Option<(u16, crate::stack::StackMemory, UnwindRegs, u64)> {
     use crate::arch::native::exact::INSN_MARK;
     if !source.read_cache || hot.pc == 0 {
         return None;
@@ -486,15 +481,21 @@ fn insn_caller(source: &LocalSource, hot: &Hot) -> Option<Hot> {
     if hot.sp < lo || hot.sp >= hi {
         return None;
     }
-    let mut mem = crate::stack::StackMemory::with_bounds(lo as usize, hi as usize);
+    let mem = crate::stack::StackMemory::with_bounds(lo as usize, hi as usize);
     let regs = UnwindRegs {
         pc: hot.pc,
         sp: hot.sp,
         fp: hot.fp,
         lr: 0,
     };
-    let mut code = super::code::LocalCode::new();
-    let n = crate::arch::native::exact::insn_caller(p, &regs, &mut mem, &mut code, hi)?;
+    Some((p, mem, regs, hi))
+}
+
+/// The caller `n` that an `insn_caller` found, when the generic step's own
+/// check would take it too: code, and not an exit hook's trampoline.
+#[cfg(any(callstack_insn, callstack_risc_insn))]
+#[inline]
+fn insn_taken(source: &LocalSource, n: UnwindRegs) -> Option<Hot> {
     if n.pc == 0 || !source.is_code(n.pc) || source.return_address(n.pc, n.sp) != n.pc {
         return None;
     }
