@@ -1595,3 +1595,162 @@ fn stack_copy_grows_for_deep_stacks() {
     assert!(!stderr.contains("grew"), "{stderr}");
     assert!(f.contains("hot_seventy"), "{f}");
 }
+
+/// Two processes whose programs load at the same addresses (one source
+/// built twice without PIE, its busy function named `spin_alpha` in one
+/// and `spin_gamma` in the other), recorded together as a command's
+/// children: each process's samples are named from its own program, about
+/// half each, every chain down to `main`; and each file is one module
+/// record however many processes mapped it (libc once, not once per
+/// process).
+#[test]
+fn processes_at_the_same_addresses() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed");
+        return;
+    }
+    let dir = scratch_dir("record-twins");
+    let build = |name: &str, step: u32| {
+        Gcc::new(&["prof_twin.c"])
+            .flags(&format!(
+                "-O2 -fno-pie -no-pie -fno-omit-frame-pointer -DSPIN={name} -DSTEP={step}"
+            ))
+            .build(&dir.join(name))
+    };
+    let (a, g) = (build("spin_alpha", 1), build("spin_gamma", 3));
+    let data = dir.join("twins.data");
+    run(Command::new(&release_artifacts().cli)
+        .args(["record", "-q", "-F", "999", "-o"])
+        .arg(&data)
+        .args(["--", "sh", "-c"])
+        .arg(format!("{} 1.0 & {} 1.0; wait", a.display(), g.display())));
+    let f = folded(&data);
+    let (mut alpha, mut gamma) = (0u64, 0u64);
+    for line in f.lines() {
+        let (path, v) = line.rsplit_once(' ').unwrap();
+        let v: u64 = v.parse().unwrap();
+        let frames: Vec<&str> = path.split(';').collect();
+        let n = frames.iter().filter(|f| f.starts_with("spin_")).count();
+        assert!(n <= 1, "two programs' functions in one stack: {path}");
+        if frames.contains(&"spin_alpha") {
+            alpha += v;
+        } else if frames.contains(&"spin_gamma") {
+            gamma += v;
+        } else {
+            continue;
+        }
+        assert!(frames.contains(&"main"), "{path}");
+    }
+    let total = (alpha + gamma) as f64;
+    assert!(total > 0.0, "{f}");
+    for (name, n) in [("spin_alpha", alpha), ("spin_gamma", gamma)] {
+        let share = 100.0 * n as f64 / total;
+        assert!(
+            (30.0..70.0).contains(&share),
+            "{name}: {share:.1}% of the two programs' samples, want about half\n{f}"
+        );
+    }
+    let p = callstack::profile::Profile::read_trace(std::fs::File::open(&data).unwrap()).unwrap();
+    let libc: Vec<_> = p
+        .modules
+        .iter()
+        .filter(|m| m.path.to_string_lossy().contains("libc.so"))
+        .collect();
+    let listed: Vec<String> = p
+        .modules
+        .iter()
+        .map(|m| {
+            format!(
+                "{} {:#x}-{:#x} bias {:#x}",
+                m.path.display(),
+                m.start,
+                m.end,
+                m.bias
+            )
+        })
+        .collect();
+    assert_eq!(libc.len(), 1, "{listed:#?}");
+    for m in &p.modules {
+        let overlapping: Vec<_> = p
+            .modules
+            .iter()
+            .filter(|o| !std::ptr::eq(*o, m) && o.start < m.end && m.start < o.end)
+            .collect();
+        assert!(overlapping.is_empty(), "{m:?} overlaps {overlapping:?}");
+    }
+}
+
+/// `record --rotate --no-symbolize` writes addresses and mappings only,
+/// for a server to name; here google/pprof's own command names them
+/// through binutils from the programs' files, as a profile server does
+/// from the same files fetched by build-id. Three programs at once: the
+/// 70/20/10 one (PIE, no frame pointers) and the two builds without PIE
+/// at the same addresses (one of them moved to a range of its own): each
+/// named right, the split within 5 points. This needs each mapping's file
+/// offset to be the file's, not the link-time address (0x400000 without
+/// PIE).
+#[test]
+fn unnamed_pprof_is_named_by_a_server() {
+    if !perf_allowed() {
+        eprintln!("skipped: perf events not allowed here");
+        return;
+    }
+    let Some(pprof) = testsupport::pprof_with_binutils() else {
+        return;
+    };
+    let dir = scratch_dir("record-unnamed");
+    let hot = Gcc::new(&["prof_hot.c"])
+        .flags("-O2 -fomit-frame-pointer")
+        .build(&dir.join("prof_hot"));
+    let twin = |name: &str, step: u32| {
+        Gcc::new(&["prof_twin.c"])
+            .flags(&format!(
+                "-O2 -fno-pie -no-pie -fno-omit-frame-pointer -DSPIN={name} -DSTEP={step}"
+            ))
+            .build(&dir.join(name))
+    };
+    let (a, g) = (twin("spin_alpha", 1), twin("spin_gamma", 3));
+    let out = dir.join("bare");
+    run(Command::new(&release_artifacts().cli)
+        .args([
+            "record",
+            "-q",
+            "-F",
+            "999",
+            "--rotate",
+            "5",
+            "--no-symbolize",
+            "-o",
+        ])
+        .arg(&out)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "{} 1.5 & {} 1.5 & {} 1.5 1; wait",
+            a.display(),
+            g.display(),
+            hot.display()
+        )));
+    let files: Vec<PathBuf> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let top = run(Command::new(&pprof)
+        .args(["-symbolize=local", "-top", "-cum", "-nodecount=200"])
+        .args(&files));
+    let cum = |f: &str| -> f64 {
+        top.lines()
+            .find(|l| l.split_whitespace().last() == Some(f))
+            .and_then(|l| l.split_whitespace().nth(4))
+            .and_then(|p| p.trim_end_matches('%').parse().ok())
+            .unwrap_or_else(|| panic!("{f} not named in\n{top}"))
+    };
+    assert!(cum("spin_alpha") > 5.0 && cum("spin_gamma") > 5.0, "{top}");
+    let total: f64 = HOT.iter().map(|(f, _)| cum(f)).sum();
+    for (f, want) in HOT {
+        let got = cum(f) * 100.0 / total;
+        assert!(
+            (got - want).abs() < 5.0,
+            "{f}: {got:.1}% for {want}%\n{top}"
+        );
+    }
+}

@@ -469,6 +469,84 @@ pub fn minidump_stackwalk() -> PathBuf {
         .expect("minidump-stackwalk not found: run scripts/install-test-deps.sh")
 }
 
+/// google/pprof's own command (not `go tool pprof`): the same driver, but
+/// symbolizing through binutils (`addr2line`, `nm`, `objdump`) as a
+/// profile server does for C, C++ and Rust programs, where `go tool
+/// pprof` only reads Go binaries' tables. Built once per process, offline,
+/// from the copy of google/pprof that Go's own sources vendor
+/// (`$GOROOT/src/cmd/vendor`), into the target dir. `None` (said on
+/// stderr) when `go` is not installed.
+pub fn pprof_with_binutils() -> Option<PathBuf> {
+    static PPROF: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PPROF
+        .get_or_init(|| {
+            let goroot = match Command::new("go").args(["env", "GOROOT"]).output() {
+                Ok(o) if o.status.success() => {
+                    PathBuf::from(String::from_utf8_lossy(&o.stdout).trim())
+                }
+                _ => {
+                    eprintln!("no go: google/pprof's command cannot be built");
+                    return None;
+                }
+            };
+            let vendor = goroot.join("src/cmd/vendor/github.com");
+            let dir = target_dir().join("pprof-binutils");
+            let exe = dir.join("bin/pprof");
+            if exe.is_file() {
+                return Some(exe);
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+            let copy = |from: &str, to: &str, module: &str| {
+                let status = Command::new("cp")
+                    .arg("-r")
+                    .arg(vendor.join(from))
+                    .arg(dir.join(to))
+                    .status()
+                    .expect("run cp");
+                assert!(status.success(), "copying {from} from {vendor:?}");
+                std::fs::write(dir.join(to).join("go.mod"), module).unwrap();
+            };
+            std::fs::create_dir_all(dir.join("main")).unwrap();
+            copy(
+                "google/pprof",
+                "pprof",
+                "module github.com/google/pprof\ngo 1.17\nrequire github.com/ianlancetaylor/demangle v0.0.0\nreplace github.com/ianlancetaylor/demangle => ../demangle\n",
+            );
+            copy(
+                "ianlancetaylor/demangle",
+                "demangle",
+                "module github.com/ianlancetaylor/demangle\ngo 1.12\n",
+            );
+            std::fs::write(
+                dir.join("main/go.mod"),
+                "module pprofmain\ngo 1.17\nrequire github.com/google/pprof v0.0.0\nrequire github.com/ianlancetaylor/demangle v0.0.0\nreplace github.com/google/pprof => ../pprof\nreplace github.com/ianlancetaylor/demangle => ../demangle\n",
+            )
+            .unwrap();
+            std::fs::write(
+                dir.join("main/main.go"),
+                "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n\n\t\"github.com/google/pprof/driver\"\n)\n\nfunc main() {\n\tif err := driver.PProf(&driver.Options{}); err != nil {\n\t\tfmt.Fprintf(os.Stderr, \"pprof: %v\\n\", err)\n\t\tos.Exit(2)\n\t}\n}\n",
+            )
+            .unwrap();
+            let out = Command::new("go")
+                .current_dir(dir.join("main"))
+                .args(["build", "-o"])
+                .arg(&exe)
+                .arg(".")
+                .env("GOFLAGS", "-mod=mod")
+                .env("GOPROXY", "off")
+                .env("GOPATH", dir.join("gopath"))
+                .output()
+                .expect("run go build");
+            assert!(
+                out.status.success(),
+                "building google/pprof from {vendor:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Some(exe)
+        })
+        .clone()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -83,6 +83,51 @@ fn is_pseudo_module(m: &crate::tracefile::ModuleRecord) -> bool {
     m.path.as_os_str().as_encoded_bytes().starts_with(b"[")
 }
 
+/// The file offset of a module's lowest address (pprof's `file_offset`):
+/// from the file's `PT_LOAD` headers when it is here and is the one
+/// recorded (same build-id), since the link-time address (`start - bias`)
+/// is the offset only when the first segment is linked at 0: a program
+/// built without PIE is linked at 0x400000 from file offset 0, and a
+/// server given 0x400000 would look past its end. Else `start - bias`.
+pub fn file_offset(m: &crate::tracefile::ModuleRecord) -> u64 {
+    let link = m.start.wrapping_sub(m.bias);
+    #[cfg(feature = "remote")]
+    if let Some(off) = offset_in_file(m, link) {
+        return off;
+    }
+    link
+}
+
+/// The offset of link-time address `link` in `m`'s file, read from its
+/// first 64 KiB (the ELF and program headers, the build-id note).
+#[cfg(feature = "remote")]
+fn offset_in_file(m: &crate::tracefile::ModuleRecord, link: u64) -> Option<u64> {
+    use std::io::Read;
+    if !m.path.is_absolute() {
+        return None;
+    }
+    let mut head = Vec::with_capacity(64 << 10);
+    std::fs::File::open(&m.path)
+        .ok()?
+        .take(64 << 10)
+        .read_to_end(&mut head)
+        .ok()?;
+    if let Some(want) = &m.build_id {
+        if crate::remote::files::build_id(&head).as_ref() != Some(want) {
+            return None;
+        }
+    }
+    let (_, loads) = crate::remote::files::load_segments(&head)?;
+    // The segment mapped at `link` (segments are mapped from page
+    // boundaries): the last that starts at or below it.
+    let (page_vaddr, page_offset) = loads
+        .iter()
+        .map(|&(vaddr, offset, _, _)| (vaddr & !0xfff, offset & !0xfff))
+        .filter(|&(page_vaddr, _)| page_vaddr <= link)
+        .max_by_key(|&(page_vaddr, _)| page_vaddr)?;
+    Some(page_offset + (link - page_vaddr))
+}
+
 /// Encodes the profile as an uncompressed pprof `Profile` message, named
 /// by `names` (with `Names::default()`, no names: locations hold their
 /// address and mapping only, and the mappings say they have no functions,
@@ -121,9 +166,9 @@ pub fn encode(profile: &Profile, names: &Names) -> Vec<u8> {
         uint(&mut msg, 1, mapping_id[i]);
         uint(&mut msg, 2, m.start);
         uint(&mut msg, 3, m.end);
-        // The file offset mapped at `start`: for the usual first PT_LOAD at
-        // link-time address 0 and file offset 0, `start - bias`.
-        uint(&mut msg, 4, m.start.wrapping_sub(m.bias));
+        // The file offset mapped at `start`: what a server adds to
+        // `address - start` to find the address's place in the file.
+        uint(&mut msg, 4, file_offset(m));
         uint(&mut msg, 5, strings.id(&m.path.to_string_lossy()));
         if let Some(id) = &m.build_id {
             let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();

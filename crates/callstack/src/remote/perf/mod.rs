@@ -29,6 +29,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod canon;
 #[cfg(test)]
 mod sample_tests;
 mod sys;
@@ -390,6 +391,10 @@ struct Space {
     /// unwound with them may hold their addresses. The snapshots
     /// themselves (open files, compiled tables) are freed.
     retired: Vec<ModuleRecord>,
+    /// Per module of the current snapshot, once placed in the recording's
+    /// ranges ([`canon::Canon`]): what to add to its addresses, and the
+    /// record of the range they move into. Empty until then.
+    placed: Vec<(u64, ModuleRecord)>,
     /// [`Recording::tick`] of its last sample.
     last_used: u64,
 }
@@ -432,18 +437,75 @@ impl Space {
     fn unwinder(&mut self, lookup: &Lookup, pid: u32, arch: Machine) -> &RemoteUnwinder<'static> {
         if self.dirty || self.unwinder.is_none() {
             self.dirty = false;
-            if let Some(old) = self.unwinder.take() {
-                for m in &old.get().snapshot().modules {
-                    let rec = module_record(m);
-                    if !self.retired.contains(&rec) {
-                        self.retired.push(rec);
-                    }
-                }
-            }
+            self.retire();
             let snap = snapshot_of(&self.mappings, lookup, pid, arch);
             self.unwinder = Some(OwnedUnwinder::new(snap));
         }
         self.unwinder.as_ref().unwrap().get()
+    }
+
+    /// Places the current snapshot's modules in `canon`, once per
+    /// snapshot.
+    fn place(&mut self, canon: &mut canon::Canon, pid: u32) {
+        let Some(u) = &self.unwinder else {
+            return;
+        };
+        let modules = &u.get().snapshot().modules;
+        if self.placed.len() != modules.len() {
+            self.placed = modules.iter().map(|m| canon.place(m, pid)).collect();
+        }
+    }
+
+    /// `pc` (a frame's address in this process; `exact`: not a return
+    /// address) moved into its file's range of the recording.
+    fn moved(&self, pc: u64, exact: bool) -> u64 {
+        let Some(u) = &self.unwinder else {
+            return pc;
+        };
+        let probe = if exact { pc } else { pc.wrapping_sub(1) };
+        match u.get().snapshot().module_at(probe) {
+            Some((i, _)) => self
+                .placed
+                .get(i)
+                .map_or(pc, |(delta, _)| pc.wrapping_add(*delta)),
+            None => pc,
+        }
+    }
+
+    /// The current snapshot's module records: where its addresses are
+    /// moved to once placed, else its own.
+    fn current_records(&self) -> Vec<ModuleRecord> {
+        let Some(u) = &self.unwinder else {
+            return Vec::new();
+        };
+        let modules = &u.get().snapshot().modules;
+        if self.placed.len() == modules.len() {
+            self.placed.iter().map(|(_, r)| r.clone()).collect()
+        } else {
+            modules.iter().map(module_record).collect()
+        }
+    }
+
+    /// The process exec'd: its mappings are gone (those of the new program
+    /// come in the kernel's records), its snapshot retired.
+    fn exec(&mut self) {
+        self.retire();
+        self.mappings.clear();
+        // Its maps are read again at its next sample, for the segments
+        // the kernel's records leave out (not executable).
+        self.maps_read = false;
+        self.dirty = true;
+    }
+
+    /// Frees the snapshot, its modules' records kept in `retired`.
+    fn retire(&mut self) {
+        for rec in self.current_records() {
+            if !self.retired.contains(&rec) {
+                self.retired.push(rec);
+            }
+        }
+        self.unwinder = None;
+        self.placed.clear();
     }
 
     /// The memory of its module map (mappings, the snapshot's modules
@@ -465,14 +527,7 @@ impl Space {
     /// `retired`; the bytes it held.
     fn drop_unwinder(&mut self) -> usize {
         let before = self.bytes();
-        if let Some(old) = self.unwinder.take() {
-            for m in &old.get().snapshot().modules {
-                let rec = module_record(m);
-                if !self.retired.contains(&rec) {
-                    self.retired.push(rec);
-                }
-            }
-        }
+        self.retire();
         self.dirty = true;
         before - self.bytes()
     }
@@ -481,11 +536,9 @@ impl Space {
     /// retired ones, then the current snapshot's.
     fn module_records(&self) -> Vec<ModuleRecord> {
         let mut out = self.retired.clone();
-        if let Some(u) = &self.unwinder {
-            for rec in u.get().snapshot().modules.iter().map(module_record) {
-                if !out.contains(&rec) {
-                    out.push(rec);
-                }
+        for rec in self.current_records() {
+            if !out.contains(&rec) {
+                out.push(rec);
             }
         }
         out
@@ -664,6 +717,9 @@ struct Recording<'o> {
     /// Module records of processes that exited (their spaces freed), for
     /// the profile of the period they ended in.
     exited_modules: Vec<ModuleRecord>,
+    /// One address range per file for every process recorded: where
+    /// sampled addresses are moved to.
+    canon: canon::Canon,
     /// Samples left out by the filters or taken in the idle task.
     pub(crate) skipped: u64,
     /// Counts samples: the recency of modules and processes.
@@ -740,6 +796,7 @@ impl<'o> Recording<'o> {
             blocked: HashMap::new(),
             latest: 0,
             exited_modules: Vec::new(),
+            canon: canon::Canon::default(),
             skipped: 0,
             tick: 0,
             module_used: HashMap::new(),
@@ -813,8 +870,16 @@ impl Recording<'_> {
                 let (Some(pid), Some(tid)) = (r.u32(), r.u32()) else {
                     return;
                 };
-                if misc & MISC_COMM_EXEC != 0 && pid == self.root_pid && tid == pid {
-                    self.exe_pending = true;
+                if misc & MISC_COMM_EXEC != 0 && tid == pid {
+                    if pid == self.root_pid {
+                        self.exe_pending = true;
+                    }
+                    // A new program: the old one's mappings (copied at its
+                    // fork, or its own) are gone; the new ones' records
+                    // follow this one. Its modules stay reported.
+                    if let Some(space) = self.spaces.get_mut(&pid) {
+                        space.exec();
+                    }
                 }
                 let name = r.cstr();
                 if tid == pid {
@@ -939,7 +1004,10 @@ impl Recording<'_> {
         }
         self.tick += 1;
         space.last_used = self.tick;
-        let unwinder = space.unwinder(lookup, pid, self.machine);
+        space.unwinder(lookup, pid, self.machine);
+        space.place(&mut self.canon, pid);
+        let space = &*space;
+        let unwinder = space.unwinder.as_ref().expect("just made").get();
         let mut mem = CopiedStack {
             base: sp,
             data,
@@ -982,16 +1050,18 @@ impl Recording<'_> {
         // before it.
         let user = self.frames.len();
         self.exact.clear();
+        // Each address moved into its file's range ([`canon`]).
         if unwound.frames.is_empty() {
-            self.frames
-                .push(thread.registers.pc().unwrap_or(ip) as usize);
+            let pc = thread.registers.pc().unwrap_or(ip);
+            self.frames.push(space.moved(pc, true) as usize);
             self.exact.push(user as u32);
         }
         for f in &unwound.frames {
-            if matches!(f.method, Method::Context | Method::SignalFrame) {
+            let exact = matches!(f.method, Method::Context | Method::SignalFrame);
+            if exact {
                 self.exact.push(self.frames.len() as u32);
             }
-            self.frames.push(f.pc as usize);
+            self.frames.push(space.moved(f.pc, exact) as usize);
         }
         if kind == sys::EventKind::Switches {
             self.off_events.push(OffEvent::Sample {
@@ -1248,14 +1318,19 @@ impl Recording<'_> {
     /// then the others' by pid), and the kernel (`[kernel.kallsyms]`,
     /// named by [`Recording::kernel_symbols`]).
     fn modules(&self) -> Vec<ModuleRecord> {
-        let mut out: Vec<ModuleRecord> = self.exited_modules.clone();
         let mut pids: Vec<u32> = self.spaces.keys().copied().collect();
         pids.sort_by_key(|&p| (p != self.root_pid, p));
-        for pid in pids {
-            for rec in self.spaces[&pid].module_records() {
-                if !out.contains(&rec) {
-                    out.push(rec);
-                }
+        let listed = self.exited_modules.iter().cloned().chain(
+            pids.into_iter()
+                .flat_map(|pid| self.spaces[&pid].module_records()),
+        );
+        // Each file once, as its range is now (it may have grown since a
+        // record of it was kept).
+        let mut out: Vec<ModuleRecord> = Vec::new();
+        for rec in listed {
+            let rec = self.canon.current(&rec);
+            if !out.contains(&rec) {
+                out.push(rec);
             }
         }
         if let Some(exe) = &self.main_exe {
