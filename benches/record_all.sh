@@ -5,6 +5,10 @@
 # seconds in turn on the same steady workload:
 #   - each process name's share of the samples (idle left out), ours and
 #     perf's, and the largest difference;
+#   - for ours, the share of each process's samples whose chain reaches the
+#     thread's first frame: `_start` (in a stripped program, unnamed, but
+#     then `__libc_start_main` is there), `clone3`/`clone` for a thread,
+#     the loader's entry for a process that is still starting;
 #   - each recorder's CPU time (user + sys) and peak resident memory, and
 #     perf report's (the DWARF unwinding perf leaves to it, with call
 #     graphs: what our recorder does as the samples arrive).
@@ -48,6 +52,7 @@ python3 - "$work" <<'PY'
 import re, sys, collections
 work = sys.argv[1]
 ours = collections.Counter()
+whole = collections.Counter()
 tid_names = {}
 for line in open(f"{work}/cs.folded"):
     stack, _, v = line.rstrip("\n").rpartition(" ")
@@ -55,6 +60,10 @@ for line in open(f"{work}/cs.folded"):
     # --per-thread roots are "name (tid)", or "thread tid" when unnamed.
     name = re.sub(r"\s*\(\d+\)$|[ -]\d+$", "", root)
     ours[name] += int(v)
+    frames = stack.split(";")
+    starts = ("_start", "clone3", "clone", "__libc_start_main_impl", "start_thread")
+    if len(frames) > 1 and (frames[1].startswith("ld-linux") or any(f in starts for f in frames[1:])):
+        whole[name] += int(v)
 theirs = collections.Counter()
 for line in open(f"{work}/perf.txt"):
     m = re.match(r"\s*([\d.]+)%\s+(.+?)\s*$", line)
@@ -67,11 +76,12 @@ t_ours = sum(ours.values()) or 1
 t_theirs = sum(theirs.values()) or 1
 names = sorted(set(ours) | set(theirs), key=lambda n: -(ours[n] / t_ours + theirs[n] / t_theirs))
 worst = 0
-print(f"{'process':20} {'ours %':>8} {'perf %':>8}")
+print(f"{'process':20} {'ours %':>8} {'perf %':>8} {'ours to _start/clone %':>24}")
 for n in names[:15]:
     a, b = ours[n] * 100 / t_ours, theirs[n] * 100 / t_theirs
     worst = max(worst, abs(a - b))
-    print(f"{n[:20]:20} {a:8.1f} {b:8.1f}")
+    w = f"{whole[n] * 100 / ours[n]:.1f}" if ours[n] else "-"
+    print(f"{n[:20]:20} {a:8.1f} {b:8.1f} {w:>24}")
 print(f"largest difference of a share: {worst:.1f} points")
 for who in ("cs", "perf", "perf-report"):
     u, s, m = open(f"{work}/{who}.time").read().split()
