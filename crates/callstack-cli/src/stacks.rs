@@ -581,12 +581,9 @@ struct Names {
     images: std::collections::HashMap<u64, Option<Symbolizer>>,
     /// Each module's `main` rule, read once (by module start).
     main_rules: std::collections::HashMap<u64, crate::mainfn::MainRule>,
-    /// The process's perf map (`/tmp/perf-PID.map`), naming JIT code that
-    /// lies in no module.
-    perf_map: Option<callstack::symbolize::perfmap::PerfMap>,
-    /// The jitdump files (`jit-PID.dump`) the process has mapped, naming
-    /// JIT code with its file and line; asked before the perf map.
-    jit_dumps: Vec<callstack::symbolize::jitdump::JitDump>,
+    /// The process's jitdump files and perf map, naming JIT code that lies
+    /// in no module.
+    jit: callstack::symbolize::jit::JitSources,
 }
 
 impl Names {
@@ -617,51 +614,31 @@ impl Names {
         // A core's map is the one its process wrote, if the file is still
         // there (it names only code in no module, so a map left by a later
         // process with the same pid can at worst name such code wrongly).
-        let perf_map = match callstack::symbolize::perfmap::PerfMap::for_pid(snap.pid) {
-            Some(Ok(m)) => Some(m),
-            Some(Err(e)) => {
-                eprintln!("callstack: warning: {e}; JIT frames are left unnamed");
-                None
-            }
-            None => None,
-        };
         // A runtime maps its jitdump file (executable) for perf to find:
         // the mapping names the file, read while it is still there.
-        let mut jit_dumps = Vec::new();
-        for m in &snap.modules {
-            let path = m.file.clone().unwrap_or_else(|| PathBuf::from(&m.name));
-            let is_dump = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("jit-") && n.ends_with(".dump"));
-            if !is_dump {
-                continue;
-            }
-            match callstack::symbolize::jitdump::JitDump::from_file(&path) {
-                Ok(d) => jit_dumps.push(d),
-                Err(e) => eprintln!(
-                    "callstack: warning: {}: {e}; its JIT frames are left unnamed",
-                    path.display()
-                ),
-            }
-        }
+        let mapped: Vec<PathBuf> = snap
+            .modules
+            .iter()
+            .map(|m| m.file.clone().unwrap_or_else(|| PathBuf::from(&m.name)))
+            .collect();
+        let jit = callstack::symbolize::jit::JitSources::for_process(
+            snap.pid,
+            mapped.iter().map(PathBuf::as_path),
+            &mut |w| eprintln!("callstack: warning: {w}"),
+        );
         Names {
             files,
             images: std::collections::HashMap::new(),
             main_rules: std::collections::HashMap::new(),
-            perf_map,
-            jit_dumps,
+            jit,
         }
     }
 
     /// What the jitdump files, then the perf map, say of `pc` (JIT code in
     /// no module): the function, and its file and line when known.
     fn jit_name(&self, pc: u64) -> Option<(String, Option<String>, Option<u32>)> {
-        if let Some(f) = self.jit_dumps.iter().find_map(|d| d.lookup(pc)) {
-            return Some((f.name, f.file, f.line));
-        }
-        let name = self.perf_map.as_ref()?.lookup(pc)?;
-        Some((name.to_string(), None, None))
+        let f = self.jit.lookup(pc)?;
+        Some((f.name, f.file, f.line))
     }
 
     /// Where backtraces end in module `m`: see [`crate::mainfn`]. A module

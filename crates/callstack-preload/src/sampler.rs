@@ -214,7 +214,9 @@ extern "C" fn finish() {
         std::mem::forget(profiler);
         return;
     }
-    let profile = profiler.stop();
+    let mut profile = profiler.stop();
+    // JIT code named while the perf map is surely there.
+    profile.name_jit_code();
     if let Err(e) = profile.write_trace(std::io::BufWriter::new(file)) {
         eprintln!("callstack record: writing the profile: {e}");
     }

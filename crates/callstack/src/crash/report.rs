@@ -137,13 +137,13 @@ pub(crate) fn symbolize_report_with(raw: &str, style: Style) -> String {
     let mut out = String::new();
     for r in parse_raw_reports(raw) {
         let mut res = Resolver::for_frames(&r.frames);
-        // JIT code (in no module) is named from the process's perf map,
-        // read once the first such frame comes, if the file is there.
+        // JIT code (in no module) is named from the process's jitdump files
+        // and perf map, read once the first such frame comes, if there.
         let pid = r
             .header
             .iter()
             .find_map(|h| h.strip_prefix("process: ")?.trim().parse::<u32>().ok());
-        let mut perf_map: Option<Option<crate::symbolize::perfmap::PerfMap>> = None;
+        let mut jit: Option<crate::symbolize::jit::JitSources> = None;
         out.push_str("*** callstack: crash report (symbolized) ***\n");
         for h in &r.header {
             if !h.starts_with("time:") && !h.starts_with("process:") {
@@ -154,23 +154,31 @@ pub(crate) fn symbolize_report_with(raw: &str, style: Style) -> String {
         for f in &r.frames {
             let mut text = Vec::new();
             let Some((path, offset, _)) = &f.module else {
-                let map = perf_map
-                    .get_or_insert_with(|| {
-                        pid.and_then(crate::symbolize::perfmap::PerfMap::for_pid)
-                            .and_then(Result::ok)
+                // Its jitdump files (from its maps: the report is made
+                // while the process is still there) and its perf map.
+                let jit = jit.get_or_insert_with(|| {
+                    pid.map(|pid| {
+                        crate::symbolize::jit::JitSources::for_live_process(pid, &mut |_| {})
                     })
-                    .as_ref();
+                    .unwrap_or_default()
+                });
                 // A return address is looked up at the call, one byte back.
                 let lookup = if f.is_return_address {
                     f.address.wrapping_sub(1)
                 } else {
                     f.address
                 };
-                let line = match map.and_then(|m| m.lookup(lookup)) {
-                    Some(name) => format!(
-                        "  #{} {:#018x} in {name} (JIT, perf map)",
-                        f.index, f.address
-                    ),
+                let line = match jit.lookup(lookup) {
+                    Some(j) => match (j.file, j.line) {
+                        (Some(file), Some(line)) => format!(
+                            "  #{} {:#018x} in {} at {file}:{line} (JIT)",
+                            f.index, f.address, j.name
+                        ),
+                        _ => format!(
+                            "  #{} {:#018x} in {} (JIT, perf map)",
+                            f.index, f.address, j.name
+                        ),
+                    },
                     None => format!("  #{} {:#018x} in ??", f.index, f.address),
                 };
                 lines.push((f.index, line));

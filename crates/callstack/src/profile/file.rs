@@ -23,6 +23,8 @@ pub(crate) const TAG_THREAD_PROCESS: u8 = b'R';
 pub(crate) const TAG_COMMENT: u8 = b'C';
 /// `K`: a kernel function the profile's kernel frames fall in.
 pub(crate) const TAG_KERNEL_SYMBOL: u8 = b'K';
+/// The name of a JIT code address (`J`).
+pub(crate) const TAG_JIT_NAME: u8 = b'J';
 // `I`: the exact pcs past the first frame of the stack record just before
 // (read by `TraceReader` into the stack's `StackRecord::exact`).
 use crate::tracefile::TAG_EXACT;
@@ -81,6 +83,15 @@ impl Profile {
             put_varint(&mut b, k.end.saturating_sub(k.start));
             put_str(&mut b, &k.name);
             w.write_raw(TAG_KERNEL_SYMBOL, &b)?;
+        }
+        for j in &self.jit_names {
+            b.clear();
+            put_varint(&mut b, j.addr);
+            put_varint(&mut b, u64::from(j.exact));
+            put_str(&mut b, &j.name.function);
+            put_str(&mut b, j.name.file.as_deref().unwrap_or(""));
+            put_varint(&mut b, u64::from(j.name.line.unwrap_or(0)));
+            w.write_raw(TAG_JIT_NAME, &b)?;
         }
         for (&tid, name) in &self.threads {
             b.clear();
@@ -234,6 +245,23 @@ impl Profile {
                                 name,
                             });
                         }
+                        TAG_JIT_NAME => {
+                            let addr = b.varint()?;
+                            let exact = b.varint()? != 0;
+                            let function = get_str(&mut b)?;
+                            let file = Some(get_str(&mut b)?).filter(|f| !f.is_empty());
+                            let line = Some(b.varint()? as u32).filter(|&l| l != 0);
+                            p.jit_names.push(super::JitName {
+                                addr,
+                                exact,
+                                name: super::FrameName {
+                                    function,
+                                    file,
+                                    line,
+                                    inlined: false,
+                                },
+                            });
+                        }
                         _ => {}
                     }
                 }
@@ -241,6 +269,7 @@ impl Profile {
         }
         flush(&mut p, pending.take());
         p.kernel_symbols.sort_by_key(|k| k.start);
+        p.jit_names.sort_by_key(|j| (j.addr, j.exact));
         Ok(p)
     }
 }

@@ -54,6 +54,20 @@ use std::io::{self, Write};
 /// to their names, as perf's flamegraphs do.
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
 
+/// The name of one JIT code address of a profile (see
+/// [`Profile::jit_names`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JitName {
+    /// The address, as in the profile's stacks.
+    pub addr: u64,
+    /// Whether it is an exact pc (else a return address, looked up one
+    /// byte back).
+    pub exact: bool,
+    /// What it was named: function, and file and line when the runtime
+    /// wrote them (jitdump).
+    pub name: FrameName,
+}
+
 /// What one value of a sample counts: a name and a unit, as in pprof
 /// (`samples`/`count`, `cpu`/`nanoseconds`, `alloc_space`/`bytes`...).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -155,6 +169,12 @@ pub struct Profile {
     /// -comments`), such as what a recorder dropped to stay under its
     /// memory budget (`C` records of the trace file).
     pub comments: Vec<String>,
+    /// Names of the stacks' JIT code (addresses in no module), found by
+    /// the recorder in the processes' jitdump files and perf maps while
+    /// they were there ([`Profile::name_jit_code`]): a report names them
+    /// after the files are gone, or on another machine (`J` records of the
+    /// trace file). Sorted by address.
+    pub jit_names: Vec<JitName>,
     /// Stack hash -> indices in `stacks` with that hash.
     index: HashMap<u64, Vec<u32>>,
 }
@@ -316,6 +336,57 @@ impl Profile {
             .iter()
             .rev()
             .find(|m| m.start <= addr && addr < m.end)
+    }
+
+    /// The kept name of JIT code at `addr` ([`Profile::jit_names`]).
+    pub fn jit_name(&self, addr: u64, exact: bool) -> Option<&FrameName> {
+        let i = self
+            .jit_names
+            .binary_search_by_key(&(addr, exact), |j| (j.addr, j.exact))
+            .ok()?;
+        Some(&self.jit_names[i].name)
+    }
+
+    /// Names the stacks' JIT code (addresses in no module, or in
+    /// anonymous memory) from the recorded processes' jitdump files and
+    /// perf maps, now, while they are there, and keeps the names in
+    /// [`Profile::jit_names`]: what a recorder calls before it writes a
+    /// profile. Addresses already named are not looked up again.
+    #[cfg(feature = "symbolize")]
+    pub fn name_jit_code(&mut self) {
+        let mut wanted: std::collections::BTreeSet<(u64, bool)> = Default::default();
+        for s in &self.stacks {
+            for (i, &a) in s.frames.iter().enumerate() {
+                let a = a as u64;
+                let exact = s.is_exact(i);
+                if self.module_of(a).is_none_or(is_anonymous) && self.jit_name(a, exact).is_none() {
+                    wanted.insert((a, exact));
+                }
+            }
+        }
+        if wanted.is_empty() {
+            return;
+        }
+        let sources = jit_sources(self);
+        if sources.is_empty() {
+            return;
+        }
+        for (addr, exact) in wanted {
+            let probe = if exact { addr } else { addr.wrapping_sub(1) };
+            if let Some(f) = sources.iter().find_map(|s| s.lookup(probe)) {
+                self.jit_names.push(JitName {
+                    addr,
+                    exact,
+                    name: FrameName {
+                        function: f.name,
+                        file: f.file,
+                        line: f.line,
+                        inlined: false,
+                    },
+                });
+            }
+        }
+        self.jit_names.sort_by_key(|j| (j.addr, j.exact));
     }
 }
 
@@ -493,19 +564,31 @@ impl Names {
         // JIT code (in no module): named from the perf maps of the
         // recorded processes (`/tmp/perf-PID.map`), read when the first
         // such address comes, if the files are still there.
-        let mut jit: Option<Vec<crate::symbolize::perfmap::PerfMap>> = None;
+        // The names the recorder kept come first; else the files, if
+        // they are still there.
+        let mut jit: Option<Vec<crate::symbolize::jit::JitSources>> = None;
         Names::resolve(profile, |a, exact| {
             if profile.module_of(a as u64).is_none_or(is_anonymous) {
-                let maps = jit.get_or_insert_with(|| jit_maps(profile));
+                if let Some(n) = profile.jit_name(a as u64, exact) {
+                    return vec![n.clone()];
+                }
+                let sources = jit.get_or_insert_with(|| jit_sources(profile));
                 let probe = if exact {
                     a as u64
                 } else {
                     (a as u64).wrapping_sub(1)
                 };
-                return maps
+                return sources
                     .iter()
-                    .find_map(|m| m.lookup(probe))
-                    .map(|n| vec![FrameName::function(n)])
+                    .find_map(|s| s.lookup(probe))
+                    .map(|f| {
+                        vec![FrameName {
+                            function: f.name,
+                            file: f.file,
+                            line: f.line,
+                            inlined: false,
+                        }]
+                    })
                     .unwrap_or_default();
             }
             if let Some((lo, hi, syms)) = &kernel {
@@ -590,19 +673,34 @@ fn is_anonymous(m: &ModuleRecord) -> bool {
     p == "//anon" || p.starts_with("[anon")
 }
 
-/// The perf maps of the processes a profile recorded: of each process of
-/// a whole-host recording, else of each thread id (a process's main thread
-/// has its pid).
+/// The JIT sources of the processes a profile recorded (of each process of
+/// a whole-host recording, else of each thread id: a process's main thread
+/// has its pid): each one's perf map, and the jitdump files among the
+/// profile's modules (a runtime maps its `jit-PID.dump` for perf to find).
 #[cfg(feature = "symbolize")]
-fn jit_maps(profile: &Profile) -> Vec<crate::symbolize::perfmap::PerfMap> {
+fn jit_sources(profile: &Profile) -> Vec<crate::symbolize::jit::JitSources> {
+    use crate::symbolize::jit::{is_jitdump, JitSources};
     let mut pids: Vec<u32> = profile.thread_processes.values().map(|p| p.pid).collect();
     pids.extend(profile.threads.keys().copied());
     pids.extend(profile.stacks.iter().filter_map(|s| s.thread));
     pids.sort_unstable();
     pids.dedup();
+    let dumps: Vec<&std::path::Path> = profile
+        .modules
+        .iter()
+        .map(|m| m.path.as_path())
+        .filter(|p| is_jitdump(p))
+        .collect();
     pids.into_iter()
-        .filter_map(crate::symbolize::perfmap::PerfMap::for_pid)
-        .filter_map(Result::ok)
+        .map(|pid| {
+            let own = format!("jit-{pid}.dump");
+            let mine = dumps
+                .iter()
+                .copied()
+                .filter(|p| p.file_name().is_some_and(|n| n == own.as_str()));
+            JitSources::for_process(pid, mine, &mut |w| eprintln!("callstack: warning: {w}"))
+        })
+        .filter(|s| !s.is_empty())
         .collect()
 }
 

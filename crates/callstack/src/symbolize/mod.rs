@@ -92,6 +92,7 @@ mod demangle;
 mod die;
 mod dwarf;
 mod elf;
+pub mod jit;
 pub mod jitdump;
 mod lazy;
 mod lines;

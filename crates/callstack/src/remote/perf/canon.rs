@@ -29,6 +29,12 @@ pub(super) const SYNTHETIC_BASE: u64 = 0x4000_0000_0000_0000;
 /// Their alignment: readable addresses, one range per 4 GiB.
 const SYNTHETIC_ALIGN: u64 = 1 << 32;
 
+/// Whether a module is anonymous executable memory (the kernel's `//anon`
+/// of an mmap record, a named `[anon:...]` region).
+fn is_anonymous(name: &str) -> bool {
+    name == "//anon" || name.starts_with("[anon")
+}
+
 /// What makes two processes' modules the same file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
@@ -70,6 +76,13 @@ impl Canon {
     /// ones).
     pub(super) fn place(&mut self, m: &Module, pid: u32) -> (u64, ModuleRecord) {
         let rec = super::module_record(m);
+        if is_anonymous(&m.name) || rec.start < rec.bias || rec.end <= rec.start {
+            // JIT code: not moved; named by address from its process's
+            // perf map or jitdump file. Nor a module whose range does not
+            // start in its file (below its load bias: mappings of two
+            // loads taken for one).
+            return (0, rec);
+        }
         let key = Key {
             path: rec.path.clone(),
             build_id: rec.build_id.clone(),
@@ -140,6 +153,7 @@ impl Canon {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn module(path: &str, id: Option<u8>, start: u64, end: u64, bias: u64) -> Module {
         Module {
@@ -217,6 +231,15 @@ mod tests {
         let (_, ga) = c.place(&gone_a, 10);
         let (_, gb) = c.place(&gone_b, 11);
         assert_ne!(ga, gb);
+        // A module whose range starts below its bias (two loads' mappings
+        // taken for one) is not placed.
+        let bogus = module("/lib/ld.so", Some(9), 0x1000, 0x9000_0000, 0x7000_0000);
+        assert_eq!(c.place(&bogus, 11).0, 0);
+        assert!(!c.records.iter().any(|r| r.path == Path::new("/lib/ld.so")));
+        // JIT code stays where it is, whatever it overlaps: named by its
+        // address from its process's perf map.
+        let anon = module("//anon", None, 0x3f_0000, 0x7f00_0010_0000, 0x3f_0000);
+        assert_eq!(c.place(&anon, 11).0, 0);
     }
 
     #[test]

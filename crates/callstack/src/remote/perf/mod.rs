@@ -401,9 +401,18 @@ struct Space {
 
 impl Space {
     fn add(&mut self, m: Mapping) {
-        // A new mapping replaces whatever it overlaps.
-        self.mappings
-            .retain(|x| x.end <= m.start || x.start >= m.end);
+        // A new mapping replaces whatever it overlaps, and the mappings of
+        // another load of the same file: those copied at a fork and left
+        // by an exec whose record (drained from another CPU's ring) has
+        // not come yet. One load's mappings are a few MiB apart at most
+        // in `start - file offset`; two loads', wherever address
+        // randomization put them.
+        let load = m.start.wrapping_sub(m.file_offset);
+        self.mappings.retain(|x| {
+            (x.end <= m.start || x.start >= m.end)
+                && (x.path != m.path
+                    || x.start.wrapping_sub(x.file_offset).abs_diff(load) < 64 << 20)
+        });
         self.mappings.push(m);
         self.dirty = true;
     }
@@ -877,9 +886,10 @@ impl Recording<'_> {
                     // A new program: the old one's mappings (copied at its
                     // fork, or its own) are gone; the new ones' records
                     // follow this one. Its modules stay reported.
-                    if let Some(space) = self.spaces.get_mut(&pid) {
-                        space.exec();
-                    }
+                    // A space made now if none is there: a fork record
+                    // drained after this one (from another CPU's ring)
+                    // must not give it its parent's mappings.
+                    self.spaces.entry(pid).or_default().exec();
                 }
                 let name = r.cstr();
                 if tid == pid {
@@ -1284,6 +1294,7 @@ impl Recording<'_> {
         next.thread_processes = self.profile.thread_processes.clone();
         self.profile.modules = self.modules();
         self.profile.kernel_symbols = self.kernel_symbols();
+        self.profile.name_jit_code();
         self.profile.duration_ns = now.saturating_sub(self.profile.start_time_ns);
         self.profile
             .comments
@@ -1653,6 +1664,7 @@ pub fn record_rotating(
     } else {
         rec.profile.modules = rec.modules();
         rec.profile.kernel_symbols = rec.kernel_symbols();
+        rec.profile.name_jit_code();
         rec.profile.duration_ns = started.elapsed().as_nanos() as u64;
         let comments = eviction_comments(&std::mem::take(&mut rec.period_evicted));
         rec.profile.comments.extend(comments);
