@@ -101,6 +101,12 @@ pub struct Args {
     /// each --rotate profile's comments (`go tool pprof -comments`).
     #[arg(long, value_name = "MB", default_value_t = 512.0)]
     memory_budget: f64,
+    /// Native frames only: do not read the Python frames of CPython
+    /// processes (by default each sample's `_PyEval_EvalFrameDefault`
+    /// frames are replaced by the Python functions they ran, read from the
+    /// running process near the sample's time).
+    #[arg(long)]
+    no_python: bool,
     /// The command to run and record.
     #[arg(last = true, required_unless_present_any = ["pid", "all"])]
     command: Vec<OsString>,
@@ -225,6 +231,15 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     opts.memory_budget = Some(budget);
     opts.pid_filter = args.pid_filter.clone();
     opts.comm_filter = args.comm.clone();
+    let python = (!args.no_python).then(|| {
+        std::sync::Arc::new(callstack::python::record::PythonRecorder::new(
+            args.hz,
+            opts.lookup.clone(),
+        ))
+    });
+    if let Some(p) = &python {
+        opts.sample_hook = Some(p.clone());
+    }
     opts.rotate = args
         .rotate
         .filter(|d| *d > 0.0)
@@ -271,6 +286,14 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     );
     if shown {
         eprintln!();
+    }
+    if let Some(p) = &python {
+        p.stop();
+        if !args.quiet {
+            for w in p.warnings() {
+                eprintln!("callstack record: warning: {w}");
+            }
+        }
     }
     let recorded = match recorded {
         Ok(r) => r,

@@ -1,6 +1,6 @@
 //! A profile in the callstack trace file (`docs/trace-format.md`): the
 //! `P` (profile), `T` (thread), `R` (a thread's process), `C` (comment),
-//! `I` (exact frames), `V` (values) and `E` (end) records beside the `M` and `S` records that every reader knows.
+//! `I` (exact frames), `Y` (named frames), `V` (values) and `E` (end) records beside the `M` and `S` records that every reader knows.
 
 use super::{Profile, ValueType};
 use crate::tracefile::{
@@ -23,6 +23,8 @@ pub(crate) const TAG_THREAD_PROCESS: u8 = b'R';
 pub(crate) const TAG_COMMENT: u8 = b'C';
 /// `K`: a kernel function the profile's kernel frames fall in.
 pub(crate) const TAG_KERNEL_SYMBOL: u8 = b'K';
+/// `Y`: an address the profile names itself ([`Profile::named_frames`]).
+pub(crate) const TAG_NAMED_FRAME: u8 = b'Y';
 // `I`: the exact pcs past the first frame of the stack record just before
 // (read by `TraceReader` into the stack's `StackRecord::exact`).
 use crate::tracefile::TAG_EXACT;
@@ -81,6 +83,14 @@ impl Profile {
             put_varint(&mut b, k.end.saturating_sub(k.start));
             put_str(&mut b, &k.name);
             w.write_raw(TAG_KERNEL_SYMBOL, &b)?;
+        }
+        for (&addr, n) in &self.named_frames {
+            b.clear();
+            put_varint(&mut b, addr);
+            put_str(&mut b, &n.function);
+            put_str(&mut b, n.file.as_deref().unwrap_or(""));
+            put_varint(&mut b, n.line.map_or(0, u64::from));
+            w.write_raw(TAG_NAMED_FRAME, &b)?;
         }
         for (&tid, name) in &self.threads {
             b.clear();
@@ -223,6 +233,21 @@ impl Profile {
                         TAG_END => {
                             p.duration_ns = b.varint()?;
                             p.lost = b.varint()?;
+                        }
+                        TAG_NAMED_FRAME => {
+                            let addr = b.varint()?;
+                            let function = get_str(&mut b)?;
+                            let file = get_str(&mut b)?;
+                            let line = b.varint()?;
+                            p.named_frames.insert(
+                                addr,
+                                super::FrameName {
+                                    function,
+                                    file: (!file.is_empty()).then_some(file),
+                                    line: u32::try_from(line).ok().filter(|&l| l > 0),
+                                    inlined: false,
+                                },
+                            );
                         }
                         TAG_KERNEL_SYMBOL => {
                             let start = b.varint()?;

@@ -155,6 +155,11 @@ pub struct Profile {
     /// -comments`), such as what a recorder dropped to stay under its
     /// memory budget (`C` records of the trace file).
     pub comments: Vec<String>,
+    /// Addresses the profile names itself, not from any file: frames of
+    /// interpreted code put in place of their interpreter's (the CPython
+    /// frames of `callstack record`, `python::record`), in a pseudo-module
+    /// of their own. Stored as `Y` records.
+    pub named_frames: BTreeMap<u64, FrameName>,
     /// Stack hash -> indices in `stacks` with that hash.
     index: HashMap<u64, Vec<u32>>,
 }
@@ -355,7 +360,8 @@ pub struct Names {
 
 impl Names {
     /// Names every address of `profile` with `resolve(address, exact)`
-    /// (innermost first; an empty answer becomes `module+0xoffset`).
+    /// (innermost first; an empty answer becomes `module+0xoffset`), but
+    /// for those the profile names itself ([`Profile::named_frames`]).
     pub fn resolve(
         profile: &Profile,
         mut resolve: impl FnMut(usize, bool) -> Vec<FrameName>,
@@ -365,6 +371,9 @@ impl Names {
             for (i, &a) in s.frames.iter().enumerate() {
                 let exact = s.is_exact(i);
                 map.entry((a, exact)).or_insert_with(|| {
+                    if let Some(n) = profile.named_frames.get(&(a as u64)) {
+                        return vec![n.clone()];
+                    }
                     let v = resolve(a, exact);
                     if v.is_empty() {
                         vec![FrameName::function(unknown_name(profile, a))]

@@ -1,0 +1,434 @@
+//! CPython frames in a `callstack record` profile.
+//!
+//! A perf sample is read from its ring milliseconds after it was taken,
+//! and from 3.11 CPython keeps its frames in heap memory, not on the C
+//! stack the sample copied: the Python stack must be read from the running
+//! process near the sample's time. [`PythonRecorder`] does it as py-spy's
+//! non-blocking mode does: a thread of the recorder reads every thread's
+//! Python stack of each python process recorded, at the recording's rate,
+//! without stopping it (`process_vm_readv`; [`super::Sampler`] keeps what
+//! it read of code objects, so that a warm read costs two reads per
+//! frame), and stamps each read with CLOCK_MONOTONIC, the clock of the perf
+//! samples' times. Each sample whose native chain runs
+//! `_PyEval_EvalFrameDefault` then takes its thread's Python stack read
+//! nearest its time, and its Python frames replace the evaluation loop's
+//! frames, as `pstack` merges them ([`super::eval_run`]).
+//!
+//! In the profile, a Python frame is an address of the pseudo-module
+//! [`PYTHON_MODULE`] (from [`PYTHON_BASE`]), one per (function, file,
+//! line), named by the profile itself ([`Profile::named_frames`], the `Y`
+//! records of the trace file) and marked exact.
+
+use super::{eval_run, Interpreter, Sampler};
+use crate::profile::{FrameName, Profile};
+use crate::remote::files;
+use crate::remote::perf::SampleHook;
+use crate::remote::process::RunningMemory;
+use crate::remote::{Lookup, Mapping};
+use crate::tracefile::ModuleRecord;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The path of the module record of Python frames.
+pub const PYTHON_MODULE: &str = "[python]";
+/// The first address of Python frames in a profile: `PYTHON_BASE + i` is
+/// the `i`th (function, file, line) seen.
+pub const PYTHON_BASE: u64 = 0x6000_0000_0000_0000;
+
+/// Stacks read longer ago than this before the newest are dropped (the
+/// rings are drained every 50 ms or so: their samples are younger).
+const HISTORY_NS: u64 = 2_000_000_000;
+/// At most this many stacks kept per thread.
+const MAX_HISTORY: usize = 8192;
+/// How often a process not (yet) found to run Python is looked at again:
+/// the first wait, doubled each time up to the last, this many times.
+const FIRST_RETRY: Duration = Duration::from_millis(5);
+const LAST_RETRY: Duration = Duration::from_secs(1);
+const MAX_TRIES: u32 = 16;
+
+/// The CPython frames of a recording: a [`SampleHook`] for
+/// [`crate::remote::perf::RecordOptions::sample_hook`]. See the [module
+/// documentation](self).
+#[derive(Debug)]
+pub struct PythonRecorder {
+    shared: Arc<Shared>,
+    worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// The sampling period.
+    period: Duration,
+    /// A sample takes a stack read at most this far from its time.
+    tolerance_ns: u64,
+    lookup: Lookup,
+    stop: AtomicBool,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Processes given to the sampler, not yet taken by it.
+    new_pids: Vec<u32>,
+    /// Every process seen.
+    seen: HashSet<u32>,
+    /// The evaluation loop's ranges in each process found to run Python.
+    eval: HashMap<u32, Vec<(u64, u64)>>,
+    /// Per thread, its Python stacks read, oldest first.
+    stacks: HashMap<u32, VecDeque<Snap>>,
+    /// Every distinct (function, file, line) seen, by index.
+    table: Vec<FrameName>,
+    index: HashMap<(String, String, Option<u32>), u32>,
+    /// What could not be read (a version not supported...), once each.
+    warnings: Vec<String>,
+    /// Reads of stacks done and failed (a thread changing its frames
+    /// during the read).
+    reads: u64,
+    failed: u64,
+}
+
+/// One Python stack read: when (CLOCK_MONOTONIC ns), and its frames
+/// innermost first, as (index in the table, outermost frame of its
+/// evaluation call).
+#[derive(Debug)]
+struct Snap {
+    time: u64,
+    frames: Vec<(u32, bool)>,
+}
+
+impl PythonRecorder {
+    /// A recorder of the Python stacks of the processes recorded, read
+    /// every `1/hz` second; its sampling thread starts now. `lookup` finds
+    /// the python files of the targets.
+    pub fn new(hz: u32, lookup: Lookup) -> PythonRecorder {
+        let period = Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)));
+        let shared = Arc::new(Shared {
+            period,
+            tolerance_ns: 2 * period.as_nanos() as u64 + 5_000_000,
+            lookup,
+            stop: AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+        });
+        let s = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name("python-sampler".into())
+            .spawn(move || run(&s))
+            .ok();
+        PythonRecorder {
+            shared,
+            worker: Mutex::new(worker),
+        }
+    }
+
+    /// Stops the sampling thread (also done when dropped).
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(w) = self.worker.lock().ok().and_then(|mut w| w.take()) {
+            let _ = w.join();
+        }
+    }
+
+    /// What kept Python frames from being read, once each (a version not
+    /// supported, a python file not found).
+    pub fn warnings(&self) -> Vec<String> {
+        self.lock().warnings.clone()
+    }
+
+    /// Stacks read, and those whose read failed (the thread changed its
+    /// frames meanwhile).
+    pub fn reads(&self) -> (u64, u64) {
+        let s = self.lock();
+        (s.reads, s.failed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for PythonRecorder {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl State {
+    fn register(&mut self, pid: u32) {
+        if self.seen.insert(pid) {
+            self.new_pids.push(pid);
+        }
+    }
+
+    /// The stack of `tid` read nearest `time`, if one is within `tolerance`.
+    fn nearest(&self, tid: u32, time: u64, tolerance: u64) -> Option<&Snap> {
+        let q = self.stacks.get(&tid)?;
+        let i = q.partition_point(|s| s.time < time);
+        [i.checked_sub(1), Some(i)]
+            .into_iter()
+            .flatten()
+            .filter_map(|i| q.get(i))
+            .min_by_key(|s| s.time.abs_diff(time))
+            .filter(|s| s.time.abs_diff(time) <= tolerance)
+    }
+}
+
+impl SampleHook for PythonRecorder {
+    fn started(&self, pid: u32) {
+        self.lock().register(pid);
+    }
+
+    fn sample(
+        &self,
+        pid: u32,
+        tid: u32,
+        time: u64,
+        user: usize,
+        frames: &mut Vec<usize>,
+        exact: &mut Vec<u32>,
+    ) {
+        let mut st = self.lock();
+        let Some(ranges) = st.eval.get(&pid) else {
+            st.register(pid);
+            return;
+        };
+        let is_exact = |i: usize| i == 0 || exact.binary_search(&(i as u32)).is_ok();
+        let in_eval = |i: usize, a: usize| {
+            let probe = if is_exact(i) {
+                a as u64
+            } else {
+                (a as u64).wrapping_sub(1)
+            };
+            ranges.iter().any(|&(lo, hi)| lo <= probe && probe < hi)
+        };
+        let evals: Vec<bool> = frames
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| i >= user && in_eval(i, a))
+            .collect();
+        if !evals.contains(&true) {
+            return;
+        }
+        let Some(snap) = st.nearest(tid, time, self.shared.tolerance_ns) else {
+            return;
+        };
+        let mut out = Vec::with_capacity(frames.len() + snap.frames.len());
+        let mut out_exact = Vec::with_capacity(exact.len() + snap.frames.len());
+        let mut py = &snap.frames[..];
+        let push_py = |out: &mut Vec<usize>, out_exact: &mut Vec<u32>, id: u32| {
+            out_exact.push(out.len() as u32);
+            out.push((PYTHON_BASE + u64::from(id)) as usize);
+        };
+        for (i, &a) in frames.iter().enumerate() {
+            if evals[i] && !py.is_empty() {
+                // The evaluation loop's frame: the Python frames it runs.
+                let n = eval_run(py, |f| f.1);
+                for &(id, _) in &py[..n] {
+                    push_py(&mut out, &mut out_exact, id);
+                }
+                py = &py[n..];
+                continue;
+            }
+            if i > 0 && is_exact(i) {
+                out_exact.push(out.len() as u32);
+            }
+            out.push(a);
+        }
+        // Python frames whose evaluation loop's frame was not reached (the
+        // native walk ended early): outermost, as `pstack` puts them.
+        for &(id, _) in py {
+            push_py(&mut out, &mut out_exact, id);
+        }
+        out_exact.retain(|&i| i > 0);
+        *frames = out;
+        *exact = out_exact;
+    }
+
+    fn finish(&self, profile: &mut Profile) {
+        let st = self.lock();
+        let end = PYTHON_BASE + st.table.len() as u64;
+        let used: BTreeSet<u64> = profile
+            .stacks
+            .iter()
+            .flat_map(|s| s.frames.iter().map(|&a| a as u64))
+            .filter(|a| (PYTHON_BASE..end).contains(a))
+            .collect();
+        if used.is_empty() {
+            return;
+        }
+        profile.modules.push(ModuleRecord {
+            path: PYTHON_MODULE.into(),
+            build_id: None,
+            start: PYTHON_BASE,
+            end,
+            bias: 0,
+        });
+        for a in used {
+            profile
+                .named_frames
+                .insert(a, st.table[(a - PYTHON_BASE) as usize].clone());
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A process the sampler looks at.
+struct Proc {
+    pid: u32,
+    sampler: Option<Sampler>,
+    tries: u32,
+    next_try: Instant,
+    /// The last reason it was not found to run Python.
+    error: Option<String>,
+}
+
+/// The interpreter of process `pid`, from its modules now.
+fn find(pid: u32, lookup: &Lookup) -> Result<Option<Interpreter>, String> {
+    let text =
+        std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| format!("{pid}: {e}"))?;
+    let maps: Vec<Mapping> = text
+        .lines()
+        .filter_map(crate::remote::process::parse_maps_line)
+        .map(|(m, _)| m)
+        .filter(|m| m.path.starts_with('/'))
+        .collect();
+    if !maps.iter().any(|m| super::is_python_file(&m.path)) {
+        return Ok(None);
+    }
+    let mut mods = files::group_mappings(&maps);
+    let mut warnings = Vec::new();
+    files::resolve_files(&mut mods, lookup, None, &mut warnings);
+    Interpreter::find_in(&mods).map_err(|e| e.to_string())
+}
+
+/// The sampling thread: looks for the interpreter of each process given,
+/// and reads the Python stacks of those that have one every period.
+fn run(shared: &Shared) {
+    let mut procs: Vec<Proc> = Vec::new();
+    let mut next = Instant::now();
+    while !shared.stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        {
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            for pid in std::mem::take(&mut st.new_pids) {
+                procs.push(Proc {
+                    pid,
+                    sampler: None,
+                    tries: 0,
+                    next_try: now,
+                    error: None,
+                });
+            }
+        }
+        let mut gone = Vec::new();
+        for (k, p) in procs.iter_mut().enumerate() {
+            match &mut p.sampler {
+                None if p.tries < MAX_TRIES && now >= p.next_try => {
+                    p.tries += 1;
+                    let wait = FIRST_RETRY
+                        .saturating_mul(1 << p.tries.min(16))
+                        .min(LAST_RETRY);
+                    p.next_try = now + wait;
+                    match find(p.pid, &shared.lookup) {
+                        Ok(Some(i)) => {
+                            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                            st.eval.insert(p.pid, i.eval_ranges.clone());
+                            if i.eval_ranges.is_empty() {
+                                st.warnings.push(format!(
+                                    "{}: no size of {} in its symbol table: its samples keep the evaluation loop's frames",
+                                    i.module,
+                                    super::EVAL_FUNCTION
+                                ));
+                            }
+                            p.sampler = Some(Sampler::new(i, p.pid));
+                        }
+                        Ok(None) => {}
+                        Err(e) => p.error = Some(e),
+                    }
+                    if p.sampler.is_none() && p.tries == MAX_TRIES {
+                        if let Some(e) = p.error.take() {
+                            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                            if !st.warnings.contains(&e) {
+                                st.warnings.push(e);
+                            }
+                        }
+                    }
+                }
+                None => {}
+                Some(s) => {
+                    let mem = RunningMemory { pid: p.pid };
+                    let t0 = monotonic_ns();
+                    let read = s.threads(&mem);
+                    let t1 = monotonic_ns();
+                    let time = t0 + (t1 - t0) / 2;
+                    let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                    st.reads += 1;
+                    let Ok(threads) = read else {
+                        st.failed += 1;
+                        if std::fs::metadata(format!("/proc/{}", p.pid)).is_err() {
+                            gone.push(k);
+                        }
+                        continue;
+                    };
+                    for t in threads {
+                        let Some(tid) = t.native_tid.and_then(|t| u32::try_from(t).ok()) else {
+                            continue;
+                        };
+                        let frames: Vec<(u32, bool)> = t
+                            .frames
+                            .into_iter()
+                            .map(|f| {
+                                let entry = f.entry;
+                                let n = st.table.len() as u32;
+                                let key = (f.function, f.file, f.line);
+                                let id = match st.index.get(&key) {
+                                    Some(&id) => id,
+                                    None => {
+                                        st.table.push(FrameName {
+                                            function: key.0.clone(),
+                                            file: Some(key.1.clone()),
+                                            line: key.2,
+                                            inlined: false,
+                                        });
+                                        st.index.insert(key, n);
+                                        n
+                                    }
+                                };
+                                (id, entry)
+                            })
+                            .collect();
+                        let q = st.stacks.entry(tid).or_default();
+                        while q
+                            .front()
+                            .is_some_and(|s| s.time + HISTORY_NS < time || q.len() >= MAX_HISTORY)
+                        {
+                            q.pop_front();
+                        }
+                        q.push_back(Snap { time, frames });
+                    }
+                }
+            }
+        }
+        for k in gone.into_iter().rev() {
+            procs.remove(k);
+        }
+        next += shared.period;
+        let now = Instant::now();
+        if next < now {
+            next = now;
+        } else {
+            std::thread::sleep(next - now);
+        }
+    }
+}
