@@ -293,6 +293,12 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             for w in p.warnings() {
                 eprintln!("callstack record: warning: {w}");
             }
+            let (reads, failed) = p.reads();
+            if reads > 0 {
+                eprintln!(
+                    "callstack record: Python stacks read {reads} times ({failed} reads failed: frames changing meanwhile)"
+                );
+            }
         }
     }
     let recorded = match recorded {

@@ -984,6 +984,65 @@ mod tests {
         assert!(before.iter().any(|b| b.path == after[0].path));
     }
 
+    /// Frames the profile names itself (`Y` records: the Python frames
+    /// of `record`) survive the file, name their addresses in every
+    /// output whatever the resolver says, and leave older readers the
+    /// stacks.
+    #[test]
+    fn named_frames_round_trip() {
+        let mut p = Profile::cpu(100);
+        let base = 0x6000_0000_0000_0000u64;
+        p.modules.push(ModuleRecord {
+            path: "[python]".into(),
+            build_id: None,
+            start: base,
+            end: base + 2,
+            bias: 0,
+        });
+        p.named_frames.insert(
+            base,
+            FrameName {
+                function: "Worker.spin".into(),
+                file: Some("/srv/app.py".into()),
+                line: Some(12),
+                inlined: false,
+            },
+        );
+        p.named_frames.insert(
+            base + 1,
+            FrameName {
+                function: "<module>".into(),
+                file: None,
+                line: None,
+                inlined: false,
+            },
+        );
+        p.add_exact(
+            &[base as usize, base as usize + 1, 0x1300],
+            true,
+            &[1],
+            Some(3),
+            &[1, 10],
+        );
+        let mut buf = Vec::new();
+        p.write_trace(&mut buf).unwrap();
+        let q = Profile::read_trace(&buf[..]).unwrap();
+        assert_eq!(q.named_frames, p.named_frames);
+        let names = Names::resolve(&q, |_, _| vec![FrameName::function("main")]);
+        assert_eq!(
+            names.stack_names(&q.stacks[0]),
+            ["main", "<module>", "Worker.spin"]
+        );
+        assert_eq!(names.get(base as usize, true).unwrap()[0].line, Some(12));
+        let t = top(&q, &names, 0);
+        assert_eq!(t[0].function, "Worker.spin");
+        let t = crate::tracefile::read_all(&buf[..]).unwrap();
+        assert_eq!(t.stacks.len(), 1);
+        for cut in 12..buf.len() {
+            let _ = Profile::read_trace(&buf[..cut]).unwrap();
+        }
+    }
+
     #[test]
     fn plain_trace_is_a_profile() {
         let mut w = crate::tracefile::TraceWriter::new(Vec::new()).unwrap();
