@@ -43,7 +43,9 @@ const HISTORY_NS: u64 = 2_000_000_000;
 /// At most this many stacks kept per thread.
 const MAX_HISTORY: usize = 8192;
 /// How often a process not (yet) found to run Python is looked at again:
-/// the first wait, doubled each time up to the last, this many times.
+/// the first wait, doubled each time up to the last, this many times;
+/// after that, only when its program changes (an exec), seen once a
+/// `LAST_RETRY`.
 const FIRST_RETRY: Duration = Duration::from_millis(5);
 const LAST_RETRY: Duration = Duration::from_secs(1);
 const MAX_TRIES: u32 = 16;
@@ -96,6 +98,8 @@ struct State {
 struct Snap {
     time: u64,
     frames: Vec<(u32, bool)>,
+    /// How many evaluation calls run them ([`eval_run`]'s groups).
+    evals: usize,
 }
 
 impl PythonRecorder {
@@ -161,22 +165,41 @@ impl State {
         }
     }
 
-    /// The stack of `tid` read nearest `time`, if one is within `tolerance`.
-    fn nearest(&self, tid: u32, time: u64, tolerance: u64) -> Option<&Snap> {
+    /// The stack of `tid` read nearest `time` among those within
+    /// `tolerance` that have `evals` evaluation calls, as many as the
+    /// sample's native chain has frames of the evaluation loop (a stack
+    /// read while the thread was in another function may have another
+    /// depth); else the nearest with more (the native chain may have been
+    /// cut short: the outermost Python frames then go last, as `pstack`
+    /// puts them). `None` when no stack read fits: a stack with fewer
+    /// calls than the native chain is of another moment.
+    fn nearest(&self, tid: u32, time: u64, tolerance: u64, evals: usize) -> Option<&Snap> {
         let q = self.stacks.get(&tid)?;
-        let i = q.partition_point(|s| s.time < time);
-        [i.checked_sub(1), Some(i)]
-            .into_iter()
-            .flatten()
-            .filter_map(|i| q.get(i))
+        let lo = q.partition_point(|s| s.time.saturating_add(tolerance) < time);
+        let hi = q.partition_point(|s| s.time <= time.saturating_add(tolerance));
+        let near = || q.range(lo..hi);
+        near()
+            .filter(|s| s.evals == evals)
             .min_by_key(|s| s.time.abs_diff(time))
-            .filter(|s| s.time.abs_diff(time) <= tolerance)
+            .or_else(|| {
+                near()
+                    .filter(|s| s.evals > evals)
+                    .min_by_key(|s| s.time.abs_diff(time))
+            })
     }
 }
 
 impl SampleHook for PythonRecorder {
     fn started(&self, pid: u32) {
         self.lock().register(pid);
+    }
+
+    fn exec(&self, pid: u32) {
+        // Its interpreter, if any, is another one now: found again.
+        let mut st = self.lock();
+        st.seen.insert(pid);
+        st.eval.remove(&pid);
+        st.new_pids.push(pid);
     }
 
     fn sample(
@@ -210,7 +233,8 @@ impl SampleHook for PythonRecorder {
         if !evals.contains(&true) {
             return;
         }
-        let Some(snap) = st.nearest(tid, time, self.shared.tolerance_ns) else {
+        let n_evals = evals.iter().filter(|&&e| e).count();
+        let Some(snap) = st.nearest(tid, time, self.shared.tolerance_ns, n_evals) else {
             return;
         };
         let mut out = Vec::with_capacity(frames.len() + snap.frames.len());
@@ -291,6 +315,13 @@ struct Proc {
     next_try: Instant,
     /// The last reason it was not found to run Python.
     error: Option<String>,
+    /// Its program (`/proc/PID/exe`) when last looked at.
+    exe: Option<std::path::PathBuf>,
+}
+
+/// The program process `pid` runs now (`None`: gone).
+fn exe_of(pid: u32) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
 }
 
 /// The interpreter of process `pid`, from its modules now.
@@ -322,20 +353,34 @@ fn run(shared: &Shared) {
         {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             for pid in std::mem::take(&mut st.new_pids) {
+                // Given again: it exec'd.
+                procs.retain(|p| p.pid != pid);
                 procs.push(Proc {
                     pid,
                     sampler: None,
                     tries: 0,
                     next_try: now,
                     error: None,
+                    exe: None,
                 });
             }
         }
         let mut gone = Vec::new();
         for (k, p) in procs.iter_mut().enumerate() {
             match &mut p.sampler {
-                None if p.tries < MAX_TRIES && now >= p.next_try => {
+                None if p.tries >= MAX_TRIES && now >= p.next_try => {
+                    // Given up: looked at again when it execs, forgotten
+                    // when it is gone.
+                    p.next_try = now + LAST_RETRY;
+                    match exe_of(p.pid) {
+                        None => gone.push(k),
+                        Some(e) if p.exe.as_ref() != Some(&e) => p.tries = 0,
+                        Some(_) => {}
+                    }
+                }
+                None if now >= p.next_try => {
                     p.tries += 1;
+                    p.exe = exe_of(p.pid);
                     let wait = FIRST_RETRY
                         .saturating_mul(1 << p.tries.min(16))
                         .min(LAST_RETRY);
@@ -415,7 +460,17 @@ fn run(shared: &Shared) {
                         {
                             q.pop_front();
                         }
-                        q.push_back(Snap { time, frames });
+                        let mut evals = 0;
+                        let mut rest = &frames[..];
+                        while !rest.is_empty() {
+                            rest = &rest[eval_run(rest, |f| f.1)..];
+                            evals += 1;
+                        }
+                        q.push_back(Snap {
+                            time,
+                            frames,
+                            evals,
+                        });
                     }
                 }
             }
@@ -430,5 +485,103 @@ fn run(shared: &Shared) {
         } else {
             std::thread::sleep(next - now);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recorder(tolerance_ns: u64) -> PythonRecorder {
+        PythonRecorder {
+            shared: Arc::new(Shared {
+                period: Duration::from_millis(1),
+                tolerance_ns,
+                lookup: Lookup::default(),
+                stop: AtomicBool::new(true),
+                state: Mutex::new(State::default()),
+            }),
+            worker: Mutex::new(None),
+        }
+    }
+
+    fn snap(time: u64, frames: &[(u32, bool)]) -> Snap {
+        let mut evals = 0;
+        let mut rest = frames;
+        while !rest.is_empty() {
+            rest = &rest[eval_run(rest, |f| f.1)..];
+            evals += 1;
+        }
+        Snap {
+            time,
+            frames: frames.to_vec(),
+            evals,
+        }
+    }
+
+    /// Each evaluation-loop frame of a sample (a return address inside
+    /// `_PyEval_EvalFrameDefault`) gets the Python frames of its call, from
+    /// the stack read nearest in time with as many calls as the native
+    /// chain has; the frames after keep their exact marks, shifted.
+    #[test]
+    fn eval_frames_replaced_by_the_matching_stack() {
+        let r = recorder(10);
+        {
+            let mut st = r.lock();
+            st.eval.insert(1, vec![(0x1000, 0x2000)]);
+            let q = st.stacks.entry(7).or_default();
+            // Nearest, but one call only: read while the thread was
+            // elsewhere.
+            q.push_back(snap(100, &[(0, false), (1, true)]));
+            q.push_back(snap(104, &[(2, true), (0, false), (1, true)]));
+            // Too far.
+            q.push_back(snap(200, &[(3, true), (0, false), (1, true)]));
+        }
+        let b = PYTHON_BASE as usize;
+        // leaf, eval (return address), C helper (exact: through a signal
+        // frame), eval, main.
+        let mut frames = vec![0x5000, 0x1100, 0x6000, 0x1200, 0x7000];
+        let mut exact = vec![2];
+        r.sample(1, 7, 101, 0, &mut frames, &mut exact);
+        assert_eq!(frames, [0x5000, b + 2, 0x6000, b, b + 1, 0x7000]);
+        assert_eq!(exact, [1, 2, 3, 4]);
+
+        // A return address just past the function's end is inside it;
+        // one at its start is not.
+        let mut frames = vec![0x5000, 0x2000, 0x1000];
+        let mut exact = vec![];
+        r.sample(1, 7, 99, 0, &mut frames, &mut exact);
+        assert_eq!(frames, [0x5000, b, b + 1, 0x1000]);
+
+        // No stack read near enough, or none deep enough: native frames kept.
+        for time in [150, 101] {
+            let mut frames = vec![0x1100, 0x1200, 0x1300];
+            let mut exact = vec![];
+            r.sample(1, 7, time, 0, &mut frames, &mut exact);
+            assert_eq!(frames, [0x1100, 0x1200, 0x1300], "{time}");
+        }
+        // Another process: untouched, and given to the sampler.
+        let mut frames = vec![0x1100];
+        r.sample(2, 8, 101, 0, &mut frames, &mut exact);
+        assert_eq!(frames, [0x1100]);
+        assert_eq!(r.lock().new_pids, [2]);
+
+        // The profile gets the module and the names of the frames it uses.
+        {
+            let mut st = r.lock();
+            for f in ["f0", "f1", "f2", "f3"] {
+                st.table.push(FrameName::function(f));
+            }
+        }
+        let mut p = Profile::cpu(100);
+        p.add(&[0x5000, b + 2, b + 1], true, Some(7), &[1, 1]);
+        r.finish(&mut p);
+        assert_eq!(p.modules.last().unwrap().path.to_str(), Some(PYTHON_MODULE));
+        let named: Vec<&str> = p
+            .named_frames
+            .values()
+            .map(|n| n.function.as_str())
+            .collect();
+        assert_eq!(named, ["f1", "f2"]);
     }
 }

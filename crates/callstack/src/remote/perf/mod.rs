@@ -132,6 +132,9 @@ pub trait SampleHook: Send + Sync + std::fmt::Debug {
     /// `pid` is recorded from now: the `-p` process, or the command before
     /// it execs its program.
     fn started(&self, pid: u32);
+    /// Process `pid` exec'd a new program (seen in the ring, some
+    /// milliseconds after).
+    fn exec(&self, _pid: u32) {}
     /// One sample of thread `tid` of process `pid`, taken at `time`
     /// (CLOCK_MONOTONIC, nanoseconds): `frames` innermost first (kernel
     /// frames, then user ones from index `user`), `exact` the ascending
@@ -914,6 +917,9 @@ impl Recording<'_> {
                     if let Some(space) = self.spaces.get_mut(&pid) {
                         space.exec();
                     }
+                }
+                if let (Some(h), true) = (&self.opts.sample_hook, misc & MISC_COMM_EXEC != 0) {
+                    h.exec(pid);
                 }
                 let name = r.cstr();
                 if tid == pid {
