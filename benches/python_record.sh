@@ -6,9 +6,10 @@
 # and under `py-spy record -r RATE` (blocking: it stops the process for
 # each sample), RUNS alternating rounds; prints, for each, the median of
 # the program's own run time (benches/python_timed.py: what the profiler
-# slowed it by) and of the whole command's wall time (with the
-# profiler's start and its writing of the profile), and their overhead
-# over the bare run's.
+# slowed it by), of the whole command's wall time (with the profiler's
+# start and its writing of the profile) and of its CPU time (user +
+# system of the profiler and the program), and their overhead over the
+# bare run's.
 #
 #   benches/python_record.sh [PYTHON] [RATE] [RUNS] [ROUNDS]
 #
@@ -26,20 +27,21 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prog=("$python" "$root/benches/python_timed.py" "$fixture" "$rounds" 100000)
 
-wall() { # command... -> seconds on stdout
-  local t0 t1
-  t0=$(date +%s.%N)
-  "$@" >/dev/null 2>&1
-  t1=$(date +%s.%N)
-  echo "$t1 - $t0" | bc -l
+wall() { # command... -> "wall_s cpu_s" on stdout (cpu: user + system of
+  # the command and every process it waited for: the profiler and the program)
+  /usr/bin/time -f "%e %U %S" -o "$tmp/time" "$@" >/dev/null 2>&1
+  read -r e u s <"$tmp/time"
+  echo "$e $(echo "$u + $s" | bc -l)"
 }
 
-declare -A times
+declare -A times cpu
 names=(bare callstack py-spy-nonblocking py-spy-blocking)
 run() { # name command...
-  local n=$1
+  local n=$1 w
   shift
-  times[$n]+="$(BENCH_OUT=$tmp/$n.self wall "$@") "
+  w=$(BENCH_OUT=$tmp/$n.self wall "$@")
+  times[$n]+="${w% *} "
+  cpu[$n]+="${w#* } "
 }
 for ((i = 0; i < runs; i++)); do
   run bare "${prog[@]}"
@@ -51,11 +53,13 @@ done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 bare=$(echo "${times[bare]}" | median)
 bare_self=$(tr '\n' ' ' <"$tmp/bare.self" | median)
+bare_cpu=$(echo "${cpu[bare]}" | median)
 echo "$("$python" --version 2>&1), rate $rate Hz, $runs runs each, shares.py $rounds rounds"
-printf '%-20s %10s %9s %10s %9s\n' run program_s overhead wall_s overhead
+printf '%-20s %10s %9s %10s %9s %8s %10s\n' run program_s overhead wall_s overhead cpu_s extra_cpu
 for n in "${names[@]}"; do
   m=$(echo "${times[$n]}" | median)
   s=$(tr '\n' ' ' <"$tmp/$n.self" | median)
-  printf '%-20s %10.3f %8.1f%% %10.3f %8.1f%%\n' "$n" "$s" "$(echo "($s - $bare_self) * 100 / $bare_self" | bc -l)" \
-    "$m" "$(echo "($m - $bare) * 100 / $bare" | bc -l)"
+  c=$(echo "${cpu[$n]}" | median)
+  printf '%-20s %10.3f %8.1f%% %10.3f %8.1f%% %8.3f %9.1f%%\n' "$n" "$s" "$(echo "($s - $bare_self) * 100 / $bare_self" | bc -l)" \
+    "$m" "$(echo "($m - $bare) * 100 / $bare" | bc -l)" "$c" "$(echo "($c - $bare_cpu) * 100 / $bare_cpu" | bc -l)"
 done

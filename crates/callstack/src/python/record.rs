@@ -478,7 +478,13 @@ fn run(shared: &Shared) {
         for k in gone.into_iter().rev() {
             procs.remove(k);
         }
-        next += shared.period;
+        // No python process yet: look for one every 5 ms at most often.
+        let idle = procs.iter().all(|p| p.sampler.is_none());
+        next += if idle {
+            shared.period.max(Duration::from_millis(5))
+        } else {
+            shared.period
+        };
         let now = Instant::now();
         if next < now {
             next = now;
