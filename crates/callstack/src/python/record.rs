@@ -208,6 +208,7 @@ impl SampleHook for PythonRecorder {
         tid: u32,
         time: u64,
         user: usize,
+        user_pcs: &[u64],
         frames: &mut Vec<usize>,
         exact: &mut Vec<u32>,
     ) {
@@ -217,19 +218,16 @@ impl SampleHook for PythonRecorder {
             return;
         };
         let is_exact = |i: usize| i == 0 || exact.binary_search(&(i as u32)).is_ok();
-        let in_eval = |i: usize, a: usize| {
-            let probe = if is_exact(i) {
-                a as u64
-            } else {
-                (a as u64).wrapping_sub(1)
+        // Whether frame `i` is in the evaluation loop, by its address in
+        // the process.
+        let in_eval = |i: usize| {
+            let Some(&a) = i.checked_sub(user).and_then(|k| user_pcs.get(k)) else {
+                return false;
             };
+            let probe = if is_exact(i) { a } else { a.wrapping_sub(1) };
             ranges.iter().any(|&(lo, hi)| lo <= probe && probe < hi)
         };
-        let evals: Vec<bool> = frames
-            .iter()
-            .enumerate()
-            .map(|(i, &a)| i >= user && in_eval(i, a))
-            .collect();
+        let evals: Vec<bool> = (0..frames.len()).map(in_eval).collect();
         if !evals.contains(&true) {
             return;
         }
@@ -546,29 +544,55 @@ mod tests {
         let b = PYTHON_BASE as usize;
         // leaf, eval (return address), C helper (exact: through a signal
         // frame), eval, main.
-        let mut frames = vec![0x5000, 0x1100, 0x6000, 0x1200, 0x7000];
+        // The profile's addresses are the process's moved by 0x10000 (the
+        // file's range of the recording): the process's say which are the
+        // evaluation loop's.
+        let pcs = [0x5000, 0x1100, 0x6000, 0x1200, 0x7000];
+        let mut frames: Vec<usize> = pcs.iter().map(|&a| a as usize + 0x10000).collect();
         let mut exact = vec![2];
-        r.sample(1, 7, 101, 0, &mut frames, &mut exact);
-        assert_eq!(frames, [0x5000, b + 2, 0x6000, b, b + 1, 0x7000]);
+        r.sample(1, 7, 101, 0, &pcs, &mut frames, &mut exact);
+        assert_eq!(frames, [0x15000, b + 2, 0x16000, b, b + 1, 0x17000]);
         assert_eq!(exact, [1, 2, 3, 4]);
+        // A kernel frame below: the user frames start at 1.
+        let mut frames = vec![0xffff_0000, 0x5000, 0x1100];
+        let mut exact = vec![1];
+        r.sample(1, 7, 99, 1, &[0x5000, 0x1100], &mut frames, &mut exact);
+        assert_eq!(frames, [0xffff_0000, 0x5000, b, b + 1]);
+        assert_eq!(exact, [1, 2, 3]);
 
         // A return address just past the function's end is inside it;
         // one at its start is not.
         let mut frames = vec![0x5000, 0x2000, 0x1000];
         let mut exact = vec![];
-        r.sample(1, 7, 99, 0, &mut frames, &mut exact);
+        r.sample(
+            1,
+            7,
+            99,
+            0,
+            &[0x5000, 0x2000, 0x1000],
+            &mut frames,
+            &mut exact,
+        );
         assert_eq!(frames, [0x5000, b, b + 1, 0x1000]);
 
         // No stack read near enough, or none deep enough: native frames kept.
         for time in [150, 101] {
             let mut frames = vec![0x1100, 0x1200, 0x1300];
             let mut exact = vec![];
-            r.sample(1, 7, time, 0, &mut frames, &mut exact);
+            r.sample(
+                1,
+                7,
+                time,
+                0,
+                &[0x1100, 0x1200, 0x1300],
+                &mut frames,
+                &mut exact,
+            );
             assert_eq!(frames, [0x1100, 0x1200, 0x1300], "{time}");
         }
         // Another process: untouched, and given to the sampler.
         let mut frames = vec![0x1100];
-        r.sample(2, 8, 101, 0, &mut frames, &mut exact);
+        r.sample(2, 8, 101, 0, &[0x1100], &mut frames, &mut exact);
         assert_eq!(frames, [0x1100]);
         assert_eq!(r.lock().new_pids, [2]);
 

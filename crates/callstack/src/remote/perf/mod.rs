@@ -137,15 +137,19 @@ pub trait SampleHook: Send + Sync + std::fmt::Debug {
     fn exec(&self, _pid: u32) {}
     /// One sample of thread `tid` of process `pid`, taken at `time`
     /// (CLOCK_MONOTONIC, nanoseconds): `frames` innermost first (kernel
-    /// frames, then user ones from index `user`), `exact` the ascending
-    /// indices past 0 of those that are exact pcs. May replace frames,
-    /// keeping `exact` in step.
+    /// frames, then user ones from index `user`, moved into their files'
+    /// ranges of the recording), `user_pcs` the user frames' addresses in
+    /// the process (`user_pcs[i]` is `frames[user + i]` before the move),
+    /// `exact` the ascending indices past 0 of the frames that are exact
+    /// pcs. May replace frames, keeping `exact` in step.
+    #[allow(clippy::too_many_arguments)]
     fn sample(
         &self,
         pid: u32,
         tid: u32,
         time: u64,
         user: usize,
+        user_pcs: &[u64],
         frames: &mut Vec<usize>,
         exact: &mut Vec<u32>,
     );
@@ -1104,7 +1108,21 @@ impl Recording<'_> {
             self.frames.push(space.moved(f.pc, exact) as usize);
         }
         if let Some(h) = &self.opts.sample_hook {
-            h.sample(pid, tid, time, user, &mut self.frames, &mut self.exact);
+            // The user frames' addresses in the process, before the move.
+            let pcs: Vec<u64> = if unwound.frames.is_empty() {
+                vec![thread.registers.pc().unwrap_or(ip)]
+            } else {
+                unwound.frames.iter().map(|f| f.pc).collect()
+            };
+            h.sample(
+                pid,
+                tid,
+                time,
+                user,
+                &pcs,
+                &mut self.frames,
+                &mut self.exact,
+            );
         }
         if kind == sys::EventKind::Switches {
             self.off_events.push(OffEvent::Sample {
