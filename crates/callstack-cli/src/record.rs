@@ -235,6 +235,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         std::sync::Arc::new(callstack::python::record::PythonRecorder::new(
             args.hz,
             opts.lookup.clone(),
+            args.all,
         ))
     });
     if let Some(p) = &python {

@@ -49,6 +49,10 @@ const MAX_HISTORY: usize = 8192;
 const FIRST_RETRY: Duration = Duration::from_millis(5);
 const LAST_RETRY: Duration = Duration::from_secs(1);
 const MAX_TRIES: u32 = 16;
+/// A python process without a sample for this long is read every
+/// `IDLE_EVERY`th period only.
+const IDLE_NS: u64 = 1_000_000_000;
+const IDLE_EVERY: u32 = 20;
 
 /// The CPython frames of a recording: a [`SampleHook`] for
 /// [`crate::remote::perf::RecordOptions::sample_hook`]. See the [module
@@ -65,6 +69,8 @@ struct Shared {
     period: Duration,
     /// A sample takes a stack read at most this far from its time.
     tolerance_ns: u64,
+    /// Read the processes not sampled for a while less often.
+    throttle: bool,
     lookup: Lookup,
     stop: AtomicBool,
     state: Mutex<State>,
@@ -80,6 +86,10 @@ struct State {
     eval: HashMap<u32, Vec<(u64, u64)>>,
     /// Per thread, its Python stacks read, oldest first.
     stacks: HashMap<u32, VecDeque<Snap>>,
+    /// Per python process, the time of its last sample (CLOCK_MONOTONIC
+    /// ns): one not sampled for a while (idle, in a whole-host recording)
+    /// is read less often.
+    last_sample: HashMap<u32, u64>,
     /// Every distinct (function, file, line) seen, by index.
     table: Vec<FrameName>,
     index: HashMap<(String, String, Option<u32>), u32>,
@@ -105,12 +115,18 @@ struct Snap {
 impl PythonRecorder {
     /// A recorder of the Python stacks of the processes recorded, read
     /// every `1/hz` second; its sampling thread starts now. `lookup` finds
-    /// the python files of the targets.
-    pub fn new(hz: u32, lookup: Lookup) -> PythonRecorder {
+    /// the python files of the targets. `whole_host`: the recording is of
+    /// every process (`record -a`), where a python process not sampled
+    /// for a second (idle) is read every 20th period only, so that idle
+    /// interpreters cost little; its first samples when it runs again
+    /// (some tens of milliseconds, the rings' delay) may then keep the
+    /// evaluation loop's frames.
+    pub fn new(hz: u32, lookup: Lookup, whole_host: bool) -> PythonRecorder {
         let period = Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)));
         let shared = Arc::new(Shared {
             period,
             tolerance_ns: 2 * period.as_nanos() as u64 + 5_000_000,
+            throttle: whole_host,
             lookup,
             stop: AtomicBool::new(false),
             state: Mutex::new(State::default()),
@@ -213,10 +229,12 @@ impl SampleHook for PythonRecorder {
         exact: &mut Vec<u32>,
     ) {
         let mut st = self.lock();
-        let Some(ranges) = st.eval.get(&pid) else {
+        if !st.eval.contains_key(&pid) {
             st.register(pid);
             return;
-        };
+        }
+        st.last_sample.insert(pid, time);
+        let ranges = &st.eval[&pid];
         let is_exact = |i: usize| i == 0 || exact.binary_search(&(i as u32)).is_ok();
         // Whether frame `i` is in the evaluation loop, by its address in
         // the process.
@@ -315,6 +333,8 @@ struct Proc {
     error: Option<String>,
     /// Its program (`/proc/PID/exe`) when last looked at.
     exe: Option<std::path::PathBuf>,
+    /// Periods passed without a read since the last (idle processes).
+    skipped: u32,
 }
 
 /// The program process `pid` runs now (`None`: gone).
@@ -346,6 +366,7 @@ fn find(pid: u32, lookup: &Lookup) -> Result<Option<Interpreter>, String> {
 fn run(shared: &Shared) {
     let mut procs: Vec<Proc> = Vec::new();
     let mut next = Instant::now();
+    let mut prune_at = next;
     while !shared.stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         {
@@ -360,6 +381,7 @@ fn run(shared: &Shared) {
                     next_try: now,
                     error: None,
                     exe: None,
+                    skipped: 0,
                 });
             }
         }
@@ -387,6 +409,8 @@ fn run(shared: &Shared) {
                         Ok(Some(i)) => {
                             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
                             st.eval.insert(p.pid, i.eval_ranges.clone());
+                            // Not idle until a second without samples.
+                            st.last_sample.insert(p.pid, monotonic_ns());
                             if i.eval_ranges.is_empty() {
                                 st.warnings.push(format!(
                                     "{}: no size of {} in its symbol table: its samples keep the evaluation loop's frames",
@@ -410,8 +434,27 @@ fn run(shared: &Shared) {
                 }
                 None => {}
                 Some(s) => {
-                    let mem = RunningMemory { pid: p.pid };
                     let t0 = monotonic_ns();
+                    // Not sampled for a second: read every 20th period
+                    // only (its samples, when it runs again, take the
+                    // reads from then on).
+                    let idle = shared.throttle
+                        && shared
+                            .state
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .last_sample
+                            .get(&p.pid)
+                            .is_none_or(|&t| t + IDLE_NS < t0);
+                    p.skipped = if idle && p.skipped < IDLE_EVERY {
+                        p.skipped + 1
+                    } else {
+                        0
+                    };
+                    if p.skipped != 0 {
+                        continue;
+                    }
+                    let mem = RunningMemory { pid: p.pid };
                     let read = s.threads(&mem);
                     let t1 = monotonic_ns();
                     let time = t0 + (t1 - t0) / 2;
@@ -476,6 +519,14 @@ fn run(shared: &Shared) {
         for k in gone.into_iter().rev() {
             procs.remove(k);
         }
+        if now >= prune_at {
+            // Threads that ended (or stopped being read): their stacks go.
+            prune_at = now + Duration::from_secs(1);
+            let t = monotonic_ns();
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.stacks
+                .retain(|_, q| q.back().is_some_and(|s| s.time + HISTORY_NS >= t));
+        }
         // No python process yet: look for one every 5 ms at most often.
         let idle = procs.iter().all(|p| p.sampler.is_none());
         next += if idle {
@@ -501,6 +552,7 @@ mod tests {
             shared: Arc::new(Shared {
                 period: Duration::from_millis(1),
                 tolerance_ns,
+                throttle: false,
                 lookup: Lookup::default(),
                 stop: AtomicBool::new(true),
                 state: Mutex::new(State::default()),
