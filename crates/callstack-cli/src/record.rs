@@ -297,7 +297,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             let (reads, failed) = p.reads();
             if reads > 0 {
                 eprintln!(
-                    "callstack record: Python stacks read {reads} times ({failed} reads failed: frames changing meanwhile)"
+                    "callstack record: Python stacks read {reads} times ({failed} reads failed: frames changing meanwhile, a process ending)"
                 );
             }
         }

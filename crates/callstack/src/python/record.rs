@@ -53,6 +53,8 @@ const MAX_TRIES: u32 = 16;
 /// `IDLE_EVERY`th period only.
 const IDLE_NS: u64 = 1_000_000_000;
 const IDLE_EVERY: u32 = 20;
+/// A process whose last this many reads failed is read as an idle one.
+const MAX_FAILS: u32 = 50;
 
 /// The CPython frames of a recording: a [`SampleHook`] for
 /// [`crate::remote::perf::RecordOptions::sample_hook`]. See the [module
@@ -176,7 +178,8 @@ impl Drop for PythonRecorder {
 
 impl State {
     fn register(&mut self, pid: u32) {
-        if self.seen.insert(pid) {
+        // Never this process (a whole-host recording samples it too).
+        if pid != std::process::id() && self.seen.insert(pid) {
             self.new_pids.push(pid);
         }
     }
@@ -213,6 +216,9 @@ impl SampleHook for PythonRecorder {
     fn exec(&self, pid: u32) {
         // Its interpreter, if any, is another one now: found again.
         let mut st = self.lock();
+        if pid == std::process::id() {
+            return;
+        }
         st.seen.insert(pid);
         st.eval.remove(&pid);
         st.new_pids.push(pid);
@@ -335,6 +341,8 @@ struct Proc {
     exe: Option<std::path::PathBuf>,
     /// Periods passed without a read since the last (idle processes).
     skipped: u32,
+    /// Reads failed in a row.
+    fails: u32,
 }
 
 /// The program process `pid` runs now (`None`: gone).
@@ -346,12 +354,20 @@ fn exe_of(pid: u32) -> Option<std::path::PathBuf> {
 fn find(pid: u32, lookup: &Lookup) -> Result<Option<Interpreter>, String> {
     let text =
         std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| format!("{pid}: {e}"))?;
-    let maps: Vec<Mapping> = text
+    let mut maps: Vec<Mapping> = text
         .lines()
         .filter_map(crate::remote::process::parse_maps_line)
         .map(|(m, _)| m)
         .filter(|m| m.path.starts_with('/'))
         .collect();
+    // Files the process runs code of: a python file only mapped to be
+    // read (a profiler's, reading its symbols) is no interpreter.
+    let runs: HashSet<String> = maps
+        .iter()
+        .filter(|m| m.executable == Some(true))
+        .map(|m| m.path.clone())
+        .collect();
+    maps.retain(|m| runs.contains(&m.path));
     if !maps.iter().any(|m| super::is_python_file(&m.path)) {
         return Ok(None);
     }
@@ -382,6 +398,7 @@ fn run(shared: &Shared) {
                     error: None,
                     exe: None,
                     skipped: 0,
+                    fails: 0,
                 });
             }
         }
@@ -438,14 +455,17 @@ fn run(shared: &Shared) {
                     // Not sampled for a second: read every 20th period
                     // only (its samples, when it runs again, take the
                     // reads from then on).
-                    let idle = shared.throttle
-                        && shared
-                            .state
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .last_sample
-                            .get(&p.pid)
-                            .is_none_or(|&t| t + IDLE_NS < t0);
+                    // Failing again and again (a zombie, whose memory is
+                    // gone): read as seldom as an idle one.
+                    let idle = p.fails >= MAX_FAILS
+                        || shared.throttle
+                            && shared
+                                .state
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .last_sample
+                                .get(&p.pid)
+                                .is_none_or(|&t| t + IDLE_NS < t0);
                     p.skipped = if idle && p.skipped < IDLE_EVERY {
                         p.skipped + 1
                     } else {
@@ -462,11 +482,22 @@ fn run(shared: &Shared) {
                     st.reads += 1;
                     let Ok(threads) = read else {
                         st.failed += 1;
-                        if std::fs::metadata(format!("/proc/{}", p.pid)).is_err() {
-                            gone.push(k);
+                        p.fails = p.fails.saturating_add(1);
+                        match exe_of(p.pid) {
+                            None => gone.push(k),
+                            // Another program (an exec whose record was
+                            // missed): looked at again.
+                            Some(e) if p.exe.as_ref() != Some(&e) => {
+                                st.eval.remove(&p.pid);
+                                p.sampler = None;
+                                p.tries = 0;
+                                p.fails = 0;
+                            }
+                            Some(_) => {}
                         }
                         continue;
                     };
+                    p.fails = 0;
                     for t in threads {
                         let Some(tid) = t.native_tid.and_then(|t| u32::try_from(t).ok()) else {
                             continue;
@@ -665,5 +696,27 @@ mod tests {
             .map(|n| n.function.as_str())
             .collect();
         assert_eq!(named, ["f1", "f2"]);
+    }
+}
+
+#[cfg(test)]
+mod find_tests {
+    /// A python file a process maps only to read it (a profiler reading
+    /// its symbols: `record -a` samples itself too) is no interpreter of
+    /// that process; the first version took this process's read-only map
+    /// of python3.11 for one and read garbage at every period.
+    #[test]
+    fn python_file_mapped_to_be_read_is_no_interpreter() {
+        let path = std::path::Path::new("/usr/bin/python3.11");
+        let Ok(file) = std::fs::File::open(path) else {
+            eprintln!("skipped: no {}", path.display());
+            return;
+        };
+        // SAFETY: a read-only map of a file nobody writes during the test.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        assert!(map.len() > 4096);
+        let found = super::find(std::process::id(), &super::Lookup::default());
+        assert!(matches!(found, Ok(None)), "{found:?}");
+        drop(map);
     }
 }
