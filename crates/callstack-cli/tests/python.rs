@@ -522,10 +522,9 @@ fn python_frames_match_py_spy_and_gdb() {
 /// The minor versions of CPython 3 whose frames are read.
 const SUPPORTED_MINORS: &[&str] = &["7", "8", "9", "10", "11", "12", "13"];
 
-/// A version without a layout: one clear warning, native frames shown.
-#[test]
-fn unsupported_version_is_refused_clearly() {
-    let python = std::env::var_os("HOME")
+/// A CPython 3 here whose version has no layout (pyenv's 3.6), if any.
+fn unsupported_python() -> Option<PathBuf> {
+    std::env::var_os("HOME")
         .map(|h| PathBuf::from(h).join(".pyenv/versions"))
         .and_then(|d| std::fs::read_dir(d).ok())
         .and_then(|d| {
@@ -543,7 +542,13 @@ fn unsupported_version_is_refused_clearly() {
                 .collect();
             found.sort();
             found.pop()
-        });
+        })
+}
+
+/// A version without a layout: one clear warning, native frames shown.
+#[test]
+fn unsupported_version_is_refused_clearly() {
+    let python = unsupported_python();
     let Some(python) = python else {
         eprintln!("note: no unsupported CPython 3 here: skipped");
         return;
@@ -788,4 +793,35 @@ fn recorded_python_frames_in_top_and_pprof() {
             "go tool pprof -lines has no {f} at {want}:\n{text}"
         );
     }
+}
+
+/// `record` of a version without a layout: one clear warning at the end,
+/// the evaluation loop's frames kept.
+#[test]
+fn record_refuses_unsupported_version_clearly() {
+    let Some(python) = unsupported_python() else {
+        eprintln!("note: no unsupported CPython 3 here: skipped");
+        return;
+    };
+    let dir = scratch_dir("python-record-unsupported");
+    let data = dir.join("old.data");
+    let fixture = workspace_root().join("crates/callstack-cli/tests/fixtures/python/shares.py");
+    let o = Command::new(&release_artifacts().cli)
+        .args(["record", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&python)
+        .arg(&fixture)
+        .args(["3", "100000"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert_eq!(stderr.matches("is not supported").count(), 1, "{stderr}");
+    assert!(stderr.contains("Python frames are not shown"), "{stderr}");
+    let stacks = folded(&data);
+    assert!(stacks
+        .iter()
+        .any(|(f, _)| f.iter().any(|x| x == "_PyEval_EvalFrameDefault")));
+    assert!(!stacks.iter().any(|(f, _)| f.iter().any(|x| x == "sixty")));
 }

@@ -95,8 +95,11 @@ struct State {
     /// Every distinct (function, file, line) seen, by index.
     table: Vec<FrameName>,
     index: HashMap<(String, String, Option<u32>), u32>,
-    /// What could not be read (a version not supported...), once each.
+    /// What could not be read (no size of the evaluation loop), once each.
     warnings: Vec<String>,
+    /// Per process not found to run a supported Python, why (a version
+    /// not supported...).
+    errors: HashMap<u32, String>,
     /// Reads of stacks done and failed (a thread changing its frames
     /// during the read).
     reads: u64,
@@ -155,7 +158,14 @@ impl PythonRecorder {
     /// What kept Python frames from being read, once each (a version not
     /// supported, a python file not found).
     pub fn warnings(&self) -> Vec<String> {
-        self.lock().warnings.clone()
+        let st = self.lock();
+        let mut w = st.warnings.clone();
+        for e in st.errors.values() {
+            if !w.contains(e) {
+                w.push(e.clone());
+            }
+        }
+        w
     }
 
     /// Stacks read, and those whose read failed (the thread changed its
@@ -352,8 +362,10 @@ fn exe_of(pid: u32) -> Option<std::path::PathBuf> {
 
 /// The interpreter of process `pid`, from its modules now.
 fn find(pid: u32, lookup: &Lookup) -> Result<Option<Interpreter>, String> {
-    let text =
-        std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| format!("{pid}: {e}"))?;
+    // Gone (or not ours to read): nothing to say about it.
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Ok(None);
+    };
     let mut maps: Vec<Mapping> = text
         .lines()
         .filter_map(crate::remote::process::parse_maps_line)
@@ -440,13 +452,18 @@ fn run(shared: &Shared) {
                         Ok(None) => {}
                         Err(e) => p.error = Some(e),
                     }
-                    if p.sampler.is_none() && p.tries == MAX_TRIES {
-                        if let Some(e) = p.error.take() {
-                            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-                            if !st.warnings.contains(&e) {
-                                st.warnings.push(e);
-                            }
+                    // Why it is not read, said at the end unless found
+                    // since (a python whose libpython is not mapped yet is
+                    // refused for a moment).
+                    let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                    match (&p.sampler, p.error.take()) {
+                        (Some(_), _) => {
+                            st.errors.remove(&p.pid);
                         }
+                        (None, Some(e)) => {
+                            st.errors.insert(p.pid, e);
+                        }
+                        (None, None) => {}
                     }
                 }
                 None => {}
