@@ -5,6 +5,10 @@
 //! The user stack copy starts at 8 KiB and grows when samples are cut at
 //! its end (`--stack-size` fixes it); `--memory-budget` bounds the
 //! per-module state; with `-a`, each sample is labelled with its process.
+//! In CPython processes (3.7-3.13), each sample's `_PyEval_EvalFrameDefault`
+//! frames are replaced by the Python functions they ran (function, file,
+//! line), read from the running process near the sample's time
+//! (`callstack::python::record`); `--no-python` keeps the native frames.
 //!
 //! Where perf events are refused (`perf_event_paranoid`, a container, a
 //! kernel without them), or with `--preload`, a command is sampled from
