@@ -5,6 +5,10 @@
 //! The user stack copy starts at 8 KiB and grows when samples are cut at
 //! its end (`--stack-size` fixes it); `--memory-budget` bounds the
 //! per-module state; with `-a`, each sample is labelled with its process.
+//! In CPython processes (3.7-3.13), each sample's `_PyEval_EvalFrameDefault`
+//! frames are replaced by the Python functions they ran (function, file,
+//! line), read from the running process near the sample's time
+//! (`callstack::python::record`); `--no-python` keeps the native frames.
 //!
 //! Where perf events are refused (`perf_event_paranoid`, a container, a
 //! kernel without them), or with `--preload`, a command is sampled from
@@ -101,6 +105,12 @@ pub struct Args {
     /// each --rotate profile's comments (`go tool pprof -comments`).
     #[arg(long, value_name = "MB", default_value_t = 512.0)]
     memory_budget: f64,
+    /// Native frames only: do not read the Python frames of CPython
+    /// processes (by default each sample's `_PyEval_EvalFrameDefault`
+    /// frames are replaced by the Python functions they ran, read from the
+    /// running process near the sample's time).
+    #[arg(long)]
+    no_python: bool,
     /// The command to run and record.
     #[arg(last = true, required_unless_present_any = ["pid", "all"])]
     command: Vec<OsString>,
@@ -225,6 +235,16 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     opts.memory_budget = Some(budget);
     opts.pid_filter = args.pid_filter.clone();
     opts.comm_filter = args.comm.clone();
+    let python = (!args.no_python).then(|| {
+        std::sync::Arc::new(callstack::python::record::PythonRecorder::new(
+            args.hz,
+            opts.lookup.clone(),
+            args.all,
+        ))
+    });
+    if let Some(p) = &python {
+        opts.sample_hook = Some(p.clone());
+    }
     opts.rotate = args
         .rotate
         .filter(|d| *d > 0.0)
@@ -271,6 +291,20 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     );
     if shown {
         eprintln!();
+    }
+    if let Some(p) = &python {
+        p.stop();
+        if !args.quiet {
+            for w in p.warnings() {
+                eprintln!("callstack record: warning: {w}");
+            }
+            let (reads, failed) = p.reads();
+            if reads > 0 {
+                eprintln!(
+                    "callstack record: Python stacks read {reads} times ({failed} reads failed: frames changing meanwhile, a process ending)"
+                );
+            }
+        }
     }
     let recorded = match recorded {
         Ok(r) => r,

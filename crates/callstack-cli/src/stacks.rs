@@ -278,9 +278,8 @@ fn python_frames_of(
     }
 }
 
-/// The native function that runs Python frames (3.11+: several per call;
-/// before: one).
-const EVAL_FUNCTION: &str = "_PyEval_EvalFrameDefault";
+/// The native function that runs Python frames.
+use callstack::python::EVAL_FUNCTION;
 
 /// Frames deeper than this are not unwound (a runaway chain ends here).
 pub const MAX_FRAMES: usize = 1024;
@@ -496,10 +495,7 @@ fn name_thread(
             // the Python frames it runs, innermost first, up to its entry.
             if k + 1 == n_syms && !python.is_empty() && s.function.as_deref() == Some(EVAL_FUNCTION)
             {
-                let n = python
-                    .iter()
-                    .position(|p| p.entry)
-                    .map_or(python.len(), |i| i + 1);
+                let n = callstack::python::eval_run(python, |p| p.entry);
                 for p in &python[..n] {
                     frames.push(python_frame(f.pc, module_name.clone(), f.method, p));
                 }

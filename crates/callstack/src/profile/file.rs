@@ -1,6 +1,6 @@
 //! A profile in the callstack trace file (`docs/trace-format.md`): the
 //! `P` (profile), `T` (thread), `R` (a thread's process), `C` (comment),
-//! `I` (exact frames), `V` (values) and `E` (end) records beside the `M` and `S` records that every reader knows.
+//! `I` (exact frames), `Y` (named frames), `V` (values) and `E` (end) records beside the `M` and `S` records that every reader knows.
 
 use super::{Profile, ValueType};
 use crate::tracefile::{
@@ -23,8 +23,8 @@ pub(crate) const TAG_THREAD_PROCESS: u8 = b'R';
 pub(crate) const TAG_COMMENT: u8 = b'C';
 /// `K`: a kernel function the profile's kernel frames fall in.
 pub(crate) const TAG_KERNEL_SYMBOL: u8 = b'K';
-/// The name of a JIT code address (`J`).
-pub(crate) const TAG_JIT_NAME: u8 = b'J';
+/// `Y`: an address the profile names itself ([`Profile::named_frames`]).
+pub(crate) const TAG_NAMED_FRAME: u8 = b'Y';
 // `I`: the exact pcs past the first frame of the stack record just before
 // (read by `TraceReader` into the stack's `StackRecord::exact`).
 use crate::tracefile::TAG_EXACT;
@@ -84,14 +84,13 @@ impl Profile {
             put_str(&mut b, &k.name);
             w.write_raw(TAG_KERNEL_SYMBOL, &b)?;
         }
-        for j in &self.jit_names {
+        for (&addr, n) in &self.named_frames {
             b.clear();
-            put_varint(&mut b, j.addr);
-            put_varint(&mut b, u64::from(j.exact));
-            put_str(&mut b, &j.name.function);
-            put_str(&mut b, j.name.file.as_deref().unwrap_or(""));
-            put_varint(&mut b, u64::from(j.name.line.unwrap_or(0)));
-            w.write_raw(TAG_JIT_NAME, &b)?;
+            put_varint(&mut b, addr);
+            put_str(&mut b, &n.function);
+            put_str(&mut b, n.file.as_deref().unwrap_or(""));
+            put_varint(&mut b, n.line.map_or(0, u64::from));
+            w.write_raw(TAG_NAMED_FRAME, &b)?;
         }
         for (&tid, name) in &self.threads {
             b.clear();
@@ -235,6 +234,21 @@ impl Profile {
                             p.duration_ns = b.varint()?;
                             p.lost = b.varint()?;
                         }
+                        TAG_NAMED_FRAME => {
+                            let addr = b.varint()?;
+                            let function = get_str(&mut b)?;
+                            let file = get_str(&mut b)?;
+                            let line = b.varint()?;
+                            p.named_frames.insert(
+                                addr,
+                                super::FrameName {
+                                    function,
+                                    file: (!file.is_empty()).then_some(file),
+                                    line: u32::try_from(line).ok().filter(|&l| l > 0),
+                                    inlined: false,
+                                },
+                            );
+                        }
                         TAG_KERNEL_SYMBOL => {
                             let start = b.varint()?;
                             let size = b.varint()?;
@@ -245,23 +259,6 @@ impl Profile {
                                 name,
                             });
                         }
-                        TAG_JIT_NAME => {
-                            let addr = b.varint()?;
-                            let exact = b.varint()? != 0;
-                            let function = get_str(&mut b)?;
-                            let file = Some(get_str(&mut b)?).filter(|f| !f.is_empty());
-                            let line = Some(b.varint()? as u32).filter(|&l| l != 0);
-                            p.jit_names.push(super::JitName {
-                                addr,
-                                exact,
-                                name: super::FrameName {
-                                    function,
-                                    file,
-                                    line,
-                                    inlined: false,
-                                },
-                            });
-                        }
                         _ => {}
                     }
                 }
@@ -269,7 +266,6 @@ impl Profile {
         }
         flush(&mut p, pending.take());
         p.kernel_symbols.sort_by_key(|k| k.start);
-        p.jit_names.sort_by_key(|j| (j.addr, j.exact));
         Ok(p)
     }
 }

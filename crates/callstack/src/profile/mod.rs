@@ -54,20 +54,6 @@ use std::io::{self, Write};
 /// to their names, as perf's flamegraphs do.
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
 
-/// The name of one JIT code address of a profile (see
-/// [`Profile::jit_names`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JitName {
-    /// The address, as in the profile's stacks.
-    pub addr: u64,
-    /// Whether it is an exact pc (else a return address, looked up one
-    /// byte back).
-    pub exact: bool,
-    /// What it was named: function, and file and line when the runtime
-    /// wrote them (jitdump).
-    pub name: FrameName,
-}
-
 /// What one value of a sample counts: a name and a unit, as in pprof
 /// (`samples`/`count`, `cpu`/`nanoseconds`, `alloc_space`/`bytes`...).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -169,12 +155,15 @@ pub struct Profile {
     /// -comments`), such as what a recorder dropped to stay under its
     /// memory budget (`C` records of the trace file).
     pub comments: Vec<String>,
-    /// Names of the stacks' JIT code (addresses in no module), found by
-    /// the recorder in the processes' jitdump files and perf maps while
-    /// they were there ([`Profile::name_jit_code`]): a report names them
-    /// after the files are gone, or on another machine (`J` records of the
-    /// trace file). Sorted by address.
-    pub jit_names: Vec<JitName>,
+    /// Addresses the profile names itself, not from any file: frames of
+    /// interpreted code put in place of their interpreter's (the CPython
+    /// frames of `callstack record`, `python::record`), in a pseudo-module
+    /// of their own; and JIT code (addresses in no module) named by the
+    /// recorder from the processes' jitdump files and perf maps while they
+    /// were there ([`Profile::name_jit_code`]), so that a report names it
+    /// after the files are gone, or on another machine. Stored as `Y`
+    /// records.
+    pub named_frames: BTreeMap<u64, FrameName>,
     /// Stack hash -> indices in `stacks` with that hash.
     index: HashMap<u64, Vec<u32>>,
 }
@@ -338,19 +327,10 @@ impl Profile {
             .find(|m| m.start <= addr && addr < m.end)
     }
 
-    /// The kept name of JIT code at `addr` ([`Profile::jit_names`]).
-    pub fn jit_name(&self, addr: u64, exact: bool) -> Option<&FrameName> {
-        let i = self
-            .jit_names
-            .binary_search_by_key(&(addr, exact), |j| (j.addr, j.exact))
-            .ok()?;
-        Some(&self.jit_names[i].name)
-    }
-
     /// Names the stacks' JIT code (addresses in no module, or in
     /// anonymous memory) from the recorded processes' jitdump files and
     /// perf maps, now, while they are there, and keeps the names in
-    /// [`Profile::jit_names`]: what a recorder calls before it writes a
+    /// [`Profile::named_frames`]: what a recorder calls before it writes a
     /// profile. Addresses already named are not looked up again.
     #[cfg(feature = "symbolize")]
     pub fn name_jit_code(&mut self) {
@@ -359,7 +339,8 @@ impl Profile {
             for (i, &a) in s.frames.iter().enumerate() {
                 let a = a as u64;
                 let exact = s.is_exact(i);
-                if self.module_of(a).is_none_or(is_anonymous) && self.jit_name(a, exact).is_none() {
+                if self.module_of(a).is_none_or(is_anonymous) && !self.named_frames.contains_key(&a)
+                {
                     wanted.insert((a, exact));
                 }
             }
@@ -373,20 +354,21 @@ impl Profile {
         }
         for (addr, exact) in wanted {
             let probe = if exact { addr } else { addr.wrapping_sub(1) };
+            if self.named_frames.contains_key(&addr) {
+                continue;
+            }
             if let Some(f) = sources.iter().find_map(|s| s.lookup(probe)) {
-                self.jit_names.push(JitName {
+                self.named_frames.insert(
                     addr,
-                    exact,
-                    name: FrameName {
+                    FrameName {
                         function: f.name,
                         file: f.file,
                         line: f.line,
                         inlined: false,
                     },
-                });
+                );
             }
         }
-        self.jit_names.sort_by_key(|j| (j.addr, j.exact));
     }
 }
 
@@ -426,7 +408,8 @@ pub struct Names {
 
 impl Names {
     /// Names every address of `profile` with `resolve(address, exact)`
-    /// (innermost first; an empty answer becomes `module+0xoffset`).
+    /// (innermost first; an empty answer becomes `module+0xoffset`), but
+    /// for those the profile names itself ([`Profile::named_frames`]).
     pub fn resolve(
         profile: &Profile,
         mut resolve: impl FnMut(usize, bool) -> Vec<FrameName>,
@@ -436,6 +419,9 @@ impl Names {
             for (i, &a) in s.frames.iter().enumerate() {
                 let exact = s.is_exact(i);
                 map.entry((a, exact)).or_insert_with(|| {
+                    if let Some(n) = profile.named_frames.get(&(a as u64)) {
+                        return vec![n.clone()];
+                    }
                     let v = resolve(a, exact);
                     if v.is_empty() {
                         vec![FrameName::function(unknown_name(profile, a))]
@@ -564,14 +550,11 @@ impl Names {
         // JIT code (in no module): named from the perf maps of the
         // recorded processes (`/tmp/perf-PID.map`), read when the first
         // such address comes, if the files are still there.
-        // The names the recorder kept come first; else the files, if
-        // they are still there.
+        // The names the recorder kept ([`Profile::named_frames`]) come
+        // first (`Names::resolve`); else the files, if still there.
         let mut jit: Option<Vec<crate::symbolize::jit::JitSources>> = None;
         Names::resolve(profile, |a, exact| {
             if profile.module_of(a as u64).is_none_or(is_anonymous) {
-                if let Some(n) = profile.jit_name(a as u64, exact) {
-                    return vec![n.clone()];
-                }
                 let sources = jit.get_or_insert_with(|| jit_sources(profile));
                 let probe = if exact {
                     a as u64
@@ -1071,6 +1054,65 @@ mod tests {
         let after = sym.open_modules();
         assert_eq!(after.len(), 1, "{after:?}");
         assert!(before.iter().any(|b| b.path == after[0].path));
+    }
+
+    /// Frames the profile names itself (`Y` records: the Python frames
+    /// of `record`) survive the file, name their addresses in every
+    /// output whatever the resolver says, and leave older readers the
+    /// stacks.
+    #[test]
+    fn named_frames_round_trip() {
+        let mut p = Profile::cpu(100);
+        let base = 0x6000_0000_0000_0000u64;
+        p.modules.push(ModuleRecord {
+            path: "[python]".into(),
+            build_id: None,
+            start: base,
+            end: base + 2,
+            bias: 0,
+        });
+        p.named_frames.insert(
+            base,
+            FrameName {
+                function: "Worker.spin".into(),
+                file: Some("/srv/app.py".into()),
+                line: Some(12),
+                inlined: false,
+            },
+        );
+        p.named_frames.insert(
+            base + 1,
+            FrameName {
+                function: "<module>".into(),
+                file: None,
+                line: None,
+                inlined: false,
+            },
+        );
+        p.add_exact(
+            &[base as usize, base as usize + 1, 0x1300],
+            true,
+            &[1],
+            Some(3),
+            &[1, 10],
+        );
+        let mut buf = Vec::new();
+        p.write_trace(&mut buf).unwrap();
+        let q = Profile::read_trace(&buf[..]).unwrap();
+        assert_eq!(q.named_frames, p.named_frames);
+        let names = Names::resolve(&q, |_, _| vec![FrameName::function("main")]);
+        assert_eq!(
+            names.stack_names(&q.stacks[0]),
+            ["main", "<module>", "Worker.spin"]
+        );
+        assert_eq!(names.get(base as usize, true).unwrap()[0].line, Some(12));
+        let t = top(&q, &names, 0);
+        assert_eq!(t[0].function, "Worker.spin");
+        let t = crate::tracefile::read_all(&buf[..]).unwrap();
+        assert_eq!(t.stacks.len(), 1);
+        for cut in 12..buf.len() {
+            let _ = Profile::read_trace(&buf[..cut]).unwrap();
+        }
     }
 
     #[test]

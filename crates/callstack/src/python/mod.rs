@@ -32,6 +32,7 @@
 
 pub mod layout;
 pub mod lines;
+pub mod record;
 
 use crate::remote::{Module, ReadTarget, Snapshot};
 use layout::Layout;
@@ -95,6 +96,11 @@ pub struct Interpreter {
     /// The address of `PyCode_Type`, when the symbol table has it: each
     /// frame's code object is checked to be one.
     pub code_type: Option<u64>,
+    /// The address ranges of `_PyEval_EvalFrameDefault` (and of its
+    /// `.cold` part, when the symbol table has it) in the target, when the
+    /// symbol table gives their sizes: the native frames that run Python
+    /// frames.
+    pub eval_ranges: Vec<(u64, u64)>,
     layout: &'static Layout,
 }
 
@@ -163,6 +169,12 @@ pub fn is_python_file(path: &str) -> bool {
     python_module(path).is_some()
 }
 
+/// The native function that runs Python frames (3.11+: several per
+/// call; before: one per call).
+pub const EVAL_FUNCTION: &str = "_PyEval_EvalFrameDefault";
+/// Its cold part, where the compiler split one off.
+const EVAL_FUNCTION_COLD: &str = "_PyEval_EvalFrameDefault.cold";
+
 /// The symbols the reader needs from the python file.
 #[derive(Default)]
 struct Symbols {
@@ -170,6 +182,7 @@ struct Symbols {
     version_addr: Option<u64>,
     code_type: Option<u64>,
     version: Option<u32>,
+    eval: Vec<(u64, u64)>,
 }
 
 fn read_symbols(path: &std::path::Path) -> Result<Symbols, PyError> {
@@ -181,6 +194,13 @@ fn read_symbols(path: &std::path::Path) -> Result<Symbols, PyError> {
     let mut s = Symbols::default();
     for sym in file.dynamic_symbols().chain(file.symbols()) {
         let Ok(name) = sym.name() else { continue };
+        if (name == EVAL_FUNCTION || name == EVAL_FUNCTION_COLD) && sym.size() > 0 {
+            let r = (sym.address(), sym.address() + sym.size());
+            if !s.eval.contains(&r) {
+                s.eval.push(r);
+            }
+            continue;
+        }
         let slot = match name {
             "_PyRuntime" => &mut s.runtime,
             "Py_Version" => &mut s.version_addr,
@@ -278,6 +298,11 @@ impl Interpreter {
                 module: m.name.clone(),
                 runtime: runtime.wrapping_add(m.bias),
                 code_type: syms.code_type.map(|a| a.wrapping_add(m.bias)),
+                eval_ranges: syms
+                    .eval
+                    .iter()
+                    .map(|&(a, b)| (a.wrapping_add(m.bias), b.wrapping_add(m.bias)))
+                    .collect(),
                 layout,
             }));
         }
@@ -319,6 +344,18 @@ impl Interpreter {
     /// Every thread state of every interpreter, with its frames (the native
     /// thread id only where the thread state records it, 3.11+).
     pub fn threads(&self, mem: &dyn ReadTarget) -> Result<Vec<PyThread>, PyError> {
+        self.threads_cached(mem, &mut Codes::default())
+    }
+
+    /// [`threads`](Self::threads), with what was read of the code objects
+    /// kept in `codes` for the next call (each frame then costs two reads
+    /// of the target: the frame, and its code object's header to check
+    /// that it is the same code).
+    fn threads_cached(
+        &self,
+        mem: &dyn ReadTarget,
+        codes: &mut Codes,
+    ) -> Result<Vec<PyThread>, PyError> {
         let l = self.layout;
         let r = Reader { mem, l };
         let head_at = l
@@ -333,7 +370,7 @@ impl Interpreter {
             let mut n = 0;
             while tstate != 0 && n < MAX_THREADS {
                 n += 1;
-                out.push(self.thread(&r, tstate)?);
+                out.push(self.thread(&r, tstate, codes)?);
                 tstate = r.ptr(tstate + l.tstate_next, "thread state")?;
             }
             interp = r.ptr(interp + l.interp_next, "interpreter")?;
@@ -341,7 +378,7 @@ impl Interpreter {
         Ok(out)
     }
 
-    fn thread(&self, r: &Reader, tstate: u64) -> Result<PyThread, PyError> {
+    fn thread(&self, r: &Reader, tstate: u64, codes: &mut Codes) -> Result<PyThread, PyError> {
         let l = self.layout;
         let native_tid = match l.tstate_native_thread_id {
             Some(o) => Some(r.u64(tstate + o, "thread state")?),
@@ -360,13 +397,28 @@ impl Interpreter {
             }
             _ => 0,
         };
+        let frame_span = [
+            Some(l.frame_code),
+            Some(l.frame_previous),
+            Some(l.frame_instr),
+            l.frame_owner,
+            l.frame_is_entry,
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0)
+            + 8;
         let mut frames: Vec<PyFrame> = Vec::new();
         let mut n = 0;
         while frame != 0 && n < MAX_FRAMES {
             n += 1;
-            let previous = r.ptr(frame + l.frame_previous, "frame")?;
+            // The frame's fields in one read.
+            let block = Block::read(r.mem, frame, frame_span);
+            let fr = Reader { mem: &block, l };
+            let previous = fr.ptr(frame + l.frame_previous, "frame")?;
             let owner = match l.frame_owner {
-                Some(o) => Some(r.u8(frame + o, "frame")?),
+                Some(o) => Some(fr.u8(frame + o, "frame")?),
                 None => None,
             };
             if owner == Some(FRAME_OWNED_BY_CSTACK) {
@@ -378,7 +430,7 @@ impl Interpreter {
                 frame = previous;
                 continue;
             }
-            if let Some(f) = self.frame(r, frame)? {
+            if let Some(f) = self.frame(&fr, frame, codes)? {
                 frames.push(f);
             }
             frame = previous;
@@ -392,22 +444,53 @@ impl Interpreter {
 
     /// One frame: `None` when its code is not a code object (3.13's frames
     /// of other executables).
-    fn frame(&self, r: &Reader, frame: u64) -> Result<Option<PyFrame>, PyError> {
+    fn frame(&self, r: &Reader, frame: u64, codes: &mut Codes) -> Result<Option<PyFrame>, PyError> {
         let l = self.layout;
         let code = r.ptr(frame + l.frame_code, "frame")?;
         if code == 0 {
             return Ok(None);
         }
-        if let Some(t) = self.code_type {
-            if r.ptr(code + l.object_type, "code object")? != t {
-                return Ok(None);
-            }
-        }
+        // The code object's header in one read: the fields that say which
+        // code it is, compared with what was read at that address before.
         let name_at = l.code_qualname.unwrap_or(l.code_name);
-        let function = r.string(r.ptr(code + name_at, "code object")?)?;
-        let file = r.string(r.ptr(code + l.code_filename, "code object")?)?;
-        let first_line = i64::from(r.u32(code + l.code_firstlineno, "code object")? as i32);
-        let table = r.bytes(r.ptr(code + l.code_linetable, "code object")?, MAX_TABLE)?;
+        let code_span = [
+            l.object_type,
+            name_at,
+            l.code_filename,
+            l.code_firstlineno,
+            l.code_linetable,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+            + 8;
+        let block = Block::read(r.mem, code, code_span);
+        let cr = Reader { mem: &block, l };
+        let key = [
+            cr.ptr(code + l.object_type, "code object")?,
+            cr.ptr(code + name_at, "code object")?,
+            cr.ptr(code + l.code_filename, "code object")?,
+            cr.ptr(code + l.code_linetable, "code object")?,
+            u64::from(cr.u32(code + l.code_firstlineno, "code object")?),
+        ];
+        if self.code_type.is_some_and(|t| key[0] != t) {
+            return Ok(None);
+        }
+        let known = codes.get(&code).is_some_and(|c| c.key == key);
+        if !known {
+            if codes.len() >= MAX_CODES {
+                codes.clear();
+            }
+            let c = Code {
+                key,
+                function: cr.string(key[1])?,
+                file: cr.string(key[2])?,
+                first_line: i64::from(key[4] as u32 as i32),
+                table: cr.bytes(key[3], MAX_TABLE)?,
+            };
+            codes.insert(code, c);
+        }
+        let c = &codes[&code];
         let format = lines::Format::for_version(l.version);
         let offset = match l.code_code_adaptive {
             // 3.11+: a pointer into the code object's instructions.
@@ -425,7 +508,7 @@ impl Interpreter {
                 }
             }
         };
-        let line = lines::line_for(format, &table, first_line, offset);
+        let line = lines::line_for(format, &c.table, c.first_line, offset);
         let entry = match (l.frame_is_entry, l.frame_owner) {
             (Some(o), _) => r.u8(frame + o, "frame")? != 0,
             // 3.12+: marked when the C stack's frame is met.
@@ -434,12 +517,143 @@ impl Interpreter {
             (None, None) => true,
         };
         Ok(Some(PyFrame {
-            function,
-            file,
+            function: c.function.clone(),
+            file: c.file.clone(),
             line,
             entry,
         }))
     }
+}
+
+/// What was read of one code object, by its address: the header fields
+/// that identify it (type, name, file name, line table, first line), and
+/// what they point to.
+struct Code {
+    key: [u64; 5],
+    function: String,
+    file: String,
+    first_line: i64,
+    table: Vec<u8>,
+}
+
+/// Code objects read, by address.
+type Codes = std::collections::HashMap<u64, Code>;
+
+/// At most this many code objects are kept by a [`Sampler`].
+const MAX_CODES: usize = 1 << 16;
+
+/// A span of the target read at once (at most 512 bytes); reads outside
+/// it, or all reads when it could not be read, go to the target.
+struct Block<'a> {
+    mem: &'a dyn ReadTarget,
+    base: u64,
+    len: usize,
+    bytes: [u8; 512],
+}
+
+impl<'a> Block<'a> {
+    fn read(mem: &'a dyn ReadTarget, base: u64, span: u64) -> Block<'a> {
+        let mut b = Block {
+            mem,
+            base,
+            len: 0,
+            bytes: [0; 512],
+        };
+        let len = (span as usize).min(b.bytes.len());
+        if mem.read_bytes(base, &mut b.bytes[..len]) {
+            b.len = len;
+        }
+        b
+    }
+}
+
+impl ReadTarget for Block<'_> {
+    fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
+        if let Some(off) = addr.checked_sub(self.base) {
+            let off = off as usize;
+            if let Some(src) = off
+                .checked_add(buf.len())
+                .and_then(|end| self.bytes[..self.len].get(off..end))
+            {
+                buf.copy_from_slice(src);
+                return true;
+            }
+        }
+        self.mem.read_bytes(addr, buf)
+    }
+}
+
+/// The Python stacks of a running process, read again and again (a
+/// sampling profiler's reads: `record`): what was read of code objects is
+/// kept between reads, and the offset of the native thread id in glibc's
+/// thread descriptors (3.7-3.10) is found once.
+pub struct Sampler {
+    /// The interpreter read.
+    pub interpreter: Interpreter,
+    pid: u32,
+    codes: Codes,
+    /// The tid's offset in a thread descriptor, once found (3.7-3.10).
+    tid_offset: Option<u64>,
+}
+
+impl Sampler {
+    /// A sampler of `interpreter`, of process `pid`.
+    pub fn new(interpreter: Interpreter, pid: u32) -> Sampler {
+        Sampler {
+            interpreter,
+            pid,
+            codes: Codes::default(),
+            tid_offset: None,
+        }
+    }
+
+    /// Every thread's frames now, with its native thread id (threads whose
+    /// id is not known yet are left out). `mem` reads the running process:
+    /// a thread that changes its frames during the read may give an error,
+    /// or (rarely) a stack that never was.
+    pub fn threads(&mut self, mem: &dyn ReadTarget) -> Result<Vec<PyThread>, PyError> {
+        let mut threads = self.interpreter.threads_cached(mem, &mut self.codes)?;
+        if threads.iter().any(|t| t.native_tid.is_none()) {
+            if self.tid_offset.is_none() {
+                let pthreads: Vec<u64> = threads.iter().map(|t| t.thread_id).collect();
+                let tids = task_ids(self.pid);
+                self.tid_offset = tid_offset(mem, self.pid, &pthreads, &tids);
+            }
+            if let Some(off) = self.tid_offset {
+                for t in threads.iter_mut().filter(|t| t.native_tid.is_none()) {
+                    let mut b = [0u8; 4];
+                    if mem.read_bytes(t.thread_id.wrapping_add(off), &mut b) {
+                        t.native_tid = Some(u64::from(u32::from_le_bytes(b)));
+                    }
+                }
+            }
+            threads.retain(|t| t.native_tid.is_some());
+        }
+        Ok(threads)
+    }
+}
+
+/// The threads of process `pid` (`/proc/PID/task`).
+fn task_ids(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// How many of a thread's Python frames (innermost first) one
+/// `_PyEval_EvalFrameDefault` call runs: those up to and including the
+/// first for which `entry` says [`PyFrame::entry`], or all of them. The frames of the
+/// innermost evaluation call replace its native frame, the next ones the
+/// next evaluation frame out, and so on.
+pub fn eval_run<T>(frames: &[T], entry: impl Fn(&T) -> bool) -> usize {
+    frames
+        .iter()
+        .position(entry)
+        .map_or(frames.len(), |i| i + 1)
 }
 
 /// Where glibc's thread descriptor (`struct pthread`, at the address a
@@ -654,6 +868,7 @@ mod tests {
                     module: "python".into(),
                     runtime: base + (round as u64 * 64) % size as u64,
                     code_type: None,
+                    eval_ranges: Vec::new(),
                     layout,
                 };
                 let _ = i.threads(&mem);

@@ -237,6 +237,20 @@ impl super::ReadTarget for RawMemory {
     }
 }
 
+/// A running process's memory read without stopping it
+/// (`process_vm_readv` alone): what a sampler of a running interpreter
+/// reads (`python::record`). Reads race with the process's writes.
+pub struct RunningMemory {
+    /// The process read.
+    pub pid: u32,
+}
+
+impl super::ReadTarget for RunningMemory {
+    fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
+        matches!(ptrace::read_remote(self.pid as i32, addr, buf), Ok(n) if n == buf.len())
+    }
+}
+
 impl LiveProcess {
     /// Stops every thread of `pid`, copies registers and stacks, and lets
     /// them go. Unwinding happens afterwards, on the copies.

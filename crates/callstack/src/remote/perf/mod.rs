@@ -117,6 +117,46 @@ pub struct RecordOptions {
     /// and in the comments of the profile of its period. `None`: no
     /// bound (the default; the CLI's default is 512 MB).
     pub memory_budget: Option<usize>,
+    /// Rewrites each sample's frames (default `None`): the CPython
+    /// recorder (`crate::python::record`) puts the Python frames an
+    /// interpreter ran in place of its evaluation loop's frames.
+    pub sample_hook: Option<std::sync::Arc<dyn SampleHook>>,
+}
+
+/// What a recording calls for each sample, to put other frames in place
+/// of some native ones (an interpreter's functions in place of its
+/// evaluation loop), and to complete each profile with what names them.
+/// Called from the recording's thread; an implementation that samples
+/// the target on threads of its own shares its state behind a lock.
+pub trait SampleHook: Send + Sync + std::fmt::Debug {
+    /// `pid` is recorded from now: the `-p` process, or the command before
+    /// it execs its program.
+    fn started(&self, pid: u32);
+    /// Process `pid` exec'd a new program (seen in the ring, some
+    /// milliseconds after).
+    fn exec(&self, _pid: u32) {}
+    /// One sample of thread `tid` of process `pid`, taken at `time`
+    /// (CLOCK_MONOTONIC, nanoseconds): `frames` innermost first (kernel
+    /// frames, then user ones from index `user`, moved into their files'
+    /// ranges of the recording), `user_pcs` the user frames' addresses in
+    /// the process (`user_pcs[i]` is `frames[user + i]` before the move),
+    /// `exact` the ascending indices past 0 of the frames that are exact
+    /// pcs. May replace frames, keeping `exact` in step.
+    #[allow(clippy::too_many_arguments)]
+    fn sample(
+        &self,
+        pid: u32,
+        tid: u32,
+        time: u64,
+        user: usize,
+        user_pcs: &[u64],
+        frames: &mut Vec<usize>,
+        exact: &mut Vec<u32>,
+    );
+    /// Completes a profile of the recording (the whole one, or one
+    /// period's): the module records and frame names of the frames it put
+    /// in.
+    fn finish(&self, profile: &mut Profile);
 }
 
 /// The user stack copy grown during a recording: samples were cut at its
@@ -159,6 +199,7 @@ impl RecordOptions {
             pid_filter: Vec::new(),
             comm_filter: Vec::new(),
             memory_budget: None,
+            sample_hook: None,
         }
     }
 }
@@ -891,6 +932,9 @@ impl Recording<'_> {
                     // must not give it its parent's mappings.
                     self.spaces.entry(pid).or_default().exec();
                 }
+                if let (Some(h), true) = (&self.opts.sample_hook, misc & MISC_COMM_EXEC != 0) {
+                    h.exec(pid);
+                }
                 let name = r.cstr();
                 if tid == pid {
                     if let Some(space) = self.spaces.get_mut(&pid) {
@@ -1072,6 +1116,23 @@ impl Recording<'_> {
                 self.exact.push(self.frames.len() as u32);
             }
             self.frames.push(space.moved(f.pc, exact) as usize);
+        }
+        if let Some(h) = &self.opts.sample_hook {
+            // The user frames' addresses in the process, before the move.
+            let pcs: Vec<u64> = if unwound.frames.is_empty() {
+                vec![thread.registers.pc().unwrap_or(ip)]
+            } else {
+                unwound.frames.iter().map(|f| f.pc).collect()
+            };
+            h.sample(
+                pid,
+                tid,
+                time,
+                user,
+                &pcs,
+                &mut self.frames,
+                &mut self.exact,
+            );
         }
         if kind == sys::EventKind::Switches {
             self.off_events.push(OffEvent::Sample {
@@ -1299,6 +1360,9 @@ impl Recording<'_> {
         self.profile
             .comments
             .extend(eviction_comments(&std::mem::take(&mut self.period_evicted)));
+        if let Some(h) = &self.opts.sample_hook {
+            h.finish(&mut self.profile);
+        }
         self.exited_modules.clear();
         std::mem::replace(&mut self.profile, next)
     }
@@ -1521,6 +1585,9 @@ pub fn record_rotating(
         }
     }
 
+    if let (Some(h), true) = (&opts.sample_hook, root_pid != 0) {
+        h.started(root_pid);
+    }
     rec.kernel = spec.kernel_callchain;
     let mut fds: Vec<i32> = events.iter().map(|(e, _)| e.fd()).collect();
     let mut last_window = Instant::now();
@@ -1668,6 +1735,9 @@ pub fn record_rotating(
         rec.profile.duration_ns = started.elapsed().as_nanos() as u64;
         let comments = eviction_comments(&std::mem::take(&mut rec.period_evicted));
         rec.profile.comments.extend(comments);
+        if let Some(h) = &opts.sample_hook {
+            h.finish(&mut rec.profile);
+        }
     }
     Ok(Recorded {
         profile: rec.profile,

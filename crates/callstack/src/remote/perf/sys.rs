@@ -32,6 +32,7 @@ const WATERMARK: u64 = 1 << 14;
 const SAMPLE_ID_ALL: u64 = 1 << 18;
 const MMAP2: u64 = 1 << 23;
 const COMM_EXEC: u64 = 1 << 24;
+const USE_CLOCKID: u64 = 1 << 25;
 const EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
 const CONTEXT_SWITCH: u64 = 1 << 26;
 
@@ -143,6 +144,9 @@ impl Event {
                 | SAMPLE_ID_ALL
                 | MMAP2
                 | COMM_EXEC
+                // Times on CLOCK_MONOTONIC, the clock the recorder's own
+                // readings of the target (Python stacks) are stamped with.
+                | USE_CLOCKID
                 | if spec.kernel_callchain {
                     EXCLUDE_CALLCHAIN_USER
                 } else {
@@ -157,6 +161,7 @@ impl Event {
             wakeup_events_or_watermark: (pages * page_size() / 4) as u32,
             sample_regs_user: spec.regs_mask,
             sample_stack_user: spec.stack_bytes,
+            clockid: libc::CLOCK_MONOTONIC,
             ..Default::default()
         };
         if spec.system_wide {

@@ -1,0 +1,739 @@
+//! CPython frames in a `callstack record` profile.
+//!
+//! A perf sample is read from its ring milliseconds after it was taken,
+//! and from 3.11 CPython keeps its frames in heap memory, not on the C
+//! stack the sample copied: the Python stack must be read from the running
+//! process near the sample's time. [`PythonRecorder`] does it as py-spy's
+//! non-blocking mode does: a thread of the recorder reads every thread's
+//! Python stack of each python process recorded, at the recording's rate,
+//! without stopping it (`process_vm_readv`; [`super::Sampler`] keeps what
+//! it read of code objects, so that a warm read costs two reads per
+//! frame), and stamps each read with CLOCK_MONOTONIC, the clock of the perf
+//! samples' times. Each sample whose native chain runs
+//! `_PyEval_EvalFrameDefault` then takes its thread's Python stack read
+//! nearest its time, and its Python frames replace the evaluation loop's
+//! frames, as `pstack` merges them ([`super::eval_run`]).
+//!
+//! In the profile, a Python frame is an address of the pseudo-module
+//! [`PYTHON_MODULE`] (from [`PYTHON_BASE`]), one per (function, file,
+//! line), named by the profile itself ([`Profile::named_frames`], the `Y`
+//! records of the trace file) and marked exact.
+
+use super::{eval_run, Interpreter, Sampler};
+use crate::profile::{FrameName, Profile};
+use crate::remote::files;
+use crate::remote::perf::SampleHook;
+use crate::remote::process::RunningMemory;
+use crate::remote::{Lookup, Mapping};
+use crate::tracefile::ModuleRecord;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The path of the module record of Python frames.
+pub const PYTHON_MODULE: &str = "[python]";
+/// The first address of Python frames in a profile: `PYTHON_BASE + i` is
+/// the `i`th (function, file, line) seen.
+pub const PYTHON_BASE: u64 = 0x6000_0000_0000_0000;
+
+/// Stacks read longer ago than this before the newest are dropped (the
+/// rings are drained every 50 ms or so: their samples are younger).
+const HISTORY_NS: u64 = 2_000_000_000;
+/// At most this many stacks kept per thread.
+const MAX_HISTORY: usize = 8192;
+/// How often a process not (yet) found to run Python is looked at again:
+/// the first wait, doubled each time up to the last, this many times;
+/// after that, only when its program changes (an exec), seen once a
+/// `LAST_RETRY`.
+const FIRST_RETRY: Duration = Duration::from_millis(5);
+const LAST_RETRY: Duration = Duration::from_secs(1);
+const MAX_TRIES: u32 = 16;
+/// A python process without a sample for this long is read every
+/// `IDLE_EVERY`th period only.
+const IDLE_NS: u64 = 1_000_000_000;
+const IDLE_EVERY: u32 = 20;
+/// A process whose last this many reads failed is read as an idle one.
+const MAX_FAILS: u32 = 50;
+
+/// The CPython frames of a recording: a [`SampleHook`] for
+/// [`crate::remote::perf::RecordOptions::sample_hook`]. See the [module
+/// documentation](self).
+#[derive(Debug)]
+pub struct PythonRecorder {
+    shared: Arc<Shared>,
+    worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// The sampling period.
+    period: Duration,
+    /// A sample takes a stack read at most this far from its time.
+    tolerance_ns: u64,
+    /// Read the processes not sampled for a while less often.
+    throttle: bool,
+    lookup: Lookup,
+    stop: AtomicBool,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Processes given to the sampler, not yet taken by it.
+    new_pids: Vec<u32>,
+    /// Every process seen.
+    seen: HashSet<u32>,
+    /// The evaluation loop's ranges in each process found to run Python.
+    eval: HashMap<u32, Vec<(u64, u64)>>,
+    /// Per thread, its Python stacks read, oldest first.
+    stacks: HashMap<u32, VecDeque<Snap>>,
+    /// Per python process, the time of its last sample (CLOCK_MONOTONIC
+    /// ns): one not sampled for a while (idle, in a whole-host recording)
+    /// is read less often.
+    last_sample: HashMap<u32, u64>,
+    /// Every distinct (function, file, line) seen, by index.
+    table: Vec<FrameName>,
+    index: HashMap<(String, String, Option<u32>), u32>,
+    /// What could not be read (no size of the evaluation loop), once each.
+    warnings: Vec<String>,
+    /// Per process not found to run a supported Python, why (a version
+    /// not supported...).
+    errors: HashMap<u32, String>,
+    /// Reads of stacks done and failed (a thread changing its frames
+    /// during the read).
+    reads: u64,
+    failed: u64,
+}
+
+/// One Python stack read: when (CLOCK_MONOTONIC ns), and its frames
+/// innermost first, as (index in the table, outermost frame of its
+/// evaluation call).
+#[derive(Debug)]
+struct Snap {
+    time: u64,
+    frames: Vec<(u32, bool)>,
+    /// How many evaluation calls run them ([`eval_run`]'s groups).
+    evals: usize,
+}
+
+impl PythonRecorder {
+    /// A recorder of the Python stacks of the processes recorded, read
+    /// every `1/hz` second; its sampling thread starts now. `lookup` finds
+    /// the python files of the targets. `whole_host`: the recording is of
+    /// every process (`record -a`), where a python process not sampled
+    /// for a second (idle) is read every 20th period only, so that idle
+    /// interpreters cost little; its first samples when it runs again
+    /// (some tens of milliseconds, the rings' delay) may then keep the
+    /// evaluation loop's frames.
+    pub fn new(hz: u32, lookup: Lookup, whole_host: bool) -> PythonRecorder {
+        let period = Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)));
+        let shared = Arc::new(Shared {
+            period,
+            tolerance_ns: 2 * period.as_nanos() as u64 + 5_000_000,
+            throttle: whole_host,
+            lookup,
+            stop: AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+        });
+        let s = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name("python-sampler".into())
+            .spawn(move || run(&s))
+            .ok();
+        PythonRecorder {
+            shared,
+            worker: Mutex::new(worker),
+        }
+    }
+
+    /// Stops the sampling thread (also done when dropped).
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(w) = self.worker.lock().ok().and_then(|mut w| w.take()) {
+            let _ = w.join();
+        }
+    }
+
+    /// What kept Python frames from being read, once each (a version not
+    /// supported, a python file not found).
+    pub fn warnings(&self) -> Vec<String> {
+        let st = self.lock();
+        let mut w = st.warnings.clone();
+        for e in st.errors.values() {
+            if !w.contains(e) {
+                w.push(e.clone());
+            }
+        }
+        w
+    }
+
+    /// Stacks read, and those whose read failed (the thread changed its
+    /// frames meanwhile).
+    pub fn reads(&self) -> (u64, u64) {
+        let s = self.lock();
+        (s.reads, s.failed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for PythonRecorder {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl State {
+    fn register(&mut self, pid: u32) {
+        // Never this process (a whole-host recording samples it too).
+        if pid != std::process::id() && self.seen.insert(pid) {
+            self.new_pids.push(pid);
+        }
+    }
+
+    /// The stack of `tid` read nearest `time` among those within
+    /// `tolerance` that have `evals` evaluation calls, as many as the
+    /// sample's native chain has frames of the evaluation loop (a stack
+    /// read while the thread was in another function may have another
+    /// depth); else the nearest with more (the native chain may have been
+    /// cut short: the outermost Python frames then go last, as `pstack`
+    /// puts them). `None` when no stack read fits: a stack with fewer
+    /// calls than the native chain is of another moment.
+    fn nearest(&self, tid: u32, time: u64, tolerance: u64, evals: usize) -> Option<&Snap> {
+        let q = self.stacks.get(&tid)?;
+        let lo = q.partition_point(|s| s.time.saturating_add(tolerance) < time);
+        let hi = q.partition_point(|s| s.time <= time.saturating_add(tolerance));
+        let near = || q.range(lo..hi);
+        near()
+            .filter(|s| s.evals == evals)
+            .min_by_key(|s| s.time.abs_diff(time))
+            .or_else(|| {
+                near()
+                    .filter(|s| s.evals > evals)
+                    .min_by_key(|s| s.time.abs_diff(time))
+            })
+    }
+}
+
+impl SampleHook for PythonRecorder {
+    fn started(&self, pid: u32) {
+        self.lock().register(pid);
+    }
+
+    fn exec(&self, pid: u32) {
+        // Its interpreter, if any, is another one now: found again.
+        let mut st = self.lock();
+        if pid == std::process::id() {
+            return;
+        }
+        st.seen.insert(pid);
+        st.eval.remove(&pid);
+        st.new_pids.push(pid);
+    }
+
+    fn sample(
+        &self,
+        pid: u32,
+        tid: u32,
+        time: u64,
+        user: usize,
+        user_pcs: &[u64],
+        frames: &mut Vec<usize>,
+        exact: &mut Vec<u32>,
+    ) {
+        let mut st = self.lock();
+        if !st.eval.contains_key(&pid) {
+            st.register(pid);
+            return;
+        }
+        st.last_sample.insert(pid, time);
+        let ranges = &st.eval[&pid];
+        let is_exact = |i: usize| i == 0 || exact.binary_search(&(i as u32)).is_ok();
+        // Whether frame `i` is in the evaluation loop, by its address in
+        // the process.
+        let in_eval = |i: usize| {
+            let Some(&a) = i.checked_sub(user).and_then(|k| user_pcs.get(k)) else {
+                return false;
+            };
+            let probe = if is_exact(i) { a } else { a.wrapping_sub(1) };
+            ranges.iter().any(|&(lo, hi)| lo <= probe && probe < hi)
+        };
+        let evals: Vec<bool> = (0..frames.len()).map(in_eval).collect();
+        if !evals.contains(&true) {
+            return;
+        }
+        let n_evals = evals.iter().filter(|&&e| e).count();
+        let Some(snap) = st.nearest(tid, time, self.shared.tolerance_ns, n_evals) else {
+            return;
+        };
+        let mut out = Vec::with_capacity(frames.len() + snap.frames.len());
+        let mut out_exact = Vec::with_capacity(exact.len() + snap.frames.len());
+        let mut py = &snap.frames[..];
+        let push_py = |out: &mut Vec<usize>, out_exact: &mut Vec<u32>, id: u32| {
+            out_exact.push(out.len() as u32);
+            out.push((PYTHON_BASE + u64::from(id)) as usize);
+        };
+        for (i, &a) in frames.iter().enumerate() {
+            if evals[i] && !py.is_empty() {
+                // The evaluation loop's frame: the Python frames it runs.
+                let n = eval_run(py, |f| f.1);
+                for &(id, _) in &py[..n] {
+                    push_py(&mut out, &mut out_exact, id);
+                }
+                py = &py[n..];
+                continue;
+            }
+            if i > 0 && is_exact(i) {
+                out_exact.push(out.len() as u32);
+            }
+            out.push(a);
+        }
+        // Python frames whose evaluation loop's frame was not reached (the
+        // native walk ended early): outermost, as `pstack` puts them.
+        for &(id, _) in py {
+            push_py(&mut out, &mut out_exact, id);
+        }
+        out_exact.retain(|&i| i > 0);
+        *frames = out;
+        *exact = out_exact;
+    }
+
+    fn finish(&self, profile: &mut Profile) {
+        let st = self.lock();
+        let end = PYTHON_BASE + st.table.len() as u64;
+        let used: BTreeSet<u64> = profile
+            .stacks
+            .iter()
+            .flat_map(|s| s.frames.iter().map(|&a| a as u64))
+            .filter(|a| (PYTHON_BASE..end).contains(a))
+            .collect();
+        if used.is_empty() {
+            return;
+        }
+        profile.modules.push(ModuleRecord {
+            path: PYTHON_MODULE.into(),
+            build_id: None,
+            start: PYTHON_BASE,
+            end,
+            bias: 0,
+        });
+        for a in used {
+            profile
+                .named_frames
+                .insert(a, st.table[(a - PYTHON_BASE) as usize].clone());
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A process the sampler looks at.
+struct Proc {
+    pid: u32,
+    sampler: Option<Sampler>,
+    tries: u32,
+    next_try: Instant,
+    /// The last reason it was not found to run Python.
+    error: Option<String>,
+    /// Its program (`/proc/PID/exe`) when last looked at.
+    exe: Option<std::path::PathBuf>,
+    /// Periods passed without a read since the last (idle processes).
+    skipped: u32,
+    /// Reads failed in a row.
+    fails: u32,
+}
+
+/// The program process `pid` runs now (`None`: gone).
+fn exe_of(pid: u32) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
+/// The interpreter of process `pid`, from its modules now.
+fn find(pid: u32, lookup: &Lookup) -> Result<Option<Interpreter>, String> {
+    // Gone (or not ours to read): nothing to say about it.
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Ok(None);
+    };
+    let mut maps: Vec<Mapping> = text
+        .lines()
+        .filter_map(crate::remote::process::parse_maps_line)
+        .map(|(m, _)| m)
+        .filter(|m| m.path.starts_with('/'))
+        .collect();
+    // Files the process runs code of: a python file only mapped to be
+    // read (a profiler's, reading its symbols) is no interpreter.
+    let runs: HashSet<String> = maps
+        .iter()
+        .filter(|m| m.executable == Some(true))
+        .map(|m| m.path.clone())
+        .collect();
+    maps.retain(|m| runs.contains(&m.path));
+    if !maps.iter().any(|m| super::is_python_file(&m.path)) {
+        return Ok(None);
+    }
+    let mut mods = files::group_mappings(&maps);
+    let mut warnings = Vec::new();
+    files::resolve_files(&mut mods, lookup, None, &mut warnings);
+    Interpreter::find_in(&mods).map_err(|e| e.to_string())
+}
+
+/// The sampling thread: looks for the interpreter of each process given,
+/// and reads the Python stacks of those that have one every period.
+fn run(shared: &Shared) {
+    let mut procs: Vec<Proc> = Vec::new();
+    let mut next = Instant::now();
+    let mut prune_at = next;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        {
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            for pid in std::mem::take(&mut st.new_pids) {
+                // Given again: it exec'd.
+                procs.retain(|p| p.pid != pid);
+                procs.push(Proc {
+                    pid,
+                    sampler: None,
+                    tries: 0,
+                    next_try: now,
+                    error: None,
+                    exe: None,
+                    skipped: 0,
+                    fails: 0,
+                });
+            }
+        }
+        let mut gone = Vec::new();
+        for (k, p) in procs.iter_mut().enumerate() {
+            match &mut p.sampler {
+                None if p.tries >= MAX_TRIES && now >= p.next_try => {
+                    // Given up: looked at again when it execs, forgotten
+                    // when it is gone.
+                    p.next_try = now + LAST_RETRY;
+                    match exe_of(p.pid) {
+                        None => gone.push(k),
+                        Some(e) if p.exe.as_ref() != Some(&e) => p.tries = 0,
+                        Some(_) => {}
+                    }
+                }
+                None if now >= p.next_try => {
+                    p.tries += 1;
+                    p.exe = exe_of(p.pid);
+                    let wait = FIRST_RETRY
+                        .saturating_mul(1 << p.tries.min(16))
+                        .min(LAST_RETRY);
+                    p.next_try = now + wait;
+                    match find(p.pid, &shared.lookup) {
+                        Ok(Some(i)) => {
+                            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                            st.eval.insert(p.pid, i.eval_ranges.clone());
+                            // Not idle until a second without samples.
+                            st.last_sample.insert(p.pid, monotonic_ns());
+                            if i.eval_ranges.is_empty() {
+                                st.warnings.push(format!(
+                                    "{}: no size of {} in its symbol table: its samples keep the evaluation loop's frames",
+                                    i.module,
+                                    super::EVAL_FUNCTION
+                                ));
+                            }
+                            p.sampler = Some(Sampler::new(i, p.pid));
+                        }
+                        Ok(None) => {}
+                        Err(e) => p.error = Some(e),
+                    }
+                    // Why it is not read, said at the end unless found
+                    // since (a python whose libpython is not mapped yet is
+                    // refused for a moment).
+                    let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                    match (&p.sampler, p.error.take()) {
+                        (Some(_), _) => {
+                            st.errors.remove(&p.pid);
+                        }
+                        (None, Some(e)) => {
+                            st.errors.insert(p.pid, e);
+                        }
+                        (None, None) => {}
+                    }
+                }
+                None => {}
+                Some(s) => {
+                    let t0 = monotonic_ns();
+                    // Not sampled for a second: read every 20th period
+                    // only (its samples, when it runs again, take the
+                    // reads from then on).
+                    // Failing again and again (a zombie, whose memory is
+                    // gone): read as seldom as an idle one.
+                    let idle = p.fails >= MAX_FAILS
+                        || shared.throttle
+                            && shared
+                                .state
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .last_sample
+                                .get(&p.pid)
+                                .is_none_or(|&t| t + IDLE_NS < t0);
+                    p.skipped = if idle && p.skipped < IDLE_EVERY {
+                        p.skipped + 1
+                    } else {
+                        0
+                    };
+                    if p.skipped != 0 {
+                        continue;
+                    }
+                    let mem = RunningMemory { pid: p.pid };
+                    let read = s.threads(&mem);
+                    let t1 = monotonic_ns();
+                    let time = t0 + (t1 - t0) / 2;
+                    let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                    st.reads += 1;
+                    let Ok(threads) = read else {
+                        st.failed += 1;
+                        p.fails = p.fails.saturating_add(1);
+                        match exe_of(p.pid) {
+                            None => gone.push(k),
+                            // Another program (an exec whose record was
+                            // missed): looked at again.
+                            Some(e) if p.exe.as_ref() != Some(&e) => {
+                                st.eval.remove(&p.pid);
+                                p.sampler = None;
+                                p.tries = 0;
+                                p.fails = 0;
+                            }
+                            Some(_) => {}
+                        }
+                        continue;
+                    };
+                    p.fails = 0;
+                    for t in threads {
+                        let Some(tid) = t.native_tid.and_then(|t| u32::try_from(t).ok()) else {
+                            continue;
+                        };
+                        let frames: Vec<(u32, bool)> = t
+                            .frames
+                            .into_iter()
+                            .map(|f| {
+                                let entry = f.entry;
+                                let n = st.table.len() as u32;
+                                let key = (f.function, f.file, f.line);
+                                let id = match st.index.get(&key) {
+                                    Some(&id) => id,
+                                    None => {
+                                        st.table.push(FrameName {
+                                            function: key.0.clone(),
+                                            file: Some(key.1.clone()),
+                                            line: key.2,
+                                            inlined: false,
+                                        });
+                                        st.index.insert(key, n);
+                                        n
+                                    }
+                                };
+                                (id, entry)
+                            })
+                            .collect();
+                        let q = st.stacks.entry(tid).or_default();
+                        while q
+                            .front()
+                            .is_some_and(|s| s.time + HISTORY_NS < time || q.len() >= MAX_HISTORY)
+                        {
+                            q.pop_front();
+                        }
+                        let mut evals = 0;
+                        let mut rest = &frames[..];
+                        while !rest.is_empty() {
+                            rest = &rest[eval_run(rest, |f| f.1)..];
+                            evals += 1;
+                        }
+                        q.push_back(Snap {
+                            time,
+                            frames,
+                            evals,
+                        });
+                    }
+                }
+            }
+        }
+        for k in gone.into_iter().rev() {
+            procs.remove(k);
+        }
+        if now >= prune_at {
+            // Threads that ended (or stopped being read): their stacks go.
+            prune_at = now + Duration::from_secs(1);
+            let t = monotonic_ns();
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.stacks
+                .retain(|_, q| q.back().is_some_and(|s| s.time + HISTORY_NS >= t));
+        }
+        // No python process yet: look for one every 5 ms at most often.
+        let idle = procs.iter().all(|p| p.sampler.is_none());
+        next += if idle {
+            shared.period.max(Duration::from_millis(5))
+        } else {
+            shared.period
+        };
+        let now = Instant::now();
+        if next < now {
+            next = now;
+        } else {
+            std::thread::sleep(next - now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recorder(tolerance_ns: u64) -> PythonRecorder {
+        PythonRecorder {
+            shared: Arc::new(Shared {
+                period: Duration::from_millis(1),
+                tolerance_ns,
+                throttle: false,
+                lookup: Lookup::default(),
+                stop: AtomicBool::new(true),
+                state: Mutex::new(State::default()),
+            }),
+            worker: Mutex::new(None),
+        }
+    }
+
+    fn snap(time: u64, frames: &[(u32, bool)]) -> Snap {
+        let mut evals = 0;
+        let mut rest = frames;
+        while !rest.is_empty() {
+            rest = &rest[eval_run(rest, |f| f.1)..];
+            evals += 1;
+        }
+        Snap {
+            time,
+            frames: frames.to_vec(),
+            evals,
+        }
+    }
+
+    /// Each evaluation-loop frame of a sample (a return address inside
+    /// `_PyEval_EvalFrameDefault`) gets the Python frames of its call, from
+    /// the stack read nearest in time with as many calls as the native
+    /// chain has; the frames after keep their exact marks, shifted.
+    #[test]
+    fn eval_frames_replaced_by_the_matching_stack() {
+        let r = recorder(10);
+        {
+            let mut st = r.lock();
+            st.eval.insert(1, vec![(0x1000, 0x2000)]);
+            let q = st.stacks.entry(7).or_default();
+            // Nearest, but one call only: read while the thread was
+            // elsewhere.
+            q.push_back(snap(100, &[(0, false), (1, true)]));
+            q.push_back(snap(104, &[(2, true), (0, false), (1, true)]));
+            // Too far.
+            q.push_back(snap(200, &[(3, true), (0, false), (1, true)]));
+        }
+        let b = PYTHON_BASE as usize;
+        // leaf, eval (return address), C helper (exact: through a signal
+        // frame), eval, main.
+        // The profile's addresses are the process's moved by 0x10000 (the
+        // file's range of the recording): the process's say which are the
+        // evaluation loop's.
+        let pcs = [0x5000, 0x1100, 0x6000, 0x1200, 0x7000];
+        let mut frames: Vec<usize> = pcs.iter().map(|&a| a as usize + 0x10000).collect();
+        let mut exact = vec![2];
+        r.sample(1, 7, 101, 0, &pcs, &mut frames, &mut exact);
+        assert_eq!(frames, [0x15000, b + 2, 0x16000, b, b + 1, 0x17000]);
+        assert_eq!(exact, [1, 2, 3, 4]);
+        // A kernel frame below: the user frames start at 1.
+        let mut frames = vec![0xffff_0000, 0x5000, 0x1100];
+        let mut exact = vec![1];
+        r.sample(1, 7, 99, 1, &[0x5000, 0x1100], &mut frames, &mut exact);
+        assert_eq!(frames, [0xffff_0000, 0x5000, b, b + 1]);
+        assert_eq!(exact, [1, 2, 3]);
+
+        // A return address just past the function's end is inside it;
+        // one at its start is not.
+        let mut frames = vec![0x5000, 0x2000, 0x1000];
+        let mut exact = vec![];
+        r.sample(
+            1,
+            7,
+            99,
+            0,
+            &[0x5000, 0x2000, 0x1000],
+            &mut frames,
+            &mut exact,
+        );
+        assert_eq!(frames, [0x5000, b, b + 1, 0x1000]);
+
+        // No stack read near enough, or none deep enough: native frames kept.
+        for time in [150, 101] {
+            let mut frames = vec![0x1100, 0x1200, 0x1300];
+            let mut exact = vec![];
+            r.sample(
+                1,
+                7,
+                time,
+                0,
+                &[0x1100, 0x1200, 0x1300],
+                &mut frames,
+                &mut exact,
+            );
+            assert_eq!(frames, [0x1100, 0x1200, 0x1300], "{time}");
+        }
+        // Another process: untouched, and given to the sampler.
+        let mut frames = vec![0x1100];
+        r.sample(2, 8, 101, 0, &[0x1100], &mut frames, &mut exact);
+        assert_eq!(frames, [0x1100]);
+        assert_eq!(r.lock().new_pids, [2]);
+
+        // The profile gets the module and the names of the frames it uses.
+        {
+            let mut st = r.lock();
+            for f in ["f0", "f1", "f2", "f3"] {
+                st.table.push(FrameName::function(f));
+            }
+        }
+        let mut p = Profile::cpu(100);
+        p.add(&[0x5000, b + 2, b + 1], true, Some(7), &[1, 1]);
+        r.finish(&mut p);
+        assert_eq!(p.modules.last().unwrap().path.to_str(), Some(PYTHON_MODULE));
+        let named: Vec<&str> = p
+            .named_frames
+            .values()
+            .map(|n| n.function.as_str())
+            .collect();
+        assert_eq!(named, ["f1", "f2"]);
+    }
+}
+
+#[cfg(test)]
+mod find_tests {
+    /// A python file a process maps only to read it (a profiler reading
+    /// its symbols: `record -a` samples itself too) is no interpreter of
+    /// that process; the first version took this process's read-only map
+    /// of python3.11 for one and read garbage at every period.
+    #[test]
+    fn python_file_mapped_to_be_read_is_no_interpreter() {
+        let path = std::path::Path::new("/usr/bin/python3.11");
+        let Ok(file) = std::fs::File::open(path) else {
+            eprintln!("skipped: no {}", path.display());
+            return;
+        };
+        // SAFETY: a read-only map of a file nobody writes during the test.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        assert!(map.len() > 4096);
+        let found = super::find(std::process::id(), &super::Lookup::default());
+        assert!(matches!(found, Ok(None)), "{found:?}");
+        drop(map);
+    }
+}
