@@ -1610,14 +1610,7 @@ fn processes_at_the_same_addresses() {
         return;
     }
     let dir = scratch_dir("record-twins");
-    let build = |name: &str, step: u32| {
-        Gcc::new(&["prof_twin.c"])
-            .flags(&format!(
-                "-O2 -fno-pie -no-pie -fno-omit-frame-pointer -DSPIN={name} -DSTEP={step}"
-            ))
-            .build(&dir.join(name))
-    };
-    let (a, g) = (build("spin_alpha", 1), build("spin_gamma", 3));
+    let (a, g) = twins(&dir);
     let data = dir.join("twins.data");
     run(Command::new(&release_artifacts().cli)
         .args(["record", "-q", "-F", "999", "-o"])
@@ -1683,6 +1676,20 @@ fn processes_at_the_same_addresses() {
     }
 }
 
+/// tests/fixtures/c/prof_twin.c built twice without PIE in `dir`: busy in
+/// `spin_alpha`, and in `spin_gamma` (other code, so another build-id), at
+/// the same addresses.
+fn twins(dir: &Path) -> (PathBuf, PathBuf) {
+    let build = |name: &str, step: u32| {
+        Gcc::new(&["prof_twin.c"])
+            .flags(&format!(
+                "-O2 -fno-pie -no-pie -fno-omit-frame-pointer -DSPIN={name} -DSTEP={step}"
+            ))
+            .build(&dir.join(name))
+    };
+    (build("spin_alpha", 1), build("spin_gamma", 3))
+}
+
 /// `record --rotate --no-symbolize` writes addresses and mappings only,
 /// for a server to name; here google/pprof's own command names them
 /// through binutils from the programs' files, as a profile server does
@@ -1705,14 +1712,7 @@ fn unnamed_pprof_is_named_by_a_server() {
     let hot = Gcc::new(&["prof_hot.c"])
         .flags("-O2 -fomit-frame-pointer")
         .build(&dir.join("prof_hot"));
-    let twin = |name: &str, step: u32| {
-        Gcc::new(&["prof_twin.c"])
-            .flags(&format!(
-                "-O2 -fno-pie -no-pie -fno-omit-frame-pointer -DSPIN={name} -DSTEP={step}"
-            ))
-            .build(&dir.join(name))
-    };
-    let (a, g) = (twin("spin_alpha", 1), twin("spin_gamma", 3));
+    let (a, g) = twins(&dir);
     let out = dir.join("bare");
     run(Command::new(&release_artifacts().cli)
         .args([
