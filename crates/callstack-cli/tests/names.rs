@@ -534,3 +534,83 @@ fn tail_call_frames_like_gdb() {
         );
     }
 }
+
+/// PLT entries are named `function@plt` in `pstack`/`core`'s naming (gdb's,
+/// the library's default), as objdump and gdb name them, on C programs
+/// built with and without IBT's second PLT (`.plt.sec`), one entry of
+/// `.plt.got` among them, and on system binaries; `addr2line` (binutils')
+/// still names none.
+#[test]
+fn plt_entries_are_named_as_objdump_names_them() {
+    use callstack::symbolize::{Address, ModuleInfo, Symbolizer};
+    let dir = testsupport::scratch_dir("names-plt");
+    let mut files = vec![
+        testsupport::Gcc::new(&["prof_twin.c"])
+            .flags("-O0 -fcf-protection=none")
+            .build(&dir.join("plt_classic")),
+        testsupport::Gcc::new(&["prof_twin.c"])
+            .flags("-O0 -fcf-protection=full")
+            .build(&dir.join("plt_ibt")),
+    ];
+    for f in [
+        "/usr/bin/gzip",
+        "/usr/bin/bash",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+    ] {
+        if std::path::Path::new(f).is_file() {
+            files.push(f.into());
+        }
+    }
+    if std::env::consts::ARCH != "x86_64" {
+        eprintln!("skipped: the fixtures here are x86-64 system binaries");
+        return;
+    }
+    for exe in &files {
+        let dump = std::process::Command::new("objdump")
+            .arg("-d")
+            .arg(exe)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&dump.stdout);
+        // `0000000000001040 <clock_gettime@plt>:`; not `*ABS*+0x9f550@plt`
+        // (an IRELATIVE slot: no symbol to name it after).
+        let entries: Vec<(usize, &str)> = text
+            .lines()
+            .filter_map(|l| {
+                let (a, rest) = l.split_once(" <")?;
+                let name = rest.strip_suffix(">:")?;
+                (name.ends_with("@plt") && !name.starts_with("*ABS*"))
+                    .then(|| Some((usize::from_str_radix(a, 16).ok()?, name)))?
+            })
+            .collect();
+        assert!(
+            !entries.is_empty(),
+            "{}: objdump lists no PLT entry",
+            exe.display()
+        );
+        let info = ModuleInfo {
+            path: exe.clone(),
+            build_id: None,
+            start: 0,
+            end: usize::MAX / 2,
+            bias: Some(0),
+        };
+        let mut gdb_like = Symbolizer::from_modules(vec![info.clone()]);
+        let mut binutils_like = Symbolizer::from_modules(vec![info]);
+        binutils_like.set_symbol_extent(callstack::symbolize::SymbolExtent::Section);
+        for &(addr, name) in &entries {
+            for probe in [addr, addr + 6] {
+                let got = gdb_like.symbolize(Address::Exact(probe));
+                let f = got.frames.last().and_then(|f| f.function.as_deref());
+                assert_eq!(f, Some(name), "{} {probe:#x}", exe.display());
+                let b = binutils_like.symbolize(Address::Exact(probe));
+                assert!(
+                    b.frames.iter().all(|f| f.function.is_none()),
+                    "{} {probe:#x}: binutils' addr2line names no PLT entry: {b:?}",
+                    exe.display()
+                );
+            }
+        }
+        eprintln!("{}: {} PLT entries named", exe.display(), entries.len());
+    }
+}

@@ -29,6 +29,8 @@ pub(crate) struct Sym {
     /// source file binutils reports without line info).
     pub file: Option<&'static str>,
     pub source: NameSource,
+    /// A PLT entry (named `name@plt`, as gdb and objdump name it).
+    pub plt: bool,
 }
 
 /// How far a symbol of `.symtab` / `.dynsym` reaches when it names an
@@ -38,13 +40,15 @@ pub enum SymbolExtent {
     /// binutils' `addr2line`: a symbol names every address up to the next
     /// symbol of its section, past its `st_size` (padding, and in a
     /// stripped object every local function after an exported one, get
-    /// the exported one's name). What `callstack addr2line` uses.
+    /// the exported one's name); a PLT entry has no name. What `callstack
+    /// addr2line` uses.
     Section,
     /// gdb's: a sized symbol names only the addresses inside its size; one
     /// without a size names addresses up to the next symbol. An address
     /// that no symbol covers this way has no name (gdb prints `??`). The
     /// default: a stripped program's local functions are not given the
-    /// name of the exported function before them.
+    /// name of the exported function before them. A PLT entry is named
+    /// `function@plt`, as gdb (and objdump) name it.
     #[default]
     Sized,
 }
@@ -261,6 +265,10 @@ impl ElfModule {
             .checked_sub(1)?;
         let s = self.syms.get(i)?;
         if addr >= s.end {
+            return None;
+        }
+        if s.plt && extent == SymbolExtent::Section {
+            // binutils' addr2line names no PLT entry.
             return None;
         }
         match extent {
@@ -580,6 +588,7 @@ fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Ve
                     name,
                     file: if sym.is_local() { file } else { None },
                     source,
+                    plt: false,
                 });
             }
         }
@@ -589,6 +598,104 @@ fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Ve
     }
     for s in obj.dynamic_symbols() {
         push(s, NameSource::Dynsym);
+    }
+    if !from_debug_file {
+        collect_plt(obj, out);
+    }
+}
+
+/// The PLT entries of `obj`, named after the functions they call (`puts`
+/// for `puts@plt`), as binutils' synthetic symbols name them.
+/// x86-64: every 8- or 16-byte entry of `.plt`, `.plt.sec` and `.plt.got`
+/// whose `jmp *slot(%rip)` goes through a GOT slot that a dynamic
+/// relocation with a symbol fills (`JUMP_SLOT`, `GLOB_DAT`). AArch64:
+/// entry `i` of `.plt` (after its 32-byte header) for `.rela.plt`'s
+/// relocation `i`. Other layouts give none.
+fn collect_plt(obj: &object::File<'static>, out: &mut Vec<Sym>) {
+    use object::read::elf::{SectionHeader, Sym as _};
+    let object::File::Elf64(elf) = obj else {
+        return;
+    };
+    let endian = elf.endian();
+    let data = elf.data();
+    let table = elf.elf_section_table();
+    let by_name = |name: &[u8]| {
+        table
+            .iter()
+            .find(|h| table.section_name(endian, h).ok() == Some(name))
+    };
+    let relas = |name: &[u8]| {
+        by_name(name)
+            .and_then(|h| {
+                h.data_as_array::<object::elf::Rela64<object::Endianness>, _>(endian, data)
+                    .ok()
+            })
+            .unwrap_or(&[])
+    };
+    let dynsym = elf.elf_dynamic_symbol_table();
+    let name_of = |index: u32| -> Option<&'static str> {
+        let sym = dynsym.symbol(object::SymbolIndex(index as usize)).ok()?;
+        let name = std::str::from_utf8(sym.name(endian, dynsym.strings()).ok()?).ok()?;
+        (!name.is_empty()).then_some(name)
+    };
+    let mut push = |addr: u64, step: u64, name: &'static str| {
+        out.push(Sym {
+            addr,
+            end: addr + step,
+            size: step,
+            name,
+            file: None,
+            source: NameSource::Dynsym,
+            plt: true,
+        })
+    };
+    match elf.elf_header().e_machine.get(endian) {
+        object::elf::EM_X86_64 => {
+            // GOT slot -> symbol, from both relocation sections.
+            let mut slots: HashMap<u64, u32> = HashMap::new();
+            for r in relas(b".rela.plt").iter().chain(relas(b".rela.dyn")) {
+                let index = r.r_sym(endian, false);
+                if index != 0 {
+                    slots.insert(r.r_offset.get(endian), index);
+                }
+            }
+            for sec in [&b".plt"[..], b".plt.sec", b".plt.got"] {
+                let Some(h) = by_name(sec) else { continue };
+                let Ok(code) = h.data(endian, data) else {
+                    continue;
+                };
+                let step = match h.sh_entsize(endian) {
+                    8 => 8,
+                    _ => 16,
+                };
+                let base = h.sh_addr(endian);
+                for (k, entry) in code.chunks_exact(step as usize).enumerate() {
+                    // `jmp *disp32(%rip)`, maybe after `endbr64` and `bnd`.
+                    let Some(at) = entry.windows(2).position(|w| w == [0xff, 0x25]) else {
+                        continue;
+                    };
+                    let Some(disp) = entry.get(at + 2..at + 6) else {
+                        continue;
+                    };
+                    let disp = i32::from_le_bytes(disp.try_into().unwrap());
+                    let addr = base + k as u64 * step;
+                    let slot = (addr + at as u64 + 6).wrapping_add_signed(i64::from(disp));
+                    if let Some(name) = slots.get(&slot).and_then(|&i| name_of(i)) {
+                        push(addr, step, name);
+                    }
+                }
+            }
+        }
+        object::elf::EM_AARCH64 => {
+            let Some(plt) = by_name(b".plt") else { return };
+            let first = plt.sh_addr(endian) + 32;
+            for (i, r) in relas(b".rela.plt").iter().enumerate() {
+                if let Some(name) = name_of(r.r_sym(endian, false)) {
+                    push(first + 16 * i as u64, 16, name);
+                }
+            }
+        }
+        _ => {}
     }
 }
 

@@ -1137,7 +1137,10 @@ fn frames_at(m: &ElfModule, offset: u64, extent: SymbolExtent) -> Vec<Frame> {
     let needs_name = frames.last().is_none_or(|f| f.function.is_none());
     if needs_name {
         if let Some(sym) = m.symbol(offset, extent) {
-            let (function, mangled) = m.function_name(sym.name.as_bytes(), None);
+            let (mut function, mangled) = m.function_name(sym.name.as_bytes(), None);
+            if sym.plt {
+                function = function.map(|f| format!("{f}@plt").into());
+            }
             match frames.last_mut() {
                 Some(f) => {
                     f.function = function;
