@@ -543,14 +543,24 @@ fn tail_call_frames_like_gdb() {
 #[test]
 fn plt_entries_are_named_as_objdump_names_them() {
     use callstack::symbolize::{Address, ModuleInfo, Symbolizer};
+    if std::env::consts::ARCH != "x86_64" {
+        eprintln!("skipped: the fixtures here are x86-64 system binaries");
+        return;
+    }
     let dir = testsupport::scratch_dir("names-plt");
-    let mut files = vec![
-        testsupport::Gcc::new(&["prof_twin.c"])
-            .flags("-O0 -fcf-protection=none")
-            .build(&dir.join("plt_classic")),
-        testsupport::Gcc::new(&["prof_twin.c"])
-            .flags("-O0 -fcf-protection=full")
-            .build(&dir.join("plt_ibt")),
+    let mut files: Vec<(std::path::PathBuf, &str)> = vec![
+        (
+            testsupport::Gcc::new(&["prof_twin.c"])
+                .flags("-O0 -fcf-protection=none")
+                .build(&dir.join("plt_classic")),
+            "objdump",
+        ),
+        (
+            testsupport::Gcc::new(&["prof_twin.c"])
+                .flags("-O0 -fcf-protection=full")
+                .build(&dir.join("plt_ibt")),
+            "objdump",
+        ),
     ];
     for f in [
         "/usr/bin/gzip",
@@ -558,15 +568,24 @@ fn plt_entries_are_named_as_objdump_names_them() {
         "/usr/lib/x86_64-linux-gnu/libc.so.6",
     ] {
         if std::path::Path::new(f).is_file() {
-            files.push(f.into());
+            files.push((f.into(), "objdump"));
         }
     }
-    if std::env::consts::ARCH != "x86_64" {
-        eprintln!("skipped: the fixtures here are x86-64 system binaries");
-        return;
+    // AArch64's PLT, from the cross compiler the AArch64 stage installs.
+    let a64 = dir.join("plt_aarch64");
+    let built = std::process::Command::new("aarch64-linux-gnu-gcc")
+        .args(["-O0", "-o"])
+        .arg(&a64)
+        .arg(testsupport::c_fixtures().join("prof_twin.c"))
+        .status()
+        .is_ok_and(|s| s.success());
+    if built {
+        files.push((a64, "aarch64-linux-gnu-objdump"));
+    } else {
+        eprintln!("no aarch64-linux-gnu-gcc: AArch64's PLT not checked");
     }
-    for exe in &files {
-        let dump = std::process::Command::new("objdump")
+    for (exe, objdump) in &files {
+        let dump = std::process::Command::new(objdump)
             .arg("-d")
             .arg(exe)
             .output()
@@ -589,7 +608,7 @@ fn plt_entries_are_named_as_objdump_names_them() {
             exe.display()
         );
         let info = ModuleInfo {
-            path: exe.clone(),
+            path: exe.to_path_buf(),
             build_id: None,
             start: 0,
             end: usize::MAX / 2,
