@@ -438,7 +438,9 @@ impl Rotated {
     fn write(&mut self, args: &Args, mut p: callstack::profile::Profile, state_bytes: usize) {
         use callstack::profile::{pprof, Names};
         let names = if args.no_symbolize {
-            Names::default()
+            // Python and JIT frames are named by the recording alone: no
+            // server could name them from files.
+            Names::own(&p)
         } else {
             match &mut self.symbolizer {
                 // Other modules (processes came and went): the files still

@@ -825,3 +825,70 @@ fn record_refuses_unsupported_version_clearly() {
         .any(|(f, _)| f.iter().any(|x| x == "_PyEval_EvalFrameDefault")));
     assert!(!stacks.iter().any(|(f, _)| f.iter().any(|x| x == "sixty")));
 }
+
+/// `record --rotate --no-symbolize` leaves native frames to a server (which
+/// names them from the files by build-id) but names the Python frames
+/// itself: no server could, they come from the interpreter's memory. The
+/// python binary's mapping says it has no functions; the Python functions
+/// and their files are in the pprof.
+#[test]
+fn unnamed_rotating_pprof_keeps_python_frames() {
+    let python = Path::new("/usr/bin/python3.11");
+    if !python.is_file() {
+        eprintln!("skipped: no /usr/bin/python3.11");
+        return;
+    }
+    let dir = scratch_dir("python-record-unnamed");
+    let out = dir.join("rot");
+    let fixture = workspace_root().join("crates/callstack-cli/tests/fixtures/python/shares.py");
+    let o = Command::new(&release_artifacts().cli)
+        .args([
+            "record",
+            "-q",
+            "-F",
+            "499",
+            "--rotate",
+            "60",
+            "--no-symbolize",
+            "-o",
+        ])
+        .arg(&out)
+        .arg("--")
+        .arg(python)
+        .arg(&fixture)
+        .args(["20", "100000"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let files: Vec<PathBuf> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(!files.is_empty());
+    let go = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .args(&files)
+        .env("HOME", &dir)
+        .env("PPROF_TMPDIR", &dir)
+        .output()
+        .expect("`go` (Debian golang-go): run scripts/install-test-deps.sh");
+    let raw = String::from_utf8_lossy(&go.stdout);
+    assert!(
+        go.status.success(),
+        "{}",
+        String::from_utf8_lossy(&go.stderr)
+    );
+    for f in [" sixty ", " spin ", " run ", "<module>"] {
+        assert!(raw.contains(f), "{f} not named:\n{raw}");
+    }
+    assert!(raw.contains("shares.py"), "{raw}");
+    // Native frames unnamed (go tool pprof would print names after
+    // the mapping number).
+    for native in [
+        "Py_BytesMain",
+        "_PyEval_EvalFrameDefault",
+        "__libc_start_main",
+    ] {
+        assert!(!raw.contains(native), "{native} named:\n{raw}");
+    }
+}

@@ -619,6 +619,22 @@ impl Names {
         })
     }
 
+    /// Only the addresses the profile names itself
+    /// ([`Profile::named_frames`]: interpreted and JIT code), the others
+    /// left for a server to name from the modules' files by build-id:
+    /// what `record --no-symbolize` writes.
+    pub fn own(profile: &Profile) -> Names {
+        let mut map = HashMap::new();
+        for s in &profile.stacks {
+            for (i, &a) in s.frames.iter().enumerate() {
+                if let Some(n) = profile.named_frames.get(&(a as u64)) {
+                    map.insert((a, s.is_exact(i)), vec![n.clone()]);
+                }
+            }
+        }
+        Names { map }
+    }
+
     /// Whether no address is named (`Names::default()`).
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()

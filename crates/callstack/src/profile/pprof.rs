@@ -160,6 +160,23 @@ pub fn encode(profile: &Profile, names: &Names) -> Vec<u8> {
     for (n, &i) in order.iter().enumerate() {
         mapping_id[i] = n as u64 + 1;
     }
+    // A mapping is named when an address of it is.
+    let mut named_mapping = vec![false; profile.modules.len()];
+    if !names.is_empty() {
+        for s in &profile.stacks {
+            for (k, &a) in s.frames.iter().enumerate() {
+                if names.get(a, s.is_exact(k)).is_some_and(|n| !n.is_empty()) {
+                    if let Some(i) = profile
+                        .modules
+                        .iter()
+                        .rposition(|m| m.start <= a as u64 && (a as u64) < m.end)
+                    {
+                        named_mapping[i] = true;
+                    }
+                }
+            }
+        }
+    }
     for &i in &order {
         let m = &profile.modules[i];
         msg.clear();
@@ -175,8 +192,9 @@ pub fn encode(profile: &Profile, names: &Names) -> Vec<u8> {
             uint(&mut msg, 6, strings.id(&hex));
         }
         // Named (or not, for a server to symbolize from the build-ids:
-        // `Names::default()`).
-        let named = !names.is_empty() as u64;
+        // `Names::default()`, or `Names::own` where only the profile's
+        // own frames are named).
+        let named = named_mapping[i] as u64;
         uint(&mut msg, 7, named); // has_functions
         uint(&mut msg, 8, named); // has_filenames
         uint(&mut msg, 9, named); // has_line_numbers
