@@ -73,6 +73,7 @@ pub mod alloc;
 pub(crate) mod arch;
 #[cfg(target_os = "linux")]
 pub mod crash;
+mod elf_headers;
 mod elf_section;
 #[cfg(target_os = "linux")]
 pub mod exit_hook;

@@ -91,7 +91,6 @@ fn is_pseudo_module(m: &crate::tracefile::ModuleRecord) -> bool {
 /// server given 0x400000 would look past its end. Else `start - bias`.
 pub fn file_offset(m: &crate::tracefile::ModuleRecord) -> u64 {
     let link = m.start.wrapping_sub(m.bias);
-    #[cfg(feature = "remote")]
     if let Some(off) = offset_in_file(m, link) {
         return off;
     }
@@ -100,7 +99,6 @@ pub fn file_offset(m: &crate::tracefile::ModuleRecord) -> u64 {
 
 /// The offset of link-time address `link` in `m`'s file, read from its
 /// first 64 KiB (the ELF and program headers, the build-id note).
-#[cfg(feature = "remote")]
 fn offset_in_file(m: &crate::tracefile::ModuleRecord, link: u64) -> Option<u64> {
     use std::io::Read;
     if !m.path.is_absolute() {
@@ -113,11 +111,11 @@ fn offset_in_file(m: &crate::tracefile::ModuleRecord, link: u64) -> Option<u64> 
         .read_to_end(&mut head)
         .ok()?;
     if let Some(want) = &m.build_id {
-        if crate::remote::files::build_id(&head).as_ref() != Some(want) {
+        if crate::elf_headers::build_id(&head).as_ref() != Some(want) {
             return None;
         }
     }
-    let (_, loads) = crate::remote::files::load_segments(&head)?;
+    let (_, loads) = crate::elf_headers::load_segments(&head)?;
     // The segment mapped at `link` (segments are mapped from page
     // boundaries): the last that starts at or below it.
     let (page_vaddr, page_offset) = loads
