@@ -32,6 +32,7 @@
 
 pub mod layout;
 pub mod lines;
+mod prefetch;
 pub mod record;
 
 use crate::remote::{Module, ReadTarget, Snapshot};
@@ -348,9 +349,10 @@ impl Interpreter {
     }
 
     /// [`threads`](Self::threads), with what was read of the code objects
-    /// kept in `codes` for the next call (each frame then costs two reads
-    /// of the target: the frame, and its code object's header to check
-    /// that it is the same code).
+    /// kept in `codes` for the next call. A warm read then costs, per
+    /// thread, one read of the target for the thread state and one per
+    /// frame, plus one for all its code objects' headers together
+    /// ([`ReadTarget::read_each`]: to check that each is the same code).
     fn threads_cached(
         &self,
         mem: &dyn ReadTarget,
@@ -364,21 +366,48 @@ impl Interpreter {
         let mut interp = r.ptr(self.runtime + head_at, "interpreter list")?;
         let mut out = Vec::new();
         let mut n_interp = 0;
+        let interp_span = l.interp_threads_head.max(l.interp_next) + 8;
+        let tstate_span = [
+            l.tstate_native_thread_id,
+            Some(l.tstate_thread_id),
+            Some(l.tstate_next),
+            l.tstate_frame,
+            l.tstate_cframe,
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0)
+            + 8;
         while interp != 0 && n_interp < MAX_INTERPRETERS {
             n_interp += 1;
-            let mut tstate = r.ptr(interp + l.interp_threads_head, "thread list")?;
+            let block = Block::read(mem, interp, interp_span);
+            let ir = Reader { mem: &block, l };
+            let mut tstate = ir.ptr(interp + l.interp_threads_head, "thread list")?;
             let mut n = 0;
             while tstate != 0 && n < MAX_THREADS {
                 n += 1;
-                out.push(self.thread(&r, tstate, codes)?);
-                tstate = r.ptr(tstate + l.tstate_next, "thread state")?;
+                // The thread state's fields in one read.
+                let block = Block::read(mem, tstate, tstate_span);
+                let tr = Reader { mem: &block, l };
+                out.push(self.thread(mem, &tr, tstate, codes)?);
+                tstate = tr.ptr(tstate + l.tstate_next, "thread state")?;
             }
-            interp = r.ptr(interp + l.interp_next, "interpreter")?;
+            interp = ir.ptr(interp + l.interp_next, "interpreter")?;
         }
         Ok(out)
     }
 
-    fn thread(&self, r: &Reader, tstate: u64, codes: &mut Codes) -> Result<PyThread, PyError> {
+    /// The thread at `tstate` of the target `mem` (`r` reads its thread
+    /// state) with its frames: each frame read whole, then every code
+    /// object's header in one read.
+    fn thread(
+        &self,
+        mem: &dyn ReadTarget,
+        r: &Reader,
+        tstate: u64,
+        codes: &mut Codes,
+    ) -> Result<PyThread, PyError> {
         let l = self.layout;
         let native_tid = match l.tstate_native_thread_id {
             Some(o) => Some(r.u64(tstate + o, "thread state")?),
@@ -409,12 +438,14 @@ impl Interpreter {
         .max()
         .unwrap_or(0)
             + 8;
-        let mut frames: Vec<PyFrame> = Vec::new();
+        // The frames' own fields, innermost first; `None` marks the base of
+        // a `_PyEval_EvalFrameDefault` call (3.12+).
+        let mut walked: Vec<Option<FrameFields>> = Vec::new();
         let mut n = 0;
         while frame != 0 && n < MAX_FRAMES {
             n += 1;
             // The frame's fields in one read.
-            let block = Block::read(r.mem, frame, frame_span);
+            let block = Block::read(mem, frame, frame_span);
             let fr = Reader { mem: &block, l };
             let previous = fr.ptr(frame + l.frame_previous, "frame")?;
             let owner = match l.frame_owner {
@@ -422,18 +453,51 @@ impl Interpreter {
                 None => None,
             };
             if owner == Some(FRAME_OWNED_BY_CSTACK) {
-                // The base of a `_PyEval_EvalFrameDefault` call (3.12+):
-                // the frame above it was that call's outermost.
-                if let Some(last) = frames.last_mut() {
-                    last.entry = true;
-                }
+                walked.push(None);
                 frame = previous;
                 continue;
             }
-            if let Some(f) = self.frame(&fr, frame, codes)? {
-                frames.push(f);
+            let code = fr.ptr(frame + l.frame_code, "frame")?;
+            if code != 0 {
+                walked.push(Some(self.frame_fields(&fr, frame, code)?));
             }
             frame = previous;
+        }
+        // Every code object's header, in one read of the target.
+        let code_span = self.code_span();
+        let mut headers = vec![0u8; walked.len() * code_span as usize];
+        let mut ok = vec![false; walked.len()];
+        {
+            let mut reqs: Vec<(u64, &mut [u8])> = headers
+                .chunks_mut(code_span as usize)
+                .zip(&walked)
+                .map(|(buf, f)| (f.as_ref().map_or(0, |f| f.code), buf))
+                .collect();
+            reqs.retain(|r| r.0 != 0);
+            let mut got = vec![false; reqs.len()];
+            mem.read_each(&mut reqs, &mut got);
+            let mut k = 0;
+            for (i, f) in walked.iter().enumerate() {
+                if f.is_some() {
+                    ok[i] = got[k];
+                    k += 1;
+                }
+            }
+        }
+        let mut frames: Vec<PyFrame> = Vec::new();
+        for (i, f) in walked.iter().enumerate() {
+            let Some(f) = f else {
+                // The frame above it was that call's outermost.
+                if let Some(last) = frames.last_mut() {
+                    last.entry = true;
+                }
+                continue;
+            };
+            let header = &headers[i * code_span as usize..(i + 1) * code_span as usize];
+            let block = Block::of(mem, f.code, if ok[i] { header } else { &[] });
+            if let Some(pf) = self.frame(&block, f, codes)? {
+                frames.push(pf);
+            }
         }
         Ok(PyThread {
             native_tid,
@@ -442,18 +506,28 @@ impl Interpreter {
         })
     }
 
-    /// One frame: `None` when its code is not a code object (3.13's frames
-    /// of other executables).
-    fn frame(&self, r: &Reader, frame: u64, codes: &mut Codes) -> Result<Option<PyFrame>, PyError> {
+    /// What a frame holds of its code and position (`r` reads the frame
+    /// at `frame`; `code` is its code pointer, not null).
+    fn frame_fields(&self, r: &Reader, frame: u64, code: u64) -> Result<FrameFields, PyError> {
         let l = self.layout;
-        let code = r.ptr(frame + l.frame_code, "frame")?;
-        if code == 0 {
-            return Ok(None);
-        }
-        // The code object's header in one read: the fields that say which
-        // code it is, compared with what was read at that address before.
+        let instr = match l.code_code_adaptive {
+            // 3.11+: a pointer into the code object's instructions.
+            Some(_) => r.ptr(frame + l.frame_instr, "frame")?,
+            // Before 3.11: `f_lasti`.
+            None => u64::from(r.u32(frame + l.frame_instr, "frame")?),
+        };
+        let entry = match l.frame_is_entry {
+            Some(o) => Some(r.u8(frame + o, "frame")? != 0),
+            None => None,
+        };
+        Ok(FrameFields { code, instr, entry })
+    }
+
+    /// How much of a code object's header [`Self::frame`] reads.
+    fn code_span(&self) -> u64 {
+        let l = self.layout;
         let name_at = l.code_qualname.unwrap_or(l.code_name);
-        let code_span = [
+        [
             l.object_type,
             name_at,
             l.code_filename,
@@ -463,9 +537,24 @@ impl Interpreter {
         .into_iter()
         .max()
         .unwrap_or(0)
-            + 8;
-        let block = Block::read(r.mem, code, code_span);
-        let cr = Reader { mem: &block, l };
+            + 8
+    }
+
+    /// One frame, from its fields and its code object's header (read by
+    /// `header`): `None` when its code is not a code object (3.13's frames
+    /// of other executables).
+    fn frame(
+        &self,
+        header: &Block,
+        f: &FrameFields,
+        codes: &mut Codes,
+    ) -> Result<Option<PyFrame>, PyError> {
+        let l = self.layout;
+        let code = f.code;
+        let name_at = l.code_qualname.unwrap_or(l.code_name);
+        // The fields that say which code it is, compared with what was
+        // read at that address before.
+        let cr = Reader { mem: header, l };
         let key = [
             cr.ptr(code + l.object_type, "code object")?,
             cr.ptr(code + name_at, "code object")?,
@@ -493,14 +582,10 @@ impl Interpreter {
         let c = &codes[&code];
         let format = lines::Format::for_version(l.version);
         let offset = match l.code_code_adaptive {
-            // 3.11+: a pointer into the code object's instructions.
-            Some(start) => {
-                let instr = r.ptr(frame + l.frame_instr, "frame")?;
-                (instr as i64).wrapping_sub((code + start) as i64) / 2
-            }
-            // Before 3.11: `f_lasti`, in bytes (code units from 3.10).
+            Some(start) => (f.instr as i64).wrapping_sub((code + start) as i64) / 2,
             None => {
-                let lasti = i64::from(r.u32(frame + l.frame_instr, "frame")? as i32);
+                let lasti = i64::from(f.instr as u32 as i32);
+                // In code units from 3.10.
                 if l.version >= (3, 10) {
                     lasti * 2
                 } else {
@@ -509,8 +594,8 @@ impl Interpreter {
             }
         };
         let line = lines::line_for(format, &c.table, c.first_line, offset);
-        let entry = match (l.frame_is_entry, l.frame_owner) {
-            (Some(o), _) => r.u8(frame + o, "frame")? != 0,
+        let entry = match (f.entry, l.frame_owner) {
+            (Some(e), _) => e,
             // 3.12+: marked when the C stack's frame is met.
             (None, Some(_)) => false,
             // One frame per evaluation call.
@@ -523,6 +608,15 @@ impl Interpreter {
             entry,
         }))
     }
+}
+
+/// What [`Interpreter::thread`] keeps of a frame between reading it and
+/// reading its code object: the code's address, the instruction pointer
+/// (3.11+) or `f_lasti`, and the entry mark where the frame has one.
+struct FrameFields {
+    code: u64,
+    instr: u64,
+    entry: Option<bool>,
 }
 
 /// What was read of one code object, by its address: the header fields
@@ -567,6 +661,22 @@ impl<'a> Block<'a> {
     }
 }
 
+impl<'a> Block<'a> {
+    /// A block of bytes already read at `base` (empty: none were).
+    fn of(mem: &'a dyn ReadTarget, base: u64, bytes: &[u8]) -> Block<'a> {
+        let mut b = Block {
+            mem,
+            base,
+            len: 0,
+            bytes: [0; 512],
+        };
+        let len = bytes.len().min(b.bytes.len());
+        b.bytes[..len].copy_from_slice(&bytes[..len]);
+        b.len = len;
+        b
+    }
+}
+
 impl ReadTarget for Block<'_> {
     fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
         if let Some(off) = addr.checked_sub(self.base) {
@@ -594,6 +704,9 @@ pub struct Sampler {
     codes: Codes,
     /// The tid's offset in a thread descriptor, once found (3.7-3.10).
     tid_offset: Option<u64>,
+    /// The ranges the last read asked for: read ahead by the next
+    /// ([`prefetch::Prefetched`]).
+    plan: Vec<(u64, usize)>,
 }
 
 impl Sampler {
@@ -604,6 +717,7 @@ impl Sampler {
             pid,
             codes: Codes::default(),
             tid_offset: None,
+            plan: Vec::new(),
         }
     }
 
@@ -612,7 +726,11 @@ impl Sampler {
     /// a thread that changes its frames during the read may give an error,
     /// or (rarely) a stack that never was.
     pub fn threads(&mut self, mem: &dyn ReadTarget) -> Result<Vec<PyThread>, PyError> {
-        let mut threads = self.interpreter.threads_cached(mem, &mut self.codes)?;
+        // Where the last read looked, read again in one call first.
+        let ahead = prefetch::Prefetched::read(mem, &self.plan);
+        let read = self.interpreter.threads_cached(&ahead, &mut self.codes);
+        self.plan = ahead.plan();
+        let mut threads = read?;
         if threads.iter().any(|t| t.native_tid.is_none()) {
             if self.tid_offset.is_none() {
                 let pthreads: Vec<u64> = threads.iter().map(|t| t.thread_id).collect();

@@ -49,9 +49,10 @@ const MAX_HISTORY: usize = 8192;
 const FIRST_RETRY: Duration = Duration::from_millis(5);
 const LAST_RETRY: Duration = Duration::from_secs(1);
 const MAX_TRIES: u32 = 16;
-/// A python process without a sample for this long is read every
-/// `IDLE_EVERY`th period only.
-const IDLE_NS: u64 = 1_000_000_000;
+/// In a whole-host recording, how often each python process's share of a
+/// CPU (its samples per period) is measured again, to set how often it is
+/// read: every `1/share` periods, at most every `IDLE_EVERY`th.
+const TALLY_NS: u64 = 1_000_000_000;
 const IDLE_EVERY: u32 = 20;
 /// A process whose last this many reads failed is read as an idle one.
 const MAX_FAILS: u32 = 50;
@@ -88,10 +89,12 @@ struct State {
     eval: HashMap<u32, Vec<(u64, u64)>>,
     /// Per thread, its Python stacks read, oldest first.
     stacks: HashMap<u32, VecDeque<Snap>>,
-    /// Per python process, the time of its last sample (CLOCK_MONOTONIC
-    /// ns): one not sampled for a while (idle, in a whole-host recording)
-    /// is read less often.
-    last_sample: HashMap<u32, u64>,
+    /// Per python process, its samples since the last tally: in a
+    /// whole-host recording, a process that holds a CPU a tenth of the
+    /// time is read every tenth period (see [`State::read_every`]).
+    samples: HashMap<u32, u64>,
+    /// Per python process, read every this many periods (1 when absent).
+    read_every: HashMap<u32, u32>,
     /// Every distinct (function, file, line) seen, by index.
     table: Vec<FrameName>,
     index: HashMap<(String, String, Option<u32>), u32>,
@@ -121,11 +124,16 @@ impl PythonRecorder {
     /// A recorder of the Python stacks of the processes recorded, read
     /// every `1/hz` second; its sampling thread starts now. `lookup` finds
     /// the python files of the targets. `whole_host`: the recording is of
-    /// every process (`record -a`), where a python process not sampled
-    /// for a second (idle) is read every 20th period only, so that idle
-    /// interpreters cost little; its first samples when it runs again
-    /// (some tens of milliseconds, the rings' delay) may then keep the
-    /// evaluation loop's frames.
+    /// every process (`record -a`), where each python process is read as
+    /// often as it is sampled: every `1/share` periods, where `share` is
+    /// the part of a CPU it took in the last second (its samples per
+    /// period), and every 20th period when idle. A read then comes as
+    /// often, in the process's own running time, as at full rate on a
+    /// process that holds a CPU, so that its samples take a stack as near
+    /// to theirs while idle interpreters, and those that wait for a CPU
+    /// among many, cost little. A process that starts running again is
+    /// read at its old rate for up to a second (its first samples may
+    /// then keep the evaluation loop's frames).
     pub fn new(hz: u32, lookup: Lookup, whole_host: bool) -> PythonRecorder {
         let period = Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)));
         let shared = Arc::new(Shared {
@@ -249,7 +257,9 @@ impl SampleHook for PythonRecorder {
             st.register(pid);
             return;
         }
-        st.last_sample.insert(pid, time);
+        *st.samples.entry(pid).or_default() += 1;
+        let every = u64::from(st.read_every.get(&pid).copied().unwrap_or(1));
+        let tolerance = self.shared.tolerance_ns + (every - 1) * self.shared.period_ns();
         let ranges = &st.eval[&pid];
         let is_exact = |i: usize| i == 0 || exact.binary_search(&(i as u32)).is_ok();
         // Whether frame `i` is in the evaluation loop, by its address in
@@ -266,7 +276,7 @@ impl SampleHook for PythonRecorder {
             return;
         }
         let n_evals = evals.iter().filter(|&&e| e).count();
-        let Some(snap) = st.nearest(tid, time, self.shared.tolerance_ns, n_evals) else {
+        let Some(snap) = st.nearest(tid, time, tolerance, n_evals) else {
             return;
         };
         let mut out = Vec::with_capacity(frames.len() + snap.frames.len());
@@ -328,6 +338,30 @@ impl SampleHook for PythonRecorder {
     }
 }
 
+impl Shared {
+    fn period_ns(&self) -> u64 {
+        self.period.as_nanos() as u64
+    }
+}
+
+impl State {
+    /// How many periods apart to read each python process: `1/share` of
+    /// the samples counted since the last tally (`periods` periods ago),
+    /// 1 to [`IDLE_EVERY`]; the counts start again.
+    fn tally(&mut self, periods: u64) {
+        let pids: Vec<u32> = self.eval.keys().copied().collect();
+        for pid in pids {
+            let n = self.samples.remove(&pid).unwrap_or(0);
+            let every = if n == 0 {
+                IDLE_EVERY
+            } else {
+                (periods / n).clamp(1, u64::from(IDLE_EVERY)) as u32
+            };
+            self.read_every.insert(pid, every);
+        }
+    }
+}
+
 /// CLOCK_MONOTONIC in nanoseconds.
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -349,8 +383,8 @@ struct Proc {
     error: Option<String>,
     /// Its program (`/proc/PID/exe`) when last looked at.
     exe: Option<std::path::PathBuf>,
-    /// Periods passed without a read since the last (idle processes).
-    skipped: u32,
+    /// The period of its next read, counted from the sampler's start.
+    next_read: u64,
     /// Reads failed in a row.
     fails: u32,
 }
@@ -393,10 +427,14 @@ fn find(pid: u32, lookup: &Lookup) -> Result<Option<Interpreter>, String> {
 /// and reads the Python stacks of those that have one every period.
 fn run(shared: &Shared) {
     let mut procs: Vec<Proc> = Vec::new();
-    let mut next = Instant::now();
-    let mut prune_at = next;
+    let start = Instant::now();
+    let period = shared.period.max(Duration::from_micros(10));
+    let mut prune_at = start;
+    let mut tally_at = monotonic_ns() + TALLY_NS;
     while !shared.stop.load(Ordering::Relaxed) {
         let now = Instant::now();
+        // The period this is.
+        let tick = (now - start).as_nanos() as u64 / period.as_nanos() as u64;
         {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             for pid in std::mem::take(&mut st.new_pids) {
@@ -409,7 +447,7 @@ fn run(shared: &Shared) {
                     next_try: now,
                     error: None,
                     exe: None,
-                    skipped: 0,
+                    next_read: 0,
                     fails: 0,
                 });
             }
@@ -438,8 +476,8 @@ fn run(shared: &Shared) {
                         Ok(Some(i)) => {
                             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
                             st.eval.insert(p.pid, i.eval_ranges.clone());
-                            // Not idle until a second without samples.
-                            st.last_sample.insert(p.pid, monotonic_ns());
+                            // Read every period until its first tally.
+                            st.read_every.remove(&p.pid);
                             if i.eval_ranges.is_empty() {
                                 st.warnings.push(format!(
                                     "{}: no size of {} in its symbol table: its samples keep the evaluation loop's frames",
@@ -468,29 +506,26 @@ fn run(shared: &Shared) {
                 }
                 None => {}
                 Some(s) => {
-                    let t0 = monotonic_ns();
-                    // Not sampled for a second: read every 20th period
-                    // only (its samples, when it runs again, take the
-                    // reads from then on).
-                    // Failing again and again (a zombie, whose memory is
-                    // gone): read as seldom as an idle one.
-                    let idle = p.fails >= MAX_FAILS
-                        || shared.throttle
-                            && shared
-                                .state
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .last_sample
-                                .get(&p.pid)
-                                .is_none_or(|&t| t + IDLE_NS < t0);
-                    p.skipped = if idle && p.skipped < IDLE_EVERY {
-                        p.skipped + 1
+                    // In a whole-host recording, read as often as it is
+                    // sampled (State::tally). Failing again and again (a
+                    // zombie, whose memory is gone): read as seldom as an
+                    // idle one.
+                    let every = if p.fails >= MAX_FAILS {
+                        IDLE_EVERY
+                    } else if shared.throttle {
+                        let st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                        st.read_every.get(&p.pid).copied().unwrap_or(1)
                     } else {
-                        0
+                        1
                     };
-                    if p.skipped != 0 {
+                    if tick < p.next_read {
                         continue;
                     }
+                    // The next multiple of `every`: processes read as
+                    // often are read at the same wake-up.
+                    let every = u64::from(every.max(1));
+                    p.next_read = (tick / every + 1) * every;
+                    let t0 = monotonic_ns();
                     let mem = RunningMemory { pid: p.pid };
                     let read = s.threads(&mem);
                     let t1 = monotonic_ns();
@@ -567,6 +602,16 @@ fn run(shared: &Shared) {
         for k in gone.into_iter().rev() {
             procs.remove(k);
         }
+        let t = monotonic_ns();
+        if shared.throttle && t >= tally_at {
+            let periods = (TALLY_NS + t - tally_at) / shared.period_ns().max(1);
+            tally_at = t + TALLY_NS;
+            shared
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .tally(periods);
+        }
         if now >= prune_at {
             // Threads that ended (or stopped being read): their stacks go.
             prune_at = now + Duration::from_secs(1);
@@ -575,18 +620,19 @@ fn run(shared: &Shared) {
             st.stacks
                 .retain(|_, q| q.back().is_some_and(|s| s.time + HISTORY_NS >= t));
         }
-        // No python process yet: look for one every 5 ms at most often.
-        let idle = procs.iter().all(|p| p.sampler.is_none());
-        next += if idle {
-            shared.period.max(Duration::from_millis(5))
-        } else {
-            shared.period
-        };
+        // Sleep until the next read due, or the next look at a process not
+        // yet found to run Python, or for new processes: 10 ms at most.
+        let mut wake = Instant::now() + Duration::from_millis(10);
+        for p in &procs {
+            let due = match p.sampler {
+                Some(_) => start + period * p.next_read.min(u64::from(u32::MAX)) as u32,
+                None => p.next_try,
+            };
+            wake = wake.min(due);
+        }
         let now = Instant::now();
-        if next < now {
-            next = now;
-        } else {
-            std::thread::sleep(next - now);
+        if wake > now {
+            std::thread::sleep(wake - now);
         }
     }
 }

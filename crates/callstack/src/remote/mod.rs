@@ -76,6 +76,15 @@ pub trait ReadTarget {
     /// Copies the target's memory at `addr` into `buf`; false when any
     /// byte of it was not saved.
     fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool;
+
+    /// Reads each `(addr, buf)` of `reqs` as [`read_bytes`](Self::read_bytes)
+    /// would, `ok[i]` telling whether the `i`th was read whole. A running
+    /// process's memory reads them all in one system call.
+    fn read_each(&self, reqs: &mut [(u64, &mut [u8])], ok: &mut [bool]) {
+        for ((addr, buf), ok) in reqs.iter_mut().zip(ok) {
+            *ok = self.read_bytes(*addr, buf);
+        }
+    }
 }
 
 /// The memory of a saved target ([`ReadTarget`]), read by the unwinder

@@ -249,6 +249,33 @@ impl super::ReadTarget for RunningMemory {
     fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
         matches!(ptrace::read_remote(self.pid as i32, addr, buf), Ok(n) if n == buf.len())
     }
+
+    fn read_each(&self, reqs: &mut [(u64, &mut [u8])], ok: &mut [bool]) {
+        let mut done = 0;
+        while done < reqs.len() {
+            // The kernel copies the ranges in order and stops at the first
+            // it cannot read: those before it are whole, that one is read
+            // alone (it fails), and the rest again together.
+            let end = (done + ptrace::MAX_IOV).min(reqs.len());
+            let batch = &mut reqs[done..end];
+            let mut n = ptrace::read_remote_each(self.pid as i32, batch).unwrap_or(0);
+            let mut whole = 0;
+            for (_, buf) in batch.iter() {
+                if n < buf.len() {
+                    break;
+                }
+                n -= buf.len();
+                whole += 1;
+            }
+            ok[done..done + whole].fill(true);
+            done += whole;
+            if done < reqs.len() {
+                let (addr, buf) = &mut reqs[done];
+                ok[done] = self.read_bytes(*addr, buf);
+                done += 1;
+            }
+        }
+    }
 }
 
 impl LiveProcess {

@@ -66,6 +66,50 @@ pub fn get_regset(tid: i32, buf: &mut [u8]) -> io::Result<usize> {
     Ok(iov.iov_len)
 }
 
+/// The most ranges [`read_remote_each`] takes at once (`IOV_MAX`).
+pub const MAX_IOV: usize = 1024;
+
+/// One `process_vm_readv` of each `(addr, buf)` of `reqs` (at most
+/// [`MAX_IOV`]) from process `pid`; returns how many bytes were read, in
+/// order: the kernel stops at the first range it cannot read.
+pub fn read_remote_each(pid: i32, reqs: &mut [(u64, &mut [u8])]) -> io::Result<usize> {
+    let n = reqs.len().min(MAX_IOV);
+    let reqs = &mut reqs[..n];
+    let local: Vec<libc::iovec> = reqs
+        .iter_mut()
+        .map(|(_, buf)| libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        })
+        .collect();
+    let remote: Vec<libc::iovec> = reqs
+        .iter()
+        .map(|(addr, buf)| libc::iovec {
+            iov_base: *addr as usize as *mut libc::c_void,
+            iov_len: buf.len(),
+        })
+        .collect();
+    // SAFETY: each local iovec describes one buffer of `reqs`, writable
+    // for its length and not otherwise borrowed during the call; the
+    // remote addresses are only interpreted by the kernel in the target's
+    // address space.
+    let r = unsafe {
+        libc::process_vm_readv(
+            pid,
+            local.as_ptr(),
+            local.len() as libc::c_ulong,
+            remote.as_ptr(),
+            remote.len() as libc::c_ulong,
+            0,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
 /// `process_vm_readv` of `buf.len()` bytes at `addr` of process `pid`;
 /// returns how many bytes were read.
 pub fn read_remote(pid: i32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {

@@ -436,6 +436,7 @@ struct CodeSegment {
     offset: usize,
 }
 
+#[derive(Clone)]
 enum CodeBytes {
     File(Arc<memmap2::Mmap>),
     Image(Arc<Vec<u8>>),
@@ -529,12 +530,28 @@ pub(crate) mod shared_functions {
     }
 }
 
-/// A module's function lists where it is loaded.
+/// A module's function lists where it is loaded, read from its file's
+/// symbol tables the first time an analysis asks (code with CFI never
+/// does: a whole-host recording would otherwise read the symbol tables of
+/// every program started, for nothing).
 struct ModuleFunctions {
     start: u64,
     end: u64,
     bias: u64,
-    lists: Arc<FunctionLists>,
+    /// The file's key in [`shared_functions`] (`None`: an image, read for
+    /// this snapshot only).
+    key: Option<String>,
+    bytes: CodeBytes,
+    lists: std::sync::OnceLock<Arc<FunctionLists>>,
+}
+
+impl ModuleFunctions {
+    fn lists(&self) -> &FunctionLists {
+        self.lists.get_or_init(|| match &self.key {
+            Some(k) => shared_functions::get_or_read(k, || FunctionLists::of(self.bytes.get())),
+            None => Arc::new(FunctionLists::of(self.bytes.get())),
+        })
+    }
 }
 
 /// The code of the target's modules, read from their files on disk (or the
@@ -613,8 +630,8 @@ impl RemoteCode {
 
     /// The segments `segs` picks out of each module's file (or image), at
     /// its load bias; with `symbols`, also appends each module's function
-    /// bounds there (`.symtab` and `.dynsym`, read once per file while a
-    /// snapshot holds them: [`shared_functions`]).
+    /// bounds there (`.symtab` and `.dynsym`, read when first asked for,
+    /// once per file while a snapshot holds them: [`shared_functions`]).
     fn segments_of(
         mods: &[Module],
         segs: fn(&[u8]) -> Vec<super::files::FileSegment>,
@@ -637,22 +654,17 @@ impl RemoteCode {
                     (None, Some(p)) => shared_tables::key::<X86_64>(p, m.build_id.as_deref()),
                     _ => None,
                 };
-                let lists = match key {
-                    Some(k) => shared_functions::get_or_read(&k, || FunctionLists::of(bytes.get())),
-                    None => Arc::new(FunctionLists::of(bytes.get())),
-                };
                 out.push(ModuleFunctions {
                     start: m.start,
                     end: m.end,
                     bias: m.bias,
-                    lists,
+                    key,
+                    bytes: bytes.clone(),
+                    lists: std::sync::OnceLock::new(),
                 });
             }
             for (vaddr, off, filesz) in segs(bytes.get()) {
-                let bytes = match &bytes {
-                    CodeBytes::File(m) => CodeBytes::File(m.clone()),
-                    CodeBytes::Image(v) => CodeBytes::Image(v.clone()),
-                };
+                let bytes = bytes.clone();
                 segments.push(CodeSegment {
                     start: m.bias.wrapping_add(vaddr),
                     end: m.bias.wrapping_add(vaddr).wrapping_add(filesz),
@@ -697,16 +709,17 @@ impl CodeMemory for RemoteCode {
     fn function_bounds(&mut self, addr: u64) -> Option<(u64, u64)> {
         let m = self.functions_at(addr)?;
         let (s, e) =
-            crate::unwind::insn::lookup_function(&m.lists.functions, addr.wrapping_sub(m.bias))?;
+            crate::unwind::insn::lookup_function(&m.lists().functions, addr.wrapping_sub(m.bias))?;
         Some((s.wrapping_add(m.bias), e.wrapping_add(m.bias)))
     }
 
     fn function_entry(&mut self, addr: u64) -> Option<(u64, Option<(u64, u64)>)> {
         let m = self.functions_at(addr)?;
         let b = m.bias;
+        let lists = m.lists();
         let (entry, bounds) = crate::unwind::insn::inprocess::function_entry_in(
-            &m.lists.functions,
-            &m.lists.cold,
+            &lists.functions,
+            &lists.cold,
             addr.wrapping_sub(b),
         )?;
         Some((

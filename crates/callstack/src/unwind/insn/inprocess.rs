@@ -162,25 +162,37 @@ pub fn function_symbols_split(
     } else {
         !0u64
     };
-    let mut colds = Vec::new();
-    let mut by_name = std::collections::HashMap::new();
-    for sym in file.symbols().chain(file.dynamic_symbols()) {
-        if sym.kind() == SymbolKind::Text && sym.size() > 0 && sym.is_definition() {
-            let s = (sym.address() & mask).wrapping_add(bias);
-            let name = sym.name().unwrap_or("");
-            if let Some(parent) = name.strip_suffix(".cold") {
-                colds.push((s, s + sym.size(), parent.to_string()));
-            } else {
-                by_name.insert(name.to_string(), s);
-                out.push((s, s + sym.size()));
-            }
+    let functions = || {
+        file.symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|sym| sym.kind() == SymbolKind::Text && sym.size() > 0 && sym.is_definition())
+            .map(|sym| {
+                let s = (sym.address() & mask).wrapping_add(bias);
+                (s, s + sym.size(), sym.name().unwrap_or(""))
+            })
+    };
+    // Cold parts by their parent's name; the names borrowed from `data`
+    // (this runs for every module a recording meets: no copy, no hash).
+    let mut colds: Vec<(&str, u64, u64)> = Vec::new();
+    for (s, e, name) in functions() {
+        match name.strip_suffix(".cold") {
+            Some(parent) => colds.push((parent, s, e)),
+            None => out.push((s, e)),
         }
     }
-    for (s, e, parent) in colds {
-        if let Some(&p) = by_name.get(&parent) {
-            cold.push((s, e, p));
+    if colds.is_empty() {
+        return;
+    }
+    colds.sort_unstable();
+    for (s, _, name) in functions() {
+        let i = colds.partition_point(|c| c.0 < name);
+        for &(_, cs, ce) in colds[i..].iter().take_while(|c| c.0 == name) {
+            cold.push((cs, ce, s));
         }
     }
+    // (A name in both `.symtab` and `.dynsym` was met twice.)
+    cold.sort_unstable();
+    cold.dedup();
 }
 
 /// [`function_symbols_split`] without the cold parts.

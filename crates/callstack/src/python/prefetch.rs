@@ -1,0 +1,227 @@
+//! One system call for a warm read of a Python stack.
+//!
+//! Reading a thread's Python stack follows pointers: the interpreter, the
+//! thread state, each frame, each frame's code object. Read one by one,
+//! each costs a `process_vm_readv`, and on a recording of the whole host
+//! those calls were most of the recorder's time. From one read to the
+//! next a running program's stack mostly stays where it was, so
+//! [`Prefetched`] first reads again, all in one call
+//! ([`ReadTarget::read_each`]), every range the last read asked for, then
+//! answers the walk's reads from those bytes where they cover them and
+//! from the target where they do not (a stack that moved, a new code
+//! object). The bytes are this read's, not the last one's: only where to
+//! look is remembered, so the walk sees the memory as it is now.
+
+use crate::remote::ReadTarget;
+use std::cell::RefCell;
+
+/// At most this many ranges, and this many bytes, are read ahead.
+const MAX_RANGES: usize = 1024;
+const MAX_BYTES: usize = 256 << 10;
+
+/// The target's memory at the ranges of the last read, read ahead in one
+/// call, over the target itself. See the [module documentation](self).
+pub(super) struct Prefetched<'a> {
+    mem: &'a dyn ReadTarget,
+    /// Sorted by address: each range read ahead, and its bytes.
+    blocks: Vec<(u64, Vec<u8>)>,
+    /// The ranges asked for by this read, in order: the next one's plan.
+    asked: RefCell<Vec<(u64, usize)>>,
+}
+
+impl<'a> Prefetched<'a> {
+    /// Reads `plan` (the ranges the last read asked for) from `mem`, in
+    /// one call where `mem` can.
+    pub(super) fn read(mem: &'a dyn ReadTarget, plan: &[(u64, usize)]) -> Prefetched<'a> {
+        let mut bufs: Vec<(u64, Vec<u8>)> = plan
+            .iter()
+            .map(|&(addr, len)| (addr, vec![0u8; len]))
+            .collect();
+        let mut ok = vec![false; bufs.len()];
+        {
+            let mut reqs: Vec<(u64, &mut [u8])> = bufs
+                .iter_mut()
+                .map(|(addr, buf)| (*addr, buf.as_mut_slice()))
+                .collect();
+            mem.read_each(&mut reqs, &mut ok);
+        }
+        let mut blocks: Vec<(u64, Vec<u8>)> = bufs
+            .into_iter()
+            .zip(ok)
+            .filter_map(|(b, ok)| ok.then_some(b))
+            .collect();
+        blocks.sort_by_key(|b| b.0);
+        Prefetched {
+            mem,
+            blocks,
+            asked: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The ranges this read asked for, for the next one (bounded).
+    pub(super) fn plan(self) -> Vec<(u64, usize)> {
+        let mut asked = self.asked.into_inner();
+        let mut bytes = 0usize;
+        let keep = asked
+            .iter()
+            .take(MAX_RANGES)
+            .take_while(|r| {
+                bytes += r.1;
+                bytes <= MAX_BYTES
+            })
+            .count();
+        asked.truncate(keep);
+        asked
+    }
+
+    /// The bytes read ahead at `[addr, addr + len)`, if a block holds them.
+    fn held(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        let i = self
+            .blocks
+            .partition_point(|b| b.0 <= addr)
+            .checked_sub(1)?;
+        let (start, bytes) = &self.blocks[i];
+        let off = usize::try_from(addr - start).ok()?;
+        bytes.get(off..off.checked_add(len)?)
+    }
+
+    fn note(&self, addr: u64, len: usize) {
+        self.asked.borrow_mut().push((addr, len));
+    }
+}
+
+impl ReadTarget for Prefetched<'_> {
+    fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.note(addr, buf.len());
+        match self.held(addr, buf.len()) {
+            Some(src) => {
+                buf.copy_from_slice(src);
+                true
+            }
+            None => self.mem.read_bytes(addr, buf),
+        }
+    }
+
+    fn read_each(&self, reqs: &mut [(u64, &mut [u8])], ok: &mut [bool]) {
+        // Those held are answered here, the rest asked of the target in
+        // one call.
+        let mut missing: Vec<usize> = Vec::new();
+        for (i, (addr, buf)) in reqs.iter_mut().enumerate() {
+            self.note(*addr, buf.len());
+            match self.held(*addr, buf.len()) {
+                Some(src) => {
+                    buf.copy_from_slice(src);
+                    ok[i] = true;
+                }
+                None => missing.push(i),
+            }
+        }
+        if missing.is_empty() {
+            return;
+        }
+        let mut rest: Vec<(u64, &mut [u8])> = reqs
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| missing.binary_search(i).is_ok())
+            .map(|(_, (addr, buf))| (*addr, &mut **buf))
+            .collect();
+        let mut got = vec![false; rest.len()];
+        self.mem.read_each(&mut rest, &mut got);
+        for (&i, g) in missing.iter().zip(got) {
+            ok[i] = g;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// Memory of 4 KiB at 0x1000, counting the calls made to it.
+    struct Counted {
+        bytes: RefCell<Vec<u8>>,
+        calls: Cell<usize>,
+    }
+
+    impl ReadTarget for Counted {
+        fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
+            self.calls.set(self.calls.get() + 1);
+            let b = self.bytes.borrow();
+            let Some(off) = addr.checked_sub(0x1000).map(|o| o as usize) else {
+                return false;
+            };
+            match b.get(off..off + buf.len()) {
+                Some(src) => {
+                    buf.copy_from_slice(src);
+                    true
+                }
+                None => false,
+            }
+        }
+
+        fn read_each(&self, reqs: &mut [(u64, &mut [u8])], ok: &mut [bool]) {
+            let calls = self.calls.get();
+            for ((addr, buf), ok) in reqs.iter_mut().zip(ok) {
+                *ok = self.read_bytes(*addr, buf);
+            }
+            // One system call, as a running process's memory makes.
+            self.calls.set(calls + 1);
+        }
+    }
+
+    fn word(m: &dyn ReadTarget, addr: u64) -> Option<u64> {
+        let mut b = [0u8; 8];
+        m.read_bytes(addr, &mut b).then(|| u64::from_le_bytes(b))
+    }
+
+    /// A pointer chase: the second time, one call answers every read, with
+    /// the memory as it is then; where the chain moved, the target is read.
+    #[test]
+    fn second_read_is_one_call_and_sees_new_bytes() {
+        let mem = Counted {
+            bytes: RefCell::new(vec![0; 4096]),
+            calls: Cell::new(0),
+        };
+        let put = |addr: u64, v: u64| {
+            let o = (addr - 0x1000) as usize;
+            mem.bytes.borrow_mut()[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        };
+        // 0x1000 -> 0x1100 -> 0x1200 -> 7.
+        put(0x1000, 0x1100);
+        put(0x1100, 0x1200);
+        put(0x1200, 7);
+        let chase = |m: &dyn ReadTarget| {
+            let a = word(m, 0x1000)?;
+            let b = word(m, a)?;
+            word(m, b)
+        };
+        let p = Prefetched::read(&mem, &[]);
+        assert_eq!(chase(&p), Some(7));
+        let plan = p.plan();
+        assert_eq!(plan, vec![(0x1000, 8), (0x1100, 8), (0x1200, 8)]);
+        assert_eq!(mem.calls.get(), 4);
+
+        // Same places, a new value: one call, and the value now.
+        put(0x1200, 9);
+        mem.calls.set(0);
+        let p = Prefetched::read(&mem, &plan);
+        assert_eq!(chase(&p), Some(9));
+        assert_eq!(mem.calls.get(), 1);
+        let plan = p.plan();
+
+        // The chain moved: what is not held is read from the target.
+        put(0x1100, 0x1300);
+        put(0x1300, 11);
+        mem.calls.set(0);
+        let p = Prefetched::read(&mem, &plan);
+        assert_eq!(chase(&p), Some(11));
+        assert_eq!(mem.calls.get(), 2);
+        assert_eq!(p.plan(), vec![(0x1000, 8), (0x1100, 8), (0x1300, 8)]);
+
+        // A range that cannot be read now is not taken from a block.
+        let p = Prefetched::read(&mem, &[(0x2000, 8), (0x1000, 8)]);
+        assert_eq!(word(&p, 0x2000), None);
+        assert_eq!(word(&p, 0x1000), Some(0x1100));
+    }
+}
