@@ -352,11 +352,9 @@ impl State {
         let pids: Vec<u32> = self.eval.keys().copied().collect();
         for pid in pids {
             let n = self.samples.remove(&pid).unwrap_or(0);
-            let every = if n == 0 {
-                IDLE_EVERY
-            } else {
-                (periods / n).clamp(1, u64::from(IDLE_EVERY)) as u32
-            };
+            let every = periods
+                .checked_div(n)
+                .map_or(IDLE_EVERY, |k| k.clamp(1, u64::from(IDLE_EVERY)) as u32);
             self.read_every.insert(pid, every);
         }
     }
