@@ -131,9 +131,11 @@ pub unsafe extern "C" fn callstack_capture_from_context(
 ///
 /// Compiles the unwind tables of every loaded object now (see
 /// `callstack::prepare`). Optional with glibc 2.35+; call it again after
-/// `dlclose`. Not async-signal-safe.
+/// `dlclose`. Not async-signal-safe. Does nothing on Windows (no tables
+/// are compiled there yet).
 #[unsafe(no_mangle)]
 pub extern "C" fn callstack_prepare() {
+    #[cfg(not(windows))]
     callstack::prepare();
 }
 
@@ -398,8 +400,11 @@ pub unsafe extern "C" fn callstack_print_trace(
     };
     let mut rest = text.as_bytes();
     while !rest.is_empty() {
+        // The count's type is the platform's (`size_t`, or the CRT's
+        // `unsigned int` on Windows): no more than `i32::MAX` at a time.
+        let len = rest.len().min(i32::MAX as usize);
         // SAFETY: writing initialized bytes from a live slice.
-        let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
+        let n = unsafe { libc::write(fd, rest.as_ptr().cast(), len as _) };
         if n < 0 {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;

@@ -47,9 +47,13 @@
 pub mod cfi;
 mod cfi_fast;
 pub(crate) mod code;
+#[cfg(not(windows))]
 pub(crate) mod hook_table;
 pub(crate) use cfi_fast::check_against_gimli;
 pub mod insn;
+// The in-process CFI capture (the ELF loader, the rule cache): not on
+// Windows, whose capture is `capture_fast` alone for now.
+#[cfg(not(windows))]
 pub(crate) mod local;
 mod table;
 mod unwinder;

@@ -1,0 +1,67 @@
+//! Windows x64: the TEB through `gs`, and `capture_fast`'s naked entry in
+//! the Win64 calling convention (arguments in `rcx`, `rdx`, `r8`, `r9`,
+//! then on the stack above 32 bytes of shadow space the caller reserves).
+
+/// The running thread's TEB: its self pointer at `gs:[0x30]`.
+#[inline(always)]
+pub(crate) fn teb() -> usize {
+    let t: usize;
+    // SAFETY: on Windows x64 `gs` holds the running thread's TEB, whose
+    // `NT_TIB.Self` field is at 0x30; a load, nothing else.
+    unsafe {
+        core::arch::asm!(
+            "mov {t}, gs:[0x30]",
+            t = out(reg) t,
+            options(nostack, readonly, preserves_flags)
+        );
+    }
+    t
+}
+
+/// Defines the naked entry of `capture_fast`, `fast_entry`, in the module
+/// that invokes it (`fast`, beside the `walk_from_entry` it calls).
+macro_rules! define_fast_entry {
+    () => {
+        /// The naked entry of `capture_fast` (and of the C
+        /// `callstack_capture_fast`), in the Win64 ABI.
+        ///
+        /// It pushes an exact frame record whatever flags the crate was
+        /// built with, so `[rbp + 8]` is always the return address into the
+        /// caller, then calls the portable walk with its first three
+        /// arguments untouched (`ecx`, `edx`, `r8`), the frame pointer as
+        /// the fourth (`r9`) and the same address as the fifth, the lowest
+        /// address the walk may read (on the stack above the shadow space).
+        ///
+        /// # Safety
+        /// `out` must be valid for `max` writes of `usize` (or `max` must be 0).
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn fast_entry(skip: u32, max: u32, out: *mut usize) -> u32 {
+            // SAFETY: builds a standard frame record (push rbp, then rbp
+            // at it), reserves 48 bytes below it (32 of shadow space, the
+            // fifth argument, 8 of padding: rsp stays 16-byte aligned at
+            // the call), passes rbp in r9 and at [rsp + 32], calls the walk,
+            // and restores rsp and rbp before `ret`. The SEH directives
+            // describe that prologue to Windows' unwinder.
+            core::arch::naked_asm!(
+                ".seh_proc {name}",
+                "push rbp",
+                ".seh_pushreg rbp",
+                "sub rsp, 48",
+                ".seh_stackalloc 48",
+                "lea rbp, [rsp + 48]",
+                ".seh_setframe rbp, 48",
+                ".seh_endprologue",
+                "mov r9, rbp",
+                "mov [rsp + 32], rbp",
+                "call {walk}",
+                "mov rsp, rbp",
+                "pop rbp",
+                "ret",
+                ".seh_endproc",
+                name = sym fast_entry,
+                walk = sym walk_from_entry,
+            )
+        }
+    };
+}
+pub(crate) use define_fast_entry;
