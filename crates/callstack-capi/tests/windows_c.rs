@@ -1,0 +1,217 @@
+//! The C API on Windows x86-64: `callstack_capture_fast` in C programs
+//! built by mingw-w64 and run under wine, named on this side from the PE
+//! (its COFF symbols and the DWARF mingw's gcc writes into it).
+//!
+//! `tests/fixtures/c/win_chain.c` captures in `gamma` through
+//! main -> alpha -> beta -> gamma, with skip 1, and on a thread of
+//! `CreateThread` through thread_main -> alpha -> beta -> gamma; built at
+//! -O0 and -O2 with `-fno-omit-frame-pointer`, linked to the
+//! `libcallstack.a` built for `x86_64-pc-windows-gnu`. Every chain must be
+//! exactly the designed one, each frame's function, file and call line,
+//! and past its first function only start-up frames: the C runtime's in
+//! the executable, or frames of other modules (kernel32, ntdll).
+//!
+//! Run by `scripts/test-windows.sh` (ignored otherwise), which builds the
+//! library and says where it and wine are: `CALLSTACK_WINDOWS_LIB` (the
+//! directory of that `libcallstack.a`), `CALLSTACK_WINE` (the wine
+//! loader), `WINEPREFIX`.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use callstack::symbolize::{Address, Symbolizer};
+use testsupport::{c_fixtures, scratch_dir, workspace_root};
+
+/// What the Rust standard library in `libcallstack.a` links against on
+/// this target (`--print native-static-libs`).
+const NATIVE_LIBS: &[&str] = &["-lkernel32", "-lntdll", "-luserenv", "-lws2_32", "-ldbghelp"];
+
+/// The C runtime's start-up frames, which the walk may reach past `main`
+/// where they kept a frame record.
+const CRT: &[&str] = &["__tmainCRTStartup", "mainCRTStartup", "WinMainCRTStartup"];
+
+fn env_path(name: &str) -> PathBuf {
+    PathBuf::from(std::env::var_os(name).unwrap_or_else(|| {
+        panic!("{name} is not set: run this test through scripts/test-windows.sh")
+    }))
+}
+
+/// Builds the fixture at `opt` with mingw-w64's gcc.
+fn build(opt: &str) -> PathBuf {
+    let lib = env_path("CALLSTACK_WINDOWS_LIB").join("libcallstack.a");
+    assert!(lib.exists(), "{} is missing", lib.display());
+    let out = scratch_dir("windows_c").join(format!("win_chain{opt}.exe"));
+    let mut cmd = Command::new("x86_64-w64-mingw32-gcc");
+    cmd.args(["-g", opt, "-fno-omit-frame-pointer"])
+        .arg("-I")
+        .arg(workspace_root().join("crates/callstack-capi/include"))
+        .arg(c_fixtures().join("win_chain.c"))
+        .arg(&lib)
+        .args(NATIVE_LIBS)
+        .arg("-o")
+        .arg(&out);
+    let o = cmd.output().expect("run x86_64-w64-mingw32-gcc");
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+/// Runs `exe` under wine; its standard output.
+fn run(exe: &Path) -> String {
+    let o = Command::new(env_path("CALLSTACK_WINE"))
+        .arg(exe)
+        .env("WINEDEBUG", "-all")
+        .output()
+        .expect("run wine");
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{} under wine: {}\nstdout:\n{stdout}\nstderr:\n{}",
+        exe.display(),
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout
+}
+
+#[derive(Debug)]
+struct Frame {
+    ra: u64,
+    base: u64,
+    module: String,
+}
+
+/// The frames of capture `label` in the fixture's output.
+fn capture(text: &str, label: &str) -> Vec<Frame> {
+    let head = format!("capture {label} ");
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(&head));
+    let n: usize = lines
+        .next()
+        .unwrap_or_else(|| panic!("no capture {label} in:\n{text}"))[head.len()..]
+        .parse()
+        .unwrap();
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    let frames: Vec<Frame> = lines
+        .take(n)
+        .map(|l| {
+            let mut it = l.strip_prefix("frame ").expect("a frame line").splitn(3, ' ');
+            Frame {
+                ra: hex(it.next().unwrap()),
+                base: hex(it.next().unwrap()),
+                module: it.next().unwrap().to_string(),
+            }
+        })
+        .collect();
+    assert_eq!(frames.len(), n, "capture {label}:\n{text}");
+    frames
+}
+
+/// The PE's preferred load address (`ImageBase` of its PE32+ optional
+/// header): the link-time addresses its symbols and DWARF use.
+fn image_base(exe: &Path) -> u64 {
+    let b = std::fs::read(exe).unwrap();
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap()) as usize;
+    let pe = u32_at(0x3c);
+    assert_eq!(&b[pe..pe + 4], b"PE\0\0");
+    let opt = pe + 24;
+    assert_eq!(u16::from_le_bytes([b[opt], b[opt + 1]]), 0x20b, "PE32+");
+    u64::from_le_bytes(b[opt + 24..opt + 32].try_into().unwrap())
+}
+
+/// A frame as named on this side: function, file name, line; frames of
+/// other modules by their module's file name alone.
+#[derive(Debug, PartialEq, Eq)]
+enum Named {
+    Own(String, String, u32),
+    Other(String),
+}
+
+fn name(sym: &mut Symbolizer, exe: &Path, bias: u64, f: &Frame) -> Named {
+    let exe_name = exe.file_name().unwrap().to_str().unwrap();
+    // wine names the executable by its DOS path (Z:\...\win_chain-O0.exe).
+    let module = f.module.rsplit(['\\', '/']).next().unwrap_or("").to_string();
+    if !module.eq_ignore_ascii_case(exe_name) {
+        assert_ne!(module, "?", "{:#x} is in no module", f.ra);
+        return Named::Other(module);
+    }
+    let s = sym.symbolize(Address::Return((f.ra - f.base + bias) as usize));
+    let fr = s.frames.last().unwrap_or_else(|| panic!("{:#x} unnamed", f.ra));
+    let file = fr
+        .file
+        .as_deref()
+        .map(|p| p.rsplit(['\\', '/']).next().unwrap_or("").to_string())
+        .unwrap_or_default();
+    Named::Own(
+        fr.function.as_deref().unwrap_or("??").to_string(),
+        file,
+        fr.line.unwrap_or(0),
+    )
+}
+
+/// The line of the fixture holding `needle` (the first one at or after the
+/// line holding `after`).
+fn line_of(after: &str, needle: &str) -> u32 {
+    let src = std::fs::read_to_string(c_fixtures().join("win_chain.c")).unwrap();
+    let start = src.lines().position(|l| l.contains(after)).unwrap();
+    let i = src
+        .lines()
+        .enumerate()
+        .skip(start)
+        .find(|(_, l)| l.contains(needle))
+        .unwrap()
+        .0;
+    i as u32 + 1
+}
+
+/// Checks that `frames` is exactly `want` (function, call line), then
+/// start-up frames only.
+fn check(label: &str, named: &[Named], want: &[(&str, u32)]) {
+    let own = |(f, l): &(&str, u32)| Named::Own(f.to_string(), "win_chain.c".into(), *l);
+    let want: Vec<Named> = want.iter().map(own).collect();
+    assert!(
+        named.len() >= want.len() && named[..want.len()] == want[..],
+        "capture {label}: got {named:#?}\nwant {want:#?} first"
+    );
+    for n in &named[want.len()..] {
+        match n {
+            Named::Own(f, _, _) => assert!(
+                CRT.contains(&f.as_str()),
+                "capture {label}: {f} past the designed chain: {named:#?}"
+            ),
+            Named::Other(_) => {}
+        }
+    }
+}
+
+fn chains(opt: &str) {
+    let exe = build(opt);
+    let text = run(&exe);
+    let bias = image_base(&exe);
+    let mut sym = Symbolizer::for_file(&exe).expect("open the PE");
+    let mut names =
+        |label: &str| -> Vec<Named> { capture(&text, label).iter().map(|f| name(&mut sym, &exe, bias, f)).collect() };
+    let gamma = ("gamma", line_of("void gamma(void)", "callstack_capture_fast"));
+    let beta = ("beta", line_of("void beta(void)", "gamma();"));
+    let alpha = ("alpha", line_of("void alpha(void)", "beta();"));
+    let main = ("main", line_of("int main(void)", "alpha();"));
+    let main2 = ("main", line_of("skip = 1;", "alpha();"));
+    let thread = ("thread_main", line_of("thread_main(LPVOID", "alpha();"));
+    check("main", &names("main"), &[gamma, beta, alpha, main]);
+    check("skip1", &names("skip1"), &[beta, alpha, main2]);
+    check("thread", &names("thread"), &[gamma, beta, alpha, thread]);
+    assert!(text.contains("null 0 zero 0"), "{text}");
+}
+
+#[test]
+#[ignore = "the Windows stage: scripts/test-windows.sh"]
+fn capture_fast_chains_at_o0() {
+    chains("-O0");
+}
+
+#[test]
+#[ignore = "the Windows stage: scripts/test-windows.sh"]
+fn capture_fast_chains_at_o2() {
+    chains("-O2");
+}
