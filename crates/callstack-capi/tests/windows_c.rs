@@ -23,7 +23,13 @@ use testsupport::{c_fixtures, scratch_dir, workspace_root};
 
 /// What the Rust standard library in `libcallstack.a` links against on
 /// this target (`--print native-static-libs`).
-const NATIVE_LIBS: &[&str] = &["-lkernel32", "-lntdll", "-luserenv", "-lws2_32", "-ldbghelp"];
+const NATIVE_LIBS: &[&str] = &[
+    "-lkernel32",
+    "-lntdll",
+    "-luserenv",
+    "-lws2_32",
+    "-ldbghelp",
+];
 
 /// The C runtime's start-up frames, which the walk may reach past `main`
 /// where they kept a frame record.
@@ -96,7 +102,10 @@ fn capture(text: &str, label: &str) -> Vec<Frame> {
     let frames: Vec<Frame> = lines
         .take(n)
         .map(|l| {
-            let mut it = l.strip_prefix("frame ").expect("a frame line").splitn(3, ' ');
+            let mut it = l
+                .strip_prefix("frame ")
+                .expect("a frame line")
+                .splitn(3, ' ');
             Frame {
                 ra: hex(it.next().unwrap()),
                 base: hex(it.next().unwrap()),
@@ -131,13 +140,21 @@ enum Named {
 fn name(sym: &mut Symbolizer, exe: &Path, bias: u64, f: &Frame) -> Named {
     let exe_name = exe.file_name().unwrap().to_str().unwrap();
     // wine names the executable by its DOS path (Z:\...\win_chain-O0.exe).
-    let module = f.module.rsplit(['\\', '/']).next().unwrap_or("").to_string();
+    let module = f
+        .module
+        .rsplit(['\\', '/'])
+        .next()
+        .unwrap_or("")
+        .to_string();
     if !module.eq_ignore_ascii_case(exe_name) {
         assert_ne!(module, "?", "{:#x} is in no module", f.ra);
         return Named::Other(module);
     }
     let s = sym.symbolize(Address::Return((f.ra - f.base + bias) as usize));
-    let fr = s.frames.last().unwrap_or_else(|| panic!("{:#x} unnamed", f.ra));
+    let fr = s
+        .frames
+        .last()
+        .unwrap_or_else(|| panic!("{:#x} unnamed", f.ra));
     let file = fr
         .file
         .as_deref()
@@ -190,9 +207,16 @@ fn chains(opt: &str) {
     let text = run(&exe);
     let bias = image_base(&exe);
     let mut sym = Symbolizer::for_file(&exe).expect("open the PE");
-    let mut names =
-        |label: &str| -> Vec<Named> { capture(&text, label).iter().map(|f| name(&mut sym, &exe, bias, f)).collect() };
-    let gamma = ("gamma", line_of("void gamma(void)", "callstack_capture_fast"));
+    let mut names = |label: &str| -> Vec<Named> {
+        capture(&text, label)
+            .iter()
+            .map(|f| name(&mut sym, &exe, bias, f))
+            .collect()
+    };
+    let gamma = (
+        "gamma",
+        line_of("void gamma(void)", "callstack_capture_fast"),
+    );
     let beta = ("beta", line_of("void beta(void)", "gamma();"));
     let alpha = ("alpha", line_of("void alpha(void)", "beta();"));
     let main = ("main", line_of("int main(void)", "alpha();"));
