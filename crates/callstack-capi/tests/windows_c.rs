@@ -1,15 +1,21 @@
-//! The C API on Windows x86-64: `callstack_capture_fast` in C programs
+//! The C API on Windows x86-64: `callstack_capture_fast` and
+//! `callstack_capture_exact` in C programs
 //! built by mingw-w64 and run under wine, named on this side from the PE
 //! (its COFF symbols and the DWARF mingw's gcc writes into it).
 //!
-//! `tests/fixtures/c/win_chain.c` captures in `gamma` through
-//! main -> alpha -> beta -> gamma, with skip 1, and on a thread of
-//! `CreateThread` through thread_main -> alpha -> beta -> gamma; built at
-//! -O0 and -O2 with `-fno-omit-frame-pointer`, linked to the
-//! `libcallstack.a` built for `x86_64-pc-windows-gnu`. Every chain must be
-//! exactly the designed one, each frame's function, file and call line,
-//! and past its first function only start-up frames: the C runtime's in
-//! the executable, or frames of other modules (kernel32, ntdll).
+//! `tests/fixtures/c/win_chain.c` captures in `leaf` through
+//! main -> alpha -> beta -> leaf, with skip 1, and on a thread of
+//! `CreateThread` through thread_main -> alpha -> beta -> leaf, linked to
+//! the `libcallstack.a` built for `x86_64-pc-windows-gnu`. Every chain
+//! must be exactly the designed one, each frame's function, file and call
+//! line:
+//! - `callstack_capture_fast` at -O0 and -O2 with `-fno-omit-frame-pointer`:
+//!   past the designed chain only start-up frames (the C runtime's in the
+//!   executable, or frames of other modules);
+//! - `callstack_capture_exact` (the images' `.pdata`/`.xdata`) at -O0 and
+//!   -O2 with and without frame pointers: the whole chain down to the
+//!   thread's first frame, the C runtime's `__tmainCRTStartup` and
+//!   `mainCRTStartup` (main thread), then kernel32 and ntdll.
 //!
 //! Run by `scripts/test-windows.sh` (ignored otherwise), which builds the
 //! library and says where it and wine are: `CALLSTACK_WINDOWS_LIB` (the
@@ -41,13 +47,16 @@ fn env_path(name: &str) -> PathBuf {
     }))
 }
 
-/// Builds the fixture at `opt` with mingw-w64's gcc.
-fn build(opt: &str) -> PathBuf {
+/// Builds the fixture with `flags` by mingw-w64's gcc, into a file of its
+/// own per test.
+fn build(mode: &str, flags: &str) -> PathBuf {
     let lib = env_path("CALLSTACK_WINDOWS_LIB").join("libcallstack.a");
     assert!(lib.exists(), "{} is missing", lib.display());
-    let out = scratch_dir("windows_c").join(format!("win_chain{opt}.exe"));
+    let tag: String = flags.split_whitespace().collect();
+    let out = scratch_dir("windows_c").join(format!("win_chain-{mode}{tag}.exe"));
     let mut cmd = Command::new("x86_64-w64-mingw32-gcc");
-    cmd.args(["-g", opt, "-fno-omit-frame-pointer"])
+    cmd.arg("-g")
+        .args(flags.split_whitespace())
         .arg("-I")
         .arg(workspace_root().join("crates/callstack-capi/include"))
         .arg(c_fixtures().join("win_chain.c"))
@@ -64,10 +73,11 @@ fn build(opt: &str) -> PathBuf {
     out
 }
 
-/// Runs `exe` under wine; its standard output.
-fn run(exe: &Path) -> String {
+/// Runs `exe` under wine with `arg`; its standard output.
+fn run(exe: &Path, arg: &str) -> String {
     let o = Command::new(env_path("CALLSTACK_WINE"))
         .arg(exe)
+        .arg(arg)
         .env("WINEDEBUG", "-all")
         .output()
         .expect("run wine");
@@ -182,13 +192,33 @@ fn line_of(after: &str, needle: &str) -> u32 {
     i as u32 + 1
 }
 
-/// Checks that `frames` is exactly `want` (function, call line), then
-/// start-up frames only.
-fn check(label: &str, named: &[Named], want: &[(&str, u32)]) {
-    let own = |(f, l): &(&str, u32)| Named::Own(f.to_string(), "win_chain.c".into(), *l);
-    let want: Vec<Named> = want.iter().map(own).collect();
+/// A frame the test expects.
+#[derive(Clone, Debug)]
+enum Want {
+    /// The fixture's function, and the line of its call.
+    Own(&'static str, u32),
+    /// A C runtime start-up function of the executable.
+    Crt(&'static str),
+    /// A frame in another module (its file name, lowercase).
+    Module(&'static str),
+}
+
+impl Want {
+    fn matches(&self, n: &Named) -> bool {
+        match (self, n) {
+            (Want::Own(f, l), Named::Own(g, file, m)) => f == g && file == "win_chain.c" && l == m,
+            (Want::Crt(f), Named::Own(g, _, _)) => f == g,
+            (Want::Module(m), Named::Other(o)) => o.eq_ignore_ascii_case(m),
+            _ => false,
+        }
+    }
+}
+
+/// `capture_fast`: exactly `want` first, then start-up frames only (the C
+/// runtime's, built without frame pointers, may end the chain anywhere).
+fn check_prefix(label: &str, named: &[Named], want: &[Want]) {
     assert!(
-        named.len() >= want.len() && named[..want.len()] == want[..],
+        named.len() >= want.len() && want.iter().zip(named).all(|(w, n)| w.matches(n)),
         "capture {label}: got {named:#?}\nwant {want:#?} first"
     );
     for n in &named[want.len()..] {
@@ -202,9 +232,17 @@ fn check(label: &str, named: &[Named], want: &[(&str, u32)]) {
     }
 }
 
-fn chains(opt: &str) {
-    let exe = build(opt);
-    let text = run(&exe);
+/// `capture_exact`: exactly `want`, down to the thread's first frame.
+fn check_all(label: &str, named: &[Named], want: &[Want]) {
+    assert!(
+        named.len() == want.len() && want.iter().zip(named).all(|(w, n)| w.matches(n)),
+        "capture {label}: got {named:#?}\nwant {want:#?}"
+    );
+}
+
+fn chains(mode: &str, flags: &str) {
+    let exe = build(mode, flags);
+    let text = run(&exe, mode);
     let bias = image_base(&exe);
     let mut sym = Symbolizer::for_file(&exe).expect("open the PE");
     let mut names = |label: &str| -> Vec<Named> {
@@ -213,29 +251,64 @@ fn chains(opt: &str) {
             .map(|f| name(&mut sym, &exe, bias, f))
             .collect()
     };
-    let gamma = (
-        "gamma",
-        line_of("void gamma(void)", "callstack_capture_fast"),
-    );
-    let beta = ("beta", line_of("void beta(void)", "gamma();"));
-    let alpha = ("alpha", line_of("void alpha(void)", "beta();"));
-    let main = ("main", line_of("int main(void)", "alpha();"));
-    let main2 = ("main", line_of("skip = 1;", "alpha();"));
-    let thread = ("thread_main", line_of("thread_main(LPVOID", "alpha();"));
-    check("main", &names("main"), &[gamma, beta, alpha, main]);
-    check("skip1", &names("skip1"), &[beta, alpha, main2]);
-    check("thread", &names("thread"), &[gamma, beta, alpha, thread]);
+    use Want::*;
+    let leaf = Own("leaf", line_of("void leaf(void)", "capture(skip"));
+    let beta = || Own("beta", line_of("void beta(void)", "leaf();"));
+    let alpha = || Own("alpha", line_of("void alpha(void)", "beta();"));
+    let main = Own("main", line_of("int main(int", "alpha();"));
+    let main2 = Own("main", line_of("skip = 1;", "alpha();"));
+    let thread = Own("thread_main", line_of("thread_main(LPVOID", "alpha();"));
+    let (m, s, t) = (names("main"), names("skip1"), names("thread"));
+    if mode == "fast" {
+        check_prefix("main", &m, &[leaf.clone(), beta(), alpha(), main]);
+        check_prefix("skip1", &s, &[beta(), alpha(), main2]);
+        check_prefix("thread", &t, &[leaf, beta(), alpha(), thread]);
+    } else {
+        // Down to the thread's start: the C runtime's start-up, then
+        // kernel32's BaseThreadInitThunk and ntdll's RtlUserThreadStart.
+        let start = || [Crt("__tmainCRTStartup"), Crt("mainCRTStartup")];
+        let system = || [Module("kernel32.dll"), Module("ntdll.dll")];
+        let mut want = vec![leaf.clone(), beta(), alpha(), main];
+        want.extend(start());
+        want.extend(system());
+        check_all("main", &m, &want);
+        let mut want = vec![beta(), alpha(), main2];
+        want.extend(start());
+        want.extend(system());
+        check_all("skip1", &s, &want);
+        let mut want = vec![leaf, beta(), alpha(), thread];
+        want.extend(system());
+        check_all("thread", &t, &want);
+    }
     assert!(text.contains("null 0 zero 0"), "{text}");
 }
 
 #[test]
 #[ignore = "the Windows stage: scripts/test-windows.sh"]
 fn capture_fast_chains_at_o0() {
-    chains("-O0");
+    chains("fast", "-O0 -fno-omit-frame-pointer");
 }
 
 #[test]
 #[ignore = "the Windows stage: scripts/test-windows.sh"]
 fn capture_fast_chains_at_o2() {
-    chains("-O2");
+    chains("fast", "-O2 -fno-omit-frame-pointer");
+}
+
+#[test]
+#[ignore = "the Windows stage: scripts/test-windows.sh"]
+fn capture_exact_chains_at_o0() {
+    chains("exact", "-O0");
+}
+
+#[test]
+#[ignore = "the Windows stage: scripts/test-windows.sh"]
+fn capture_exact_chains_at_o2_with_frame_pointers() {
+    chains("exact", "-O2 -fno-omit-frame-pointer");
+}
+
+#[test]
+#[ignore = "the Windows stage: scripts/test-windows.sh"]
+fn capture_exact_chains_at_o2_without_frame_pointers() {
+    chains("exact", "-O2 -fomit-frame-pointer");
 }

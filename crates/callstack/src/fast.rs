@@ -20,7 +20,7 @@ use crate::unwind::{FastEnd, Found, NativeArch, RuleSource};
 crate::arch::native::define_fast_entry!();
 // Windows' ABI differs from the architecture's System V one: its own entry.
 #[cfg(all(windows, callstack_fast))]
-crate::sys::windows::x86_64::define_fast_entry!();
+crate::sys::windows::x86_64::define_entry!(fast_entry, walk_from_entry);
 
 /// Called by the architecture's naked `fast_entry` with its own frame record
 /// (`fp`, whose return address is inside the caller of the capture) and its

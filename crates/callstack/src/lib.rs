@@ -234,7 +234,15 @@ pub fn capture_exact(skip: usize, out: &mut [usize]) -> usize {
         // SAFETY: `out` has `max` writable slots.
         unsafe { unwind::local::exact_entry(skip, max, out.as_mut_ptr()) as usize }
     }
-    #[cfg(not(callstack_native))]
+    // Windows x64: the images' `.pdata`/`.xdata` (`unwind/windows.rs`).
+    #[cfg(all(windows, callstack_fast))]
+    {
+        let max = out.len().min(u32::MAX as usize) as u32;
+        let skip = skip.min(u32::MAX as usize) as u32;
+        // SAFETY: `out` has `max` writable slots.
+        unsafe { unwind::windows::exact_entry(skip, max, out.as_mut_ptr()) as usize }
+    }
+    #[cfg(not(any(callstack_native, all(windows, callstack_fast))))]
     {
         let _ = (skip, out);
         0
@@ -319,13 +327,11 @@ pub use unwind::local::exact_entry as __capture_exact_raw;
 #[cfg(callstack_fast)]
 pub use fast::fast_entry as __capture_fast_raw;
 
-/// The raw entry behind [`capture_exact`] where it has no unwinder yet
-/// (Windows): writes nothing, returns 0. Not for Rust users.
+/// The raw entry behind [`capture_exact`] on Windows x64, with the C
+/// signature. Not for Rust users.
 ///
 /// # Safety
-/// Always safe; `unsafe` for the same signature everywhere.
+/// `out` must be valid for `max` writes, or null.
 #[doc(hidden)]
-#[cfg(windows)]
-pub unsafe extern "C" fn __capture_exact_raw(_skip: u32, _max: u32, _out: *mut usize) -> u32 {
-    0
-}
+#[cfg(all(windows, callstack_fast))]
+pub use unwind::windows::exact_entry as __capture_exact_raw;

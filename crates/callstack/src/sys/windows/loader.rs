@@ -176,6 +176,20 @@ pub fn exec_range(addr: usize) -> Option<(usize, usize)> {
     found
 }
 
+/// The loaded module holding `addr`: `(base, size)` of its image. No
+/// lock, no allocation, no system call.
+pub fn module_of(addr: usize) -> Option<(usize, usize)> {
+    let mut found = None;
+    for_each(|base, size, _| {
+        if addr.wrapping_sub(base) < size {
+            found = Some((base, size));
+            return false;
+        }
+        true
+    });
+    found
+}
+
 /// A loaded image as the loader lists it.
 #[derive(Clone, Debug)]
 pub struct Image {

@@ -6,7 +6,8 @@
 //!   without a lock for the capture's "is this a return address?" check
 //!   (the executable sections of the module holding an address) and copied
 //!   for `modules::loaded_modules`;
-//! - `x86_64`: the Win64 ABI's naked entry of `capture_fast` and the TEB's
+//! - `x86_64`: the Win64 ABI's naked capture entries (`capture_fast`,
+//!   `capture_exact`) and the TEB's
 //!   address (`gs`).
 //!
 //! What is Linux's stays Linux's: `/proc`, signals, cores, `perf_event`,

@@ -18,24 +18,25 @@ pub(crate) fn teb() -> usize {
     t
 }
 
-/// Defines the naked entry of `capture_fast`, `fast_entry`, in the module
-/// that invokes it (`fast`, beside the `walk_from_entry` it calls).
-macro_rules! define_fast_entry {
-    () => {
-        /// The naked entry of `capture_fast` (and of the C
-        /// `callstack_capture_fast`), in the Win64 ABI.
+/// Defines a naked capture entry `$name` (`capture_fast`'s, `fast_entry`;
+/// `capture_exact`'s, `exact_entry`) in the module that invokes it, beside
+/// the `$walk` it calls with the entry's own frame record.
+macro_rules! define_entry {
+    ($name:ident, $walk:ident) => {
+        /// A naked capture entry (of `capture_fast` or `capture_exact`, and
+        /// of their C functions), in the Win64 ABI.
         ///
         /// It pushes an exact frame record whatever flags the crate was
         /// built with, so `[rbp + 8]` is always the return address into the
-        /// caller, then calls the portable walk with its first three
-        /// arguments untouched (`ecx`, `edx`, `r8`), the frame pointer as
-        /// the fourth (`r9`) and the same address as the fifth, the lowest
-        /// address the walk may read (on the stack above the shadow space).
+        /// caller, then calls the walk with its first three arguments
+        /// untouched (`ecx`, `edx`, `r8`), the frame pointer as the fourth
+        /// (`r9`) and the same address as the fifth, the lowest address the
+        /// walk may read (on the stack above the shadow space).
         ///
         /// # Safety
         /// `out` must be valid for `max` writes of `usize` (or `max` must be 0).
         #[unsafe(naked)]
-        pub unsafe extern "C" fn fast_entry(skip: u32, max: u32, out: *mut usize) -> u32 {
+        pub unsafe extern "C" fn $name(skip: u32, max: u32, out: *mut usize) -> u32 {
             // SAFETY: builds a standard frame record (push rbp, then rbp
             // at it), reserves 48 bytes below it (32 of shadow space, the
             // fifth argument, 8 of padding: rsp stays 16-byte aligned at
@@ -58,10 +59,10 @@ macro_rules! define_fast_entry {
                 "pop rbp",
                 "ret",
                 ".seh_endproc",
-                name = sym fast_entry,
-                walk = sym walk_from_entry,
+                name = sym $name,
+                walk = sym $walk,
             )
         }
     };
 }
-pub(crate) use define_fast_entry;
+pub(crate) use define_entry;

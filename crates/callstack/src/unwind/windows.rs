@@ -1,0 +1,101 @@
+//! `capture_exact` on Windows x64: the one loop ([`Unwinder`]) over the
+//! rules of the loaded images' `.pdata`/`.xdata` ([`super::pdata`],
+//! compiled into the CFI path's x86-64 rules), from the naked entry of
+//! `sys/windows/x86_64.rs`.
+//!
+//! Each frame finds its module on the loader's list
+//! (`sys/windows/loader.rs`, lock-free), the function in the image's
+//! exception directory (a binary search) and replays its unwind codes:
+//! no allocation, no lock, no system call, no `RtlVirtualUnwind`. Stack
+//! reads stay inside the thread's stack as its TEB gives it. Not yet: a
+//! cache of the compiled rules (every frame parses its codes again), and
+//! modules' unloading is not tracked beyond what the loader's list shows.
+
+use crate::arch::x86_64::{UnwindRuleX86_64, X86_64};
+use crate::arch::Arch;
+use crate::stack::StackMemory;
+use crate::types::{Memory, UnwindRegs};
+use crate::unwind::pdata::{frame_at, Image};
+use crate::unwind::{Found, RuleSource, Unwinder};
+
+crate::sys::windows::x86_64::define_entry!(exact_entry, exact_from_entry);
+
+/// A loaded image, read in place.
+struct Mapped {
+    base: usize,
+    size: usize,
+}
+
+impl Image for Mapped {
+    fn bytes(&self, rva: u32, len: u32) -> Option<&[u8]> {
+        let (rva, len) = (rva as usize, len as usize);
+        if rva.checked_add(len)? > self.size {
+            return None;
+        }
+        // SAFETY: `[base, base + size)` is an image on the loader's list,
+        // mapped while listed (see `sys/windows/loader.rs`), and the range
+        // lies inside it.
+        Some(unsafe { core::slice::from_raw_parts((self.base + rva) as *const u8, len) })
+    }
+}
+
+/// The rules of the loaded images' unwind data.
+struct Images;
+
+impl RuleSource<X86_64> for Images {
+    fn rule(&self, addr: u64) -> Found<UnwindRuleX86_64> {
+        let addr = addr as usize;
+        let Some((base, size)) = crate::sys::windows::loader::module_of(addr) else {
+            return Found::Unknown;
+        };
+        let img = Mapped { base, size };
+        match u32::try_from(addr - base)
+            .ok()
+            .and_then(|rva| frame_at(&img, rva))
+        {
+            Some(f) => Found::Rule(X86_64::compile_row(&f.row(), false)),
+            None => Found::Rule(X86_64::NO_CFI),
+        }
+    }
+
+    fn is_code(&self, ra: u64) -> bool {
+        crate::unwind::code::code_range(ra as usize).is_some()
+    }
+}
+
+/// Called by the naked `exact_entry` with its own frame record (`fp`,
+/// whose return address is inside the caller of the capture) and the
+/// lowest address the walk may read (`sp`).
+///
+/// # Safety
+/// `out` must be valid for `max` writes (or null, or `max == 0`).
+unsafe extern "C" fn exact_from_entry(
+    skip: u32,
+    max: u32,
+    out: *mut usize,
+    fp: usize,
+    sp: usize,
+) -> u32 {
+    if out.is_null() || max == 0 {
+        return 0;
+    }
+    let hi = crate::stack::stack_end(sp);
+    if hi == 0 {
+        return 0;
+    }
+    // SAFETY: the caller promises `out` holds `max` writable slots.
+    let out = unsafe { core::slice::from_raw_parts_mut(out, max as usize) };
+    let mut mem = StackMemory::with_bounds(sp, hi);
+    let (Ok(next), Ok(ra)) = (mem.read_u64(fp as u64), mem.read_u64(fp as u64 + 8)) else {
+        return 0;
+    };
+    let start = UnwindRegs {
+        pc: ra,
+        sp: fp as u64 + 16,
+        fp: next,
+        lr: 0,
+    };
+    Unwinder::new(&Images, start, false)
+        .run_pcs(&mut mem, skip as usize, out)
+        .0 as u32
+}
