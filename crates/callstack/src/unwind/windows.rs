@@ -3,13 +3,22 @@
 //! compiled into the CFI path's x86-64 rules), from the naked entry of
 //! `sys/windows/x86_64.rs`.
 //!
-//! Each frame finds its module on the loader's list
-//! (`sys/windows/loader.rs`, lock-free), the function in the image's
-//! exception directory (a binary search) and replays its unwind codes:
-//! no allocation, no lock, no system call, no `RtlVirtualUnwind`. Stack
-//! reads stay inside the thread's stack as its TEB gives it. Not yet: a
-//! cache of the compiled rules (every frame parses its codes again), and
-//! modules' unloading is not tracked beyond what the loader's list shows.
+//! A return address seen before takes its rule from a process-wide cache
+//! (`RULES`: one word per address, the key and the architecture's packed
+//! rule, lock-free). Otherwise the frame finds its module on the loader's
+//! list (`sys/windows/loader.rs`, lock-free), the function in the image's
+//! exception directory (a binary search), replays its unwind codes, and
+//! caches the rule. No allocation, no lock, no system call, no
+//! `RtlVirtualUnwind`. Stack reads stay inside the thread's stack as its
+//! TEB gives it.
+//!
+//! Not yet: unloading. A rule cached for an address of a module that was
+//! unloaded, its range then reused by another module, is still taken:
+//! wrong frames at worst, never a fault (every stack read is bounded, and
+//! the cache holds rules, not pointers). Nor the hot loop of
+//! `arch/x86_64/exact.rs` (the generic loop takes every frame).
+
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::arch::x86_64::{UnwindRuleX86_64, X86_64};
 use crate::arch::Arch;
@@ -39,27 +48,63 @@ impl Image for Mapped {
     }
 }
 
+/// Slots of [`RULES`] (a power of two).
+const SLOTS: usize = 8192;
+/// The bits of a cache word that hold the key (a lookup address plus one).
+const KEY_MASK: u64 = (1 << 48) - 1;
+
+/// Rules found so far: `key | packed rule << 48`, one word per slot (a
+/// reader never sees half of one), the slot a hash of the key; a new rule
+/// replaces whatever its slot held. Rules that do not pack
+/// ([`Arch::pack`] gives 0: frames of megabytes) are not kept.
+static RULES: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+
+#[inline(always)]
+fn slot(key: u64) -> &'static AtomicU64 {
+    &RULES[((key ^ (key >> 13) ^ (key >> 26)) as usize) & (SLOTS - 1)]
+}
+
 /// The rules of the loaded images' unwind data.
 struct Images;
 
 impl RuleSource<X86_64> for Images {
+    #[inline]
     fn rule(&self, addr: u64) -> Found<UnwindRuleX86_64> {
-        let addr = addr as usize;
-        let Some((base, size)) = crate::sys::windows::loader::module_of(addr) else {
-            return Found::Unknown;
-        };
-        let img = Mapped { base, size };
-        match u32::try_from(addr - base)
-            .ok()
-            .and_then(|rva| frame_at(&img, rva))
-        {
-            Some(f) => Found::Rule(X86_64::compile_row(&f.row(), false)),
-            None => Found::Rule(X86_64::NO_CFI),
+        let key = addr.wrapping_add(1);
+        let w = slot(key).load(Ordering::Relaxed);
+        if w & KEY_MASK == key && w >> 48 != 0 {
+            return Found::Rule(X86_64::unpack((w >> 48) as u16));
         }
+        let found = look_up(addr);
+        if let Found::Rule(r) = found {
+            let p = X86_64::pack(r);
+            if p != 0 && X86_64::unpack(p) == r && key <= KEY_MASK {
+                slot(key).store(key | u64::from(p) << 48, Ordering::Relaxed);
+            }
+        }
+        found
     }
 
     fn is_code(&self, ra: u64) -> bool {
         crate::unwind::code::code_range(ra as usize).is_some()
+    }
+}
+
+/// The rule of `addr` from its image's unwind data.
+#[cold]
+#[inline(never)]
+fn look_up(addr: u64) -> Found<UnwindRuleX86_64> {
+    let addr = addr as usize;
+    let Some((base, size)) = crate::sys::windows::loader::module_of(addr) else {
+        return Found::Unknown;
+    };
+    let img = Mapped { base, size };
+    match u32::try_from(addr - base)
+        .ok()
+        .and_then(|rva| frame_at(&img, rva))
+    {
+        Some(f) => Found::Rule(X86_64::compile_row(&f.row(), false)),
+        None => Found::Rule(X86_64::NO_CFI),
     }
 }
 
