@@ -9,8 +9,11 @@
 #   features (the capture-only build);
 # - crates/callstack-capi/tests/windows_c.rs: callstack_capture_fast's
 #   chains (main thread, skip, a CreateThread thread) in tests/fixtures/c/
-#   win_chain.c at -O0 and -O2 with frame pointers, named on this side
-#   from the PE (COFF symbols and mingw's DWARF).
+#   win_chain.c: callstack_capture_fast at -O0 and -O2 with frame
+#   pointers, callstack_capture_exact at -O0 and -O2 with and without
+#   them, named on this side from the PE (COFF symbols and mingw's DWARF);
+# - crates/callstack/tests/windows_rust.rs: capture_exact in a Rust
+#   program (examples/win_chain.rs) down to ntdll.
 #
 # Needs the target's standard library (rustup), x86_64-w64-mingw32-gcc and
 # wine64 (scripts/install-test-deps.sh installs them). Without them, or if
@@ -86,3 +89,8 @@ cargo build -q --release --target "$target" -p callstack-capi
 export CALLSTACK_WINDOWS_LIB="${CARGO_TARGET_DIR:-$PWD/target}/$target/release"
 export CALLSTACK_WINE="$wine"
 cargo test -q -p callstack-capi --test windows_c -- --ignored "$@"
+# A Rust program: examples/win_chain.rs (its dev-dependencies are the
+# crate's Windows-buildable ones; testsupport and pprof are Unix-only).
+cargo build -q --target "$target" -p callstack --example win_chain
+export CALLSTACK_WINDOWS_EXAMPLES="${CARGO_TARGET_DIR:-$PWD/target}/$target/debug/examples"
+cargo test -q -p callstack --test windows_rust -- --ignored "$@"
