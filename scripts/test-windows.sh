@@ -83,14 +83,15 @@ if [ ! -e "$sys32/bcryptprimitives.dll" ]; then
         -o "$sys32/bcryptprimitives.dll"
 fi
 
-# Compiles, with and without the symbolizer and the remote unwinder.
-cargo build -q --target "$target" -p callstack --no-default-features
+# Compiles without the symbolizer and the remote unwinder (checked), and
+# with them (the C library the tests link).
+cargo check -q --target "$target" -p callstack --no-default-features
 cargo build -q --release --target "$target" -p callstack-capi
 export CALLSTACK_WINDOWS_LIB="${CARGO_TARGET_DIR:-$PWD/target}/$target/release"
 export CALLSTACK_WINE="$wine"
 cargo test -q -p callstack-capi --test windows_c -- --ignored "$@"
-# A Rust program: examples/win_chain.rs (its dev-dependencies are the
-# crate's Windows-buildable ones; testsupport and pprof are Unix-only).
+# A Rust program: examples/win_chain.rs (the crate's dev-dependencies are
+# Unix-only: none is built here).
 cargo build -q --target "$target" -p callstack --example win_chain
 export CALLSTACK_WINDOWS_EXAMPLES="${CARGO_TARGET_DIR:-$PWD/target}/$target/debug/examples"
 cargo test -q -p callstack --test windows_rust -- --ignored "$@"
