@@ -46,7 +46,9 @@ uint32_t callstack_capture_exact(uint32_t skip, uint32_t max, uintptr_t* out);
  * (exact, not a return address), out[1] the return address into its
  * caller, and so on. Writes at most `max` entries and returns how many.
  * A null `ucontext` or `out`, or max == 0, returns 0. Async-signal-safe:
- * meant for SIGPROF handlers. */
+ * meant for SIGPROF handlers.
+ * On Windows x64, `ucontext` is a CONTEXT* instead (a vectored exception
+ * handler's ExceptionInfo->ContextRecord). */
 uint32_t callstack_capture_from_context(const void* ucontext, uint32_t max, uintptr_t* out);
 
 /* Optional: compile the unwind tables of every loaded object now, so that

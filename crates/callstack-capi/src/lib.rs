@@ -118,9 +118,21 @@ pub unsafe extern "C" fn callstack_capture_from_context(
         };
         callstack::capture_from_context(uc, out) as u32
     }
-    #[cfg(not(all(
-        target_os = "linux",
-        any(target_arch = "x86_64", target_arch = "aarch64")
+    // Windows x64: `ucontext` is a `CONTEXT*` (an exception's).
+    #[cfg(all(windows, target_arch = "x86_64"))]
+    {
+        // SAFETY: the caller promises a `CONTEXT` and `max` slots.
+        unsafe {
+            let out = core::slice::from_raw_parts_mut(out, max as usize);
+            callstack::capture_from_context(ucontext, out) as u32
+        }
+    }
+    #[cfg(not(any(
+        all(
+            target_os = "linux",
+            any(target_arch = "x86_64", target_arch = "aarch64")
+        ),
+        all(windows, target_arch = "x86_64")
     )))]
     {
         0

@@ -15,7 +15,10 @@
 //! - `callstack_capture_exact` (the images' `.pdata`/`.xdata`) at -O0 and
 //!   -O2 with and without frame pointers: the whole chain down to the
 //!   thread's first frame, the C runtime's `__tmainCRTStartup` and
-//!   `mainCRTStartup` (main thread), then kernel32 and ntdll.
+//!   `mainCRTStartup` (main thread), then kernel32 and ntdll;
+//! - `callstack_capture_from_context` in a vectored exception handler, from
+//!   the `CONTEXT` of an `int3` in `leaf` (-O0, and -O2 without frame
+//!   pointers): leaf's exact pc, then the same whole chain.
 //!
 //! Run by `scripts/test-windows.sh` (ignored otherwise), which builds the
 //! library and says where it and wine are: `CALLSTACK_WINDOWS_LIB` (the
@@ -147,7 +150,7 @@ enum Named {
     Other(String),
 }
 
-fn name(sym: &mut Symbolizer, exe: &Path, bias: u64, f: &Frame) -> Named {
+fn name(sym: &mut Symbolizer, exe: &Path, bias: u64, f: &Frame, exact: bool) -> Named {
     let exe_name = exe.file_name().unwrap().to_str().unwrap();
     // wine names the executable by its DOS path (Z:\...\win_chain-O0.exe).
     let module = f
@@ -160,7 +163,12 @@ fn name(sym: &mut Symbolizer, exe: &Path, bias: u64, f: &Frame) -> Named {
         assert_ne!(module, "?", "{:#x} is in no module", f.ra);
         return Named::Other(module);
     }
-    let s = sym.symbolize(Address::Return((f.ra - f.base + bias) as usize));
+    let linked = (f.ra - f.base + bias) as usize;
+    let s = sym.symbolize(if exact {
+        Address::Exact(linked)
+    } else {
+        Address::Return(linked)
+    });
     let fr = s
         .frames
         .last()
@@ -248,7 +256,8 @@ fn chains(mode: &str, flags: &str) {
     let mut names = |label: &str| -> Vec<Named> {
         capture(&text, label)
             .iter()
-            .map(|f| name(&mut sym, &exe, bias, f))
+            .enumerate()
+            .map(|(i, f)| name(&mut sym, &exe, bias, f, i == 0 && mode == "context"))
             .collect()
     };
     use Want::*;
@@ -259,6 +268,25 @@ fn chains(mode: &str, flags: &str) {
     let main2 = Own("main", line_of("skip = 1;", "alpha();"));
     let thread = Own("thread_main", line_of("thread_main(LPVOID", "alpha();"));
     let (m, s, t) = (names("main"), names("skip1"), names("thread"));
+    if mode == "context" {
+        // From the breakpoint's context: leaf's exact pc (the int3), then
+        // the whole chain, skip dropping return addresses only.
+        let trap = || Own("leaf", line_of("void leaf(void)", "int3"));
+        let start = || [Crt("__tmainCRTStartup"), Crt("mainCRTStartup")];
+        let system = || [Module("kernel32.dll"), Module("ntdll.dll")];
+        let mut want = vec![trap(), beta(), alpha(), main];
+        want.extend(start());
+        want.extend(system());
+        check_all("main", &m, &want);
+        let mut want = vec![trap(), alpha(), main2];
+        want.extend(start());
+        want.extend(system());
+        check_all("skip1", &s, &want);
+        let mut want = vec![trap(), beta(), alpha(), thread];
+        want.extend(system());
+        check_all("thread", &t, &want);
+        return;
+    }
     if mode == "fast" {
         check_prefix("main", &m, &[leaf.clone(), beta(), alpha(), main]);
         check_prefix("skip1", &s, &[beta(), alpha(), main2]);
@@ -281,6 +309,18 @@ fn chains(mode: &str, flags: &str) {
         check_all("thread", &t, &want);
     }
     assert!(text.contains("null 0 zero 0"), "{text}");
+}
+
+#[test]
+#[ignore = "the Windows stage: scripts/test-windows.sh"]
+fn capture_from_context_in_a_vectored_handler_at_o0() {
+    chains("context", "-O0");
+}
+
+#[test]
+#[ignore = "the Windows stage: scripts/test-windows.sh"]
+fn capture_from_context_in_a_vectored_handler_at_o2_without_frame_pointers() {
+    chains("context", "-O2 -fomit-frame-pointer");
 }
 
 #[test]

@@ -299,6 +299,25 @@ pub fn capture_from_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize 
     unwind::local::walk_pcs(regs, true, 0, out).0
 }
 
+/// Captures the stack of the code an exception interrupted, from its
+/// `CONTEXT` (Windows x64: a vectored exception handler's
+/// `ExceptionInfo->ContextRecord`, or `RtlCaptureContext`'s). `out[0]` is
+/// the interrupted pc itself, `out[1]` the return address into its
+/// caller, and so on, from the images' `.pdata` unwind data. No
+/// allocation, no lock, no system call; reads only the running thread's
+/// stack (a context of another thread's stack gives the pc alone).
+///
+/// Not yet: a pc inside an epilogue (after its `add rsp`/`pop`s began)
+/// gets the function body's rule, so its caller is misread.
+///
+/// # Safety
+/// `ctx` must point at a readable x64 `CONTEXT`.
+#[cfg(all(windows, callstack_fast))]
+pub unsafe fn capture_from_context(ctx: *const core::ffi::c_void, out: &mut [usize]) -> usize {
+    // SAFETY: as promised by the caller.
+    unsafe { unwind::windows::walk_context(ctx.cast(), out) }
+}
+
 /// Like [`capture_from_context`], with per-frame registers and methods.
 #[cfg(all(target_os = "linux", callstack_native))]
 pub fn capture_from_context_with_info(

@@ -31,7 +31,8 @@
 //! Not covered: frame registers other than `rbp` (no rule here: the caller
 //! then takes the frame-pointer rule), `UWOP_PUSH_MACHFRAME` (interrupt and
 //! exception frames), and epilogues (an address inside one, which only an
-//! interrupted pc can be, gets the body's rule).
+//! interrupted pc can be, gets the body's rule: the caller is then
+//! misread).
 
 use crate::types::{CfaView, RowView, RuleView};
 
@@ -280,8 +281,8 @@ struct State {
     saved_rbp_at: Option<i64>,
 }
 
-/// The frame at image offset `rva` (a lookup address: a return address
-/// minus 1, inside the call) of the function `f`, from its unwind codes
+/// The frame at image offset `rva` (a lookup address: an exact pc, or a
+/// return address minus 1, inside the call) of the function `f`, from its unwind codes
 /// and its chain's. `None` where this module has no rule (see the module
 /// docs).
 pub(crate) fn frame(img: &(impl Image + ?Sized), f: RuntimeFunction, rva: u32) -> Option<Frame> {
@@ -307,8 +308,11 @@ pub(crate) fn frame(img: &(impl Image + ?Sized), f: RuntimeFunction, rva: u32) -
     let mut cur = Some(f);
     // The address's offset in the function's code, as the codes' prologue
     // offsets count it: a code applies once the instruction ending there
-    // ran, and a return address (`rva + 1`) is past the call.
-    let mut limit = rva.checked_sub(f.begin)?.saturating_add(1);
+    // ran, at or before the address. That holds for an exact pc (the
+    // instruction there has not run) and for a return address's lookup
+    // address (`ra - 1`, inside the call, whose prologue operations all end
+    // at or before the call's first byte).
+    let mut limit = rva.checked_sub(f.begin)?;
     while let Some(c) = cur {
         if len == MAX_CHAIN {
             return None;
@@ -435,8 +439,8 @@ mod tests {
                 bp: Some(-16)
             })
         );
-        // A return address in the prologue, after the pushes only (a call
-        // of __chkstk, say): CFA = rsp + 24.
+        // An exact pc in the prologue, after the pushes only: CFA = rsp + 24
+        // (the codes whose instruction ended at or before it).
         assert_eq!(
             frame_at(&img[..], 0x1002),
             Some(Frame {
@@ -445,6 +449,18 @@ mod tests {
                 bp: Some(-16)
             })
         );
+    }
+
+    #[test]
+    fn an_exact_pc_at_a_prologue_instruction_has_not_run_it() {
+        // push rbp (ends at 1); sub rsp, 0x20 (ends at 5).
+        let info = unwind_info(0, 5, (0, 0), &[code(5, 2, 3), code(1, 0, 5)]);
+        let img = image(&[(0x1000, 0x1100, 0x1800)], &[(0x1800, info)]);
+        let at = |pc| frame_at(&img[..], pc).unwrap();
+        assert_eq!((at(0x1000).cfa, at(0x1000).bp), (8, None));
+        assert_eq!((at(0x1001).cfa, at(0x1001).bp), (16, Some(-16)));
+        assert_eq!((at(0x1004).cfa, at(0x1004).bp), (16, Some(-16)));
+        assert_eq!((at(0x1005).cfa, at(0x1005).bp), (48, Some(-16)));
     }
 
     #[test]

@@ -108,6 +108,31 @@ fn look_up(addr: u64) -> Found<UnwindRuleX86_64> {
     }
 }
 
+/// `capture_from_context` on Windows: the walk from the registers of a
+/// `CONTEXT` (an exception's), its pc exact, into `out`. Reads only the
+/// running thread's stack, from the context's stack pointer up; a context
+/// whose stack pointer is not on it gives the pc alone.
+///
+/// # Safety
+/// `ctx` must point at a readable x64 `CONTEXT`.
+pub(crate) unsafe fn walk_context(ctx: *const u8, out: &mut [usize]) -> usize {
+    if out.is_empty() {
+        return 0;
+    }
+    // SAFETY: as promised by the caller.
+    let (pc, sp, fp) = unsafe { crate::sys::windows::x86_64::context_regs(ctx) };
+    let hi = crate::stack::stack_end(sp as usize);
+    if hi == 0 {
+        out[0] = pc as usize;
+        return 1;
+    }
+    let mut mem = StackMemory::with_bounds(sp as usize, hi);
+    let start = UnwindRegs { pc, sp, fp, lr: 0 };
+    Unwinder::new(&Images, start, true)
+        .run_pcs(&mut mem, 0, out)
+        .0
+}
+
 /// Called by the naked `exact_entry` with its own frame record (`fp`,
 /// whose return address is inside the caller of the capture) and the
 /// lowest address the walk may read (`sp`).

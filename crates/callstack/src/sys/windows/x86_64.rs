@@ -18,6 +18,23 @@ pub(crate) fn teb() -> usize {
     t
 }
 
+/// The registers a walk starts from, in a `CONTEXT` (winnt.h's x64
+/// layout): `Rip` at 0xf8, `Rsp` at 0x98, `Rbp` at 0xa0. `(pc, sp, fp)`.
+///
+/// # Safety
+/// `ctx` must point at a readable x64 `CONTEXT` (1232 bytes).
+pub(crate) unsafe fn context_regs(ctx: *const u8) -> (u64, u64, u64) {
+    // SAFETY: as promised by the caller; unaligned reads, whatever the
+    // record's alignment.
+    unsafe {
+        (
+            core::ptr::read_unaligned(ctx.add(0xf8) as *const u64),
+            core::ptr::read_unaligned(ctx.add(0x98) as *const u64),
+            core::ptr::read_unaligned(ctx.add(0xa0) as *const u64),
+        )
+    }
+}
+
 /// Defines a naked capture entry `$name` (`capture_fast`'s, `fast_entry`;
 /// `capture_exact`'s, `exact_entry`) in the module that invokes it, beside
 /// the `$walk` it calls with the entry's own frame record.
