@@ -18,7 +18,10 @@
 //!   `mainCRTStartup` (main thread), then kernel32 and ntdll;
 //! - `callstack_capture_from_context` in a vectored exception handler, from
 //!   the `CONTEXT` of an `int3` in `leaf` (-O0, and -O2 without frame
-//!   pointers): leaf's exact pc, then the same whole chain.
+//!   pointers): leaf's exact pc, then the same whole chain; and at every
+//!   instruction single-stepped from there through leaf's epilogue and
+//!   `ret` (-O0, -O2 with and without frame pointers), which the unwind
+//!   data does not describe.
 //!
 //! Run by `scripts/test-windows.sh` (ignored otherwise), which builds the
 //! library and says where it and wine are: `CALLSTACK_WINDOWS_LIB` (the
@@ -309,6 +312,34 @@ fn chains(mode: &str, flags: &str) {
         check_all("thread", &t, &want);
     }
     assert!(text.contains("null 0 zero 0"), "{text}");
+}
+
+/// `callstack_capture_from_context` at every instruction single-stepped
+/// from the int3 in `leaf` through its epilogue and `ret` into `beta`:
+/// every capture the int3's chain, the pc moved (the fixture compares).
+fn single_step(flags: &str) {
+    let exe = build("step", flags);
+    let text = run(&exe, "step");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("step "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let n: Vec<u32> = line[5..].split(' ').map(|w| w.parse().unwrap()).collect();
+    assert_eq!(n[1], 0, "{flags}: wrong captures while stepping:\n{text}");
+    // At least the epilogue's `ret` and the return into beta.
+    assert!(n[0] >= 2, "{flags}: {text}");
+}
+
+#[test]
+#[ignore = "the Windows stage: scripts/test-windows.sh"]
+fn capture_from_context_through_epilogues_single_stepped() {
+    for flags in [
+        "-O0",
+        "-O2 -fno-omit-frame-pointer",
+        "-O2 -fomit-frame-pointer",
+    ] {
+        single_step(flags);
+    }
 }
 
 #[test]

@@ -307,8 +307,8 @@ pub fn capture_from_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize 
 /// allocation, no lock, no system call; reads only the running thread's
 /// stack (a context of another thread's stack gives the pc alone).
 ///
-/// Not yet: a pc inside an epilogue (after its `add rsp`/`pop`s began)
-/// gets the function body's rule, so its caller is misread.
+/// A pc in an epilogue, which the unwind data does not describe, is
+/// unwound by the epilogue's code (`add rsp`/`lea rsp`, `pop`s, `ret`).
 ///
 /// # Safety
 /// `ctx` must point at a readable x64 `CONTEXT`.

@@ -28,11 +28,14 @@
 //! before that address (all of the parents' codes apply). What is read is
 //! bounded by the image: every offset is checked against its size.
 //!
+//! Epilogues are not in the unwind data: an exact pc is recognised as one
+//! by its code ([`epilogue`]: what follows is `add rsp, n` or
+//! `lea rsp, [rbp + n]`, `pop`s and `ret` or a jump, the only shapes the
+//! x64 ABI allows), as Windows' own unwinder does.
+//!
 //! Not covered: frame registers other than `rbp` (no rule here: the caller
 //! then takes the frame-pointer rule), `UWOP_PUSH_MACHFRAME` (interrupt and
-//! exception frames), and epilogues (an address inside one, which only an
-//! interrupted pc can be, gets the body's rule: the caller is then
-//! misread).
+//! exception frames).
 
 use crate::types::{CfaView, RowView, RuleView};
 
@@ -353,6 +356,54 @@ pub(crate) fn frame(img: &(impl Image + ?Sized), f: RuntimeFunction, rva: u32) -
     })
 }
 
+/// The frame at an exact pc whose code, `code` (the bytes from the pc on),
+/// is (the rest of) an epilogue: optionally `add rsp, n` or
+/// `lea rsp, [rbp + n]` first, then `pop`s, then `ret` (or, after one of
+/// those, a tail jump). `None` when the code is not one.
+pub(crate) fn epilogue(code: &[u8]) -> Option<Frame> {
+    let imm32 = |b: &[u8]| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    // Where rsp stands from the base (rsp, or rbp after a `lea`) once the
+    // instructions so far ran; whether anything came before the end.
+    let (mut i, mut k, from_rbp) = match code {
+        [0x48, 0x83, 0xc4, n, ..] => (4, i64::from(*n as i8), false),
+        [0x48, 0x81, 0xc4, a, b, c, d, ..] => (7, imm32(&[*a, *b, *c, *d]), false),
+        [0x48, 0x8d, 0x65, n, ..] => (4, i64::from(*n as i8), true),
+        [0x48, 0x8d, 0xa5, a, b, c, d, ..] => (7, imm32(&[*a, *b, *c, *d]), true),
+        _ => (0, 0, false),
+    };
+    if k < 0 {
+        return None;
+    }
+    let mut bp = None;
+    loop {
+        match code.get(i..)? {
+            [r @ 0x58..=0x5f, ..] => {
+                if *r == 0x5c {
+                    return None; // pop rsp
+                }
+                if *r == 0x5d {
+                    bp = Some(k);
+                }
+                k += 8;
+                i += 1;
+            }
+            [0x41, 0x58..=0x5f, ..] => {
+                k += 8;
+                i += 2;
+            }
+            [0xc3, ..] | [0xc2, _, _, ..] | [0xf3, 0xc3, ..] => break,
+            [0xe9, ..] | [0xeb, ..] if i > 0 => break,
+            _ => return None,
+        }
+    }
+    let cfa = k + 8;
+    Some(Frame {
+        cfa_from_rbp: from_rbp,
+        cfa,
+        bp: bp.map(|o| o - cfa),
+    })
+}
+
 /// The frame at image offset `rva` of a mapped image: its function's
 /// unwind codes; the leaf rule where no function covers `rva` (the x64
 /// ABI: a function without unwind data neither moves `rsp` nor saves a
@@ -540,6 +591,36 @@ mod tests {
             let _ = frame_at(&img[..], 0x1050);
         }
         assert_eq!(frame_at(&[0u8; 16][..], 0), None);
+    }
+
+    #[test]
+    fn epilogues_by_their_code() {
+        let f = |cfa_from_rbp, cfa, bp| {
+            Some(Frame {
+                cfa_from_rbp,
+                cfa,
+                bp,
+            })
+        };
+        // add rsp, 0x20; pop rbp; ret (gcc -O0), at each instruction.
+        let code = [0x48, 0x83, 0xc4, 0x20, 0x5d, 0xc3];
+        assert_eq!(epilogue(&code), f(false, 0x30, Some(-16)));
+        assert_eq!(epilogue(&code[4..]), f(false, 16, Some(-16)));
+        assert_eq!(epilogue(&code[5..]), f(false, 8, None));
+        // lea rsp, [rbp + 0x40]; pop rsi; pop r12; pop rbp; ret.
+        let code = [0x48, 0x8d, 0x65, 0x40, 0x5e, 0x41, 0x5c, 0x5d, 0xc3];
+        assert_eq!(epilogue(&code), f(true, 0x40 + 32, Some(-16)));
+        // add rsp, 0x1000; jmp target (a tail call).
+        let code = [0x48, 0x81, 0xc4, 0, 0x10, 0, 0, 0xe9, 0, 0, 0, 0];
+        assert_eq!(epilogue(&code), f(false, 0x1008, None));
+        // Not epilogues: a bare jump, a call, add rsp of a negative, a
+        // pop rsp, code cut short.
+        assert_eq!(epilogue(&[0xe9, 0, 0, 0, 0]), None);
+        assert_eq!(epilogue(&[0xe8, 0, 0, 0, 0]), None);
+        assert_eq!(epilogue(&[0x48, 0x83, 0xc4, 0xf0, 0xc3]), None);
+        assert_eq!(epilogue(&[0x5c, 0xc3]), None);
+        assert_eq!(epilogue(&[0x5d, 0x5b]), None);
+        assert_eq!(epilogue(&[]), None);
     }
 
     #[test]

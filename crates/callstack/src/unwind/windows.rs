@@ -24,7 +24,7 @@ use crate::arch::x86_64::{UnwindRuleX86_64, X86_64};
 use crate::arch::Arch;
 use crate::stack::StackMemory;
 use crate::types::{Memory, UnwindRegs};
-use crate::unwind::pdata::{frame_at, Image};
+use crate::unwind::pdata::{epilogue, frame_at, Image};
 use crate::unwind::{Found, RuleSource, Unwinder};
 
 crate::sys::windows::x86_64::define_entry!(exact_entry, exact_from_entry);
@@ -83,6 +83,21 @@ impl RuleSource<X86_64> for Images {
             }
         }
         found
+    }
+
+    /// An interrupted pc may stand in an epilogue, which the unwind data
+    /// does not describe: its code says (not cached: the cache's rules are
+    /// the unwind data's).
+    fn rule_exact(&self, pc: u64) -> Found<UnwindRuleX86_64> {
+        if let Some((base, size)) = crate::sys::windows::loader::module_of(pc as usize) {
+            let rva = pc as usize - base;
+            let img = Mapped { base, size };
+            let len = (size - rva).min(16) as u32;
+            if let Some(f) = img.bytes(rva as u32, len).and_then(epilogue) {
+                return Found::Rule(X86_64::compile_row(&f.row(), false));
+            }
+        }
+        self.rule(pc)
     }
 
     fn is_code(&self, ra: u64) -> bool {
