@@ -23,6 +23,9 @@
 //!   `ret` (-O0, -O2 with and without frame pointers), which the unwind
 //!   data does not describe.
 //!
+//! `callstack addr2line` names the executable's frames of the exact
+//! captures as mingw-w64's binutils `addr2line` does (the oracle).
+//!
 //! Run by `scripts/test-windows.sh` (ignored otherwise), which builds the
 //! library and says where it and wine are: `CALLSTACK_WINDOWS_LIB` (the
 //! directory of that `libcallstack.a`), `CALLSTACK_WINE` (the wine
@@ -251,6 +254,35 @@ fn check_all(label: &str, named: &[Named], want: &[Want]) {
     );
 }
 
+/// `callstack addr2line -f -e EXE` on the PE gives what mingw-w64's
+/// binutils `addr2line` gives (function, file:line) for each of the
+/// executable's frames of capture `label` (at `ra - 1`: return addresses).
+fn addr2line_agrees(exe: &Path, text: &str, label: &str, bias: u64) {
+    let exe_name = exe
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    let addrs: Vec<String> = capture(text, label)
+        .iter()
+        .filter(|f| f.module.to_ascii_lowercase().ends_with(&exe_name))
+        .map(|f| format!("{:x}", f.ra - 1 - f.base + bias))
+        .collect();
+    assert!(addrs.len() >= 4, "{text}");
+    let output = |mut cmd: Command| {
+        cmd.args(["-f", "-e"]).arg(exe).args(&addrs);
+        let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        assert!(o.status.success(), "{cmd:?}: {}", o.status);
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let mut ours = Command::new(&testsupport::release_artifacts().cli);
+    ours.arg("addr2line");
+    let ours = output(ours);
+    let binutils = output(Command::new("x86_64-w64-mingw32-addr2line"));
+    assert_eq!(ours, binutils, "{addrs:?}");
+}
+
 fn chains(mode: &str, flags: &str) {
     let exe = build(mode, flags);
     let text = run(&exe, mode);
@@ -312,6 +344,9 @@ fn chains(mode: &str, flags: &str) {
         check_all("thread", &t, &want);
     }
     assert!(text.contains("null 0 zero 0"), "{text}");
+    if mode == "exact" {
+        addr2line_agrees(&exe, &text, "main", bias);
+    }
 }
 
 /// `callstack_capture_from_context` at every instruction single-stepped
