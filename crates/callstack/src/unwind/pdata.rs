@@ -84,6 +84,17 @@ pub(crate) struct RuntimeFunction {
     pub unwind: u32,
 }
 
+/// The `RUNTIME_FUNCTION` at image offset `at` (12 bytes).
+fn runtime_function(img: &(impl Image + ?Sized), at: u32) -> Option<RuntimeFunction> {
+    let b = img.bytes(at, 12)?;
+    let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    Some(RuntimeFunction {
+        begin: word(0),
+        end: word(4),
+        unwind: word(8),
+    })
+}
+
 /// The exception directory of a mapped PE32+ image: `(rva, size)`.
 pub(crate) fn exception_directory(img: &(impl Image + ?Sized)) -> Option<(u32, u32)> {
     if img.u16_at(0)? != 0x5a4d {
@@ -98,11 +109,11 @@ pub(crate) fn exception_directory(img: &(impl Image + ?Sized)) -> Option<(u32, u
         return None; // not PE32+
     }
     // NumberOfRvaAndSizes, then the directories (8 bytes each).
-    if img.u32_at(opt + 108)? <= 3 {
+    if img.u32_at(opt.checked_add(108)?)? <= 3 {
         return None;
     }
-    let dir = opt + 112 + 3 * 8;
-    let (rva, size) = (img.u32_at(dir)?, img.u32_at(dir + 4)?);
+    let dir = opt.checked_add(112 + 3 * 8)?;
+    let (rva, size) = (img.u32_at(dir)?, img.u32_at(dir.checked_add(4)?)?);
     (rva != 0 && size >= 12).then_some((rva, size))
 }
 
@@ -113,14 +124,7 @@ pub(crate) fn find_function(
     (dir, size): (u32, u32),
     rva: u32,
 ) -> Option<RuntimeFunction> {
-    let entry = |i: u32| -> Option<RuntimeFunction> {
-        let at = dir.checked_add(i.checked_mul(12)?)?;
-        Some(RuntimeFunction {
-            begin: img.u32_at(at)?,
-            end: img.u32_at(at + 4)?,
-            unwind: img.u32_at(at + 8)?,
-        })
-    };
+    let entry = |i: u32| runtime_function(img, dir.checked_add(i.checked_mul(12)?)?);
     let (mut lo, mut hi) = (0u32, size / 12);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
@@ -189,15 +193,13 @@ fn info(img: &(impl Image + ?Sized), rva: u32) -> Option<Info> {
     if h[0] & 7 == 0 || h[0] & 7 > 2 {
         return None; // versions 1 and 2 only
     }
-    let codes = rva + 4;
+    let codes = rva.checked_add(4)?;
     img.bytes(codes, count * 2)?;
     let parent = if flags & UNW_FLAG_CHAININFO != 0 {
-        let at = codes + ((count + 1) & !1) * 2;
-        Some(RuntimeFunction {
-            begin: img.u32_at(at)?,
-            end: img.u32_at(at + 4)?,
-            unwind: img.u32_at(at + 8)?,
-        })
+        Some(runtime_function(
+            img,
+            codes.checked_add(((count + 1) & !1) * 2)?,
+        )?)
     } else {
         None
     };
@@ -216,7 +218,7 @@ fn info(img: &(impl Image + ?Sized), rva: u32) -> Option<Info> {
 fn replay(img: &(impl Image + ?Sized), inf: &Info, limit: u32, st: &mut State) -> Option<()> {
     // The slots, in stored order (last prologue instruction first), each
     // operation with its extra slots: gathered, then applied in reverse.
-    let slot = |i: u32| img.u16_at(inf.codes + 2 * i);
+    let slot = |i: u32| img.u16_at(inf.codes.checked_add(2 * i)?);
     let mut ops: [(u8, u8, u8, u32); 256] = [(0, 0, 0, 0); 256];
     let mut n = 0;
     let mut i = 0;
@@ -296,12 +298,7 @@ pub(crate) fn frame(img: &(impl Image + ?Sized), f: RuntimeFunction, rva: u32) -
             if f.unwind & 1 == 0 {
                 return Some(f);
             }
-            let at = f.unwind & !1;
-            f = RuntimeFunction {
-                begin: img.u32_at(at)?,
-                end: img.u32_at(at + 4)?,
-                unwind: img.u32_at(at + 8)?,
-            };
+            f = runtime_function(img, f.unwind & !1)?;
         }
         None
     };
@@ -411,6 +408,9 @@ pub(crate) fn epilogue(code: &[u8]) -> Option<Frame> {
 /// codes are not covered here.
 pub(crate) fn frame_at(img: &(impl Image + ?Sized), rva: u32) -> Option<Frame> {
     let dir = exception_directory(img)?;
+    // The whole directory inside the image: an entry not found is then a
+    // leaf, not an unreadable table.
+    img.bytes(dir.0, dir.1)?;
     match find_function(img, dir, rva) {
         Some(f) => frame(img, f, rva),
         None => Some(Frame::LEAF),
@@ -591,6 +591,16 @@ mod tests {
             let _ = frame_at(&img[..], 0x1050);
         }
         assert_eq!(frame_at(&[0u8; 16][..], 0), None);
+        // Offsets at the top of the address space: no overflow, no panic.
+        let img = image(&[(0x1000, 0x1100, 0xffff_ffff)], &[]);
+        assert_eq!(frame_at(&img[..], 0x1050), None);
+        let mut img = image(&[], &[]);
+        img[0x3c..0x40].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
+        assert_eq!(frame_at(&img[..], 0x1050), None);
+        let mut img = image(&[(0x1000, 0x1100, 0x1800)], &[]);
+        let dir = 0x80 + 24 + 112 + 24;
+        img[dir..dir + 4].copy_from_slice(&0xffff_fffcu32.to_le_bytes());
+        assert_eq!(frame_at(&img[..], 0x1050), None);
     }
 
     #[test]
