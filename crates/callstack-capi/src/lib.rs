@@ -143,11 +143,11 @@ pub unsafe extern "C" fn callstack_capture_from_context(
 ///
 /// Compiles the unwind tables of every loaded object now (see
 /// `callstack::prepare`). Optional with glibc 2.35+; call it again after
-/// `dlclose`. Not async-signal-safe. Does nothing on Windows (no tables
-/// are compiled there yet).
+/// `dlclose`. Not async-signal-safe. On Windows x64 it makes the captures
+/// follow modules' unloading (see `callstack::prepare` there).
 #[unsafe(no_mangle)]
 pub extern "C" fn callstack_prepare() {
-    #[cfg(not(windows))]
+    #[cfg(any(not(windows), target_arch = "x86_64"))]
     callstack::prepare();
 }
 

@@ -418,3 +418,56 @@ fn capture_exact_chains_at_o2_with_frame_pointers() {
 fn capture_exact_chains_at_o2_without_frame_pointers() {
     chains("exact", "-O2 -fomit-frame-pointer");
 }
+
+/// A module unloaded and another loaded at its addresses, with a different
+/// unwind rule at the same return address (`win_unload.c`): after
+/// `callstack_prepare`, the second capture through it is its own chain,
+/// the same frames as the first's (without `callstack_prepare`, the rule
+/// cached from the first module breaks it).
+#[test]
+#[ignore = "the Windows stage: scripts/test-windows.sh"]
+fn capture_exact_forgets_an_unloaded_modules_rules_after_prepare() {
+    let lib = env_path("CALLSTACK_WINDOWS_LIB").join("libcallstack.a");
+    let dir = scratch_dir("windows_unload");
+    let gcc = |args: &[&str], out: &str| {
+        let mut cmd = Command::new("x86_64-w64-mingw32-gcc");
+        cmd.args(["-g", "-O2"])
+            .args(args)
+            .arg("-o")
+            .arg(dir.join(out));
+        let o = cmd.output().expect("run x86_64-w64-mingw32-gcc");
+        assert!(
+            o.status.success(),
+            "{cmd:?}:\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    let dll_src = c_fixtures().join("win_unload_dll.c");
+    for (name, pad) in [("a", "1000"), ("b", "2000")] {
+        gcc(
+            &[
+                &format!("-DPAD={pad}"),
+                "-shared",
+                "-Wl,--image-base=0x6f000000",
+                dll_src.to_str().unwrap(),
+            ],
+            &format!("win_unload_{name}.dll"),
+        );
+    }
+    let include = workspace_root().join("crates/callstack-capi/include");
+    let src = c_fixtures().join("win_unload.c");
+    let mut args = vec![
+        "-I",
+        include.to_str().unwrap(),
+        src.to_str().unwrap(),
+        lib.to_str().unwrap(),
+    ];
+    args.extend(NATIVE_LIBS);
+    gcc(&args, "win_unload.exe");
+    let text = run(&dir.join("win_unload.exe"), "prepare");
+    let words: Vec<&str> = text.split_whitespace().collect();
+    assert!(
+        matches!(words.as_slice(), ["a", _, "b", _, "same", x, y] if x == y),
+        "{text}"
+    );
+}

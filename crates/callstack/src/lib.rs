@@ -299,6 +299,19 @@ pub fn capture_from_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize 
     unwind::local::walk_pcs(regs, true, 0, out).0
 }
 
+/// Makes the captures follow modules' unloading (Windows x64): from now on
+/// every `FreeLibrary` that unmaps a module clears the cached unwind rules
+/// and code ranges, so that a module loaded later at the same addresses is
+/// unwound by its own unwind data. Without it a rule cached from an
+/// unloaded module may be applied to the next module there (wrong frames,
+/// never a fault). Call it once at start-up; not from an exception
+/// handler (it takes the loader's lock). Linux's `prepare` compiles unwind
+/// tables; nothing is compiled ahead on Windows.
+#[cfg(all(windows, callstack_fast))]
+pub fn prepare() {
+    unwind::windows::prepare();
+}
+
 /// Captures the stack of the code an exception interrupted, from its
 /// `CONTEXT` (Windows x64: a vectored exception handler's
 /// `ExceptionInfo->ContextRecord`, or `RtlCaptureContext`'s). `out[0]` is

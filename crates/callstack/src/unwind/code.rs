@@ -184,6 +184,16 @@ pub(crate) fn touch_at_load() {
     }
 }
 
+/// Forgets every range found (a module was unloaded: its range may hold
+/// another module's data next). Lock-free; a walk running meanwhile may
+/// still use a range it read before.
+#[cfg(windows)]
+pub(crate) fn forget_all() {
+    for w in RANGES.words.iter().chain(HINTS.iter()) {
+        w.store(0, Ordering::Relaxed);
+    }
+}
+
 static RANGES: Ranges = Ranges {
     words: [const { AtomicUsize::new(0) }; RANGE_SLOTS],
     next: AtomicUsize::new(0),

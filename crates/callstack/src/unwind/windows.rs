@@ -12,11 +12,13 @@
 //! `RtlVirtualUnwind`. Stack reads stay inside the thread's stack as its
 //! TEB gives it.
 //!
-//! Not yet: unloading. A rule cached for an address of a module that was
-//! unloaded, its range then reused by another module, is still taken:
-//! wrong frames at worst, never a fault (every stack read is bounded, and
-//! the cache holds rules, not pointers). Nor the hot loop of
-//! `arch/x86_64/exact.rs` (the generic loop takes every frame).
+//! Unloading: after [`prepare`], every unload of a module (the loader's DLL
+//! notification) clears the cache and the code ranges of
+//! `unwind/code.rs`. Without it, a rule cached for an address of a module
+//! that was unloaded, its range then reused by another module, is still
+//! taken: wrong frames at worst, never a fault (every stack read is
+//! bounded, and the cache holds rules, not pointers). Not yet: the hot
+//! loop of `arch/x86_64/exact.rs` (the generic loop takes every frame).
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -62,6 +64,24 @@ static RULES: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 #[inline(always)]
 fn slot(key: u64) -> &'static AtomicU64 {
     &RULES[((key ^ (key >> 13) ^ (key >> 26)) as usize) & (SLOTS - 1)]
+}
+
+/// Forgets every cached rule and code range: a module was unloaded.
+fn forget_all() {
+    for w in &RULES {
+        w.store(0, Ordering::Relaxed);
+    }
+    crate::unwind::code::forget_all();
+}
+
+/// Makes the captures follow modules' unloading from now on: each unload
+/// clears the rule cache and the code ranges (see the module docs). Once
+/// per process; takes the loader's lock, so not for an exception handler.
+pub(crate) fn prepare() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        crate::sys::windows::loader::on_unload(forget_all);
+    });
 }
 
 /// The rules of the loaded images' unwind data.

@@ -176,6 +176,45 @@ pub fn exec_range(addr: usize) -> Option<(usize, usize)> {
     found
 }
 
+/// `LdrRegisterDllNotification`'s callback: `reason` 1 loaded, 2 unloaded.
+type Notification =
+    unsafe extern "system" fn(u32, *const core::ffi::c_void, *mut core::ffi::c_void);
+
+#[link(name = "ntdll")]
+unsafe extern "system" {
+    fn LdrRegisterDllNotification(
+        flags: u32,
+        callback: Notification,
+        context: *mut core::ffi::c_void,
+        cookie: *mut *mut core::ffi::c_void,
+    ) -> i32;
+}
+
+/// Calls `f` after every module unload from now on (the loader's DLL
+/// notifications; `f` runs under the loader's lock, so it must not load
+/// anything). Whether the registration succeeded. Not for a signal or
+/// exception handler: it takes the loader's lock.
+pub fn on_unload(f: fn()) -> bool {
+    static HOOK: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+    unsafe extern "system" fn notified(
+        reason: u32,
+        _data: *const core::ffi::c_void,
+        _context: *mut core::ffi::c_void,
+    ) {
+        let f = HOOK.load(core::sync::atomic::Ordering::Acquire);
+        if reason == 2 && f != 0 {
+            // SAFETY: `HOOK` holds only values stored from a `fn()` below.
+            let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(f) };
+            f();
+        }
+    }
+    HOOK.store(f as usize, core::sync::atomic::Ordering::Release);
+    let mut cookie = core::ptr::null_mut();
+    // SAFETY: a documented ntdll export; the callback lives as long as the
+    // program (a plain function), the cookie is written once.
+    unsafe { LdrRegisterDllNotification(0, notified, core::ptr::null_mut(), &mut cookie) >= 0 }
+}
+
 /// The loaded module holding `addr`: `(base, size)` of its image. No
 /// lock, no allocation, no system call.
 pub fn module_of(addr: usize) -> Option<(usize, usize)> {
