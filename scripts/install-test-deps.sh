@@ -4,6 +4,7 @@
 set -euo pipefail
 
 need=()
+need_wine=
 have() { command -v "$1" >/dev/null 2>&1; }
 have gcc || need+=(gcc)
 have g++ || need+=(g++)
@@ -29,6 +30,11 @@ have riscv64-linux-gnu-gcc || need+=(gcc-riscv64-linux-gnu)
 [ -e /usr/riscv64-linux-gnu/lib/crt1.o ] || need+=(libc6-dev-riscv64-cross)
 { have qemu-aarch64 && have qemu-arm && have qemu-mipsel && have qemu-riscv64; } || need+=(qemu-user)
 have gdb-multiarch || need+=(gdb-multiarch)
+# Windows x86-64 (scripts/test-windows.sh): mingw-w64's C compiler builds
+# the fixtures and links the x86_64-pc-windows-gnu tests, wine64 runs them
+# (without recommends: no fonts, no 32-bit wine, no audio servers).
+have x86_64-w64-mingw32-gcc || need+=(gcc-mingw-w64-x86-64)
+[ -x /usr/lib/wine/wine64 ] || have wine64 || need_wine=1
 # dwz: the symbolizer's test of dwz-processed debug files with a
 # supplementary file (.gnu_debugaltlink).
 have dwz || need+=(dwz)
@@ -54,6 +60,18 @@ if [ ${#need[@]} -gt 0 ]; then
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if [ -n "${need_wine:-}" ]; then
+  echo "installing wine64 (without recommends)" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  [ ${#need[@]} -gt 0 ] || $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends wine64 >/dev/null
+fi
+# Rust's standard library for x86_64-pc-windows-gnu (the Windows stage).
+if have rustup && ! rustup target list --installed 2>/dev/null | grep -qx x86_64-pc-windows-gnu; then
+  rustup target add x86_64-pc-windows-gnu >&2 || echo "warning: rustup target add x86_64-pc-windows-gnu failed" >&2
 fi
 
 # minidump-stackwalk (rust-minidump): the oracle of the minidump tests, which

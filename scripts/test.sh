@@ -24,3 +24,6 @@ cargo test --workspace "$@"
 bash scripts/test-aarch64.sh
 # The in-process capture on RISC-V 64, under qemu-user.
 bash scripts/test-riscv64.sh
+# Windows x86-64: the C API built for x86_64-pc-windows-gnu, C programs
+# built by mingw-w64, run under wine.
+bash scripts/test-windows.sh

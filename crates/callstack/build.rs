@@ -9,6 +9,12 @@
 //! load), and `cfg(callstack_risc_insn)` when its in-process walk keeps
 //! prologue analysis's rules in the rule cache. Adding an architecture
 //! adds its name here and its folder under `src/arch/`.
+//!
+//! The operating system: the in-process machinery above (`callstack_native`
+//! and the rest) is Linux's (the ELF loader, `/proc`, signals); on Windows
+//! (`src/sys/windows/`) none of it is set, and `cfg(callstack_fast)` marks
+//! what `capture_fast` needs (its naked entry, the frame-record walk), set
+//! wherever an architecture and an operating system have it.
 
 /// The architectures with an in-process module (`src/arch/<name>/`).
 const NATIVE: &[&str] = &["x86_64", "aarch64", "riscv64"];
@@ -20,6 +26,9 @@ const INSN: &[&str] = &["x86_64"];
 /// Those of them whose in-process walk keeps the rules of prologue
 /// analysis in the rule cache (`exact::settle_insn`, `exact::insn_caller`).
 const RISC_INSN: &[&str] = &["aarch64", "riscv64"];
+/// The architectures whose Windows ABI has a `capture_fast` entry
+/// (`src/sys/windows/<name>.rs`).
+const WINDOWS_FAST: &[&str] = &["x86_64"];
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
@@ -27,9 +36,16 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(callstack_exit_hooks)");
     println!("cargo::rustc-check-cfg=cfg(callstack_insn)");
     println!("cargo::rustc-check-cfg=cfg(callstack_risc_insn)");
+    println!("cargo::rustc-check-cfg=cfg(callstack_fast)");
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
-    if NATIVE.contains(&arch.as_str()) {
+    let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    if os == "windows" {
+        if WINDOWS_FAST.contains(&arch.as_str()) {
+            println!("cargo::rustc-cfg=callstack_fast");
+        }
+    } else if NATIVE.contains(&arch.as_str()) {
         println!("cargo::rustc-cfg=callstack_native");
+        println!("cargo::rustc-cfg=callstack_fast");
         if EXIT_HOOKS.contains(&arch.as_str()) {
             println!("cargo::rustc-cfg=callstack_exit_hooks");
         }

@@ -19,7 +19,10 @@ extern "C" {
  * Writes at most `max` entries and returns how many it wrote.
  * A null `out` or max == 0 returns 0.
  * No allocation, no lock, no system call (but a one-time stack-bounds
- * lookup per thread); async-signal-safe; never faults on a corrupt chain. */
+ * lookup per thread); async-signal-safe; never faults on a corrupt chain.
+ * On Windows x64 the chain ends at a frame whose rbp does not point at its
+ * saved rbp (gcc points it into big frames there): see
+ * callstack_capture_exact. */
 uint32_t callstack_capture_fast(uint32_t skip, uint32_t max, uintptr_t* out);
 
 /* Unwinds the calling thread's stack exactly, from DWARF CFI (.eh_frame):
@@ -33,7 +36,9 @@ uint32_t callstack_capture_fast(uint32_t skip, uint32_t max, uintptr_t* out);
  * without CFI but with a frame pointer; ends at the thread's first frame.
  * No allocation, no lock, no system call (but a one-time stack-bounds
  * lookup per thread); async-signal-safe; never faults on a corrupt stack.
- * Works without any set-up on glibc 2.35+; see callstack_prepare. */
+ * Works without any set-up on glibc 2.35+; see callstack_prepare.
+ * On Windows x64: from the loaded images' .pdata/.xdata unwind data
+ * instead, with the stack's bounds from the thread's TEB. */
 uint32_t callstack_capture_exact(uint32_t skip, uint32_t max, uintptr_t* out);
 
 /* Unwinds the code a signal interrupted, from a signal handler's third
@@ -41,7 +46,9 @@ uint32_t callstack_capture_exact(uint32_t skip, uint32_t max, uintptr_t* out);
  * (exact, not a return address), out[1] the return address into its
  * caller, and so on. Writes at most `max` entries and returns how many.
  * A null `ucontext` or `out`, or max == 0, returns 0. Async-signal-safe:
- * meant for SIGPROF handlers. */
+ * meant for SIGPROF handlers.
+ * On Windows x64, `ucontext` is a CONTEXT* instead (a vectored exception
+ * handler's ExceptionInfo->ContextRecord). */
 uint32_t callstack_capture_from_context(const void* ucontext, uint32_t max, uintptr_t* out);
 
 /* Optional: compile the unwind tables of every loaded object now, so that

@@ -118,9 +118,21 @@ pub unsafe extern "C" fn callstack_capture_from_context(
         };
         callstack::capture_from_context(uc, out) as u32
     }
-    #[cfg(not(all(
-        target_os = "linux",
-        any(target_arch = "x86_64", target_arch = "aarch64")
+    // Windows x64: `ucontext` is a `CONTEXT*` (an exception's).
+    #[cfg(all(windows, target_arch = "x86_64"))]
+    {
+        // SAFETY: the caller promises a `CONTEXT` and `max` slots.
+        unsafe {
+            let out = core::slice::from_raw_parts_mut(out, max as usize);
+            callstack::capture_from_context(ucontext, out) as u32
+        }
+    }
+    #[cfg(not(any(
+        all(
+            target_os = "linux",
+            any(target_arch = "x86_64", target_arch = "aarch64")
+        ),
+        all(windows, target_arch = "x86_64")
     )))]
     {
         0
@@ -131,9 +143,11 @@ pub unsafe extern "C" fn callstack_capture_from_context(
 ///
 /// Compiles the unwind tables of every loaded object now (see
 /// `callstack::prepare`). Optional with glibc 2.35+; call it again after
-/// `dlclose`. Not async-signal-safe.
+/// `dlclose`. Not async-signal-safe. On Windows x64 it makes the captures
+/// follow modules' unloading (see `callstack::prepare` there).
 #[unsafe(no_mangle)]
 pub extern "C" fn callstack_prepare() {
+    #[cfg(any(not(windows), target_arch = "x86_64"))]
     callstack::prepare();
 }
 
@@ -398,8 +412,11 @@ pub unsafe extern "C" fn callstack_print_trace(
     };
     let mut rest = text.as_bytes();
     while !rest.is_empty() {
+        // The count's type is the platform's (`size_t`, or the CRT's
+        // `unsigned int` on Windows): no more than `i32::MAX` at a time.
+        let len = rest.len().min(i32::MAX as usize);
         // SAFETY: writing initialized bytes from a live slice.
-        let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
+        let n = unsafe { libc::write(fd, rest.as_ptr().cast(), len as _) };
         if n < 0 {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;

@@ -9,12 +9,18 @@
 
 use crate::arch::{Arch, FrameRecordLayout};
 use crate::stack;
+#[cfg(callstack_native)]
 use crate::stack::StackMemory;
 use crate::types::UnwindRegs;
-use crate::unwind::{FastEnd, Found, NativeArch, RuleSource, Unwinder};
+#[cfg(callstack_native)]
+use crate::unwind::Unwinder;
+use crate::unwind::{FastEnd, Found, NativeArch, RuleSource};
 
 #[cfg(callstack_native)]
 crate::arch::native::define_fast_entry!();
+// Windows' ABI differs from the architecture's System V one: its own entry.
+#[cfg(all(windows, callstack_fast))]
+crate::sys::windows::x86_64::define_entry!(fast_entry, walk_from_entry);
 
 /// Called by the architecture's naked `fast_entry` with its own frame record
 /// (`fp`, whose return address is inside the caller of the capture) and its
@@ -26,7 +32,7 @@ crate::arch::native::define_fast_entry!();
 ///
 /// # Safety
 /// `out` must be valid for `max` writes (or null, or `max == 0`).
-#[cfg(callstack_native)]
+#[cfg(callstack_fast)]
 pub(crate) unsafe extern "C" fn walk_from_entry(
     skip: u32,
     max: u32,
@@ -50,7 +56,7 @@ pub(crate) unsafe extern "C" fn walk_from_entry(
 ///
 /// # Safety
 /// As [`walk_from_entry`], with `out` non-null.
-#[cfg(callstack_native)]
+#[cfg(callstack_fast)]
 #[cold]
 #[inline(never)]
 unsafe fn walk_first_on_this_stack(
@@ -74,7 +80,7 @@ unsafe fn walk_first_on_this_stack(
 /// # Safety
 /// `out` must be valid for `max` writes and non-null; `[sp, hi)` must be
 /// readable memory (or `hi` 0).
-#[cfg(callstack_native)]
+#[cfg(callstack_fast)]
 #[inline(never)]
 unsafe fn walk_bounded(
     skip: u32,
@@ -168,7 +174,7 @@ pub(crate) fn walk_records(
 /// hooks live it walks none: a record may then hold a hook's trampoline
 /// where its return address was, and the generic step (the frame-pointer
 /// rule) resolves it ([`RuleSource::return_address`]).
-#[cfg(callstack_native)]
+#[cfg(callstack_fast)]
 struct FrameRecords {
     /// The stack: `[lo, hi)`.
     lo: usize,
@@ -183,7 +189,7 @@ struct FrameRecords {
     hints: [crate::unwind::code::Range; 2],
 }
 
-#[cfg(callstack_native)]
+#[cfg(callstack_fast)]
 impl FrameRecords {
     /// The source for the stack `[lo, hi)`, starting from the executable
     /// ranges the process's last walk ended with.
@@ -247,7 +253,7 @@ impl FrameRecords {
     }
 }
 
-#[cfg(callstack_native)]
+#[cfg(callstack_fast)]
 impl RuleSource<NativeArch> for FrameRecords {
     #[inline(always)]
     fn rule(&self, _: u64) -> Found<<NativeArch as Arch>::Rule> {
@@ -309,7 +315,7 @@ impl RuleSource<NativeArch> for FrameRecords {
 /// The executable range holding `ra` when it is in neither of the walk's
 /// two: a lookup. `None` when `ra` is not code (the stack `[sp, hi)` and the
 /// first page are not, without a lookup).
-#[cfg(callstack_native)]
+#[cfg(callstack_fast)]
 #[cold]
 #[inline(never)]
 fn code_miss(ra: usize, sp: usize, hi: usize) -> Option<crate::unwind::code::Range> {

@@ -3,6 +3,7 @@
 //! Not part of the API: names and signatures here may change at any time.
 
 /// `/proc/<pid>/maps` lines.
+#[cfg(not(windows))]
 pub mod maps {
     /// The signal-safe `start-end` parser (stack bounds, crash reports).
     pub fn parse_range(line: &[u8]) -> Option<(usize, usize)> {
@@ -26,7 +27,7 @@ pub mod notes {
 }
 
 /// What `callstack::remote` reads of an ELF image (a file or the vDSO).
-#[cfg(feature = "remote")]
+#[cfg(all(feature = "remote", not(windows)))]
 pub mod remote {
     pub use crate::remote::fuzzing::{build_id, exec_segments, load_bias, load_segments};
 }

@@ -70,9 +70,13 @@
 
 #[cfg(target_os = "linux")]
 pub mod alloc;
+// Windows compiles the offline unwinder and the rule forms (cores of any
+// system) but not yet the in-process CFI capture that uses the rest.
+#[cfg_attr(windows, allow(dead_code, unused_imports, unused_macros))]
 pub(crate) mod arch;
 #[cfg(target_os = "linux")]
 pub mod crash;
+#[cfg_attr(windows, allow(dead_code))]
 mod elf_headers;
 mod elf_section;
 #[cfg(target_os = "linux")]
@@ -84,20 +88,28 @@ mod hash;
 #[cfg(all(feature = "remote", target_os = "linux"))]
 pub mod minidump;
 pub mod modules;
+// Profiles read and write Linux's recordings (perf's kernel symbols, the
+// vDSO's image): not on Windows yet.
+#[cfg(not(windows))]
 pub mod profile;
 #[cfg(all(target_os = "linux", callstack_native))]
 pub mod profiler;
-#[cfg(feature = "remote")]
+// Other processes (cores, ptrace, perf_event_open, /proc) and the CPython
+// reader over them are Linux's.
+#[cfg(all(feature = "remote", not(windows)))]
 pub mod python;
-#[cfg(feature = "remote")]
+#[cfg(all(feature = "remote", not(windows)))]
 pub mod remote;
+#[cfg_attr(windows, allow(dead_code))]
 mod stack;
 #[cfg(feature = "symbolize")]
 pub mod symbolize;
 mod sys;
 mod trace;
+#[cfg_attr(windows, allow(dead_code))]
 pub mod tracefile;
 mod types;
+#[cfg_attr(windows, allow(dead_code))]
 pub mod unwind;
 
 /// The README's Rust blocks, compiled and run as doc-tests (so that what
@@ -121,7 +133,9 @@ pub use trace::Trace;
 /// looked up the loaded segment of the code it reads (a walk remembers the
 /// last one). For tests; not for Rust users.
 #[doc(hidden)]
+#[cfg(not(windows))]
 pub use unwind::local::code_lookups as __code_lookups;
+#[cfg(not(windows))]
 pub use unwind::local::{has_dl_find_object, prepare, prepare_in_background, PrepareStats};
 pub use unwind::{Frame, Method, StopReason};
 
@@ -148,7 +162,9 @@ pub use unwind::{Frame, Method, StopReason};
 /// `makecontext` coroutine, which looks that stack's bounds up each time:
 /// it may be unmapped and replaced at any moment).
 ///
-/// Supported on x86-64 and AArch64 Linux; on other targets it returns 0.
+/// Supported on x86-64, AArch64 and RISC-V 64 Linux and on x86-64 Windows
+/// (the stack's bounds from the thread's TEB, the code's from the loader's
+/// module list); on other targets it returns 0.
 ///
 /// ```
 /// #[inline(never)]
@@ -161,14 +177,14 @@ pub use unwind::{Frame, Method, StopReason};
 /// ```
 #[inline(always)]
 pub fn capture_fast(skip: usize, out: &mut [usize]) -> usize {
-    #[cfg(callstack_native)]
+    #[cfg(callstack_fast)]
     {
         let max = out.len().min(u32::MAX as usize) as u32;
         let skip = skip.min(u32::MAX as usize) as u32;
         // SAFETY: `out` has `max` writable slots.
         unsafe { fast::fast_entry(skip, max, out.as_mut_ptr()) as usize }
     }
-    #[cfg(not(callstack_native))]
+    #[cfg(not(callstack_fast))]
     {
         let _ = (skip, out);
         0
@@ -218,7 +234,15 @@ pub fn capture_exact(skip: usize, out: &mut [usize]) -> usize {
         // SAFETY: `out` has `max` writable slots.
         unsafe { unwind::local::exact_entry(skip, max, out.as_mut_ptr()) as usize }
     }
-    #[cfg(not(callstack_native))]
+    // Windows x64: the images' `.pdata`/`.xdata` (`unwind/windows.rs`).
+    #[cfg(all(windows, callstack_fast))]
+    {
+        let max = out.len().min(u32::MAX as usize) as u32;
+        let skip = skip.min(u32::MAX as usize) as u32;
+        // SAFETY: `out` has `max` writable slots.
+        unsafe { unwind::windows::exact_entry(skip, max, out.as_mut_ptr()) as usize }
+    }
+    #[cfg(not(any(callstack_native, all(windows, callstack_fast))))]
     {
         let _ = (skip, out);
         0
@@ -275,6 +299,38 @@ pub fn capture_from_context(ctx: &libc::ucontext_t, out: &mut [usize]) -> usize 
     unwind::local::walk_pcs(regs, true, 0, out).0
 }
 
+/// Makes the captures follow modules' unloading (Windows x64): from now on
+/// every `FreeLibrary` that unmaps a module clears the cached unwind rules
+/// and code ranges, so that a module loaded later at the same addresses is
+/// unwound by its own unwind data. Without it a rule cached from an
+/// unloaded module may be applied to the next module there (wrong frames,
+/// never a fault). Call it once at start-up; not from an exception
+/// handler (it takes the loader's lock). Linux's `prepare` compiles unwind
+/// tables; nothing is compiled ahead on Windows.
+#[cfg(all(windows, callstack_fast))]
+pub fn prepare() {
+    unwind::windows::prepare();
+}
+
+/// Captures the stack of the code an exception interrupted, from its
+/// `CONTEXT` (Windows x64: a vectored exception handler's
+/// `ExceptionInfo->ContextRecord`, or `RtlCaptureContext`'s). `out[0]` is
+/// the interrupted pc itself, `out[1]` the return address into its
+/// caller, and so on, from the images' `.pdata` unwind data. No
+/// allocation, no lock, no system call; reads only the running thread's
+/// stack (a context of another thread's stack gives the pc alone).
+///
+/// A pc in an epilogue, which the unwind data does not describe, is
+/// unwound by the epilogue's code (`add rsp`/`lea rsp`, `pop`s, `ret`).
+///
+/// # Safety
+/// `ctx` must point at a readable x64 `CONTEXT`.
+#[cfg(all(windows, callstack_fast))]
+pub unsafe fn capture_from_context(ctx: *const core::ffi::c_void, out: &mut [usize]) -> usize {
+    // SAFETY: as promised by the caller.
+    unsafe { unwind::windows::walk_context(ctx.cast(), out) }
+}
+
 /// Like [`capture_from_context`], with per-frame registers and methods.
 #[cfg(all(target_os = "linux", callstack_native))]
 pub fn capture_from_context_with_info(
@@ -300,5 +356,14 @@ pub use unwind::local::exact_entry as __capture_exact_raw;
 /// # Safety
 /// `out` must be valid for `max` writes, or null.
 #[doc(hidden)]
-#[cfg(callstack_native)]
+#[cfg(callstack_fast)]
 pub use fast::fast_entry as __capture_fast_raw;
+
+/// The raw entry behind [`capture_exact`] on Windows x64, with the C
+/// signature. Not for Rust users.
+///
+/// # Safety
+/// `out` must be valid for `max` writes, or null.
+#[doc(hidden)]
+#[cfg(all(windows, callstack_fast))]
+pub use unwind::windows::exact_entry as __capture_exact_raw;

@@ -6,7 +6,12 @@
 //! lock, so it is for set-up paths (symbolizer, table building,
 //! [`crate::prepare_thread`]-like calls), never for a capture in a signal
 //! handler.
+//!
+//! On Windows the list is the loader's (the PEB's list of loaded modules,
+//! `sys/windows/loader.rs`): each module's sections as segments, no
+//! build-id, no `.eh_frame_hdr`.
 
+#[cfg(not(windows))]
 use std::ffi::CStr;
 use std::path::PathBuf;
 
@@ -73,6 +78,7 @@ impl Module {
 /// main executable first).
 ///
 /// Not async-signal-safe: allocates and takes the dynamic loader's lock.
+#[cfg(not(windows))]
 pub fn loaded_modules() -> Vec<Module> {
     let mut out: Vec<Module> = Vec::new();
     // SAFETY: the callback only reads the `dl_phdr_info` it is handed, for
@@ -83,11 +89,42 @@ pub fn loaded_modules() -> Vec<Module> {
     out
 }
 
+/// Lists the modules loaded in this process, in the loader's order (the
+/// main executable first).
+///
+/// Not async-signal-safe: allocates.
+#[cfg(windows)]
+pub fn loaded_modules() -> Vec<Module> {
+    let images = crate::sys::windows::loader::images();
+    images
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| Module {
+            path: m.path,
+            bias: m.base.wrapping_sub(m.preferred_base.unwrap_or(m.base)),
+            segments: m
+                .sections
+                .iter()
+                .map(|&(start, size, executable)| Segment {
+                    start,
+                    size,
+                    executable,
+                })
+                .collect(),
+            build_id: None,
+            eh_frame_hdr: None,
+            is_main: i == 0,
+            is_vdso: false,
+        })
+        .collect()
+}
+
 /// The module that contains `addr`, if any.
 pub fn module_containing(addr: usize) -> Option<Module> {
     loaded_modules().into_iter().find(|m| m.contains(addr))
 }
 
+#[cfg(not(windows))]
 unsafe extern "C" fn collect(
     info: *mut libc::dl_phdr_info,
     _size: libc::size_t,
@@ -182,6 +219,7 @@ pub fn gnu_build_id(mut notes: &[u8]) -> Option<Vec<u8>> {
 /// an object moves them), `None` when the loader keeps none. One
 /// `dl_iterate_phdr` call, which takes the loader's lock: not for a signal
 /// handler. Shared by the capture's module snapshot and the symbolizer.
+#[cfg(not(windows))]
 pub(crate) fn loader_counters() -> Option<(u64, u64)> {
     unsafe extern "C" fn first(
         info: *mut libc::dl_phdr_info,
@@ -209,6 +247,13 @@ pub(crate) fn loader_counters() -> Option<(u64, u64)> {
     out
 }
 
+/// Windows' loader keeps no such counters.
+#[cfg(windows)]
+#[cfg_attr(not(feature = "symbolize"), allow(dead_code))]
+pub(crate) fn loader_counters() -> Option<(u64, u64)> {
+    None
+}
+
 /// A copy of this process's vDSO image (the whole `[vdso]` mapping: the
 /// kernel maps the same image into every process), if it has one.
 #[cfg(all(target_os = "linux", feature = "symbolize"))]
@@ -231,6 +276,7 @@ pub(crate) fn vdso_image() -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
+    #[cfg(not(windows))]
     #[test]
     fn lists_the_executable_libc_and_vdso() {
         let mods = loaded_modules();

@@ -51,7 +51,14 @@
 //! `[vsyscall]`, `[vvar]`, read-only or shared memory has no stack, and the
 //! walk gives the pc alone. Everything from the stack pointer to the end of
 //! the range is readable memory.
+//!
+//! On Windows the thread's stack is what its TEB says (`StackLimit`, the
+//! lowest committed address, to `StackBase`; `sys/windows/teb.rs`), read
+//! at every capture (two loads, as cheap as a cached value, and right on a
+//! fiber too, whose switch rewrites them); nothing is cached and a stack
+//! pointer outside that range has no stack.
 
+#[cfg(not(windows))]
 use core::cell::Cell;
 
 use crate::types::{Memory, ReadError};
@@ -73,11 +80,27 @@ impl StackBounds {
     }
 }
 
+#[cfg(not(windows))]
 thread_local! {
     // The thread's own stack (see the module docs). A const initializer and
     // a type without `Drop` make this a plain `#[thread_local]` slot: no
     // lazy registration, no allocation on first use, one `fs`-relative load.
     static OWN: Cell<StackBounds> = const { Cell::new(StackBounds { lo: 0, hi: 0 }) };
+}
+
+/// The thread's own stack as known without a lookup (empty when not yet).
+#[cfg(not(windows))]
+#[inline(always)]
+fn own() -> StackBounds {
+    OWN.get()
+}
+
+/// The thread's (or the running fiber's) stack, from its TEB.
+#[cfg(windows)]
+#[inline(always)]
+fn own() -> StackBounds {
+    let (lo, hi) = crate::sys::windows::teb::stack();
+    StackBounds { lo, hi }
 }
 
 /// The bounds of the stack that holds `sp` on the current thread.
@@ -88,7 +111,7 @@ thread_local! {
 /// writable, private mapping holds `sp`, or `/proc` cannot be read.
 #[inline]
 pub fn bounds_for(sp: usize) -> Option<StackBounds> {
-    let own = OWN.get();
+    let own = own();
     if own.contains(sp) {
         return Some(own);
     }
@@ -101,7 +124,7 @@ pub fn bounds_for(sp: usize) -> Option<StackBounds> {
 /// compares, with everything else out of line.
 #[inline(always)]
 pub(crate) fn stack_end(sp: usize) -> usize {
-    let own = OWN.get();
+    let own = own();
     if own.contains(sp) {
         return own.hi;
     }
@@ -112,14 +135,14 @@ pub(crate) fn stack_end(sp: usize) -> usize {
 /// `sp` if it is that one, else `None` (then call [`stack_end`]).
 #[inline(always)]
 pub(crate) fn cached_stack_end(sp: usize) -> Option<usize> {
-    let own = OWN.get();
+    let own = own();
     own.contains(sp).then_some(own.hi)
 }
 
 /// The cached bounds of the stack that holds `sp`, without any lookup.
 #[inline]
 pub(crate) fn cached_bounds_for(sp: usize) -> Option<StackBounds> {
-    let own = OWN.get();
+    let own = own();
     own.contains(sp).then_some(own)
 }
 
@@ -261,6 +284,7 @@ fn stack_end_elsewhere(sp: usize) -> usize {
 
 /// Not on the thread's own (cached) stack: a lookup; cached when it finds
 /// the thread's own stack.
+#[cfg(not(windows))]
 #[cold]
 #[inline(never)]
 fn bounds_elsewhere(sp: usize) -> Option<StackBounds> {
@@ -274,6 +298,15 @@ fn bounds_elsewhere(sp: usize) -> Option<StackBounds> {
         }
         _ => Some(b),
     }
+}
+
+/// Not on the stack the TEB describes: no other stack is known on Windows.
+#[cfg(windows)]
+#[cold]
+#[inline(never)]
+fn bounds_elsewhere(_sp: usize) -> Option<StackBounds> {
+    LOOKUPS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    None
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -291,6 +324,7 @@ unsafe extern "C" {
 /// descriptor: the kernel merges neighbouring anonymous mappings into one
 /// line, so that line may hold a coroutine stack or a `sigaltstack` too.
 /// Async-signal-safe.
+#[cfg(not(windows))]
 fn own_stack(b: StackBounds) -> Option<StackBounds> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -547,8 +581,9 @@ mod glibc {
 /// if it is not cached yet, from wherever the thread runs (also on another
 /// stack): the mapping holding `__libc_stack_end` on the main thread, the
 /// one holding the thread's descriptor on another. Async-signal-safe.
+#[cfg(not(windows))]
 pub(crate) fn cache_own_stack() {
-    if OWN.get().hi != 0 {
+    if own().hi != 0 {
         return;
     }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -94,6 +94,7 @@ fn synced_loader() -> Option<(u64, u64)> {
     if LOADER.get() != loader || loader.is_none() {
         let mut p = PREPARED.lock().unwrap_or_else(|e| e.into_inner());
         if *p != Some(loader) {
+            #[cfg(not(windows))]
             crate::prepare();
             *p = Some(loader);
         }

@@ -129,8 +129,15 @@ impl Buffer {
         }
     }
 
+    /// Anonymous mappings are Unix's: elsewhere every buffer is boxed.
+    #[cfg(not(unix))]
+    fn mapped(_len: usize) -> Option<Buffer> {
+        None
+    }
+
     /// `len` bytes rounded up to huge pages, from a mapping one huge page
     /// larger so that an aligned start can be cut from it.
+    #[cfg(unix)]
     fn mapped(len: usize) -> Option<Buffer> {
         let size = len.checked_add(HUGE - 1)? & !(HUGE - 1);
         let total = size.checked_add(HUGE)?;
@@ -178,9 +185,12 @@ impl Drop for Buffer {
             // SAFETY: `[start, start + size)` is the mapping `mapped` kept,
             // unmapped once, here; no slice of it outlives the `Shared`
             // that owns this buffer (see `Inflating::prefix`).
+            #[cfg(unix)]
             Some((start, size)) => unsafe {
                 libc::munmap(start as *mut libc::c_void, size);
             },
+            #[cfg(not(unix))]
+            Some(_) => {}
             // SAFETY: `ptr` and `len` come from `Box::into_raw` of a boxed
             // slice of `len` bytes in `zeroed`, reconstructed once, here.
             None => drop(unsafe {

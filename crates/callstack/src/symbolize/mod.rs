@@ -389,17 +389,25 @@ impl ModuleKey {
     /// The key of `info` (`None` when it has no build-id and its file
     /// cannot be read: it is then opened on its own).
     fn of(info: &ModuleInfo) -> Option<ModuleKey> {
-        use std::os::unix::fs::MetadataExt;
         if let Some(id) = info.build_id.as_ref().filter(|b| !b.is_empty()) {
             return Some(ModuleKey::BuildId(id.clone()));
         }
         let md = std::fs::metadata(&info.path).ok()?;
-        Some(ModuleKey::File(
-            info.path.clone(),
-            md.size(),
-            md.mtime(),
-            md.mtime_nsec(),
-        ))
+        #[cfg(unix)]
+        let (size, secs, nanos) = {
+            use std::os::unix::fs::MetadataExt;
+            (md.size(), md.mtime(), md.mtime_nsec())
+        };
+        #[cfg(not(unix))]
+        let (size, secs, nanos) = {
+            let t = md
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .unwrap_or_default();
+            (md.len(), t.as_secs() as i64, i64::from(t.subsec_nanos()))
+        };
+        Some(ModuleKey::File(info.path.clone(), size, secs, nanos))
     }
 }
 

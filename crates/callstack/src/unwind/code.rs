@@ -12,7 +12,9 @@
 //! frame-pointer walk keeps its current range in registers (see
 //! `fast::walk_bounded` and [`hints`]). Without `_dl_find_object` (glibc
 //! before 2.35) and without a snapshot nothing can be checked without a
-//! lock, and every value is accepted.
+//! lock, and every value is accepted. On Windows the lookup is the
+//! loader's module list and the PE section headers of the module holding
+//! the value (`sys/windows/loader.rs`).
 //!
 //! What is checked is a value, never the code: nothing is read at the
 //! address. The program headers are read right after `_dl_find_object`
@@ -139,10 +141,13 @@ pub(crate) fn code_range(addr: usize) -> Option<(usize, usize)> {
 #[cold]
 #[inline(never)]
 fn lookup(addr: usize) -> Option<(usize, usize)> {
+    #[cfg(not(windows))]
     let found = match crate::unwind::local::snapshot_code_range(addr as u64) {
         Some((lo, hi)) => Some((lo as usize, hi as usize)),
         None => exec_range(addr),
     };
+    #[cfg(windows)]
+    let found = exec_range(addr);
     if let Some(r) = found {
         RANGES.put(r);
     }
@@ -176,6 +181,16 @@ pub(crate) fn touch_at_load() {
     // `fetch_add(0)` would be compiled into a load).
     for w in [&RANGES.next, &RANGES.words[0], &HINTS[0]] {
         let _ = w.compare_exchange(0, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+/// Forgets every range found (a module was unloaded: its range may hold
+/// another module's data next). Lock-free; a walk running meanwhile may
+/// still use a range it read before.
+#[cfg(windows)]
+pub(crate) fn forget_all() {
+    for w in RANGES.words.iter().chain(HINTS.iter()) {
+        w.store(0, Ordering::Relaxed);
     }
 }
 
@@ -225,7 +240,16 @@ fn exec_range(addr: usize) -> Option<(usize, usize)> {
             None => Some((m.start as usize, m.end as usize)),
         }
     }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
+    // The executable section of the module holding it, from the loader's
+    // list.
+    #[cfg(windows)]
+    {
+        crate::sys::windows::loader::exec_range(addr)
+    }
+    #[cfg(not(any(
+        windows,
+        all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")
+    )))]
     {
         let _ = addr;
         Some((0, usize::MAX))
@@ -236,6 +260,7 @@ fn exec_range(addr: usize) -> Option<(usize, usize)> {
 /// executable `PT_LOAD` segment holding `addr`, at runtime addresses.
 /// `Some((0, 0))` (no range) when `addr` is in no executable segment; `None`
 /// when the headers are not in `first` (then nothing is known).
+#[cfg_attr(windows, allow(dead_code))]
 pub(crate) fn elf_exec_segment(first: &[u8], start: usize, addr: usize) -> Option<(usize, usize)> {
     const PT_LOAD: u32 = 1;
     const PF_X: u32 = 1;

@@ -47,12 +47,22 @@
 pub mod cfi;
 mod cfi_fast;
 pub(crate) mod code;
+#[cfg(not(windows))]
 pub(crate) mod hook_table;
 pub(crate) use cfi_fast::check_against_gimli;
 pub mod insn;
+// The in-process CFI capture (the ELF loader, the rule cache): not on
+// Windows, whose capture is `capture_fast` alone for now.
+#[cfg(not(windows))]
 pub(crate) mod local;
+// Windows x64 unwind data; read in process on Windows (`windows`), kept
+// compiled and tested on every host (PE images are read offline too).
+#[cfg_attr(not(windows), allow(dead_code))]
+mod pdata;
 mod table;
 mod unwinder;
+#[cfg(all(windows, callstack_fast))]
+pub(crate) mod windows;
 
 pub use crate::types::memory;
 pub use crate::types::{Frame, Memory, Method, ReadError, StopReason, UnwindError, UnwindRegs};

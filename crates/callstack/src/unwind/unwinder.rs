@@ -38,6 +38,15 @@ pub trait RuleSource<A: Arch> {
     /// The rule of the lookup address `addr`.
     fn rule(&self, addr: u64) -> Found<A::Rule>;
 
+    /// The rule of an exact pc (an interrupted one: a signal's, an
+    /// exception's), where a source knows more than [`RuleSource::rule`]
+    /// of such a pc (Windows x64: whether it stands in an epilogue, which
+    /// the unwind data does not describe). The default is `rule(pc)`.
+    #[inline(always)]
+    fn rule_exact(&self, pc: u64) -> Found<A::Rule> {
+        self.rule(pc)
+    }
+
     /// Evaluates the CFI of `addr` directly and applies it (for rows that
     /// are [`Arch::EVALUATE`]). Must not allocate when used in-process. The
     /// default, for a source that gives no such rows, has nothing to
@@ -409,7 +418,12 @@ impl<'s, A: Arch, S: RuleSource<A>, F: Fallback<A>> Unwinder<'s, A, S, F> {
         } else {
             regs.pc.wrapping_sub(1)
         };
-        let applied = match self.source.rule(addr) {
+        let found = if self.exact {
+            self.source.rule_exact(addr)
+        } else {
+            self.source.rule(addr)
+        };
+        let applied = match found {
             Found::Rule(rule) => match A::apply(rule, &regs, mem)? {
                 Applied::Evaluate => match self.source.evaluate(addr, &regs, mem) {
                     Ok(a) => a,

@@ -35,7 +35,7 @@ impl InProcess {
     /// `.dynsym` only, or nothing. Clears this process's analysis caches
     /// ([`super::cache::invalidate`]).
     pub fn new() -> InProcess {
-        let mut exec: Vec<(u64, u64)> = crate::sys::maps::executable_mappings()
+        let mut exec: Vec<(u64, u64)> = crate::sys::executable_mappings()
             .into_iter()
             .map(|(a, b)| (a as u64, b as u64))
             .collect();
