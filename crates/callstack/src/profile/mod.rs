@@ -334,17 +334,36 @@ impl Profile {
     /// profile. Addresses already named are not looked up again.
     #[cfg(feature = "symbolize")]
     pub fn name_jit_code(&mut self) {
-        let mut wanted: std::collections::BTreeSet<(u64, bool)> = Default::default();
-        for s in &self.stacks {
-            for (i, &a) in s.frames.iter().enumerate() {
-                let a = a as u64;
-                let exact = s.is_exact(i);
-                if self.module_of(a).is_none_or(is_anonymous) && !self.named_frames.contains_key(&a)
-                {
-                    wanted.insert((a, exact));
-                }
-            }
+        // Each address once, then each module's over them (a whole-host
+        // profile has hundreds of modules and a million frames): those in
+        // no module or in anonymous memory are wanted.
+        let mut all: Vec<(u64, bool)> = self
+            .stacks
+            .iter()
+            .flat_map(|s| {
+                s.frames
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, &a)| (a as u64, s.is_exact(i)))
+            })
+            .filter(|(a, _)| !self.named_frames.contains_key(a))
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        // The last module added that holds an address wins, as in
+        // `module_of`.
+        let mut owner: Vec<Option<usize>> = vec![None; all.len()];
+        for (k, m) in self.modules.iter().enumerate() {
+            let lo = all.partition_point(|&(a, _)| a < m.start);
+            let hi = all.partition_point(|&(a, _)| a < m.end);
+            owner[lo..hi.max(lo)].fill(Some(k));
         }
+        let wanted: Vec<(u64, bool)> = all
+            .into_iter()
+            .zip(owner)
+            .filter(|(_, o)| o.is_none_or(|k| is_anonymous(&self.modules[k])))
+            .map(|(w, _)| w)
+            .collect();
         if wanted.is_empty() {
             return;
         }

@@ -42,10 +42,11 @@ pub const PYTHON_BASE: u64 = 0x6000_0000_0000_0000;
 const HISTORY_NS: u64 = 2_000_000_000;
 /// At most this many stacks kept per thread.
 const MAX_HISTORY: usize = 8192;
-/// How often a process not (yet) found to run Python is looked at again:
-/// the first wait, doubled each time up to the last, this many times;
-/// after that, only when its program changes (an exec), seen once a
-/// `LAST_RETRY`.
+/// How often a process that maps a python file but was not found to run
+/// Python yet (its libpython not mapped yet) is looked at again: the first
+/// wait, doubled each time up to the last, this many times; after that,
+/// as one that maps none, only when it maps one ([`SampleHook::mapped`])
+/// or its program changes (an exec, or seen once a `LAST_RETRY`).
 const FIRST_RETRY: Duration = Duration::from_millis(5);
 const LAST_RETRY: Duration = Duration::from_secs(1);
 const MAX_TRIES: u32 = 16;
@@ -242,6 +243,18 @@ impl SampleHook for PythonRecorder {
         st.new_pids.push(pid);
     }
 
+    fn mapped(&self, pid: u32, path: &str) {
+        // A python file mapped (libpython, loaded by its program or by an
+        // embedding one): looked at again, unless already read.
+        if super::is_python_file(path) {
+            let mut st = self.lock();
+            if pid != std::process::id() && !st.eval.contains_key(&pid) {
+                st.seen.insert(pid);
+                st.new_pids.push(pid);
+            }
+        }
+    }
+
     fn sample(
         &self,
         pid: u32,
@@ -392,11 +405,24 @@ fn exe_of(pid: u32) -> Option<std::path::PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()
 }
 
+/// What a look at a process found.
+#[derive(Debug)]
+enum Look {
+    /// Its interpreter.
+    Found(Interpreter),
+    /// No python file among its code (or it is gone): looked at again
+    /// only when it maps one or execs (see [`SampleHook::mapped`]).
+    NoPython,
+    /// A python file, but no interpreter read yet (its libpython not
+    /// mapped yet), or one refused (why): looked at again soon.
+    NotYet(Option<String>),
+}
+
 /// The interpreter of process `pid`, from its modules now.
-fn find(pid: u32, lookup: &Lookup) -> Result<Option<Interpreter>, String> {
+fn find(pid: u32, lookup: &Lookup) -> Look {
     // Gone (or not ours to read): nothing to say about it.
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return Ok(None);
+        return Look::NoPython;
     };
     let mut maps: Vec<Mapping> = text
         .lines()
@@ -413,12 +439,16 @@ fn find(pid: u32, lookup: &Lookup) -> Result<Option<Interpreter>, String> {
         .collect();
     maps.retain(|m| runs.contains(&m.path));
     if !maps.iter().any(|m| super::is_python_file(&m.path)) {
-        return Ok(None);
+        return Look::NoPython;
     }
     let mut mods = files::group_mappings(&maps);
     let mut warnings = Vec::new();
     files::resolve_files(&mut mods, lookup, None, &mut warnings);
-    Interpreter::find_in(&mods).map_err(|e| e.to_string())
+    match Interpreter::find_in(&mods) {
+        Ok(Some(i)) => Look::Found(i),
+        Ok(None) => Look::NotYet(None),
+        Err(e) => Look::NotYet(Some(e.to_string())),
+    }
 }
 
 /// The sampling thread: looks for the interpreter of each process given,
@@ -471,7 +501,7 @@ fn run(shared: &Shared) {
                         .min(LAST_RETRY);
                     p.next_try = now + wait;
                     match find(p.pid, &shared.lookup) {
-                        Ok(Some(i)) => {
+                        Look::Found(i) => {
                             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
                             st.eval.insert(p.pid, i.eval_ranges.clone());
                             // Read every period until its first tally.
@@ -485,8 +515,12 @@ fn run(shared: &Shared) {
                             }
                             p.sampler = Some(Sampler::new(i, p.pid));
                         }
-                        Ok(None) => {}
-                        Err(e) => p.error = Some(e),
+                        // Not a python process (most of a host's): no
+                        // more looks until it maps a python file or execs
+                        // (a whole-host recording sees thousands of
+                        // short-lived processes).
+                        Look::NoPython => p.tries = MAX_TRIES,
+                        Look::NotYet(e) => p.error = e,
                     }
                     // Why it is not read, said at the end unless found
                     // since (a python whose libpython is not mapped yet is
@@ -777,7 +811,7 @@ mod find_tests {
         let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
         assert!(map.len() > 4096);
         let found = super::find(std::process::id(), &super::Lookup::default());
-        assert!(matches!(found, Ok(None)), "{found:?}");
+        assert!(matches!(found, super::Look::NoPython), "{found:?}");
         drop(map);
     }
 }

@@ -135,6 +135,9 @@ pub trait SampleHook: Send + Sync + std::fmt::Debug {
     /// Process `pid` exec'd a new program (seen in the ring, some
     /// milliseconds after).
     fn exec(&self, _pid: u32) {}
+    /// Process `pid` mapped the code of the file `path` (seen in the ring,
+    /// some milliseconds after).
+    fn mapped(&self, _pid: u32, _path: &str) {}
     /// One sample of thread `tid` of process `pid`, taken at `time`
     /// (CLOCK_MONOTONIC, nanoseconds): `frames` innermost first (kernel
     /// frames, then user ones from index `user`, moved into their files'
@@ -597,8 +600,14 @@ impl Space {
 
 /// This process's vDSO image: the kernel maps the same one into every
 /// process, so a target's vDSO unwinds with ours.
+/// (Found once: every process's snapshot asks for it; each gets its own
+/// copy of the few KiB, freed with it.)
 fn own_vdso() -> Option<std::sync::Arc<Vec<u8>>> {
-    crate::modules::vdso_image().map(std::sync::Arc::new)
+    static IMAGE: std::sync::OnceLock<Option<Vec<u8>>> = std::sync::OnceLock::new();
+    IMAGE
+        .get_or_init(crate::modules::vdso_image)
+        .clone()
+        .map(std::sync::Arc::new)
 }
 
 fn snapshot_of(mappings: &[Mapping], lookup: &Lookup, pid: u32, arch: Machine) -> Snapshot {
@@ -906,6 +915,9 @@ impl Recording<'_> {
                 if pid == self.root_pid && self.exe_pending {
                     self.exe_pending = false;
                     self.main_exe = Some(path.clone());
+                }
+                if let Some(h) = &self.opts.sample_hook {
+                    h.mapped(pid, &path);
                 }
                 let space = self.spaces.entry(pid).or_default();
                 space.add(Mapping {
