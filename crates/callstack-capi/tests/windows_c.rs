@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use callstack::symbolize::{Address, Symbolizer};
-use testsupport::{c_fixtures, scratch_dir, workspace_root};
+use testsupport::{c_fixtures, run_under_wine, scratch_dir, windows_stage_path, workspace_root};
 
 /// What the Rust standard library in `libcallstack.a` links against on
 /// this target (`--print native-static-libs`).
@@ -50,16 +50,10 @@ const NATIVE_LIBS: &[&str] = &[
 /// where they kept a frame record.
 const CRT: &[&str] = &["__tmainCRTStartup", "mainCRTStartup", "WinMainCRTStartup"];
 
-fn env_path(name: &str) -> PathBuf {
-    PathBuf::from(std::env::var_os(name).unwrap_or_else(|| {
-        panic!("{name} is not set: run this test through scripts/test-windows.sh")
-    }))
-}
-
 /// Builds the fixture with `flags` by mingw-w64's gcc, into a file of its
 /// own per test.
 fn build(mode: &str, flags: &str) -> PathBuf {
-    let lib = env_path("CALLSTACK_WINDOWS_LIB").join("libcallstack.a");
+    let lib = windows_stage_path("CALLSTACK_WINDOWS_LIB").join("libcallstack.a");
     assert!(lib.exists(), "{} is missing", lib.display());
     let tag: String = flags.split_whitespace().collect();
     let out = scratch_dir("windows_c").join(format!("win_chain-{mode}{tag}.exe"));
@@ -84,21 +78,7 @@ fn build(mode: &str, flags: &str) -> PathBuf {
 
 /// Runs `exe` under wine with `arg`; its standard output.
 fn run(exe: &Path, arg: &str) -> String {
-    let o = Command::new(env_path("CALLSTACK_WINE"))
-        .arg(exe)
-        .arg(arg)
-        .env("WINEDEBUG", "-all")
-        .output()
-        .expect("run wine");
-    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(
-        o.status.success(),
-        "{} under wine: {}\nstdout:\n{stdout}\nstderr:\n{}",
-        exe.display(),
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    stdout
+    run_under_wine(exe, &[arg])
 }
 
 #[derive(Debug)]
@@ -434,7 +414,7 @@ fn capture_exact_chains_at_o2_without_frame_pointers() {
 #[test]
 #[ignore = "the Windows stage: scripts/test-windows.sh"]
 fn capture_exact_forgets_an_unloaded_modules_rules_after_prepare() {
-    let lib = env_path("CALLSTACK_WINDOWS_LIB").join("libcallstack.a");
+    let lib = windows_stage_path("CALLSTACK_WINDOWS_LIB").join("libcallstack.a");
     let dir = scratch_dir("windows_unload");
     let gcc = |args: &[&str], out: &str| {
         let mut cmd = Command::new("x86_64-w64-mingw32-gcc");

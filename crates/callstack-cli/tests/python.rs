@@ -745,13 +745,7 @@ fn record_attributes_time_to_python_functions() {
 /// and pyenv's 3.12 where present.
 #[test]
 fn whole_host_record_attributes_python_time_among_busy_processes() {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .ok()
-        .and_then(|s| s.trim().parse::<i32>().ok())
-        .unwrap_or(3);
-    if !root && paranoid > 0 {
+    if !testsupport::whole_host_allowed() {
         eprintln!("skipped: -a needs root or perf_event_paranoid <= 0");
         return;
     }

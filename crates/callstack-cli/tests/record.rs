@@ -1164,13 +1164,7 @@ fn off_cpu_time_by_blocking_stack() {
 /// program's split holds within 5 points; `--comm` narrows by name.
 #[test]
 fn whole_host() {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .ok()
-        .and_then(|s| s.trim().parse::<i32>().ok())
-        .unwrap_or(3);
-    if !root && paranoid > 0 {
+    if !whole_host_allowed() {
         eprintln!("skipped: -a needs root or perf_event_paranoid <= 0");
         return;
     }
@@ -1258,13 +1252,7 @@ fn python_spinning(secs: f64) -> std::process::Child {
 
 /// Whether `record -a` may run here (root, or `perf_event_paranoid` <= 0).
 fn whole_host_allowed() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .ok()
-        .and_then(|s| s.trim().parse::<i32>().ok())
-        .unwrap_or(3);
-    root || paranoid <= 0
+    testsupport::whole_host_allowed()
 }
 
 /// A C program (70/20/10, no frame pointers: its CFI is needed) and

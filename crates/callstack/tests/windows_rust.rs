@@ -14,16 +14,10 @@
 //! Run by `scripts/test-windows.sh` (ignored otherwise), which builds the
 //! example and says where it and wine are: `CALLSTACK_WINDOWS_EXAMPLES`
 //! (the example's directory), `CALLSTACK_WINE`, `WINEPREFIX`.
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
+use testsupport::{run_under_wine, windows_stage_path};
 
 use callstack::symbolize::{Address, Symbolizer};
-
-fn env_path(name: &str) -> PathBuf {
-    PathBuf::from(std::env::var_os(name).unwrap_or_else(|| {
-        panic!("{name} is not set: run this test through scripts/test-windows.sh")
-    }))
-}
 
 /// A frame as named here: function, file name, line; frames of other
 /// modules by their module's file name, lowercase.
@@ -127,20 +121,8 @@ fn check(label: &str, named: &[Named], first: &[Named], through: &str, last: &[&
 #[test]
 #[ignore = "the Windows stage: scripts/test-windows.sh"]
 fn capture_exact_chains_of_rust_code() {
-    let exe = env_path("CALLSTACK_WINDOWS_EXAMPLES").join("win_chain.exe");
-    let o = Command::new(env_path("CALLSTACK_WINE"))
-        .arg(&exe)
-        .env("WINEDEBUG", "-all")
-        .output()
-        .expect("run wine");
-    let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(
-        o.status.success(),
-        "{} under wine: {}\n{text}\n{}",
-        exe.display(),
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let exe = windows_stage_path("CALLSTACK_WINDOWS_EXAMPLES").join("win_chain.exe");
+    let text = run_under_wine(&exe, &[]);
     let mut sym = Symbolizer::for_file(&exe).expect("open the PE");
     let leaf = || own("win_chain::leaf", line_of("fn leaf(", "capture_exact"));
     let beta = || own("win_chain::beta", line_of("fn beta(", "leaf(skip)"));

@@ -547,6 +547,47 @@ pub fn pprof_with_binutils() -> Option<PathBuf> {
         .clone()
 }
 
+/// Whether `perf_event_open` may record every process here (`record -a`):
+/// root, or `perf_event_paranoid` at most 0.
+pub fn whole_host_allowed() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .unwrap_or(3);
+    root || paranoid <= 0
+}
+
+/// The path in environment variable `name`, which the Windows stage
+/// (`scripts/test-windows.sh`) sets; a clear panic when it is not set.
+pub fn windows_stage_path(name: &str) -> PathBuf {
+    PathBuf::from(std::env::var_os(name).unwrap_or_else(|| {
+        panic!("{name} is not set: run this test through scripts/test-windows.sh")
+    }))
+}
+
+/// Runs the Windows program `exe` with `args` under the stage's wine
+/// (`CALLSTACK_WINE`); its standard output, after checking that it
+/// succeeded (the panic shows both outputs).
+pub fn run_under_wine(exe: &Path, args: &[&str]) -> String {
+    let o = Command::new(windows_stage_path("CALLSTACK_WINE"))
+        .arg(exe)
+        .args(args)
+        .env("WINEDEBUG", "-all")
+        .output()
+        .expect("run wine");
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{} under wine: {}\nstdout:\n{stdout}\nstderr:\n{}",
+        exe.display(),
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
