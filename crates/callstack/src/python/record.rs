@@ -7,8 +7,9 @@
 //! non-blocking mode does: a thread of the recorder reads every thread's
 //! Python stack of each python process recorded, at the recording's rate,
 //! without stopping it (`process_vm_readv`; [`super::Sampler`] keeps what
-//! it read of code objects, so that a warm read costs two reads per
-//! frame), and stamps each read with CLOCK_MONOTONIC, the clock of the perf
+//! it read of code objects, and reads again first, in one call, where its
+//! last read looked: a warm read is one system call), and stamps each read
+//! with CLOCK_MONOTONIC, the clock of the perf
 //! samples' times. Each sample whose native chain runs
 //! `_PyEval_EvalFrameDefault` then takes its thread's Python stack read
 //! nearest its time, and its Python frames replace the evaluation loop's
