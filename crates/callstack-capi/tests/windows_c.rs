@@ -174,16 +174,7 @@ fn name(sym: &mut Symbolizer, exe: &Path, bias: u64, f: &Frame, exact: bool) -> 
 /// The line of the fixture holding `needle` (the first one at or after the
 /// line holding `after`).
 fn line_of(after: &str, needle: &str) -> u32 {
-    let src = std::fs::read_to_string(c_fixtures().join("win_chain.c")).unwrap();
-    let start = src.lines().position(|l| l.contains(after)).unwrap();
-    let i = src
-        .lines()
-        .enumerate()
-        .skip(start)
-        .find(|(_, l)| l.contains(needle))
-        .unwrap()
-        .0;
-    i as u32 + 1
+    testsupport::line_of(&c_fixtures().join("win_chain.c"), after, needle)
 }
 
 /// A frame the test expects.

@@ -74,19 +74,11 @@ fn capture(text: &str, label: &str, exe: &Path, sym: &mut Symbolizer) -> Vec<Nam
 /// The line of `examples/win_chain.rs` holding `needle`, the first at or
 /// after the line holding `after`.
 fn line_of(after: &str, needle: &str) -> u32 {
-    let src = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/win_chain.rs"),
+    testsupport::line_of(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/win_chain.rs"),
+        after,
+        needle,
     )
-    .unwrap();
-    let start = src.lines().position(|l| l.contains(after)).unwrap();
-    let i = src
-        .lines()
-        .enumerate()
-        .skip(start)
-        .find(|(_, l)| l.contains(needle))
-        .unwrap()
-        .0;
-    i as u32 + 1
 }
 
 fn own(f: &str, line: u32) -> Named {

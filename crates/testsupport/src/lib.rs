@@ -547,6 +547,25 @@ pub fn pprof_with_binutils() -> Option<PathBuf> {
         .clone()
 }
 
+/// The 1-based line of the source file `path` holding `needle`: the first
+/// one at or after the line holding `after` (a test's expected call lines,
+/// found by their text rather than by number).
+pub fn line_of(path: &Path, after: &str, needle: &str) -> u32 {
+    let src = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let start = src
+        .lines()
+        .position(|l| l.contains(after))
+        .unwrap_or_else(|| panic!("no {after:?} in {}", path.display()));
+    let i = src
+        .lines()
+        .enumerate()
+        .skip(start)
+        .find(|(_, l)| l.contains(needle))
+        .unwrap_or_else(|| panic!("no {needle:?} after {after:?} in {}", path.display()))
+        .0;
+    i as u32 + 1
+}
+
 /// Whether `perf_event_open` may record every process here (`record -a`):
 /// root, or `perf_event_paranoid` at most 0.
 pub fn whole_host_allowed() -> bool {

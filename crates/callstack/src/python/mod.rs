@@ -646,34 +646,33 @@ struct Block<'a> {
 }
 
 impl<'a> Block<'a> {
+    /// `span` bytes (512 at most) of `mem` at `base`, read now.
     fn read(mem: &'a dyn ReadTarget, base: u64, span: u64) -> Block<'a> {
-        let mut b = Block {
-            mem,
-            base,
-            len: 0,
-            bytes: [0; 512],
-        };
+        let mut b = Block::empty(mem, base);
         let len = (span as usize).min(b.bytes.len());
         if mem.read_bytes(base, &mut b.bytes[..len]) {
             b.len = len;
         }
         b
     }
-}
 
-impl<'a> Block<'a> {
     /// A block of bytes already read at `base` (empty: none were).
     fn of(mem: &'a dyn ReadTarget, base: u64, bytes: &[u8]) -> Block<'a> {
-        let mut b = Block {
-            mem,
-            base,
-            len: 0,
-            bytes: [0; 512],
-        };
+        let mut b = Block::empty(mem, base);
         let len = bytes.len().min(b.bytes.len());
         b.bytes[..len].copy_from_slice(&bytes[..len]);
         b.len = len;
         b
+    }
+
+    /// No bytes held: every read goes to `mem`.
+    fn empty(mem: &'a dyn ReadTarget, base: u64) -> Block<'a> {
+        Block {
+            mem,
+            base,
+            len: 0,
+            bytes: [0; 512],
+        }
     }
 }
 
