@@ -220,18 +220,25 @@ impl Event {
         self.fd
     }
 
-    /// Copies every complete record of the ring into `out` (one after
-    /// another, each with its 8-byte header) and frees their space.
-    pub(crate) fn drain(&self, out: &mut Vec<u8>) {
+    /// Hands every complete record of the ring (with its 8-byte header)
+    /// to `each`, then frees their space. A record is read where the
+    /// kernel wrote it; only one that wraps around the ring's end is
+    /// copied (into `scratch`) to be whole. Samples are large (the user
+    /// stack copy): copying each one out first was a sixth of a
+    /// whole-host recording's CPU.
+    pub(crate) fn drain(&self, scratch: &mut Vec<u8>, mut each: impl FnMut(&[u8])) {
         // SAFETY: the metadata page is mapped; data_head (offset 1024) is
         // written by the kernel, read with acquire ordering; data_tail (1032)
-        // is ours. Data pages follow the metadata page.
+        // is ours. Data pages follow the metadata page. The kernel writes
+        // only outside [tail, head) until we store a new tail, so the
+        // slices handed out stay unchanged while `each` reads them.
         unsafe {
             let head_p = self.base.add(1024) as *const std::sync::atomic::AtomicU64;
             let tail_p = self.base.add(1032) as *const std::sync::atomic::AtomicU64;
             let head = (*head_p).load(std::sync::atomic::Ordering::Acquire);
             let tail = (*tail_p).load(std::sync::atomic::Ordering::Relaxed);
             let data = self.base.add(page_size());
+            let ring = self.data_size as usize;
             let mut pos = tail;
             while pos < head {
                 let at = |p: u64| data.add((p % self.data_size) as usize);
@@ -239,19 +246,25 @@ impl Event {
                 for (i, b) in hdr.iter_mut().enumerate() {
                     *b = *at(pos + i as u64);
                 }
-                let size = u16::from_le_bytes([hdr[6], hdr[7]]) as u64;
-                if size < 8 || pos + size > head {
+                let size = u16::from_le_bytes([hdr[6], hdr[7]]) as usize;
+                if size < 8 || pos + size as u64 > head {
                     break;
                 }
                 let start = (pos % self.data_size) as usize;
-                let first = (self.data_size as usize - start).min(size as usize);
-                out.extend_from_slice(std::slice::from_raw_parts(at(pos), first));
-                if first < size as usize {
-                    out.extend_from_slice(std::slice::from_raw_parts(data, size as usize - first));
+                let first = (ring - start).min(size);
+                if first == size {
+                    each(std::slice::from_raw_parts(at(pos), size));
+                } else {
+                    scratch.clear();
+                    scratch.extend_from_slice(std::slice::from_raw_parts(at(pos), first));
+                    scratch.extend_from_slice(std::slice::from_raw_parts(data, size - first));
+                    each(scratch);
                 }
-                pos += size;
+                pos += size as u64;
+                // Freed record by record: the kernel may write again
+                // while the next ones are handled.
+                (*tail_p).store(pos, std::sync::atomic::Ordering::Release);
             }
-            (*tail_p).store(pos, std::sync::atomic::Ordering::Release);
         }
     }
 }
