@@ -40,7 +40,7 @@ const FLAG_FIRST_EXACT: u64 = 1;
 const FLAG_HAS_TAG: u64 = 2;
 
 /// A module of the traced process.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ModuleRecord {
     /// Path of the file in the traced process.
     pub path: PathBuf,

@@ -69,6 +69,93 @@ struct LazySet<A: crate::arch::Arch> {
     code: RemoteCode,
     /// Each module's direct CFI reader, sorted by start.
     direct: Vec<Direct>,
+    /// The rules found in compiled tables, by pc ([`RuleCache`]).
+    cache: RuleCache,
+}
+
+/// A direct-mapped cache of the rules a [`LazySet`] found in its compiled
+/// tables: a recording meets the same few return addresses sample after
+/// sample, and each would otherwise be two binary searches (the module,
+/// then its table's rows, mostly cache misses in large tables). One word
+/// per entry, the pc above a rule packed in 16 bits ([`Arch::pack`]), so
+/// that threads sharing the set never see a pc with another's rule.
+/// Rules that do not pack (0) and pcs of no module are not kept.
+///
+/// [`Arch::pack`]: crate::arch::Arch::pack
+struct RuleCache {
+    slots: Box<[std::sync::atomic::AtomicU64]>,
+}
+
+impl RuleCache {
+    const SLOTS: usize = 1024;
+
+    fn new() -> RuleCache {
+        RuleCache {
+            slots: (0..Self::SLOTS)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
+        }
+    }
+
+    fn slot(&self, pc: u64) -> &std::sync::atomic::AtomicU64 {
+        let h = pc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54;
+        &self.slots[h as usize & (Self::SLOTS - 1)]
+    }
+
+    /// The packed rule kept for `pc`.
+    fn get(&self, pc: u64) -> Option<u16> {
+        if pc >> 48 != 0 {
+            return None;
+        }
+        let w = self.slot(pc).load(std::sync::atomic::Ordering::Relaxed);
+        (w != 0 && w >> 16 == pc).then_some(w as u16)
+    }
+
+    fn put(&self, pc: u64, packed: u16) {
+        if pc >> 48 == 0 && packed != 0 {
+            let w = (pc << 16) | packed as u64;
+            self.slot(pc).store(w, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn clear(&mut self) {
+        for s in self.slots.iter_mut() {
+            *s.get_mut() = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod rule_cache_tests {
+    use super::RuleCache;
+
+    /// A pc gets back its own rule, never another pc's in the same slot;
+    /// rules that do not pack and pcs above 48 bits are not kept.
+    #[test]
+    fn a_pc_gets_its_own_rule_or_none() {
+        let mut c = RuleCache::new();
+        c.put(0x5555_0000_1234, 7);
+        assert_eq!(c.get(0x5555_0000_1234), Some(7));
+        assert_eq!(c.get(0x5555_0000_1235), None);
+        // Every pc of many, in 1024 slots: a hit is always the pc's own.
+        for pc in (0..20_000u64).map(|i| 0x7f00_0000_0000 + i * 13) {
+            c.put(pc, (pc % 60_000) as u16 + 1);
+        }
+        let mut hits = 0;
+        for pc in (0..20_000u64).map(|i| 0x7f00_0000_0000 + i * 13) {
+            if let Some(p) = c.get(pc) {
+                assert_eq!(p, (pc % 60_000) as u16 + 1);
+                hits += 1;
+            }
+        }
+        assert!(hits > 0 && hits <= RuleCache::SLOTS);
+        c.put(0x1000, 0);
+        assert_eq!(c.get(0x1000), None);
+        c.put(1 << 50, 3);
+        assert_eq!(c.get(1 << 50), None);
+        c.clear();
+        assert!((0..20_000u64).all(|i| c.get(0x7f00_0000_0000 + i * 13).is_none()));
+    }
 }
 
 /// A module's `.eh_frame` read pc by pc until `budget` lookups have been
@@ -86,6 +173,10 @@ struct Direct {
     used: std::sync::atomic::AtomicUsize,
     /// The key its compiled table is shared under ([`shared_tables`]).
     key: Option<String>,
+    /// The caller's clock at the last frame found in the module
+    /// ([`RemoteUnwinder::mark_used`]): which tables a memory budget
+    /// drops first.
+    last_used: std::sync::atomic::AtomicU64,
 }
 
 struct DirectCfi {
@@ -168,6 +259,139 @@ impl DirectCfi {
 /// same file (path and build-id): the recorder of a whole host, or of a
 /// program that forks, compiles glibc's CFI once, not once per process.
 /// Held weakly: a table goes when no snapshot uses it any more.
+/// Strong holds on the shared items (tables, function lists) most
+/// recently asked for, up to a number of bytes: a whole-host recording
+/// sees the same programs (`gzip`, `sleep`, a compiler) start and exit
+/// again and again, and a table held only by its processes' snapshots is
+/// freed with the last of them and compiled again for the next. Off
+/// (0 bytes) unless a recorder sets a limit ([`set_keep_bytes`]); the
+/// holds count in the live bytes a memory budget sees, and
+/// [`release_kept`] lets them go.
+pub(crate) mod kept {
+    use std::any::Any;
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    type Hold = (String, Arc<dyn Any + Send + Sync>, usize);
+
+    /// The holds, oldest first, and their bytes and limit.
+    pub(super) struct Kept {
+        holds: VecDeque<Hold>,
+        bytes: usize,
+        limit: usize,
+    }
+
+    impl Kept {
+        pub(super) const fn new() -> Kept {
+            Kept {
+                holds: VecDeque::new(),
+                bytes: 0,
+                limit: 0,
+            }
+        }
+
+        /// Holds `item` as the most recent one, letting the oldest go
+        /// while over the limit.
+        pub(super) fn touch(&mut self, key: &str, item: Arc<dyn Any + Send + Sync>, bytes: usize) {
+            // A large item (a compiler's or a browser's library) is not
+            // kept: it would push out many small ones.
+            if bytes > self.limit / 4 {
+                return;
+            }
+            if let Some(i) = self.holds.iter().position(|h| h.0 == key) {
+                let h = self.holds.remove(i).expect("found");
+                self.bytes -= h.2;
+            }
+            self.holds.push_back((key.to_string(), item, bytes));
+            self.bytes += bytes;
+            while self.bytes > self.limit {
+                let Some(h) = self.holds.pop_front() else {
+                    break;
+                };
+                self.bytes -= h.2;
+            }
+        }
+
+        pub(super) fn set_limit(&mut self, limit: usize) {
+            self.limit = limit;
+            while self.bytes > self.limit {
+                let Some(h) = self.holds.pop_front() else {
+                    break;
+                };
+                self.bytes -= h.2;
+            }
+        }
+    }
+
+    pub(super) static TABLES: Mutex<Kept> = Mutex::new(Kept::new());
+    pub(super) static FUNCTIONS: Mutex<Kept> = Mutex::new(Kept::new());
+
+    fn lock(m: &Mutex<Kept>) -> std::sync::MutexGuard<'_, Kept> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps up to `bytes` of the most recently asked-for tables, and as
+    /// many of function lists, alive after the last snapshot using them
+    /// is gone (0: none, the default).
+    pub(crate) fn set_keep_bytes(bytes: usize) {
+        lock(&TABLES).set_limit(bytes);
+        lock(&FUNCTIONS).set_limit(bytes);
+    }
+
+    /// Lets every hold go (the items used by a snapshot stay).
+    pub(crate) fn release_kept() {
+        let limit = lock(&TABLES).limit;
+        set_keep_bytes(0);
+        set_keep_bytes(limit);
+    }
+
+    pub(super) fn touch(
+        m: &Mutex<Kept>,
+        key: &str,
+        item: Arc<dyn Any + Send + Sync>,
+        bytes: usize,
+    ) {
+        lock(m).touch(key, item, bytes);
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// The most recent holds stay within the limit, the oldest go
+        /// first, one too large for a quarter of it is not held, and a
+        /// held item lives on after its last other owner lets it go.
+        #[test]
+        fn holds_the_most_recent_within_the_limit() {
+            let mut k = Kept::new();
+            let item = |n: u32| -> Arc<dyn Any + Send + Sync> { Arc::new(n) };
+            // Off: nothing held.
+            k.touch("a", item(0), 10);
+            assert!(k.holds.is_empty());
+            k.set_limit(100);
+            let a = item(1);
+            let weak = Arc::downgrade(&a);
+            k.touch("a", a, 20);
+            k.touch("b", item(2), 20);
+            k.touch("c", item(3), 20);
+            assert!(weak.upgrade().is_some(), "held after its owner let go");
+            // Asked for again: the most recent; then "b" is the oldest.
+            k.touch("a", item(1), 20);
+            k.touch("d", item(4), 25);
+            k.touch("e", item(5), 25);
+            let keys: Vec<&str> = k.holds.iter().map(|h| h.0.as_str()).collect();
+            assert_eq!(keys, ["c", "a", "d", "e"]);
+            assert_eq!(k.bytes, 90);
+            // Larger than a quarter of the limit: not held.
+            k.touch("big", item(6), 26);
+            assert!(k.holds.iter().all(|h| h.0 != "big"));
+            k.set_limit(0);
+            assert!(k.holds.is_empty() && k.bytes == 0);
+            assert!(weak.upgrade().is_none(), "let go at limit 0");
+        }
+    }
+}
+
 pub(crate) mod shared_tables {
     use super::UnwindTable;
     use std::any::Any;
@@ -241,19 +465,23 @@ pub(crate) mod shared_tables {
                 .and_then(|t| t.downcast::<UnwindTable<A>>().ok())
         };
         if let Some(t) = found {
+            super::kept::touch(&super::kept::TABLES, key, t.clone(), t.heap_bytes());
             return t;
         }
         // Compiled outside the lock (another thread may compile the same
         // table meanwhile: the last one stays, both are right).
         let t = compile();
-        let mut map = TABLES.lock().unwrap_or_else(|e| e.into_inner());
-        let map = map.get_or_insert_with(HashMap::new);
-        if map.len() > 4096 {
-            map.retain(|_, (w, _)| w.strong_count() > 0);
-        }
         let bytes = t.heap_bytes();
         let any: Arc<dyn Any + Send + Sync> = t.clone();
-        map.insert(key.to_string(), (Arc::downgrade(&any), bytes));
+        {
+            let mut map = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+            let map = map.get_or_insert_with(HashMap::new);
+            if map.len() > 4096 {
+                map.retain(|_, (w, _)| w.strong_count() > 0);
+            }
+            map.insert(key.to_string(), (Arc::downgrade(&any), bytes));
+        }
+        super::kept::touch(&super::kept::TABLES, key, any, bytes);
         t
     }
 
@@ -307,6 +535,7 @@ impl<A: crate::arch::Arch> LazySet<A> {
                 cfi: std::sync::OnceLock::new(),
                 used: std::sync::atomic::AtomicUsize::new(0),
                 key: key.clone(),
+                last_used: std::sync::atomic::AtomicU64::new(0),
             });
             set.add_shared(m.start, m.end, m.bias, move || {
                 let compile = || {
@@ -332,13 +561,19 @@ impl<A: crate::arch::Arch> LazySet<A> {
             });
         }
         direct.sort_by_key(|d| d.start);
-        LazySet { set, code, direct }
+        LazySet {
+            set,
+            code,
+            direct,
+            cache: RuleCache::new(),
+        }
     }
 
     /// Drops the compiled table of every module shared under `key` (and
     /// its mapped CFI): its next lookups are direct again, its table
     /// compiled again once they are many.
     fn forget(&mut self, key: &str) {
+        self.cache.clear();
         for d in &mut self.direct {
             if d.key.as_deref() == Some(key) {
                 d.cfi = std::sync::OnceLock::new();
@@ -348,11 +583,24 @@ impl<A: crate::arch::Arch> LazySet<A> {
         }
     }
 
-    /// The shared key of the module holding `addr`.
-    fn key_at(&self, addr: u64) -> Option<&str> {
+    /// Marks the module holding `addr` used at `tick`; its range.
+    fn mark_used(&self, addr: u64, tick: u64) -> Option<(u64, u64)> {
         let i = self.direct.partition_point(|d| d.start <= addr);
         let d = self.direct.get(i.checked_sub(1)?)?;
-        (addr < d.end).then_some(d.key.as_deref()).flatten()
+        if addr >= d.end {
+            return None;
+        }
+        d.last_used
+            .store(tick, std::sync::atomic::Ordering::Relaxed);
+        Some((d.start, d.end))
+    }
+
+    /// Each shared module's key and the tick it was last marked used at.
+    fn used_ticks(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.direct.iter().filter_map(|d| {
+            let t = d.last_used.load(std::sync::atomic::Ordering::Relaxed);
+            d.key.as_deref().map(|k| (k, t))
+        })
     }
 
     /// The direct reader of the module holding `addr`.
@@ -388,13 +636,22 @@ impl<A: crate::arch::Arch> LazySet<A> {
 
 impl<A: crate::arch::Arch> RuleSource<A> for LazySet<A> {
     fn rule(&self, addr: u64) -> Found<A::Rule> {
+        // Only rules of compiled tables are cached: a pc found here is in a
+        // module past its direct lookups (`forget` empties the cache).
+        if let Some(p) = self.cache.get(addr) {
+            return Found::Rule(A::unpack(p));
+        }
         if let Some((d, cfi)) = self.direct(addr) {
             if d.used.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < cfi.budget {
                 // `evaluate` reads this lookup's FDE from `.eh_frame`.
                 return Found::Rule(A::EVALUATE);
             }
         }
-        self.set.rule(addr)
+        let found = self.set.rule(addr);
+        if let Found::Rule(r) = found {
+            self.cache.put(addr, A::pack(r));
+        }
+        found
     }
 
     fn evaluate<M: Memory + ?Sized>(
@@ -506,15 +763,19 @@ pub(crate) mod shared_functions {
                 .and_then(|(w, _)| w.upgrade())
         };
         if let Some(l) = found {
+            super::kept::touch(&super::kept::FUNCTIONS, key, l.clone(), l.bytes());
             return l;
         }
         let l = Arc::new(read());
-        let mut map = LISTS.lock().unwrap_or_else(|e| e.into_inner());
-        let map = map.get_or_insert_with(HashMap::new);
-        if map.len() > 4096 {
-            map.retain(|_, (w, _)| w.strong_count() > 0);
+        {
+            let mut map = LISTS.lock().unwrap_or_else(|e| e.into_inner());
+            let map = map.get_or_insert_with(HashMap::new);
+            if map.len() > 4096 {
+                map.retain(|_, (w, _)| w.strong_count() > 0);
+            }
+            map.insert(key.to_string(), (Arc::downgrade(&l), l.bytes()));
         }
-        map.insert(key.to_string(), (Arc::downgrade(&l), l.bytes()));
+        super::kept::touch(&super::kept::FUNCTIONS, key, l.clone(), l.bytes());
         l
     }
 
@@ -918,15 +1179,27 @@ impl<'s> RemoteUnwinder<'s> {
         self.snap
     }
 
-    /// The key under which the compiled CFI table of the module holding
-    /// `pc` is shared with other snapshots (its architecture, build-id or
-    /// size and time, and path), if it has one.
-    pub(crate) fn module_key_at(&self, pc: u64) -> Option<&str> {
+    /// Marks the module holding `pc` (one whose compiled CFI table is
+    /// shared with other snapshots) used at `tick`, the caller's clock;
+    /// returns its range, so that the frames after it in the same module
+    /// can be passed over.
+    pub(crate) fn mark_used(&self, pc: u64, tick: u64) -> Option<(u64, u64)> {
         match &self.tables {
-            Tables::X86_64(s) => s.key_at(pc),
-            Tables::Aarch64(s) => s.key_at(pc),
-            Tables::Riscv64(s) => s.key_at(pc),
+            Tables::X86_64(s) => s.mark_used(pc, tick),
+            Tables::Aarch64(s) => s.mark_used(pc, tick),
+            Tables::Riscv64(s) => s.mark_used(pc, tick),
             Tables::Arm(_) | Tables::Mips => None,
+        }
+    }
+
+    /// The key of each module with a shared table, and the last tick
+    /// [`RemoteUnwinder::mark_used`] gave it (0: never).
+    pub(crate) fn used_ticks(&self) -> Vec<(&str, u64)> {
+        match &self.tables {
+            Tables::X86_64(s) => s.used_ticks().collect(),
+            Tables::Aarch64(s) => s.used_ticks().collect(),
+            Tables::Riscv64(s) => s.used_ticks().collect(),
+            Tables::Arm(_) | Tables::Mips => Vec::new(),
         }
     }
 

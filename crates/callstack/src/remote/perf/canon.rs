@@ -136,17 +136,26 @@ impl Canon {
     /// The range `rec` (a record [`Canon::place`] returned, perhaps grown
     /// since) is now, else `rec` itself.
     pub(super) fn current(&self, rec: &ModuleRecord) -> ModuleRecord {
-        self.records
-            .iter()
-            .find(|r| {
-                r.path == rec.path
-                    && r.build_id == rec.build_id
-                    && r.bias == rec.bias
-                    && r.start <= rec.start
-                    && rec.end <= r.end
-            })
-            .unwrap_or(rec)
-            .clone()
+        let holds = |r: &&ModuleRecord| {
+            r.path == rec.path
+                && r.build_id == rec.build_id
+                && r.bias == rec.bias
+                && r.start <= rec.start
+                && rec.end <= r.end
+        };
+        // The file's own ranges first (one lookup); a range keyed by its
+        // process (no file, no build-id) is searched for.
+        let key = Key {
+            path: rec.path.clone(),
+            build_id: rec.build_id.clone(),
+            pid: None,
+        };
+        let found = self
+            .by_key
+            .get(&key)
+            .and_then(|ix| ix.iter().map(|&i| &self.records[i]).find(holds))
+            .or_else(|| self.records.iter().find(holds));
+        found.unwrap_or(rec).clone()
     }
 }
 

@@ -783,9 +783,6 @@ struct Recording<'o> {
     pub(crate) skipped: u64,
     /// Counts samples: the recency of modules and processes.
     tick: u64,
-    /// The tick of the last sample that had a frame in each shared module
-    /// (by [`RemoteUnwinder::module_key_at`]'s key).
-    module_used: HashMap<String, u64>,
     /// Drops made to stay under the budget: all, and this period's.
     evicted: Vec<Evicted>,
     period_evicted: Vec<Evicted>,
@@ -858,7 +855,6 @@ impl<'o> Recording<'o> {
             canon: canon::Canon::default(),
             skipped: 0,
             tick: 0,
-            module_used: HashMap::new(),
             evicted: Vec::new(),
             period_evicted: Vec::new(),
             state_bytes: 0,
@@ -1090,20 +1086,10 @@ impl Recording<'_> {
         }
         if self.opts.memory_budget.is_some() {
             // The modules this sample went through are the most recent.
-            let mut last: Option<&str> = None;
+            let mut last = (0, 0);
             for f in &unwound.frames {
-                let Some(k) = unwinder.module_key_at(f.pc) else {
-                    continue;
-                };
-                if last == Some(k) {
-                    continue;
-                }
-                last = Some(k);
-                match self.module_used.get_mut(k) {
-                    Some(t) => *t = self.tick,
-                    None => {
-                        self.module_used.insert(k.to_string(), self.tick);
-                    }
+                if f.pc < last.0 || f.pc >= last.1 {
+                    last = unwinder.mark_used(f.pc, self.tick).unwrap_or((0, 0));
                 }
             }
         }
@@ -1293,11 +1279,26 @@ impl Recording<'_> {
         if total <= budget {
             return;
         }
-        {
+        // The tables and lists kept for programs that may start again go
+        // first; then the least recently used.
+        super::step::kept::release_kept();
+        total = super::step::shared_tables::live_bytes()
+            + self.spaces.values().map(Space::bytes).sum::<usize>()
+            + super::step::shared_functions::live_bytes();
+        if total > budget {
+            // Each table's last use by any process.
+            let mut used: HashMap<&str, u64> = HashMap::new();
+            for u in self.spaces.values().filter_map(|s| s.unwinder.as_ref()) {
+                for (k, t) in u.get().used_ticks() {
+                    let e = used.entry(k).or_default();
+                    *e = (*e).max(t);
+                }
+            }
             let mut by_age: Vec<(u64, String, usize)> = super::step::shared_tables::live()
                 .into_iter()
-                .map(|(k, n)| (self.module_used.get(&k).copied().unwrap_or(0), k, n))
+                .map(|(k, n)| (used.get(k.as_str()).copied().unwrap_or(0), k, n))
                 .collect();
+            drop(used);
             by_age.sort();
             for (used, key, bytes) in by_age {
                 if total <= budget {
@@ -1312,7 +1313,6 @@ impl Recording<'_> {
                     }
                 }
                 total = total.saturating_sub(bytes);
-                self.module_used.remove(&key);
                 self.note_evicted(Evicted {
                     what: super::step::shared_tables::path_of(&key).to_string(),
                     bytes,
@@ -1414,9 +1414,10 @@ impl Recording<'_> {
         // Each file once, as its range is now (it may have grown since a
         // record of it was kept).
         let mut out: Vec<ModuleRecord> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for rec in listed {
             let rec = self.canon.current(&rec);
-            if !out.contains(&rec) {
+            if seen.insert(rec.clone()) {
                 out.push(rec);
             }
         }
@@ -1486,6 +1487,21 @@ pub fn record_rotating(
     if opts.hz == 0 || opts.hz > 100_000 {
         return Err(RecordError::Unsupported("a rate outside 1..=100000 Hz"));
     }
+    // Programs that start and exit again and again (shells' commands,
+    // build steps) keep their tables and function lists between runs: up
+    // to 16 MiB of each (a sixteenth of a smaller budget), given back when
+    // the recording ends.
+    struct Keep;
+    impl Drop for Keep {
+        fn drop(&mut self) {
+            super::step::kept::set_keep_bytes(0);
+        }
+    }
+    super::step::kept::set_keep_bytes(
+        opts.memory_budget
+            .map_or(16 << 20, |b| (b / 16).min(16 << 20)),
+    );
+    let _keep = Keep;
     let mut spec = sys::EventSpec {
         kernel_callchain: opts.kernel,
         hz: opts.hz,
@@ -1603,26 +1619,32 @@ pub fn record_rotating(
     rec.kernel = spec.kernel_callchain;
     let mut fds: Vec<i32> = events.iter().map(|(e, _)| e.fd()).collect();
     let mut last_window = Instant::now();
-    let mut buf = Vec::with_capacity(1 << 20);
+    // Where a record that wraps around its ring's end is made whole.
+    let mut buf = Vec::with_capacity(1 << 16);
     let mut last_progress = Instant::now();
     let mut last_cut = Instant::now();
     let mut exited = false;
     // How the command ended, once reaped; whether the recording ended it.
     let mut status = None;
     let mut ended_by_us = false;
+    let mut last_budget = Instant::now();
     loop {
         sys::poll(&fds, 50);
         for (e, kind) in &events {
-            buf.clear();
-            e.drain(&mut buf);
-            handle_all(&mut rec, &buf, *kind);
+            e.drain(&mut buf, |r| rec.handle(r, *kind));
         }
         if opts.off_cpu {
             // Every ring was drained just now: what is 200 ms older than
             // the newest record is complete.
             rec.match_switches(rec.latest.saturating_sub(200_000_000));
         }
-        rec.enforce_budget();
+        if last_budget.elapsed() >= Duration::from_millis(250) {
+            // State grows as processes start and modules are first met:
+            // measured four times a second (summing it costs a walk over
+            // every process and table).
+            last_budget = Instant::now();
+            rec.enforce_budget();
+        }
         // A window: at least 50 user samples and 0.1 s (a second at most).
         let window = last_window.elapsed();
         if !exited
@@ -1645,9 +1667,7 @@ pub fn record_rotating(
                     Ok(new) => {
                         // The old rings' last records, then the new events.
                         for (e, kind) in &events {
-                            buf.clear();
-                            e.drain(&mut buf);
-                            handle_all(&mut rec, &buf, *kind);
+                            e.drain(&mut buf, |r| rec.handle(r, *kind));
                         }
                         events = new;
                         fds = events.iter().map(|(e, _)| e.fd()).collect();
@@ -1758,20 +1778,6 @@ pub fn record_rotating(
         stack_bytes: spec.stack_bytes,
         evicted: rec.evicted,
     })
-}
-
-/// Hands every record of a drained ring to the recording.
-fn handle_all(rec: &mut Recording<'_>, buf: &[u8], kind: sys::EventKind) {
-    let mut at = 0;
-    while at + 8 <= buf.len() {
-        let size = u16::from_le_bytes([buf[at + 6], buf[at + 7]]) as usize;
-        if size < 8 || at + size > buf.len() {
-            break;
-        }
-        let r = buf[at..at + size].to_vec();
-        rec.handle(&r, kind);
-        at += size;
-    }
 }
 
 /// The sampling events opened again with `spec` (a larger stack copy) on
