@@ -519,8 +519,13 @@ fn run(shared: &Shared) {
                         // Not a python process (most of a host's): no
                         // more looks until it maps a python file or execs
                         // (a whole-host recording sees thousands of
-                        // short-lived processes).
-                        Look::NoPython => p.tries = MAX_TRIES,
+                        // short-lived processes). Forgotten till then
+                        // (`seen` keeps its samples from registering it
+                        // again; the hooks do not ask `seen`).
+                        Look::NoPython => {
+                            p.tries = MAX_TRIES;
+                            gone.push(k);
+                        }
                         Look::NotYet(e) => p.error = e,
                     }
                     // Why it is not read, said at the end unless found
