@@ -12,6 +12,13 @@
 #   win_chain.c: callstack_capture_fast at -O0 and -O2 with frame
 #   pointers, callstack_capture_exact at -O0 and -O2 with and without
 #   them, named on this side from the PE (COFF symbols and mingw's DWARF);
+# - crates/callstack-capi/tests/windows_crash.rs: crash reports and
+#   minidumps of tests/fixtures/c/win_crash.c (-O0, -O2 with and without
+#   frame pointers): a call through a null pointer, a division by zero, an
+#   illegal instruction, abort() and a stack overflow give their exit
+#   status, the designed chain with function, file and line, and a
+#   minidump that minidump-stackwalk unwinds to the same chain; exceptions
+#   the program handles itself give no report;
 # - crates/callstack/tests/windows_rust.rs: capture_exact in a Rust
 #   program (examples/win_chain.rs) down to ntdll.
 #
@@ -93,6 +100,7 @@ cargo build -q --release --target "$target" -p callstack-capi
 export CALLSTACK_WINDOWS_LIB="${CARGO_TARGET_DIR:-$PWD/target}/$target/release"
 export CALLSTACK_WINE="$wine"
 cargo test -q -p callstack-capi --test windows_c -- --ignored "$@"
+cargo test -q -p callstack-capi --test windows_crash -- --ignored "$@"
 # A Rust program: examples/win_chain.rs (the crate's dev-dependencies are
 # Unix-only: none is built here).
 cargo build -q --target "$target" -p callstack --example win_chain

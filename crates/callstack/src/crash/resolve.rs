@@ -30,6 +30,28 @@ pub(crate) struct Resolved {
     pub unreadable: bool,
 }
 
+/// The `ImageBase` of the PE32+ file at `path` (`None` for any other file).
+fn pe_image_base(path: &std::path::Path) -> Option<usize> {
+    use std::io::Read;
+    let mut h = [0u8; 1024];
+    let mut f = std::fs::File::open(path).ok()?;
+    let n = f.read(&mut h).ok()?;
+    let h = &h[..n];
+    let u32_at = |o: usize| Some(u32::from_le_bytes(h.get(o..o + 4)?.try_into().ok()?));
+    if h.get(..2)? != b"MZ" {
+        return None;
+    }
+    let pe = u32_at(0x3c)? as usize;
+    if h.get(pe..pe + 4)? != b"PE\0\0" {
+        return None;
+    }
+    let opt = pe + 24;
+    if h.get(opt..opt + 2)? != [0x0b, 0x02] {
+        return None;
+    }
+    Some(u64::from_le_bytes(h.get(opt + 24..opt + 32)?.try_into().ok()?) as usize)
+}
+
 /// A symbolizer over the modules named by one report's frames.
 pub(crate) struct Resolver {
     sym: Symbolizer,
@@ -45,7 +67,15 @@ impl Resolver {
                 continue;
             };
             let addr = f.address as usize;
-            let bias = addr.wrapping_sub(*offset as usize);
+            // A PE's offset is its RVA, and its symbols and DWARF are at
+            // link-time addresses (`ImageBase` + RVA).
+            let image_base = match mods.iter().find(|m| m.path == *path) {
+                Some(m) => m
+                    .bias
+                    .map_or(0, |b| addr.wrapping_sub(*offset as usize).wrapping_sub(b)),
+                None => pe_image_base(path).unwrap_or(0),
+            };
+            let bias = addr.wrapping_sub(*offset as usize).wrapping_sub(image_base);
             let lo = addr.saturating_sub(1);
             let hi = addr.saturating_add(1);
             match mods

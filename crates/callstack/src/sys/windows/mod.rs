@@ -14,6 +14,7 @@
 //! the ELF loader's `_dl_find_object` and the CFI rule cache of
 //! `unwind::local` are not compiled here (see `build.rs`).
 
+pub mod api;
 pub mod loader;
 pub mod teb;
 #[cfg(target_arch = "x86_64")]
