@@ -20,7 +20,10 @@
 #   minidump that minidump-stackwalk unwinds to the same chain; exceptions
 #   the program handles itself give no report;
 # - crates/callstack/tests/windows_rust.rs: capture_exact in a Rust
-#   program (examples/win_chain.rs) down to ntdll.
+#   program (examples/win_chain.rs) down to ntdll;
+# - crates/callstack/tests/windows_rust_crash.rs: crash reports in a Rust
+#   program (examples/win_crash.rs): caught panics give none, a null read
+#   gives its chain and a minidump.
 #
 # Needs the target's standard library (rustup), x86_64-w64-mingw32-gcc and
 # wine64 (scripts/install-test-deps.sh installs them). Without them, or if
@@ -103,6 +106,6 @@ cargo test -q -p callstack-capi --test windows_c -- --ignored "$@"
 cargo test -q -p callstack-capi --test windows_crash -- --ignored "$@"
 # A Rust program: examples/win_chain.rs (the crate's dev-dependencies are
 # Unix-only: none is built here).
-cargo build -q --target "$target" -p callstack --example win_chain
+cargo build -q --target "$target" -p callstack --example win_chain --example win_crash
 export CALLSTACK_WINDOWS_EXAMPLES="${CARGO_TARGET_DIR:-$PWD/target}/$target/debug/examples"
-cargo test -q -p callstack --test windows_rust -- --ignored "$@"
+cargo test -q -p callstack --test windows_rust --test windows_rust_crash -- --ignored "$@"

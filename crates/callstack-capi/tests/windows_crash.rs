@@ -88,12 +88,13 @@ fn linux_path(p: &str) -> PathBuf {
     PathBuf::from(p.trim_start_matches("Z:").replace('\\', "/"))
 }
 
-/// Runs `exe run MODE DIR` under wine: (stdout, stderr).
-fn run(exe: &Path, mode: &str, dir: &Path) -> (String, String) {
+/// Runs `exe run MODE DIR [REPORT]` under wine: (stdout, stderr).
+fn run(exe: &Path, mode: &str, dir: &Path, report: Option<&Path>) -> (String, String) {
     let o = Command::new(windows_stage_path("CALLSTACK_WINE"))
         .arg(exe)
         .args(["run", mode])
         .arg(wine_path(dir))
+        .args(report.map(wine_path))
         .env("WINEDEBUG", "-all")
         // No winedbg after the crash (wine's "starting debugger..."): the
         // process ends at once.
@@ -159,6 +160,16 @@ fn stackwalk(dump: &Path, exe: &Path) -> Vec<(Frame, String)> {
     let md = minidump::Minidump::read_path(dump).expect("read the minidump");
     let modules: minidump::MinidumpModuleList = md.get_stream().expect("a module list");
     use minidump::Module as _;
+    // The executable's CodeView record (`-Wl,--build-id` writes an RSDS
+    // debug directory): its debug id, which symbol servers index.
+    let main = modules.main_module().expect("a main module");
+    assert!(
+        main.code_file()
+            .ends_with(&*exe.file_name().unwrap().to_string_lossy())
+            && main.debug_identifier().is_some_and(|id| !id.is_nil()),
+        "{}: {main:?}",
+        dump.display()
+    );
     for m in modules.iter() {
         let name = m.code_file();
         let file = match name.get(..3) {
@@ -174,7 +185,6 @@ fn stackwalk(dump: &Path, exe: &Path) -> Vec<(Frame, String)> {
             std::os::unix::fs::symlink(&file, &link).unwrap();
         }
     }
-    let _ = exe;
     let o = Command::new(testsupport::minidump_stackwalk())
         .args(["--json", "--use-local-debuginfo"])
         .arg(dump)
@@ -232,8 +242,23 @@ fn crash(exe: &Path, mode: &str, status: &str, words: &str, crash_line: u32) {
         exe.file_stem().unwrap().to_string_lossy()
     ));
     let _ = std::fs::remove_dir_all(&dir);
-    let (out, err) = run(exe, mode, &dir);
+    // A report file too, for one of the crashes.
+    let report = (mode == "div0").then(|| dir.with_extension("txt"));
+    if let Some(r) = &report {
+        let _ = std::fs::remove_file(r);
+    }
+    let (out, err) = run(exe, mode, &dir, report.as_deref());
     let label = format!("{} {mode}", exe.display());
+    if let Some(r) = &report {
+        // The raw part, then the symbolized one (the helper appends it).
+        let text = std::fs::read_to_string(r).unwrap_or_else(|e| panic!("{}: {e}", r.display()));
+        let raw = text.find("*** callstack: crash report (raw) ***");
+        let sym = text.find("*** callstack: crash report (symbolized) ***");
+        assert!(
+            matches!((raw, sym), (Some(a), Some(b)) if a < b) && text.contains(words),
+            "{label}: report file:\n{text}"
+        );
+    }
     assert!(
         out.contains(&format!("exit {status}\n")),
         "{label}: {out}\n{err}"
@@ -375,7 +400,7 @@ fn overflow(exe: &Path) {
         exe.file_stem().unwrap().to_string_lossy()
     ));
     let _ = std::fs::remove_dir_all(&dir);
-    let (out, err) = run(exe, "overflow", &dir);
+    let (out, err) = run(exe, "overflow", &dir, None);
     let label = format!("{} overflow", exe.display());
     assert!(out.contains("exit 0xc00000fd\n"), "{label}: {out}\n{err}");
     assert!(
@@ -405,7 +430,7 @@ fn overflow(exe: &Path) {
 /// Exceptions the program handles itself: no report, exit 0.
 fn handled(exe: &Path) {
     let dir = scratch_dir("windows_crash_dumps").join("handled");
-    let (out, err) = run(exe, "handled", &dir);
+    let (out, err) = run(exe, "handled", &dir, None);
     assert!(out.contains("exit 0\n"), "{out}\n{err}");
     assert!(!err.contains("callstack"), "{err}");
     assert!(!dir.exists() || std::fs::read_dir(&dir).unwrap().next().is_none());

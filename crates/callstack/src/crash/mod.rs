@@ -172,6 +172,43 @@
 //! With [`Options::panic_hook`], a panic prints the same two-part report,
 //! captured and symbolized in the panicking thread (a panic is not a
 //! signal: this is safe), before the previous hook runs.
+//!
+//! ## Windows (x86-64)
+//! [`install`] and the C entries have the same names, options and report
+//! format; what differs (`crash/windows.rs` has the whole design):
+//! - **Which exceptions.** Those nothing handles: an unhandled-exception
+//!   filter (`SetUnhandledExceptionFilter`) reports them, so the
+//!   exceptions a program handles itself (SEH `__except`, C++ `catch`,
+//!   `catch_unwind`, its own vectored handler) are never reported, as a
+//!   vectored handler, which sees every first-chance exception, would.
+//!   One exception is taken at first chance by a vectored handler:
+//!   `EXCEPTION_STACK_OVERFLOW`, whose dispatch has too little stack left
+//!   to reach the filter (under wine 8 it never does); after its report
+//!   the process ends with that code. `abort()` is the C runtime's
+//!   `SIGABRT` (`signal`), reported from `RtlCaptureContext`, then the C
+//!   runtime exits (status 3). [`Options::signals`] and
+//!   [`Options::panic_hook`] are not used there.
+//! - **A handler thread** started by [`install`], waiting on an event,
+//!   does the report: the crashed thread only hands it its
+//!   `EXCEPTION_POINTERS` and its stack's bounds, and waits. So the report
+//!   has a whole stack to run on after a stack overflow, and no
+//!   per-thread set-up (`install_thread`, Linux's) is needed.
+//! - **The raw part**: `exception: EXCEPTION_ACCESS_VIOLATION: read of
+//!   address 0x0 (code 0xc0000005, at 0x...)` (or `signal: SIGABRT: ...`),
+//!   process, thread, time, then the frames as on Linux, each module's
+//!   offset its RVA (no build-id: the minidump carries each module's
+//!   CodeView record).
+//! - **The helper** is started with `CreateProcessW` (its command line and
+//!   environment built at install): `CALLSTACK_CRASH_HELPER`, else the
+//!   program re-run with its command line. It writes the minidump first
+//!   (the native Windows layout, `minidump::windows`, the crashed
+//!   process read from outside with `ReadProcessMemory`, its threads
+//!   suspended for `GetThreadContext`), then the symbolized part. The one
+//!   allocation left in the crashed process is `CreateProcessW`'s own,
+//!   inside kernel32: a crash that left the heap's lock held keeps the
+//!   helper from starting (the wait is bounded; the raw part is out).
+//! - Then the filter that was there before ours runs (the C runtime's in
+//!   a mingw program), and the process ends with the exception's code.
 
 #[cfg(target_os = "linux")]
 mod altstack;
@@ -244,7 +281,7 @@ pub struct Options {
     /// Windows the unhandled-exception filter sees every exception, and
     /// `SIGABRT` is always caught.
     pub signals: Vec<i32>,
-    /// Also report panics (default `false`).
+    /// Also report panics (default `false`). Linux only.
     pub panic_hook: bool,
     /// Write a minidump of the crashed process into this directory (see
     /// "Minidumps" in the [module docs](self)); default: the

@@ -258,26 +258,13 @@ pub(crate) fn install(options: Options, symbolize: bool, minidump_dir: Vec<u8>) 
         })
         .unwrap_or_default();
     let run_helper = symbolize || !minidump_dir.is_empty();
-    // SAFETY: plain Win32 calls with valid arguments; the handles are kept
-    // for the process's life.
-    let (request, done, stderr) = unsafe {
-        let request = w::CreateEventW(core::ptr::null_mut(), 0, 0, core::ptr::null());
-        let done = w::CreateEventW(core::ptr::null_mut(), 0, 0, core::ptr::null());
-        if request.is_null() || done.is_null() {
-            return Err(io::Error::last_os_error());
-        }
-        let mut dup: HANDLE = core::ptr::null_mut();
-        let me = w::GetCurrentProcess();
-        let err = w::GetStdHandle(w::STD_ERROR_HANDLE);
-        if err.is_null()
-            || err == w::INVALID_HANDLE_VALUE
-            || w::DuplicateHandle(me, err, me, &mut dup, 0, 1, w::DUPLICATE_SAME_ACCESS) == 0
-        {
-            dup = core::ptr::null_mut();
-        }
-        (request, done, dup)
-    };
     let previous = CONFIG.load(Ordering::Acquire);
+    // SAFETY: published configs are never freed.
+    let (request, done, stderr) = match unsafe { previous.as_ref() } {
+        // The handler thread waits on the first install's events: kept.
+        Some(p) => (p.request as HANDLE, p.done as HANDLE, p.stderr as HANDLE),
+        None => events()?,
+    };
     let handler_tid = if previous.is_null() {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
@@ -323,6 +310,30 @@ pub(crate) fn install(options: Options, symbolize: bool, minidump_dir: Vec<u8>) 
         }
     }
     Ok(())
+}
+
+/// The two events of a crash's hand-over and an inheritable duplicate of
+/// the standard error handle (null if there is none), kept for the
+/// process's life.
+fn events() -> io::Result<(HANDLE, HANDLE, HANDLE)> {
+    // SAFETY: plain Win32 calls with valid arguments.
+    unsafe {
+        let request = w::CreateEventW(core::ptr::null_mut(), 0, 0, core::ptr::null());
+        let done = w::CreateEventW(core::ptr::null_mut(), 0, 0, core::ptr::null());
+        if request.is_null() || done.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        let mut dup: HANDLE = core::ptr::null_mut();
+        let me = w::GetCurrentProcess();
+        let err = w::GetStdHandle(w::STD_ERROR_HANDLE);
+        if err.is_null()
+            || err == w::INVALID_HANDLE_VALUE
+            || w::DuplicateHandle(me, err, me, &mut dup, 0, 1, w::DUPLICATE_SAME_ACCESS) == 0
+        {
+            dup = core::ptr::null_mut();
+        }
+        Ok((request, done, dup))
+    }
 }
 
 /// The unhandled-exception filter: hands the crash to the handler thread,
