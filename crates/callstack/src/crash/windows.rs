@@ -620,10 +620,14 @@ unsafe fn report(cfg: &Config, s: &mut Scratch) {
     out.str("time: ")
         .dec(monotonic_ns())
         .str(" ns (QueryPerformanceCounter)\n");
-    out.str("frames: ").dec(n as u64).str("\n");
-    for (i, &a) in s.frames[..n].iter().enumerate() {
+    // An abort's context is our SIGABRT handler's own: its frame is left
+    // out, and the report starts at the return address into the C
+    // runtime's `raise` (as a Linux SIGABRT report starts in libc).
+    let skip = usize::from(rec.ExceptionCode == FATAL_APP_EXIT && n > 1);
+    out.str("frames: ").dec((n - skip) as u64).str("\n");
+    for (i, &a) in s.frames[skip..n].iter().enumerate() {
         out.str("  #").dec(i as u64);
-        out.str(if i == 0 { " pc " } else { " ra " });
+        out.str(if i == 0 && skip == 0 { " pc " } else { " ra " });
         out.hex(a as u64, 16);
         match crate::sys::windows::loader::module_and_name_of(a) {
             Some((base, _, name)) if !name.is_empty() => {
