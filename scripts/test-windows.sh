@@ -31,7 +31,9 @@
 # CALLSTACK_REQUIRE_WINDOWS=1 to make that an error.
 #
 # Time (this shared 2-core host, after scripts/test.sh's own builds): about
-# 20 s warm; 1 min 50 s with no Windows build and no wine prefix yet.
+# 35 s warm (the crash tests: about 12 s for windows_crash's 3 builds and 18
+# crashes, 3 at a time, 5 s for windows_rust_crash); about 2 min with no
+# Windows build and no wine prefix yet.
 #
 # Wine's prefix (its C: drive and registry, ~700 MB, created on first use
 # in about 5 s) is kept between runs in $CALLSTACK_WINEPREFIX (default

@@ -7,7 +7,10 @@
 //!   unwinder raises it with `RaiseException`, and the frame of
 //!   `catch_unwind` handles it): no crash report, exit status 0;
 //! - `null`: reads through a null pointer at the end of
-//!   main -> alpha -> beta -> crash: an access violation, reported.
+//!   main -> alpha -> beta -> crash: an access violation, reported;
+//! - `panic`: panics there instead, with the panic hook installed
+//!   (`Options::panic_hook`): a panic report, then Rust's own message and
+//!   exit status 101.
 //!
 //! The second argument, if any, is the minidump directory. `run MODE
 //! [DIR]` runs this program again with MODE (and DIR) and prints `exit
@@ -17,6 +20,9 @@ use std::hint::black_box;
 
 #[inline(never)]
 fn crash(p: *const u64) -> u64 {
+    if p == core::ptr::dangling() {
+        panic!("panicked on purpose");
+    }
     // SAFETY: none: this reads address 0 on purpose, to crash.
     black_box(unsafe { core::ptr::read_volatile(black_box(p)) })
 }
@@ -43,6 +49,7 @@ fn main() {
     }
     callstack::crash::install(callstack::crash::Options {
         minidump_dir: args.get(2).map(Into::into),
+        panic_hook: args.get(1).is_some_and(|a| a == "panic"),
         ..Default::default()
     })
     .expect("install the crash handler");
@@ -59,6 +66,9 @@ fn main() {
         Some("null") => {
             println!("{}", alpha(black_box(core::ptr::null())));
         }
-        _ => eprintln!("usage: win_crash caught|null [MINIDUMP_DIR]"),
+        Some("panic") => {
+            println!("{}", alpha(black_box(core::ptr::dangling::<u64>())));
+        }
+        _ => eprintln!("usage: win_crash caught|null|panic [MINIDUMP_DIR]"),
     }
 }

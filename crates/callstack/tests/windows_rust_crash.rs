@@ -8,6 +8,9 @@
 //!   `EXCEPTION_ACCESS_VIOLATION: read of address 0x0`, the symbolized
 //!   chain crash, beta, alpha, main with file and line, through Rust's
 //!   runtime to the C runtime's start-up, and a minidump.
+//! - A panic with `Options::panic_hook`: the panic report (message and
+//!   location, then the chain from the panicking function, the panic
+//!   machinery trimmed), then Rust's own message, exit status 101.
 //!
 //! Run by `scripts/test-windows.sh` (ignored otherwise):
 //! `CALLSTACK_WINDOWS_EXAMPLES`, `CALLSTACK_WINE`, `WINEPREFIX`.
@@ -36,6 +39,58 @@ fn line_of(after: &str, needle: &str) -> u32 {
     testsupport::line_of(&src, after, needle)
 }
 
+/// The frames of the symbolized part, `  #N 0xADDR in FUNC at
+/// FILE:LINE:COL`: (function, file name, line); frames without a line
+/// left out.
+fn symbolized(err: &str) -> Vec<(String, String, u32)> {
+    let sym = &err[err
+        .find("*** callstack: crash report (symbolized) ***")
+        .unwrap_or_else(|| panic!("no symbolized part:\n{err}"))..];
+    sym.lines()
+        .take_while(|l| !l.starts_with("*** end"))
+        .filter_map(|l| l.strip_prefix("  #"))
+        .filter_map(|l| {
+            let (f, loc) = l.split_once(" in ")?.1.split_once(" at ")?;
+            let mut p = loc.rsplitn(3, ':');
+            let _col = p.next();
+            let line = p.next()?.parse().ok()?;
+            let file = Path::new(&p.next()?.replace('\\', "/"))
+                .file_name()?
+                .to_string_lossy()
+                .into_owned();
+            Some((f.to_string(), file, line))
+        })
+        .collect()
+}
+
+fn own(f: &str, l: u32) -> (String, String, u32) {
+    (format!("win_crash::{f}"), "win_crash.rs".to_string(), l)
+}
+
+#[test]
+#[ignore = "the Windows stage: scripts/test-windows.sh"]
+fn a_panic_is_reported_by_the_panic_hook() {
+    let (out, err) = run(&["run", "panic"]);
+    assert!(out.contains("exit 0x65\n"), "{out}\n{err}");
+    let at = line_of("fn crash(p", "panic!(");
+    assert!(
+        err.contains(&format!(
+            "panic: panicked on purpose at crates/callstack/examples/win_crash.rs:{at}:"
+        )),
+        "{err}"
+    );
+    let frames = symbolized(&err);
+    let want = [
+        own("crash", at),
+        own("beta", line_of("fn beta(p", "crash(p)")),
+        own("alpha", line_of("fn alpha(p", "beta(p)")),
+        own("main", line_of("Some(\"panic\")", "alpha(")),
+    ];
+    assert_eq!(frames[..4], want[..], "{err}");
+    // Then Rust's own hook, which ran after ours.
+    assert!(err.contains("panicked on purpose\n"), "{err}");
+}
+
 #[test]
 #[ignore = "the Windows stage: scripts/test-windows.sh"]
 fn caught_panics_give_no_report() {
@@ -58,27 +113,7 @@ fn a_null_read_is_reported_with_its_chain_and_a_minidump() {
         err.contains("exception: EXCEPTION_ACCESS_VIOLATION: read of address 0x0 (code 0xc0000005"),
         "{err}"
     );
-    let sym = &err[err
-        .find("*** callstack: crash report (symbolized) ***")
-        .unwrap_or_else(|| panic!("no symbolized part:\n{err}"))..];
-    // `  #N 0xADDR in FUNC at FILE:LINE:COL`: (function, file name, line).
-    let frames: Vec<(String, String, u32)> = sym
-        .lines()
-        .take_while(|l| !l.starts_with("*** end"))
-        .filter_map(|l| l.strip_prefix("  #"))
-        .filter_map(|l| {
-            let (f, loc) = l.split_once(" in ")?.1.split_once(" at ")?;
-            let mut p = loc.rsplitn(3, ':');
-            let _col = p.next();
-            let line = p.next()?.parse().ok()?;
-            let file = Path::new(&p.next()?.replace('\\', "/"))
-                .file_name()?
-                .to_string_lossy()
-                .into_owned();
-            Some((f.to_string(), file, line))
-        })
-        .collect();
-    let own = |f: &str, l: u32| (format!("win_crash::{f}"), "win_crash.rs".to_string(), l);
+    let frames = symbolized(&err);
     let want = [
         own("crash", line_of("fn crash(p", "read_volatile")),
         own("beta", line_of("fn beta(p", "crash(p)")),

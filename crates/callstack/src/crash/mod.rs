@@ -186,8 +186,8 @@
 //!   to reach the filter (under wine 8 it never does); after its report
 //!   the process ends with that code. `abort()` is the C runtime's
 //!   `SIGABRT` (`signal`), reported from `RtlCaptureContext`, then the C
-//!   runtime exits (status 3). [`Options::signals`] and
-//!   [`Options::panic_hook`] are not used there.
+//!   runtime exits (status 3). [`Options::signals`] is not used there;
+//!   [`Options::panic_hook`] is as on Linux.
 //! - **A handler thread** started by [`install`], waiting on an event,
 //!   does the report: the crashed thread only hands it its
 //!   `EXCEPTION_POINTERS` and its stack's bounds, and waits. So the report
@@ -221,7 +221,6 @@ mod fmt;
 mod handler;
 #[cfg(target_os = "linux")]
 mod helper;
-#[cfg(target_os = "linux")]
 mod panic;
 #[cfg(feature = "symbolize")]
 mod report;
@@ -281,7 +280,7 @@ pub struct Options {
     /// Windows the unhandled-exception filter sees every exception, and
     /// `SIGABRT` is always caught.
     pub signals: Vec<i32>,
-    /// Also report panics (default `false`). Linux only.
+    /// Also report panics (default `false`).
     pub panic_hook: bool,
     /// Write a minidump of the crashed process into this directory (see
     /// "Minidumps" in the [module docs](self)); default: the
@@ -460,6 +459,9 @@ pub fn install(options: Options) -> io::Result<()> {
     let _guard = WINDOWS_INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     let minidump_dir = minidump_dir(&options)?;
     let symbolize = options.symbolize && !helper_off(&options);
+    if options.panic_hook {
+        panic::install(options.report_path.clone());
+    }
     windows::install(options, symbolize, minidump_dir)
 }
 

@@ -590,6 +590,44 @@ fn utf16(out: &mut Buf<'_>, units: &[u16]) {
     }
 }
 
+/// Writes the `process:`, `thread:` and `time:` lines of a raw report.
+pub(crate) fn write_thread(out: &mut Buf<'_>, tid: u32) {
+    // SAFETY: a plain call.
+    let pid = unsafe { w::GetCurrentProcessId() };
+    out.str("process: ").dec(pid as u64).str("\n");
+    out.str("thread: ").dec(tid as u64).str("\n");
+    out.str("time: ")
+        .dec(monotonic_ns())
+        .str(" ns (QueryPerformanceCounter)\n");
+}
+
+/// Writes the frame lines of a raw report: `  #N pc|ra 0xADDR in PATH
+/// +0xRVA` or `in ??`, the module from the loader's list (no lock, no
+/// allocation).
+pub(crate) fn write_frames(out: &mut Buf<'_>, frames: &[usize], first_is_pc: bool) {
+    out.str("frames: ").dec(frames.len() as u64).str("\n");
+    for (i, &a) in frames.iter().enumerate() {
+        out.str("  #").dec(i as u64);
+        out.str(if i == 0 && first_is_pc {
+            " pc "
+        } else {
+            " ra "
+        });
+        out.hex(a as u64, 16);
+        match crate::sys::windows::loader::module_and_name_of(a) {
+            Some((base, _, name)) if !name.is_empty() => {
+                out.str(" in ");
+                utf16(out, name);
+                out.str(" +").hex((a - base) as u64, 1);
+            }
+            _ => {
+                out.str(" in ??");
+            }
+        }
+        out.str("\n");
+    }
+}
+
 /// On the handler thread: the raw part, then the helper.
 ///
 /// # Safety
@@ -613,34 +651,12 @@ unsafe fn report(cfg: &Config, s: &mut Scratch) {
     let mut out = Buf::new(&mut s.report);
     out.str(BEGIN_RAW);
     exception_line(&mut out, rec, sp);
-    // SAFETY: plain calls.
-    let pid = unsafe { w::GetCurrentProcessId() };
-    out.str("process: ").dec(pid as u64).str("\n");
-    out.str("thread: ").dec(c.tid as u64).str("\n");
-    out.str("time: ")
-        .dec(monotonic_ns())
-        .str(" ns (QueryPerformanceCounter)\n");
+    write_thread(&mut out, c.tid);
     // An abort's context is our SIGABRT handler's own: its frame is left
     // out, and the report starts at the return address into the C
     // runtime's `raise` (as a Linux SIGABRT report starts in libc).
     let skip = usize::from(rec.ExceptionCode == FATAL_APP_EXIT && n > 1);
-    out.str("frames: ").dec((n - skip) as u64).str("\n");
-    for (i, &a) in s.frames[skip..n].iter().enumerate() {
-        out.str("  #").dec(i as u64);
-        out.str(if i == 0 && skip == 0 { " pc " } else { " ra " });
-        out.hex(a as u64, 16);
-        match crate::sys::windows::loader::module_and_name_of(a) {
-            Some((base, _, name)) if !name.is_empty() => {
-                out.str(" in ");
-                utf16(&mut out, name);
-                out.str(" +").hex((a - base) as u64, 1);
-            }
-            _ => {
-                out.str(" in ??");
-            }
-        }
-        out.str("\n");
-    }
+    write_frames(&mut out, &s.frames[skip..n], skip == 0);
     if n == MAX_FRAMES {
         out.str("  ... (more frames not shown)\n");
     }
@@ -674,6 +690,8 @@ unsafe fn report(cfg: &Config, s: &mut Scratch) {
     if !cfg.run_helper {
         return;
     }
+    // SAFETY: a plain call.
+    let pid = unsafe { w::GetCurrentProcessId() };
     let mut b = Buf::new(&mut s.context);
     b.str("*** callstack: crash context ***\n");
     b.str("pid: ").dec(pid as u64).str("\n");
