@@ -137,3 +137,40 @@ impl Resolver {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::pe_image_base;
+
+    #[test]
+    fn a_pe32_plus_gives_its_image_base_anything_else_none() {
+        let dir = std::env::temp_dir().join(format!("callstack-pe-base-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, bytes: &[u8]| {
+            let p = dir.join(name);
+            std::fs::write(&p, bytes).unwrap();
+            p
+        };
+        // DOS header pointing at "PE\0\0" at 0x40, a COFF header, then a
+        // PE32+ optional header whose ImageBase is 0x140000000.
+        let mut pe = vec![0u8; 0x40 + 24 + 32];
+        pe[..2].copy_from_slice(b"MZ");
+        pe[0x3c] = 0x40;
+        pe[0x40..0x44].copy_from_slice(b"PE\0\0");
+        pe[0x58..0x5a].copy_from_slice(&0x20bu16.to_le_bytes());
+        pe[0x58 + 24..0x58 + 32].copy_from_slice(&0x1_4000_0000u64.to_le_bytes());
+        assert_eq!(pe_image_base(&write("pe", &pe)), Some(0x1_4000_0000));
+        // Every truncation, a PE32 (not +), an ELF file, a missing file:
+        // none, never a panic.
+        for cut in 0..pe.len() {
+            assert_eq!(pe_image_base(&write("cut", &pe[..cut])), None, "{cut}");
+        }
+        let mut pe32 = pe.clone();
+        pe32[0x58] = 0x0b;
+        pe32[0x59] = 0x01;
+        assert_eq!(pe_image_base(&write("pe32", &pe32)), None);
+        assert_eq!(pe_image_base(&write("elf", b"\x7fELF\x02\x01\x01")), None);
+        assert_eq!(pe_image_base(&dir.join("missing")), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
