@@ -10,11 +10,26 @@
 //! *first-chance* exception, also those the program then catches itself
 //! (SEH `__except`, C++ `catch`, Rust's `catch_unwind`, which unwinds with
 //! `RaiseException`): reporting there would report crashes that do not
-//! happen. So no vectored handler is installed: the access violation,
-//! illegal or privileged instruction, division by zero, stack overflow, or
-//! uncaught C++ exception that reaches the filter is the crash. Known
-//! limits: code that later replaces the filter (another crash reporter)
-//! takes the reports over; an exception raised with a debugger attached
+//! happen. So the access violation, illegal or privileged instruction,
+//! division by zero or uncaught C++ exception that reaches the filter is
+//! the crash, and a vectored handler (added first) takes one code only:
+//! `EXCEPTION_STACK_OVERFLOW`. Its dispatch runs on the few pages left
+//! below the guard page, and the search for a frame handler and the
+//! filter's call need more than that: under wine 8 the filter is never
+//! reached, the thread faults again inside the dispatcher and dies (a
+//! program of one thread exits with status 1; ours would hang, its handler
+//! thread alive). So a stack overflow is reported at first chance, and
+//! after its report the process ends with `EXCEPTION_STACK_OVERFLOW`, the
+//! status Windows gives it. The cost: a program that catches its own stack
+//! overflow (`__except` then `_resetstkoflw`) is reported and ended; the
+//! vectored handlers after ours (Rust's, which prints "has overflowed its
+//! stack") do not run.
+//!
+//! Known limits: code that later replaces the filter (another crash
+//! reporter) takes the reports over; a mingw program that handles faults
+//! with the C runtime's `signal(SIGSEGV)` (which the C runtime's own
+//! filter, the one ours chains to, calls) gets a report before its
+//! handler runs; an exception raised with a debugger attached
 //! goes to the debugger; `__fastfail` (Rust's `abort`, the UCRT's
 //! `abort` with its default behaviour) ends the process without any
 //! filter, as on Windows. `abort()` of the C runtime (msvcrt's, which mingw
