@@ -12,8 +12,18 @@
 #   win_chain.c: callstack_capture_fast at -O0 and -O2 with frame
 #   pointers, callstack_capture_exact at -O0 and -O2 with and without
 #   them, named on this side from the PE (COFF symbols and mingw's DWARF);
+# - crates/callstack-capi/tests/windows_crash.rs: crash reports and
+#   minidumps of tests/fixtures/c/win_crash.c (-O0, -O2 with and without
+#   frame pointers): a call through a null pointer, a division by zero, an
+#   illegal instruction, abort() and a stack overflow give their exit
+#   status, the designed chain with function, file and line, and a
+#   minidump that minidump-stackwalk unwinds to the same chain; exceptions
+#   the program handles itself give no report;
 # - crates/callstack/tests/windows_rust.rs: capture_exact in a Rust
-#   program (examples/win_chain.rs) down to ntdll.
+#   program (examples/win_chain.rs) down to ntdll;
+# - crates/callstack/tests/windows_rust_crash.rs: crash reports in a Rust
+#   program (examples/win_crash.rs): caught panics give none, a null read
+#   gives its chain and a minidump.
 #
 # Needs the target's standard library (rustup), x86_64-w64-mingw32-gcc and
 # wine64 (scripts/install-test-deps.sh installs them). Without them, or if
@@ -21,7 +31,9 @@
 # CALLSTACK_REQUIRE_WINDOWS=1 to make that an error.
 #
 # Time (this shared 2-core host, after scripts/test.sh's own builds): about
-# 20 s warm; 1 min 50 s with no Windows build and no wine prefix yet.
+# 35 s warm (the crash tests: about 12 s for windows_crash's 3 builds and 18
+# crashes, 3 at a time, 5 s for windows_rust_crash); about 2 min with no
+# Windows build and no wine prefix yet.
 #
 # Wine's prefix (its C: drive and registry, ~700 MB, created on first use
 # in about 5 s) is kept between runs in $CALLSTACK_WINEPREFIX (default
@@ -93,8 +105,9 @@ cargo build -q --release --target "$target" -p callstack-capi
 export CALLSTACK_WINDOWS_LIB="${CARGO_TARGET_DIR:-$PWD/target}/$target/release"
 export CALLSTACK_WINE="$wine"
 cargo test -q -p callstack-capi --test windows_c -- --ignored "$@"
+cargo test -q -p callstack-capi --test windows_crash -- --ignored "$@"
 # A Rust program: examples/win_chain.rs (the crate's dev-dependencies are
 # Unix-only: none is built here).
-cargo build -q --target "$target" -p callstack --example win_chain
+cargo build -q --target "$target" -p callstack --example win_chain --example win_crash
 export CALLSTACK_WINDOWS_EXAMPLES="${CARGO_TARGET_DIR:-$PWD/target}/$target/debug/examples"
-cargo test -q -p callstack --test windows_rust -- --ignored "$@"
+cargo test -q -p callstack --test windows_rust --test windows_rust_crash -- --ignored "$@"

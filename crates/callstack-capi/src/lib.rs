@@ -191,13 +191,18 @@ pub extern "C" fn callstack_prepare_thread() {
 /// symbolizing) and `CALLSTACK_CRASH_TIMEOUT_MS`. Returns 0 on success, -1
 /// on failure (with `errno` set).
 ///
+/// On Windows: an unhandled-exception filter (access violation, illegal
+/// instruction, division by zero, stack overflow, ...) and `abort()`'s
+/// SIGABRT; the report is written by a handler thread and the minidump is
+/// in the native Windows layout (see `callstack::crash`).
+///
 /// If `CALLSTACK_CRASH_SYMBOLIZE=1` is in the environment, this process is
 /// the symbolizing helper: the call reads a raw report on standard input,
 /// prints it symbolized and exits.
 ///
 /// # Safety
 /// `report_path_or_null` must be null or a NUL-terminated string.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn callstack_install_crash_handler(
     report_path_or_null: *const core::ffi::c_char,
@@ -212,15 +217,23 @@ pub unsafe extern "C" fn callstack_install_crash_handler(
 ///
 /// # Safety
 /// `p` is null or a NUL-terminated string.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 unsafe fn opt_path(p: *const core::ffi::c_char) -> Option<std::path::PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
     if p.is_null() {
         return None;
     }
     // SAFETY: the caller promises a NUL-terminated string.
     let bytes = unsafe { core::ffi::CStr::from_ptr(p) }.to_bytes();
-    Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
+    }
+    // Windows: the path as UTF-8 (what the C API's other strings are).
+    #[cfg(windows)]
+    Some(std::path::PathBuf::from(
+        String::from_utf8_lossy(bytes).into_owned(),
+    ))
 }
 
 /// `int callstack_install_crash_handler_with_minidumps(const char* report_path_or_null, const char* minidump_dir_or_null);`
@@ -235,7 +248,7 @@ unsafe fn opt_path(p: *const core::ffi::c_char) -> Option<std::path::PathBuf> {
 ///
 /// # Safety
 /// Each argument must be null or a NUL-terminated string.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn callstack_install_crash_handler_with_minidumps(
     report_path_or_null: *const core::ffi::c_char,
@@ -259,7 +272,12 @@ pub unsafe extern "C" fn callstack_install_crash_handler_with_minidumps(
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
             // SAFETY: setting this thread's errno.
-            unsafe { *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EINVAL) };
+            #[cfg(target_os = "linux")]
+            unsafe {
+                *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EINVAL)
+            };
+            #[cfg(windows)]
+            let _ = e;
             -1
         }
         Err(_) => -1,

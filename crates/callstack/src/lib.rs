@@ -74,7 +74,7 @@ pub mod alloc;
 // system) but not yet the in-process CFI capture that uses the rest.
 #[cfg_attr(windows, allow(dead_code, unused_imports, unused_macros))]
 pub(crate) mod arch;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 pub mod crash;
 #[cfg_attr(windows, allow(dead_code))]
 mod elf_headers;
@@ -85,7 +85,7 @@ mod fast;
 #[doc(hidden)]
 pub mod fuzzing;
 mod hash;
-#[cfg(all(feature = "remote", target_os = "linux"))]
+#[cfg(any(all(feature = "remote", target_os = "linux"), windows))]
 pub mod minidump;
 pub mod modules;
 // Profiles read and write Linux's recordings (perf's kernel symbols, the

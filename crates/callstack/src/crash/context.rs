@@ -26,6 +26,7 @@
 //! `arch/<name>/context.rs` (`user_regs`), which also gives the crash
 //! handler and [`crate::capture_from_context`] their registers.
 
+#[cfg(target_os = "linux")]
 use super::fmt::Buf;
 
 /// First line of the context block.
@@ -34,9 +35,11 @@ pub(crate) const BEGIN_CONTEXT: &str = "*** callstack: crash context ***\n";
 pub(crate) const END_CONTEXT: &str = "*** end of crash context ***\n";
 
 /// Room for the context block (at most 34 words and a path).
+#[cfg(target_os = "linux")]
 pub(crate) const CONTEXT_BYTES: usize = 8 * 1024;
 
 /// What the handler knows of a crash, for [`write_context`].
+#[cfg(target_os = "linux")]
 pub(crate) struct Fields<'a> {
     pub(crate) pid: i32,
     pub(crate) tid: i32,
@@ -50,6 +53,7 @@ pub(crate) struct Fields<'a> {
 
 /// Writes the context block of a crash into `out`; returns its length, 0
 /// if it did not fit. Async-signal-safe: no allocation, no system call.
+#[cfg(target_os = "linux")]
 pub(crate) fn write_context(out: &mut [u8], f: &Fields<'_>, ctx: &libc::ucontext_t) -> usize {
     let mut w = Buf::new(out);
     w.str(BEGIN_CONTEXT);
@@ -107,6 +111,10 @@ pub struct CrashContext {
     pub minidump_dir: Option<std::path::PathBuf>,
     /// The architecture name and the `user_regs_struct` words, if sent.
     pub regs: Option<(String, Vec<u64>)>,
+    /// Windows: the exception's code and where the crashed process keeps
+    /// its `EXCEPTION_RECORD` and `CONTEXT` (line `exception: CODE RECORD
+    /// CONTEXT`), which the helper reads with `ReadProcessMemory`.
+    pub exception: Option<(u32, u64, u64)>,
 }
 
 fn parse_num(s: &str) -> Option<u64> {
@@ -145,6 +153,11 @@ pub fn parse_context(text: &str) -> Option<CrashContext> {
                 sig = true;
             }
             "symbolize" => c.symbolize = value == "1",
+            "exception" => {
+                let mut it = value.split(' ').map(parse_num);
+                let (code, record, context) = (it.next()??, it.next()??, it.next()??);
+                c.exception = Some((u32::try_from(code).ok()?, record, context));
+            }
             "minidump-dir" if !value.is_empty() => c.minidump_dir = Some(value.into()),
             "regs" => {
                 let mut it = value.split(' ');
@@ -158,7 +171,7 @@ pub fn parse_context(text: &str) -> Option<CrashContext> {
     (pid && tid && sig).then_some(c)
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 
@@ -212,6 +225,13 @@ mod tests {
         assert!(parse_context(&text.replace("pid: 10", "pid: x")).is_none());
         assert!(parse_context(&text.replace("signal: 11 -6 0xdead", "signal: 11")).is_none());
         assert!(parse_context("no block").is_none());
+        // The Windows line.
+        let win = text.replace("symbolize: 1", "exception: 0xc0000005 0x10 0x20");
+        assert_eq!(
+            parse_context(&win).unwrap().exception,
+            Some((0xc000_0005, 0x10, 0x20))
+        );
+        assert!(parse_context(&text.replace("symbolize: 1", "exception: 0x1 0x2")).is_none());
         // Too small a buffer: nothing rather than half a block.
         assert_eq!(write_context(&mut [0u8; 40], &f, &uc), 0);
     }

@@ -73,6 +73,7 @@ impl<'a> Buf<'a> {
     }
 
     /// Appends a signed decimal number.
+    #[cfg_attr(windows, allow(dead_code))]
     pub(crate) fn dec_i(&mut self, v: i64) -> &mut Self {
         if v < 0 {
             self.str("-");
@@ -107,6 +108,7 @@ impl<'a> Buf<'a> {
     }
 
     /// Appends each byte as two lowercase hex digits.
+    #[cfg_attr(windows, allow(dead_code))]
     pub(crate) fn hex_bytes(&mut self, b: &[u8]) -> &mut Self {
         for &x in b {
             self.bytes(&[HEX[(x >> 4) as usize], HEX[(x & 0xf) as usize]]);

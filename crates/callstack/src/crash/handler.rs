@@ -146,8 +146,7 @@ static SCRATCH: SyncCell<Scratch> = SyncCell::new(Scratch {
     maps: MapsScratch::new(),
 });
 
-pub(crate) const BEGIN_RAW: &str = "*** callstack: crash report (raw) ***\n";
-pub(crate) const END_RAW: &str = "*** end of raw report ***\n";
+pub(crate) use super::env::{BEGIN_RAW, END_RAW};
 
 /// The handler installed for every crash signal.
 pub(crate) extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {

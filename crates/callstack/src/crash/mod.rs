@@ -172,33 +172,90 @@
 //! With [`Options::panic_hook`], a panic prints the same two-part report,
 //! captured and symbolized in the panicking thread (a panic is not a
 //! signal: this is safe), before the previous hook runs.
+//!
+//! ## Windows (x86-64)
+//! [`install`] and the C entries have the same names, options and report
+//! format; what differs (`crash/windows.rs` has the whole design):
+//! - **Which exceptions.** Those nothing handles: an unhandled-exception
+//!   filter (`SetUnhandledExceptionFilter`) reports them, so the
+//!   exceptions a program handles itself (SEH `__except`, C++ `catch`,
+//!   `catch_unwind`, its own vectored handler) are never reported, as a
+//!   vectored handler, which sees every first-chance exception, would.
+//!   One exception is taken at first chance by a vectored handler:
+//!   `EXCEPTION_STACK_OVERFLOW`, whose dispatch has too little stack left
+//!   to reach the filter (under wine 8 it never does); after its report
+//!   the process ends with that code. `abort()` is the C runtime's
+//!   `SIGABRT` (`signal`), reported from `RtlCaptureContext`, then the C
+//!   runtime exits (status 3). [`Options::signals`] is not used there;
+//!   [`Options::panic_hook`] is as on Linux.
+//! - **A handler thread** started by [`install`], waiting on an event,
+//!   does the report: the crashed thread only hands it its
+//!   `EXCEPTION_POINTERS` and its stack's bounds, and waits. So the report
+//!   has a whole stack to run on after a stack overflow, and no
+//!   per-thread set-up (`install_thread`, Linux's) is needed.
+//! - **The raw part**: `exception: EXCEPTION_ACCESS_VIOLATION: read of
+//!   address 0x0 (code 0xc0000005, at 0x...)` (or `signal: SIGABRT: ...`),
+//!   process, thread, time, then the frames as on Linux, each module's
+//!   offset its RVA (no build-id: the minidump carries each module's
+//!   CodeView record).
+//! - **The helper** is started with `CreateProcessW` (its command line and
+//!   environment built at install): `CALLSTACK_CRASH_HELPER`, else the
+//!   program re-run with its command line. It writes the minidump first
+//!   (the native Windows layout, `minidump::windows`, the crashed
+//!   process read from outside with `ReadProcessMemory`, its threads
+//!   suspended for `GetThreadContext`), then the symbolized part. The one
+//!   allocation left in the crashed process is `CreateProcessW`'s own,
+//!   inside kernel32: a crash that left the heap's lock held keeps the
+//!   helper from starting (the wait is bounded; the raw part is out).
+//! - Then the filter that was there before ours runs (the C runtime's in
+//!   a mingw program), and the process ends with the exception's code.
 
+#[cfg(target_os = "linux")]
 mod altstack;
 mod context;
 #[cfg(all(feature = "remote", target_os = "linux"))]
 mod dump;
+mod env;
 mod fmt;
+#[cfg(target_os = "linux")]
 mod handler;
+#[cfg(target_os = "linux")]
 mod helper;
 mod panic;
 #[cfg(feature = "symbolize")]
 mod report;
 #[cfg(feature = "symbolize")]
 mod resolve;
+#[cfg(target_os = "linux")]
 mod signals;
+#[cfg(target_os = "linux")]
 mod snapshot;
 /// The parsers [`crate::fuzzing`] hands to the fuzz targets.
+#[cfg(target_os = "linux")]
 pub(crate) mod fuzzing {
     pub(crate) use super::snapshot::{build_id_in_notes, maps_line_fields};
 }
+#[cfg(target_os = "linux")]
 mod sys;
+#[cfg(windows)]
+mod windows;
+#[cfg(all(windows, feature = "symbolize"))]
+mod windows_dump;
+
+#[cfg(feature = "symbolize")]
+pub(crate) use env::{BEGIN_RAW, END_RAW};
+#[cfg(all(target_os = "linux", feature = "symbolize"))]
+pub(crate) use sys::monotonic_ns;
+#[cfg(all(windows, feature = "symbolize"))]
+pub(crate) use windows::monotonic_ns;
 
 pub use context::{parse_context, CrashContext};
-pub use helper::{
+pub use env::{
     HELPER_ENV, HELPER_SUBCOMMAND, MINIDUMP_DIR_ENV, REPORT_ENV, SYMBOLIZE_ENV, TIMEOUT_ENV,
 };
 #[cfg(feature = "symbolize")]
 pub use report::{parse_raw_reports, run_helper, symbolize_report, RawFrame, RawReport};
+#[cfg(target_os = "linux")]
 pub use signals::{code_words, signal_name, CRASH_SIGNALS};
 
 use std::io;
@@ -219,7 +276,9 @@ pub struct Options {
     /// How long to wait for the helper (default 5 s;
     /// `CALLSTACK_CRASH_TIMEOUT_MS` overrides it).
     pub timeout: Duration,
-    /// The signals to catch (default [`CRASH_SIGNALS`]).
+    /// The signals to catch (default `CRASH_SIGNALS`). Linux only: on
+    /// Windows the unhandled-exception filter sees every exception, and
+    /// `SIGABRT` is always caught.
     pub signals: Vec<i32>,
     /// Also report panics (default `false`).
     pub panic_hook: bool,
@@ -236,13 +295,17 @@ impl Default for Options {
             symbolize: true,
             helper: None,
             timeout: Duration::from_secs(5),
+            #[cfg(target_os = "linux")]
             signals: CRASH_SIGNALS.to_vec(),
+            #[cfg(not(target_os = "linux"))]
+            signals: Vec::new(),
             panic_hook: false,
             minidump_dir: None,
         }
     }
 }
 
+#[cfg(target_os = "linux")]
 static INSTALL: Mutex<()> = Mutex::new(());
 
 /// Installs the crash handlers (see the [module docs](self)).
@@ -254,16 +317,9 @@ static INSTALL: Mutex<()> = Mutex::new(());
 /// Not async-signal-safe; call it early in `main`, from one thread. Calling
 /// it again replaces the settings (the handlers that were there before the
 /// first call stay the ones chained to).
+#[cfg(target_os = "linux")]
 pub fn install(options: Options) -> io::Result<()> {
-    if std::env::var_os(SYMBOLIZE_ENV).is_some_and(|v| v == "1") {
-        #[cfg(feature = "symbolize")]
-        std::process::exit(report::run_helper());
-        #[cfg(not(feature = "symbolize"))]
-        {
-            eprintln!("callstack: built without the `symbolize` feature: cannot symbolize");
-            std::process::exit(3);
-        }
-    }
+    become_helper_if_asked();
     let _guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     snapshot::refresh();
     crate::prepare_thread();
@@ -277,27 +333,8 @@ pub fn install(options: Options) -> io::Result<()> {
         .and_then(|v| v.parse::<u64>().ok())
         .map(Duration::from_millis)
         .unwrap_or(options.timeout);
-    let helper_off =
-        std::env::var_os(HELPER_ENV).is_some_and(|v| v == "none") && options.helper.is_none();
-    let minidump_dir = match options
-        .minidump_dir
-        .clone()
-        .or_else(|| std::env::var_os(MINIDUMP_DIR_ENV).map(PathBuf::from))
-        .filter(|d| !d.as_os_str().is_empty())
-    {
-        Some(d) => {
-            let d = std::path::absolute(&d).unwrap_or(d);
-            let bytes = d.as_os_str().as_encoded_bytes().to_vec();
-            if bytes.iter().any(|&b| b == 0 || b == b'\n') {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "minidump directory: a path with a NUL or newline byte",
-                ));
-            }
-            bytes
-        }
-        None => Vec::new(),
-    };
+    let helper_off = helper_off(&options);
+    let minidump_dir = minidump_dir(&options)?;
     let symbolize = options.symbolize && !helper_off;
     let plan = (symbolize || !minidump_dir.is_empty()).then(|| {
         helper::plan(
@@ -361,10 +398,81 @@ pub fn install(options: Options) -> io::Result<()> {
     Ok(())
 }
 
+/// In a helper process (`CALLSTACK_CRASH_SYMBOLIZE=1`): runs the helper
+/// and exits.
+fn become_helper_if_asked() {
+    if std::env::var_os(SYMBOLIZE_ENV).is_some_and(|v| v == "1") {
+        #[cfg(feature = "symbolize")]
+        std::process::exit(report::run_helper());
+        #[cfg(not(feature = "symbolize"))]
+        {
+            eprintln!("callstack: built without the `symbolize` feature: cannot symbolize");
+            std::process::exit(3);
+        }
+    }
+}
+
+/// Whether `CALLSTACK_CRASH_HELPER=none` turns the helper off.
+fn helper_off(options: &Options) -> bool {
+    std::env::var_os(HELPER_ENV).is_some_and(|v| v == "none") && options.helper.is_none()
+}
+
+/// The minidump directory of `options` (or of the environment), absolute,
+/// as bytes; empty for none.
+fn minidump_dir(options: &Options) -> io::Result<Vec<u8>> {
+    Ok(
+        match options
+            .minidump_dir
+            .clone()
+            .or_else(|| std::env::var_os(MINIDUMP_DIR_ENV).map(PathBuf::from))
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            Some(d) => {
+                let d = std::path::absolute(&d).unwrap_or(d);
+                let bytes = d.as_os_str().as_encoded_bytes().to_vec();
+                if bytes.iter().any(|&b| b == 0 || b == b'\n') {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "minidump directory: a path with a NUL or newline byte",
+                    ));
+                }
+                bytes
+            }
+            None => Vec::new(),
+        },
+    )
+}
+
+/// Installs the crash handlers (see the [module docs](self) and, for
+/// Windows, the unhandled-exception filter of `crash/windows.rs`).
+///
+/// If `CALLSTACK_CRASH_SYMBOLIZE=1` is in the environment, this process is
+/// a symbolizing helper: `install` reads a raw report on standard input,
+/// writes the minidump it asks for and the symbolized report, and **exits
+/// the process**.
+///
+/// Call it early in `main`, from one thread. Calling it again replaces the
+/// settings.
+#[cfg(windows)]
+pub fn install(options: Options) -> io::Result<()> {
+    become_helper_if_asked();
+    let _guard = WINDOWS_INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    let minidump_dir = minidump_dir(&options)?;
+    let symbolize = options.symbolize && !helper_off(&options);
+    if options.panic_hook {
+        panic::install(options.report_path.clone());
+    }
+    windows::install(options, symbolize, minidump_dir)
+}
+
+#[cfg(windows)]
+static WINDOWS_INSTALL: Mutex<()> = Mutex::new(());
+
 /// Gives the calling thread an alternate signal stack, so that its stack
 /// overflow is reported too (see the per-thread rule in the [module
 /// docs](self)). Idempotent. Call it at the start of each thread you
 /// create; the thread that called [`install`] needs nothing more.
+#[cfg(target_os = "linux")]
 pub fn install_thread() -> io::Result<()> {
     altstack::install_thread()
 }
@@ -372,6 +480,7 @@ pub fn install_thread() -> io::Result<()> {
 /// Takes a new snapshot of the loaded modules for the handler (after
 /// `dlopen`; without it, addresses in new modules are still found through
 /// `/proc/self/maps`, more slowly).
+#[cfg(target_os = "linux")]
 pub fn refresh_modules() {
     snapshot::refresh();
 }

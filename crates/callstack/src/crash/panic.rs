@@ -2,8 +2,8 @@
 //! symbolized in the panicking process (a panic is not a signal: locks and
 //! allocation are allowed), then the previous hook runs as before.
 
+use super::env::{BEGIN_RAW, END_RAW};
 use super::fmt::Buf;
-use super::handler::{write_frames, write_thread, BEGIN_RAW, END_RAW};
 #[cfg(feature = "symbolize")]
 use super::report::{symbolize_report_with, Style};
 use std::io::Write;
@@ -17,6 +17,26 @@ use std::path::PathBuf;
 #[inline(always)]
 fn capture_here(out: &mut [usize]) -> usize {
     crate::capture_exact(0, out)
+}
+
+/// The thread's lines and the frame lines, as the crash handler writes
+/// them.
+#[cfg(target_os = "linux")]
+fn thread_and_frames(w: &mut Buf<'_>, frames: &[usize]) {
+    use super::handler::{write_frames, write_thread};
+    write_thread(w, super::sys::gettid());
+    let mut maps = super::snapshot::MapsScratch::new();
+    write_frames(w, frames, false, &mut maps);
+}
+
+/// The thread's lines and the frame lines, as the crash handler writes
+/// them.
+#[cfg(windows)]
+fn thread_and_frames(w: &mut Buf<'_>, frames: &[usize]) {
+    // SAFETY: a plain call.
+    let tid = unsafe { crate::sys::windows::api::GetCurrentThreadId() };
+    super::windows::write_thread(w, tid);
+    super::windows::write_frames(w, frames, false);
 }
 
 /// Formats the raw part of a panic report.
@@ -41,9 +61,7 @@ fn raw_report(info: &std::panic::PanicHookInfo<'_>) -> String {
         .str(&msg.replace('\n', " "))
         .str(&loc)
         .str("\n");
-    write_thread(&mut w, super::sys::gettid());
-    let mut maps = super::snapshot::MapsScratch::new();
-    write_frames(&mut w, &frames[..n], false, &mut maps);
+    thread_and_frames(&mut w, &frames[..n]);
     w.str(END_RAW);
     String::from_utf8_lossy(w.as_bytes()).into_owned()
 }

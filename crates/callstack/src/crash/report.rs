@@ -3,8 +3,8 @@
 //! This runs in the helper process (or in the panic hook), never in a
 //! crashed process.
 
-use super::handler::{BEGIN_RAW, END_RAW};
 use super::resolve::Resolver;
+use super::{BEGIN_RAW, END_RAW};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -257,7 +257,7 @@ pub(crate) fn symbolize_report_with(raw: &str, style: Style) -> String {
         }
         match (style.elapsed, r.time_ns) {
             (true, Some(t)) => {
-                let now = super::sys::monotonic_ns();
+                let now = super::monotonic_ns();
                 let _ = writeln!(
                     out,
                     "*** end of symbolized report ({:.1} ms after the fault) ***",
@@ -291,7 +291,7 @@ pub fn run_helper() -> i32 {
     let dump_line = context.as_ref().and_then(|c| {
         let dir = c.minidump_dir.as_ref()?;
         let line = minidump_line(c, dir, event_ns);
-        dumped = line.starts_with("minidump: /");
+        dumped = !line.starts_with("minidump: not written");
         Some(line)
     });
     let symbolize = context.as_ref().is_none_or(|c| c.symbolize);
@@ -316,7 +316,7 @@ pub fn run_helper() -> i32 {
         return 2;
     }
     let _ = std::io::stderr().write_all(text.as_bytes());
-    if let Some(path) = std::env::var_os(super::helper::REPORT_ENV) {
+    if let Some(path) = std::env::var_os(super::env::REPORT_ENV) {
         if let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -351,7 +351,7 @@ fn minidump_line(
                 st.bytes
             );
             if let Some(t) = event {
-                let now = super::sys::monotonic_ns();
+                let now = super::monotonic_ns();
                 let _ = write!(
                     s,
                     ", {:.1} ms after the fault",
@@ -365,7 +365,37 @@ fn minidump_line(
     }
 }
 
-#[cfg(not(all(feature = "remote", target_os = "linux")))]
+#[cfg(windows)]
+fn minidump_line(
+    c: &super::context::CrashContext,
+    dir: &std::path::Path,
+    event: Option<u64>,
+) -> String {
+    match super::windows_dump::write(c, dir) {
+        Ok((path, st)) => {
+            let mut s = format!(
+                "minidump: {} ({} threads, {} modules, {} bytes",
+                path.display(),
+                st.threads,
+                st.modules,
+                st.bytes
+            );
+            if let Some(t) = event {
+                let now = super::monotonic_ns();
+                let _ = write!(
+                    s,
+                    ", {:.1} ms after the fault",
+                    now.saturating_sub(t) as f64 / 1e6
+                );
+            }
+            s.push(')');
+            s
+        }
+        Err(e) => format!("minidump: not written: {e}"),
+    }
+}
+
+#[cfg(not(any(all(feature = "remote", target_os = "linux"), windows)))]
 fn minidump_line(_: &super::context::CrashContext, _: &std::path::Path, _: Option<u64>) -> String {
     "minidump: not written: callstack was built without the `remote` feature".to_string()
 }

@@ -30,6 +30,28 @@ pub(crate) struct Resolved {
     pub unreadable: bool,
 }
 
+/// The `ImageBase` of the PE32+ file at `path` (`None` for any other file).
+fn pe_image_base(path: &std::path::Path) -> Option<usize> {
+    use std::io::Read;
+    let mut h = [0u8; 1024];
+    let mut f = std::fs::File::open(path).ok()?;
+    let n = f.read(&mut h).ok()?;
+    let h = &h[..n];
+    let u32_at = |o: usize| Some(u32::from_le_bytes(h.get(o..o + 4)?.try_into().ok()?));
+    if h.get(..2)? != b"MZ" {
+        return None;
+    }
+    let pe = u32_at(0x3c)? as usize;
+    if h.get(pe..pe + 4)? != b"PE\0\0" {
+        return None;
+    }
+    let opt = pe + 24;
+    if h.get(opt..opt + 2)? != [0x0b, 0x02] {
+        return None;
+    }
+    Some(u64::from_le_bytes(h.get(opt + 24..opt + 32)?.try_into().ok()?) as usize)
+}
+
 /// A symbolizer over the modules named by one report's frames.
 pub(crate) struct Resolver {
     sym: Symbolizer,
@@ -45,7 +67,15 @@ impl Resolver {
                 continue;
             };
             let addr = f.address as usize;
-            let bias = addr.wrapping_sub(*offset as usize);
+            // A PE's offset is its RVA, and its symbols and DWARF are at
+            // link-time addresses (`ImageBase` + RVA).
+            let image_base = match mods.iter().find(|m| m.path == *path) {
+                Some(m) => m
+                    .bias
+                    .map_or(0, |b| addr.wrapping_sub(*offset as usize).wrapping_sub(b)),
+                None => pe_image_base(path).unwrap_or(0),
+            };
+            let bias = addr.wrapping_sub(*offset as usize).wrapping_sub(image_base);
             let lo = addr.saturating_sub(1);
             let hi = addr.saturating_add(1);
             match mods
@@ -105,5 +135,42 @@ impl Resolver {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pe_image_base;
+
+    #[test]
+    fn a_pe32_plus_gives_its_image_base_anything_else_none() {
+        let dir = std::env::temp_dir().join(format!("callstack-pe-base-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, bytes: &[u8]| {
+            let p = dir.join(name);
+            std::fs::write(&p, bytes).unwrap();
+            p
+        };
+        // DOS header pointing at "PE\0\0" at 0x40, a COFF header, then a
+        // PE32+ optional header whose ImageBase is 0x140000000.
+        let mut pe = vec![0u8; 0x40 + 24 + 32];
+        pe[..2].copy_from_slice(b"MZ");
+        pe[0x3c] = 0x40;
+        pe[0x40..0x44].copy_from_slice(b"PE\0\0");
+        pe[0x58..0x5a].copy_from_slice(&0x20bu16.to_le_bytes());
+        pe[0x58 + 24..0x58 + 32].copy_from_slice(&0x1_4000_0000u64.to_le_bytes());
+        assert_eq!(pe_image_base(&write("pe", &pe)), Some(0x1_4000_0000));
+        // Every truncation, a PE32 (not +), an ELF file, a missing file:
+        // none, never a panic.
+        for cut in 0..pe.len() {
+            assert_eq!(pe_image_base(&write("cut", &pe[..cut])), None, "{cut}");
+        }
+        let mut pe32 = pe.clone();
+        pe32[0x58] = 0x0b;
+        pe32[0x59] = 0x01;
+        assert_eq!(pe_image_base(&write("pe32", &pe32)), None);
+        assert_eq!(pe_image_base(&write("elf", b"\x7fELF\x02\x01\x01")), None);
+        assert_eq!(pe_image_base(&dir.join("missing")), None);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -168,6 +168,37 @@ pub(crate) unsafe fn walk_context(ctx: *const u8, out: &mut [usize]) -> usize {
         .0
 }
 
+/// [`walk_context`] for a `CONTEXT` of another thread of this process,
+/// whose stack is `[lo, hi)` (its TEB's `StackLimit` and `StackBase`): the
+/// crash handler's thread walks the crashed thread's stack this way. Reads
+/// only inside `[max(sp, lo), hi)`: after a stack overflow the stack
+/// pointer may stand below the committed stack.
+///
+/// # Safety
+/// `ctx` must point at a readable x64 `CONTEXT`, and `[lo, hi)` must be
+/// readable memory (a thread's committed stack) for the whole walk.
+pub(crate) unsafe fn walk_context_on(
+    ctx: *const u8,
+    lo: usize,
+    hi: usize,
+    out: &mut [usize],
+) -> usize {
+    if out.is_empty() {
+        return 0;
+    }
+    // SAFETY: as promised by the caller.
+    let (pc, sp, fp) = unsafe { crate::sys::windows::x86_64::context_regs(ctx) };
+    if sp as usize >= hi || lo >= hi {
+        out[0] = pc as usize;
+        return 1;
+    }
+    let mut mem = StackMemory::with_bounds((sp as usize).max(lo), hi);
+    let start = UnwindRegs { pc, sp, fp, lr: 0 };
+    Unwinder::new(&Images, start, true)
+        .run_pcs(&mut mem, 0, out)
+        .0
+}
+
 /// Called by the naked `exact_entry` with its own frame record (`fp`,
 /// whose return address is inside the caller of the capture) and the
 /// lowest address the walk may read (`sp`).

@@ -28,11 +28,11 @@
 
 use std::path::PathBuf;
 
-const PEB_LDR: usize = 0x18;
-const LDR_IN_LOAD_ORDER: usize = 0x10;
-const ENTRY_DLL_BASE: usize = 0x30;
-const ENTRY_SIZE_OF_IMAGE: usize = 0x40;
-const ENTRY_FULL_NAME: usize = 0x48;
+pub(crate) const PEB_LDR: usize = 0x18;
+pub(crate) const LDR_IN_LOAD_ORDER: usize = 0x10;
+pub(crate) const ENTRY_DLL_BASE: usize = 0x30;
+pub(crate) const ENTRY_SIZE_OF_IMAGE: usize = 0x40;
+pub(crate) const ENTRY_FULL_NAME: usize = 0x48;
 /// Entries a walk reads at most: far more than any process loads.
 pub const MAX_MODULES: usize = 4096;
 /// `IMAGE_SCN_MEM_EXECUTE`.
@@ -225,6 +225,34 @@ pub fn module_of(addr: usize) -> Option<(usize, usize)> {
             return false;
         }
         true
+    });
+    found
+}
+
+/// The loaded module holding `addr`: `(base, size)` of its image and its
+/// `FullDllName` as the loader keeps it (UTF-16, borrowed from the
+/// loader's entry: valid while the module stays loaded). No lock, no
+/// allocation, no system call: for the crash handler.
+pub fn module_and_name_of(addr: usize) -> Option<(usize, usize, &'static [u16])> {
+    let mut found = None;
+    for_each(|base, size, entry| {
+        if addr.wrapping_sub(base) >= size {
+            return true;
+        }
+        // SAFETY: `entry` is a listed `LDR_DATA_TABLE_ENTRY` (see the module
+        // docs); its `FullDllName` is a `UNICODE_STRING` whose buffer holds
+        // `len` bytes while the module is loaded.
+        let name: &'static [u16] = unsafe {
+            let len = core::ptr::read_volatile((entry + ENTRY_FULL_NAME) as *const u16) as usize;
+            let buf = word(entry + ENTRY_FULL_NAME + 8);
+            if buf == 0 || buf % 2 != 0 {
+                &[]
+            } else {
+                core::slice::from_raw_parts(buf as *const u16, len / 2)
+            }
+        };
+        found = Some((base, size, name));
+        false
     });
     found
 }
