@@ -165,7 +165,32 @@ pub struct Profile {
     /// records.
     pub named_frames: BTreeMap<u64, FrameName>,
     /// Stack hash -> indices in `stacks` with that hash.
-    index: HashMap<u64, Vec<u32>>,
+    index: HashMap<u64, Vec<u32>, std::hash::BuildHasherDefault<KeyHasher>>,
+}
+
+/// The hasher of [`Profile`]'s index, whose keys are hashes already
+/// ([`stack_key`]): mixed once more, not hashed again (a recorder adds
+/// every sample through it).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, k: u64) {
+        // The high half folded into the low: hashbrown takes its bucket
+        // from the low bits and its tag from the high ones.
+        let m = (k ^ (k >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        self.0 = m ^ (m >> 32);
+    }
 }
 
 fn stack_key(frames: &[usize], first_is_exact: bool, exact: &[u32], thread: Option<u32>) -> u64 {
@@ -244,14 +269,25 @@ impl Profile {
         thread: Option<u32>,
         values: &[i64],
     ) -> usize {
-        let mut exact: Vec<u32> = exact
-            .iter()
-            .copied()
-            .filter(|&i| i > 0 && (i as usize) < frames.len())
-            .collect();
-        exact.sort_unstable();
-        exact.dedup();
-        let key = stack_key(frames, first_is_exact, &exact, thread);
+        // The exact frames' indices, sorted, once each, past the first
+        // (copied only when they are not so already, or for a new stack).
+        let normal = exact.windows(2).all(|w| w[0] < w[1])
+            && exact.iter().all(|&i| i > 0 && (i as usize) < frames.len());
+        let owned: Vec<u32>;
+        let exact: &[u32] = if normal {
+            exact
+        } else {
+            let mut v: Vec<u32> = exact
+                .iter()
+                .copied()
+                .filter(|&i| i > 0 && (i as usize) < frames.len())
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            owned = v;
+            &owned
+        };
+        let key = stack_key(frames, first_is_exact, exact, thread);
         let n = self.sample_types.len();
         let slot = self.index.entry(key).or_default();
         let found = slot.iter().map(|&i| i as usize).find(|&i| {
@@ -269,7 +305,7 @@ impl Profile {
                 self.stacks.push(ProfileStack {
                     frames: frames.to_vec(),
                     first_is_exact,
-                    exact,
+                    exact: exact.to_vec(),
                     thread,
                     values: vec![0; n],
                 });

@@ -463,37 +463,22 @@ impl Interpreter {
             }
             frame = previous;
         }
-        // Every code object's header, in one read of the target; but not
-        // that of a code object checked less than `RECHECK` ago whose
-        // instructions the frame's pointer is inside of (a frame holds its
-        // code object: the cached one may only be stale if it died and
-        // another took its place since).
+        // Every code object's header, in one read of the target.
         let code_span = self.code_span();
-        let now = std::time::Instant::now();
-        let trusted: Vec<bool> = walked
-            .iter()
-            .map(|f| {
-                f.as_ref().is_some_and(|f| {
-                    codes.get(&f.code).is_some_and(|c| {
-                        now.saturating_duration_since(c.checked) < RECHECK && self.holds_instr(c, f)
-                    })
-                })
-            })
-            .collect();
         let mut headers = vec![0u8; walked.len() * code_span as usize];
         let mut ok = vec![false; walked.len()];
         {
             let mut reqs: Vec<(u64, &mut [u8])> = headers
                 .chunks_mut(code_span as usize)
-                .zip(walked.iter().zip(&trusted))
-                .map(|(buf, (f, &t))| (f.as_ref().filter(|_| !t).map_or(0, |f| f.code), buf))
+                .zip(&walked)
+                .map(|(buf, f)| (f.as_ref().map_or(0, |f| f.code), buf))
                 .collect();
             reqs.retain(|r| r.0 != 0);
             let mut got = vec![false; reqs.len()];
             mem.read_each(&mut reqs, &mut got);
             let mut k = 0;
             for (i, f) in walked.iter().enumerate() {
-                if f.is_some() && !trusted[i] {
+                if f.is_some() {
                     ok[i] = got[k];
                     k += 1;
                 }
@@ -508,14 +493,9 @@ impl Interpreter {
                 }
                 continue;
             };
-            let pf = if trusted[i] {
-                codes.get_mut(&f.code).map(|c| self.frame_of(c, f))
-            } else {
-                let header = &headers[i * code_span as usize..(i + 1) * code_span as usize];
-                let block = Block::of(mem, f.code, if ok[i] { header } else { &[] });
-                self.frame(&block, f, codes, now)?
-            };
-            if let Some(pf) = pf {
+            let header = &headers[i * code_span as usize..(i + 1) * code_span as usize];
+            let block = Block::of(mem, f.code, if ok[i] { header } else { &[] });
+            if let Some(pf) = self.frame(&block, f, codes)? {
                 frames.push(pf);
             }
         }
@@ -549,7 +529,6 @@ impl Interpreter {
         let name_at = l.code_qualname.unwrap_or(l.code_name);
         [
             l.object_type,
-            l.varobject_size,
             name_at,
             l.code_filename,
             l.code_firstlineno,
@@ -569,7 +548,6 @@ impl Interpreter {
         header: &Block,
         f: &FrameFields,
         codes: &mut Codes,
-        now: std::time::Instant,
     ) -> Result<Option<PyFrame>, PyError> {
         let l = self.layout;
         let code = f.code;
@@ -587,53 +565,25 @@ impl Interpreter {
         if self.code_type.is_some_and(|t| key[0] != t) {
             return Ok(None);
         }
-        // 3.11+: the instructions' length in code units (`ob_size`).
-        let units = match l.code_code_adaptive {
-            Some(_) => cr.u64(code + l.varobject_size, "code object").ok(),
-            None => None,
+        let known = codes.get(&code).is_some_and(|c| c.key == key);
+        if !known {
+            if codes.len() >= MAX_CODES {
+                codes.clear();
+            }
+            let c = Code {
+                key,
+                function: cr.string(key[1])?,
+                file: cr.string(key[2])?,
+                first_line: i64::from(key[4] as u32 as i32),
+                table: cr.bytes(key[3], MAX_TABLE)?,
+                lines: Vec::new(),
+            };
+            codes.insert(code, c);
+        }
+        // Known, or inserted just now.
+        let Some(c) = codes.get_mut(&code) else {
+            return Ok(None);
         };
-        match codes.get_mut(&code) {
-            Some(c) if c.key == key => {
-                c.checked = now;
-                c.units = units;
-            }
-            _ => {
-                if codes.len() >= MAX_CODES {
-                    codes.clear();
-                }
-                let c = Code {
-                    key,
-                    function: cr.string(key[1])?,
-                    file: cr.string(key[2])?,
-                    first_line: i64::from(key[4] as u32 as i32),
-                    table: cr.bytes(key[3], MAX_TABLE)?,
-                    checked: now,
-                    units,
-                    lines: Vec::new(),
-                };
-                codes.insert(code, c);
-            }
-        }
-        Ok(codes.get_mut(&code).map(|c| self.frame_of(c, f)))
-    }
-
-    /// Whether `f`'s instruction pointer is inside `c`'s instructions
-    /// (3.11+, where the frame points into its code object; before, a
-    /// frame's `f_lasti` says nothing of which code it is: never).
-    fn holds_instr(&self, c: &Code, f: &FrameFields) -> bool {
-        match (self.layout.code_code_adaptive, c.units) {
-            (Some(start), Some(units)) => {
-                let first = f.code.wrapping_add(start);
-                f.instr >= first && f.instr < first.wrapping_add(units.saturating_mul(2))
-            }
-            _ => false,
-        }
-    }
-
-    /// The frame `f` of code `c`.
-    fn frame_of(&self, c: &mut Code, f: &FrameFields) -> PyFrame {
-        let l = self.layout;
-        let code = f.code;
         let format = lines::Format::for_version(l.version);
         let offset = match l.code_code_adaptive {
             Some(start) => (f.instr as i64).wrapping_sub((code + start) as i64) / 2,
@@ -665,12 +615,12 @@ impl Interpreter {
             // One frame per evaluation call.
             (None, None) => true,
         };
-        PyFrame {
+        Ok(Some(PyFrame {
             function: c.function.clone(),
             file: c.file.clone(),
             line,
             entry,
-        }
+        }))
     }
 }
 
@@ -692,10 +642,6 @@ struct Code {
     file: String,
     first_line: i64,
     table: Vec<u8>,
-    /// When its header was last read and found the same.
-    checked: std::time::Instant,
-    /// 3.11+: its instructions' length, in code units.
-    units: Option<u64>,
     /// The lines of the offsets met last (a sampler meets the same few
     /// again and again; the line table is read from its start each time).
     lines: Vec<(i64, Option<u32>)>,
@@ -703,10 +649,6 @@ struct Code {
 
 /// At most this many offsets' lines are kept per code object.
 const LINES_KEPT: usize = 8;
-
-/// How long a cached code object is taken as it is without reading its
-/// header again, while its frames point into its instructions.
-const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Code objects read, by address.
 type Codes = std::collections::HashMap<u64, Code>;
@@ -1034,58 +976,6 @@ mod tests {
         );
         // A tid that is no thread of the target: no offset.
         assert_eq!(tid_offset(&mem, 4241, &[thread, main], &[4241]), None);
-    }
-
-    /// A cached code object is trusted without its header only while the
-    /// frame's instruction pointer is inside its instructions (3.11+): a
-    /// frame of another code object that took the address is read again.
-    #[test]
-    fn cached_code_is_trusted_only_around_its_instructions() {
-        let make = |layout: &'static layout::Layout| Interpreter {
-            version: (layout.version.0, layout.version.1, 0),
-            module: "python".into(),
-            runtime: 0,
-            code_type: None,
-            eval_ranges: Vec::new(),
-            layout,
-        };
-        let code = 0x7000_0000u64;
-        let c = Code {
-            key: [0; 5],
-            function: "f".into(),
-            file: "f.py".into(),
-            first_line: 1,
-            table: Vec::new(),
-            checked: std::time::Instant::now(),
-            units: Some(10),
-            lines: Vec::new(),
-        };
-        let at = |instr: u64| FrameFields {
-            code,
-            instr,
-            entry: None,
-        };
-        let i = make(layout::Layout::for_version(3, 12).unwrap());
-        let first = code + i.layout.code_code_adaptive.unwrap();
-        assert!(i.holds_instr(&c, &at(first)));
-        assert!(i.holds_instr(&c, &at(first + 18)));
-        assert!(!i.holds_instr(&c, &at(first + 20)));
-        assert!(!i.holds_instr(&c, &at(first - 2)));
-        // Unknown length: never.
-        assert!(!i.holds_instr(&Code { units: None, ..c }, &at(first)));
-        // Before 3.11 a frame does not point into its code: never.
-        let old = make(layout::Layout::for_version(3, 10).unwrap());
-        let c = Code {
-            key: [0; 5],
-            function: "f".into(),
-            file: "f.py".into(),
-            first_line: 1,
-            table: Vec::new(),
-            checked: std::time::Instant::now(),
-            units: Some(10),
-            lines: Vec::new(),
-        };
-        assert!(!old.holds_instr(&c, &at(4)));
     }
 
     #[test]

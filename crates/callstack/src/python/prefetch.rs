@@ -19,8 +19,27 @@ use std::cell::RefCell;
 const MAX_RANGES: usize = 1024;
 const MAX_BYTES: usize = 256 << 10;
 /// Ranges at most this far apart are read as one, up to this long.
-const MERGE_GAP: u64 = 512;
+const MERGE_GAP: u64 = 2048;
 const MAX_MERGED: u64 = 16 << 10;
+/// Each range is read on, within its last page, up to this many bytes
+/// past its end: a thread's frame stack grows upward (3.11+), and the
+/// frames called since the last read lie right after the last one's.
+/// Bytes of a page already pinned cost a copy, not another page.
+const AFTER: u64 = 1024;
+const PAGE: u64 = 4096;
+
+/// `[addr, addr + len)` made longer within its last page, by at most
+/// [`AFTER`] bytes (no page is added: if the range is readable, so is
+/// the rest of its page).
+fn within_page(addr: u64, len: usize) -> (u64, usize) {
+    let end = addr.saturating_add(len as u64);
+    if len == 0 {
+        return (addr, len);
+    }
+    let page_end = ((end - 1) | (PAGE - 1)).saturating_add(1);
+    let to = page_end.min(end.saturating_add(AFTER));
+    (addr, (to - addr) as usize)
+}
 
 /// The target's memory at the ranges of the last read, read ahead in one
 /// call, over the target itself. See the [module documentation](self).
@@ -28,6 +47,9 @@ pub(super) struct Prefetched<'a> {
     mem: &'a dyn ReadTarget,
     /// Sorted by address: each range read ahead, and its bytes.
     blocks: Vec<(u64, Vec<u8>)>,
+    /// Read on a miss: the rest of the missed range's page (the next
+    /// frames, when a frame was missed).
+    extra: RefCell<Vec<(u64, Vec<u8>)>>,
     /// The ranges asked for by this read, in order: the next one's plan.
     asked: RefCell<Vec<(u64, usize)>>,
 }
@@ -41,7 +63,7 @@ impl<'a> Prefetched<'a> {
             .map(|&(addr, len)| (addr, vec![0u8; len]))
             .collect();
         let mut ok = vec![false; bufs.len()];
-        {
+        if !bufs.is_empty() {
             let mut reqs: Vec<(u64, &mut [u8])> = bufs
                 .iter_mut()
                 .map(|(addr, buf)| (*addr, buf.as_mut_slice()))
@@ -57,6 +79,7 @@ impl<'a> Prefetched<'a> {
         Prefetched {
             mem,
             blocks,
+            extra: RefCell::new(Vec::new()),
             asked: RefCell::new(Vec::new()),
         }
     }
@@ -83,7 +106,8 @@ impl<'a> Prefetched<'a> {
             }
             merged.push((addr, len));
         }
-        let mut asked = merged;
+        let mut asked: Vec<(u64, usize)> =
+            merged.into_iter().map(|(a, n)| within_page(a, n)).collect();
         let mut bytes = 0usize;
         let keep = asked
             .iter()
@@ -113,6 +137,32 @@ impl<'a> Prefetched<'a> {
     }
 }
 
+impl Prefetched<'_> {
+    /// `[addr, addr + buf.len())` from the target, with the rest of its
+    /// page ([`within_page`]) kept for the next reads (exactly the range
+    /// when that longer read fails).
+    fn read_missed(&self, addr: u64, buf: &mut [u8]) -> bool {
+        if let Some(src) = self.extra.borrow().iter().find_map(|(start, bytes)| {
+            let off = usize::try_from(addr.checked_sub(*start)?).ok()?;
+            bytes.get(off..off.checked_add(buf.len())?)
+        }) {
+            buf.copy_from_slice(src);
+            return true;
+        }
+        let (_, len) = within_page(addr, buf.len());
+        let mut more = vec![0u8; len];
+        if len > buf.len() && self.mem.read_bytes(addr, &mut more) {
+            buf.copy_from_slice(&more[..buf.len()]);
+            let mut extra = self.extra.borrow_mut();
+            if extra.len() < 64 {
+                extra.push((addr, more));
+            }
+            return true;
+        }
+        self.mem.read_bytes(addr, buf)
+    }
+}
+
 impl ReadTarget for Prefetched<'_> {
     fn read_bytes(&self, addr: u64, buf: &mut [u8]) -> bool {
         self.note(addr, buf.len());
@@ -121,7 +171,7 @@ impl ReadTarget for Prefetched<'_> {
                 buf.copy_from_slice(src);
                 true
             }
-            None => self.mem.read_bytes(addr, buf),
+            None => self.read_missed(addr, buf),
         }
     }
 
@@ -221,10 +271,12 @@ mod tests {
         };
         let p = Prefetched::read(&mem, &[]);
         assert_eq!(chase(&p), Some(7));
+        // The first miss read the rest of its page (1 KiB of it): the
+        // chain's next links came with it.
+        assert_eq!(mem.calls.get(), 1);
         let plan = p.plan();
-        // Close together: one range.
-        assert_eq!(plan, vec![(0x1000, 0x208)]);
-        assert_eq!(mem.calls.get(), 4);
+        // Close together: one range, read on within its page.
+        assert_eq!(plan, vec![(0x1000, 0x208 + 0x400)]);
 
         // Same places, a new value: one call, and the value now.
         put(0x1200, 9);
@@ -234,14 +286,29 @@ mod tests {
         assert_eq!(mem.calls.get(), 1);
         let plan = p.plan();
 
-        // The chain moved: what is not held is read from the target.
+        // The chain moved a little (a frame pushed after the last one):
+        // in the block read ahead.
         put(0x1100, 0x1300);
         put(0x1300, 11);
         mem.calls.set(0);
         let p = Prefetched::read(&mem, &plan);
         assert_eq!(chase(&p), Some(11));
+        assert_eq!(mem.calls.get(), 1);
+        let plan = p.plan();
+        assert_eq!(plan, vec![(0x1000, 0x308 + 0x400)]);
+
+        // Moved far: what is not held is read from the target, with the
+        // rest of its page (but never past the page: 0x1ff8 is its last
+        // word).
+        put(0x1100, 0x1ff8);
+        put(0x1ff8, 13);
+        mem.calls.set(0);
+        let p = Prefetched::read(&mem, &plan);
+        assert_eq!(chase(&p), Some(13));
         assert_eq!(mem.calls.get(), 2);
-        assert_eq!(p.plan(), vec![(0x1000, 0x308)]);
+        assert_eq!(within_page(0x1ff8, 8), (0x1ff8, 8));
+        assert_eq!(within_page(0x1ff0, 0x20), (0x1ff0, 0x420));
+        assert_eq!(within_page(0x1f00, 0x20), (0x1f00, 0x100));
 
         // A range that cannot be read now is not taken from a block.
         let p = Prefetched::read(&mem, &[(0x2000, 8), (0x1000, 8)]);

@@ -199,7 +199,7 @@ impl Drop for PythonRecorder {
 impl State {
     fn register(&mut self, pid: u32) {
         // Never this process (a whole-host recording samples it too).
-        if pid != std::process::id() && self.seen.insert(pid) {
+        if pid != me() && self.seen.insert(pid) {
             self.new_pids.push(pid);
         }
     }
@@ -236,7 +236,7 @@ impl SampleHook for PythonRecorder {
     fn exec(&self, pid: u32) {
         // Its interpreter, if any, is another one now: found again.
         let mut st = self.lock();
-        if pid == std::process::id() {
+        if pid == me() {
             return;
         }
         st.seen.insert(pid);
@@ -249,7 +249,7 @@ impl SampleHook for PythonRecorder {
         // embedding one): looked at again, unless already read.
         if super::is_python_file(path) {
             let mut st = self.lock();
-            if pid != std::process::id() && !st.eval.contains_key(&pid) {
+            if pid != me() && !st.eval.contains_key(&pid) {
                 st.seen.insert(pid);
                 st.new_pids.push(pid);
             }
@@ -399,6 +399,13 @@ struct Proc {
     next_read: u64,
     /// Reads failed in a row.
     fails: u32,
+}
+
+/// This process's id, asked of the kernel once (a whole-host recording
+/// compares every sample's process with it).
+fn me() -> u32 {
+    static ME: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ME.get_or_init(std::process::id)
 }
 
 /// The program process `pid` runs now (`None`: gone).

@@ -196,6 +196,11 @@ impl Direct {
     fn cfi(&self) -> Option<&DirectCfi> {
         self.cfi
             .get_or_init(|| {
+                // Compiled already (for another process mapping the same
+                // file): no direct lookups, its table from the first one.
+                if self.key.as_deref().is_some_and(shared_tables::is_live) {
+                    return None;
+                }
                 let bytes = match (&self.image, &self.file) {
                     (Some(img), _) => CodeBytes::Image(img.clone()),
                     (None, Some(p)) => CodeBytes::File(Arc::new(super::files::map_file(p).ok()?)),
@@ -423,6 +428,14 @@ pub(crate) mod shared_tables {
     /// The path of a key's file.
     pub(crate) fn path_of(key: &str) -> &str {
         key.splitn(3, '\0').nth(2).unwrap_or(key)
+    }
+
+    /// Whether the table of `key` is compiled and alive.
+    pub(crate) fn is_live(key: &str) -> bool {
+        let map = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+        map.as_ref()
+            .and_then(|m| m.get(key))
+            .is_some_and(|(w, _)| w.strong_count() > 0)
     }
 
     /// The bytes of the tables alive now.
@@ -1129,6 +1142,45 @@ impl<'s> RemoteUnwinder<'s> {
         RemoteUnwinder { snap, tables, code }
     }
 
+    /// [`RemoteUnwinder::unwind`] into `out` (its frames' buffer used
+    /// again: a recorder unwinds thousands of samples a second).
+    pub fn unwind_into<M: Memory + ?Sized>(
+        &self,
+        mem: &mut M,
+        t: &Thread,
+        max: usize,
+        out: &mut Unwound,
+    ) {
+        let regs = &t.registers;
+        let set_pc = regs.pc();
+        match (&self.tables, set_pc) {
+            (Tables::X86_64(_) | Tables::Aarch64(_) | Tables::Riscv64(_), Some(pc)) => {
+                let start = UnwindRegs {
+                    pc,
+                    sp: regs.sp().unwrap_or(0),
+                    fp: regs.fp().unwrap_or(0),
+                    lr: lr_of(regs),
+                };
+                let stack_end = t.stack_end.unwrap_or(u64::MAX);
+                let fallback = InsnFallback::new(self.code.clone(), stack_end);
+                out.frames.clear();
+                out.stop = match &self.tables {
+                    Tables::X86_64(set) => {
+                        walk_into(set, start, mem, max, fallback, &mut out.frames)
+                    }
+                    Tables::Aarch64(set) => {
+                        walk_into(set, start, mem, max, fallback, &mut out.frames)
+                    }
+                    Tables::Riscv64(set) => {
+                        walk_into(set, start, mem, max, fallback, &mut out.frames)
+                    }
+                    _ => unreachable!("matched above"),
+                };
+            }
+            _ => *out = self.unwind(mem, t, max),
+        }
+    }
+
     /// Unwinds thread `t`, reading memory through `mem`, at most `max` frames.
     pub fn unwind<M: Memory + ?Sized>(&self, mem: &mut M, t: &Thread, max: usize) -> Unwound {
         let regs = &t.registers;
@@ -1268,20 +1320,31 @@ fn walk<A: crate::arch::Arch, M: Memory + ?Sized, F: unwind::Fallback<A>>(
     fallback: F,
 ) -> Unwound {
     let mut out = Unwound::default();
+    out.stop = walk_into(set, start, mem, max, fallback, &mut out.frames);
+    out
+}
+
+/// [`walk`]'s frames pushed onto `frames`; why it stopped.
+fn walk_into<A: crate::arch::Arch, M: Memory + ?Sized, F: unwind::Fallback<A>>(
+    set: &LazySet<A>,
+    start: UnwindRegs,
+    mem: &mut M,
+    max: usize,
+    fallback: F,
+    frames: &mut Vec<Frame>,
+) -> Option<String> {
     // A core's or a stopped thread's pc is exact: it was interrupted there.
     let mut u = Unwinder::with_fallback(set, start, true, fallback);
     let why = if max == 0 {
         StopReason::Running
     } else {
         u.run(mem, |f| {
-            out.frames.push(*f);
-            out.frames.len() < max
+            frames.push(*f);
+            frames.len() < max
         })
     };
-    out.stop = match why {
-        StopReason::Running if out.frames.len() >= max => {
-            Some(format!("stopped after {max} frames"))
-        }
+    match why {
+        StopReason::Running if frames.len() >= max => Some(format!("stopped after {max} frames")),
         StopReason::Running | StopReason::Outermost => None,
         StopReason::UnknownModule(pc) => Some(format!("{pc:#x} is in no known module")),
         StopReason::NoRule(pc) => Some(format!(
@@ -1289,8 +1352,7 @@ fn walk<A: crate::arch::Arch, M: Memory + ?Sized, F: unwind::Fallback<A>>(
         )),
         StopReason::Error(e) => Some(e.to_string()),
         StopReason::BufferFull => Some(format!("stopped after {max} frames")),
-    };
-    out
+    }
 }
 
 /// Unwinds thread `t` of `snap` (a one-off [`RemoteUnwinder`]; use one

@@ -34,7 +34,9 @@ mod canon;
 mod sample_tests;
 mod sys;
 
-use super::{files, Lookup, Machine, Mapping, Module, Registers, RemoteUnwinder, Snapshot, Thread};
+use super::{
+    files, Lookup, Machine, Mapping, Module, Registers, RemoteUnwinder, Snapshot, Thread, Unwound,
+};
 use crate::profile::Profile;
 use crate::tracefile::ModuleRecord;
 use crate::unwind::{Memory, Method, ReadError};
@@ -439,6 +441,9 @@ struct Space {
     /// ranges ([`canon::Canon`]): what to add to its addresses, and the
     /// record of the range they move into. Empty until then.
     placed: Vec<(u64, ModuleRecord)>,
+    /// The current snapshot's mappings, `(start, end, module index)`
+    /// sorted by start: [`Space::moved`]'s search (a frame at a time).
+    ranges: Vec<(u64, u64, usize)>,
     /// [`Recording::tick`] of its last sample.
     last_used: u64,
 }
@@ -506,6 +511,20 @@ impl Space {
         let modules = &u.get().snapshot().modules;
         if self.placed.len() != modules.len() {
             self.placed = modules.iter().map(|m| canon.place(m, pid)).collect();
+            self.ranges = modules
+                .iter()
+                .enumerate()
+                .flat_map(|(i, m)| {
+                    m.mappings
+                        .iter()
+                        .filter(move |x| x.start >= m.start && x.end <= m.end)
+                        .map(move |x| (x.start, x.end, i))
+                })
+                .collect();
+            self.ranges.sort_unstable();
+            if self.ranges.windows(2).any(|w| w[1].0 < w[0].1) {
+                self.ranges.clear();
+            }
         }
     }
 
@@ -516,8 +535,19 @@ impl Space {
             return pc;
         };
         let probe = if exact { pc } else { pc.wrapping_sub(1) };
-        match u.get().snapshot().module_at(probe) {
-            Some((i, _)) => self
+        // The module holding it, as `module_at` finds, by a binary search
+        // where the mappings do not overlap (else `module_at`'s walk).
+        let found = if self.ranges.is_empty() {
+            u.get().snapshot().module_at(probe).map(|(i, _)| i)
+        } else {
+            let i = self.ranges.partition_point(|r| r.0 <= probe);
+            i.checked_sub(1)
+                .map(|i| self.ranges[i])
+                .filter(|r| probe < r.1)
+                .map(|r| r.2)
+        };
+        match found {
+            Some(i) => self
                 .placed
                 .get(i)
                 .map_or(pc, |(delta, _)| pc.wrapping_add(*delta)),
@@ -559,6 +589,7 @@ impl Space {
         }
         self.unwinder = None;
         self.placed.clear();
+        self.ranges.clear();
     }
 
     /// The memory of its module map (mappings, the snapshot's modules
@@ -752,6 +783,10 @@ struct Recording<'o> {
     frames: Vec<usize>,
     /// The indices of `frames` past the first that are exact pcs.
     exact: Vec<u32>,
+    /// A sample's user frames as unwound, and their pcs for the sample
+    /// hook (buffers used again from sample to sample).
+    unwound: Unwound,
+    pcs: Vec<u64>,
     /// Whether samples carry a kernel callchain.
     kernel: bool,
     /// Lowest and highest kernel address seen.
@@ -843,6 +878,8 @@ impl<'o> Recording<'o> {
             samples: 0,
             frames: Vec::with_capacity(256),
             exact: Vec::new(),
+            unwound: Unwound::default(),
+            pcs: Vec::new(),
             kernel: false,
             kernel_range: None,
             root_pid: 0,
@@ -1075,7 +1112,8 @@ impl Recording<'_> {
             data,
             past_end: false,
         };
-        let unwound = unwinder.unwind(&mut mem, &thread, 256);
+        let mut unwound = std::mem::take(&mut self.unwound);
+        unwinder.unwind_into(&mut mem, &thread, 256, &mut unwound);
         if kind == sys::EventKind::CpuClock {
             // Cut: the walk stopped reading past the end of a full copy,
             // short of the thread's first frame.
@@ -1117,21 +1155,23 @@ impl Recording<'_> {
         }
         if let Some(h) = &self.opts.sample_hook {
             // The user frames' addresses in the process, before the move.
-            let pcs: Vec<u64> = if unwound.frames.is_empty() {
-                vec![thread.registers.pc().unwrap_or(ip)]
+            self.pcs.clear();
+            if unwound.frames.is_empty() {
+                self.pcs.push(thread.registers.pc().unwrap_or(ip));
             } else {
-                unwound.frames.iter().map(|f| f.pc).collect()
-            };
+                self.pcs.extend(unwound.frames.iter().map(|f| f.pc));
+            }
             h.sample(
                 pid,
                 tid,
                 time,
                 user,
-                &pcs,
+                &self.pcs,
                 &mut self.frames,
                 &mut self.exact,
             );
         }
+        self.unwound = unwound;
         if kind == sys::EventKind::Switches {
             self.off_events.push(OffEvent::Sample {
                 time,
