@@ -1374,7 +1374,15 @@ fn memory_budget_evicts_and_chains_resolve() {
             .find(|l| l.starts_with("callstack record: evicted "))
             .unwrap_or_else(|| panic!("no eviction line:\n{s}"));
         assert!(line.contains(" to stay under the budget: "), "{line}");
-        assert!(line.contains("prof_hot") || line.contains("libc"), "{line}");
+        // The modules of either process (those of the last sample before
+        // each check are kept: which process that is depends on the
+        // order the CPUs' rings are read in).
+        assert!(
+            ["prof_hot", "libc", "python"]
+                .iter()
+                .any(|m| line.contains(m)),
+            "{line}"
+        );
     }
     let f = run(Command::new(cli)
         .arg("report")

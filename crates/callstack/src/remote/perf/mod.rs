@@ -1306,10 +1306,10 @@ impl Recording<'_> {
     /// drops the least recently used modules' compiled tables (from every
     /// process's snapshot: the table is freed), then the module maps of
     /// the processes sampled least recently, until the estimate is under
-    /// the budget; never those of the last sample.
-    fn enforce_budget(&mut self) {
+    /// the budget; never those of the last sample. Whether it was over.
+    fn enforce_budget(&mut self) -> bool {
         let Some(budget) = self.opts.memory_budget else {
-            return;
+            return false;
         };
         // Function lists (shared by file) go with the module maps.
         let space_bytes: usize = self.spaces.values().map(Space::bytes).sum::<usize>()
@@ -1317,7 +1317,7 @@ impl Recording<'_> {
         let mut total = super::step::shared_tables::live_bytes() + space_bytes;
         self.state_bytes = total;
         if total <= budget {
-            return;
+            return false;
         }
         // The tables and lists kept for programs that may start again go
         // first; then the least recently used.
@@ -1389,6 +1389,7 @@ impl Recording<'_> {
         self.state_bytes = super::step::shared_tables::live_bytes()
             + self.spaces.values().map(Space::bytes).sum::<usize>()
             + super::step::shared_functions::live_bytes();
+        true
     }
 
     fn note_evicted(&mut self, e: Evicted) {
@@ -1668,6 +1669,7 @@ pub fn record_rotating(
     let mut status = None;
     let mut ended_by_us = false;
     let mut last_budget = Instant::now();
+    let mut over_budget = false;
     loop {
         sys::poll(&fds, 50);
         for (e, kind) in &events {
@@ -1678,12 +1680,12 @@ pub fn record_rotating(
             // the newest record is complete.
             rec.match_switches(rec.latest.saturating_sub(200_000_000));
         }
-        if last_budget.elapsed() >= Duration::from_millis(250) {
+        if over_budget || last_budget.elapsed() >= Duration::from_millis(250) {
             // State grows as processes start and modules are first met:
             // measured four times a second (summing it costs a walk over
-            // every process and table).
+            // every process and table), at every pass while over.
             last_budget = Instant::now();
-            rec.enforce_budget();
+            over_budget = rec.enforce_budget();
         }
         // A window: at least 50 user samples and 0.1 s (a second at most).
         let window = last_window.elapsed();
