@@ -110,11 +110,13 @@ fn check_shares_of(name: &str, data: &Path, kernel: bool, within: f64) {
         );
     }
     // Every sample unwinds to the thread's first frame: `_start`, a
-    // thread's `clone`, or, for a sample taken while the program's
-    // libraries still initialize, the loader's entry (its `_dl_start_user`,
-    // unnamed in its symbol table), under `_dl_init`.
+    // thread's `clone`, or, for a sample taken before `main`'s program
+    // starts (the loader mapping and initializing its libraries), the
+    // loader's entry (unnamed: `ld-linux-x86-64.so.2+0x...`), over
+    // `_dl_start` or `_dl_init`.
     for line in folded.lines() {
-        let in_loader = line.starts_with("ld-linux") && line.contains(";_dl_init;");
+        let in_loader = line.starts_with("ld-linux")
+            && (line.contains(";_dl_init;") || line.contains(";_dl_start;"));
         assert!(
             line.starts_with("_start;")
                 || line.starts_with("clone3;")

@@ -1142,6 +1142,13 @@ impl<'s> RemoteUnwinder<'s> {
         RemoteUnwinder { snap, tables, code }
     }
 
+    /// Unwinds thread `t`, reading memory through `mem`, at most `max` frames.
+    pub fn unwind<M: Memory + ?Sized>(&self, mem: &mut M, t: &Thread, max: usize) -> Unwound {
+        let mut out = Unwound::default();
+        self.unwind_into(mem, t, max, &mut out);
+        out
+    }
+
     /// [`RemoteUnwinder::unwind`] into `out` (its frames' buffer used
     /// again: a recorder unwinds thousands of samples a second).
     pub fn unwind_into<M: Memory + ?Sized>(
@@ -1151,44 +1158,11 @@ impl<'s> RemoteUnwinder<'s> {
         max: usize,
         out: &mut Unwound,
     ) {
-        let regs = &t.registers;
-        let set_pc = regs.pc();
-        match (&self.tables, set_pc) {
-            (Tables::X86_64(_) | Tables::Aarch64(_) | Tables::Riscv64(_), Some(pc)) => {
-                let start = UnwindRegs {
-                    pc,
-                    sp: regs.sp().unwrap_or(0),
-                    fp: regs.fp().unwrap_or(0),
-                    lr: lr_of(regs),
-                };
-                let stack_end = t.stack_end.unwrap_or(u64::MAX);
-                let fallback = InsnFallback::new(self.code.clone(), stack_end);
-                out.frames.clear();
-                out.stop = match &self.tables {
-                    Tables::X86_64(set) => {
-                        walk_into(set, start, mem, max, fallback, &mut out.frames)
-                    }
-                    Tables::Aarch64(set) => {
-                        walk_into(set, start, mem, max, fallback, &mut out.frames)
-                    }
-                    Tables::Riscv64(set) => {
-                        walk_into(set, start, mem, max, fallback, &mut out.frames)
-                    }
-                    _ => unreachable!("matched above"),
-                };
-            }
-            _ => *out = self.unwind(mem, t, max),
-        }
-    }
-
-    /// Unwinds thread `t`, reading memory through `mem`, at most `max` frames.
-    pub fn unwind<M: Memory + ?Sized>(&self, mem: &mut M, t: &Thread, max: usize) -> Unwound {
+        out.frames.clear();
         let regs = &t.registers;
         let Some(pc) = regs.pc() else {
-            return Unwound {
-                frames: Vec::new(),
-                stop: Some("no program counter in the thread's registers".into()),
-            };
+            out.stop = Some("no program counter in the thread's registers".into());
+            return;
         };
         let start = UnwindRegs {
             pc,
@@ -1198,10 +1172,11 @@ impl<'s> RemoteUnwinder<'s> {
         };
         let stack_end = t.stack_end.unwrap_or(u64::MAX);
         let fallback = InsnFallback::new(self.code.clone(), stack_end);
-        match &self.tables {
-            Tables::X86_64(set) => walk(set, start, mem, max, fallback),
-            Tables::Aarch64(set) => walk(set, start, mem, max, fallback),
-            Tables::Riscv64(set) => walk(set, start, mem, max, fallback),
+        let frames = &mut out.frames;
+        out.stop = match &self.tables {
+            Tables::X86_64(set) => walk_into(set, start, mem, max, fallback, frames),
+            Tables::Aarch64(set) => walk_into(set, start, mem, max, fallback, frames),
+            Tables::Riscv64(set) => walk_into(set, start, mem, max, fallback, frames),
             Tables::Arm(tables) => {
                 let mut r16 = [0u32; 16];
                 for (i, r) in r16.iter_mut().enumerate() {
@@ -1211,19 +1186,21 @@ impl<'s> RemoteUnwinder<'s> {
                     code: self.code.clone(),
                     tables: tables.clone(),
                 };
-                code_frames(max, |each| {
+                *out = code_frames(max, |each| {
                     crate::unwind::insn::walk::arm_each(r16, mem, &mut reader, stack_end, each)
-                })
+                });
+                return;
             }
             Tables::Mips => {
                 let mut code = self.code.clone();
-                code_frames(max, |each| {
+                *out = code_frames(max, |each| {
                     crate::unwind::insn::walk::risc_each::<crate::unwind::insn::mips::Arch, _, _>(
                         start, mem, &mut code, stack_end, each,
                     )
-                })
+                });
+                return;
             }
-        }
+        };
     }
 
     /// The snapshot being unwound.
@@ -1312,19 +1289,9 @@ fn lr_of(regs: &Registers) -> u64 {
     }
 }
 
-fn walk<A: crate::arch::Arch, M: Memory + ?Sized, F: unwind::Fallback<A>>(
-    set: &LazySet<A>,
-    start: UnwindRegs,
-    mem: &mut M,
-    max: usize,
-    fallback: F,
-) -> Unwound {
-    let mut out = Unwound::default();
-    out.stop = walk_into(set, start, mem, max, fallback, &mut out.frames);
-    out
-}
-
-/// [`walk`]'s frames pushed onto `frames`; why it stopped.
+/// Unwinds from `start` with `set` (and `fallback` where it has no
+/// rule), pushing at most `max` frames onto `frames`; why it stopped
+/// (`None`: at the outermost frame).
 fn walk_into<A: crate::arch::Arch, M: Memory + ?Sized, F: unwind::Fallback<A>>(
     set: &LazySet<A>,
     start: UnwindRegs,
