@@ -19,11 +19,18 @@ unset DEBUGINFOD_URLS
 cargo build --release -q -p callstack-capi -p callstack-cli -p callstack-preload
 # Capture must build without the symbolizer and the remote unwinder.
 cargo check -q -p callstack --no-default-features --all-targets
-cargo test --workspace "$@"
+# Each stage says how long it took (CI's budget is 30 minutes on 2 cores).
+stage() {
+    local t=$SECONDS
+    "$@"
+    echo "stage \`$*\`: $((SECONDS - t)) s" >&2
+}
+stage cargo test --workspace "$@"
 # The in-process capture on AArch64, under qemu-user.
-bash scripts/test-aarch64.sh
+stage bash scripts/test-aarch64.sh
 # The in-process capture on RISC-V 64, under qemu-user.
-bash scripts/test-riscv64.sh
+stage bash scripts/test-riscv64.sh
 # Windows x86-64: the C API built for x86_64-pc-windows-gnu, C programs
 # built by mingw-w64, run under wine.
-bash scripts/test-windows.sh
+stage bash scripts/test-windows.sh
+echo "all stages: $SECONDS s" >&2

@@ -335,43 +335,18 @@ pub fn run_helper() -> i32 {
 /// Writes the minidump and says how it went, as the report's line:
 /// `minidump: PATH (N threads, M modules, B bytes, T ms after the fault)`
 /// or `minidump: not written: WHY`.
-#[cfg(all(feature = "remote", target_os = "linux"))]
+#[cfg(any(all(feature = "remote", target_os = "linux"), windows))]
 fn minidump_line(
     c: &super::context::CrashContext,
     dir: &std::path::Path,
     event: Option<u64>,
 ) -> String {
-    match super::dump::write(c, dir) {
-        Ok((path, st)) => {
-            let mut s = format!(
-                "minidump: {} ({} threads, {} modules, {} bytes",
-                path.display(),
-                st.threads,
-                st.modules,
-                st.bytes
-            );
-            if let Some(t) = event {
-                let now = super::monotonic_ns();
-                let _ = write!(
-                    s,
-                    ", {:.1} ms after the fault",
-                    now.saturating_sub(t) as f64 / 1e6
-                );
-            }
-            s.push(')');
-            s
-        }
-        Err(e) => format!("minidump: not written: {e}"),
-    }
-}
-
-#[cfg(windows)]
-fn minidump_line(
-    c: &super::context::CrashContext,
-    dir: &std::path::Path,
-    event: Option<u64>,
-) -> String {
-    match super::windows_dump::write(c, dir) {
+    // The writer of Windows' streams and contexts there, of Linux's elsewhere.
+    #[cfg(not(windows))]
+    use super::dump::write;
+    #[cfg(windows)]
+    use super::windows_dump::write;
+    match write(c, dir) {
         Ok((path, st)) => {
             let mut s = format!(
                 "minidump: {} ({} threads, {} modules, {} bytes",
