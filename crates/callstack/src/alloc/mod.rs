@@ -38,7 +38,7 @@
 //! what it stands for, so that every site's allocations, bytes, frees and
 //! live bytes are unbiased estimates ([`sample`]). An allocation not picked
 //! costs one thread-local counter update, no capture; a free of a block
-//! not picked, one read of a 64 KiB filter. The snapshot says N
+//! not picked, one read of a 128 KiB filter. The snapshot says N
 //! ([`HeapSnapshot::sample_bytes`]) and reports say their figures are
 //! estimates.
 //!
