@@ -196,17 +196,8 @@ fn norm(name: &str) -> String {
 /// `minidump-stackwalk --json --use-local-debuginfo`: each thread's
 /// function names (inlined frames first, as gdb lists them), by thread id.
 fn stackwalk(dump: &Path) -> BTreeMap<u32, Vec<String>> {
-    let o = Command::new(testsupport::minidump_stackwalk())
-        .args(["--json", "--use-local-debuginfo"])
-        .arg(dump)
-        .output()
-        .expect("run minidump-stackwalk (scripts/install-test-deps.sh installs it)");
-    assert!(
-        o.status.success(),
-        "minidump-stackwalk failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let text = testsupport::stackwalk_json_text(dump, None);
+    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
     let mut out = BTreeMap::new();
     for t in v["threads"].as_array().unwrap() {
         let tid = t["thread_id"].as_u64().unwrap() as u32;

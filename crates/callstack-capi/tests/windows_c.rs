@@ -34,17 +34,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use callstack::symbolize::{Address, Symbolizer};
-use testsupport::{c_fixtures, run_under_wine, scratch_dir, windows_stage_path, workspace_root};
-
-/// What the Rust standard library in `libcallstack.a` links against on
-/// this target (`--print native-static-libs`).
-const NATIVE_LIBS: &[&str] = &[
-    "-lkernel32",
-    "-lntdll",
-    "-luserenv",
-    "-lws2_32",
-    "-ldbghelp",
-];
+use testsupport::{c_fixtures, mingw_build_with_callstack, mingw_gcc, run_under_wine, scratch_dir};
 
 /// The C runtime's start-up frames, which the walk may reach past `main`
 /// where they kept a frame record.
@@ -53,26 +43,10 @@ const CRT: &[&str] = &["__tmainCRTStartup", "mainCRTStartup", "WinMainCRTStartup
 /// Builds the fixture with `flags` by mingw-w64's gcc, into a file of its
 /// own per test.
 fn build(mode: &str, flags: &str) -> PathBuf {
-    let lib = windows_stage_path("CALLSTACK_WINDOWS_LIB").join("libcallstack.a");
-    assert!(lib.exists(), "{} is missing", lib.display());
     let tag: String = flags.split_whitespace().collect();
     let out = scratch_dir("windows_c").join(format!("win_chain-{mode}{tag}.exe"));
-    let mut cmd = Command::new("x86_64-w64-mingw32-gcc");
-    cmd.arg("-g")
-        .args(flags.split_whitespace())
-        .arg("-I")
-        .arg(workspace_root().join("crates/callstack-capi/include"))
-        .arg(c_fixtures().join("win_chain.c"))
-        .arg(&lib)
-        .args(NATIVE_LIBS)
-        .arg("-o")
-        .arg(&out);
-    let o = cmd.output().expect("run x86_64-w64-mingw32-gcc");
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let f: Vec<&str> = flags.split_whitespace().collect();
+    mingw_build_with_callstack("win_chain.c", &f, &out);
     out
 }
 
@@ -405,43 +379,21 @@ fn capture_exact_chains_at_o2_without_frame_pointers() {
 #[test]
 #[ignore = "the Windows stage: scripts/test-windows.sh"]
 fn capture_exact_forgets_an_unloaded_modules_rules_after_prepare() {
-    let lib = windows_stage_path("CALLSTACK_WINDOWS_LIB").join("libcallstack.a");
     let dir = scratch_dir("windows_unload");
-    let gcc = |args: &[&str], out: &str| {
-        let mut cmd = Command::new("x86_64-w64-mingw32-gcc");
-        cmd.args(["-g", "-O2"])
-            .args(args)
-            .arg("-o")
-            .arg(dir.join(out));
-        let o = cmd.output().expect("run x86_64-w64-mingw32-gcc");
-        assert!(
-            o.status.success(),
-            "{cmd:?}:\n{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    };
     let dll_src = c_fixtures().join("win_unload_dll.c");
     for (name, pad) in [("a", "1000"), ("b", "2000")] {
-        gcc(
+        mingw_gcc(
             &[
+                "-O2",
                 &format!("-DPAD={pad}"),
                 "-shared",
                 "-Wl,--image-base=0x6f000000",
                 dll_src.to_str().unwrap(),
             ],
-            &format!("win_unload_{name}.dll"),
+            &dir.join(format!("win_unload_{name}.dll")),
         );
     }
-    let include = workspace_root().join("crates/callstack-capi/include");
-    let src = c_fixtures().join("win_unload.c");
-    let mut args = vec![
-        "-I",
-        include.to_str().unwrap(),
-        src.to_str().unwrap(),
-        lib.to_str().unwrap(),
-    ];
-    args.extend(NATIVE_LIBS);
-    gcc(&args, "win_unload.exe");
+    mingw_build_with_callstack("win_unload.c", &["-O2"], &dir.join("win_unload.exe"));
     let text = run(&dir.join("win_unload.exe"), "prepare");
     let words: Vec<&str> = text.split_whitespace().collect();
     assert!(

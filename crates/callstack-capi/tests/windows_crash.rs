@@ -34,17 +34,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use testsupport::{c_fixtures, scratch_dir, windows_stage_path, workspace_root};
-
-/// What the Rust standard library in `libcallstack.a` links against on
-/// this target.
-const NATIVE_LIBS: &[&str] = &[
-    "-lkernel32",
-    "-lntdll",
-    "-luserenv",
-    "-lws2_32",
-    "-ldbghelp",
-];
+use testsupport::{c_fixtures, mingw_build_with_callstack, scratch_dir, windows_stage_path};
 
 /// The three builds.
 const BUILDS: &[(&str, &str)] = &[
@@ -54,27 +44,11 @@ const BUILDS: &[(&str, &str)] = &[
 ];
 
 fn build(tag: &str, flags: &str) -> PathBuf {
-    let lib = windows_stage_path("CALLSTACK_WINDOWS_LIB").join("libcallstack.a");
-    assert!(lib.exists(), "{} is missing", lib.display());
     let out = scratch_dir("windows_crash").join(format!("win_crash-{tag}.exe"));
-    let mut cmd = Command::new("x86_64-w64-mingw32-gcc");
-    cmd.arg("-g")
-        .args(flags.split_whitespace())
-        // An RSDS debug directory: the minidump's CodeView record.
-        .arg("-Wl,--build-id")
-        .arg("-I")
-        .arg(workspace_root().join("crates/callstack-capi/include"))
-        .arg(c_fixtures().join("win_crash.c"))
-        .arg(&lib)
-        .args(NATIVE_LIBS)
-        .arg("-o")
-        .arg(&out);
-    let o = cmd.output().expect("run x86_64-w64-mingw32-gcc");
-    assert!(
-        o.status.success(),
-        "{cmd:?} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let mut f: Vec<&str> = flags.split_whitespace().collect();
+    // An RSDS debug directory: the minidump's CodeView record.
+    f.push("-Wl,--build-id");
+    mingw_build_with_callstack("win_crash.c", &f, &out);
     out
 }
 
@@ -185,18 +159,8 @@ fn stackwalk(dump: &Path, exe: &Path) -> Vec<(Frame, String)> {
             std::os::unix::fs::symlink(&file, &link).unwrap();
         }
     }
-    let o = Command::new(testsupport::minidump_stackwalk())
-        .args(["--json", "--use-local-debuginfo"])
-        .arg(dump)
-        .current_dir(&dir)
-        .output()
-        .expect("run minidump-stackwalk (scripts/install-test-deps.sh installs it)");
-    assert!(
-        o.status.success(),
-        "minidump-stackwalk failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let text = testsupport::stackwalk_json_text(dump, Some(&dir));
+    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
     v["crashing_thread"]["frames"]
         .as_array()
         .unwrap()

@@ -199,18 +199,8 @@ struct WalkFrame {
 }
 
 fn stackwalk_json(dump: &Path) -> Value {
-    let o = Command::new(testsupport::minidump_stackwalk())
-        .args(["--json", "--use-local-debuginfo"])
-        .arg(dump)
-        .output()
-        .expect("run minidump-stackwalk");
-    assert!(
-        o.status.success(),
-        "minidump-stackwalk failed on {}: {}",
-        dump.display(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).expect("minidump-stackwalk's JSON")
+    let text = testsupport::stackwalk_json_text(dump, None);
+    serde_json::from_slice(&text).expect("minidump-stackwalk's JSON")
 }
 
 fn walk_frames(v: &Value) -> BTreeMap<u32, Vec<WalkFrame>> {

@@ -443,6 +443,28 @@ pub fn gcore(pid: u32, dir: &Path) -> PathBuf {
     core
 }
 
+/// `minidump-stackwalk --json --use-local-debuginfo DUMP`'s output (the
+/// JSON text), run in `dir` when given (where it finds the modules' files
+/// by their relative names); a panic that names the dump and shows the
+/// tool's errors when it fails.
+pub fn stackwalk_json_text(dump: &Path, dir: Option<&Path>) -> Vec<u8> {
+    let mut cmd = Command::new(minidump_stackwalk());
+    cmd.args(["--json", "--use-local-debuginfo"]).arg(dump);
+    if let Some(d) = dir {
+        cmd.current_dir(d);
+    }
+    let o = cmd
+        .output()
+        .expect("run minidump-stackwalk (scripts/install-test-deps.sh installs it)");
+    assert!(
+        o.status.success(),
+        "minidump-stackwalk failed on {}:\n{}",
+        dump.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o.stdout
+}
+
 /// rust-minidump's `minidump-stackwalk`, the oracle of the minidump tests:
 /// `$MINIDUMP_STACKWALK`, else on `PATH`, else where
 /// scripts/install-test-deps.sh installs it (`$CALLSTACK_TOOLS/bin`, by
@@ -584,6 +606,48 @@ pub fn windows_stage_path(name: &str) -> PathBuf {
     PathBuf::from(std::env::var_os(name).unwrap_or_else(|| {
         panic!("{name} is not set: run this test through scripts/test-windows.sh")
     }))
+}
+
+/// What the Rust standard library in `libcallstack.a` links against on
+/// x86_64-pc-windows-gnu (`rustc --print native-static-libs`).
+pub const WINDOWS_NATIVE_LIBS: &[&str] = &[
+    "-lkernel32",
+    "-lntdll",
+    "-luserenv",
+    "-lws2_32",
+    "-ldbghelp",
+];
+
+/// Runs mingw-w64's gcc with `-g`, `args` and `-o out`; a panic with its
+/// errors when it fails.
+pub fn mingw_gcc<S: AsRef<std::ffi::OsStr>>(args: &[S], out: &Path) {
+    let mut cmd = Command::new("x86_64-w64-mingw32-gcc");
+    cmd.arg("-g").args(args).arg("-o").arg(out);
+    let o = cmd.output().expect("run x86_64-w64-mingw32-gcc");
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Builds the C fixture `source` (in `tests/fixtures/c`) with mingw-w64's
+/// gcc and `flags` into `out`, linked to the Windows stage's
+/// `libcallstack.a` with the C API's header on the include path.
+pub fn mingw_build_with_callstack(source: &str, flags: &[&str], out: &Path) {
+    let lib = windows_stage_path("CALLSTACK_WINDOWS_LIB").join("libcallstack.a");
+    assert!(lib.exists(), "{} is missing", lib.display());
+    let mut args: Vec<std::ffi::OsString> = flags.iter().map(Into::into).collect();
+    args.push("-I".into());
+    args.push(
+        workspace_root()
+            .join("crates/callstack-capi/include")
+            .into(),
+    );
+    args.push(c_fixtures().join(source).into());
+    args.push(lib.into());
+    args.extend(WINDOWS_NATIVE_LIBS.iter().map(Into::into));
+    mingw_gcc(&args, out);
 }
 
 /// Runs the Windows program `exe` with `args` under the stage's wine

@@ -103,6 +103,7 @@ pub struct Dump {
 /// `sizeof(CONTEXT)` on x64.
 pub const CONTEXT_SIZE: usize = 1232;
 
+// The numbers of `remote::minidump` (the reader, built on Linux only).
 const MDMP: u32 = 0x504d_444d;
 const MD_VERSION: u32 = 0xa793;
 const THREAD_LIST: u32 = 3;

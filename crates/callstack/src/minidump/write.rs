@@ -37,6 +37,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::remote::corefile::CoreFile;
+use crate::remote::minidump::stream::{
+    EXCEPTION, LINUX_CPU_INFO, LINUX_PROC_STATUS, MEMORY_LIST, MISC_INFO, MODULE_LIST, SYSTEM_INFO,
+    THREAD_LIST, THREAD_NAMES,
+};
+use crate::remote::minidump::{SIGNATURE, VERSION};
 use crate::remote::process::LiveProcess;
 use crate::remote::{Lookup, Machine, Module, Registers, RemoteError, Snapshot};
 
@@ -140,24 +145,12 @@ impl From<RemoteError> for MinidumpError {
     }
 }
 
-// Stream types (minidump and Breakpad's Linux extensions).
-const THREAD_LIST: u32 = 3;
-const MODULE_LIST: u32 = 4;
-const MEMORY_LIST: u32 = 5;
-const EXCEPTION: u32 = 6;
-const SYSTEM_INFO: u32 = 7;
-const MISC_INFO: u32 = 15;
-const THREAD_NAMES: u32 = 24;
-const LINUX_CPU_INFO: u32 = 0x4767_0003;
-const LINUX_PROC_STATUS: u32 = 0x4767_0004;
 const LINUX_LSB_RELEASE: u32 = 0x4767_0005;
 const LINUX_CMD_LINE: u32 = 0x4767_0006;
 const LINUX_ENVIRON: u32 = 0x4767_0007;
 const LINUX_AUXV: u32 = 0x4767_0008;
 const LINUX_MAPS: u32 = 0x4767_0009;
 
-const MDMP: u32 = 0x504d_444d;
-const MD_VERSION: u32 = 0xa793;
 const PROCESSOR_ARCHITECTURE_AMD64: u16 = 9;
 const PROCESSOR_ARCHITECTURE_ARM64: u16 = 12;
 const PLATFORM_LINUX: u32 = 0x8201;
@@ -612,8 +605,8 @@ fn assemble(d: &DumpIn) -> Result<Vec<u8>, MinidumpError> {
         .map(|d| d.as_secs() as u32)
         .unwrap_or(0);
     let h = &mut o.b[..32];
-    put32(h, 0, MDMP);
-    put32(h, 4, MD_VERSION);
+    put32(h, 0, SIGNATURE);
+    put32(h, 4, VERSION as u32);
     put32(h, 8, dir.len() as u32);
     put32(h, 12, dir_at);
     put32(h, 16, 0);

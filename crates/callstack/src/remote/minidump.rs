@@ -50,7 +50,7 @@ pub const SIGNATURE: u32 = 0x504d_444d;
 /// The low half of the header's version (`MD_HEADER_VERSION`).
 pub const VERSION: u16 = 0xa793;
 
-/// Stream types read here.
+/// Stream types: the format's own and Breakpad's Linux extensions.
 pub mod stream {
     /// `ThreadListStream`.
     pub const THREAD_LIST: u32 = 3;
@@ -68,6 +68,8 @@ pub mod stream {
     pub const MISC_INFO: u32 = 15;
     /// `ThreadNamesStream`.
     pub const THREAD_NAMES: u32 = 24;
+    /// `MD_LINUX_CPU_INFO`: `/proc/cpuinfo`.
+    pub const LINUX_CPU_INFO: u32 = 0x4767_0003;
     /// `MD_LINUX_PROC_STATUS`: `/proc/PID/status`.
     pub const LINUX_PROC_STATUS: u32 = 0x4767_0004;
     /// `MD_LINUX_CMD_LINE`: `/proc/PID/cmdline`.
@@ -963,7 +965,6 @@ impl Minidump {
             let Ok(map) = files::map_file(path) else {
                 continue;
             };
-            let map = Arc::new(map);
             for mp in &m.mappings {
                 self.file_backed.push(FileBacked {
                     start: mp.start,
