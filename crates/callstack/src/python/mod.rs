@@ -190,7 +190,7 @@ fn read_symbols(path: &std::path::Path) -> Result<Symbols, PyError> {
     use object::{Object, ObjectSection, ObjectSymbol};
     let data = crate::remote::files::map_file(path)
         .map_err(|e| PyError::File(format!("{}: {e}", path.display())))?;
-    let file = object::File::parse(&*data)
+    let file = object::File::parse(&data[..])
         .map_err(|e| PyError::File(format!("{}: {e}", path.display())))?;
     let mut s = Symbols::default();
     for sym in file.dynamic_symbols().chain(file.symbols()) {
@@ -726,6 +726,8 @@ pub struct Sampler {
     /// The ranges the last read asked for: read ahead by the next
     /// ([`prefetch::Prefetched`]).
     plan: Vec<(u64, usize)>,
+    /// The buffer of the last read ahead, for the next one.
+    ahead_bytes: Vec<u8>,
 }
 
 impl Sampler {
@@ -737,6 +739,7 @@ impl Sampler {
             codes: Codes::default(),
             tid_offset: None,
             plan: Vec::new(),
+            ahead_bytes: Vec::new(),
         }
     }
 
@@ -746,9 +749,10 @@ impl Sampler {
     /// or (rarely) a stack that never was.
     pub fn threads(&mut self, mem: &dyn ReadTarget) -> Result<Vec<PyThread>, PyError> {
         // Where the last read looked, read again in one call first.
-        let ahead = prefetch::Prefetched::read(mem, &self.plan);
+        let buf = std::mem::take(&mut self.ahead_bytes);
+        let ahead = prefetch::Prefetched::read_into(mem, &self.plan, buf);
         let read = self.interpreter.threads_cached(&ahead, &mut self.codes);
-        self.plan = ahead.plan();
+        (self.plan, self.ahead_bytes) = ahead.finish();
         let mut threads = read?;
         if threads.iter().any(|t| t.native_tid.is_none()) {
             if self.tid_offset.is_none() {

@@ -748,7 +748,6 @@ impl CoreFile {
             let Ok(map) = files::map_file(path) else {
                 continue;
             };
-            let map = Arc::new(map);
             for mp in &m.mappings {
                 self.file_backed.push(FileBacked {
                     start: mp.start,
@@ -866,7 +865,7 @@ impl CoreFile {
             ));
             return None;
         };
-        let e_entry = object::read::File::parse(&*data)
+        let e_entry = object::read::File::parse(&data[..])
             .ok()
             .map(|f| object::Object::entry(&f));
         let bias = match (self.auxv_value(AT_ENTRY), e_entry) {

@@ -209,12 +209,105 @@ pub(crate) fn image_module(mapping: Mapping, image: std::sync::Arc<Vec<u8>>) -> 
     }
 }
 
-/// Reads a whole file, for the build-id check and the bias.
-pub(crate) fn map_file(path: &Path) -> std::io::Result<memmap2::Mmap> {
-    let f = std::fs::File::open(path)?;
-    // SAFETY: the file is mapped read-only; like every debugger we accept
-    // that a file truncated under us could fault, and we never write it.
-    unsafe { memmap2::Mmap::map(&f) }
+/// Maps a whole file read-only (the build-id check, the bias, unwind
+/// tables, code bytes), or hands out the mapping a recent call made of the
+/// same file ([`mapped`]).
+pub(crate) fn map_file(path: &Path) -> std::io::Result<Arc<memmap2::Mmap>> {
+    mapped::get(path)
+}
+
+/// The files mapped lately, kept for the next look at the same file.
+///
+/// A whole-host recording meets the same programs again and again (a
+/// shell loop's `gzip` and `sleep` every second, each with libc and the
+/// loader): without this, every new process opened, mapped and parsed each
+/// of its files, and unmapped them at its exit (a tenth of `record -a`'s
+/// own CPU on a host running such loops). A file is known by its device,
+/// inode, size and modification time (one `statx`), so a file replaced on
+/// disk is mapped afresh. At most [`MAX`] files are kept, the least
+/// recently used let go first; a mapping is only address space and the
+/// page cache's pages, shared with every process that runs the file.
+mod mapped {
+    use std::path::Path;
+    use std::sync::{Arc, Mutex};
+
+    use memmap2::Mmap;
+
+    /// Files kept.
+    pub(super) const MAX: usize = 64;
+
+    type Key = (u64, u64, u64, i64, i64);
+
+    struct Entry {
+        key: Key,
+        map: Arc<Mmap>,
+        used: u64,
+    }
+
+    static KEPT: Mutex<(Vec<Entry>, u64)> = Mutex::new((Vec::new(), 0));
+
+    fn key(path: &Path) -> std::io::Result<Key> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path)?;
+        Ok((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+    }
+
+    pub(super) fn get(path: &Path) -> std::io::Result<Arc<Mmap>> {
+        let k = key(path)?;
+        {
+            let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+            kept.1 += 1;
+            let tick = kept.1;
+            if let Some(e) = kept.0.iter_mut().find(|e| e.key == k) {
+                e.used = tick;
+                return Ok(e.map.clone());
+            }
+        }
+        let f = std::fs::File::open(path)?;
+        // SAFETY: the file is mapped read-only; like every debugger we
+        // accept that a file truncated under us could fault, and we never
+        // write it.
+        let map = Arc::new(unsafe { Mmap::map(&f) }?);
+        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        kept.1 += 1;
+        let tick = kept.1;
+        if kept.0.len() >= MAX {
+            if let Some(old) = (0..kept.0.len()).min_by_key(|&i| kept.0[i].used) {
+                kept.0.swap_remove(old);
+            }
+        }
+        kept.0.push(Entry {
+            key: k,
+            map: map.clone(),
+            used: tick,
+        });
+        Ok(map)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// The same file gives the same mapping; a file rewritten (new
+        /// size and time) a new one with its new bytes.
+        #[test]
+        fn same_file_same_mapping_until_it_changes() {
+            let dir = std::env::temp_dir().join(format!("cs-mapped-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let p = dir.join("f");
+            std::fs::write(&p, b"one").unwrap();
+            let a = get(&p).unwrap();
+            let b = get(&p).unwrap();
+            assert!(Arc::ptr_eq(&a, &b));
+            assert_eq!(&a[..], b"one");
+            std::fs::write(&p, b"second").unwrap();
+            let c = get(&p).unwrap();
+            assert_eq!(&c[..], b"second");
+            assert!(!Arc::ptr_eq(&a, &c));
+            assert!(get(&dir.join("missing")).is_err());
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
 }
 
 /// Groups file mappings into modules (one per path) and sorts them.
@@ -393,7 +486,7 @@ fn has_local_debug_info(path: &Path, lookup: &Lookup) -> bool {
     let Ok(data) = map_file(path) else {
         return true;
     };
-    let Ok(obj) = object::File::parse(&*data) else {
+    let Ok(obj) = object::File::parse(&data[..]) else {
         return true;
     };
     if obj

@@ -203,7 +203,7 @@ impl Direct {
                 }
                 let bytes = match (&self.image, &self.file) {
                     (Some(img), _) => CodeBytes::Image(img.clone()),
-                    (None, Some(p)) => CodeBytes::File(Arc::new(super::files::map_file(p).ok()?)),
+                    (None, Some(p)) => CodeBytes::File(super::files::map_file(p).ok()?),
                     (None, None) => return None,
                 };
                 DirectCfi::read(bytes)
@@ -916,7 +916,7 @@ impl RemoteCode {
             let bytes = match (&m.image, &m.file) {
                 (Some(img), _) => CodeBytes::Image(img.clone()),
                 (None, Some(f)) => match super::files::map_file(f) {
-                    Ok(map) => CodeBytes::File(Arc::new(map)),
+                    Ok(map) => CodeBytes::File(map),
                     Err(_) => continue,
                 },
                 (None, None) => continue,
@@ -1032,7 +1032,7 @@ impl RemoteArmTables {
             let Ok(map) = super::files::map_file(path) else {
                 continue;
             };
-            let Ok(f) = object::File::parse(&*map) else {
+            let Ok(f) = object::File::parse(&map[..]) else {
                 continue;
             };
             if let Some(sec) = f.section_by_name(".ARM.exidx") {
