@@ -232,7 +232,9 @@ pub mod filter {
         let t = tag(ptr);
         let _ = bucket(ptr).fetch_update(Relaxed, Relaxed, |b| match count(b) {
             0 => Some(ONE | t),
-            FULL => None,
+            // Full: the count stays, and every free looks from now on (a
+            // block of another tag may be among those not counted).
+            FULL => (b & MIXED == 0).then_some(b | MIXED),
             _ if b & TAG == t => Some(b + ONE),
             _ => Some((b + ONE) | MIXED),
         });
@@ -384,5 +386,24 @@ mod tests {
         filter::insert(c);
         assert!(filter::may_hold(c) && (filter::tag(a) == filter::tag(c) || !filter::may_hold(a)));
         filter::remove(c);
+
+        // A full bucket: an insert of another tag makes every free look.
+        let d = 0x7200_0000_0000usize + 0x560;
+        for _ in 0..200 {
+            filter::insert(d);
+        }
+        let e = (1..64usize)
+            .map(|k| {
+                let win = (d + k * w) >> 20;
+                (win << 20) | ((filter::index(d) ^ win) & 0xffff) << 4
+            })
+            .find(|&o| filter::tag(o) != filter::tag(d))
+            .unwrap();
+        assert_eq!(filter::index(e), filter::index(d));
+        filter::insert(e);
+        assert!(
+            filter::may_hold(e),
+            "a full bucket cannot count e: it must look"
+        );
     }
 }
