@@ -9,14 +9,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-11}
-cargo build --release -q -p callstack-capi -p callstack-cli
-cargo build --release -q -p callstack --example crash_fixture
+cargo build --release -q -p callstack-capi -p callstack-cli -p crash_fixture
 dir=target/bench-crash; mkdir -p "$dir"
 gcc -g -O0 -fno-omit-frame-pointer -pthread tests/fixtures/c/crash_fixture.c \
     -Icrates/callstack-capi/include target/release/libcallstack.a -lpthread -ldl -lm \
     -o "$dir/crash_c"
 cli=$PWD/target/release/callstack
-rust=$PWD/target/release/examples/crash_fixture
+rust=$PWD/target/release/crash_fixture
 
 python3 - "$RUNS" "$dir/crash_c" "$rust" "$cli" <<'PY'
 import os, re, statistics, subprocess, sys, time

@@ -15,8 +15,10 @@ bash scripts/install-test-deps.sh
 # machine names. The debuginfod tests set their own.
 unset DEBUGINFOD_URLS
 # The C tests link target/release/libcallstack.a and run target/release/callstack
-# (whose `memtrack` preloads target/release/libcallstack_preload.so).
-cargo build --release -q -p callstack-capi -p callstack-cli -p callstack-preload
+# (whose `memtrack` preloads target/release/libcallstack_preload.so); the
+# Rust crash tests run target/release/crash_fixture. The same package list
+# as testsupport::RELEASE_PACKAGES: the tests' own build is then fresh.
+cargo build --release -q -p callstack-capi -p callstack-cli -p callstack-preload -p crash_fixture
 # Capture must build without the symbolizer and the remote unwinder.
 cargo check -q -p callstack --no-default-features --all-targets
 # Each stage says how long it took (CI's budget is 30 minutes on 2 cores).

@@ -55,25 +55,36 @@ fn parse_frames(text: &str) -> Vec<Frame> {
 }
 
 /// Function names of captured return addresses, by addr2line on each one's
-/// module at `ra - 1 - load base`.
+/// module at `ra - 1 - load base`: one addr2line run per module (the
+/// fixture links libcallstack.a, whose debug info addr2line reads anew on
+/// every run).
 fn symbolize(exe: &Path, frames: &[Frame]) -> Vec<String> {
-    frames
-        .iter()
-        .map(|f| {
-            assert_ne!(
-                f.module, "?",
-                "captured address {:#x} is in no module",
-                f.ra
-            );
-            let path = if f.module_base != 0 && Path::new(&f.module).exists() {
-                PathBuf::from(&f.module)
-            } else {
-                exe.to_path_buf()
-            };
-            let off = f.ra - 1 - f.module_base;
-            addr2line_functions(&path, &[off]).remove(0)
-        })
-        .collect()
+    let mut by_module: Vec<(PathBuf, Vec<(usize, u64)>)> = Vec::new();
+    for (i, f) in frames.iter().enumerate() {
+        assert_ne!(
+            f.module, "?",
+            "captured address {:#x} is in no module",
+            f.ra
+        );
+        let path = if f.module_base != 0 && Path::new(&f.module).exists() {
+            PathBuf::from(&f.module)
+        } else {
+            exe.to_path_buf()
+        };
+        let off = f.ra - 1 - f.module_base;
+        match by_module.iter_mut().find(|(p, _)| *p == path) {
+            Some((_, offs)) => offs.push((i, off)),
+            None => by_module.push((path, vec![(i, off)])),
+        }
+    }
+    let mut names = vec![String::new(); frames.len()];
+    for (path, offs) in by_module {
+        let only: Vec<u64> = offs.iter().map(|&(_, o)| o).collect();
+        for ((i, _), name) in offs.iter().zip(addr2line_functions(&path, &only)) {
+            names[*i] = name;
+        }
+    }
+    names
 }
 
 /// gdb's `bt` at a breakpoint on `d`, with `past-main` on, cut after

@@ -630,29 +630,7 @@ fn crash_minidump_c_callstack_binary_as_helper() {
 }
 
 fn rust_fixture() -> PathBuf {
-    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    EXE.get_or_init(|| {
-        let root = testsupport::workspace_root();
-        let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(&root)
-            .args([
-                "build",
-                "--release",
-                "-q",
-                "-p",
-                "callstack",
-                "--example",
-                "crash_fixture",
-            ])
-            .status()
-            .expect("cargo build the crash fixture");
-        assert!(st.success());
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
-        target.join("release/examples/crash_fixture")
-    })
-    .clone()
+    testsupport::release_artifacts().crash_fixture.clone()
 }
 
 /// The Rust fixture (`callstack::crash::install` with

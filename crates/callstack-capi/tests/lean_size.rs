@@ -37,7 +37,7 @@ int main(void) {
 #[test]
 fn lean_archive_program_is_as_small_as_readme_says() {
     let target = testsupport::target_dir().join("lean");
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let status = testsupport::cargo()
         .current_dir(workspace_root())
         .args([
             "build",

@@ -1,40 +1,41 @@
 //! Crash reports of a Rust program that really crashes
-//! (`examples/crash_fixture.rs`, built in release mode with line tables):
+//! (`tests/fixtures/rust/crash_fixture`, built in release mode with line
+//! tables):
 //! each report has both parts, the known chain of function names with
 //! file:line, and the child dies by the signal it would have died by.
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 use testsupport::crash::*;
 
-/// The fixture, built for the architecture this test runs on: under a
-/// qemu-user stage for its target (`--target`), run through the stage's
-/// runner by `Suite::run`.
+/// The fixture (`tests/fixtures/rust/crash_fixture`), built in release
+/// mode for the architecture this test runs on: on the host with the CLI
+/// and the C API ([`testsupport::release_artifacts`], one release build of
+/// `callstack` for all); under a qemu-user stage for its target
+/// (`--target`), run through the stage's runner by `Suite::run`.
 fn fixture() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
+        let Some(t) = testsupport::cross_target() else {
+            return testsupport::release_artifacts().crash_fixture.clone();
+        };
         let root = testsupport::workspace_root();
-        let cross = testsupport::cross_target();
-        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.current_dir(&root).args([
-            "build",
-            "--release",
-            "-q",
-            "-p",
-            "callstack",
-            "--example",
-            "crash_fixture",
-        ]);
-        if let Some(t) = &cross {
-            cmd.args(["--target", t]);
-        }
-        let st = cmd.status().expect("cargo build the crash fixture");
+        let st = testsupport::cargo()
+            .current_dir(&root)
+            .args([
+                "build",
+                "--release",
+                "-q",
+                "-p",
+                "crash_fixture",
+                "--target",
+                &t,
+            ])
+            .status()
+            .expect("cargo build the crash fixture");
         assert!(st.success());
-        let mut dir = testsupport::target_dir();
-        if let Some(t) = &cross {
-            dir.push(t);
-        }
-        dir.join("release/examples/crash_fixture")
+        testsupport::target_dir()
+            .join(t)
+            .join("release/crash_fixture")
     })
     .clone()
 }

@@ -40,7 +40,7 @@ fn rust_without_frame_pointers_matches_gdb() {
     let runner: Vec<String> = std::env::var(&var)
         .map(|r| r.split_whitespace().map(String::from).collect())
         .unwrap_or_default();
-    let o = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let o = testsupport::cargo()
         .args(["build", "--release", "--offline", "-q", "--target", triple])
         .arg("--manifest-path")
         .arg(&manifest)

@@ -39,7 +39,24 @@ pub struct Artifacts {
     pub cli: PathBuf,
     /// `target/release/libcallstack_preload.so` (`callstack memtrack`'s library)
     pub preload_lib: PathBuf,
+    /// The Rust program that crashes on purpose
+    /// (`tests/fixtures/rust/crash_fixture`): `target/release/crash_fixture`
+    /// copied to `target/test-scratch/crash-fixture/`, where no `callstack`
+    /// binary sits next to it, so that it symbolizes its own crashes
+    /// (re-executed) unless a test names a helper.
+    pub crash_fixture: PathBuf,
 }
+
+/// The packages [`release_artifacts`] builds, in one cargo command.
+/// `scripts/test.sh` builds the same list up front: one command, so one
+/// set of unified features and one release build of `callstack` for all
+/// of them, which the tests' own command then finds fresh.
+pub const RELEASE_PACKAGES: [&str; 4] = [
+    "callstack-capi",
+    "callstack-cli",
+    "callstack-preload",
+    "crash_fixture",
+];
 
 /// Cargo's target directory: `$CARGO_TARGET_DIR`, else `target/` of the
 /// workspace.
@@ -89,37 +106,63 @@ pub fn target_command(exe: &Path) -> Command {
     }
 }
 
-/// Builds the C library, the CLI and the preload library in release mode (once per process, and
+/// A `cargo` command (`$CARGO`, else `cargo` on `PATH`) without the
+/// variables cargo sets for the test that runs it (`CARGO_MANIFEST_DIR`,
+/// `CARGO_PKG_*`, ...). Some build scripts watch them (ring's reads
+/// `CARGO_MANIFEST_DIR`): left in, a nested build's fingerprints differ
+/// from those of the same build started from a shell, and each rebuilds
+/// what the other built, `callstack` and the CLI included.
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    for (k, _) in std::env::vars_os() {
+        let Some(k) = k.to_str() else { continue };
+        let set_for_the_test = k.starts_with("CARGO_PKG_")
+            || matches!(
+                k,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "OUT_DIR"
+            );
+        if set_for_the_test {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// Builds the C library, the CLI, the preload library and the Rust crash
+/// fixture in release mode ([`RELEASE_PACKAGES`]; once per process, and
 /// cheaply when already built) and returns where they are.
 pub fn release_artifacts() -> &'static Artifacts {
     static ART: OnceLock<Artifacts> = OnceLock::new();
     ART.get_or_init(|| {
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(workspace_root())
-            .args([
-                "build",
-                "--release",
-                "-q",
-                "-p",
-                "callstack-capi",
-                "-p",
-                "callstack-cli",
-                "-p",
-                "callstack-preload",
-            ])
-            .status()
-            .expect("run cargo build --release");
+        let mut cmd = cargo();
+        cmd.current_dir(workspace_root())
+            .args(["build", "--release", "-q"]);
+        for p in RELEASE_PACKAGES {
+            cmd.args(["-p", p]);
+        }
+        let status = cmd.status().expect("run cargo build --release");
         assert!(
             status.success(),
             "cargo build --release of the C API and CLI failed"
         );
         let rel = target_dir().join("release");
+        let crash_fixture = scratch_dir("crash-fixture").join("crash_fixture");
+        let part = crash_fixture.with_extension("part");
+        std::fs::copy(rel.join("crash_fixture"), &part).expect("copy the crash fixture");
+        std::fs::rename(&part, &crash_fixture).expect("move the crash fixture in place");
         Artifacts {
             static_lib: rel.join("libcallstack.a"),
             shared_lib: rel.join("libcallstack.so"),
             include_dir: workspace_root().join("crates/callstack-capi/include"),
             cli: rel.join("callstack"),
             preload_lib: rel.join("libcallstack_preload.so"),
+            crash_fixture,
         }
     })
 }
