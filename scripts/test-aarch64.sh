@@ -72,7 +72,7 @@ export CALLSTACK_TEST_TARGET=$target
 # aarch64_rule_forms stuck before its exec). insn_inprocess, which builds
 # its libraries from four tests, likewise.
 forking=(unwind::table::aarch64_rule_forms symbolize::dwarf::tests::a_listed_unit_without_rows_ends_the_search
-    symbolize::sup::tests remote::perf::sample_tests)
+    symbolize::sup::tests remote::perf::sample_tests python::ran::tests)
 if [ $# -eq 0 ]; then
     skips=()
     for t in "${forking[@]}"; do skips+=(--skip "$t"); done

@@ -64,7 +64,7 @@ export CALLSTACK_TEST_TARGET=$target
 # qemu-user 7.2 can deadlock a child forked while other guest threads run
 # (see scripts/test-aarch64.sh).
 forking=(unwind::table::aarch64_rule_forms symbolize::dwarf::tests::a_listed_unit_without_rows_ends_the_search
-    symbolize::sup::tests remote::perf::sample_tests)
+    symbolize::sup::tests remote::perf::sample_tests python::ran::tests)
 args=("$@")
 if [ ${#args[@]} -eq 0 ]; then
     args=(-- --skip symbolize::dwarf::tests::inlined_calls_match_gimli

@@ -301,7 +301,8 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             let (reads, failed) = p.reads();
             if reads > 0 {
                 eprintln!(
-                    "callstack record: Python stacks read {reads} times ({failed} reads failed: frames changing meanwhile, a process ending)"
+                    "callstack record: Python stacks read {reads} times ({failed} reads failed: frames changing meanwhile, a process ending; {} more not needed: the process had not run since its last read)",
+                    p.skipped()
                 );
             }
         }

@@ -33,6 +33,7 @@
 pub mod layout;
 pub mod lines;
 mod prefetch;
+mod ran;
 pub mod record;
 
 use crate::remote::{Module, ReadTarget, Snapshot};

@@ -106,17 +106,21 @@ struct State {
     /// not supported...).
     errors: HashMap<u32, String>,
     /// Reads of stacks done and failed (a thread changing its frames
-    /// during the read).
+    /// during the read), and those not done: the process had not run
+    /// since the last ([`super::ran`]).
     reads: u64,
     failed: u64,
+    skipped: u64,
 }
 
-/// One Python stack read: when (CLOCK_MONOTONIC ns), and its frames
-/// innermost first, as (index in the table, outermost frame of its
-/// evaluation call).
+/// One Python stack read: when (CLOCK_MONOTONIC ns: from `time` to
+/// `until`, the same stack read again, or known unchanged because the
+/// process did not run, see [`super::ran`]), and its frames innermost
+/// first, as (index in the table, outermost frame of its evaluation call).
 #[derive(Debug)]
 struct Snap {
     time: u64,
+    until: u64,
     frames: Vec<(u32, bool)>,
     /// How many evaluation calls run them ([`eval_run`]'s groups).
     evals: usize,
@@ -185,6 +189,12 @@ impl PythonRecorder {
         (s.reads, s.failed)
     }
 
+    /// Reads not done because the process had not run since its last one
+    /// (its stacks were known unchanged).
+    pub fn skipped(&self) -> u64 {
+        self.lock().skipped
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -214,17 +224,19 @@ impl State {
     /// calls than the native chain is of another moment.
     fn nearest(&self, tid: u32, time: u64, tolerance: u64, evals: usize) -> Option<&Snap> {
         let q = self.stacks.get(&tid)?;
-        let lo = q.partition_point(|s| s.time.saturating_add(tolerance) < time);
+        let lo = q.partition_point(|s| s.until.saturating_add(tolerance) < time);
         let hi = q.partition_point(|s| s.time <= time.saturating_add(tolerance));
         let near = || q.range(lo..hi);
+        // How far from `time` a stack was known.
+        let off = |s: &&Snap| {
+            s.time
+                .saturating_sub(time)
+                .max(time.saturating_sub(s.until))
+        };
         near()
             .filter(|s| s.evals == evals)
-            .min_by_key(|s| s.time.abs_diff(time))
-            .or_else(|| {
-                near()
-                    .filter(|s| s.evals > evals)
-                    .min_by_key(|s| s.time.abs_diff(time))
-            })
+            .min_by_key(off)
+            .or_else(|| near().filter(|s| s.evals > evals).min_by_key(off))
     }
 }
 
@@ -399,6 +411,8 @@ struct Proc {
     next_read: u64,
     /// Reads failed in a row.
     fails: u32,
+    /// Whether it ran since its last read ([`super::ran`]).
+    ran: Option<super::ran::RunCheck>,
 }
 
 /// This process's id, asked of the kernel once (a whole-host recording
@@ -485,6 +499,7 @@ fn run(shared: &Shared) {
                     exe: None,
                     next_read: 0,
                     fails: 0,
+                    ran: None,
                 });
             }
         }
@@ -522,6 +537,7 @@ fn run(shared: &Shared) {
                                 ));
                             }
                             p.sampler = Some(Sampler::new(i, p.pid));
+                            p.ran = Some(super::ran::RunCheck::new(p.pid));
                         }
                         // Not a python process (most of a host's): no
                         // more looks until it maps a python file or execs
@@ -571,6 +587,19 @@ fn run(shared: &Shared) {
                     let every = u64::from(every.max(1));
                     p.next_read = (tick / every + 1) * every;
                     let t0 = monotonic_ns();
+                    let idle = p.ran.as_mut().is_some_and(|r| r.idle(t0));
+                    if let (true, Some(ran)) = (idle, &p.ran) {
+                        // Not run since the last read: each thread's last
+                        // stack is still its stack now.
+                        let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                        st.skipped += 1;
+                        for tid in ran.tids() {
+                            if let Some(s) = st.stacks.get_mut(&tid).and_then(|q| q.back_mut()) {
+                                s.until = s.until.max(t0);
+                            }
+                        }
+                        continue;
+                    }
                     let mem = RunningMemory { pid: p.pid };
                     let read = s.threads(&mem);
                     let t1 = monotonic_ns();
@@ -595,6 +624,13 @@ fn run(shared: &Shared) {
                         continue;
                     };
                     p.fails = 0;
+                    if let Some(ran) = p.ran.as_mut() {
+                        let tids: Vec<u32> = threads
+                            .iter()
+                            .filter_map(|t| u32::try_from(t.native_tid?).ok())
+                            .collect();
+                        ran.watch(&tids, t0);
+                    }
                     for t in threads {
                         let Some(tid) = t.native_tid.and_then(|t| u32::try_from(t).ok()) else {
                             continue;
@@ -623,9 +659,15 @@ fn run(shared: &Shared) {
                             })
                             .collect();
                         let q = st.stacks.entry(tid).or_default();
+                        if let Some(last) = q.back_mut().filter(|s| s.frames == frames) {
+                            // The same stack as at the last read: one
+                            // stack, known from then to now.
+                            last.until = time;
+                            continue;
+                        }
                         while q
                             .front()
-                            .is_some_and(|s| s.time + HISTORY_NS < time || q.len() >= MAX_HISTORY)
+                            .is_some_and(|s| s.until + HISTORY_NS < time || q.len() >= MAX_HISTORY)
                         {
                             q.pop_front();
                         }
@@ -637,6 +679,7 @@ fn run(shared: &Shared) {
                         }
                         q.push_back(Snap {
                             time,
+                            until: time,
                             frames,
                             evals,
                         });
@@ -663,7 +706,7 @@ fn run(shared: &Shared) {
             let t = monotonic_ns();
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             st.stacks
-                .retain(|_, q| q.back().is_some_and(|s| s.time + HISTORY_NS >= t));
+                .retain(|_, q| q.back().is_some_and(|s| s.until + HISTORY_NS >= t));
         }
         // Sleep until the next read due, or the next look at a process not
         // yet found to run Python, or for new processes: 10 ms at most.
@@ -709,9 +752,39 @@ mod tests {
         }
         Snap {
             time,
+            until: time,
             frames: frames.to_vec(),
             evals,
         }
+    }
+
+    /// A stack known from one time to another (read again the same, or
+    /// its process idle meanwhile) serves every sample in that span, and
+    /// is as near as its nearer end to one outside it.
+    #[test]
+    fn a_stack_known_over_a_span_serves_the_samples_in_it() {
+        let r = recorder(10);
+        {
+            let mut st = r.lock();
+            st.eval.insert(1, vec![(0x1000, 0x2000)]);
+            let q = st.stacks.entry(7).or_default();
+            let mut s = snap(100, &[(0, true)]);
+            s.until = 300;
+            q.push_back(s);
+            q.push_back(snap(330, &[(1, true)]));
+        }
+        let b = PYTHON_BASE as usize;
+        let at = |time: u64| {
+            let mut frames = vec![0x1100usize];
+            let mut exact = vec![];
+            r.sample(1, 7, time, 0, &[0x1100], &mut frames, &mut exact);
+            frames
+        };
+        assert_eq!(at(200), [b]);
+        assert_eq!(at(305), [b]);
+        assert_eq!(at(320), [b + 1]);
+        // Too far from both.
+        assert_eq!(at(80), [0x1100]);
     }
 
     /// Each evaluation-loop frame of a sample (a return address inside
