@@ -139,18 +139,9 @@ impl RunCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::python::record::monotonic_ns;
     use std::process::{Child, Command};
     use std::time::Duration;
-
-    fn monotonic_ns() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes the timespec it is given.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
 
     struct Kill(Child);
     impl Drop for Kill {

@@ -387,7 +387,7 @@ impl State {
 }
 
 /// CLOCK_MONOTONIC in nanoseconds.
-fn monotonic_ns() -> u64 {
+pub(super) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
