@@ -162,9 +162,12 @@ mod tests {
         // Let it reach its sleep.
         std::thread::sleep(Duration::from_millis(100));
         let mut c = RunCheck::new(pid);
-        c.watch(&[pid], monotonic_ns());
+        let t0 = monotonic_ns();
+        c.watch(&[pid], t0);
         assert_eq!(c.tids().collect::<Vec<_>>(), [pid]);
-        assert!(!c.idle(monotonic_ns()), "idle before the window");
+        // A millisecond after (told, not waited: under qemu-user the calls
+        // themselves may take longer).
+        assert!(!c.idle(t0 + 1_000_000), "idle before the window");
         std::thread::sleep(Duration::from_millis(15));
         assert!(c.idle(monotonic_ns()), "asleep, yet not idle");
         std::thread::sleep(Duration::from_millis(15));
