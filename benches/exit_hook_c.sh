@@ -15,8 +15,8 @@ for o in O0 O2; do
     gcc -$o -g -I crates/callstack-capi/include crates/callstack-capi/benches/exit_hook.c \
         "$target/release/libcallstack.a" -lpthread -ldl -lm -o "$out/exit_hook_$o"
 done
-echo "Rust (cargo bench -p callstack --bench exit_hook):"
-cargo bench -q -p callstack --bench exit_hook -- --warm-up-time 1 --measurement-time 2 2>/dev/null |
+echo "Rust (cargo bench -p callstack-benches --bench exit_hook):"
+cargo bench -q -p callstack-benches --bench exit_hook -- --warm-up-time 1 --measurement-time 2 2>/dev/null |
     sed -n '/interleaved medians/,$p'
 echo
 echo "C (ns per call; the last column: the row minus its plain call):"

@@ -27,4 +27,4 @@ awk -v b="$base" -v f="$fast" -v e="$exact" -v h="$ht" 'BEGIN {
   printf "  memtrack --capture exact  %7.1f ns/pair  (+%.1f ns per tracked pair, %.2fx fast)\n", e, e-b, (e-b)/(f-b);
   printf "  heaptrack                 %7.1f ns/pair  (+%.1f ns per tracked pair, %.2fx fast)\n", h, h-b, (h-b)/(f-b);
 }'
-cargo bench -q -p callstack --bench alloc_tracking -- "$n" 2>/dev/null | sed -n '/pairs at depth/,$p'
+cargo bench -q -p callstack-benches --bench alloc_tracking -- "$n" 2>/dev/null | sed -n '/pairs at depth/,$p'

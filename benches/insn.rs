@@ -1,4 +1,4 @@
-//! `cargo bench -p callstack --bench insn`: the per-frame cost of
+//! `cargo bench -p callstack-benches --bench insn`: the per-frame cost of
 //! instruction-analysis unwinding (issue 7) against the CFI path, on the
 //! same chains in one run.
 //!

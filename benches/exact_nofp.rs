@@ -1,4 +1,4 @@
-//! `cargo bench -p callstack --bench exact_nofp`: exact capture through C
+//! `cargo bench -p callstack-benches --bench exact_nofp`: exact capture through C
 //! code without frame pointers, against libunwind, framehop and libgcc.
 //!
 //! The chains: a shared library built at start by gcc (`-O2

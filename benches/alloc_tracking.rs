@@ -5,7 +5,7 @@
 //! four (the system allocator alone is the baseline). Prints ns per
 //! alloc+free pair, the cost added per tracked pair, and ratios.
 //!
-//! `cargo bench -p callstack --bench alloc_tracking [-- N]`
+//! `cargo bench -p callstack-benches --bench alloc_tracking [-- N]`
 
 use callstack::alloc::{Capture, Tracking};
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -1,4 +1,4 @@
-//! `cargo bench -p callstack --bench exit_hook`: the cost of an exit hook,
+//! `cargo bench -p callstack-benches --bench exit_hook`: the cost of an exit hook,
 //! side by side with a plain call, in one run.
 //!
 //! Rows (each one call of a `#[inline(never)]` function that returns a

@@ -1,4 +1,4 @@
-//! `cargo bench -p callstack --bench capture`: every way to capture a stack,
+//! `cargo bench -p callstack-benches --bench capture`: every way to capture a stack,
 //! side by side, in one run.
 //!
 //! Scenarios: the capture made 8, 32 and 64 frames deep in a recursion, and

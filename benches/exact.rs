@@ -1,4 +1,4 @@
-//! `cargo bench -p callstack --bench exact`: exact capture (DWARF CFI)
+//! `cargo bench -p callstack-benches --bench exact`: exact capture (DWARF CFI)
 //! against the other unwinders, side by side in one run.
 //!
 //! Warm rows, at depths 8, 32, 64 (recursion) and 64 through 64 distinct

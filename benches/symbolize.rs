@@ -9,7 +9,7 @@
 //! The binary: `$CALLSTACK_BENCH_BINARY`, else our `callstack` CLI built
 //! with `debug = 2` into target/bench-bigdebug (built on first run).
 //!
-//! Run: `cargo bench -p callstack --bench symbolize -- --warm-up-time 1 --measurement-time 3`
+//! Run: `cargo bench -p callstack-benches --bench symbolize -- --warm-up-time 1 --measurement-time 3`
 //! Prints a summary table (medians of 5 cold runs, ratios, peak RSS of a
 //! fresh process per peer) before criterion's own measurements.
 
@@ -25,7 +25,7 @@ fn target_binary() -> PathBuf {
     if let Some(p) = std::env::var_os("CALLSTACK_BENCH_BINARY") {
         return PathBuf::from(p);
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let tdir = root.join("target/bench-bigdebug");
     let exe = tdir.join("release/callstack");
     if !exe.exists() {

@@ -5,7 +5,7 @@
 //! fresh process (every profiler owns SIGPROF), rounds interleaved; medians
 //! of wall time and their ratios.
 //!
-//! `cargo bench -p callstack --bench profiler_overhead` (ROUNDS=n to change
+//! `cargo bench -p callstack-benches --bench profiler_overhead` (ROUNDS=n to change
 //! the 9 rounds). The frame-pointer peer is benches/pprof_fp/, built here
 //! with cargo into `$CARGO_TARGET_DIR/pprof-fp`.
 
@@ -107,10 +107,10 @@ fn main() {
 /// its own) and returns its path; None, said on stderr, when it does not
 /// build.
 fn build_fp_peer() -> Option<std::path::PathBuf> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/pprof_fp");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pprof_fp");
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| dir.join("../../../../target"))
+        .unwrap_or_else(|| dir.join("../../target"))
         .join("pprof-fp");
     let o = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
         .args(["build", "--release", "--quiet", "--manifest-path"])
