@@ -1,11 +1,13 @@
-//! Demangling of Rust (legacy and v0) and C++ (Itanium) names.
+//! Demangling of Rust (legacy and v0) and C++ (Itanium, and MSVC's
+//! decorated names) names.
 
 use std::borrow::Cow;
 
 /// Demangles `name` if it is a Rust (legacy `_ZN..17h<hash>E` or v0 `_R`)
-/// or C++ (`_Z`) symbol; returns it unchanged otherwise. Rust names come
-/// without their hash (`std::rt::lang_start`), C++ names with their
-/// parameters (`ns::f(int)`), as `addr2line -C` prints them.
+/// or C++ (`_Z`, or MSVC's `?f@ns@@YAHH@Z`) symbol; returns it unchanged
+/// otherwise. Rust names come without their hash (`std::rt::lang_start`),
+/// C++ names with their parameters and without return type or access
+/// (`ns::f(int)`), as `addr2line -C` prints them.
 ///
 /// ```
 /// assert_eq!(callstack::symbolize::demangle("_ZN3foo3barE"), "foo::bar");
@@ -158,6 +160,19 @@ fn rust_legacy_plain(name: &str) -> Option<String> {
     Some(out)
 }
 
+/// An MSVC-decorated name, spelled as [`cpp`] spells an Itanium one.
+fn msvc(name: &str) -> Option<String> {
+    use msvc_demangler::DemangleFlags as F;
+    let flags = F::NO_ACCESS_SPECIFIERS
+        | F::NO_FUNCTION_RETURNS
+        | F::NO_MEMBER_TYPE
+        | F::NO_MS_KEYWORDS
+        | F::NO_THISTYPE
+        | F::NO_CLASS_TYPE
+        | F::SPACE_AFTER_COMMA;
+    msvc_demangler::demangle(name, flags).ok()
+}
+
 fn cpp(name: &str) -> Option<String> {
     let sym = cpp_demangle::Symbol::new(name).ok()?;
     sym.demangle().ok()
@@ -176,6 +191,7 @@ pub(crate) fn demangle_lang(name: &str, lang: Option<gimli::DwLang>) -> Cow<'_, 
         ) => cpp(name),
         _ if name.starts_with("_R") || is_rust_legacy(name) => rust(name),
         _ if name.starts_with("_Z") => cpp(name).or_else(|| rust(name)),
+        _ if name.starts_with('?') => msvc(name),
         _ => None,
     };
     match out {
@@ -197,6 +213,15 @@ mod tests {
         assert_eq!(demangle("_RNvCs1234_7mycrate3foo"), "mycrate::foo");
         assert_eq!(demangle("_ZN2ns1fEi"), "ns::f(int)");
         assert_eq!(demangle("_Z"), "_Z");
+        assert_eq!(
+            demangle("?run@Widget@shapes@@QEAAHH@Z"),
+            "shapes::Widget::run(int)"
+        );
+        assert_eq!(
+            demangle("??$twice@J@shapes@@YAJJ@Z"),
+            "shapes::twice<long>(long)"
+        );
+        assert_eq!(demangle("?"), "?");
         assert_eq!(demangle("_R!!"), "_R!!");
     }
 

@@ -65,6 +65,9 @@ pub(crate) type NamePair = (Option<Arc<str>>, Option<Arc<str>>);
 /// dropped first.
 pub(crate) struct ElfModule {
     pub dwarf: Option<DwarfIndex>,
+    /// A PE image's PDB, when it names one and it was found
+    /// ([`super::pdb`]).
+    pub pdb: Option<super::pdb::PdbModule>,
     /// Interned names, keyed by the address of the raw name in the mapped
     /// file: each name is demangled and allocated once per module, then
     /// shared.
@@ -207,6 +210,14 @@ impl ElfModule {
             });
         }
         report.debug_file = dwarf.as_ref().and(debug_path.clone());
+        // A PE image built by MSVC (or clang with lld) keeps its debug info
+        // in a PDB of its own.
+        let pdb = if obj.format() == object::BinaryFormat::Pe && !search.disabled {
+            super::pdb::PdbModule::find(path, &obj, &search.debug_dirs, &mut report.skipped)
+        } else {
+            None
+        };
+        report.pdb = pdb.as_ref().map(|p| p.path.clone());
         // MiniDebugInfo: a stripped object whose symbol table, object's or
         // debug file's, is missing may carry the names of its local
         // functions in `.gnu_debugdata`, as gdb reads them.
@@ -239,6 +250,7 @@ impl ElfModule {
         }
         Ok(ElfModule {
             dwarf,
+            pdb,
             names: RefCell::new(IntMap::default()),
             files: RefCell::new(IntMap::default()),
 
@@ -877,6 +889,10 @@ pub struct DebugInfoReport {
     /// an xz-compressed object of local function symbols) were used: the
     /// object has no `.symtab` and no debug file gave one.
     pub mini_debuginfo: bool,
+    /// The PDB a PE image's names, files and lines come from, when its
+    /// CodeView record names one and a file of that GUID was found
+    /// (candidates of another GUID are in `skipped`).
+    pub pdb: Option<PathBuf>,
 }
 
 fn hex(id: &[u8]) -> String {

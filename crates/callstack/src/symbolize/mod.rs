@@ -98,6 +98,7 @@ mod lazy;
 mod lines;
 mod loader;
 mod mapped;
+mod pdb;
 pub mod perfmap;
 mod shared;
 mod split;
@@ -164,6 +165,8 @@ pub enum NameSource {
     /// static function in between may be misnamed as its exported
     /// predecessor).
     Dynsym,
+    /// A PE image's PDB (also gives file, line and inlined frames).
+    Pdb,
 }
 
 /// One frame at an address: a function, or an inlined function. A source
@@ -1114,6 +1117,37 @@ fn open_entry(info: &ModuleInfo, search: &SearchPaths) -> Result<ElfModule, Erro
 fn frames_at(m: &ElfModule, offset: u64, extent: SymbolExtent) -> Vec<Frame> {
     if !m.in_allocated_section(offset) {
         return Vec::new();
+    }
+    if let Some(p) = &m.pdb {
+        let mut frames: Vec<Frame> = p
+            .frames(offset)
+            .into_iter()
+            .map(|f| {
+                // A function known by its public symbol alone is named by
+                // its decorated name (`?run@Widget@@QEAAHH@Z`).
+                let (function, mangled) = match f.function {
+                    Some(n) if n.starts_with('?') => (
+                        Some(Arc::from(&*demangle::demangle(&n))),
+                        Some(Arc::from(n)),
+                    ),
+                    n => (n.map(Arc::from), None),
+                };
+                Frame {
+                    function,
+                    mangled,
+                    file: f.file.map(Arc::from),
+                    line: f.line.filter(|&l| l != 0),
+                    column: None,
+                    discriminator: None,
+                    inlined: true,
+                    source: NameSource::Pdb,
+                }
+            })
+            .collect();
+        if let Some(last) = frames.last_mut() {
+            last.inlined = false;
+            return frames;
+        }
     }
     let mut frames = Vec::new();
     if let Some(d) = &m.dwarf {
