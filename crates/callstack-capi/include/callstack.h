@@ -139,6 +139,18 @@ int callstack_crash_thread_init(void);
  * `symbolize` feature), as is callstack_print_trace. */
 int callstack_symbolize(uintptr_t addr, uint32_t flags, char* buf, size_t len);
 
+/* 1 when the calling thread's stack passes through a function named
+ * `name`, 0 when not: the whole name as the symbolizer gives it
+ * ("ns::f(int)", "main") or a prefix of it ending before "::", "(" or "<"
+ * ("ns::f", "ns"); inlined frames count. CALLSTACK_EINVAL when `name` is
+ * NULL or not UTF-8. The first call from a site names its frames (reads
+ * debug info); later ones cost an exact capture and a cache probe per
+ * frame. Not async-signal-safe. Absent without the `symbolize` feature. */
+int callstack_called_from(const char* name);
+
+/* callstack_called_from for any of `count` names, in one walk. */
+int callstack_called_from_any(const char* const* names, uint32_t count);
+
 /* Writes `count` frames to the file descriptor `fd`, one line per level:
  *   "#N   0x00005555deadbeef in function at file:line"
  * frames[0] is a return address unless `flags` has

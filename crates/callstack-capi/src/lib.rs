@@ -392,6 +392,63 @@ pub unsafe extern "C" fn callstack_symbolize(
 }
 
 #[cfg(feature = "symbolize")]
+/// `int callstack_called_from(const char* name);`
+///
+/// 1 when the calling thread's stack passes through a function named
+/// `name` (its whole name, `ns::f(int)`, or a prefix of it up to a `::`,
+/// `(` or `<`: `ns::f`, `ns`), inlined frames included; 0 when not;
+/// `CALLSTACK_EINVAL` (-1) when `name` is null or not UTF-8. As
+/// `callstack::called_from`: the first call from a site symbolizes its
+/// frames, later ones cost an exact capture and a cache probe per frame.
+/// Not async-signal-safe.
+///
+/// # Safety
+/// `name` must be null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_called_from(name: *const core::ffi::c_char) -> i32 {
+    if name.is_null() {
+        return CALLSTACK_EINVAL;
+    }
+    // SAFETY: the caller promises a NUL-terminated string.
+    match unsafe { core::ffi::CStr::from_ptr(name) }.to_str() {
+        Ok(n) => i32::from(callstack::called_from(n)),
+        Err(_) => CALLSTACK_EINVAL,
+    }
+}
+
+#[cfg(feature = "symbolize")]
+/// `int callstack_called_from_any(const char* const* names, uint32_t count);`
+///
+/// [`callstack_called_from`] for any of `count` names, in one walk.
+///
+/// # Safety
+/// `names` must be null with `count == 0`, or point at `count` pointers
+/// that are each null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn callstack_called_from_any(
+    names: *const *const core::ffi::c_char,
+    count: u32,
+) -> i32 {
+    if names.is_null() {
+        return if count == 0 { 0 } else { CALLSTACK_EINVAL };
+    }
+    // SAFETY: the caller promises `count` readable pointers at `names`.
+    let ptrs = unsafe { core::slice::from_raw_parts(names, count as usize) };
+    let mut list: Vec<&str> = Vec::with_capacity(ptrs.len());
+    for &p in ptrs {
+        if p.is_null() {
+            return CALLSTACK_EINVAL;
+        }
+        // SAFETY: each pointer is a NUL-terminated string (as promised).
+        match unsafe { core::ffi::CStr::from_ptr(p) }.to_str() {
+            Ok(n) => list.push(n),
+            Err(_) => return CALLSTACK_EINVAL,
+        }
+    }
+    i32::from(callstack::called_from_any(&list))
+}
+
+#[cfg(feature = "symbolize")]
 /// `int callstack_print_trace(const uintptr_t* frames, uint32_t count, uint32_t flags, int fd);`
 ///
 /// Writes the frames to `fd`, one line per level:

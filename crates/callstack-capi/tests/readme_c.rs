@@ -31,6 +31,8 @@ fn check_run(exe: &std::path::Path) {
         fields[3].starts_with("main at ") && fields[3].contains("app.c:"),
         "{out}"
     );
+    // callstack_called_from("main") from main.
+    assert!(fields[3].ends_with(" 1"), "{out}");
     let first = err.lines().next().unwrap_or_default();
     assert!(
         first.starts_with("#0") && first.contains(" in main at "),

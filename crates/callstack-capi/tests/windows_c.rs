@@ -401,3 +401,33 @@ fn capture_exact_forgets_an_unloaded_modules_rules_after_prepare() {
         "{text}"
     );
 }
+
+/// `callstack_called_from` by name under wine: the C fixture of
+/// tests/called_from_c.rs (`called_from.c`), built by mingw-w64 at -O0 and
+/// -O2 with and without frame pointers, names its own frames in process
+/// (the PE's DWARF), cold and then warm, with the same answers as on Linux.
+#[test]
+#[ignore = "the Windows stage: scripts/test-windows.sh"]
+fn called_from_by_name() {
+    let want: Vec<&str> = (0..3)
+        .flat_map(|_| {
+            [
+                "middle outer=1 middle=1 other=0 main=1 none=0 any=1 null=-1",
+                "other outer=0 middle=0 other=1 main=1 none=0 any=0 null=-1",
+            ]
+        })
+        .collect();
+    let dir = scratch_dir("windows_called_from");
+    for flags in [
+        &["-O0", "-g"][..],
+        &["-O2", "-g", "-fno-omit-frame-pointer"],
+        &["-O2", "-g", "-fomit-frame-pointer"],
+    ] {
+        let tag: String = flags.concat();
+        let exe = dir.join(format!("called_from{tag}.exe"));
+        mingw_build_with_callstack("called_from.c", flags, &exe);
+        let text = run_under_wine(&exe, &[]);
+        let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+        assert_eq!(lines, want, "{flags:?}");
+    }
+}

@@ -247,11 +247,13 @@ pub(crate) fn loader_counters() -> Option<(u64, u64)> {
     out
 }
 
-/// Windows' loader keeps no such counters.
+/// Windows' loader keeps no such counters: its DLL notifications count
+/// loads and unloads from the first call on (`LdrRegisterDllNotification`,
+/// registered then; takes the loader's lock that once).
 #[cfg(windows)]
 #[cfg_attr(not(feature = "symbolize"), allow(dead_code))]
 pub(crate) fn loader_counters() -> Option<(u64, u64)> {
-    None
+    crate::sys::windows::loader::counters()
 }
 
 /// A copy of this process's vDSO image (the whole `[vdso]` mapping: the

@@ -190,29 +190,77 @@ unsafe extern "system" {
     ) -> i32;
 }
 
+/// The function [`on_unload`] was given (0: none).
+static HOOK: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+/// Modules loaded and unloaded since [`watch`] registered the loader's
+/// notifications.
+static LOADS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static UNLOADS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+unsafe extern "system" fn notified(
+    reason: u32,
+    _data: *const core::ffi::c_void,
+    _context: *mut core::ffi::c_void,
+) {
+    use core::sync::atomic::Ordering;
+    match reason {
+        1 => {
+            LOADS.fetch_add(1, Ordering::AcqRel);
+        }
+        2 => {
+            UNLOADS.fetch_add(1, Ordering::AcqRel);
+            let f = HOOK.load(Ordering::Acquire);
+            if f != 0 {
+                // SAFETY: `HOOK` holds only values stored from a `fn()` by
+                // `on_unload`.
+                let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(f) };
+                f();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Registers, once per process, for the loader's DLL notifications (which
+/// count loads and unloads, and call [`on_unload`]'s function). Whether
+/// the registration succeeded. Takes the loader's lock the first time: not
+/// for a signal or exception handler.
+pub fn watch() -> bool {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    static OK: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    ONCE.call_once(|| {
+        let mut cookie = core::ptr::null_mut();
+        // SAFETY: a documented ntdll export; the callback lives as long as
+        // the program (a plain function), the cookie is written once.
+        let ok = unsafe {
+            LdrRegisterDllNotification(0, notified, core::ptr::null_mut(), &mut cookie) >= 0
+        };
+        OK.store(ok, core::sync::atomic::Ordering::Release);
+    });
+    OK.load(core::sync::atomic::Ordering::Acquire)
+}
+
 /// Calls `f` after every module unload from now on (the loader's DLL
 /// notifications; `f` runs under the loader's lock, so it must not load
 /// anything). Whether the registration succeeded. Not for a signal or
 /// exception handler: it takes the loader's lock.
 pub fn on_unload(f: fn()) -> bool {
-    static HOOK: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
-    unsafe extern "system" fn notified(
-        reason: u32,
-        _data: *const core::ffi::c_void,
-        _context: *mut core::ffi::c_void,
-    ) {
-        let f = HOOK.load(core::sync::atomic::Ordering::Acquire);
-        if reason == 2 && f != 0 {
-            // SAFETY: `HOOK` holds only values stored from a `fn()` below.
-            let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(f) };
-            f();
-        }
-    }
     HOOK.store(f as usize, core::sync::atomic::Ordering::Release);
-    let mut cookie = core::ptr::null_mut();
-    // SAFETY: a documented ntdll export; the callback lives as long as the
-    // program (a plain function), the cookie is written once.
-    unsafe { LdrRegisterDllNotification(0, notified, core::ptr::null_mut(), &mut cookie) >= 0 }
+    watch()
+}
+
+/// The modules loaded and unloaded since the first call (of this, or of
+/// [`on_unload`]): as `dl_iterate_phdr`'s `dlpi_adds`/`dlpi_subs`, they
+/// move with every `LoadLibrary`/`FreeLibrary` that maps or unmaps an
+/// image. `None` when the loader refused the notifications.
+pub fn counters() -> Option<(u64, u64)> {
+    use core::sync::atomic::Ordering;
+    watch().then(|| {
+        (
+            LOADS.load(Ordering::Acquire),
+            UNLOADS.load(Ordering::Acquire),
+        )
+    })
 }
 
 /// The loaded module holding `addr`: `(base, size)` of its image. No
