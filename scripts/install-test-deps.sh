@@ -34,6 +34,9 @@ have gdb-multiarch || need+=(gdb-multiarch)
 # the fixtures and links the x86_64-pc-windows-gnu tests, wine64 runs them
 # (without recommends: no fonts, no 32-bit wine, no audio servers).
 have x86_64-w64-mingw32-gcc || need+=(gcc-mingw-w64-x86-64)
+# ... and its C++ compiler the C++ fixture (exceptions through captured
+# frames, tests/fixtures/c/win_cpp.cpp).
+have x86_64-w64-mingw32-g++ || need+=(g++-mingw-w64-x86-64)
 [ -x /usr/lib/wine/wine64 ] || have wine64 || need_wine=1
 # dwz: the symbolizer's test of dwz-processed debug files with a
 # supplementary file (.gnu_debugaltlink).

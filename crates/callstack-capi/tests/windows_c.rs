@@ -431,3 +431,44 @@ fn called_from_by_name() {
         assert_eq!(lines, want, "{flags:?}");
     }
 }
+
+/// C++ under wine (`win_cpp.cpp`, mingw-w64's g++ at -O0 and -O2 with and
+/// without frame pointers): `callstack_capture_exact` through member
+/// functions, a static member, a template and a recursion, named in process
+/// by `callstack_symbolize` (the PE's DWARF, Itanium names demangled); then
+/// again after a C++ exception thrown from the deepest frame was caught
+/// three frames up (the exception's unwinding and the capture read the
+/// same `.pdata`), and after the calls returned.
+#[test]
+#[ignore = "the Windows stage: scripts/test-windows.sh"]
+fn cpp_chains_through_exceptions() {
+    let want = [
+        "capture deep",
+        "frame shapes::Widget::run(int)",
+        "frame shapes::Widget::run(int)",
+        "frame shapes::Widget::run(int)",
+        "frame shapes::Widget::make(int)",
+        "frame long shapes::twice<long>(long)",
+        "frame main",
+        "capture caught",
+        "frame shapes::Widget::make(int)",
+        "frame long shapes::twice<long>(long)",
+        "frame main",
+        "exception unwound",
+        "capture after",
+        "frame main",
+        "result -6",
+    ];
+    let dir = scratch_dir("windows_cpp");
+    for flags in [
+        &["-O0"][..],
+        &["-O2", "-fno-omit-frame-pointer"],
+        &["-O2", "-fomit-frame-pointer"],
+    ] {
+        let exe = dir.join(format!("win_cpp{}.exe", flags.concat()));
+        mingw_build_with_callstack("win_cpp.cpp", flags, &exe);
+        let text = run_under_wine(&exe, &[]);
+        let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+        assert_eq!(lines, want, "{flags:?}");
+    }
+}

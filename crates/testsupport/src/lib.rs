@@ -664,9 +664,15 @@ pub const WINDOWS_NATIVE_LIBS: &[&str] = &[
 /// Runs mingw-w64's gcc with `-g`, `args` and `-o out`; a panic with its
 /// errors when it fails.
 pub fn mingw_gcc<S: AsRef<std::ffi::OsStr>>(args: &[S], out: &Path) {
-    let mut cmd = Command::new("x86_64-w64-mingw32-gcc");
+    mingw_compile("x86_64-w64-mingw32-gcc", args, out);
+}
+
+fn mingw_compile<S: AsRef<std::ffi::OsStr>>(compiler: &str, args: &[S], out: &Path) {
+    let mut cmd = Command::new(compiler);
     cmd.arg("-g").args(args).arg("-o").arg(out);
-    let o = cmd.output().expect("run x86_64-w64-mingw32-gcc");
+    let o = cmd.output().unwrap_or_else(|e| {
+        panic!("run {compiler} (scripts/install-test-deps.sh installs it): {e}")
+    });
     assert!(
         o.status.success(),
         "{cmd:?} failed:\n{}",
@@ -674,9 +680,11 @@ pub fn mingw_gcc<S: AsRef<std::ffi::OsStr>>(args: &[S], out: &Path) {
     );
 }
 
-/// Builds the C fixture `source` (in `tests/fixtures/c`) with mingw-w64's
-/// gcc and `flags` into `out`, linked to the Windows stage's
-/// `libcallstack.a` with the C API's header on the include path.
+/// Builds the fixture `source` (in `tests/fixtures/c`: C, or C++ when it
+/// ends in `.cpp`, then by mingw-w64's g++ with its runtime linked in
+/// statically, as wine has no `libstdc++-6.dll`) with `flags` into `out`,
+/// linked to the Windows stage's `libcallstack.a` with the C API's header
+/// on the include path.
 pub fn mingw_build_with_callstack(source: &str, flags: &[&str], out: &Path) {
     let lib = windows_stage_path("CALLSTACK_WINDOWS_LIB").join("libcallstack.a");
     assert!(lib.exists(), "{} is missing", lib.display());
@@ -690,7 +698,13 @@ pub fn mingw_build_with_callstack(source: &str, flags: &[&str], out: &Path) {
     args.push(c_fixtures().join(source).into());
     args.push(lib.into());
     args.extend(WINDOWS_NATIVE_LIBS.iter().map(Into::into));
-    mingw_gcc(&args, out);
+    if source.ends_with(".cpp") {
+        args.push("-static-libstdc++".into());
+        args.push("-static-libgcc".into());
+        mingw_compile("x86_64-w64-mingw32-g++", &args, out);
+    } else {
+        mingw_compile("x86_64-w64-mingw32-gcc", &args, out);
+    }
 }
 
 /// Runs the Windows program `exe` with `args` under the stage's wine
