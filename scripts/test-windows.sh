@@ -103,6 +103,10 @@ fi
 cargo check -q --target "$target" -p callstack --no-default-features
 cargo build -q --release --target "$target" -p callstack-capi
 export CALLSTACK_WINDOWS_LIB="${CARGO_TARGET_DIR:-$PWD/target}/$target/release"
+# The CLI for Windows (its Linux-only subcommands left out): its
+# `addr2line` under wine, on mingw's DWARF and on a PDB.
+cargo build -q --target "$target" -p callstack-cli
+export CALLSTACK_WINDOWS_CLI="${CARGO_TARGET_DIR:-$PWD/target}/$target/debug/callstack.exe"
 export CALLSTACK_WINE="$wine"
 cargo test -q -p callstack-capi --test windows_c -- --ignored "$@"
 cargo test -q -p callstack-capi --test windows_crash -- --ignored "$@"

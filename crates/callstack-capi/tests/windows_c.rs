@@ -472,3 +472,83 @@ fn cpp_chains_through_exceptions() {
         assert_eq!(lines, want, "{flags:?}");
     }
 }
+
+/// The CLI built for Windows (`callstack.exe`, the stage's
+/// `CALLSTACK_WINDOWS_CLI`), run under wine: `addr2line -f -i` on a
+/// mingw-built image (its DWARF) answers as mingw-w64's binutils
+/// `addr2line` does, and on an image with a PDB (clang and lld,
+/// `pdb_chain.c`) as the Linux CLI does (which tests/symbolize_pdb.rs holds
+/// to llvm-symbolizer), inlined frames included.
+#[test]
+#[ignore = "the Windows stage: scripts/test-windows.sh"]
+fn cli_addr2line_under_wine() {
+    let cli = testsupport::windows_stage_path("CALLSTACK_WINDOWS_CLI");
+    let dir = scratch_dir("windows_cli");
+    let exe = dir.join("win_chain.exe");
+    mingw_build_with_callstack("win_chain.c", &["-O2"], &exe);
+    // Each fixture function's first instructions.
+    let nm = Command::new("x86_64-w64-mingw32-nm")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let mut addrs: Vec<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (a, kind, name) = (w.next()?, w.next()?, w.next()?);
+            (["alpha", "beta", "leaf", "main"].contains(&name) && kind.eq_ignore_ascii_case("t"))
+                .then(|| u64::from_str_radix(a, 16).ok())
+                .flatten()
+        })
+        .flat_map(|a| [a, a + 4].map(|x| format!("{x:#x}")))
+        .collect();
+    assert_eq!(addrs.len(), 8, "{}", String::from_utf8_lossy(&nm.stdout));
+    let under_wine = |image: &Path, addrs: &[String]| {
+        let mut args = vec!["addr2line", "-f", "-i", "-e", image.to_str().unwrap()];
+        args.extend(addrs.iter().map(String::as_str));
+        run_under_wine(&cli, &args).replace('\r', "")
+    };
+    let binutils = Command::new("x86_64-w64-mingw32-addr2line")
+        .args(["-f", "-i", "-e"])
+        .arg(&exe)
+        .args(&addrs)
+        .output()
+        .unwrap();
+    assert_eq!(
+        under_wine(&exe, &addrs),
+        String::from_utf8_lossy(&binutils.stdout),
+        "{addrs:?}"
+    );
+
+    // The PDB: every instruction of the image's code.
+    let image = testsupport::clang_pe_with_pdb("pdb_chain.c", "-O2", &dir.join("pdb"), "chain");
+    let dump = Command::new("llvm-objdump")
+        .arg("-d")
+        .arg(&image)
+        .output()
+        .unwrap();
+    addrs = String::from_utf8_lossy(&dump.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (a, rest) = l.trim_start().split_once(':')?;
+            (!rest.is_empty() && !l.ends_with(':'))
+                .then(|| u64::from_str_radix(a, 16).ok())
+                .flatten()
+        })
+        .map(|a| format!("{a:#x}"))
+        .collect();
+    assert!(
+        addrs.len() > 10,
+        "{}",
+        String::from_utf8_lossy(&dump.stdout)
+    );
+    let linux = Command::new(&testsupport::release_artifacts().cli)
+        .args(["addr2line", "-f", "-i", "-e"])
+        .arg(&image)
+        .args(&addrs)
+        .output()
+        .unwrap();
+    let linux = String::from_utf8_lossy(&linux.stdout);
+    assert!(linux.contains("middle_inl(int)"), "{linux}");
+    assert_eq!(under_wine(&image, &addrs), linux);
+}

@@ -340,12 +340,19 @@ fn decimal(buf: &mut [u8; 10], mut v: u32) -> &[u8] {
     }
 }
 
+#[cfg(unix)]
 fn stdin_is_regular_file() -> bool {
     // SAFETY: fstat on fd 0 into a zeroed struct we own.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
         libc::fstat(0, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFREG
     }
+}
+
+/// Windows: standard input is read line by line, answered as it comes.
+#[cfg(not(unix))]
+fn stdin_is_regular_file() -> bool {
+    false
 }
 
 /// Resolves a batch: the distinct addresses, sorted (neighbours share
@@ -447,8 +454,11 @@ pub fn run(args: Args) -> Result<(), String> {
     // each sorted and in parallel; memory stays bounded by one batch's
     // answers however long the input is.
     if !args.addrs.is_empty() {
-        use std::os::unix::ffi::OsStrExt;
-        let addrs: Vec<u64> = args.addrs.iter().map(|a| parse(a.as_bytes())).collect();
+        let addrs: Vec<u64> = args
+            .addrs
+            .iter()
+            .map(|a| parse(a.as_encoded_bytes()))
+            .collect();
         for chunk in addrs.chunks(BATCH) {
             sym = answer_batch(sym, &args, chunk, base, &mut out).map_err(io)?;
         }

@@ -15,69 +15,13 @@
 use callstack::symbolize::{Address, ErrorKind, NameSource, Symbolizer};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use testsupport::{c_fixtures, scratch_dir};
+use testsupport::scratch_dir;
 
 type Chain = Vec<(String, String, u32)>;
 
-/// The Rust toolchain's lld, which links COFF as `lld-link` does.
-fn rust_lld() -> PathBuf {
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let out = |args: &[&str]| {
-        let o = Command::new(&rustc).args(args).output().expect("run rustc");
-        String::from_utf8(o.stdout).unwrap().trim().to_string()
-    };
-    let sysroot = out(&["--print", "sysroot"]);
-    let host = out(&["-vV"])
-        .lines()
-        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
-        .expect("rustc -vV names the host");
-    Path::new(&sysroot).join(format!("lib/rustlib/{host}/bin/rust-lld"))
-}
-
-/// Builds `source` (a fixture) at `opt` into `dir/NAME.exe` and
-/// `dir/NAME.pdb`; returns the image's path.
+/// Builds `source` at `opt` into `dir/NAME.exe` and its PDB.
 fn build(source: &str, opt: &str, dir: &Path, name: &str) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let obj = dir.join(format!("{name}.obj"));
-    let compiler = if source.ends_with(".cpp") {
-        "clang++"
-    } else {
-        "clang"
-    };
-    let st = Command::new(compiler)
-        .args([
-            "--target=x86_64-pc-windows-msvc",
-            opt,
-            "-g",
-            "-gcodeview",
-            "-c",
-        ])
-        .arg(c_fixtures().join(source))
-        .arg("-o")
-        .arg(&obj)
-        .status()
-        .unwrap_or_else(|e| panic!("{compiler} (scripts/install-test-deps.sh installs it): {e}"));
-    assert!(st.success(), "{compiler} {source}");
-    let exe = dir.join(format!("{name}.exe"));
-    let st = Command::new(rust_lld())
-        .args([
-            "-flavor",
-            "link",
-            "/debug",
-            "/entry:entry",
-            "/subsystem:console",
-        ])
-        .arg("/nodefaultlib")
-        .arg(format!(
-            "/pdb:{}",
-            dir.join(format!("{name}.pdb")).display()
-        ))
-        .arg(format!("/out:{}", exe.display()))
-        .arg(&obj)
-        .status()
-        .expect("rust-lld");
-    assert!(st.success(), "rust-lld -flavor link {name}");
-    exe
+    testsupport::clang_pe_with_pdb(source, opt, dir, name)
 }
 
 /// Every instruction's address in the image's code (`llvm-objdump -d`).

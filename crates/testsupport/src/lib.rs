@@ -707,6 +707,71 @@ pub fn mingw_build_with_callstack(source: &str, flags: &[&str], out: &Path) {
     }
 }
 
+/// The Rust toolchain's lld (`rust-lld`), which links COFF as `lld-link`
+/// does (`-flavor link`).
+pub fn rust_lld() -> PathBuf {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out = |args: &[&str]| {
+        let o = Command::new(&rustc).args(args).output().expect("run rustc");
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    };
+    let sysroot = out(&["--print", "sysroot"]);
+    let host = out(&["-vV"])
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .expect("rustc -vV names the host");
+    Path::new(&sysroot).join(format!("lib/rustlib/{host}/bin/rust-lld"))
+}
+
+/// Builds the fixture `source` (C, or C++ when it ends in `.cpp`) as MSVC
+/// would: clang for `x86_64-pc-windows-msvc` with CodeView debug info at
+/// `opt`, linked by lld into `dir/NAME.exe` and its PDB `dir/NAME.pdb`,
+/// without a C runtime (entry point `entry`: such an image is for reading,
+/// not for running). Returns the image's path.
+pub fn clang_pe_with_pdb(source: &str, opt: &str, dir: &Path, name: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let obj = dir.join(format!("{name}.obj"));
+    let compiler = if source.ends_with(".cpp") {
+        "clang++"
+    } else {
+        "clang"
+    };
+    let st = Command::new(compiler)
+        .args([
+            "--target=x86_64-pc-windows-msvc",
+            opt,
+            "-g",
+            "-gcodeview",
+            "-c",
+        ])
+        .arg(c_fixtures().join(source))
+        .arg("-o")
+        .arg(&obj)
+        .status()
+        .unwrap_or_else(|e| panic!("{compiler} (scripts/install-test-deps.sh installs it): {e}"));
+    assert!(st.success(), "{compiler} {source}");
+    let exe = dir.join(format!("{name}.exe"));
+    let st = Command::new(rust_lld())
+        .args([
+            "-flavor",
+            "link",
+            "/debug",
+            "/entry:entry",
+            "/subsystem:console",
+        ])
+        .arg("/nodefaultlib")
+        .arg(format!(
+            "/pdb:{}",
+            dir.join(format!("{name}.pdb")).display()
+        ))
+        .arg(format!("/out:{}", exe.display()))
+        .arg(&obj)
+        .status()
+        .expect("rust-lld");
+    assert!(st.success(), "rust-lld -flavor link {name}");
+    exe
+}
+
 /// Runs the Windows program `exe` with `args` under the stage's wine
 /// (`CALLSTACK_WINE`); its standard output, after checking that it
 /// succeeded (the panic shows both outputs).
