@@ -10,7 +10,7 @@
 //! and a C++ one with its parameters (`ns::f(int)`); we give the
 //! parameters of both (the PDB's function types do not say which language
 //! wrote them). So a bare name of the oracle matches ours up to the `(`.
-#![cfg(feature = "symbolize")]
+#![cfg(all(feature = "symbolize", feature = "pdb"))]
 
 use callstack::symbolize::{Address, ErrorKind, NameSource, Symbolizer};
 use std::path::{Path, PathBuf};

@@ -4,7 +4,8 @@
 use std::borrow::Cow;
 
 /// Demangles `name` if it is a Rust (legacy `_ZN..17h<hash>E` or v0 `_R`)
-/// or C++ (`_Z`, or MSVC's `?f@ns@@YAHH@Z`) symbol; returns it unchanged
+/// or C++ (`_Z`, or with the `pdb` feature MSVC's `?f@ns@@YAHH@Z`) symbol;
+/// returns it unchanged
 /// otherwise. Rust names come without their hash (`std::rt::lang_start`),
 /// C++ names with their parameters and without return type or access
 /// (`ns::f(int)`), as `addr2line -C` prints them.
@@ -161,6 +162,7 @@ fn rust_legacy_plain(name: &str) -> Option<String> {
 }
 
 /// An MSVC-decorated name, spelled as [`cpp`] spells an Itanium one.
+#[cfg(feature = "pdb")]
 fn msvc(name: &str) -> Option<String> {
     use msvc_demangler::DemangleFlags as F;
     let flags = F::NO_ACCESS_SPECIFIERS
@@ -191,6 +193,7 @@ pub(crate) fn demangle_lang(name: &str, lang: Option<gimli::DwLang>) -> Cow<'_, 
         ) => cpp(name),
         _ if name.starts_with("_R") || is_rust_legacy(name) => rust(name),
         _ if name.starts_with("_Z") => cpp(name).or_else(|| rust(name)),
+        #[cfg(feature = "pdb")]
         _ if name.starts_with('?') => msvc(name),
         _ => None,
     };

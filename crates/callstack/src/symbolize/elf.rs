@@ -66,7 +66,8 @@ pub(crate) type NamePair = (Option<Arc<str>>, Option<Arc<str>>);
 pub(crate) struct ElfModule {
     pub dwarf: Option<DwarfIndex>,
     /// A PE image's PDB, when it names one and it was found
-    /// ([`super::pdb`]).
+    /// (`symbolize/pdb.rs`, feature `pdb`).
+    #[cfg(feature = "pdb")]
     pub pdb: Option<super::pdb::PdbModule>,
     /// Interned names, keyed by the address of the raw name in the mapped
     /// file: each name is demangled and allocated once per module, then
@@ -212,12 +213,16 @@ impl ElfModule {
         report.debug_file = dwarf.as_ref().and(debug_path.clone());
         // A PE image built by MSVC (or clang with lld) keeps its debug info
         // in a PDB of its own.
+        #[cfg(feature = "pdb")]
         let pdb = if obj.format() == object::BinaryFormat::Pe && !search.disabled {
             super::pdb::PdbModule::find(path, &obj, &search.debug_dirs, &mut report.skipped)
         } else {
             None
         };
-        report.pdb = pdb.as_ref().map(|p| p.path.clone());
+        #[cfg(feature = "pdb")]
+        {
+            report.pdb = pdb.as_ref().map(|p| p.path.clone());
+        }
         // MiniDebugInfo: a stripped object whose symbol table, object's or
         // debug file's, is missing may carry the names of its local
         // functions in `.gnu_debugdata`, as gdb reads them.
@@ -250,6 +255,7 @@ impl ElfModule {
         }
         Ok(ElfModule {
             dwarf,
+            #[cfg(feature = "pdb")]
             pdb,
             names: RefCell::new(IntMap::default()),
             files: RefCell::new(IntMap::default()),
@@ -613,6 +619,52 @@ fn collect_syms(obj: &object::File<'static>, from_debug_file: bool, out: &mut Ve
     }
     if !from_debug_file {
         collect_plt(obj, out);
+        if obj.format() == object::BinaryFormat::Pe {
+            collect_exports(obj, out);
+        }
+    }
+}
+
+/// A PE image's exported functions, as `.dynsym` names an ELF object's
+/// ([`NameSource::Dynsym`]): the names left to an image without COFF
+/// symbols, DWARF or PDB (a stripped mingw DLL, a system DLL whose PDB is
+/// not here). Each names the addresses up to the next symbol of its code
+/// section; exported data and forwarders (`NTDLL.RtlAllocateHeap`) name
+/// nothing here, nor do exports by ordinal alone.
+fn collect_exports(obj: &object::File<'static>, out: &mut Vec<Sym>) {
+    use object::read::{ExportTarget, NameOrOrdinal};
+    let Ok(exports) = obj.exports() else {
+        return;
+    };
+    let code: Vec<(u64, u64)> = obj
+        .sections()
+        .filter(|s| s.kind() == object::SectionKind::Text)
+        .map(|s| (s.address(), s.address().saturating_add(s.size())))
+        .collect();
+    for e in exports {
+        // A corrupt export table ends the list where it breaks.
+        let Ok(e) = e else { break };
+        let ExportTarget::Address { address } = e.target() else {
+            continue;
+        };
+        let Some(&(_, end)) = code.iter().find(|&&(lo, hi)| lo <= address && address < hi) else {
+            continue;
+        };
+        let NameOrOrdinal::Name(std::borrow::Cow::Borrowed(name)) = e.into_name() else {
+            continue;
+        };
+        let Ok(name) = std::str::from_utf8(name) else {
+            continue;
+        };
+        out.push(Sym {
+            addr: address,
+            end,
+            size: 0,
+            name,
+            file: None,
+            source: NameSource::Dynsym,
+            plt: false,
+        });
     }
 }
 
@@ -891,7 +943,8 @@ pub struct DebugInfoReport {
     pub mini_debuginfo: bool,
     /// The PDB a PE image's names, files and lines come from, when its
     /// CodeView record names one and a file of that GUID was found
-    /// (candidates of another GUID are in `skipped`).
+    /// (candidates of another GUID are in `skipped`). Always `None`
+    /// without the `pdb` feature.
     pub pdb: Option<PathBuf>,
 }
 

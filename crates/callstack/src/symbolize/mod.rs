@@ -98,6 +98,7 @@ mod lazy;
 mod lines;
 mod loader;
 mod mapped;
+#[cfg(feature = "pdb")]
 mod pdb;
 pub mod perfmap;
 mod shared;
@@ -161,9 +162,9 @@ pub enum NameSource {
     Dwarf,
     /// The `.symtab` symbol table (nearest preceding function symbol).
     Symtab,
-    /// The `.dynsym` dynamic symbol table (exported functions only: a
-    /// static function in between may be misnamed as its exported
-    /// predecessor).
+    /// The `.dynsym` dynamic symbol table, or a PE image's export table
+    /// (exported functions only: a static function in between may be
+    /// misnamed as its exported predecessor).
     Dynsym,
     /// A PE image's PDB (also gives file, line and inlined frames).
     Pdb,
@@ -1118,6 +1119,7 @@ fn frames_at(m: &ElfModule, offset: u64, extent: SymbolExtent) -> Vec<Frame> {
     if !m.in_allocated_section(offset) {
         return Vec::new();
     }
+    #[cfg(feature = "pdb")]
     if let Some(p) = &m.pdb {
         let mut frames: Vec<Frame> = p
             .frames(offset)
