@@ -104,14 +104,14 @@ cargo check -q --target "$target" -p callstack --no-default-features
 cargo build -q --release --target "$target" -p callstack-capi
 export CALLSTACK_WINDOWS_LIB="${CARGO_TARGET_DIR:-$PWD/target}/$target/release"
 # The CLI for Windows (its Linux-only subcommands left out): its
-# `addr2line` under wine, on mingw's DWARF and on a PDB.
-cargo build -q --target "$target" -p callstack-cli
+# `addr2line` under wine, on mingw's DWARF and on a PDB. In the same cargo
+# command, a Rust program: examples/win_chain.rs and win_crash.rs (the
+# crate's dev-dependencies are Unix-only: none is built here); one build of
+# the crate serves both.
+cargo build -q --target "$target" -p callstack-cli -p callstack --example win_chain --example win_crash
 export CALLSTACK_WINDOWS_CLI="${CARGO_TARGET_DIR:-$PWD/target}/$target/debug/callstack.exe"
+export CALLSTACK_WINDOWS_EXAMPLES="${CARGO_TARGET_DIR:-$PWD/target}/$target/debug/examples"
 export CALLSTACK_WINE="$wine"
 cargo test -q -p callstack-capi --test windows_c -- --ignored "$@"
 cargo test -q -p callstack-capi --test windows_crash -- --ignored "$@"
-# A Rust program: examples/win_chain.rs (the crate's dev-dependencies are
-# Unix-only: none is built here).
-cargo build -q --target "$target" -p callstack --example win_chain --example win_crash
-export CALLSTACK_WINDOWS_EXAMPLES="${CARGO_TARGET_DIR:-$PWD/target}/$target/debug/examples"
 cargo test -q -p callstack --test windows_rust --test windows_rust_crash -- --ignored "$@"
