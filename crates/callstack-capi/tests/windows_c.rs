@@ -522,26 +522,11 @@ fn cli_addr2line_under_wine() {
 
     // The PDB: every instruction of the image's code.
     let image = testsupport::clang_pe_with_pdb("pdb_chain.c", "-O2", &dir.join("pdb"), "chain");
-    let dump = Command::new("llvm-objdump")
-        .arg("-d")
-        .arg(&image)
-        .output()
-        .unwrap();
-    addrs = String::from_utf8_lossy(&dump.stdout)
-        .lines()
-        .filter_map(|l| {
-            let (a, rest) = l.trim_start().split_once(':')?;
-            (!rest.is_empty() && !l.ends_with(':'))
-                .then(|| u64::from_str_radix(a, 16).ok())
-                .flatten()
-        })
+    addrs = testsupport::llvm_instruction_addrs(&image)
+        .into_iter()
         .map(|a| format!("{a:#x}"))
         .collect();
-    assert!(
-        addrs.len() > 10,
-        "{}",
-        String::from_utf8_lossy(&dump.stdout)
-    );
+    assert!(addrs.len() > 10, "instructions of {}", image.display());
     let linux = Command::new(&testsupport::release_artifacts().cli)
         .args(["addr2line", "-f", "-i", "-e"])
         .arg(&image)

@@ -24,23 +24,9 @@ fn build(source: &str, opt: &str, dir: &Path, name: &str) -> PathBuf {
     testsupport::clang_pe_with_pdb(source, opt, dir, name)
 }
 
-/// Every instruction's address in the image's code (`llvm-objdump -d`).
+/// Every instruction's address in the image's code.
 fn instruction_addrs(exe: &Path) -> Vec<u64> {
-    let o = Command::new("llvm-objdump")
-        .arg("-d")
-        .arg(exe)
-        .output()
-        .expect("llvm-objdump");
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| {
-            let (a, rest) = l.trim_start().split_once(':')?;
-            // Instruction lines: "140001000: 89 0d ...", not "<label>:".
-            (!rest.is_empty() && !l.ends_with(':'))
-                .then(|| u64::from_str_radix(a, 16).ok())
-                .flatten()
-        })
-        .collect()
+    testsupport::llvm_instruction_addrs(exe)
 }
 
 /// llvm-symbolizer's chains (inlined frames first) for `addrs`.
@@ -142,6 +128,14 @@ fn check_all(exe: &Path) -> Vec<(u64, Chain)> {
     out
 }
 
+/// The functions (outermost frames) the chains name.
+fn outer_functions(all: &[(u64, Chain)]) -> std::collections::BTreeSet<&str> {
+    all.iter()
+        .filter_map(|(_, c)| c.last())
+        .map(|f| f.0.as_str())
+        .collect()
+}
+
 fn names(chain: &Chain) -> Vec<&str> {
     chain.iter().map(|f| f.0.as_str()).collect()
 }
@@ -152,11 +146,7 @@ fn c_at_o0_and_o2_matches_llvm_symbolizer() {
     for opt in ["-O0", "-O2"] {
         let exe = build("pdb_chain.c", opt, &dir.join(opt), "chain");
         let all = check_all(&exe);
-        let functions: std::collections::BTreeSet<&str> = all
-            .iter()
-            .filter_map(|(_, c)| c.last())
-            .map(|f| f.0.as_str())
-            .collect();
+        let functions = outer_functions(&all);
         for f in ["leaf(int)", "middle(int)", "outer(int, long)", "entry()"] {
             assert!(functions.contains(f), "{opt}: {f} among {functions:?}");
         }
@@ -177,11 +167,7 @@ fn cpp_names_match_llvm_symbolizer() {
     let dir = scratch_dir("pdb-cpp");
     let exe = build("pdb_names.cpp", "-O1", &dir, "names");
     let all = check_all(&exe);
-    let functions: std::collections::BTreeSet<&str> = all
-        .iter()
-        .filter_map(|(_, c)| c.last())
-        .map(|f| f.0.as_str())
-        .collect();
+    let functions = outer_functions(&all);
     for f in [
         "shapes::Widget::run(int)",
         "shapes::Widget::make(int, long)",

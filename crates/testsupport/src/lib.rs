@@ -772,6 +772,26 @@ pub fn clang_pe_with_pdb(source: &str, opt: &str, dir: &Path, name: &str) -> Pat
     exe
 }
 
+/// Every instruction's address in the code of `exe` (any format LLVM
+/// reads: a PE image here), from `llvm-objdump -d`.
+pub fn llvm_instruction_addrs(exe: &Path) -> Vec<u64> {
+    let o = Command::new("llvm-objdump")
+        .arg("-d")
+        .arg(exe)
+        .output()
+        .expect("llvm-objdump (scripts/install-test-deps.sh installs llvm)");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (a, rest) = l.trim_start().split_once(':')?;
+            // Instruction lines: "140001000: 89 0d ...", not "<label>:".
+            (!rest.is_empty() && !l.ends_with(':'))
+                .then(|| u64::from_str_radix(a, 16).ok())
+                .flatten()
+        })
+        .collect()
+}
+
 /// Runs the Windows program `exe` with `args` under the stage's wine
 /// (`CALLSTACK_WINE`); its standard output, after checking that it
 /// succeeded (the panic shows both outputs).
