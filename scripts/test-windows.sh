@@ -108,7 +108,7 @@ export CALLSTACK_WINDOWS_LIB="${CARGO_TARGET_DIR:-$PWD/target}/$target/release"
 # command, a Rust program: examples/win_chain.rs and win_crash.rs (the
 # crate's dev-dependencies are Unix-only: none is built here); one build of
 # the crate serves both.
-cargo build -q --target "$target" -p callstack-cli -p callstack --example win_chain --example win_crash
+cargo build -q --target "$target" -p callstack-cli -p callstack --bin callstack --example win_chain --example win_crash
 export CALLSTACK_WINDOWS_CLI="${CARGO_TARGET_DIR:-$PWD/target}/$target/debug/callstack.exe"
 export CALLSTACK_WINDOWS_EXAMPLES="${CARGO_TARGET_DIR:-$PWD/target}/$target/debug/examples"
 export CALLSTACK_WINE="$wine"
