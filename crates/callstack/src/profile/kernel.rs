@@ -17,11 +17,12 @@ pub struct KernelSymbol {
     pub name: String,
 }
 
-/// `/proc/kallsyms`' text symbols: the file's text, and (address, offset
-/// of the name in the text) sorted by address. No string per symbol: the
-/// file has over 100,000 lines and a profile needs a few hundred.
+/// `/proc/kallsyms`' text symbols: the file's bytes, and (address, offset
+/// of the name in the bytes) sorted by address. No string per symbol: the
+/// file has over 100,000 lines and a profile needs a few hundred (only
+/// the names kept are checked to be UTF-8).
 pub(crate) struct Kallsyms {
-    text: String,
+    text: Vec<u8>,
     index: Vec<(u64, u32)>,
 }
 
@@ -31,16 +32,19 @@ impl Kallsyms {
     /// hides them, and none is kept then).
     #[cfg(feature = "symbolize")]
     pub(crate) fn load() -> Kallsyms {
-        Kallsyms::parse(std::fs::read_to_string("/proc/kallsyms").unwrap_or_default())
+        Kallsyms::parse(std::fs::read("/proc/kallsyms").unwrap_or_default())
     }
 
     /// Indexes the text of a `/proc/kallsyms` file: lines
     /// `ffffffff81000000 T _stext [module]`; text symbols (`t T w W`) only.
-    pub(crate) fn parse(text: String) -> Kallsyms {
+    /// (A recording's end reads it: a byte scan, where lines as `str`
+    /// cost the recorder of a whole host a third of the file's reading.)
+    pub(crate) fn parse(text: Vec<u8>) -> Kallsyms {
         let mut index = Vec::with_capacity(text.len() / 40);
         let mut at = 0usize;
-        for line in text.split_inclusive('\n') {
-            let b = line.as_bytes();
+        while at < text.len() {
+            let end = memchr::memchr(b'\n', &text[at..]).map_or(text.len(), |i| at + i);
+            let b = &text[at..end];
             if b.len() > 19
                 && b[16] == b' '
                 && b[18] == b' '
@@ -50,9 +54,12 @@ impl Kallsyms {
                     index.push((a, (at + 19) as u32));
                 }
             }
-            at += line.len();
+            at = end + 1;
         }
-        index.sort_unstable();
+        // The kernel's own symbols come sorted; its modules' after them.
+        if !index.is_sorted() {
+            index.sort_unstable();
+        }
         Kallsyms { text, index }
     }
 
@@ -66,9 +73,12 @@ impl Kallsyms {
             .map(|s| s.0)
             .find(|&a| a > start)
             .unwrap_or(addr + 1);
-        let name = self.text[at as usize..]
-            .split(|c: char| c.is_whitespace())
-            .next()?;
+        let rest = &self.text[at as usize..];
+        let len = rest
+            .iter()
+            .position(|c| c.is_ascii_whitespace())
+            .unwrap_or(rest.len());
+        let name = std::str::from_utf8(&rest[..len]).ok()?;
         Some((start, end, name))
     }
 }
@@ -80,17 +90,39 @@ impl Kallsyms {
 ///
 /// Errors when `/proc/kallsyms` cannot be read or hides its addresses
 /// (`kptr_restrict`; root reads them).
+///
+/// The file read is kept for the next call, up to a minute and
+/// while `/proc/modules` stays the same: a recording that writes a profile
+/// every few seconds (`record --rotate`) would otherwise have the kernel
+/// format its 100,000 lines each time (some 40 ms of CPU here).
 pub fn kernel_symbols_for(addrs: impl IntoIterator<Item = u64>) -> io::Result<Vec<KernelSymbol>> {
-    let text = std::fs::read_to_string("/proc/kallsyms")?;
-    let k = Kallsyms::parse(text);
-    if k.index.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "/proc/kallsyms hides its addresses (kernel.kptr_restrict)",
-        ));
-    }
+    static KEPT: std::sync::Mutex<Option<(std::sync::Arc<Kallsyms>, std::time::Instant, Vec<u8>)>> =
+        std::sync::Mutex::new(None);
+    let modules = std::fs::read("/proc/modules").unwrap_or_default();
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    let k = match &*kept {
+        Some((k, at, m)) if at.elapsed() < KALLSYMS_KEPT && *m == modules => k.clone(),
+        _ => {
+            let k = std::sync::Arc::new(Kallsyms::parse(std::fs::read("/proc/kallsyms")?));
+            if k.index.is_empty() {
+                *kept = None;
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "/proc/kallsyms hides its addresses (kernel.kptr_restrict)",
+                ));
+            }
+            *kept = Some((k.clone(), std::time::Instant::now(), modules));
+            k
+        }
+    };
+    drop(kept);
     Ok(symbols_of(&k, addrs))
 }
+
+/// How long [`kernel_symbols_for`] uses a `/proc/kallsyms` read again
+/// (what changes without a module loaded, BPF programs' and ftrace
+/// trampolines' symbols, is then at most this old).
+const KALLSYMS_KEPT: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub(crate) fn symbols_of(k: &Kallsyms, addrs: impl IntoIterator<Item = u64>) -> Vec<KernelSymbol> {
     let mut addrs: Vec<u64> = addrs.into_iter().collect();
@@ -138,7 +170,7 @@ ffffffff81000400 W weak_fn
 
     #[test]
     fn lookup_finds_the_function_and_its_end() {
-        let k = Kallsyms::parse(TEXT.to_string());
+        let k = Kallsyms::parse(TEXT.as_bytes().to_vec());
         assert_eq!(
             k.lookup(0xffffffff81000010),
             Some((0xffffffff81000000, 0xffffffff81000100, "startup_64"))
@@ -157,7 +189,7 @@ ffffffff81000400 W weak_fn
 
     #[test]
     fn symbols_of_keeps_one_per_function() {
-        let k = Kallsyms::parse(TEXT.to_string());
+        let k = Kallsyms::parse(TEXT.as_bytes().to_vec());
         let syms = symbols_of(
             &k,
             [
