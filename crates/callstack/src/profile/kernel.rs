@@ -96,8 +96,9 @@ impl Kallsyms {
 /// every few seconds (`record --rotate`) would otherwise have the kernel
 /// format its 100,000 lines each time (some 40 ms of CPU here).
 pub fn kernel_symbols_for(addrs: impl IntoIterator<Item = u64>) -> io::Result<Vec<KernelSymbol>> {
-    static KEPT: std::sync::Mutex<Option<(std::sync::Arc<Kallsyms>, std::time::Instant, Vec<u8>)>> =
-        std::sync::Mutex::new(None);
+    /// The file parsed, when, and `/proc/modules` then.
+    type Kept = Option<(std::sync::Arc<Kallsyms>, std::time::Instant, Vec<u8>)>;
+    static KEPT: std::sync::Mutex<Kept> = std::sync::Mutex::new(None);
     let modules = std::fs::read("/proc/modules").unwrap_or_default();
     let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
     let k = match &*kept {
