@@ -77,13 +77,16 @@ if [ ${#args[@]} -eq 0 ]; then
     # exact_dlopen forks the cross compiler from two tests: one at a time
     # (scripts/test-aarch64.sh says why).
     cargo test --target "$target" -p callstack --test exact_dlopen -- --test-threads=1
+    dlopen=()
+else
+    dlopen=(--test exact_dlopen)
 fi
 # alloc_tracking is left out for time too (about 10 minutes under
 # qemu-riscv64, 8 s under qemu-aarch64); alloc_sampled, over the same
 # path, stays.
 cargo test --target "$target" -p callstack --lib \
     --test c_frame_records --test context_chain --test capture_fast --test exact_rust \
-    --test exact_rust_nofp --test exact_table \
+    --test exact_rust_nofp --test exact_table "${dlopen[@]}" \
     --test exact_first_capture --test no_alloc \
     --test alloc_sampled --test alloc_tracking_exit --test layers \
     --test symbolize_dlclose --test trace_symbolize \

@@ -27,14 +27,6 @@ pub(crate) struct Kallsyms {
 }
 
 impl Kallsyms {
-    /// Reads `/proc/kallsyms`, for recordings without kernel symbols
-    /// (empty when unreadable; all addresses are 0 where `kptr_restrict`
-    /// hides them, and none is kept then).
-    #[cfg(feature = "symbolize")]
-    pub(crate) fn load() -> Kallsyms {
-        Kallsyms::parse(std::fs::read("/proc/kallsyms").unwrap_or_default())
-    }
-
     /// Indexes the text of a `/proc/kallsyms` file: lines
     /// `ffffffff81000000 T _stext [module]`; text symbols (`t T w W`) only.
     /// (A recording's end reads it: a byte scan, where lines as `str`

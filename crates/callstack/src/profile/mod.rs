@@ -588,7 +588,6 @@ impl Names {
             .find(|m| m.path.as_os_str() == KERNEL_MODULE)
             .map(|m| {
                 let syms = if profile.kernel_symbols.is_empty() {
-                    let k = kernel::Kallsyms::load();
                     let probes = profile.stacks.iter().flat_map(|s| {
                         s.frames.iter().enumerate().filter_map(|(i, &a)| {
                             let a = a as u64;
@@ -596,7 +595,7 @@ impl Names {
                             (m.start <= a && a < m.end).then(|| a - u64::from(!exact))
                         })
                     });
-                    std::borrow::Cow::Owned(kernel::symbols_of(&k, probes))
+                    std::borrow::Cow::Owned(kernel::kernel_symbols_for(probes).unwrap_or_default())
                 } else {
                     std::borrow::Cow::Borrowed(&profile.kernel_symbols[..])
                 };
