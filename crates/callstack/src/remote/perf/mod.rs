@@ -412,6 +412,18 @@ impl Drop for OwnedUnwinder {
 
 /// A module record of a snapshot's module (the vDSO keeps its name: no
 /// file to symbolize from, but its frames read `[vdso]+0xoffset`).
+/// The time of a record other than a sample, from its `sample_id` trailer
+/// (pid, tid, time: the event's sample type has TID and TIME), 0 when the
+/// record is too short to have one.
+fn trailer_time(rec: &[u8]) -> u64 {
+    rec.len()
+        .checked_sub(8)
+        .filter(|&at| at >= 8 + 16)
+        .and_then(|at| rec.get(at..))
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
 fn module_record(m: &Module) -> ModuleRecord {
     ModuleRecord {
         path: m.file.clone().unwrap_or_else(|| m.name.clone().into()),
@@ -432,6 +444,12 @@ struct Space {
     mappings: Vec<Mapping>,
     maps_read: bool,
     dirty: bool,
+    /// The time of its last exec applied (0 before any): the records of
+    /// an earlier exec and of that program's mappings, drained late from
+    /// another CPU's ring, are stale (a shell that exec'd a program on
+    /// another CPU would otherwise end with the shell's mappings, named
+    /// as its program).
+    exec_time: u64,
     unwinder: Option<OwnedUnwinder>,
     /// The modules of the snapshots replaced so far (once each): samples
     /// unwound with them may hold their addresses. The snapshots
@@ -929,6 +947,15 @@ impl Recording<'_> {
                 else {
                     return;
                 };
+                // Of a program the process has since left by an exec
+                // already applied: stale.
+                if self
+                    .spaces
+                    .get(&pid)
+                    .is_some_and(|s| trailer_time(rec) < s.exec_time)
+                {
+                    return;
+                }
                 let mut prot = libc::PROT_EXEC as u32;
                 if ty == RECORD_MMAP2 {
                     // maj, min, ino, ino_generation (or the build-id form:
@@ -966,15 +993,23 @@ impl Recording<'_> {
                     return;
                 };
                 if misc & MISC_COMM_EXEC != 0 && tid == pid {
+                    // A space made now if none is there: a fork record
+                    // drained after this one (from another CPU's ring)
+                    // must not give it its parent's mappings.
+                    let space = self.spaces.entry(pid).or_default();
+                    let time = trailer_time(rec);
+                    if time < space.exec_time {
+                        // An earlier exec than one applied, drained late
+                        // from another CPU's ring: its program is gone.
+                        return;
+                    }
+                    space.exec_time = time;
                     if pid == self.root_pid {
                         self.exe_pending = true;
                     }
                     // A new program: the old one's mappings (copied at its
                     // fork, or its own) are gone; the new ones' records
                     // follow this one. Its modules stay reported.
-                    // A space made now if none is there: a fork record
-                    // drained after this one (from another CPU's ring)
-                    // must not give it its parent's mappings.
                     self.spaces.entry(pid).or_default().exec();
                 }
                 if let (Some(h), true) = (&self.opts.sample_hook, misc & MISC_COMM_EXEC != 0) {

@@ -80,6 +80,87 @@ fn mmap2_record(pid: u32, start: u64, len: u64, pgoff: u64, path: &str) -> Vec<u
     record(RECORD_MMAP2, MISC_USER, &b)
 }
 
+/// `rec` (a record without a `sample_id` trailer) with the trailer of
+/// the recorder's events: pid, tid, `time`.
+fn with_trailer(rec: &[u8], pid: u32, time: u64) -> Vec<u8> {
+    let mut out = rec.to_vec();
+    out.extend_from_slice(&pid.to_le_bytes());
+    out.extend_from_slice(&pid.to_le_bytes());
+    out.extend_from_slice(&time.to_le_bytes());
+    let size = u16::try_from(out.len()).unwrap();
+    out[6..8].copy_from_slice(&size.to_le_bytes());
+    out
+}
+
+/// A `PERF_RECORD_COMM` of an exec by process `pid`, at `time`.
+fn exec_record(pid: u32, name: &str, time: u64) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&pid.to_le_bytes());
+    b.extend_from_slice(&pid.to_le_bytes());
+    b.extend_from_slice(name.as_bytes());
+    b.push(0);
+    b.resize(b.len().next_multiple_of(8), 0);
+    with_trailer(
+        &record(RECORD_COMM, MISC_USER | MISC_COMM_EXEC, &b),
+        pid,
+        time,
+    )
+}
+
+/// A shell that exec'd a program on another CPU: the program's exec and
+/// mappings, drained first from that CPU's ring, stay; the shell's, drained
+/// after them from its own CPU's ring, are stale. The profile's program,
+/// mappings and name are the program's (a CI run's `sh -c "exec PROG"`
+/// recording was named after dash).
+#[test]
+fn exec_drained_late_from_another_ring_is_stale() {
+    let pid = 4242;
+    let opts = RecordOptions::new(Target::Pid(pid));
+    let mut rec = Recording::new(
+        &opts,
+        Machine::X86_64,
+        Machine::X86_64.perf_regs_mask().unwrap(),
+        Profile::cpu(999),
+    );
+    rec.root_pid = pid;
+    rec.exe_pending = true;
+    let kind = super::sys::EventKind::CpuClock;
+    // The program's ring: its exec at 200, its program and loader after.
+    rec.handle(&exec_record(pid, "prog", 200), kind);
+    for (at, path, t) in [
+        (0x40_0000, "/opt/prog", 201),
+        (0x7f00_0000, "/lib/ld.so", 202),
+    ] {
+        rec.handle(
+            &with_trailer(&mmap2_record(pid, at, 0x1000, 0, path), pid, t),
+            kind,
+        );
+    }
+    // The shell's ring: its exec at 100, its program at 101.
+    rec.handle(&exec_record(pid, "sh", 100), kind);
+    rec.handle(
+        &with_trailer(
+            &mmap2_record(pid, 0x50_0000, 0x1000, 0, "/bin/dash"),
+            pid,
+            101,
+        ),
+        kind,
+    );
+    assert_eq!(rec.main_exe.as_deref(), Some("/opt/prog"));
+    let paths: Vec<&str> = rec.spaces[&pid]
+        .mappings
+        .iter()
+        .map(|m| m.path.as_str())
+        .collect();
+    assert_eq!(paths, ["/opt/prog", "/lib/ld.so"]);
+    assert_eq!(rec.spaces[&pid].comm.as_deref(), Some("prog"));
+    assert_eq!(rec.spaces[&pid].exec_time, 200);
+    // A later exec still applies.
+    rec.handle(&exec_record(pid, "next", 300), kind);
+    assert!(rec.spaces[&pid].mappings.is_empty());
+    assert!(rec.exe_pending);
+}
+
 /// The AArch64 sample's register words, value `0x1000 + n` for perf
 /// register `n` (x0-x30, sp, pc).
 fn numbered_aarch64_words() -> Vec<u64> {
