@@ -739,8 +739,8 @@ fn record_attributes_time_to_python_functions() {
 /// `record -a` (the whole host, narrowed to the python process by
 /// `--pid-filter`) of `shares.py` while five busy shell loops compete for
 /// the CPUs: the python process holds a CPU a third of the time or less,
-/// so the recorder reads its stack every third period or less often (as
-/// often as it is sampled); its samples still take the Python frames,
+/// so the recorder reads its stack every sixth period or less often (once
+/// per two of its samples); its samples still take the Python frames,
 /// whole chains in 60/30/10 shares within 5 points. On Debian's python3
 /// and pyenv's 3.12 where present.
 #[test]

@@ -29,7 +29,7 @@ use crate::remote::{Lookup, Mapping};
 use crate::tracefile::ModuleRecord;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// The path of the module record of Python frames.
@@ -53,14 +53,26 @@ const LAST_RETRY: Duration = Duration::from_secs(1);
 const MAX_TRIES: u32 = 16;
 /// In a whole-host recording, how often each python process's share of a
 /// CPU (its samples per period) is measured again, to set how often it is
-/// read: every `1/share` periods, at most every `IDLE_EVERY`th. A process
+/// read: every `SAMPLES_PER_READ/share` periods, rounded to a power of two
+/// (processes of like shares are then read at the same wake-up), at most
+/// every `IDLE_EVERY`th. A process
 /// is read every period until the first tally after it was found, so the
 /// tallies come often: at 1 s, the first second of a 20-process recording
 /// read each python process ten times as often as its samples came, a
 /// tenth of the recorder's CPU time over 20 s. A process with a tenth of
 /// a CPU gets about 25 samples in a tally at 999 Hz.
 const TALLY_NS: u64 = 250_000_000;
-const IDLE_EVERY: u32 = 20;
+const IDLE_EVERY: u32 = 32;
+/// In a whole-host recording, a python process is read once per this many
+/// of its samples, in its own running time: about 500 reads a second of
+/// its CPU time at 999 Hz, five times py-spy's default rate. Its samples
+/// between two reads take the nearer one (a stack read while the process
+/// waited for a CPU holds until it runs again, see [`super::ran`]). One
+/// read per sample cost the recorder a tenth more CPU time on
+/// `benches/record_all.sh`'s workload.
+const SAMPLES_PER_READ: u64 = 2;
+/// The sampler sleeps at most this long (new processes wake it at once).
+const MAX_SLEEP: Duration = Duration::from_millis(50);
 /// A process whose last this many reads failed is read as an idle one.
 const MAX_FAILS: u32 = 50;
 
@@ -84,6 +96,8 @@ struct Shared {
     lookup: Lookup,
     stop: AtomicBool,
     state: Mutex<State>,
+    /// Wakes the sampler: processes to look at, or the end.
+    wake: Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -98,7 +112,7 @@ struct State {
     stacks: HashMap<u32, VecDeque<Snap>>,
     /// Per python process, its samples since the last tally: in a
     /// whole-host recording, a process that holds a CPU a tenth of the
-    /// time is read every tenth period (see [`State::read_every`]).
+    /// time is read every 16th period (see [`State::tally`]).
     samples: HashMap<u32, u64>,
     /// Per python process, read every this many periods (1 when absent).
     read_every: HashMap<u32, u32>,
@@ -135,16 +149,17 @@ impl PythonRecorder {
     /// A recorder of the Python stacks of the processes recorded, read
     /// every `1/hz` second; its sampling thread starts now. `lookup` finds
     /// the python files of the targets. `whole_host`: the recording is of
-    /// every process (`record -a`), where each python process is read as
-    /// often as it is sampled: every `1/share` periods, where `share` is
-    /// the part of a CPU it took in the last second (its samples per
-    /// period), and every 20th period when idle. A read then comes as
-    /// often, in the process's own running time, as at full rate on a
-    /// process that holds a CPU, so that its samples take a stack as near
-    /// to theirs while idle interpreters, and those that wait for a CPU
-    /// among many, cost little. A process that starts running again is
-    /// read at its old rate for up to a second (its first samples may
-    /// then keep the evaluation loop's frames).
+    /// every process (`record -a`), where each python process is read
+    /// once per two of its samples: every `2/share` periods (a power of
+    /// two near it), where `share` is the part of a CPU it took in the
+    /// last quarter second (its samples per period), and every 32nd period
+    /// when idle. A read then comes as often, in the process's own running
+    /// time, as at half rate on a process that holds a CPU, so that its
+    /// samples take a stack near theirs while idle interpreters, and
+    /// those that wait for a CPU among many, cost little. A process that
+    /// starts running again is read at its old rate for up to a quarter
+    /// second (its first samples may then keep the evaluation loop's
+    /// frames).
     pub fn new(hz: u32, lookup: Lookup, whole_host: bool) -> PythonRecorder {
         let period = Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)));
         let shared = Arc::new(Shared {
@@ -154,6 +169,7 @@ impl PythonRecorder {
             lookup,
             stop: AtomicBool::new(false),
             state: Mutex::new(State::default()),
+            wake: Condvar::new(),
         });
         let s = shared.clone();
         let worker = std::thread::Builder::new()
@@ -169,6 +185,7 @@ impl PythonRecorder {
     /// Stops the sampling thread (also done when dropped).
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.wake.notify_one();
         if let Some(w) = self.worker.lock().ok().and_then(|mut w| w.take()) {
             let _ = w.join();
         }
@@ -248,6 +265,7 @@ impl State {
 impl SampleHook for PythonRecorder {
     fn started(&self, pid: u32) {
         self.lock().register(pid);
+        self.shared.wake.notify_one();
     }
 
     fn exec(&self, pid: u32) {
@@ -259,6 +277,7 @@ impl SampleHook for PythonRecorder {
         st.seen.insert(pid);
         st.eval.remove(&pid);
         st.new_pids.push(pid);
+        self.shared.wake.notify_one();
     }
 
     fn mapped(&self, pid: u32, path: &str) {
@@ -269,6 +288,7 @@ impl SampleHook for PythonRecorder {
             if pid != me() && !st.eval.contains_key(&pid) {
                 st.seen.insert(pid);
                 st.new_pids.push(pid);
+                self.shared.wake.notify_one();
             }
         }
     }
@@ -285,7 +305,10 @@ impl SampleHook for PythonRecorder {
     ) {
         let mut st = self.lock();
         if !st.eval.contains_key(&pid) {
-            st.register(pid);
+            if !st.seen.contains(&pid) {
+                st.register(pid);
+                self.shared.wake.notify_one();
+            }
             return;
         }
         *st.samples.entry(pid).or_default() += 1;
@@ -376,18 +399,35 @@ impl Shared {
 }
 
 impl State {
-    /// How many periods apart to read each python process: `1/share` of
-    /// the samples counted since the last tally (`periods` periods ago),
-    /// 1 to [`IDLE_EVERY`]; the counts start again.
+    /// How many periods apart to read each python process:
+    /// [`SAMPLES_PER_READ`] of its samples counted since the last tally
+    /// (`periods` periods ago), as a power of two from 1 to
+    /// [`IDLE_EVERY`]; the counts start again.
     fn tally(&mut self, periods: u64) {
         let pids: Vec<u32> = self.eval.keys().copied().collect();
         for pid in pids {
             let n = self.samples.remove(&pid).unwrap_or(0);
-            let every = periods
+            let every = (periods * SAMPLES_PER_READ)
                 .checked_div(n)
-                .map_or(IDLE_EVERY, |k| k.clamp(1, u64::from(IDLE_EVERY)) as u32);
+                .map_or(IDLE_EVERY, |k| {
+                    power_of_two_near(k).clamp(1, u64::from(IDLE_EVERY)) as u32
+                });
             self.read_every.insert(pid, every);
         }
+    }
+}
+
+/// The power of two nearest `k` by ratio (1 for 0).
+fn power_of_two_near(k: u64) -> u64 {
+    if k <= 1 {
+        return 1;
+    }
+    let lo = 1u64 << (63 - k.leading_zeros());
+    // k/lo against 2lo/k.
+    if u128::from(k) * u128::from(k) < 2 * u128::from(lo) * u128::from(lo) {
+        lo
+    } else {
+        lo * 2
     }
 }
 
@@ -714,8 +754,8 @@ fn run(shared: &Shared) {
                 .retain(|_, q| q.back().is_some_and(|s| s.until + HISTORY_NS >= t));
         }
         // Sleep until the next read due, or the next look at a process not
-        // yet found to run Python, or for new processes: 10 ms at most.
-        let mut wake = Instant::now() + Duration::from_millis(10);
+        // yet found to run Python, or till new processes come.
+        let mut wake = Instant::now() + MAX_SLEEP;
         for p in &procs {
             let due = match p.sampler {
                 Some(_) => start + period * p.next_read.min(u64::from(u32::MAX)) as u32,
@@ -723,9 +763,10 @@ fn run(shared: &Shared) {
             };
             wake = wake.min(due);
         }
+        let st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        if wake > now {
-            std::thread::sleep(wake - now);
+        if wake > now && st.new_pids.is_empty() && !shared.stop.load(Ordering::Relaxed) {
+            drop(shared.wake.wait_timeout(st, wake - now));
         }
     }
 }
@@ -743,6 +784,7 @@ mod tests {
                 lookup: Lookup::default(),
                 stop: AtomicBool::new(true),
                 state: Mutex::new(State::default()),
+                wake: Condvar::new(),
             }),
             worker: Mutex::new(None),
         }
@@ -891,6 +933,30 @@ mod find_tests {
     /// its symbols: `record -a` samples itself too) is no interpreter of
     /// that process; the first version took this process's read-only map
     /// of python3.11 for one and read garbage at every period.
+    /// The tally: once per two samples, as a power of two of periods;
+    /// processes not sampled (idle) every 32nd period; counts start again.
+    #[test]
+    fn tally_reads_once_per_two_samples_in_powers_of_two() {
+        use super::{power_of_two_near, State, IDLE_EVERY};
+        assert_eq!(
+            (0..=9).map(power_of_two_near).collect::<Vec<_>>(),
+            [1, 1, 2, 4, 4, 4, 8, 8, 8, 8]
+        );
+        assert_eq!(power_of_two_near(20), 16);
+        assert_eq!(power_of_two_near(23), 32);
+        let mut st = State::default();
+        for (pid, samples) in [(1, 250), (2, 25), (3, 0), (4, 2)] {
+            st.eval.insert(pid, Vec::new());
+            st.samples.insert(pid, samples);
+        }
+        st.tally(250);
+        assert_eq!(st.read_every[&1], 2, "a CPU held: every other period");
+        assert_eq!(st.read_every[&2], 16, "a tenth of a CPU: 20 → 16");
+        assert_eq!(st.read_every[&3], IDLE_EVERY);
+        assert_eq!(st.read_every[&4], IDLE_EVERY, "250 → at most 32");
+        assert!(st.samples.is_empty());
+    }
+
     #[test]
     fn python_file_mapped_to_be_read_is_no_interpreter() {
         let path = std::path::Path::new("/usr/bin/python3.11");
