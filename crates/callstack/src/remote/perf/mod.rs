@@ -450,6 +450,10 @@ struct Space {
     /// another CPU would otherwise end with the shell's mappings, named
     /// as its program).
     exec_time: u64,
+    /// The time of its fork record (0 when none was seen): an exit record
+    /// older than that, drained late from another CPU's ring, is of an
+    /// earlier process that had the same pid.
+    born: u64,
     unwinder: Option<OwnedUnwinder>,
     /// The modules of the snapshots replaced so far (once each): samples
     /// unwound with them may hold their addresses. The snapshots
@@ -829,6 +833,12 @@ struct Recording<'o> {
     /// Module records of processes that exited (their spaces freed), for
     /// the profile of the period they ended in.
     exited_modules: Vec<ModuleRecord>,
+    /// Processes whose exit record came in this pass over the rings, with
+    /// its time: their spaces go at the pass's end ([`Recording::end_pass`]),
+    /// once the samples they left in other CPUs' rings are unwound (a
+    /// process that ran on one CPU and exited on another left samples in
+    /// a ring drained after its exit's).
+    exits: Vec<(u32, u64)>,
     /// One address range per file for every process recorded: where
     /// sampled addresses are moved to.
     canon: canon::Canon,
@@ -907,6 +917,7 @@ impl<'o> Recording<'o> {
             blocked: HashMap::new(),
             latest: 0,
             exited_modules: Vec::new(),
+            exits: Vec::new(),
             canon: canon::Canon::default(),
             skipped: 0,
             tick: 0,
@@ -1036,21 +1047,29 @@ impl Recording<'_> {
                     return;
                 };
                 // A process of a whole-host recording is gone: its modules
-                // stay in the profile, its open files and tables go.
-                if matches!(self.opts.target, Target::All) && pid == tid {
-                    if let Some(space) = self.spaces.remove(&pid) {
-                        for rec in space.module_records() {
-                            if !self.exited_modules.contains(&rec) {
-                                self.exited_modules.push(rec);
-                            }
-                        }
-                    }
+                // stay in the profile, its open files and tables go at the
+                // end of this pass over the rings.
+                let time = trailer_time(rec);
+                if matches!(self.opts.target, Target::All)
+                    && pid == tid
+                    && self.spaces.get(&pid).is_some_and(|s| s.born <= time)
+                {
+                    self.exits.push((pid, time));
                 }
             }
             RECORD_FORK => {
                 let (Some(pid), Some(ppid)) = (r.u32(), r.u32()) else {
                     return;
                 };
+                let time = trailer_time(rec);
+                if pid != ppid {
+                    // The pid of a process that exited in this pass, given
+                    // again: the old process's space goes now.
+                    if let Some(k) = self.exits.iter().position(|&(p, t)| p == pid && t <= time) {
+                        self.exits.swap_remove(k);
+                        self.forget(pid);
+                    }
+                }
                 if pid != ppid && !self.spaces.contains_key(&pid) {
                     let maps = self
                         .spaces
@@ -1060,6 +1079,7 @@ impl Recording<'_> {
                     let s = self.spaces.entry(pid).or_default();
                     s.mappings = maps;
                     s.dirty = true;
+                    s.born = time;
                 }
             }
             RECORD_LOST => {
@@ -1069,6 +1089,28 @@ impl Recording<'_> {
                 self.profile.lost += n;
             }
             _ => {}
+        }
+    }
+
+    /// The end of a pass over every ring: the spaces of the processes that
+    /// exited in it go (see [`Recording::exits`]).
+    fn end_pass(&mut self) {
+        for (pid, time) in std::mem::take(&mut self.exits) {
+            if self.spaces.get(&pid).is_some_and(|s| s.born <= time) {
+                self.forget(pid);
+            }
+        }
+    }
+
+    /// Frees the space of process `pid`, gone; its modules stay in the
+    /// profile.
+    fn forget(&mut self, pid: u32) {
+        if let Some(space) = self.spaces.remove(&pid) {
+            for rec in space.module_records() {
+                if !self.exited_modules.contains(&rec) {
+                    self.exited_modules.push(rec);
+                }
+            }
         }
     }
 
@@ -1598,7 +1640,10 @@ pub fn record_rotating(
 
     let mut profile = new_profile(opts);
     profile.start_time_ns = now_ns();
-    let mut rec = Recording::new(opts, machine, regs_mask, profile);
+    // On the heap: the recorder's own samples (`record -a` samples it too)
+    // are unwound from the stack the kernel copies, 8 KiB at first, and
+    // its frames from `main` to the unwinder's must fit in it.
+    let mut rec = Box::new(Recording::new(opts, machine, regs_mask, profile));
     let started = Instant::now();
     let mut events = Vec::new();
     let kinds: &[sys::EventKind] = if opts.off_cpu {
@@ -1710,6 +1755,7 @@ pub fn record_rotating(
         for (e, kind) in &events {
             e.drain(&mut buf, |r| rec.handle(r, *kind));
         }
+        rec.end_pass();
         if opts.off_cpu {
             // Every ring was drained just now: what is 200 ms older than
             // the newest record is complete.
@@ -1746,6 +1792,7 @@ pub fn record_rotating(
                         for (e, kind) in &events {
                             e.drain(&mut buf, |r| rec.handle(r, *kind));
                         }
+                        rec.end_pass();
                         events = new;
                         fds = events.iter().map(|(e, _)| e.fd()).collect();
                         spec = grown;

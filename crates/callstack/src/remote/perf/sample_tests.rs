@@ -161,6 +161,61 @@ fn exec_drained_late_from_another_ring_is_stale() {
     assert!(rec.exe_pending);
 }
 
+/// A `PERF_RECORD_FORK` or `PERF_RECORD_EXIT` (`ty`) of process `pid`
+/// (parent `ppid`), at `time`.
+fn task_record(ty: u32, pid: u32, ppid: u32, time: u64) -> Vec<u8> {
+    let mut b = Vec::new();
+    for v in [pid, ppid, pid, ppid] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b.extend_from_slice(&time.to_le_bytes());
+    with_trailer(&record(ty, MISC_USER, &b), pid, time)
+}
+
+/// In a whole-host recording, a process's exit frees its space at the end
+/// of the pass over the rings, not at once: its samples in other CPUs'
+/// rings, drained after its exit's record, still unwind with it. An exit
+/// record of an earlier process of the same pid, drained after the new
+/// one's fork, frees nothing; a fork of the pid after its exit in the same
+/// pass starts a new space.
+#[test]
+fn exited_process_space_kept_to_the_end_of_the_pass() {
+    let opts = RecordOptions::new(Target::All);
+    let mut rec = Recording::new(
+        &opts,
+        Machine::X86_64,
+        Machine::X86_64.perf_regs_mask().unwrap(),
+        Profile::cpu(999),
+    );
+    let kind = super::sys::EventKind::CpuClock;
+    let map =
+        |pid, path: &str, t| with_trailer(&mmap2_record(pid, 0x40_0000, 0x1000, 0, path), pid, t);
+    rec.handle(&task_record(RECORD_FORK, 10, 1, 50), kind);
+    rec.handle(&map(10, "/bin/true", 60), kind);
+    rec.handle(&task_record(RECORD_EXIT, 10, 1, 100), kind);
+    assert!(rec.spaces.contains_key(&10), "freed before the pass ended");
+    rec.end_pass();
+    assert!(!rec.spaces.contains_key(&10));
+
+    // pid 10 again: exits, and is forked again, in one pass.
+    rec.handle(&task_record(RECORD_FORK, 10, 1, 150), kind);
+    rec.handle(&task_record(RECORD_EXIT, 10, 1, 160), kind);
+    rec.handle(&task_record(RECORD_FORK, 10, 1, 170), kind);
+    rec.handle(&map(10, "/bin/sleep", 180), kind);
+    rec.end_pass();
+    assert_eq!(rec.spaces[&10].born, 170);
+    assert_eq!(rec.spaces[&10].mappings[0].path, "/bin/sleep");
+
+    // The new one's fork drained before the old one's exit.
+    rec.handle(&task_record(RECORD_FORK, 11, 1, 300), kind);
+    rec.handle(&task_record(RECORD_EXIT, 11, 1, 250), kind);
+    rec.end_pass();
+    assert_eq!(
+        rec.spaces[&11].born, 300,
+        "freed by an older process's exit"
+    );
+}
+
 /// The AArch64 sample's register words, value `0x1000 + n` for perf
 /// register `n` (x0-x30, sp, pc).
 fn numbered_aarch64_words() -> Vec<u64> {
