@@ -1233,6 +1233,34 @@ fn whole_host() {
             && (f.contains("_PyEval_EvalFrameDefault") || f.contains(";spin_here")),
         "{f}"
     );
+    // The recorder's Python sampler thread too, whose stack is shallow
+    // (the main thread's frames, from `main` to the unwinder's, do not all
+    // fit in the 8 KiB copied per sample). The recorder maps the libraries
+    // it names, shared, a few MiB from their loaded images: once taken for
+    // a part of libc's image, which moved libc's start, so that this
+    // thread's chains stopped in libc.
+    let (mut ours, mut whole) = (0u64, 0u64);
+    for line in f.lines() {
+        let (path, v) = line.rsplit_once(' ').unwrap();
+        let frames: Vec<&str> = path.split(';').collect();
+        if frames
+            .iter()
+            .any(|f| f.starts_with("callstack::python::record::run"))
+        {
+            let v = v.parse::<u64>().unwrap();
+            ours += v;
+            if frames
+                .iter()
+                .any(|f| ["start_thread", "clone3", "clone"].contains(f))
+            {
+                whole += v;
+            }
+        }
+    }
+    assert!(
+        whole * 10 >= ours * 8,
+        "{whole} of the Python sampler thread's {ours} reach its start\n{f}"
+    );
 }
 
 /// python3 spinning in `spin_here` for `secs` seconds, once its imports

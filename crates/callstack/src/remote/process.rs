@@ -57,12 +57,24 @@ fn read_maps(pid: u32, mm_tid: u32) -> Result<Vec<(Mapping, bool)>, RemoteError>
 }
 
 /// One line of a `/proc/PID/maps` file: the mapping, and whether it is
-/// writable. `None` for a line that does not parse.
+/// writable. `None` for a line that does not parse, and for a file mapped
+/// shared, read-only and not executable: a read of the file (a symbolizer's, such as
+/// the recorder's own of the libraries it names, mapped a few MiB from
+/// their loaded images), never a segment of a loaded image, which the
+/// loader maps private. Taken for one, it moved the image's start to it.
 pub(crate) fn parse_maps_line(line: &str) -> Option<(Mapping, bool)> {
     let mut it = line.split_whitespace();
     let (range, perms, off) = (it.next()?, it.next()?, it.next()?);
     let (_dev, _inode) = (it.next(), it.next());
     let path: String = it.collect::<Vec<_>>().join(" ");
+    let p = perms.as_bytes();
+    if p.get(3) == Some(&b's')
+        && p.get(1) != Some(&b'w')
+        && p.get(2) != Some(&b'x')
+        && path.starts_with('/')
+    {
+        return None;
+    }
     let (s, e) = range.split_once('-')?;
     let start = u64::from_str_radix(s, 16).ok()?;
     let end = u64::from_str_radix(e, 16).ok()?;
@@ -598,6 +610,32 @@ impl Memory for ProcessMemory<'_> {
             Ok(u64::from_le_bytes(b))
         } else {
             Err(ReadError::Unreadable(addr))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_maps_line;
+
+    /// A file mapped shared, read-only and not executable (a
+    /// symbolizer's read of it) is no segment of a loaded image; the
+    /// image's own segments, writable shared memory and executable shared
+    /// mappings (a JIT's double mapping) are kept.
+    #[test]
+    fn shared_read_of_a_file_is_no_image_segment() {
+        let lib = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        assert!(
+            parse_maps_line(&format!("7f00a000-7f0b0000 r--s 00000000 fe:00 12 {lib}")).is_none()
+        );
+        for line in [
+            format!("7f682000-7f6a8000 r--p 00000000 fe:00 12 {lib}"),
+            format!("7f6a8000-7f7fe000 r-xp 00026000 fe:00 12 {lib}"),
+            "7f000000-7f001000 rw-s 00000000 00:01 7 /dev/zero (deleted)".to_string(),
+            "7f100000-7f101000 r-xs 00000000 00:01 8 /memfd:jit (deleted)".to_string(),
+            "7f200000-7f201000 rw-s 00000000 00:00 0 ".to_string(),
+        ] {
+            assert!(parse_maps_line(&line).is_some(), "{line}");
         }
     }
 }
