@@ -46,7 +46,27 @@ fn start_args(exe: &Path, args: &[&str]) -> Running {
         .unwrap();
     assert_eq!(line, "ready\n");
     let pid = child.id();
+    wait_in_pause(pid);
     Running { child, pid }
+}
+
+/// Waits until process `pid` is asleep in `pause` (x86-64 system call 34),
+/// not still on its way back from the `write` of "ready" (a CI run's
+/// pstack caught it in `fflush`): its chain is then the one asserted.
+fn wait_in_pause(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        let Ok(syscall) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) else {
+            // Not ours to read (no ptrace access): a pause long enough.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            return;
+        };
+        if syscall.split_whitespace().next() == Some("34") {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    panic!("process {pid} never blocked in pause");
 }
 
 /// The function names of thread 1's frames in the text output.
