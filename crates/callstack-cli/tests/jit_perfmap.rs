@@ -333,6 +333,8 @@ fn record_names_node_functions_as_perf_does() {
         .args(["--", "node", "--perf-basic-prof"])
         .arg(&js)
         .arg("3")
+        // node writes its isolate logs where it runs.
+        .current_dir(&dir)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -376,6 +378,8 @@ fn record_names_node_functions_as_perf_does() {
         .args(["--", "node", "--perf-basic-prof"])
         .arg(&js)
         .arg("3")
+        // node writes its isolate logs where it runs.
+        .current_dir(&dir)
         .output()
         .unwrap();
     if !o.status.success() {
