@@ -410,8 +410,6 @@ impl Drop for OwnedUnwinder {
     }
 }
 
-/// A module record of a snapshot's module (the vDSO keeps its name: no
-/// file to symbolize from, but its frames read `[vdso]+0xoffset`).
 /// The time of a record other than a sample, from its `sample_id` trailer
 /// (pid, tid, time: the event's sample type has TID and TIME), 0 when the
 /// record is too short to have one.
@@ -424,6 +422,8 @@ fn trailer_time(rec: &[u8]) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
+/// A module record of a snapshot's module (the vDSO keeps its name: no
+/// file to symbolize from, but its frames read `[vdso]+0xoffset`).
 fn module_record(m: &Module) -> ModuleRecord {
     ModuleRecord {
         path: m.file.clone().unwrap_or_else(|| m.name.clone().into()),
@@ -1015,13 +1015,13 @@ impl Recording<'_> {
                         return;
                     }
                     space.exec_time = time;
-                    if pid == self.root_pid {
-                        self.exe_pending = true;
-                    }
                     // A new program: the old one's mappings (copied at its
                     // fork, or its own) are gone; the new ones' records
                     // follow this one. Its modules stay reported.
-                    self.spaces.entry(pid).or_default().exec();
+                    space.exec();
+                    if pid == self.root_pid {
+                        self.exe_pending = true;
+                    }
                 }
                 if let (Some(h), true) = (&self.opts.sample_hook, misc & MISC_COMM_EXEC != 0) {
                     h.exec(pid);
@@ -1061,16 +1061,17 @@ impl Recording<'_> {
                 let (Some(pid), Some(ppid)) = (r.u32(), r.u32()) else {
                     return;
                 };
-                let time = trailer_time(rec);
-                if pid != ppid {
-                    // The pid of a process that exited in this pass, given
-                    // again: the old process's space goes now.
-                    if let Some(k) = self.exits.iter().position(|&(p, t)| p == pid && t <= time) {
-                        self.exits.swap_remove(k);
-                        self.forget(pid);
-                    }
+                if pid == ppid {
+                    return;
                 }
-                if pid != ppid && !self.spaces.contains_key(&pid) {
+                let time = trailer_time(rec);
+                // The pid of a process that exited in this pass, given
+                // again: the old process's space goes now.
+                if let Some(k) = self.exits.iter().position(|&(p, t)| p == pid && t <= time) {
+                    self.exits.swap_remove(k);
+                    self.forget(pid);
+                }
+                if !self.spaces.contains_key(&pid) {
                     let maps = self
                         .spaces
                         .get(&ppid)
