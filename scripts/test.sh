@@ -10,6 +10,9 @@ if [ -n "$avail_kb" ] && [ "$avail_kb" -lt 4500000 ]; then
     echo "warning: only $((avail_kb / 1024)) MB free here; the build and tests need about 3.5 GB" >&2
 fi
 bash scripts/install-test-deps.sh
+# Incremental caches only help a developer's next edit; a run of the whole
+# suite would leave more than a gigabyte of them.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # The oracles (gdb with `set debuginfod enabled off`, binutils) read local
 # files only: so does every symbolizer of the tests, whatever servers this
 # machine names. The debuginfod tests set their own.

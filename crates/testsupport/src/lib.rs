@@ -168,12 +168,67 @@ pub fn release_artifacts() -> &'static Artifacts {
 }
 
 /// A fresh scratch directory under the target dir, named after `tag`.
+///
+/// The directories a test process made are removed when it exits, unless
+/// one of its tests panicked (they are then kept to look into) or
+/// `CALLSTACK_KEEP_SCRATCH` is set: a whole run of the suite leaves
+/// gigabytes of fixtures, cores and copies otherwise.
 pub fn scratch_dir(tag: &str) -> PathBuf {
     let d = target_dir()
         .join("test-scratch")
         .join(format!("{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
+    scratch::track(&d);
     d
+}
+
+/// Removal of the scratch directories at exit ([`scratch_dir`]).
+mod scratch {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Mutex, Once};
+
+    /// The directories made by this process, and the pid that made them.
+    static MADE: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
+    /// Set by the panic hook: a test failed, so its files are kept.
+    static PANICKED: AtomicBool = AtomicBool::new(false);
+
+    pub(super) fn track(d: &Path) {
+        static INSTALL: Once = Once::new();
+        INSTALL.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                PANICKED.store(true, Ordering::Relaxed);
+                previous(info)
+            }));
+            // SAFETY: `remove_at_exit` is an `extern "C" fn()` that
+            // unwinds nowhere (it catches nothing and cannot panic: every
+            // step ignores its error).
+            unsafe { libc::atexit(remove_at_exit) };
+        });
+        if let Ok(mut made) = MADE.lock() {
+            let entry = (std::process::id(), d.to_path_buf());
+            if !made.contains(&entry) {
+                made.push(entry);
+            }
+        }
+    }
+
+    extern "C" fn remove_at_exit() {
+        if PANICKED.load(Ordering::Relaxed) || std::env::var_os("CALLSTACK_KEEP_SCRATCH").is_some()
+        {
+            return;
+        }
+        // A forked child that exits through `exit` runs this too: it
+        // removes only what its own pid made.
+        let me = std::process::id();
+        let Ok(made) = MADE.try_lock() else { return };
+        for (pid, d) in made.iter() {
+            if *pid == me {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+    }
 }
 
 /// A gcc invocation for a C fixture.
