@@ -435,7 +435,8 @@ impl Recorder {
         }
         let val = ((idx as u64) << SIZE_BITS) | if up { UP_BIT } else { 0 } | size.min(SIZE_MASK);
         let mask = self.live_cap() - 1;
-        let mut i = addr_slot(ptr, self.live_bits);
+        let shift = granule_shift(self.sample_bytes());
+        let mut i = addr_slot(ptr, self.live_bits, shift);
         for _ in 0..MAX_PROBE {
             let slot = &live[i];
             let cur = slot.addr.load(Relaxed);
@@ -480,7 +481,7 @@ impl Recorder {
         }
         let (_, live) = self.tables()?;
         let mask = self.live_cap() - 1;
-        let mut i = addr_slot(ptr, self.live_bits);
+        let mut i = addr_slot(ptr, self.live_bits, granule_shift(self.sample_bytes()));
         for _ in 0..MAX_PROBE {
             let slot = &live[i];
             let cur = slot.addr.load(Acquire);
@@ -729,20 +730,40 @@ fn site_hash(frames: &[usize]) -> u64 {
 }
 
 /// The first slot tried for the block at `ptr` in a live table of
-/// `2^bits` slots. The addresses of a window of `2^(bits + 4)` bytes map
-/// in order onto the table (from a start hashed from the window's
-/// number): blocks near one another in memory fill slots near one another,
-/// so a heap of a few hundred KiB touches a few dozen pages of the table,
-/// not one page per block (what a fork copies, and what a file-backed
-/// table keeps, is the pages touched). Two blocks of one window never
-/// share a slot (they are at least 16 bytes apart); blocks of different
-/// windows meet only where the windows' hashed starts bring them.
+/// `2^bits` slots, one slot per granule of `2^shift` bytes. The granules
+/// of a window of `2^(bits + shift)` bytes map in order onto the table
+/// (from a start hashed from the window's number): blocks near one another
+/// in memory fill slots near one another, so a heap of a few hundred KiB
+/// touches a few dozen pages of the table, not one page per block (what a
+/// fork copies, and what a file-backed table keeps, is the pages touched).
+/// With 16-byte granules two blocks of one window never share a first
+/// slot; blocks of different windows meet only where the windows' hashed
+/// starts bring them.
 #[inline]
-fn addr_slot(ptr: usize, bits: u32) -> usize {
-    let p = ptr as u64 >> 4;
+fn addr_slot(ptr: usize, bits: u32, shift: u32) -> usize {
+    let p = ptr as u64 >> shift;
     let window = p >> bits;
     let start = window.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits);
     (p.wrapping_add(start) & ((1u64 << bits) - 1)) as usize
+}
+
+/// The live table's granule ([`addr_slot`]) for a recorder sampling one
+/// allocation per `sample_bytes` on average: 16 bytes when every block is
+/// recorded, else a quarter of the mean rounded down to a power of two.
+/// Sampled blocks lie about `sample_bytes` apart (a block of `s` bytes is
+/// taken with probability below `s / sample_bytes`, so a heap holds fewer
+/// than one sampled block per `sample_bytes` bytes on average): with
+/// 16-byte granules each would sit on a page of the table of its own (a
+/// page fault per sample until the whole table is touched); at a quarter
+/// of the mean they fill about one slot in four of a dense run, and the
+/// few that share a granule take the next slots.
+#[inline]
+fn granule_shift(sample_bytes: u64) -> u32 {
+    if sample_bytes < 64 {
+        4
+    } else {
+        (63 - sample_bytes.leading_zeros() - 2).min(24)
+    }
 }
 
 fn map(len: usize) -> *mut u8 {
@@ -792,7 +813,7 @@ mod tests {
         // all within 64 KiB / 16 slots of the first (a few pages of the
         // table, not one page per block).
         let base = 0x5555_5555_0000usize;
-        let slots: Vec<usize> = (0..2000).map(|i| addr_slot(base + i * 32, 22)).collect();
+        let slots: Vec<usize> = (0..2000).map(|i| addr_slot(base + i * 32, 22, 4)).collect();
         let mut sorted = slots.clone();
         sorted.sort_unstable();
         sorted.dedup();
@@ -802,13 +823,44 @@ mod tests {
             .iter()
             .all(|&s| (s.wrapping_sub(first) & ((1 << 22) - 1)) < 4096));
         // Windows far apart start at different places.
-        assert_ne!(addr_slot(base, 22), addr_slot(base + (1 << 26), 22));
+        assert_ne!(addr_slot(base, 22, 4), addr_slot(base + (1 << 26), 22, 4));
         // Every slot is inside the table, whatever the address.
         for p in [0usize, 16, usize::MAX & !15, 0x7fff_ffff_fff0] {
             for bits in [4, 10, 22, 30] {
-                assert!(addr_slot(p, bits) < 1 << bits);
+                for shift in [4, 12, 24] {
+                    assert!(addr_slot(p, bits, shift) < 1 << bits);
+                }
             }
         }
+    }
+
+    #[test]
+    fn sampled_blocks_share_pages_of_the_live_table() {
+        // One sampled block per 16 KiB of a 16 MiB heap: with 4 KiB
+        // granules their slots lie 4 apart, 16 pages of the table in
+        // all, where 16-byte granules gave each block a page of its own.
+        assert_eq!(granule_shift(0), 4);
+        assert_eq!(granule_shift(16384), 12);
+        assert_eq!(granule_shift(16385), 12);
+        assert_eq!(granule_shift(1 << 40), 24);
+        let base = 0x7f00_1234_0000usize;
+        let shift = granule_shift(16384);
+        let pages: std::collections::HashSet<usize> = (0..1024)
+            .map(|i| addr_slot(base + i * 16384, 22, shift) * 16 / 4096)
+            .collect();
+        assert!(pages.len() <= 17, "{} pages", pages.len());
+
+        // Blocks crowded into one granule (a run of small ones all
+        // sampled) take the next slots, and are all found again.
+        let r = Recorder::sampled(16384);
+        let crowd: Vec<usize> = (0..40).map(|i| base + 0x10_0000 + i * 48).collect();
+        for (i, &p) in crowd.iter().enumerate() {
+            r.record_alloc(&[0x51, i % 3], p, 40);
+        }
+        for &p in crowd.iter().rev() {
+            assert!(r.take(p).is_some(), "{p:#x} lost");
+        }
+        assert_eq!(r.snapshot().counters.unknown_frees, 0);
     }
 
     #[test]
