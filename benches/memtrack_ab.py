@@ -1,0 +1,89 @@
+"""Two builds of `callstack memtrack --sample-bytes N` side by side, one run.
+
+    python3 benches/memtrack_ab.py RUNS OLD_CALLSTACK NEW_CALLSTACK [N]
+
+Each binary needs its `libcallstack_preload.so` beside it. The workloads are
+those of `benches/memtrack_sampled.sh` (python3 with PYTHONMALLOC=malloc on a
+JSON round trip; gcc's cc1 -O2 on 1500 generated functions). Modes take
+turns round by round: bare, exact (NEW), N with OLD, N with NEW. Prints the
+median wall and CPU (user + sys of the whole command) of each mode, and each
+sampled mode's added time over exact tracking's added time.
+"""
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+runs = int(sys.argv[1])
+old_cs, new_cs = os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3])
+n = int(sys.argv[4]) if len(sys.argv) > 4 else 16384
+py = subprocess.run(["python3", "-c", "import sys; print(sys.executable)"],
+                    capture_output=True, text=True, check=True).stdout.strip()
+cc1 = subprocess.run(["gcc", "-print-prog-name=cc1"], capture_output=True, text=True,
+                     check=True).stdout.strip()
+work = tempfile.mkdtemp()
+with open(f"{work}/alloc.py", "w") as f:
+    f.write('import json\n'
+            'd = [{"k%d" % i: [i] * 10, "s": "x" * (i % 100)} for i in range(60000)]\n'
+            's = json.dumps(d)\n'
+            'for _ in range(3):\n'
+            '    json.loads(s)\n')
+with open(f"{work}/big.c", "w") as f:
+    f.write("#include <stdio.h>\n#include <string.h>\n")
+    for i in range(1500):
+        f.write(f"""
+struct s{i} {{ int a[{i % 17 + 1}]; double d; char name[{i % 31 + 1}]; }};
+static int helper{i}(struct s{i} *p, int n) {{
+    int t = 0;
+    for (int k = 0; k < n; k++) {{ t += p->a[k % {i % 17 + 1}] * k; if (t > {i * 7}) t -= n; }}
+    return t + (int)p->d;
+}}
+int func{i}(int n) {{
+    struct s{i} x; memset(&x, 0, sizeof x);
+    x.d = n * 0.5;
+    switch (n % 4) {{ case 0: return helper{i}(&x, n); case 1: return helper{i}(&x, n + 1) * 2;
+    case 2: snprintf(x.name, sizeof x.name, "%d", n); return (int)strlen(x.name); default: return n; }}
+}}
+""")
+subprocess.run(["gcc", "-E", f"{work}/big.c", "-o", f"{work}/big.i"], check=True)
+loads = [
+    ("python3 (PYTHONMALLOC=malloc)", [py, f"{work}/alloc.py"], {"PYTHONMALLOC": "malloc"}),
+    ("cc1 -O2", [cc1, "-fpreprocessed", "-O2", "-quiet", f"{work}/big.i", "-o", "/dev/null"], {}),
+]
+
+
+def run(cmd, env, cs=None, bytes_=None):
+    e = dict(os.environ, **env)
+    if cs:
+        cmd = [cs, "memtrack", "--summary", "/dev/null", "-o", f"{work}/heap",
+               "--sample-bytes", str(bytes_), "--"] + cmd
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
+modes = [("bare", None, None), ("exact", new_cs, 0), ("old", old_cs, n), ("new", new_cs, n)]
+for name, cmd, env in loads:
+    t = {m: [] for m, _, _ in modes}
+    for r in range(runs):
+        order = modes[r % len(modes):] + modes[:r % len(modes)]
+        for m, cs, b in order:
+            t[m].append(run(cmd, env, cs, b))
+    med = {m: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+           for m, v in t.items()}
+    bw, bc = med["bare"]
+    ew, ec = med["exact"]
+    print(f"{name}: median of {runs} (wall s / CPU s): "
+          + ", ".join(f"{m} {w:.3f}/{c:.3f}" for m, (w, c) in med.items()))
+    for m in ("old", "new"):
+        w, c = med[m]
+        print(f"  {m} N={n}: added over exact's added: wall {(w - bw) / max(ew - bw, 1e-9):.3f}, "
+              f"CPU {(c - bc) / max(ec - bc, 1e-9):.3f}")
+    sys.stdout.flush()
+subprocess.run(["rm", "-rf", work])
