@@ -242,25 +242,38 @@ fn a_handler_on_an_alternate_stack_hooks_frames() {
         let sp = &here as *const u8 as usize;
         // qemu-user maps upwards: there the thread's stack, mapped after
         // the alternate one, lies above it. Another mapping, asked for
-        // above this stack, gives the layout under test.
+        // above this stack, gives the layout under test. Only a mapping
+        // where it was asked for will do: when the hint is taken (a malloc
+        // arena's reserve lies there when this test runs first), qemu-user
+        // maps far away, at an address its /proc/self/maps does not list,
+        // and no stack there can be told from wild memory.
         let mut ss = ss;
         let mut moved = 0;
         if sp > alt {
-            // SAFETY: a fresh private mapping at a free address near the
-            // hint, unmapped below.
-            let m = unsafe {
-                libc::mmap(
-                    ((sp + (64 << 20)) & !0xfff) as *mut libc::c_void,
-                    ALT,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(m, libc::MAP_FAILED);
-            ss.ss_sp = m;
-            moved = m as usize;
+            for k in 1..64usize {
+                let hint = (sp + k * (64 << 20)) & !0xfff;
+                // SAFETY: a fresh private mapping at a free address near the
+                // hint, unmapped below or at once when elsewhere.
+                let m = unsafe {
+                    libc::mmap(
+                        hint as *mut libc::c_void,
+                        ALT,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    )
+                };
+                assert_ne!(m, libc::MAP_FAILED);
+                if m as usize == hint {
+                    moved = hint;
+                    break;
+                }
+                // SAFETY: the mapping just made, not used.
+                unsafe { libc::munmap(m, ALT) };
+            }
+            assert_ne!(moved, 0, "no free room above the thread's stack");
+            ss.ss_sp = moved as *mut libc::c_void;
         }
         // SAFETY: the mapping stays until the thread is joined.
         assert_eq!(unsafe { libc::sigaltstack(&ss, core::ptr::null_mut()) }, 0);
