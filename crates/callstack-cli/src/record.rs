@@ -269,26 +269,46 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     };
     // The recorder's own state, at its last budget check: the symbolizer
     // of --rotate gets what is left of the budget.
-    let state_bytes = std::cell::Cell::new(0usize);
-    let recorded = record_rotating(
-        &opts,
-        &CONTROL,
-        &mut |p| {
-            state_bytes.set(p.state_bytes);
-            if live {
-                eprint!(
-                    "\rcallstack record: {:.1}s, {} samples, {} lost, {} threads   ",
-                    p.elapsed.as_secs_f64(),
-                    p.samples,
-                    p.lost,
-                    p.threads
-                );
-                let _ = std::io::stderr().flush();
-                shown = true;
-            }
-        },
-        &mut |period| rotated.write(&args, period, state_bytes.get()),
-    );
+    let state_bytes = std::sync::atomic::AtomicUsize::new(0);
+    let mut record = || {
+        record_rotating(
+            &opts,
+            &CONTROL,
+            &mut |p| {
+                state_bytes.store(p.state_bytes, Ordering::Relaxed);
+                if live {
+                    eprint!(
+                        "\rcallstack record: {:.1}s, {} samples, {} lost, {} threads   ",
+                        p.elapsed.as_secs_f64(),
+                        p.samples,
+                        p.lost,
+                        p.threads
+                    );
+                    let _ = std::io::stderr().flush();
+                    shown = true;
+                }
+            },
+            &mut |period| rotated.write(&args, period, state_bytes.load(Ordering::Relaxed)),
+        )
+    };
+    // A whole-host recording samples the recorder too, and its chains
+    // reach their start only when the frames from there to the unwinder
+    // fit the 8 KiB of stack each sample copies: `main`'s own frame and
+    // the command line's parse left no room, so the loop runs on a thread
+    // of its own (as large a stack as the main thread's).
+    let recorded = if args.all {
+        std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("callstack".into())
+                .stack_size(8 << 20)
+                .spawn_scoped(s, record)
+                .map_err(|e| format!("cannot start the recording's thread: {e}"))?
+                .join()
+                .map_err(|_| "the recording's thread panicked".to_string())
+        })?
+    } else {
+        record()
+    };
     if shown {
         eprintln!();
     }

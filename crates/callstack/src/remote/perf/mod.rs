@@ -488,6 +488,7 @@ impl Space {
         self.dirty = true;
     }
 
+    #[inline(never)]
     fn read_proc_maps(&mut self, pid: u32) {
         self.maps_read = true;
         let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
@@ -516,12 +517,20 @@ impl Space {
     /// replaces is freed, its modules kept in `retired`.
     fn unwinder(&mut self, lookup: &Lookup, pid: u32, arch: Machine) -> &RemoteUnwinder<'static> {
         if self.dirty || self.unwinder.is_none() {
-            self.dirty = false;
-            self.retire();
-            let snap = snapshot_of(&self.mappings, lookup, pid, arch);
-            self.unwinder = Some(OwnedUnwinder::new(snap));
+            self.rebuild(lookup, pid, arch);
         }
         self.unwinder.as_ref().unwrap().get()
+    }
+
+    /// [`Space::unwinder`]'s rebuild, out of line: the sample's path keeps
+    /// a small frame (a whole-host recording unwinds its own samples from
+    /// the 8 KiB of stack the kernel copies).
+    #[inline(never)]
+    fn rebuild(&mut self, lookup: &Lookup, pid: u32, arch: Machine) {
+        self.dirty = false;
+        self.retire();
+        let snap = snapshot_of(&self.mappings, lookup, pid, arch);
+        self.unwinder = Some(OwnedUnwinder::new(snap));
     }
 
     /// Places the current snapshot's modules in `canon`, once per
@@ -530,8 +539,19 @@ impl Space {
         let Some(u) = &self.unwinder else {
             return;
         };
+        if self.placed.len() != u.get().snapshot().modules.len() {
+            self.place_all(canon, pid);
+        }
+    }
+
+    /// [`Space::place`]'s work, out of line (see [`Space::rebuild`]).
+    #[inline(never)]
+    fn place_all(&mut self, canon: &mut canon::Canon, pid: u32) {
+        let Some(u) = &self.unwinder else {
+            return;
+        };
         let modules = &u.get().snapshot().modules;
-        if self.placed.len() != modules.len() {
+        {
             self.placed = modules.iter().map(|m| canon.place(m, pid)).collect();
             self.ranges = modules
                 .iter()
@@ -746,6 +766,7 @@ struct SampleRecord<'a> {
 /// the event asked for the callchain, `regs_mask` the `sample_regs_user`
 /// of `machine` it asked for (its registers come in increasing bit
 /// order). `None` when the record is cut short.
+#[inline(never)]
 fn parse_sample(
     b: &[u8],
     kernel: bool,
@@ -808,6 +829,10 @@ struct Recording<'o> {
     /// A sample's user frames as unwound, and their pcs for the sample
     /// hook (buffers used again from sample to sample).
     unwound: Unwound,
+    /// The thread of the sample being unwound: its registers written here,
+    /// not into a local (the unwinding of the recorder's own samples needs
+    /// the loop's frames small).
+    thread: Thread,
     pcs: Vec<u64>,
     /// Whether samples carry a kernel callchain.
     kernel: bool,
@@ -895,6 +920,15 @@ struct Blocked {
 impl<'o> Recording<'o> {
     /// A recording of samples of `machine`, whose events ask for the user
     /// registers of `regs_mask`, into `profile`.
+    /// [`Recording::new`] on the heap, built in a frame of its own (not in
+    /// the recording loop's, which must stay small: see [`open_target`]).
+    #[inline(never)]
+    fn boxed(opts: &'o RecordOptions, machine: Machine, regs_mask: u64) -> Box<Self> {
+        let mut profile = new_profile(opts);
+        profile.start_time_ns = now_ns();
+        Box::new(Self::new(opts, machine, regs_mask, profile))
+    }
+
     fn new(opts: &'o RecordOptions, machine: Machine, regs_mask: u64, profile: Profile) -> Self {
         Recording {
             opts,
@@ -907,6 +941,12 @@ impl<'o> Recording<'o> {
             frames: Vec::with_capacity(256),
             exact: Vec::new(),
             unwound: Unwound::default(),
+            thread: Thread {
+                tid: 0,
+                name: None,
+                registers: Registers::new(machine),
+                stack_end: None,
+            },
             pcs: Vec::new(),
             kernel: false,
             kernel_range: None,
@@ -1133,11 +1173,7 @@ impl Recording<'_> {
             return Some(());
         }
         if matches!(self.opts.target, Target::All) && !self.profile.threads.contains_key(&tid) {
-            if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")) {
-                self.profile
-                    .threads
-                    .insert(tid, name.trim_end().to_string());
-            }
+            self.name_thread(pid, tid);
         }
         self.frames.clear();
         for a in callchain.chunks_exact(8).take(512) {
@@ -1168,12 +1204,10 @@ impl Recording<'_> {
         self.threads.insert(tid);
         self.note_process(pid, tid);
         let sp = regs.sp().unwrap_or(0);
-        let thread = Thread {
-            tid,
-            name: None,
-            registers: regs,
-            stack_end: Some(sp.saturating_add(data.len() as u64)),
-        };
+        self.thread.tid = tid;
+        self.thread.registers = regs;
+        self.thread.stack_end = Some(sp.saturating_add(data.len() as u64));
+        let thread = &self.thread;
         let lookup = &self.opts.lookup;
         let space = self.spaces.entry(pid).or_default();
         if !space.maps_read {
@@ -1191,7 +1225,7 @@ impl Recording<'_> {
             past_end: false,
         };
         let mut unwound = std::mem::take(&mut self.unwound);
-        unwinder.unwind_into(&mut mem, &thread, 256, &mut unwound);
+        unwinder.unwind_into(&mut mem, thread, 256, &mut unwound);
         if kind == sys::EventKind::CpuClock {
             // Cut: the walk stopped reading past the end of a full copy,
             // short of the thread's first frame.
@@ -1267,6 +1301,17 @@ impl Recording<'_> {
         Some(())
     }
 
+    /// Names thread `tid` of process `pid` from `/proc` (out of line: see
+    /// [`Space::rebuild`]).
+    #[inline(never)]
+    fn name_thread(&mut self, pid: u32, tid: u32) {
+        if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")) {
+            self.profile
+                .threads
+                .insert(tid, name.trim_end().to_string());
+        }
+    }
+
     /// Records the process of thread `tid` at its first sample (its name
     /// from the comm records seen, else `/proc/PID/comm`): the `pid` and
     /// `comm` labels of its samples.
@@ -1279,6 +1324,13 @@ impl Recording<'_> {
         {
             return;
         }
+        self.note_new_process(pid, tid);
+    }
+
+    /// [`Recording::note_process`] for a thread not noted yet, out of line
+    /// (see [`Space::rebuild`]).
+    #[inline(never)]
+    fn note_new_process(&mut self, pid: u32, tid: u32) {
         let space = self.spaces.entry(pid).or_default();
         if space.comm.is_none() {
             space.comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
@@ -1323,6 +1375,7 @@ impl Recording<'_> {
     /// preempted: that is waiting for a CPU, not blocking), and its switch
     /// back in, whose distance is its off-CPU time, added to that stack.
     /// At the end, a thread still blocked counts up to the newest time.
+    #[inline(never)]
     fn match_switches(&mut self, horizon: u64) {
         let mut events = std::mem::take(&mut self.off_events);
         events.sort_by_key(OffEvent::time);
@@ -1385,6 +1438,7 @@ impl Recording<'_> {
     /// process's snapshot: the table is freed), then the module maps of
     /// the processes sampled least recently, until the estimate is under
     /// the budget; never those of the last sample. Whether it was over.
+    #[inline(never)]
     fn enforce_budget(&mut self) -> bool {
         let Some(budget) = self.opts.memory_budget else {
             return false;
@@ -1478,6 +1532,7 @@ impl Recording<'_> {
     /// Ends the profile of the period that started at its `start_time_ns`
     /// (its modules and kernel symbols filled in, its duration up to now)
     /// and starts the next one, empty, with the thread names known.
+    #[inline(never)]
     fn cut(&mut self) -> Profile {
         let now = now_ns();
         let mut next = new_profile(self.opts);
@@ -1502,6 +1557,7 @@ impl Recording<'_> {
     /// `/proc/kallsyms` read once now: stored in the recording, so that it
     /// is named right on any machine (and a report needs no kallsyms).
     /// Empty (frames left unnamed) when kallsyms hides its addresses.
+    #[inline(never)]
     fn kernel_symbols(&self) -> Vec<crate::profile::KernelSymbol> {
         let Some((lo, hi)) = self.kernel_range else {
             return Vec::new();
@@ -1523,6 +1579,7 @@ impl Recording<'_> {
     /// every other module of every process seen (the recorded process's,
     /// then the others' by pid), and the kernel (`[kernel.kallsyms]`,
     /// named by [`Recording::kernel_symbols`]).
+    #[inline(never)]
     fn modules(&self) -> Vec<ModuleRecord> {
         let mut pids: Vec<u32> = self.spaces.keys().copied().collect();
         pids.sort_by_key(|&p| (p != self.root_pid, p));
@@ -1583,6 +1640,105 @@ pub fn record(
     record_rotating(opts, control, progress, &mut |_| {})
 }
 
+/// Opens the recording's events on its target (a command is started
+/// held, then let exec): the events, the command's pid while it runs,
+/// and the root process (0 for the whole host). Out of line: the
+/// recording loop keeps a small frame (a whole-host recording unwinds
+/// its own samples from the 8 KiB of stack the kernel copies).
+#[inline(never)]
+fn open_target(
+    opts: &RecordOptions,
+    rec: &mut Recording<'_>,
+    spec: &mut sys::EventSpec,
+    kinds: &[sys::EventKind],
+    pages: usize,
+) -> Result<(Vec<(sys::Event, sys::EventKind)>, Option<u32>, u32), RecordError> {
+    let mut events = Vec::new();
+    let mut child: Option<u32> = None;
+    let root_pid;
+    match &opts.target {
+        Target::Pid(pid) => {
+            root_pid = *pid;
+            rec.root_pid = *pid;
+            rec.main_exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned());
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map_err(|_| RecordError::NoSuchProcess(*pid))?;
+            let mut space = Space::default();
+            space.read_proc_maps(*pid);
+            rec.spaces.insert(*pid, space);
+            for t in tasks.flatten() {
+                let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                    continue;
+                };
+                if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")) {
+                    rec.profile
+                        .threads
+                        .insert(tid as u32, name.trim_end().to_string());
+                }
+                for cpu in 0..sys::cpus() {
+                    for &kind in kinds {
+                        match open_event(tid, cpu, spec, kind, pages) {
+                            Ok(e) => events.push((e, kind)),
+                            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break,
+                            Err(e) => return Err(RecordError::PerfRefused(e)),
+                        }
+                    }
+                }
+            }
+        }
+        Target::All => {
+            root_pid = 0;
+            for cpu in 0..sys::cpus() {
+                for &kind in kinds {
+                    match open_event(-1, cpu, spec, kind, pages) {
+                        Ok(e) => events.push((e, kind)),
+                        // A CPU that is offline.
+                        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {}
+                        Err(e) => return Err(RecordError::PerfRefused(e)),
+                    }
+                }
+            }
+        }
+        Target::Command(argv) => {
+            let Some(prog) = argv.first() else {
+                return Err(RecordError::Spawn(
+                    String::new(),
+                    std::io::ErrorKind::InvalidInput.into(),
+                ));
+            };
+            let spawn_error = |e| RecordError::Spawn(prog.to_string_lossy().into_owned(), e);
+            let (c, go, exec_result) = spawn_held(argv).map_err(spawn_error)?;
+            root_pid = c;
+            child = Some(c);
+            rec.root_pid = c;
+            // Its program is the one it execs (the event starts there).
+            rec.exe_pending = true;
+            for cpu in 0..sys::cpus() {
+                for &kind in kinds {
+                    match open_event(root_pid as i32, cpu, spec, kind, pages) {
+                        Ok(e) => events.push((e, kind)),
+                        Err(e) => {
+                            if let Some(c) = child.take() {
+                                end_child(c);
+                            }
+                            return Err(RecordError::PerfRefused(e));
+                        }
+                    }
+                }
+            }
+            // Let the child exec: the event is enabled at the exec.
+            drop(go);
+            if let Some(errno) = exec_error(exec_result) {
+                end_child(c);
+                return Err(spawn_error(std::io::Error::from_raw_os_error(errno)));
+            }
+        }
+    }
+    Ok((events, child, root_pid))
+}
+
 /// [`record`], handing a profile to `period` every `opts.rotate` (when
 /// set): each holds the samples of its period only, with its start time,
 /// duration, and the modules of every process seen (paths, build-ids and
@@ -1638,102 +1794,17 @@ pub fn record_rotating(
     };
     let pages = pages_for(spec.stack_bytes);
     let mut stack_growth = Vec::new();
-
-    let mut profile = new_profile(opts);
-    profile.start_time_ns = now_ns();
     // On the heap: the recorder's own samples (`record -a` samples it too)
     // are unwound from the stack the kernel copies, 8 KiB at first, and
     // its frames from `main` to the unwinder's must fit in it.
-    let mut rec = Box::new(Recording::new(opts, machine, regs_mask, profile));
+    let mut rec = Recording::boxed(opts, machine, regs_mask);
     let started = Instant::now();
-    let mut events = Vec::new();
     let kinds: &[sys::EventKind] = if opts.off_cpu {
         &[sys::EventKind::CpuClock, sys::EventKind::Switches]
     } else {
         &[sys::EventKind::CpuClock]
     };
-    let mut child: Option<u32> = None;
-    let root_pid;
-    match &opts.target {
-        Target::Pid(pid) => {
-            root_pid = *pid;
-            rec.root_pid = *pid;
-            rec.main_exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-                .ok()
-                .map(|p| p.to_string_lossy().into_owned());
-            let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-                .map_err(|_| RecordError::NoSuchProcess(*pid))?;
-            let mut space = Space::default();
-            space.read_proc_maps(*pid);
-            rec.spaces.insert(*pid, space);
-            for t in tasks.flatten() {
-                let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                    continue;
-                };
-                if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")) {
-                    rec.profile
-                        .threads
-                        .insert(tid as u32, name.trim_end().to_string());
-                }
-                for cpu in 0..sys::cpus() {
-                    for &kind in kinds {
-                        match open_event(tid, cpu, &mut spec, kind, pages) {
-                            Ok(e) => events.push((e, kind)),
-                            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break,
-                            Err(e) => return Err(RecordError::PerfRefused(e)),
-                        }
-                    }
-                }
-            }
-        }
-        Target::All => {
-            root_pid = 0;
-            for cpu in 0..sys::cpus() {
-                for &kind in kinds {
-                    match open_event(-1, cpu, &mut spec, kind, pages) {
-                        Ok(e) => events.push((e, kind)),
-                        // A CPU that is offline.
-                        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {}
-                        Err(e) => return Err(RecordError::PerfRefused(e)),
-                    }
-                }
-            }
-        }
-        Target::Command(argv) => {
-            let Some(prog) = argv.first() else {
-                return Err(RecordError::Spawn(
-                    String::new(),
-                    std::io::ErrorKind::InvalidInput.into(),
-                ));
-            };
-            let spawn_error = |e| RecordError::Spawn(prog.to_string_lossy().into_owned(), e);
-            let (c, go, exec_result) = spawn_held(argv).map_err(spawn_error)?;
-            root_pid = c;
-            child = Some(c);
-            rec.root_pid = c;
-            // Its program is the one it execs (the event starts there).
-            rec.exe_pending = true;
-            for cpu in 0..sys::cpus() {
-                for &kind in kinds {
-                    match open_event(root_pid as i32, cpu, &mut spec, kind, pages) {
-                        Ok(e) => events.push((e, kind)),
-                        Err(e) => {
-                            if let Some(c) = child.take() {
-                                end_child(c);
-                            }
-                            return Err(RecordError::PerfRefused(e));
-                        }
-                    }
-                }
-            }
-            // Let the child exec: the event is enabled at the exec.
-            drop(go);
-            if let Some(errno) = exec_error(exec_result) {
-                end_child(c);
-                return Err(spawn_error(std::io::Error::from_raw_os_error(errno)));
-            }
-        }
-    }
+    let (mut events, mut child, root_pid) = open_target(opts, &mut rec, &mut spec, kinds, pages)?;
 
     if let (Some(h), true) = (&opts.sample_hook, root_pid != 0) {
         h.started(root_pid);
@@ -1880,6 +1951,30 @@ pub fn record_rotating(
         elapsed: started.elapsed(),
         state_bytes: rec.state_bytes,
     });
+    let status = status.filter(|_| !ended_by_us);
+    Ok(finish_recording(
+        rec,
+        opts,
+        period,
+        started,
+        status,
+        stack_growth,
+        spec.stack_bytes,
+    ))
+}
+
+/// The end of [`record_rotating`]: the last period, or the whole
+/// recording's profile completed. Out of line (see [`open_target`]).
+#[inline(never)]
+fn finish_recording(
+    mut rec: Box<Recording<'_>>,
+    opts: &RecordOptions,
+    period: &mut dyn FnMut(Profile),
+    started: Instant,
+    status: Option<std::process::ExitStatus>,
+    stack_growth: Vec<StackGrowth>,
+    stack_bytes: u32,
+) -> Recorded {
     if opts.off_cpu {
         rec.match_switches(u64::MAX);
     }
@@ -1896,13 +1991,14 @@ pub fn record_rotating(
             h.finish(&mut rec.profile);
         }
     }
-    Ok(Recorded {
+    let rec = *rec;
+    Recorded {
         profile: rec.profile,
-        status: status.filter(|_| !ended_by_us),
+        status,
         stack_growth,
-        stack_bytes: spec.stack_bytes,
+        stack_bytes,
         evicted: rec.evicted,
-    })
+    }
 }
 
 /// The sampling events opened again with `spec` (a larger stack copy) on
@@ -1910,6 +2006,7 @@ pub fn record_rotating(
 /// thread of the recorded process and of the processes it started that
 /// still run (each event inherited by what its thread creates from now
 /// on). A thread created while this runs may be missed.
+#[inline(never)]
 fn reopen(
     opts: &RecordOptions,
     rec: &Recording<'_>,
@@ -2010,6 +2107,7 @@ pub fn eviction_comments(evicted: &[Evicted]) -> Vec<String> {
 
 /// An empty profile of `opts`' sample types: `samples`, `cpu`, and with
 /// [`RecordOptions::off_cpu`], `off_cpu` (nanoseconds).
+#[inline(never)]
 fn new_profile(opts: &RecordOptions) -> Profile {
     let mut p = Profile::cpu(opts.hz);
     if opts.off_cpu {
@@ -2032,6 +2130,7 @@ fn now_ns() -> u64 {
 /// the read end of a close-on-exec pipe: it reaches its end at a
 /// successful exec, and gives the `execvp` error (4 bytes) otherwise (see
 /// [`exec_error`]).
+#[inline(never)]
 fn spawn_held(argv: &[OsString]) -> std::io::Result<(u32, std::fs::File, std::fs::File)> {
     use std::ffi::CString;
     use std::os::fd::FromRawFd;
@@ -2124,6 +2223,7 @@ fn exec_error(mut pipe: std::fs::File) -> Option<i32> {
 
 /// Opens an event; when kernel frames are refused (EACCES/EPERM under
 /// `perf_event_paranoid`), goes on without them.
+#[inline(never)]
 fn open_event(
     pid: i32,
     cpu: i32,
