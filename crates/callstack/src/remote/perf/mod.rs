@@ -1640,6 +1640,10 @@ pub fn record(
     record_rotating(opts, control, progress, &mut |_| {})
 }
 
+/// [`open_target`]'s events (each with its kind), the command's pid while
+/// it runs, and the root process.
+type Opened = (Vec<(sys::Event, sys::EventKind)>, Option<u32>, u32);
+
 /// Opens the recording's events on its target (a command is started
 /// held, then let exec): the events, the command's pid while it runs,
 /// and the root process (0 for the whole host). Out of line: the
@@ -1652,7 +1656,7 @@ fn open_target(
     spec: &mut sys::EventSpec,
     kinds: &[sys::EventKind],
     pages: usize,
-) -> Result<(Vec<(sys::Event, sys::EventKind)>, Option<u32>, u32), RecordError> {
+) -> Result<Opened, RecordError> {
     let mut events = Vec::new();
     let mut child: Option<u32> = None;
     let root_pid;
