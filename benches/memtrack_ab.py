@@ -17,6 +17,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import heap_workloads  # noqa: E402
+
 runs = int(sys.argv[1])
 old_cs, new_cs = os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3])
 n = int(sys.argv[4]) if len(sys.argv) > 4 else 16384
@@ -25,30 +28,7 @@ py = subprocess.run(["python3", "-c", "import sys; print(sys.executable)"],
 cc1 = subprocess.run(["gcc", "-print-prog-name=cc1"], capture_output=True, text=True,
                      check=True).stdout.strip()
 work = tempfile.mkdtemp()
-with open(f"{work}/alloc.py", "w") as f:
-    f.write('import json\n'
-            'd = [{"k%d" % i: [i] * 10, "s": "x" * (i % 100)} for i in range(60000)]\n'
-            's = json.dumps(d)\n'
-            'for _ in range(3):\n'
-            '    json.loads(s)\n')
-with open(f"{work}/big.c", "w") as f:
-    f.write("#include <stdio.h>\n#include <string.h>\n")
-    for i in range(1500):
-        f.write(f"""
-struct s{i} {{ int a[{i % 17 + 1}]; double d; char name[{i % 31 + 1}]; }};
-static int helper{i}(struct s{i} *p, int n) {{
-    int t = 0;
-    for (int k = 0; k < n; k++) {{ t += p->a[k % {i % 17 + 1}] * k; if (t > {i * 7}) t -= n; }}
-    return t + (int)p->d;
-}}
-int func{i}(int n) {{
-    struct s{i} x; memset(&x, 0, sizeof x);
-    x.d = n * 0.5;
-    switch (n % 4) {{ case 0: return helper{i}(&x, n); case 1: return helper{i}(&x, n + 1) * 2;
-    case 2: snprintf(x.name, sizeof x.name, "%d", n); return (int)strlen(x.name); default: return n; }}
-}}
-""")
-subprocess.run(["gcc", "-E", f"{work}/big.c", "-o", f"{work}/big.i"], check=True)
+heap_workloads.write(work)
 loads = [
     ("python3 (PYTHONMALLOC=malloc)", [py, f"{work}/alloc.py"], {"PYTHONMALLOC": "malloc"}),
     ("cc1 -O2", [cc1, "-fpreprocessed", "-O2", "-quiet", f"{work}/big.i", "-o", "/dev/null"], {}),

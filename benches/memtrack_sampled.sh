@@ -24,35 +24,8 @@ trap 'rm -rf "$work"' EXIT
 PY=$(command -v python3)
 # The real interpreter, not a shim script.
 PY=$("$PY" -c 'import sys; print(sys.executable)')
-cat >"$work/alloc.py" <<'PYEOF'
-import json
-d = [{"k%d" % i: [i] * 10, "s": "x" * (i % 100)} for i in range(60000)]
-s = json.dumps(d)
-for _ in range(3):
-    json.loads(s)
-PYEOF
 CC1=$(gcc -print-prog-name=cc1)
-python3 - "$work/big.c" <<'PYEOF'
-import sys
-with open(sys.argv[1], "w") as f:
-    f.write("#include <stdio.h>\n#include <string.h>\n")
-    for i in range(1500):
-        f.write(f"""
-struct s{i} {{ int a[{i % 17 + 1}]; double d; char name[{i % 31 + 1}]; }};
-static int helper{i}(struct s{i} *p, int n) {{
-    int t = 0;
-    for (int k = 0; k < n; k++) {{ t += p->a[k % {i % 17 + 1}] * k; if (t > {i * 7}) t -= n; }}
-    return t + (int)p->d;
-}}
-int func{i}(int n) {{
-    struct s{i} x; memset(&x, 0, sizeof x);
-    x.d = n * 0.5;
-    switch (n % 4) {{ case 0: return helper{i}(&x, n); case 1: return helper{i}(&x, n + 1) * 2;
-    case 2: snprintf(x.name, sizeof x.name, "%d", n); return (int)strlen(x.name); default: return n; }}
-}}
-""")
-PYEOF
-gcc -E "$work/big.c" -o "$work/big.i"
+python3 benches/heap_workloads.py "$work"
 python3 - "$work" "$CS" "$RUNS" "$PY" "$CC1" "${SIZES[@]}" <<'PYEOF'
 import os, resource, statistics, subprocess, sys, time
 work, cs, runs, py, cc1 = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
