@@ -14,7 +14,10 @@
 //!   keep the pages a program touches few: a shared file of the tables
 //!   holds, and a fork copies, a few dozen pages for a few hundred sites.
 //! - Live blocks: open addressing keyed by address, one 16-byte slot per
-//!   block (address; site index and size packed in one word). A freed
+//!   block (address; site index and size packed in one word), the blocks
+//!   of a run of memory in a run of slots (one slot per 16 bytes of
+//!   address, or per a quarter of the sampling mean when sampled: see
+//!   `addr_slot`). A freed
 //!   block's slot becomes a tombstone that a later insert may reuse; a slot
 //!   never goes back to empty, so a lookup may stop at the first empty one.
 //!   A lookup gives up after [`MAX_PROBE`] steps (a free of an unknown
