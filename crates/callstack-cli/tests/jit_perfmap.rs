@@ -325,98 +325,106 @@ fn record_names_node_functions_as_perf_does() {
         .unwrap()
         .join("js/hot_loop.js");
     let dir = scratch_dir("jit-node");
-    // Ours.
-    let data = dir.join("node.data");
-    let o = Command::new(&release_artifacts().cli)
-        .args(["record", "-q", "-F", "499", "-o"])
-        .arg(&data)
-        .args(["--", "node", "--perf-basic-prof"])
-        .arg(&js)
-        .arg("3")
-        // node writes its isolate logs where it runs.
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let pid: u32 = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .expect("the fixture's pid");
-    let folded = cli(&[
-        "report",
-        data.to_str().unwrap(),
-        "--top",
-        "0",
-        "--folded",
-        "-",
-    ]);
-    let _ = std::fs::remove_file(map_of(pid));
-    let ours = js_shares(folded.lines().filter_map(|l| {
-        let (stack, n) = l.rsplit_once(' ')?;
-        Some((stack.rsplit(';').next()?, n.parse::<f64>().ok()?))
-    }));
-    eprintln!(
-        "callstack record: hotSeventy {:.1}%, warmThirty {:.1}%",
-        ours.0, ours.1
-    );
-    // The functions are named (not `??` or an anonymous mapping) and take
-    // the time the program gives them.
-    assert!(
-        ours.0 > 50.0 && ours.1 > 15.0 && ours.0 + ours.1 > 85.0,
-        "{ours:?}\n{folded}"
-    );
-    // perf, from the same kind of map, when it can record here.
-    if !have("perf") {
-        eprintln!("perf is missing: its half of the comparison skipped");
-        return;
-    }
-    let pdata = dir.join("perf.data");
-    let o = Command::new("perf")
-        .args(["record", "-q", "-F", "499", "-o"])
-        .arg(&pdata)
-        .args(["--", "node", "--perf-basic-prof"])
-        .arg(&js)
-        .arg("3")
-        // node writes its isolate logs where it runs.
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    if !o.status.success() {
+    // node's own split between the two functions moves from run to run
+    // (its compiler tiers up at its own pace: perf alone gave hotSeventy
+    // 69.6% to 73.8% over five runs): a pair of runs that differ by more
+    // than 5 points is run again once, and the second pair must agree.
+    for attempt in 1..=2 {
+        // Ours.
+        let data = dir.join("node.data");
+        let o = Command::new(&release_artifacts().cli)
+            .args(["record", "-q", "-F", "499", "-o"])
+            .arg(&data)
+            .args(["--", "node", "--perf-basic-prof"])
+            .arg(&js)
+            .arg("3")
+            // node writes its isolate logs where it runs.
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let pid: u32 = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .expect("the fixture's pid");
+        let folded = cli(&[
+            "report",
+            data.to_str().unwrap(),
+            "--top",
+            "0",
+            "--folded",
+            "-",
+        ]);
+        let _ = std::fs::remove_file(map_of(pid));
+        let ours = js_shares(folded.lines().filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            Some((stack.rsplit(';').next()?, n.parse::<f64>().ok()?))
+        }));
         eprintln!(
-            "perf record failed here, its half skipped: {}",
-            String::from_utf8_lossy(&o.stderr)
+            "callstack record: hotSeventy {:.1}%, warmThirty {:.1}%",
+            ours.0, ours.1
         );
-        return;
+        // The functions are named (not `??` or an anonymous mapping) and take
+        // the time the program gives them.
+        assert!(
+            ours.0 > 50.0 && ours.1 > 15.0 && ours.0 + ours.1 > 85.0,
+            "{ours:?}\n{folded}"
+        );
+        // perf, from the same kind of map, when it can record here.
+        if !have("perf") {
+            eprintln!("perf is missing: its half of the comparison skipped");
+            return;
+        }
+        let pdata = dir.join("perf.data");
+        let o = Command::new("perf")
+            .args(["record", "-q", "-F", "499", "-o"])
+            .arg(&pdata)
+            .args(["--", "node", "--perf-basic-prof"])
+            .arg(&js)
+            .arg("3")
+            // node writes its isolate logs where it runs.
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        if !o.status.success() {
+            eprintln!(
+                "perf record failed here, its half skipped: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            return;
+        }
+        let ppid: Option<u32> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok());
+        let rep = Command::new("perf")
+            .args(["report", "--stdio", "--no-children", "--sort", "sym", "-i"])
+            .arg(&pdata)
+            .output()
+            .unwrap();
+        if let Some(p) = ppid {
+            let _ = std::fs::remove_file(map_of(p));
+        }
+        let text = String::from_utf8_lossy(&rep.stdout);
+        // `    71.25%  [.] JS:*hotSeventy /tmp/loop.js:1:20`
+        let theirs = js_shares(text.lines().filter_map(|l| {
+            let l = l.trim_start();
+            let (pct, rest) = l.split_once('%')?;
+            let pct: f64 = pct.trim().parse().ok()?;
+            let name = rest.trim_start().split_once(' ')?.1.trim_start();
+            Some((name, pct))
+        }));
+        eprintln!(
+            "perf: hotSeventy {:.1}%, warmThirty {:.1}%",
+            theirs.0, theirs.1
+        );
+        let close = (ours.0 - theirs.0).abs() <= 5.0 && (ours.1 - theirs.1).abs() <= 5.0;
+        if close {
+            break;
+        }
+        assert!(attempt < 2, "ours {ours:?}, perf's {theirs:?}\n{text}");
+        eprintln!("ours {ours:?}, perf's {theirs:?}: node's split moved between the runs; again");
     }
-    let ppid: Option<u32> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok());
-    let rep = Command::new("perf")
-        .args(["report", "--stdio", "--no-children", "--sort", "sym", "-i"])
-        .arg(&pdata)
-        .output()
-        .unwrap();
-    if let Some(p) = ppid {
-        let _ = std::fs::remove_file(map_of(p));
-    }
-    let text = String::from_utf8_lossy(&rep.stdout);
-    // `    71.25%  [.] JS:*hotSeventy /tmp/loop.js:1:20`
-    let theirs = js_shares(text.lines().filter_map(|l| {
-        let l = l.trim_start();
-        let (pct, rest) = l.split_once('%')?;
-        let pct: f64 = pct.trim().parse().ok()?;
-        let name = rest.trim_start().split_once(' ')?.1.trim_start();
-        Some((name, pct))
-    }));
-    eprintln!(
-        "perf: hotSeventy {:.1}%, warmThirty {:.1}%",
-        theirs.0, theirs.1
-    );
-    assert!(
-        (ours.0 - theirs.0).abs() <= 5.0 && (ours.1 - theirs.1).abs() <= 5.0,
-        "ours {ours:?}, perf's {theirs:?}\n{text}"
-    );
     let _ = std::fs::remove_dir_all(&dir);
 }
