@@ -551,22 +551,20 @@ impl Space {
             return;
         };
         let modules = &u.get().snapshot().modules;
-        {
-            self.placed = modules.iter().map(|m| canon.place(m, pid)).collect();
-            self.ranges = modules
-                .iter()
-                .enumerate()
-                .flat_map(|(i, m)| {
-                    m.mappings
-                        .iter()
-                        .filter(move |x| x.start >= m.start && x.end <= m.end)
-                        .map(move |x| (x.start, x.end, i))
-                })
-                .collect();
-            self.ranges.sort_unstable();
-            if self.ranges.windows(2).any(|w| w[1].0 < w[0].1) {
-                self.ranges.clear();
-            }
+        self.placed = modules.iter().map(|m| canon.place(m, pid)).collect();
+        self.ranges = modules
+            .iter()
+            .enumerate()
+            .flat_map(|(i, m)| {
+                m.mappings
+                    .iter()
+                    .filter(move |x| x.start >= m.start && x.end <= m.end)
+                    .map(move |x| (x.start, x.end, i))
+            })
+            .collect();
+        self.ranges.sort_unstable();
+        if self.ranges.windows(2).any(|w| w[1].0 < w[0].1) {
+            self.ranges.clear();
         }
     }
 
@@ -918,10 +916,9 @@ struct Blocked {
 }
 
 impl<'o> Recording<'o> {
-    /// A recording of samples of `machine`, whose events ask for the user
-    /// registers of `regs_mask`, into `profile`.
-    /// [`Recording::new`] on the heap, built in a frame of its own (not in
-    /// the recording loop's, which must stay small: see [`open_target`]).
+    /// [`Recording::new`] into a new profile starting now, on the heap,
+    /// built in a frame of its own (not in the recording loop's, which
+    /// must stay small: see [`open_target`]).
     #[inline(never)]
     fn boxed(opts: &'o RecordOptions, machine: Machine, regs_mask: u64) -> Box<Self> {
         let mut profile = new_profile(opts);
@@ -929,6 +926,8 @@ impl<'o> Recording<'o> {
         Box::new(Self::new(opts, machine, regs_mask, profile))
     }
 
+    /// A recording of samples of `machine`, whose events ask for the user
+    /// registers of `regs_mask`, into `profile`.
     fn new(opts: &'o RecordOptions, machine: Machine, regs_mask: u64, profile: Profile) -> Self {
         Recording {
             opts,
