@@ -6,7 +6,10 @@
 # its distance from the bare median. Variants: `record -F 999` (the
 # adaptive user stack copy, 8 KiB at the start), `--stack-size 16384`
 # (the old default), `--stack-size 4096`, and `perf record -F 999 -g
-# --call-graph dwarf` when perf is installed. Run it on a quiet machine
+# --call-graph dwarf` when perf is installed, and `record -a` (the whole
+# host, started before the program and stopped by SIGTERM after it; a
+# script's background job ignores SIGINT; root). Each variant's runs are
+# printed with their spread (lowest, highest). Run it on a quiet machine
 # (nothing else building): the figures move by a percent with the load.
 #
 #   bash benches/record_overhead.sh [N]   (default 10)
@@ -42,9 +45,20 @@ run_var() {
     s16384) "$CS" record -q -F 999 --stack-size 16384 -o "$work/r.data" -- "$work/fixed" ;;
     s4096) "$CS" record -q -F 999 --stack-size 4096 -o "$work/r.data" -- "$work/fixed" ;;
     perf) perf record -q -F 999 -g --call-graph dwarf -o "$work/p.data" -- "$work/fixed" 2>/dev/null ;;
+    all)
+        # The whole host recorded around the program: started half a
+        # second before it (its first look at every process done), stopped
+        # after it.
+        "$CS" record -q -a -F 999 -o "$work/a.data" &
+        local rp=$!
+        sleep 0.5
+        "$work/fixed"
+        kill -TERM "$rp"
+        wait "$rp" || true
+        ;;
     esac
 }
-variants=(adaptive s16384 s4096)
+variants=(adaptive s16384 s4096 all)
 command -v perf >/dev/null && variants+=(perf)
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 : >"$work/bare"
@@ -58,8 +72,9 @@ for ((i = 0; i < N; i++)); do
     done
 done
 b=$(median <"$work/bare")
-printf '%-10s %s s\n' bare "$b"
+spread() { sort -n "$1" | awk 'NR==1 {lo=$1} {hi=$1} END {printf "%s-%s", lo, hi}'; }
+printf '%-10s %s s           (%s)\n' bare "$b" "$(spread "$work/bare")"
 for v in "${variants[@]}"; do
     m=$(median <"$work/$v")
-    printf '%-10s %s s  %+.2f%%\n' "$v" "$m" "$(echo "($m / $b - 1) * 100" | bc -l)"
+    printf '%-10s %s s  %+.2f%%  (%s)\n' "$v" "$m" "$(echo "($m / $b - 1) * 100" | bc -l)" "$(spread "$work/$v")"
 done

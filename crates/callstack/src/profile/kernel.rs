@@ -55,6 +55,11 @@ impl Kallsyms {
         Kallsyms { text, index }
     }
 
+    /// Whether it holds no symbol (the file's addresses hidden).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
     /// The symbol `addr` falls in: its start, end (the next symbol's start;
     /// `addr + 1` after the last one) and name.
     pub(crate) fn lookup(&self, addr: u64) -> Option<(u64, u64, &str)> {
@@ -86,18 +91,32 @@ impl Kallsyms {
 /// The file read is kept for the next call, up to a minute and
 /// while `/proc/modules` stays the same: a recording that writes a profile
 /// every few seconds (`record --rotate`) would otherwise have the kernel
-/// format its 100,000 lines each time (some 40 ms of CPU here).
+/// format its 100,000 lines each time (some 40 ms of CPU here). And the
+/// kernel's own functions are kept on disk for the boot
+/// ([`super::kernel_cache`]): when every address falls in them, the file
+/// is not read at all.
 pub fn kernel_symbols_for(addrs: impl IntoIterator<Item = u64>) -> io::Result<Vec<KernelSymbol>> {
     /// The file parsed, when, and `/proc/modules` then.
     type Kept = Option<(std::sync::Arc<Kallsyms>, std::time::Instant, Vec<u8>)>;
     static KEPT: std::sync::Mutex<Kept> = std::sync::Mutex::new(None);
+    let addrs: Vec<u64> = addrs.into_iter().collect();
     let modules = std::fs::read("/proc/modules").unwrap_or_default();
     let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
     let k = match &*kept {
         Some((k, at, m)) if at.elapsed() < KALLSYMS_KEPT && *m == modules => k.clone(),
         _ => {
-            let k = std::sync::Arc::new(Kallsyms::parse(std::fs::read("/proc/kallsyms")?));
-            if k.index.is_empty() {
+            let core = super::kernel_cache::core_symbols();
+            if let Some(core) = &core {
+                if addrs.iter().all(|&a| core.settles(a)) {
+                    return Ok(symbols_of(&core.syms, addrs));
+                }
+            }
+            let text = std::fs::read("/proc/kallsyms")?;
+            if core.is_none() {
+                super::kernel_cache::store(&text);
+            }
+            let k = std::sync::Arc::new(Kallsyms::parse(text));
+            if k.is_empty() {
                 *kept = None;
                 return Err(io::Error::new(
                     io::ErrorKind::PermissionDenied,

@@ -39,6 +39,7 @@
 
 mod file;
 mod kernel;
+mod kernel_cache;
 pub mod pprof;
 
 pub use kernel::{kernel_symbols_for, KernelSymbol};
