@@ -5,10 +5,14 @@
 writes DIR/alloc.py (a JSON round trip of 60,000 small dicts: python3 with
 PYTHONMALLOC=malloc sends every object through malloc) and DIR/big.i (1500
 generated C functions, preprocessed: what gcc's cc1 -O2 compiles).
-`benches/memtrack_sampled.sh` runs it; `benches/memtrack_ab.py` imports it.
+`benches/memtrack_sampled.sh` and `benches/memtrack_ab.py` import it for
+the workloads' command lines (`loads`) and their timed runs (`timed`).
 """
+import os
+import resource
 import subprocess
 import sys
+import time
 
 ALLOC_PY = '''import json
 d = [{"k%d" % i: [i] * 10, "s": "x" * (i % 100)} for i in range(60000)]
@@ -39,6 +43,29 @@ int func{i}(int n) {{
 }}
 """)
     subprocess.run(["gcc", "-E", f"{work}/big.c", "-o", f"{work}/big.i"], check=True)
+
+
+def loads(work, py, cc1, pymalloc=False):
+    """(name, command, environment) of each workload written to `work`:
+    python3 `py` with PYTHONMALLOC=malloc (and with pymalloc too when asked),
+    then gcc's `cc1` -O2."""
+    out = [("python3 (PYTHONMALLOC=malloc)", [py, f"{work}/alloc.py"], {"PYTHONMALLOC": "malloc"})]
+    if pymalloc:
+        out.append(("python3 (pymalloc)", [py, f"{work}/alloc.py"], {}))
+    out.append(("cc1 -O2", [cc1, "-fpreprocessed", "-O2", "-quiet", f"{work}/big.i", "-o", "/dev/null"], {}))
+    return out
+
+
+def timed(cmd, env):
+    """Runs `cmd` with `env` added to the environment, its output dropped;
+    its wall time and CPU time (user + sys of the whole command), seconds."""
+    e = dict(os.environ, **env)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 if __name__ == "__main__":

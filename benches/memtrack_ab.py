@@ -10,12 +10,10 @@ median wall and CPU (user + sys of the whole command) of each mode, and each
 sampled mode's added time over exact tracking's added time.
 """
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import heap_workloads  # noqa: E402
@@ -29,23 +27,14 @@ cc1 = subprocess.run(["gcc", "-print-prog-name=cc1"], capture_output=True, text=
                      check=True).stdout.strip()
 work = tempfile.mkdtemp()
 heap_workloads.write(work)
-loads = [
-    ("python3 (PYTHONMALLOC=malloc)", [py, f"{work}/alloc.py"], {"PYTHONMALLOC": "malloc"}),
-    ("cc1 -O2", [cc1, "-fpreprocessed", "-O2", "-quiet", f"{work}/big.i", "-o", "/dev/null"], {}),
-]
+loads = heap_workloads.loads(work, py, cc1)
 
 
 def run(cmd, env, cs=None, bytes_=None):
-    e = dict(os.environ, **env)
     if cs:
         cmd = [cs, "memtrack", "--summary", "/dev/null", "-o", f"{work}/heap",
                "--sample-bytes", str(bytes_), "--"] + cmd
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    subprocess.run(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    wall = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return heap_workloads.timed(cmd, env)
 
 
 modes = [("bare", None, None), ("exact", new_cs, 0), ("old", old_cs, n), ("new", new_cs, n)]

@@ -27,24 +27,16 @@ PY=$("$PY" -c 'import sys; print(sys.executable)')
 CC1=$(gcc -print-prog-name=cc1)
 python3 benches/heap_workloads.py "$work"
 python3 - "$work" "$CS" "$RUNS" "$PY" "$CC1" "${SIZES[@]}" <<'PYEOF'
-import os, resource, statistics, subprocess, sys, time
+import statistics, subprocess, sys
+sys.path.insert(0, "benches")
+import heap_workloads
 work, cs, runs, py, cc1 = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 sizes = [int(s) for s in sys.argv[6:]]
-loads = [
-    ("python3 (PYTHONMALLOC=malloc)", [py, f"{work}/alloc.py"], {"PYTHONMALLOC": "malloc"}),
-    ("python3 (pymalloc)", [py, f"{work}/alloc.py"], {}),
-    ("cc1 -O2", [cc1, "-fpreprocessed", "-O2", "-quiet", f"{work}/big.i", "-o", "/dev/null"], {}),
-]
+loads = heap_workloads.loads(work, py, cc1, pymalloc=True)
 def run(cmd, env, heap=None, n=None):
-    e = dict(os.environ, **env)
     if heap is not None:
         cmd = [cs, "memtrack", "--summary", "/dev/null", "-o", heap] + (["--sample-bytes", str(n)] if n else []) + ["--"] + cmd
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    subprocess.run(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    wall = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return heap_workloads.timed(cmd, env)
 def folded(heap):
     out = subprocess.run([cs, "report", heap, "--top", "0", "--sample-type", "alloc_space", "--folded", "-"],
                          capture_output=True, text=True, check=True).stdout

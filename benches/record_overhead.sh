@@ -5,12 +5,14 @@
 # for each variant in turn), N rounds; the median run time of each and
 # its distance from the bare median. Variants: `record -F 999` (the
 # adaptive user stack copy, 8 KiB at the start), `--stack-size 16384`
-# (the old default), `--stack-size 4096`, and `perf record -F 999 -g
-# --call-graph dwarf` when perf is installed, and `record -a` (the whole
-# host, started before the program and stopped by SIGTERM after it; a
-# script's background job ignores SIGINT; root). Each variant's runs are
-# printed with their spread (lowest, highest). Run it on a quiet machine
-# (nothing else building): the figures move by a percent with the load.
+# (the old default), `--stack-size 4096`, `record -a` (the whole host,
+# started before the program and stopped by SIGTERM after it: a script's
+# background job ignores SIGINT; root), and when perf is installed
+# `perf record -F 999 -g --call-graph dwarf` and `perf record -F 999`
+# with no call graph (the cost of the sampling interrupt alone). Each
+# variant's runs are printed with their spread (lowest, highest). Run it
+# on a quiet machine (nothing else building): the figures move by a
+# percent with the load.
 #
 #   bash benches/record_overhead.sh [N]   (default 10)
 set -euo pipefail
@@ -45,6 +47,7 @@ run_var() {
     s16384) "$CS" record -q -F 999 --stack-size 16384 -o "$work/r.data" -- "$work/fixed" ;;
     s4096) "$CS" record -q -F 999 --stack-size 4096 -o "$work/r.data" -- "$work/fixed" ;;
     perf) perf record -q -F 999 -g --call-graph dwarf -o "$work/p.data" -- "$work/fixed" 2>/dev/null ;;
+    perf-nocg) perf record -q -F 999 -o "$work/p.data" -- "$work/fixed" 2>/dev/null ;;
     all)
         # The whole host recorded around the program: started half a
         # second before it (its first look at every process done), stopped
@@ -59,7 +62,7 @@ run_var() {
     esac
 }
 variants=(adaptive s16384 s4096 all)
-command -v perf >/dev/null && variants+=(perf)
+command -v perf >/dev/null && variants+=(perf perf-nocg)
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 : >"$work/bare"
 for v in "${variants[@]}"; do : >"$work/$v"; done

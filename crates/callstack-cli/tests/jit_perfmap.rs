@@ -299,6 +299,21 @@ fn js_shares<'a>(leaves: impl Iterator<Item = (&'a str, f64)>) -> (f64, f64) {
     (100.0 * hot / total, 100.0 * warm / total)
 }
 
+/// `RECORDER record -q -F 499 -o DATA -- node --perf-basic-prof JS 3`
+/// (`callstack` or `perf`: the same command line), run in `dir`, where
+/// node writes its isolate logs.
+fn record_node(recorder: &Path, data: &Path, js: &Path, dir: &Path) -> std::process::Output {
+    Command::new(recorder)
+        .args(["record", "-q", "-F", "499", "-o"])
+        .arg(data)
+        .args(["--", "node", "--perf-basic-prof"])
+        .arg(js)
+        .arg("3")
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
 /// Debian's nodejs under `--perf-basic-prof`, running a CPU-bound loop
 /// (`tests/fixtures/js/hot_loop.js`: `hotSeventy` about 70% of the time,
 /// `warmThirty` 30%): `record` names the JavaScript functions from the
@@ -332,16 +347,7 @@ fn record_names_node_functions_as_perf_does() {
     for attempt in 1..=2 {
         // Ours.
         let data = dir.join("node.data");
-        let o = Command::new(&release_artifacts().cli)
-            .args(["record", "-q", "-F", "499", "-o"])
-            .arg(&data)
-            .args(["--", "node", "--perf-basic-prof"])
-            .arg(&js)
-            .arg("3")
-            // node writes its isolate logs where it runs.
-            .current_dir(&dir)
-            .output()
-            .unwrap();
+        let o = record_node(&release_artifacts().cli, &data, &js, &dir);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let pid: u32 = String::from_utf8_lossy(&o.stdout)
             .lines()
@@ -377,16 +383,7 @@ fn record_names_node_functions_as_perf_does() {
             return;
         }
         let pdata = dir.join("perf.data");
-        let o = Command::new("perf")
-            .args(["record", "-q", "-F", "499", "-o"])
-            .arg(&pdata)
-            .args(["--", "node", "--perf-basic-prof"])
-            .arg(&js)
-            .arg("3")
-            // node writes its isolate logs where it runs.
-            .current_dir(&dir)
-            .output()
-            .unwrap();
+        let o = record_node(Path::new("perf"), &pdata, &js, &dir);
         if !o.status.success() {
             eprintln!(
                 "perf record failed here, its half skipped: {}",

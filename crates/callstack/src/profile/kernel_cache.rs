@@ -185,6 +185,9 @@ fn core_symbols_at(path: &Path) -> Option<Arc<CoreSymbols>> {
             return Some(c.clone());
         }
     }
+    if !ours(path, false) {
+        return None;
+    }
     let c = decode(std::fs::read(path).ok()?).filter(|c| same_start(&c.head, &live))?;
     let c = Arc::new(c);
     *kept = Some((path.to_path_buf(), c.clone()));
@@ -216,11 +219,16 @@ fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
+    if !ours(dir, true) {
+        return Err(io::ErrorKind::PermissionDenied.into());
+    }
     let tmp = dir.join(format!(".kallsyms.{}", std::process::id()));
+    // A new file, not one found there (nor where a link found there
+    // points).
+    let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&tmp)?;
     let written = f.write_all(bytes).and_then(|_| std::fs::rename(&tmp, path));
@@ -236,6 +244,20 @@ fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `path` is a file (or with `dir`, a directory) of this user's
+/// own, not a link, that no other user can write: a cache that another
+/// user could plant or point elsewhere is not used.
+fn ours(path: &Path, dir: bool) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let kind = if dir { m.is_dir() } else { m.is_file() };
+    kind && m.uid() == me && m.mode() & 0o022 == 0
 }
 
 #[cfg(test)]
@@ -345,6 +367,25 @@ mod tests {
             symbols_of(&whole, addrs)
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A directory others can write, or a link, is not used for a cache.
+    #[test]
+    fn a_cache_is_kept_only_where_no_one_else_can_write() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("callstack-kperm-{}", std::process::id()));
+        let open = base.join("open");
+        std::fs::create_dir_all(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(store_at(&open.join("kallsyms-x"), text().as_bytes()).is_err());
+        let own = base.join("own");
+        std::fs::create_dir_all(&own).unwrap();
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&own, &link).unwrap();
+        assert!(store_at(&link.join("kallsyms-x"), text().as_bytes()).is_err());
+        store_at(&own.join("kallsyms-x"), text().as_bytes()).unwrap();
+        assert!(ours(&own.join("kallsyms-x"), false));
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
