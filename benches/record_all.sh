@@ -105,6 +105,9 @@ for r in $(seq "$ROUNDS"); do
         ours-no-python) cmd=("$CS" record -q -a --no-python -d "$SECS" -o "$work/r.data") ;;
         perf) cmd=(perf record -q -a -g --call-graph dwarf -o "$work/r.perf" -- sleep "$SECS") ;;
         esac
+        # A new file each time: perf truncating its last 2 GB file would
+        # count against it.
+        rm -f "$work/r.perf" "$work/r.data"
         /usr/bin/time -f "%U %S" -o "$work/$who.r$r" "${cmd[@]}" 2>/dev/null
     done
 done
