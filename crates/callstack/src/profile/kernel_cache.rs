@@ -265,6 +265,13 @@ mod tests {
     use super::*;
     use crate::profile::kernel::symbols_of;
 
+    /// Makes `dir`, writable by its owner alone whatever the umask.
+    fn private_dir(dir: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+
     /// A `/proc/kallsyms` of a kernel with a module and a BPF program;
     /// long enough that its head is one.
     fn text() -> String {
@@ -339,7 +346,7 @@ mod tests {
         let whole = Kallsyms::parse(text.clone());
         let dir = std::env::temp_dir().join(format!("callstack-kcache-{}", std::process::id()));
         let path = dir.join("kallsyms-test");
-        std::fs::create_dir_all(&dir).unwrap();
+        private_dir(&dir);
         std::fs::write(dir.join("kallsyms-another-boot"), b"old").unwrap();
         let stored = store_at(&path, &text);
         if whole.is_empty() {
@@ -379,7 +386,7 @@ mod tests {
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(store_at(&open.join("kallsyms-x"), text().as_bytes()).is_err());
         let own = base.join("own");
-        std::fs::create_dir_all(&own).unwrap();
+        private_dir(&own);
         let link = base.join("link");
         std::os::unix::fs::symlink(&own, &link).unwrap();
         assert!(store_at(&link.join("kallsyms-x"), text().as_bytes()).is_err());
