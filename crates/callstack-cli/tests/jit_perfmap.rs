@@ -247,17 +247,23 @@ fn record_spin(exe: &Path, data: &Path, args: &[&str]) -> u32 {
     String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
 }
 
-/// Nine samples in ten of the recording at `data` are in JIT function
-/// `name`, called from `main`.
-fn check_spin_named(data: &Path, name: &str) {
-    let folded = cli(&[
+/// `callstack report DATA --top 0 --folded -`: every stack of the
+/// recording at `data`, folded, with its samples.
+fn folded_of(data: &Path) -> String {
+    cli(&[
         "report",
         data.to_str().unwrap(),
         "--top",
         "0",
         "--folded",
         "-",
-    ]);
+    ])
+}
+
+/// Nine samples in ten of the recording at `data` are in JIT function
+/// `name`, called from `main`.
+fn check_spin_named(data: &Path, name: &str) {
+    let folded = folded_of(data);
     let total: u64 = folded
         .lines()
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
@@ -354,14 +360,7 @@ fn record_names_node_functions_as_perf_does() {
             .next()
             .and_then(|l| l.trim().parse().ok())
             .expect("the fixture's pid");
-        let folded = cli(&[
-            "report",
-            data.to_str().unwrap(),
-            "--top",
-            "0",
-            "--folded",
-            "-",
-        ]);
+        let folded = folded_of(&data);
         let _ = std::fs::remove_file(map_of(pid));
         let ours = js_shares(folded.lines().filter_map(|l| {
             let (stack, n) = l.rsplit_once(' ')?;

@@ -36,15 +36,8 @@ impl Kallsyms {
         let mut at = 0usize;
         while at < text.len() {
             let end = memchr::memchr(b'\n', &text[at..]).map_or(text.len(), |i| at + i);
-            let b = &text[at..end];
-            if b.len() > 19
-                && b[16] == b' '
-                && b[18] == b' '
-                && matches!(b[17], b't' | b'T' | b'w' | b'W')
-            {
-                if let Some(a) = crate::sys::maps::parse_hex(&b[..16]).filter(|&a| a != 0) {
-                    index.push((a, (at + 19) as u32));
-                }
+            if let Some(a) = text_symbol(&text[at..end]) {
+                index.push((a, (at + 19) as u32));
             }
             at = end + 1;
         }
@@ -78,6 +71,19 @@ impl Kallsyms {
         let name = std::str::from_utf8(&rest[..len]).ok()?;
         Some((start, end, name))
     }
+}
+
+/// The address of `line` of `/proc/kallsyms` when it is a text symbol's
+/// (`t T w W`) and shown (not 0); the name starts at byte 19.
+pub(crate) fn text_symbol(line: &[u8]) -> Option<u64> {
+    let ok = line.len() > 19
+        && line[16] == b' '
+        && line[18] == b' '
+        && matches!(line[17], b't' | b'T' | b'w' | b'W');
+    if !ok {
+        return None;
+    }
+    crate::sys::maps::parse_hex(&line[..16]).filter(|&a| a != 0)
 }
 
 /// The kernel functions that `addrs` fall in, from this machine's

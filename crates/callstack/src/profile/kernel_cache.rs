@@ -65,19 +65,9 @@ fn whole_lines(bytes: &[u8]) -> &[u8] {
 /// The lines of `/proc/kallsyms` text `text` that are the kernel's own
 /// text symbols (no `\t[module]` after the name), with their addresses.
 fn core_lines(text: &[u8]) -> impl Iterator<Item = (u64, &[u8])> {
-    text.split(|&c| c == b'\n').filter_map(|b| {
-        let ok = b.len() > 19
-            && b[16] == b' '
-            && b[18] == b' '
-            && matches!(b[17], b't' | b'T' | b'w' | b'W')
-            && !b.contains(&b'\t');
-        if !ok {
-            return None;
-        }
-        crate::sys::maps::parse_hex(&b[..16])
-            .filter(|&a| a != 0)
-            .map(|a| (a, b))
-    })
+    text.split(|&c| c == b'\n')
+        .filter(|b| !b.contains(&b'\t'))
+        .filter_map(|b| super::kernel::text_symbol(b).map(|a| (a, b)))
 }
 
 /// The bytes of a cache file made from `text`, the whole of a
