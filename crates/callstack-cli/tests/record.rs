@@ -1135,9 +1135,46 @@ fn off_cpu_time_by_blocking_stack() {
         .arg("--")
         .arg(&exe)
         .arg("2.0"));
+    check_off_cpu_shares(&data);
+}
+
+/// `record -a --off-cpu` (the whole host: a whole CPU's context-switch
+/// records, of every task, are not a task's) on the program of
+/// [`off_cpu_time_by_blocking_stack`], started apart: the same shares
+/// within 5 points, stacks and totals for its 2 s.
+#[test]
+fn off_cpu_whole_host() {
+    if !whole_host_allowed() {
+        eprintln!("skipped: -a needs root or perf_event_paranoid <= 0");
+        return;
+    }
+    let dir = scratch_dir("record-offcpu-all");
+    let exe = Gcc::new(&["offcpu.c"])
+        .flags("-O2 -pthread")
+        .build(&dir.join("offcpu"));
+    let cli = &release_artifacts().cli;
+    let mut c = Command::new(&exe).arg("20.0").spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let data = dir.join("off.data");
+    let o = Command::new(cli)
+        .args(["record", "-q", "-a", "--off-cpu", "-d", "2", "--pid-filter"])
+        .arg(c.id().to_string())
+        .arg("-o")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let _ = c.kill();
+    c.wait().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    check_off_cpu_shares(&data);
+}
+
+/// The `off_cpu` shares of a recording of tests/fixtures/c/offcpu.c for
+/// 2 s: 70/30 within 5 points, the main thread blocked nearly all of it.
+fn check_off_cpu_shares(data: &Path) {
     let folded = run(Command::new(&release_artifacts().cli)
         .arg("report")
-        .arg(&data)
+        .arg(data)
         .args(["--top", "0", "--sample-type", "off_cpu", "--folded", "-"]));
     let mut by = std::collections::HashMap::<&str, u64>::new();
     for line in folded.lines() {
@@ -1153,7 +1190,8 @@ fn off_cpu_time_by_blocking_stack() {
             }
         }
     }
-    let (s, r) = (by["sleep_seventy"] as f64, by["read_thirty"] as f64);
+    let got = |f: &str| by.get(f).copied().unwrap_or(0);
+    let (s, r) = (got("sleep_seventy") as f64, got("read_thirty") as f64);
     let share = s * 100.0 / (s + r);
     assert!(
         (share - 70.0).abs() < 5.0,
@@ -1161,7 +1199,7 @@ fn off_cpu_time_by_blocking_stack() {
     );
     // The main thread is blocked nearly all of its 2 s.
     assert!(s + r > 1.7e9, "{s} + {r} ns\n{folded}");
-    assert!(by["writer"] > 1_000_000_000, "{folded}");
+    assert!(got("writer") > 1_000_000_000, "{folded}");
 }
 
 /// `record -a` (every process of the host): two programs started apart
@@ -1187,13 +1225,22 @@ fn whole_host() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     let filtered = dir.join("filtered.data");
     run(Command::new(cli)
-        .args(["record", "-q", "-a", "-d", "1.5", "--pid-filter"])
+        .args([
+            "record",
+            "-q",
+            "-a",
+            "-d",
+            "1.5",
+            "--pid-filter",
+        ])
         .arg(format!("{},{}", c.id(), py.id()))
         .arg("-o")
         .arg(&filtered));
     let by_comm = dir.join("comm.data");
     run(Command::new(cli)
-        .args(["record", "-q", "-a", "-d", "1", "--comm", "prof_hot", "-o"])
+        .args([
+            "record", "-q", "-a", "-d", "1", "--comm", "prof_hot", "-o",
+        ])
         .arg(&by_comm));
     let everything = dir.join("all.data");
     run(Command::new(cli)

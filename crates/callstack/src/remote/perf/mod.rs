@@ -327,6 +327,10 @@ const RECORD_FORK: u32 = 7;
 const RECORD_SAMPLE: u32 = 9;
 /// `PERF_RECORD_SWITCH`: the task left (`MISC_SWITCH_OUT`) or took a CPU.
 const RECORD_SWITCH: u32 = 14;
+/// `PERF_RECORD_SWITCH_CPU_WIDE`: the same, from an event of a whole CPU
+/// (`record -a`), which first names the other task of the switch (the
+/// next one of a switch out, the previous one of a switch in).
+const RECORD_SWITCH_CPU_WIDE: u32 = 15;
 /// `PERF_RECORD_MISC_SWITCH_OUT`.
 const MISC_SWITCH_OUT: u16 = 1 << 13;
 /// `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT`: it left runnable (preempted).
@@ -978,12 +982,22 @@ impl Recording<'_> {
             RECORD_SAMPLE => {
                 let _ = self.sample(&mut r, kind);
             }
-            RECORD_SWITCH => {
+            RECORD_SWITCH | RECORD_SWITCH_CPU_WIDE => {
+                // A whole CPU's record names the other task first
+                // (next_prev_pid, next_prev_tid), not needed here.
+                if ty == RECORD_SWITCH_CPU_WIDE && r.u64().is_none() {
+                    return;
+                }
                 // The sample_id trailer: pid, tid, time.
-                let (Some(_pid), Some(tid), Some(time)) = (r.u32(), r.u32(), r.u64()) else {
+                let (Some(pid), Some(tid), Some(time)) = (r.u32(), r.u32(), r.u64()) else {
                     return;
                 };
                 self.latest = self.latest.max(time);
+                if pid == 0 {
+                    // The idle task, which a whole CPU's event switches to
+                    // and from.
+                    return;
+                }
                 self.off_events.push(OffEvent::Switch {
                     time,
                     tid,
@@ -1187,9 +1201,15 @@ impl Recording<'_> {
             self.kernel_range = Some((lo.min(a), hi.max(a)));
         }
         let Some(regs) = regs else {
+            if kind == sys::EventKind::Switches {
+                // A kernel thread leaving a CPU (whole-host recordings see
+                // them all): its off-CPU time is not recorded.
+                self.skipped += 1;
+                return Some(());
+            }
             // No user registers: a kernel thread (its kernel frames are
             // its stack), or a 32-bit task's, numbered otherwise.
-            if self.frames.is_empty() || kind != sys::EventKind::CpuClock {
+            if self.frames.is_empty() {
                 self.profile.lost += 1;
                 return None;
             }

@@ -216,6 +216,77 @@ fn exited_process_space_kept_to_the_end_of_the_pass() {
     );
 }
 
+/// Context switches as each kind of event reports them: a task's own event
+/// (`PERF_RECORD_SWITCH`, `record --off-cpu -- PROG`) and a whole CPU's
+/// (`PERF_RECORD_SWITCH_CPU_WIDE`, `record -a --off-cpu`, which names the
+/// other task first). Both give the switching thread, time and direction;
+/// the idle task's switches are dropped.
+#[test]
+fn switch_records_of_a_task_and_of_a_whole_cpu() {
+    let opts = RecordOptions::new(Target::All);
+    let mut rec = Recording::new(
+        &opts,
+        Machine::X86_64,
+        Machine::X86_64.perf_regs_mask().unwrap(),
+        Profile::cpu(999),
+    );
+    let kind = super::sys::EventKind::Switches;
+    // Out (preempted), then in, of thread 42 of process 42.
+    rec.handle(
+        &with_trailer(
+            &record(
+                RECORD_SWITCH,
+                MISC_SWITCH_OUT | MISC_SWITCH_OUT_PREEMPT,
+                &[],
+            ),
+            42,
+            100,
+        ),
+        kind,
+    );
+    // The other task: pid 7, tid 7.
+    let other = [7u32.to_le_bytes(), 7u32.to_le_bytes()].concat();
+    rec.handle(
+        &with_trailer(&record(RECORD_SWITCH_CPU_WIDE, 0, &other), 42, 200),
+        kind,
+    );
+    rec.handle(
+        &with_trailer(
+            &record(RECORD_SWITCH_CPU_WIDE, MISC_SWITCH_OUT, &other),
+            42,
+            300,
+        ),
+        kind,
+    );
+    // The idle task's.
+    rec.handle(
+        &with_trailer(&record(RECORD_SWITCH_CPU_WIDE, 0, &other), 0, 400),
+        kind,
+    );
+    let got: Vec<(u64, u32, bool, bool)> = rec
+        .off_events
+        .iter()
+        .map(|e| match e {
+            OffEvent::Switch {
+                time,
+                tid,
+                out,
+                preempt,
+            } => (*time, *tid, *out, *preempt),
+            OffEvent::Sample { .. } => panic!("a sample from a switch record"),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (100, 42, true, true),
+            (200, 42, false, false),
+            (300, 42, true, false)
+        ]
+    );
+    assert_eq!(rec.latest, 400);
+}
+
 /// The AArch64 sample's register words, value `0x1000 + n` for perf
 /// register `n` (x0-x30, sp, pc).
 fn numbered_aarch64_words() -> Vec<u64> {
