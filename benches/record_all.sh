@@ -18,11 +18,17 @@
 # over perf's in the same round, and the medians (this VM is noisy: a lone
 # run's ratio wanders by a tenth).
 #
+# Ours samples at HZ (default 999: `record -a`'s own default is 99, the
+# always-on rate; 999 keeps these figures comparable with the earlier
+# ones), perf at its default (4000 Hz).
+#
 #   sudo bash benches/record_all.sh [SECS [ROUNDS [BASE]]]   (default 30 0)
+#   HZ=99 sudo -E bash benches/record_all.sh 30
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-30}
 ROUNDS=${2:-0}
+HZ=${HZ:-999}
 BASE=${3:-}
 cargo build --release -q -p callstack-cli
 CS=$(realpath "${CARGO_TARGET_DIR:-target}/release/callstack")
@@ -49,7 +55,7 @@ for _ in 1 2 3 4; do bash -c 'while :; do x=$((x+1)); done' & pids+=($!); done
 for _ in 1 2; do bash -c 'while :; do /bin/true; gzip -c /bin/bash >/dev/null; sleep 1; done' & pids+=($!); done
 sleep 2
 # Ours, then perf's, on the same workload.
-/usr/bin/time -f "%U %S %M" -o "$work/cs.time" "$CS" record -q -a -d "$SECS" -o "$work/cs.data"
+/usr/bin/time -f "%U %S %M" -o "$work/cs.time" "$CS" record -q -a -F "$HZ" -d "$SECS" -o "$work/cs.data"
 "$CS" report "$work/cs.data" --top 0 --per-thread --folded "$work/cs.folded"
 /usr/bin/time -f "%U %S %M" -o "$work/perf.time" perf record -q -a -g --call-graph dwarf -o "$work/perf.data" -- sleep "$SECS" 2>/dev/null
 /usr/bin/time -f "%U %S %M" -o "$work/perf-report.time" \
@@ -100,9 +106,9 @@ for r in $(seq "$ROUNDS"); do
         case $who in
         base)
             [ -n "$BASE" ] || continue
-            cmd=("$BASE" record -q -a -d "$SECS" -o "$work/r.data") ;;
-        ours) cmd=("$CS" record -q -a -d "$SECS" -o "$work/r.data") ;;
-        ours-no-python) cmd=("$CS" record -q -a --no-python -d "$SECS" -o "$work/r.data") ;;
+            cmd=("$BASE" record -q -a -F "$HZ" -d "$SECS" -o "$work/r.data") ;;
+        ours) cmd=("$CS" record -q -a -F "$HZ" -d "$SECS" -o "$work/r.data") ;;
+        ours-no-python) cmd=("$CS" record -q -a -F "$HZ" --no-python -d "$SECS" -o "$work/r.data") ;;
         perf) cmd=(perf record -q -a -g --call-graph dwarf -o "$work/r.perf" -- sleep "$SECS") ;;
         esac
         # A new file each time: perf truncating its last 2 GB file would

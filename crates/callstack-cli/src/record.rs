@@ -37,9 +37,12 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 /// Arguments of `callstack record`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Samples per second of CPU time (per thread).
-    #[arg(short = 'F', long = "freq", default_value_t = 999)]
-    hz: u32,
+    /// Samples per second of CPU time (per thread). Default 999; with
+    /// `-a` 99, the rate of always-on whole-host profilers (each sample
+    /// interrupts the program it hits: 999 Hz over a whole host costs a
+    /// busy program some 2% of its time on a VM, 99 Hz under 1%).
+    #[arg(short = 'F', long = "freq")]
+    hz: Option<u32>,
     /// The profile to write.
     #[arg(short = 'o', long = "output", default_value = "callstack.data")]
     output: PathBuf,
@@ -203,6 +206,13 @@ fn cannot_start(prog: &str, e: &std::io::Error) -> ExitCode {
     })
 }
 
+impl Args {
+    /// The sampling rate: `-F`, else 999, or 99 for the whole host.
+    fn hz(&self) -> u32 {
+        self.hz.unwrap_or(if self.all { 99 } else { 999 })
+    }
+}
+
 /// Runs `callstack record`; its exit code is the command's (see
 /// [`exit_code_of`]), 0 for `-p` or a command the recording ended.
 pub fn run(args: Args) -> Result<ExitCode, String> {
@@ -215,7 +225,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         None => Target::Command(args.command.clone()),
     };
     let mut opts = RecordOptions::new(target);
-    opts.hz = args.hz;
+    opts.hz = args.hz();
     if let Some(n) = args.stack_size {
         opts.stack_bytes = n;
         opts.stack_bytes_max = n;
@@ -237,7 +247,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     opts.comm_filter = args.comm.clone();
     let python = (!args.no_python).then(|| {
         std::sync::Arc::new(callstack::python::record::PythonRecorder::new(
-            args.hz,
+            args.hz(),
             opts.lookup.clone(),
             args.all,
         ))
@@ -576,13 +586,13 @@ fn run_preloaded(args: &Args) -> Result<ExitCode, String> {
         preload.push(old);
     }
     if !args.quiet {
-        eprintln!("callstack record: sampling in process at {} Hz", args.hz);
+        eprintln!("callstack record: sampling in process at {} Hz", args.hz());
     }
     let child = std::process::Command::new(prog)
         .args(rest)
         .env("LD_PRELOAD", &preload)
         .env("CALLSTACK_RECORD_OUT", &args.output)
-        .env("CALLSTACK_RECORD_HZ", args.hz.to_string())
+        .env("CALLSTACK_RECORD_HZ", args.hz().to_string())
         .spawn();
     let mut child = match child {
         Ok(c) => c,

@@ -1229,6 +1229,8 @@ fn whole_host() {
             "record",
             "-q",
             "-a",
+            "-F",
+            "999",
             "-d",
             "1.5",
             "--pid-filter",
@@ -1239,12 +1241,12 @@ fn whole_host() {
     let by_comm = dir.join("comm.data");
     run(Command::new(cli)
         .args([
-            "record", "-q", "-a", "-d", "1", "--comm", "prof_hot", "-o",
+            "record", "-q", "-a", "-F", "999", "-d", "1", "--comm", "prof_hot", "-o",
         ])
         .arg(&by_comm));
     let everything = dir.join("all.data");
     run(Command::new(cli)
-        .args(["record", "-q", "-a", "-d", "1", "-o"])
+        .args(["record", "-q", "-a", "-F", "999", "-d", "1", "-o"])
         .arg(&everything));
     let _ = c.kill();
     let _ = py.kill();
@@ -1406,6 +1408,8 @@ fn memory_budget_evicts_and_chains_resolve() {
         .args([
             "record",
             "-a",
+            "-F",
+            "999",
             "-d",
             "1.5",
             "--memory-budget",
@@ -1424,6 +1428,8 @@ fn memory_budget_evicts_and_chains_resolve() {
         .args([
             "record",
             "-a",
+            "-F",
+            "999",
             "-d",
             "1.6",
             "--rotate",
@@ -1540,7 +1546,7 @@ fn whole_host_pid_labels() {
     let (cpid, pypid) = (c.id(), py.id());
     let data = dir.join("labels.data");
     run(Command::new(cli)
-        .args(["record", "-q", "-a", "-d", "1", "--pid-filter"])
+        .args(["record", "-q", "-a", "-F", "999", "-d", "1", "--pid-filter"])
         .arg(format!("{cpid},{pypid}"))
         .arg("-o")
         .arg(&data));
