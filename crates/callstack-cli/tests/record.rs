@@ -1125,9 +1125,7 @@ fn off_cpu_time_by_blocking_stack() {
         return;
     }
     let dir = scratch_dir("record-offcpu");
-    let exe = Gcc::new(&["offcpu.c"])
-        .flags("-O2 -pthread")
-        .build(&dir.join("offcpu"));
+    let exe = offcpu_exe(&dir);
     let data = dir.join("off.data");
     run(Command::new(&release_artifacts().cli)
         .args(["record", "-q", "--off-cpu", "-o"])
@@ -1149,9 +1147,7 @@ fn off_cpu_whole_host() {
         return;
     }
     let dir = scratch_dir("record-offcpu-all");
-    let exe = Gcc::new(&["offcpu.c"])
-        .flags("-O2 -pthread")
-        .build(&dir.join("offcpu"));
+    let exe = offcpu_exe(&dir);
     let cli = &release_artifacts().cli;
     let mut c = Command::new(&exe).arg("20.0").spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
@@ -1167,6 +1163,13 @@ fn off_cpu_whole_host() {
     c.wait().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     check_off_cpu_shares(&data);
+}
+
+/// tests/fixtures/c/offcpu.c built in `dir`.
+fn offcpu_exe(dir: &Path) -> PathBuf {
+    Gcc::new(&["offcpu.c"])
+        .flags("-O2 -pthread")
+        .build(&dir.join("offcpu"))
 }
 
 /// The `off_cpu` shares of a recording of tests/fixtures/c/offcpu.c for

@@ -92,6 +92,16 @@ fn with_trailer(rec: &[u8], pid: u32, time: u64) -> Vec<u8> {
     out
 }
 
+/// An x86-64 recording with `opts`, as the recorder makes one.
+fn x86_64_recording(opts: &RecordOptions) -> Recording<'_> {
+    Recording::new(
+        opts,
+        Machine::X86_64,
+        Machine::X86_64.perf_regs_mask().unwrap(),
+        Profile::cpu(999),
+    )
+}
+
 /// A `PERF_RECORD_COMM` of an exec by process `pid`, at `time`.
 fn exec_record(pid: u32, name: &str, time: u64) -> Vec<u8> {
     let mut b = Vec::new();
@@ -116,12 +126,7 @@ fn exec_record(pid: u32, name: &str, time: u64) -> Vec<u8> {
 fn exec_drained_late_from_another_ring_is_stale() {
     let pid = 4242;
     let opts = RecordOptions::new(Target::Pid(pid));
-    let mut rec = Recording::new(
-        &opts,
-        Machine::X86_64,
-        Machine::X86_64.perf_regs_mask().unwrap(),
-        Profile::cpu(999),
-    );
+    let mut rec = x86_64_recording(&opts);
     rec.root_pid = pid;
     rec.exe_pending = true;
     let kind = super::sys::EventKind::CpuClock;
@@ -181,12 +186,7 @@ fn task_record(ty: u32, pid: u32, ppid: u32, time: u64) -> Vec<u8> {
 #[test]
 fn exited_process_space_kept_to_the_end_of_the_pass() {
     let opts = RecordOptions::new(Target::All);
-    let mut rec = Recording::new(
-        &opts,
-        Machine::X86_64,
-        Machine::X86_64.perf_regs_mask().unwrap(),
-        Profile::cpu(999),
-    );
+    let mut rec = x86_64_recording(&opts);
     let kind = super::sys::EventKind::CpuClock;
     let map =
         |pid, path: &str, t| with_trailer(&mmap2_record(pid, 0x40_0000, 0x1000, 0, path), pid, t);
@@ -224,12 +224,7 @@ fn exited_process_space_kept_to_the_end_of_the_pass() {
 #[test]
 fn switch_records_of_a_task_and_of_a_whole_cpu() {
     let opts = RecordOptions::new(Target::All);
-    let mut rec = Recording::new(
-        &opts,
-        Machine::X86_64,
-        Machine::X86_64.perf_regs_mask().unwrap(),
-        Profile::cpu(999),
-    );
+    let mut rec = x86_64_recording(&opts);
     let kind = super::sys::EventKind::Switches;
     // Out (preempted), then in, of thread 42 of process 42.
     rec.handle(
