@@ -836,13 +836,18 @@ mod tests {
                 }
             }));
         }
+        // Until entries were seen (the writers may not have started when
+        // a fast reader has done 200000 reads), with a bound in time.
         let mut seen = 0;
-        for i in 0..200_000u64 {
+        let start = std::time::Instant::now();
+        let mut i = 0u64;
+        while (i < 200_000 || seen < 10_000) && start.elapsed().as_secs() < 20 {
             let pc = 0x10_0000 + (i % 5000) * 16;
             if let Some(a) = c.get_frame(pc, false) {
                 assert_eq!(a, analysis(pc, (pc as usize / 16) % 4));
                 seen += 1;
             }
+            i += 1;
         }
         stop.store(true, Ordering::Relaxed);
         for h in hs {
