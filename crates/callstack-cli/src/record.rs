@@ -96,7 +96,9 @@ pub struct Args {
     /// I/O, a lock or a pipe; not time preempted), with the stack where
     /// they blocked, as the sample type `off_cpu` (nanoseconds) beside
     /// `cpu`: `callstack report FILE --sample-type off_cpu`. Samples every
-    /// context switch: needs root or `perf_event_paranoid` <= 1.
+    /// context switch: needs root or `perf_event_paranoid` <= 1. Python
+    /// stacks are then read every millisecond whatever -F, so that each
+    /// block takes the one read while it lasted.
     #[arg(long, conflicts_with = "preload")]
     off_cpu: bool,
     /// A bound on the memory of the per-module state the recorder keeps
@@ -207,9 +209,20 @@ fn cannot_start(prog: &str, e: &std::io::Error) -> ExitCode {
 }
 
 impl Args {
-    /// The sampling rate: `-F`, else 999, or 99 for the whole host.
+    /// What is recorded: `-p`, `-a` or the command.
+    fn target(&self) -> Target {
+        match self.pid {
+            Some(p) => Target::Pid(p),
+            None if self.all => Target::All,
+            None => Target::Command(self.command.clone()),
+        }
+    }
+
+    /// The sampling rate: `-F`, else the library's default for the
+    /// target (999, or 99 for the whole host).
     fn hz(&self) -> u32 {
-        self.hz.unwrap_or(if self.all { 99 } else { 999 })
+        self.hz
+            .unwrap_or_else(|| RecordOptions::default_hz(&self.target()))
     }
 }
 
@@ -219,13 +232,10 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     if args.preload {
         return run_preloaded(&args);
     }
-    let target = match args.pid {
-        Some(p) => Target::Pid(p),
-        None if args.all => Target::All,
-        None => Target::Command(args.command.clone()),
-    };
-    let mut opts = RecordOptions::new(target);
-    opts.hz = args.hz();
+    let mut opts = RecordOptions::new(args.target());
+    if let Some(hz) = args.hz {
+        opts.hz = hz;
+    }
     if let Some(n) = args.stack_size {
         opts.stack_bytes = n;
         opts.stack_bytes_max = n;
@@ -246,8 +256,15 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     opts.pid_filter = args.pid_filter.clone();
     opts.comm_filter = args.comm.clone();
     let python = (!args.no_python).then(|| {
+        // Off the CPU, Python stacks are read every millisecond at least,
+        // to have one read during most blocks.
+        let hz = if args.off_cpu {
+            opts.hz.max(1000)
+        } else {
+            opts.hz
+        };
         std::sync::Arc::new(callstack::python::record::PythonRecorder::new(
-            args.hz(),
+            hz,
             opts.lookup.clone(),
             args.all,
         ))

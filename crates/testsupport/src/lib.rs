@@ -689,13 +689,25 @@ pub fn line_of(path: &Path, after: &str, needle: &str) -> u32 {
 /// Whether `perf_event_open` may record every process here (`record -a`):
 /// root, or `perf_event_paranoid` at most 0.
 pub fn whole_host_allowed() -> bool {
+    perf_paranoid_at_most(0)
+}
+
+/// Whether `perf_event_open` may record context switches of our children
+/// with their stacks (`record --off-cpu`): root, or `perf_event_paranoid`
+/// at most 1.
+pub fn off_cpu_allowed() -> bool {
+    perf_paranoid_at_most(1)
+}
+
+/// Root, or `perf_event_paranoid` at most `level`.
+fn perf_paranoid_at_most(level: i32) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
         .ok()
         .and_then(|s| s.trim().parse::<i32>().ok())
         .unwrap_or(3);
-    root || paranoid <= 0
+    root || paranoid <= level
 }
 
 /// The path in environment variable `name`, which the Windows stage

@@ -64,8 +64,10 @@ const MAX_TRIES: u32 = 16;
 const TALLY_NS: u64 = 250_000_000;
 const IDLE_EVERY: u32 = 32;
 /// In a whole-host recording, a python process is read once per this many
-/// of its samples, in its own running time: about 500 reads a second of
-/// its CPU time at 999 Hz, five times py-spy's default rate. Its samples
+/// of its samples (an off-CPU sample counts as this many: each block
+/// takes the stack read during it), in its own running time: about 500
+/// reads a second of its CPU time at 999 Hz, five times py-spy's default
+/// rate. Its samples
 /// between two reads take the nearer one (a stack read while the process
 /// waited for a CPU holds until it runs again, see [`super::ran`]). One
 /// read per sample cost the recorder a tenth more CPU time on
@@ -160,6 +162,13 @@ impl PythonRecorder {
     /// starts running again is read at its old rate for up to a quarter
     /// second (its first samples may then keep the evaluation loop's
     /// frames).
+    ///
+    /// With [`crate::remote::perf::RecordOptions::off_cpu`], give 1000 or
+    /// more whatever the sampling rate: an off-CPU sample takes the stack
+    /// read while its thread was blocked, and a block shorter than the
+    /// period may have none (its sample then takes the stack read
+    /// nearest the moment it blocked, on either side: at 100 Hz, a third
+    /// of the time of 3 to 7 ms blocks went to the wrong function).
     pub fn new(hz: u32, lookup: Lookup, whole_host: bool) -> PythonRecorder {
         let period = Duration::from_nanos(1_000_000_000 / u64::from(hz.max(1)));
         let shared = Arc::new(Shared {
@@ -260,6 +269,40 @@ impl State {
             .min_by_key(off)
             .or_else(|| near().filter(|s| s.evals > evals).min_by_key(off))
     }
+
+    /// The stack of `tid` read while it was off the CPU, from `off.start`
+    /// to `off.end` (a read whose span meets that one: its stack was the
+    /// same throughout), chosen by `evals` as in [`State::nearest`]; else,
+    /// when no read fell in that time, the nearest `off.start`. A stack
+    /// read just before the thread blocked may be of the function it
+    /// returned from, one read just after it ran again of the function it
+    /// went on to: at the switch, reads on either side are about as near.
+    fn while_off(
+        &self,
+        tid: u32,
+        off: &std::ops::Range<u64>,
+        tolerance: u64,
+        evals: usize,
+    ) -> Option<&Snap> {
+        let q = self.stacks.get(&tid)?;
+        let lo = q.partition_point(|s| s.until < off.start);
+        let hi = q.partition_point(|s| s.time <= off.end);
+        let during = || q.range(lo..hi.max(lo));
+        // The first read in that time.
+        let first = |s: &&Snap| s.time.max(off.start);
+        during()
+            .filter(|s| s.evals == evals)
+            .min_by_key(first)
+            .or_else(|| during().filter(|s| s.evals > evals).min_by_key(first))
+            .or_else(|| self.nearest(tid, off.start, tolerance, evals))
+    }
+}
+
+/// When a sample's stack was the thread's: at one time, or all the time
+/// it was off the CPU.
+enum When {
+    At(u64),
+    Off(std::ops::Range<u64>),
 }
 
 impl SampleHook for PythonRecorder {
@@ -303,6 +346,10 @@ impl SampleHook for PythonRecorder {
         frames: &mut Vec<usize>,
         exact: &mut Vec<u32>,
     ) {
+        self.merge(pid, tid, When::At(time), user, user_pcs, frames, exact);
+    }
+
+    fn left_cpu(&self, pid: u32, _tid: u32, _time: u64) {
         let mut st = self.lock();
         if !st.eval.contains_key(&pid) {
             if !st.seen.contains(&pid) {
@@ -311,7 +358,77 @@ impl SampleHook for PythonRecorder {
             }
             return;
         }
-        *st.samples.entry(pid).or_default() += 1;
+        // A read per two samples on the CPU, per block off it (each block
+        // takes the stack read during it).
+        *st.samples.entry(pid).or_default() += SAMPLES_PER_READ;
+    }
+
+    fn off_cpu_sample(
+        &self,
+        pid: u32,
+        tid: u32,
+        off: std::ops::Range<u64>,
+        user: usize,
+        user_pcs: &[u64],
+        frames: &mut Vec<usize>,
+        exact: &mut Vec<u32>,
+    ) {
+        self.merge(pid, tid, When::Off(off), user, user_pcs, frames, exact);
+    }
+
+    fn finish(&self, profile: &mut Profile) {
+        let st = self.lock();
+        let end = PYTHON_BASE + st.table.len() as u64;
+        let used: BTreeSet<u64> = profile
+            .stacks
+            .iter()
+            .flat_map(|s| s.frames.iter().map(|&a| a as u64))
+            .filter(|a| (PYTHON_BASE..end).contains(a))
+            .collect();
+        if used.is_empty() {
+            return;
+        }
+        profile.modules.push(ModuleRecord {
+            path: PYTHON_MODULE.into(),
+            build_id: None,
+            start: PYTHON_BASE,
+            end,
+            bias: 0,
+        });
+        for a in used {
+            profile
+                .named_frames
+                .insert(a, st.table[(a - PYTHON_BASE) as usize].clone());
+        }
+    }
+}
+
+impl PythonRecorder {
+    /// [`SampleHook::sample`] and [`SampleHook::off_cpu_sample`]: the
+    /// thread's Python stack read `when` the sample's stack was its own
+    /// replaces the evaluation loop's frames.
+    #[allow(clippy::too_many_arguments)]
+    fn merge(
+        &self,
+        pid: u32,
+        tid: u32,
+        when: When,
+        user: usize,
+        user_pcs: &[u64],
+        frames: &mut Vec<usize>,
+        exact: &mut Vec<u32>,
+    ) {
+        let mut st = self.lock();
+        if !st.eval.contains_key(&pid) {
+            if !st.seen.contains(&pid) {
+                st.register(pid);
+                self.shared.wake.notify_one();
+            }
+            return;
+        }
+        if let When::At(_) = when {
+            *st.samples.entry(pid).or_default() += 1;
+        }
         let every = u64::from(st.read_every.get(&pid).copied().unwrap_or(1));
         let tolerance = self.shared.tolerance_ns + (every - 1) * self.shared.period_ns();
         let ranges = &st.eval[&pid];
@@ -330,7 +447,11 @@ impl SampleHook for PythonRecorder {
             return;
         }
         let n_evals = evals.iter().filter(|&&e| e).count();
-        let Some(snap) = st.nearest(tid, time, tolerance, n_evals) else {
+        let snap = match &when {
+            When::At(time) => st.nearest(tid, *time, tolerance, n_evals),
+            When::Off(off) => st.while_off(tid, off, tolerance, n_evals),
+        };
+        let Some(snap) = snap else {
             return;
         };
         let mut out = Vec::with_capacity(frames.len() + snap.frames.len());
@@ -363,32 +484,6 @@ impl SampleHook for PythonRecorder {
         out_exact.retain(|&i| i > 0);
         *frames = out;
         *exact = out_exact;
-    }
-
-    fn finish(&self, profile: &mut Profile) {
-        let st = self.lock();
-        let end = PYTHON_BASE + st.table.len() as u64;
-        let used: BTreeSet<u64> = profile
-            .stacks
-            .iter()
-            .flat_map(|s| s.frames.iter().map(|&a| a as u64))
-            .filter(|a| (PYTHON_BASE..end).contains(a))
-            .collect();
-        if used.is_empty() {
-            return;
-        }
-        profile.modules.push(ModuleRecord {
-            path: PYTHON_MODULE.into(),
-            build_id: None,
-            start: PYTHON_BASE,
-            end,
-            bias: 0,
-        });
-        for a in used {
-            profile
-                .named_frames
-                .insert(a, st.table[(a - PYTHON_BASE) as usize].clone());
-        }
     }
 }
 
@@ -832,6 +927,45 @@ mod tests {
         assert_eq!(at(320), [b + 1]);
         // Too far from both.
         assert_eq!(at(80), [0x1100]);
+    }
+
+    /// An off-CPU sample takes the stack read while its thread was
+    /// blocked, however near the moment it blocked another read was; with
+    /// none read in that time, the one nearest that moment.
+    #[test]
+    fn an_off_cpu_sample_takes_the_stack_read_while_blocked() {
+        let r = recorder(10);
+        {
+            let mut st = r.lock();
+            st.eval.insert(1, vec![(0x1000, 0x2000)]);
+            let q = st.stacks.entry(7).or_default();
+            // The function it returned from, read just before it blocked
+            // at 100; the one it blocked in, read at 103 to 106.
+            let mut before = snap(90, &[(0, true)]);
+            before.until = 99;
+            q.push_back(before);
+            let mut during = snap(103, &[(1, true)]);
+            during.until = 106;
+            q.push_back(during);
+            q.push_back(snap(112, &[(2, true)]));
+        }
+        let b = PYTHON_BASE as usize;
+        let off = |from: u64, to: u64| {
+            let mut frames = vec![0x1100usize];
+            let mut exact = vec![];
+            r.off_cpu_sample(1, 7, from..to, 0, &[0x1100], &mut frames, &mut exact);
+            frames
+        };
+        assert_eq!(off(100, 108), [b + 1]);
+        // Known unchanged from 103 to 106: a block from 105 on.
+        assert_eq!(off(105, 111), [b + 1]);
+        // No read in 107..110: the nearest 107.
+        assert_eq!(off(107, 110), [b + 1]);
+        assert_eq!(off(110, 111), [b + 2]);
+        // As a sample at one time, 100 takes the nearer read.
+        let mut frames = vec![0x1100usize];
+        r.sample(1, 7, 100, 0, &[0x1100], &mut frames, &mut vec![]);
+        assert_eq!(frames, [b]);
     }
 
     /// Each evaluation-loop frame of a sample (a return address inside

@@ -167,6 +167,31 @@ pub trait SampleHook: Send + Sync + std::fmt::Debug {
     /// period's): the module records and frame names of the frames it put
     /// in.
     fn finish(&self, profile: &mut Profile);
+    /// Thread `tid` of process `pid` left its CPU at `time` with its stack
+    /// sampled ([`RecordOptions::off_cpu`]; seen in the ring, some
+    /// milliseconds after): [`SampleHook::off_cpu_sample`] gives the
+    /// stack once the thread runs again, if it was blocked, not
+    /// preempted.
+    fn left_cpu(&self, _pid: u32, _tid: u32, _time: u64) {}
+    /// An off-CPU sample ([`RecordOptions::off_cpu`]): thread `tid` of
+    /// process `pid` left its CPU blocked at `off.start` with these frames
+    /// (as in [`SampleHook::sample`]) and ran again at `off.end`, so its
+    /// stack was the same all that time. Called once the thread runs
+    /// again (or at the end of the recording), before the time is added.
+    /// The default takes it as a sample at `off.start`.
+    #[allow(clippy::too_many_arguments)]
+    fn off_cpu_sample(
+        &self,
+        pid: u32,
+        tid: u32,
+        off: std::ops::Range<u64>,
+        user: usize,
+        user_pcs: &[u64],
+        frames: &mut Vec<usize>,
+        exact: &mut Vec<u32>,
+    ) {
+        self.sample(pid, tid, off.start, user, user_pcs, frames, exact);
+    }
 }
 
 /// The user stack copy grown during a recording: samples were cut at its
@@ -194,14 +219,20 @@ pub struct Evicted {
 }
 
 impl RecordOptions {
+    /// The sampling rate [`RecordOptions::new`] gives `target` (see
+    /// [`RecordOptions::hz`]): 99 for [`Target::All`], else 999.
+    pub fn default_hz(target: &Target) -> u32 {
+        if matches!(target, Target::All) {
+            99
+        } else {
+            999
+        }
+    }
+
     /// The defaults for `target`.
     pub fn new(target: Target) -> Self {
         RecordOptions {
-            hz: if matches!(target, Target::All) {
-                99
-            } else {
-                999
-            },
+            hz: RecordOptions::default_hz(&target),
             target,
             stack_bytes: 8192,
             stack_bytes_max: 61440,
@@ -899,8 +930,7 @@ enum OffEvent {
     Sample {
         time: u64,
         tid: u32,
-        frames: Vec<usize>,
-        exact: Vec<u32>,
+        stack: OffStack,
     },
     /// Thread `tid` left the CPU (`out`; `preempt`: runnable) or took it.
     Switch {
@@ -919,10 +949,21 @@ impl OffEvent {
     }
 }
 
-/// A thread off the CPU.
-struct Blocked {
+/// The stack of a thread leaving the CPU, as [`SampleHook::sample`] takes
+/// it: the hook sees it once the thread's time off the CPU is known.
+struct OffStack {
+    pid: u32,
+    /// The index of the first user frame.
+    user: usize,
+    /// The user frames' addresses in the process (empty without a hook).
+    pcs: Vec<u64>,
     frames: Vec<usize>,
     exact: Vec<u32>,
+}
+
+/// A thread off the CPU.
+struct Blocked {
+    stack: OffStack,
     /// When it left the CPU blocked (`None`: the sample came, the switch
     /// record not yet; or it was preempted).
     since: Option<u64>,
@@ -1293,31 +1334,42 @@ impl Recording<'_> {
             }
             self.frames.push(space.moved(f.pc, exact) as usize);
         }
+        self.pcs.clear();
         if let Some(h) = &self.opts.sample_hook {
             // The user frames' addresses in the process, before the move.
-            self.pcs.clear();
             if unwound.frames.is_empty() {
                 self.pcs.push(thread.registers.pc().unwrap_or(ip));
             } else {
                 self.pcs.extend(unwound.frames.iter().map(|f| f.pc));
             }
-            h.sample(
-                pid,
-                tid,
-                time,
-                user,
-                &self.pcs,
-                &mut self.frames,
-                &mut self.exact,
-            );
+            // An off-CPU sample goes to the hook once its thread runs
+            // again ([`Recording::match_switches`]).
+            if kind == sys::EventKind::Switches {
+                h.left_cpu(pid, tid, time);
+            } else {
+                h.sample(
+                    pid,
+                    tid,
+                    time,
+                    user,
+                    &self.pcs,
+                    &mut self.frames,
+                    &mut self.exact,
+                );
+            }
         }
         self.unwound = unwound;
         if kind == sys::EventKind::Switches {
             self.off_events.push(OffEvent::Sample {
                 time,
                 tid,
-                frames: self.frames.clone(),
-                exact: self.exact.clone(),
+                stack: OffStack {
+                    pid,
+                    user,
+                    pcs: self.pcs.clone(),
+                    frames: self.frames.clone(),
+                    exact: self.exact.clone(),
+                },
             });
             return Some(());
         }
@@ -1401,8 +1453,9 @@ impl Recording<'_> {
     /// them with `u64::MAX`, at the end), in time order: a thread's stack
     /// sampled as it left the CPU, its switch out (ignored when it was
     /// preempted: that is waiting for a CPU, not blocking), and its switch
-    /// back in, whose distance is its off-CPU time, added to that stack.
-    /// At the end, a thread still blocked counts up to the newest time.
+    /// back in, whose distance is its off-CPU time, added to that stack
+    /// (given first to [`SampleHook::off_cpu_sample`]). At the end, a
+    /// thread still blocked counts up to the newest time.
     #[inline(never)]
     fn match_switches(&mut self, horizon: u64) {
         let mut events = std::mem::take(&mut self.off_events);
@@ -1411,17 +1464,8 @@ impl Recording<'_> {
         self.off_events = events.split_off(keep);
         for e in events {
             match e {
-                OffEvent::Sample {
-                    tid, frames, exact, ..
-                } => {
-                    self.blocked.insert(
-                        tid,
-                        Blocked {
-                            frames,
-                            exact,
-                            since: None,
-                        },
-                    );
+                OffEvent::Sample { tid, stack, .. } => {
+                    self.blocked.insert(tid, Blocked { stack, since: None });
                 }
                 OffEvent::Switch {
                     time,
@@ -1438,7 +1482,7 @@ impl Recording<'_> {
                 OffEvent::Switch { time, tid, .. } => {
                     if let Some(b) = self.blocked.remove(&tid) {
                         if let Some(since) = b.since {
-                            self.add_off_cpu(&b, tid, time.saturating_sub(since));
+                            self.add_off_cpu(b.stack, tid, since, time);
                         }
                     }
                 }
@@ -1448,17 +1492,37 @@ impl Recording<'_> {
             let end = self.latest;
             for (tid, b) in std::mem::take(&mut self.blocked) {
                 if let Some(since) = b.since {
-                    self.add_off_cpu(&b, tid, end.saturating_sub(since));
+                    self.add_off_cpu(b.stack, tid, since, end.max(since));
                 }
             }
         }
     }
 
-    fn add_off_cpu(&mut self, b: &Blocked, tid: u32, ns: u64) {
-        if ns > 0 {
-            self.profile
-                .add_exact(&b.frames, true, &b.exact, Some(tid), &[0, 0, ns as i64]);
+    /// Thread `tid`'s time off the CPU from `from` to `to` (ns), added to
+    /// the stack it left with.
+    fn add_off_cpu(&mut self, mut stack: OffStack, tid: u32, from: u64, to: u64) {
+        let ns = to.saturating_sub(from);
+        if ns == 0 {
+            return;
         }
+        if let Some(h) = &self.opts.sample_hook {
+            h.off_cpu_sample(
+                stack.pid,
+                tid,
+                from..to,
+                stack.user,
+                &stack.pcs,
+                &mut stack.frames,
+                &mut stack.exact,
+            );
+        }
+        self.profile.add_exact(
+            &stack.frames,
+            true,
+            &stack.exact,
+            Some(tid),
+            &[0, 0, ns as i64],
+        );
     }
 
     /// Keeps the per-module state under [`RecordOptions::memory_budget`]:
