@@ -377,6 +377,16 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     };
     if !args.quiet {
         for g in &recorded.stack_growth {
+            if g.to < g.from {
+                eprintln!(
+                    "callstack record: user stack copy shrank from {} to {} bytes at {:.1} s (whole chains read at most {} bytes of it)",
+                    g.from,
+                    g.to,
+                    g.at.as_secs_f64(),
+                    g.used
+                );
+                continue;
+            }
             eprintln!(
                 "callstack record: user stack copy grew from {} to {} bytes at {:.1} s ({:.0}% of samples were cut at its end)",
                 g.from,

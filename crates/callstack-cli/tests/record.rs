@@ -117,8 +117,10 @@ fn check_shares_of(name: &str, data: &Path, kernel: bool, within: f64) {
     for line in folded.lines() {
         let in_loader = line.starts_with("ld-linux")
             && (line.contains(";_dl_init;") || line.contains(";_dl_start;"));
+        // (A sample at `_start` itself is a whole chain too.)
         assert!(
             line.starts_with("_start;")
+                || line.starts_with("_start ")
                 || line.starts_with("clone3;")
                 || line.starts_with("clone;")
                 || in_loader,
@@ -1649,7 +1651,8 @@ fn whole_host_pid_labels() {
 /// threads, the second started before the copy grows) gets its whole
 /// chains, 200 `descend` frames down from `main` or the thread's start, and
 /// stderr says the copy grew; with `--stack-size 8192` the copy stays (the
-/// chains are cut); a shallow program keeps the small copy.
+/// chains are cut); a shallow program's copy shrinks to what its chains
+/// need (they stay whole).
 #[test]
 fn stack_copy_grows_for_deep_stacks() {
     if !perf_allowed() {
@@ -1719,9 +1722,37 @@ fn stack_copy_grows_for_deep_stacks() {
     let shallow = Gcc::new(&["prof_hot.c"])
         .flags("-O2 -fomit-frame-pointer")
         .build(&dir.join("prof_hot"));
-    let (f, stderr) = rec("shallow", &[], &shallow, &["1.5", "2"]);
+    let (f, stderr) = rec("shallow", &[], &shallow, &["2.5", "2"]);
     assert!(!stderr.contains("grew"), "{stderr}");
     assert!(f.contains("hot_seventy"), "{f}");
+    // It shrinks to twice what its chains read (about 1 KiB from a
+    // thread's start: libc's frames there hold a jump buffer), and the
+    // chains stay whole.
+    let shrank = stderr
+        .lines()
+        .find_map(|l| l.split("user stack copy shrank from 8192 to ").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or_else(|| panic!("no shrink: {stderr}"));
+    assert!((1024..=4096).contains(&shrank), "{stderr}");
+    let (mut whole, mut all) = (0u64, 0u64);
+    for line in f.lines() {
+        let (path, v) = line.rsplit_once(' ').unwrap();
+        let v: u64 = v.parse().unwrap();
+        let frames: Vec<&str> = path.split(';').collect();
+        if frames
+            .iter()
+            .any(|f| ["hot_seventy", "warm_twenty", "cool_ten"].contains(f))
+        {
+            all += v;
+            if frames.contains(&"work")
+                && (frames.contains(&"_start") || frames.contains(&"start_thread"))
+            {
+                whole += v;
+            }
+        }
+    }
+    assert!(whole * 100 >= all * 99, "{whole} of {all} whole\n{f}");
 }
 
 /// Two processes whose programs load at the same addresses (one source

@@ -112,6 +112,9 @@ struct State {
     eval: HashMap<u32, Vec<(u64, u64)>>,
     /// Per thread, its Python stacks read, oldest first.
     stacks: HashMap<u32, VecDeque<Snap>>,
+    /// Per thread, when it last ran again after blocking (the end of its
+    /// last off-CPU sample).
+    ran_again: HashMap<u32, u64>,
     /// Per python process, its samples since the last tally: in a
     /// whole-host recording, a process that holds a CPU a tenth of the
     /// time is read every 16th period (see [`State::tally`]).
@@ -273,14 +276,17 @@ impl State {
     /// The stack of `tid` read while it was off the CPU, from `off.start`
     /// to `off.end` (a read whose span meets that one: its stack was the
     /// same throughout), chosen by `evals` as in [`State::nearest`]; else,
-    /// when no read fell in that time, the nearest `off.start`. A stack
-    /// read just before the thread blocked may be of the function it
-    /// returned from, one read just after it ran again of the function it
-    /// went on to: at the switch, reads on either side are about as near.
+    /// when no read fell in that time, the last one while it ran up to
+    /// the block (since `ran`, when it last ran again after a block, and
+    /// within `tolerance`); else none. A stack read before `ran` is of its
+    /// last block or earlier, one read after the block may be of its next:
+    /// in a thread that blocks in two functions in turn, either is of the
+    /// other function.
     fn while_off(
         &self,
         tid: u32,
         off: &std::ops::Range<u64>,
+        ran: Option<u64>,
         tolerance: u64,
         evals: usize,
     ) -> Option<&Snap> {
@@ -290,11 +296,14 @@ impl State {
         let during = || q.range(lo..hi.max(lo));
         // The first read in that time.
         let first = |s: &&Snap| s.time.max(off.start);
+        let since = ran.unwrap_or(0).max(off.start.saturating_sub(tolerance));
+        let before = || q.range(..lo).rev().take_while(|s| s.until >= since);
         during()
             .filter(|s| s.evals == evals)
             .min_by_key(first)
             .or_else(|| during().filter(|s| s.evals > evals).min_by_key(first))
-            .or_else(|| self.nearest(tid, off.start, tolerance, evals))
+            .or_else(|| before().find(|s| s.evals == evals))
+            .or_else(|| before().find(|s| s.evals > evals))
     }
 }
 
@@ -447,9 +456,14 @@ impl PythonRecorder {
             return;
         }
         let n_evals = evals.iter().filter(|&&e| e).count();
+        let ran = match &when {
+            When::At(_) => None,
+            // Off-CPU samples come in time order per thread.
+            When::Off(off) => st.ran_again.insert(tid, off.end),
+        };
         let snap = match &when {
             When::At(time) => st.nearest(tid, *time, tolerance, n_evals),
-            When::Off(off) => st.while_off(tid, off, tolerance, n_evals),
+            When::Off(off) => st.while_off(tid, off, ran, tolerance, n_evals),
         };
         let Some(snap) = snap else {
             return;
@@ -847,6 +861,10 @@ fn run(shared: &Shared) {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             st.stacks
                 .retain(|_, q| q.back().is_some_and(|s| s.until + HISTORY_NS >= t));
+            let State {
+                stacks, ran_again, ..
+            } = &mut *st;
+            ran_again.retain(|tid, _| stacks.contains_key(tid));
         }
         // Sleep until the next read due, or the next look at a process not
         // yet found to run Python, or till new processes come.
@@ -931,7 +949,8 @@ mod tests {
 
     /// An off-CPU sample takes the stack read while its thread was
     /// blocked, however near the moment it blocked another read was; with
-    /// none read in that time, the one nearest that moment.
+    /// none read in that time, the last read while it ran up to the block;
+    /// none read then either, no Python frames (the eval loop's stay).
     #[test]
     fn an_off_cpu_sample_takes_the_stack_read_while_blocked() {
         let r = recorder(10);
@@ -939,15 +958,17 @@ mod tests {
             let mut st = r.lock();
             st.eval.insert(1, vec![(0x1000, 0x2000)]);
             let q = st.stacks.entry(7).or_default();
-            // The function it returned from, read just before it blocked
-            // at 100; the one it blocked in, read at 103 to 106.
-            let mut before = snap(90, &[(0, true)]);
-            before.until = 99;
-            q.push_back(before);
-            let mut during = snap(103, &[(1, true)]);
-            during.until = 106;
-            q.push_back(during);
-            q.push_back(snap(112, &[(2, true)]));
+            let mut push = |time: u64, until: u64, id: u32| {
+                let mut s = snap(time, &[(id, true)]);
+                s.until = until;
+                q.push_back(s);
+            };
+            // Blocks (off the CPU) 100..108, 113..120, 124..130, 131..135.
+            push(90, 99, 0); // running, just before the first block
+            push(103, 106, 1); // the first block
+            push(112, 112, 2); // running
+            push(121, 123, 3); // running
+            push(137, 137, 4); // running, after the last block
         }
         let b = PYTHON_BASE as usize;
         let off = |from: u64, to: u64| {
@@ -956,12 +977,14 @@ mod tests {
             r.off_cpu_sample(1, 7, from..to, 0, &[0x1100], &mut frames, &mut exact);
             frames
         };
+        // Read while blocked, though a read at 99 was nearer its start.
         assert_eq!(off(100, 108), [b + 1]);
-        // Known unchanged from 103 to 106: a block from 105 on.
-        assert_eq!(off(105, 111), [b + 1]);
-        // No read in 107..110: the nearest 107.
-        assert_eq!(off(107, 110), [b + 1]);
-        assert_eq!(off(110, 111), [b + 2]);
+        // None read while blocked: the read at 112, since it ran at 108.
+        assert_eq!(off(113, 120), [b + 2]);
+        assert_eq!(off(124, 130), [b + 3]);
+        // Nothing read since it ran at 130: the read at 123 was before
+        // its last block, the one at 137 after this one.
+        assert_eq!(off(131, 135), [0x1100]);
         // As a sample at one time, 100 takes the nearer read.
         let mut frames = vec![0x1100usize];
         r.sample(1, 7, 100, 0, &[0x1100], &mut frames, &mut vec![]);

@@ -84,10 +84,18 @@ pub struct RecordOptions {
     /// How far the copy may grow (default 61440: the kernel's 64 KiB
     /// bound on a sample less room for its registers and kernel frames).
     /// When more than 3% of a window's samples (at least 50 samples and
-    /// 0.1 s, at most a second) are cut, the unwinder having run off the end of the copy before the
-    /// thread's first frame, the events are opened again with a copy
-    /// twice as large, up to this ([`Recorded::stack_growth`]). Equal to
-    /// [`RecordOptions::stack_bytes`] (or below it): a fixed size.
+    /// 0.1 s, at most a second) are cut, the unwinder having run off the
+    /// end of the copy before the thread's first frame, the events are
+    /// opened again with a copy twice as large, up to this. When no sample
+    /// was cut for ten windows in a row and the whole chains read at most
+    /// a quarter of the copy, it shrinks to twice what they read (in
+    /// 512-byte steps, 1 KiB at least; never back to a size found too
+    /// small): on
+    /// this VM a CPU-bound program with shallow stacks paid about 0.4
+    /// points less of its run time with a 1 KiB copy than with 8 KiB
+    /// (BENCHMARKS.md). Each change is in [`Recorded::stack_growth`].
+    /// Equal to [`RecordOptions::stack_bytes`] (or below it): a fixed
+    /// size.
     pub stack_bytes_max: u32,
     /// Stop after this long (default: when the target ends or
     /// [`Control::stop`] is called).
@@ -194,8 +202,9 @@ pub trait SampleHook: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// The user stack copy grown during a recording: samples were cut at its
-/// end.
+/// The user stack copy resized during a recording: grown (`to > from`)
+/// when samples were cut at its end, shrunk when whole chains used far
+/// less of it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StackGrowth {
     /// When, since the recording started.
@@ -206,6 +215,97 @@ pub struct StackGrowth {
     pub to: u32,
     /// The share of the last window's user samples that were cut (0-100).
     pub cut_percent: f64,
+    /// When it shrank (`to < from`): the most bytes of the copy a whole
+    /// chain read in the ten windows before (a second or so); 0 when it
+    /// grew.
+    pub used: u32,
+}
+
+/// Sizes the user stack copy from window to window (see
+/// [`RecordOptions::stack_bytes_max`]): twice as large when more than 3%
+/// of a window's samples were cut at its end; down to twice what the
+/// whole chains read (in 512-byte steps, 1 KiB at least) when none was cut
+/// for [`CopySizer::QUIET_WINDOWS`] windows in a row and that is half the
+/// copy or less. Never back down to a size found too small: after growing
+/// from `n` bytes, not below `2n`.
+#[derive(Debug)]
+struct CopySizer {
+    max: u32,
+    /// The smallest size it may shrink to.
+    floor: u32,
+    /// Windows in a row with no sample cut, and the most bytes whole
+    /// chains read in each of the last [`CopySizer::QUIET_WINDOWS`]
+    /// (window `i` at `i % QUIET_WINDOWS`): the deep stacks of a
+    /// program's start (the dynamic loader's) age out.
+    quiet: u32,
+    recent: [u32; CopySizer::QUIET_WINDOWS as usize],
+    /// The most of those at the last shrink.
+    used: u32,
+}
+
+impl CopySizer {
+    /// Windows (each 0.1 s and 50 samples at least) with no sample cut
+    /// before a shrink.
+    const QUIET_WINDOWS: u32 = 10;
+    /// The smallest copy it shrinks to.
+    const MIN_BYTES: u32 = 1024;
+    /// A shrunk copy is a multiple of this.
+    const STEP: u32 = 512;
+
+    /// A copy of `size` bytes that may grow up to `max`; `size == max`
+    /// (or more): a fixed size.
+    fn new(size: u32, max: u32) -> CopySizer {
+        CopySizer {
+            max,
+            floor: if max > size {
+                Self::MIN_BYTES
+            } else {
+                u32::MAX
+            },
+            quiet: 0,
+            recent: [0; Self::QUIET_WINDOWS as usize],
+            used: 0,
+        }
+    }
+
+    /// The size to reopen the events with after a window of `user`
+    /// samples, `cut` of them cut, whose whole chains read at most `used`
+    /// bytes of the copy of `size`; `None` to keep it.
+    fn next(&mut self, size: u32, user: u64, cut: u64, used: u32) -> Option<u32> {
+        if user >= 50 && cut * 100 > user * 3 {
+            self.quiet = 0;
+            return (size < self.max).then(|| (size * 2).min(self.max));
+        }
+        if cut > 0 || user < 50 {
+            self.quiet = 0;
+            return None;
+        }
+        self.recent[(self.quiet % Self::QUIET_WINDOWS) as usize] = used;
+        self.quiet = self.quiet.saturating_add(1);
+        if self.quiet < Self::QUIET_WINDOWS {
+            return None;
+        }
+        self.used = self.recent.iter().copied().max().unwrap_or(0);
+        let to = (self.used.max(8) * 2)
+            .next_multiple_of(Self::STEP)
+            .max(self.floor);
+        (to <= size / 2).then_some(to)
+    }
+
+    /// The events were opened again with a copy of `to` bytes (from
+    /// `from`).
+    fn changed(&mut self, from: u32, to: u32) {
+        if to > from {
+            self.floor = self.floor.max(from.saturating_mul(2));
+        }
+        self.quiet = 0;
+    }
+
+    /// The events could not be opened again: the copy stays.
+    fn fixed(&mut self) {
+        self.max = 0;
+        self.floor = u32::MAX;
+    }
 }
 
 /// State dropped to stay under [`RecordOptions::memory_budget`].
@@ -314,7 +414,8 @@ pub struct Recorded {
     /// [`Control::forward`]); `None` for a running process, and for a
     /// command the recording ended (a duration, [`Control::stop`]).
     pub status: Option<ExitStatus>,
-    /// Each time the user stack copy grew ([`RecordOptions::stack_bytes_max`]).
+    /// Each time the user stack copy grew or shrank
+    /// ([`RecordOptions::stack_bytes_max`]).
     pub stack_growth: Vec<StackGrowth>,
     /// The user stack copy at the end, in bytes.
     pub stack_bytes: u32,
@@ -396,6 +497,8 @@ struct CopiedStack<'a> {
     /// Whether a read went past the copy's end (the stack goes on there,
     /// uncopied, when the copy was full).
     past_end: bool,
+    /// How far into the copy the reads went, in bytes.
+    used: u64,
 }
 
 impl Memory for CopiedStack<'_> {
@@ -408,6 +511,7 @@ impl Memory for CopiedStack<'_> {
             return Err(ReadError::OutOfBounds(addr));
         }
         let o = off as usize;
+        self.used = self.used.max(off + 8);
         Ok(u64::from_le_bytes(self.data[o..o + 8].try_into().unwrap()))
     }
 }
@@ -922,6 +1026,8 @@ struct Recording<'o> {
     /// copy, since the last look ([`RecordOptions::stack_bytes_max`]).
     window_user: u64,
     window_cut: u64,
+    /// The most bytes of the copy a whole chain read since the last look.
+    window_used: u32,
 }
 
 /// A record of the context-switch event.
@@ -1019,6 +1125,7 @@ impl<'o> Recording<'o> {
             state_bytes: 0,
             window_user: 0,
             window_cut: 0,
+            window_used: 0,
         }
     }
 }
@@ -1292,16 +1399,20 @@ impl Recording<'_> {
             base: sp,
             data,
             past_end: false,
+            used: 0,
         };
         let mut unwound = std::mem::take(&mut self.unwound);
         unwinder.unwind_into(&mut mem, thread, 256, &mut unwound);
+        // Cut: the walk stopped reading past the end of a full copy,
+        // short of the thread's first frame.
+        let cut = full && mem.past_end && unwound.stop.is_some();
         if kind == sys::EventKind::CpuClock {
-            // Cut: the walk stopped reading past the end of a full copy,
-            // short of the thread's first frame.
             self.window_user += 1;
-            if full && mem.past_end && unwound.stop.is_some() {
-                self.window_cut += 1;
-            }
+            self.window_cut += u64::from(cut);
+        }
+        if !cut {
+            // Off-CPU samples too: their chains share the copy's size.
+            self.window_used = self.window_used.max(mem.used as u32);
         }
         if self.opts.memory_budget.is_some() {
             // The modules this sample went through are the most recent.
@@ -1890,6 +2001,7 @@ pub fn record_rotating(
     };
     let pages = pages_for(spec.stack_bytes);
     let mut stack_growth = Vec::new();
+    let mut sizer = CopySizer::new(spec.stack_bytes, stack_max);
     // On the heap: the recorder's own samples (`record -a` samples it too)
     // are unwound from the stack the kernel copies, 8 KiB at first, and
     // its frames from `main` to the unwinder's must fit in it.
@@ -1943,13 +2055,14 @@ pub fn record_rotating(
                 || window >= Duration::from_secs(1))
         {
             last_window = Instant::now();
-            let (user, cut) = (rec.window_user, rec.window_cut);
+            let (user, cut, used) = (rec.window_user, rec.window_cut, rec.window_used);
             rec.window_user = 0;
             rec.window_cut = 0;
-            if spec.stack_bytes < stack_max && user >= 50 && cut * 100 > user * 3 {
+            rec.window_used = 0;
+            if let Some(to) = sizer.next(spec.stack_bytes, user, cut, used) {
                 let from = spec.stack_bytes;
                 let mut grown = sys::EventSpec {
-                    stack_bytes: (from * 2).min(stack_max),
+                    stack_bytes: to,
                     enable_on_exec: false,
                     ..spec
                 };
@@ -1969,15 +2082,18 @@ pub fn record_rotating(
                         // against the new one.
                         rec.window_user = 0;
                         rec.window_cut = 0;
+                        rec.window_used = 0;
                         stack_growth.push(StackGrowth {
                             at: started.elapsed(),
                             from,
                             to: spec.stack_bytes,
-                            cut_percent: cut as f64 * 100.0 / user as f64,
+                            cut_percent: cut as f64 * 100.0 / user.max(1) as f64,
+                            used: if to < from { sizer.used } else { 0 },
                         });
+                        sizer.changed(from, to);
                     }
                     // Not to be opened again: the copy stays.
-                    Err(_) => spec.stack_bytes = stack_max,
+                    Err(_) => sizer.fixed(),
                 }
             }
         }
@@ -2447,5 +2563,72 @@ mod tests {
         space.dirty = true;
         space.unwinder(&lookup, pid, machine);
         assert_eq!(space.module_records(), recs);
+    }
+}
+
+#[cfg(test)]
+mod sizer_tests {
+    use super::CopySizer;
+
+    /// `n` windows of 200 samples, `cut` of each cut, whole chains
+    /// reading `used` bytes: the sizes the sizer asked for.
+    fn windows(s: &mut CopySizer, size: &mut u32, n: u32, cut: u64, used: u32) -> Vec<u32> {
+        let mut asked = Vec::new();
+        for _ in 0..n {
+            if let Some(to) = s.next(*size, 200, cut, used) {
+                s.changed(*size, to);
+                *size = to;
+                asked.push(to);
+            }
+        }
+        asked
+    }
+
+    /// Grown when more than 3% are cut; shrunk to twice what whole chains
+    /// read in the last ten quiet windows; grown again when that was too
+    /// small, and never back below a size found too small.
+    #[test]
+    fn the_copy_grows_shrinks_and_settles() {
+        let mut s = CopySizer::new(8192, 61440);
+        let mut size = 8192;
+        // The program's start read 5000 bytes: no shrink while that
+        // window is one of the last ten.
+        assert_eq!(windows(&mut s, &mut size, 1, 0, 5000), []);
+        // 1008 bytes read: 2048 after ten such windows, not before.
+        assert_eq!(windows(&mut s, &mut size, 9, 0, 1008), []);
+        assert_eq!(windows(&mut s, &mut size, 1, 0, 1008), [2048]);
+        // One cut sample in 200 (0.5%): no growth, and no shrink either.
+        assert_eq!(windows(&mut s, &mut size, 20, 1, 100), []);
+        // Deeper chains now: cut, grown to 4096; 2048 was too small, so
+        // 4096 stays however little later chains read.
+        assert_eq!(windows(&mut s, &mut size, 1, 50, 0), [4096]);
+        assert_eq!(windows(&mut s, &mut size, 30, 0, 100), []);
+        assert_eq!(size, 4096);
+        // Up to the bound.
+        assert_eq!(
+            windows(&mut s, &mut size, 10, 100, 0),
+            [8192, 16384, 32768, 61440]
+        );
+    }
+
+    /// A fixed size (the bound at the start size) never changes; nor does
+    /// one whose reopening failed. A small window (under 50 samples) says
+    /// nothing.
+    #[test]
+    fn fixed_copies_and_small_windows() {
+        let mut s = CopySizer::new(8192, 8192);
+        let mut size = 8192;
+        assert_eq!(windows(&mut s, &mut size, 30, 0, 100), []);
+        assert_eq!(windows(&mut s, &mut size, 3, 100, 0), []);
+        let mut s = CopySizer::new(8192, 61440);
+        s.fixed();
+        assert_eq!(windows(&mut s, &mut size, 30, 0, 100), []);
+        assert_eq!(windows(&mut s, &mut size, 3, 100, 0), []);
+        let mut s = CopySizer::new(8192, 61440);
+        for _ in 0..30 {
+            assert_eq!(s.next(8192, 49, 0, 100), None);
+        }
+        // 100 bytes read: 1 KiB, the least.
+        assert_eq!(windows(&mut s, &mut size, 10, 0, 100), [1024]);
     }
 }
