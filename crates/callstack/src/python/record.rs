@@ -359,17 +359,9 @@ impl SampleHook for PythonRecorder {
     }
 
     fn left_cpu(&self, pid: u32, _tid: u32, _time: u64) {
-        let mut st = self.lock();
-        if !st.eval.contains_key(&pid) {
-            if !st.seen.contains(&pid) {
-                st.register(pid);
-                self.shared.wake.notify_one();
-            }
-            return;
-        }
         // A read per two samples on the CPU, per block off it (each block
         // takes the stack read during it).
-        *st.samples.entry(pid).or_default() += SAMPLES_PER_READ;
+        self.count(&mut self.lock(), pid, SAMPLES_PER_READ);
     }
 
     fn off_cpu_sample(
@@ -413,6 +405,21 @@ impl SampleHook for PythonRecorder {
 }
 
 impl PythonRecorder {
+    /// Counts `n` samples of process `pid` toward its next tally (see
+    /// [`State::tally`]); `false` when it is not known to run Python (it
+    /// is looked at, the first time).
+    fn count(&self, st: &mut State, pid: u32, n: u64) -> bool {
+        if !st.eval.contains_key(&pid) {
+            if !st.seen.contains(&pid) {
+                st.register(pid);
+                self.shared.wake.notify_one();
+            }
+            return false;
+        }
+        *st.samples.entry(pid).or_default() += n;
+        true
+    }
+
     /// [`SampleHook::sample`] and [`SampleHook::off_cpu_sample`]: the
     /// thread's Python stack read `when` the sample's stack was its own
     /// replaces the evaluation loop's frames.
@@ -428,15 +435,10 @@ impl PythonRecorder {
         exact: &mut Vec<u32>,
     ) {
         let mut st = self.lock();
-        if !st.eval.contains_key(&pid) {
-            if !st.seen.contains(&pid) {
-                st.register(pid);
-                self.shared.wake.notify_one();
-            }
+        // An off-CPU sample was counted as its thread left the CPU.
+        let n = u64::from(matches!(when, When::At(_)));
+        if !self.count(&mut st, pid, n) {
             return;
-        }
-        if let When::At(_) = when {
-            *st.samples.entry(pid).or_default() += 1;
         }
         let every = u64::from(st.read_every.get(&pid).copied().unwrap_or(1));
         let tolerance = self.shared.tolerance_ns + (every - 1) * self.shared.period_ns();
