@@ -83,6 +83,14 @@ extern "C" fn init() {
             return;
         }
     };
+    // The sampler's threads (the profiler's collector, the writer) never
+    // take a fatal signal: created with those blocked, they keep them
+    // blocked. One sent to the process is then taken by a thread of the
+    // program's; taken by the writer, it would wait for itself, by the
+    // collector, for a stop that joins it (seen on a loaded machine: a
+    // program thread preempted with a SIGPROF pending does not take a
+    // signal sent to its process).
+    let mask = block_fatal();
     match Profiler::start(hz) {
         Ok(p) => {
             *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = Some((p, file));
@@ -92,6 +100,24 @@ extern "C" fn init() {
             catch_fatal_signals();
         }
         Err(e) => eprintln!("callstack record: cannot start the in-process sampler: {e}"),
+    }
+    // SAFETY: restores this thread's mask as it was.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut()) };
+}
+
+/// Blocks the signals of [`FATAL`] in this thread; the mask before.
+fn block_fatal() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data, set up by sigemptyset and sigaddset;
+    // pthread_sigmask writes the old mask into ours.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in FATAL {
+            libc::sigaddset(&mut set, sig);
+        }
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        old
     }
 }
 
