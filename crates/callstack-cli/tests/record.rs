@@ -1651,8 +1651,9 @@ fn whole_host_pid_labels() {
 /// threads, the second started before the copy grows) gets its whole
 /// chains, 200 `descend` frames down from `main` or the thread's start, and
 /// stderr says the copy grew; with `--stack-size 8192` the copy stays (the
-/// chains are cut); a shallow program's copy shrinks to what its chains
-/// need (they stay whole).
+/// chains are cut); a shallow program's copy stays by default, and with
+/// `--stack-size-min 1024` shrinks to what its chains need (they stay
+/// whole).
 #[test]
 fn stack_copy_grows_for_deep_stacks() {
     if !perf_allowed() {
@@ -1722,10 +1723,28 @@ fn stack_copy_grows_for_deep_stacks() {
     let shallow = Gcc::new(&["prof_hot.c"])
         .flags("-O2 -fomit-frame-pointer")
         .build(&dir.join("prof_hot"));
-    let (f, stderr) = rec("shallow", &[], &shallow, &["2.5", "2"]);
+    // By default the copy of a shallow program neither grows nor shrinks.
+    let (f, stderr) = rec("shallow", &[], &shallow, &["1.0", "1"]);
     assert!(!stderr.contains("grew"), "{stderr}");
+    assert!(!stderr.contains("shrank"), "{stderr}");
     assert!(f.contains("hot_seventy"), "{f}");
-    // Its chains are whole.
+    // Allowed to, it shrinks to twice what its chains read (about 1 KiB
+    // from a thread's start: libc's frames there hold a jump buffer), and
+    // the chains stay whole.
+    let (f, stderr) = rec(
+        "shrinking",
+        &["--stack-size-min", "1024"],
+        &shallow,
+        &["2.5", "2"],
+    );
+    assert!(!stderr.contains("grew"), "{stderr}");
+    let shrank = stderr
+        .lines()
+        .find_map(|l| l.split("user stack copy shrank from 8192 to ").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or_else(|| panic!("no shrink: {stderr}"));
+    assert!((1024..=4096).contains(&shrank), "{stderr}");
     let (mut whole, mut all) = (0u64, 0u64);
     for line in f.lines() {
         let (path, v) = line.rsplit_once(' ').unwrap();

@@ -86,17 +86,22 @@ pub struct RecordOptions {
     /// When more than 3% of a window's samples (at least 50 samples and
     /// 0.1 s, at most a second) are cut, the unwinder having run off the
     /// end of the copy before the thread's first frame, the events are
-    /// opened again with a copy twice as large, up to this. When no sample
-    /// was cut for ten windows in a row and the whole chains read at most
-    /// a quarter of the copy, it shrinks to twice what they read (in
-    /// 512-byte steps, 1 KiB at least; never back to a size found too
-    /// small): on
-    /// this VM a CPU-bound program with shallow stacks paid about 0.4
-    /// points less of its run time with a 1 KiB copy than with 8 KiB
-    /// (BENCHMARKS.md). Each change is in [`Recorded::stack_growth`].
-    /// Equal to [`RecordOptions::stack_bytes`] (or below it): a fixed
-    /// size.
+    /// opened again with a copy twice as large, up to this. Each change is
+    /// in [`Recorded::stack_growth`]. Equal to
+    /// [`RecordOptions::stack_bytes`] (or below it): a fixed size.
     pub stack_bytes_max: u32,
+    /// How far the copy may shrink (default 8192, the start: it does not
+    /// shrink; at least 1024). Below the start, when no sample was cut
+    /// for ten windows in a row and the whole chains read at most a
+    /// quarter of the copy, it shrinks to twice what they read (in
+    /// 512-byte steps, not below this; never back to a size found too
+    /// small). On the VM of BENCHMARKS.md a CPU-bound program with shallow
+    /// stacks paid about 0.4 points less of its run time with a 2 KiB
+    /// copy than with 8 KiB. The cost: a rare deep frame met after the
+    /// shrink is cut, such as the loader's lazy binding
+    /// (`_dl_runtime_resolve_xsavec` saves the vector registers on the
+    /// stack, 1-3 KiB), until the copy has grown again.
+    pub stack_bytes_min: u32,
     /// Stop after this long (default: when the target ends or
     /// [`Control::stop`] is called).
     pub duration: Option<Duration>,
@@ -222,11 +227,12 @@ pub struct StackGrowth {
 }
 
 /// Sizes the user stack copy from window to window (see
-/// [`RecordOptions::stack_bytes_max`]): twice as large when more than 3%
+/// [`RecordOptions::stack_bytes_max`] and
+/// [`RecordOptions::stack_bytes_min`]): twice as large when more than 3%
 /// of a window's samples were cut at its end; down to twice what the
-/// whole chains read (in 512-byte steps, 1 KiB at least) when none was cut
-/// for [`CopySizer::QUIET_WINDOWS`] windows in a row and that is half the
-/// copy or less. Never back down to a size found too small: after growing
+/// whole chains read (in 512-byte steps, not below the least size) when
+/// none was cut for [`CopySizer::QUIET_WINDOWS`] windows in a row and that
+/// is half the copy or less. Never back down to a size found too small: after growing
 /// from `n` bytes, not below `2n`.
 #[derive(Debug)]
 struct CopySizer {
@@ -247,22 +253,18 @@ impl CopySizer {
     /// Windows (each 0.1 s and 50 samples at least) with no sample cut
     /// before a shrink.
     const QUIET_WINDOWS: u32 = 10;
-    /// The smallest copy it shrinks to: 8 KiB, the default start, so that
-    /// by default it does not shrink. A 2 KiB copy cut a chain through the
-    /// loader's lazy binding (`_dl_runtime_resolve_xsavec` saves the
-    /// vector registers on the stack) late in a run; a margin for such
-    /// frames is not worked out yet.
-    const MIN_BYTES: u32 = 8192;
+    /// The smallest copy it ever shrinks to.
+    const MIN_BYTES: u32 = 1024;
     /// A shrunk copy is a multiple of this.
     const STEP: u32 = 512;
 
-    /// A copy of `size` bytes that may grow up to `max`; `size == max`
-    /// (or more): a fixed size.
-    fn new(size: u32, max: u32) -> CopySizer {
+    /// A copy of `size` bytes that may grow up to `max` and shrink down to
+    /// `min`; `min <= size <= max`, else (`size >= max`) a fixed size.
+    fn new(size: u32, min: u32, max: u32) -> CopySizer {
         CopySizer {
             max,
             floor: if max > size {
-                Self::MIN_BYTES
+                min.max(Self::MIN_BYTES)
             } else {
                 u32::MAX
             },
@@ -340,6 +342,7 @@ impl RecordOptions {
             target,
             stack_bytes: 8192,
             stack_bytes_max: 61440,
+            stack_bytes_min: 8192,
             duration: None,
             lookup: Lookup::default(),
             kernel: true,
@@ -2005,7 +2008,11 @@ pub fn record_rotating(
     };
     let pages = pages_for(spec.stack_bytes);
     let mut stack_growth = Vec::new();
-    let mut sizer = CopySizer::new(spec.stack_bytes, stack_max);
+    let mut sizer = CopySizer::new(
+        spec.stack_bytes,
+        opts.stack_bytes_min.clamp(64, 65528) & !7,
+        stack_max,
+    );
     // On the heap: the recorder's own samples (`record -a` samples it too)
     // are unwound from the stack the kernel copies, 8 KiB at first, and
     // its frames from `main` to the unwinder's must fit in it.
@@ -2593,8 +2600,7 @@ mod sizer_tests {
     /// small, and never back below a size found too small.
     #[test]
     fn the_copy_grows_shrinks_and_settles() {
-        let mut s = CopySizer::new(8192, 61440);
-        s.floor = 1024;
+        let mut s = CopySizer::new(8192, 1024, 61440);
         let mut size = 8192;
         // The program's start read 5000 bytes: no shrink while that
         // window is one of the last ten.
@@ -2621,20 +2627,26 @@ mod sizer_tests {
     /// nothing.
     #[test]
     fn fixed_copies_and_small_windows() {
-        let mut s = CopySizer::new(8192, 8192);
+        let mut s = CopySizer::new(8192, 8192, 8192);
         let mut size = 8192;
         assert_eq!(windows(&mut s, &mut size, 30, 0, 100), []);
         assert_eq!(windows(&mut s, &mut size, 3, 100, 0), []);
-        let mut s = CopySizer::new(8192, 61440);
+        let mut s = CopySizer::new(8192, 1024, 61440);
         s.fixed();
         assert_eq!(windows(&mut s, &mut size, 30, 0, 100), []);
         assert_eq!(windows(&mut s, &mut size, 3, 100, 0), []);
-        let mut s = CopySizer::new(16384, 61440);
-        s.floor = 1024;
+        let mut s = CopySizer::new(16384, 1024, 61440);
         for _ in 0..30 {
             assert_eq!(s.next(8192, 49, 0, 100), None);
         }
         // 100 bytes read: 1 KiB, the least.
         assert_eq!(windows(&mut s, &mut size, 10, 0, 100), [1024]);
+        // The default least size is the start: no shrink.
+        let mut s = CopySizer::new(8192, 8192, 61440);
+        let mut size = 8192;
+        assert_eq!(windows(&mut s, &mut size, 30, 0, 100), []);
+        // A least size of 4096: no lower.
+        let mut s = CopySizer::new(8192, 4096, 61440);
+        assert_eq!(windows(&mut s, &mut size, 30, 0, 100), [4096]);
     }
 }
