@@ -55,7 +55,8 @@ pub struct Args {
     /// Until `-d` or SIGINT/SIGTERM.
     #[arg(short = 'a', long = "all", conflicts_with_all = ["pid", "command", "preload"])]
     all: bool,
-    /// With `-a`: only these processes (comma-separated pids).
+    /// With `-a`: only these processes (comma-separated pids). With
+    /// `--off-cpu`, only their threads' context switches are sampled.
     #[arg(long, value_delimiter = ',', requires = "all")]
     pid_filter: Vec<u32>,
     /// With `-a`: only processes of these names (comma-separated, as in

@@ -1172,7 +1172,9 @@ fn off_cpu_time_by_blocking_stack() {
 /// `record -a --off-cpu` (the whole host: a whole CPU's context-switch
 /// records, of every task, are not a task's) on the program of
 /// [`off_cpu_time_by_blocking_stack`], started apart: the same shares
-/// within 5 points, stacks and totals for its 2 s.
+/// within 5 points, stacks and totals for its 2 s; narrowed by
+/// `--pid-filter` (the switches of its threads only are sampled) and by
+/// `--comm` (every task's switches, kept by name).
 #[test]
 fn off_cpu_whole_host() {
     if !whole_host_allowed() {
@@ -1184,18 +1186,21 @@ fn off_cpu_whole_host() {
     let cli = &release_artifacts().cli;
     let mut c = Command::new(&exe).arg("20.0").spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let data = dir.join("off.data");
-    let o = Command::new(cli)
-        .args(["record", "-q", "-a", "--off-cpu", "-d", "2", "--pid-filter"])
-        .arg(c.id().to_string())
-        .arg("-o")
-        .arg(&data)
-        .output()
-        .unwrap();
+    let pid = c.id().to_string();
+    for filter in [["--pid-filter", pid.as_str()], ["--comm", "offcpu"]] {
+        let data = dir.join("off.data");
+        let o = Command::new(cli)
+            .args(["record", "-q", "-a", "--off-cpu", "-d", "2"])
+            .args(filter)
+            .arg("-o")
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        check_off_cpu_shares(&data);
+    }
     let _ = c.kill();
     c.wait().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    check_off_cpu_shares(&data);
 }
 
 /// tests/fixtures/c/offcpu.c built in `dir`.

@@ -120,7 +120,9 @@ pub struct RecordOptions {
     /// <= 1), else [`RecordError::PerfRefused`].
     pub off_cpu: bool,
     /// With [`Target::All`]: keep only the samples of these processes
-    /// (empty: every process).
+    /// (empty: every process). With [`RecordOptions::off_cpu`], only the
+    /// context switches of their threads (and of the threads they create)
+    /// are sampled, not every task's.
     pub pid_filter: Vec<u32>,
     /// With [`Target::All`]: keep only the samples of processes with one
     /// of these names (`/proc/PID/comm`, the first 15 bytes of the
@@ -1904,16 +1906,7 @@ fn open_target(
         }
         Target::All => {
             root_pid = 0;
-            for cpu in 0..sys::cpus() {
-                for &kind in kinds {
-                    match open_event(-1, cpu, spec, kind, pages) {
-                        Ok(e) => events.push((e, kind)),
-                        // A CPU that is offline.
-                        Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {}
-                        Err(e) => return Err(RecordError::PerfRefused(e)),
-                    }
-                }
-            }
+            events = open_whole_host(opts, spec, kinds, pages)?;
         }
         Target::Command(argv) => {
             let Some(prog) = argv.first() else {
@@ -2237,11 +2230,12 @@ fn reopen(
     kinds: &[sys::EventKind],
     pages: usize,
 ) -> Result<Vec<(sys::Event, sys::EventKind)>, RecordError> {
+    if matches!(opts.target, Target::All) {
+        return open_whole_host(opts, spec, kinds, pages);
+    }
     let mut events = Vec::new();
     let mut tids: Vec<i32> = Vec::new();
-    if matches!(opts.target, Target::All) {
-        tids.push(-1);
-    } else {
+    {
         let mut pids: Vec<u32> = rec.spaces.keys().copied().collect();
         pids.push(rec.root_pid);
         pids.sort_unstable();
@@ -2265,6 +2259,69 @@ fn reopen(
             for &kind in kinds {
                 match open_event(tid, cpu, spec, kind, pages) {
                     Ok(e) => events.push((e, kind)),
+                    // A thread gone, a CPU offline.
+                    Err(e)
+                        if matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENODEV)) =>
+                    {
+                        break
+                    }
+                    Err(e) => return Err(RecordError::PerfRefused(e)),
+                }
+            }
+        }
+    }
+    Ok(events)
+}
+
+/// The events of a whole-host recording: every kind on every CPU; but
+/// with [`RecordOptions::pid_filter`], the context switches only of the
+/// threads of those processes (each event inherited by the threads they
+/// create), so that the kernel copies no stack at the switches of the
+/// rest of the host. (`--comm` names processes yet to start: its
+/// switches stay host-wide, filtered after the copy.)
+#[inline(never)]
+fn open_whole_host(
+    opts: &RecordOptions,
+    spec: &mut sys::EventSpec,
+    kinds: &[sys::EventKind],
+    pages: usize,
+) -> Result<Vec<(sys::Event, sys::EventKind)>, RecordError> {
+    let mut events = Vec::new();
+    let narrowed = !opts.pid_filter.is_empty();
+    for cpu in 0..sys::cpus() {
+        for &kind in kinds {
+            if narrowed && kind == sys::EventKind::Switches {
+                continue;
+            }
+            match open_event(-1, cpu, spec, kind, pages) {
+                Ok(e) => events.push((e, kind)),
+                // A CPU that is offline.
+                Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {}
+                Err(e) => return Err(RecordError::PerfRefused(e)),
+            }
+        }
+    }
+    if narrowed && kinds.contains(&sys::EventKind::Switches) {
+        // Per thread, inherited; the switch event takes no task records.
+        let mut per_thread = sys::EventSpec {
+            system_wide: false,
+            ..*spec
+        };
+        let mut tids = Vec::new();
+        for pid in &opts.pid_filter {
+            // A process gone (or never there) has nothing to record.
+            if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+                tids.extend(
+                    tasks
+                        .flatten()
+                        .filter_map(|t| t.file_name().to_str().and_then(|s| s.parse::<i32>().ok())),
+                );
+            }
+        }
+        for tid in tids {
+            for cpu in 0..sys::cpus() {
+                match open_event(tid, cpu, &mut per_thread, sys::EventKind::Switches, pages) {
+                    Ok(e) => events.push((e, sys::EventKind::Switches)),
                     // A thread gone, a CPU offline.
                     Err(e)
                         if matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENODEV)) =>
