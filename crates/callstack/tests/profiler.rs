@@ -89,8 +89,7 @@ fn shares_of_three_functions() {
     let cpu = profile.sample_type_index("cpu").unwrap();
     let total = profile.total(cpu);
     // On a loaded machine the collector may come late: a thread's ring
-    // (64 signals) overflows, or its timer is armed some time after it
-    // started. Lost signals count here; the shares below are of those
+    // overflows, or its timer is armed some time after it started. Lost signals count here; the shares below are of those
     // kept.
     let lost = profile.lost as i64 * profile.period;
     assert!(
@@ -161,4 +160,57 @@ fn profile_round_trips() {
 #[test]
 fn bad_rate_is_an_error() {
     assert!(Profiler::start(0).is_err());
+}
+
+/// Recurses `n` frames deep, then burns `ns` of CPU at the bottom.
+#[inline(never)]
+fn deep(n: u32, ns: u64) -> u64 {
+    if n == 0 {
+        return spin(ns);
+    }
+    // Not a tail call: each level keeps its frame.
+    std::hint::black_box(deep(n - 1, ns)).wrapping_add(1)
+}
+
+/// Samples 100 frames deep, about 100 words of a thread's ring each,
+/// taken for longer than the ring holds (8192 words at 100 Hz): the ring
+/// wraps around its end many times and every sample comes out whole, the
+/// recursion's return address 100 times in each.
+#[test]
+fn deep_samples_across_the_ring_end() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let p = Profiler::start(100).unwrap();
+    let worker = std::thread::Builder::new()
+        .name("deep".into())
+        .spawn(|| deep(100, 1_500_000_000))
+        .unwrap();
+    std::hint::black_box(worker.join().unwrap());
+    let profile = p.stop();
+    let tid = *profile
+        .threads
+        .iter()
+        .find(|(_, n)| n.as_str() == "deep")
+        .expect("the deep thread was found")
+        .0;
+    let (mut whole, mut all) = (0i64, 0i64);
+    for s in profile.stacks.iter().filter(|s| s.thread == Some(tid)) {
+        let mut counts = std::collections::HashMap::<usize, u32>::new();
+        for f in &s.frames {
+            *counts.entry(*f).or_default() += 1;
+        }
+        let most = counts.values().copied().max().unwrap_or(0);
+        all += s.values[0];
+        if most >= 100 {
+            whole += s.values[0];
+        }
+    }
+    eprintln!("{whole} whole of {all}, {} lost", profile.lost);
+    // 8192 words hold about 80 such samples: over 1.5 s at 100 Hz, some
+    // 150 (fewer where the kernel's timer coalesces periods).
+    assert!(
+        all + profile.lost as i64 >= 90,
+        "{all} samples, {} lost",
+        profile.lost
+    );
+    assert!(whole * 100 >= all * 95, "{whole} whole of {all}");
 }

@@ -8,7 +8,10 @@
 //! `pthread_create` wrapper), gives each its timer, and drains the
 //! samples. The `SIGPROF` handler captures the interrupted stack into a
 //! ring that belongs to its thread, allocated beforehand: no allocation, no
-//! lock, no system call. A full ring counts the sample as lost. The kernel
+//! lock, no system call. A sample takes two words plus one per frame of
+//! the ring (64 KiB, more above 819 Hz: a third of a second of samples or
+//! more), so shallow stacks fit many; a full ring counts the sample as
+//! lost. The kernel
 //! checks CPU timers at its scheduler tick (4 ms at `HZ=250`), so above
 //! that rate one signal may stand for several periods: each sample's
 //! `cpu/nanoseconds` value is the period times the timer's expirations
@@ -40,8 +43,16 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// Frames kept per sample (deeper stacks are cut at the outer end).
 pub const MAX_DEPTH: usize = 128;
-/// Samples a thread's ring holds between two drains.
-const RING: usize = 64;
+/// Words of a thread's ring at the least (64 KiB): a sample takes two
+/// words plus one per frame, so about 370 samples of 20 frames. Rates
+/// above 819 Hz get more (ten words per hertz, up to 512 KiB): a ring
+/// holds a third of a second of samples or more, for a collector kept from
+/// its CPU on a loaded machine.
+const RING_WORDS_MIN: usize = 8192;
+const RING_WORDS_MAX: usize = 65536;
+/// A ring's first word of a record that says "the rest of the ring up to
+/// its end is unused; the next record is at its start".
+const WRAP: usize = usize::MAX;
 /// How often the background thread drains the rings and looks for new
 /// threads.
 const POLL: Duration = Duration::from_millis(10);
@@ -71,33 +82,35 @@ impl std::fmt::Display for ProfilerError {
 
 impl std::error::Error for ProfilerError {}
 
-/// One captured sample.
-#[repr(C)]
-struct Entry {
-    len: usize,
-    /// Timer periods the sample stands for.
-    ticks: u64,
-    frames: [usize; MAX_DEPTH],
-}
-
-/// One thread's ring: written by the `SIGPROF` handler on that thread (the
-/// only producer: the signal is blocked while its handler runs), read by
-/// the background thread.
+/// One thread's ring of words: written by the `SIGPROF` handler on that
+/// thread (the only producer: the signal is blocked while its handler
+/// runs), read by the background thread. A sample is a record of `2 +
+/// len` words: `len`, the timer periods it stands for, then its `len`
+/// frames; a record never wraps around the ring's end (a [`WRAP`] word
+/// fills the end instead), so that the capture writes its frames in place.
 struct Slot {
     tid: u32,
-    ring: Box<[std::cell::UnsafeCell<Entry>]>,
-    /// Entries written (the producer's count).
+    ring: Box<[std::cell::UnsafeCell<usize>]>,
+    /// Words written (the producer's count).
     head: AtomicUsize,
-    /// Entries read (the consumer's count).
+    /// Words read (the consumer's count).
     tail: AtomicUsize,
     /// Samples dropped because the ring was full.
     lost: AtomicU64,
 }
 
-// SAFETY: an entry is written only by the producer while it owns it
-// (between `tail + RING` and `head`), read only by the consumer after the
-// producer published it with a release store of `head`.
+// SAFETY: words are written only by the producer while it owns them
+// (between `head` and `tail + ring.len()`), read only by the consumer
+// after the producer published them with a release store of `head`.
 unsafe impl Sync for Slot {}
+
+impl Slot {
+    /// The ring's words from `at` (modulo its length) to its end.
+    fn words(&self, at: usize) -> *mut usize {
+        let cap = self.ring.len();
+        std::cell::UnsafeCell::raw_get(self.ring[at % cap..].as_ptr())
+    }
+}
 
 /// Lets the handler tell whether a profiler is running and keeps `stop`
 /// from freeing slots while a handler may still read one.
@@ -134,24 +147,37 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
         // `stop` frees slots only after deleting their timers and seeing no
         // handler running.
         let slot = unsafe { &*(ti.value as *const Slot) };
-        let head = slot.head.load(Ordering::Relaxed);
+        let cap = slot.ring.len();
+        let mut head = slot.head.load(Ordering::Relaxed);
         let tail = slot.tail.load(Ordering::Acquire);
-        if head.wrapping_sub(tail) >= RING {
+        // Room for the deepest sample up to the ring's end, else the end
+        // is skipped.
+        let to_end = cap - head % cap;
+        let skip = if to_end < 2 + MAX_DEPTH { to_end } else { 0 };
+        if cap - head.wrapping_sub(tail) < skip + 2 + MAX_DEPTH {
             slot.lost.fetch_add(1, Ordering::Relaxed);
         } else if !ctx.is_null() {
-            // SAFETY: the entry at `head` is the producer's (not yet
-            // published, already consumed); `ctx` is the handler's
-            // ucontext.
+            // SAFETY: the words from `head` to `tail + cap` are the
+            // producer's (not yet published, already consumed), and the
+            // record's `2 + MAX_DEPTH` words lie before the ring's end;
+            // `ctx` is the handler's ucontext.
             unsafe {
-                let e = &mut *slot.ring[head % RING].get();
+                if skip != 0 {
+                    *slot.words(head) = WRAP;
+                    head = head.wrapping_add(skip);
+                }
+                let w = slot.words(head);
+                let frames = std::slice::from_raw_parts_mut(w.add(2), MAX_DEPTH);
+                let len = crate::capture_from_context(&*(ctx as *const libc::ucontext_t), frames)
+                    .min(MAX_DEPTH);
+                *w = len;
                 // Ticks that expired while this signal was pending: the
                 // kernel checks CPU timers at its scheduler tick (often 4
                 // ms), so at 1 kHz most signals stand for several periods.
-                e.ticks = 1 + ti.overrun.max(0) as u64;
-                e.len =
-                    crate::capture_from_context(&*(ctx as *const libc::ucontext_t), &mut e.frames);
+                *w.add(1) = 1 + ti.overrun.max(0) as usize;
+                head = head.wrapping_add(2 + len);
             }
-            slot.head.store(head.wrapping_add(1), Ordering::Release);
+            slot.head.store(head, Ordering::Release);
         }
     }
     IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
@@ -217,6 +243,8 @@ unsafe impl Send for Sampled {}
 /// The background thread's state.
 struct Collector {
     period_ns: i64,
+    /// Words of each thread's ring.
+    ring_words: usize,
     threads: HashMap<u32, Sampled>,
     profile: Profile,
     own_tid: u32,
@@ -268,14 +296,8 @@ impl Collector {
 
     /// A timer on `tid`'s CPU clock that signals `tid`.
     fn arm(&mut self, tid: u32) -> Option<Sampled> {
-        let ring = (0..RING)
-            .map(|_| {
-                std::cell::UnsafeCell::new(Entry {
-                    len: 0,
-                    ticks: 0,
-                    frames: [0; MAX_DEPTH],
-                })
-            })
+        let ring = (0..self.ring_words)
+            .map(|_| std::cell::UnsafeCell::new(0))
             .collect();
         let slot = Box::new(Slot {
             tid,
@@ -319,16 +341,25 @@ impl Collector {
 
     /// Moves the samples of a thread's ring into the profile.
     fn drain(profile: &mut Profile, slot: &Slot, period_ns: i64) {
+        let cap = slot.ring.len();
         let head = slot.head.load(Ordering::Acquire);
         let mut tail = slot.tail.load(Ordering::Relaxed);
         while tail != head {
-            // SAFETY: entries between tail and head are published and not
-            // written until `tail` moves past them.
-            let e = unsafe { &*slot.ring[tail % RING].get() };
-            let n = e.len.min(MAX_DEPTH);
-            let cpu = period_ns.saturating_mul(e.ticks as i64);
-            profile.add(&e.frames[..n], true, Some(slot.tid), &[1, cpu]);
-            tail = tail.wrapping_add(1);
+            // SAFETY: the words between tail and head are published and
+            // not written until `tail` moves past them; a record lies
+            // whole before the ring's end.
+            unsafe {
+                let w = slot.words(tail);
+                if *w == WRAP {
+                    tail = tail.wrapping_add(cap - tail % cap);
+                    continue;
+                }
+                let n = (*w).min(MAX_DEPTH);
+                let cpu = period_ns.saturating_mul(*w.add(1) as i64);
+                let frames = std::slice::from_raw_parts(w.add(2), n);
+                profile.add(frames, true, Some(slot.tid), &[1, cpu]);
+                tail = tail.wrapping_add(2 + n);
+            }
             slot.tail.store(tail, Ordering::Release);
         }
     }
@@ -392,6 +423,9 @@ impl Profiler {
             .spawn(move || {
                 let mut c = Collector {
                     period_ns: profile.period,
+                    ring_words: (hz as usize * 10)
+                        .clamp(RING_WORDS_MIN, RING_WORDS_MAX)
+                        .next_power_of_two(),
                     threads: HashMap::new(),
                     profile,
                     own_tid: gettid(),
