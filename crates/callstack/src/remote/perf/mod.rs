@@ -1879,30 +1879,21 @@ fn open_target(
             rec.main_exe = std::fs::read_link(format!("/proc/{pid}/exe"))
                 .ok()
                 .map(|p| p.to_string_lossy().into_owned());
-            let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-                .map_err(|_| RecordError::NoSuchProcess(*pid))?;
+            let tids = threads_of(*pid);
+            if tids.is_empty() {
+                return Err(RecordError::NoSuchProcess(*pid));
+            }
             let mut space = Space::default();
             space.read_proc_maps(*pid);
             rec.spaces.insert(*pid, space);
-            for t in tasks.flatten() {
-                let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                    continue;
-                };
+            for tid in &tids {
                 if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")) {
                     rec.profile
                         .threads
-                        .insert(tid as u32, name.trim_end().to_string());
-                }
-                for cpu in 0..sys::cpus() {
-                    for &kind in kinds {
-                        match open_event(tid, cpu, spec, kind, pages) {
-                            Ok(e) => events.push((e, kind)),
-                            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break,
-                            Err(e) => return Err(RecordError::PerfRefused(e)),
-                        }
-                    }
+                        .insert(*tid as u32, name.trim_end().to_string());
                 }
             }
+            open_on_threads(&tids, spec, kinds, pages, &mut events)?;
         }
         Target::All => {
             root_pid = 0;
@@ -2233,33 +2224,46 @@ fn reopen(
     if matches!(opts.target, Target::All) {
         return open_whole_host(opts, spec, kinds, pages);
     }
+    let mut pids: Vec<u32> = rec.spaces.keys().copied().collect();
+    pids.push(rec.root_pid);
+    pids.sort_unstable();
+    pids.dedup();
+    let tids: Vec<i32> = pids
+        .into_iter()
+        .filter(|&pid| descends_from(pid, rec.root_pid))
+        .flat_map(threads_of)
+        .collect();
     let mut events = Vec::new();
-    let mut tids: Vec<i32> = Vec::new();
-    {
-        let mut pids: Vec<u32> = rec.spaces.keys().copied().collect();
-        pids.push(rec.root_pid);
-        pids.sort_unstable();
-        pids.dedup();
-        for pid in pids {
-            if !descends_from(pid, rec.root_pid) {
-                continue;
-            }
-            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-                continue;
-            };
-            tids.extend(
-                tasks
-                    .flatten()
-                    .filter_map(|t| t.file_name().to_str().and_then(|s| s.parse::<i32>().ok())),
-            );
-        }
-    }
-    for tid in tids {
+    open_on_threads(&tids, spec, kinds, pages, &mut events)?;
+    Ok(events)
+}
+
+/// The threads of process `pid` now (none if it is gone).
+fn threads_of(pid: u32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .collect()
+}
+
+/// Opens `kinds` on each of `tids` on every CPU (each event inherited by
+/// the threads it creates) into `events`, passing over the threads gone
+/// meanwhile and the CPUs offline.
+fn open_on_threads(
+    tids: &[i32],
+    spec: &mut sys::EventSpec,
+    kinds: &[sys::EventKind],
+    pages: usize,
+    events: &mut Vec<(sys::Event, sys::EventKind)>,
+) -> Result<(), RecordError> {
+    for &tid in tids {
         for cpu in 0..sys::cpus() {
             for &kind in kinds {
                 match open_event(tid, cpu, spec, kind, pages) {
                     Ok(e) => events.push((e, kind)),
-                    // A thread gone, a CPU offline.
                     Err(e)
                         if matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENODEV)) =>
                     {
@@ -2270,7 +2274,7 @@ fn reopen(
             }
         }
     }
-    Ok(events)
+    Ok(())
 }
 
 /// The events of a whole-host recording: every kind on every CPU; but
@@ -2307,31 +2311,19 @@ fn open_whole_host(
             system_wide: false,
             ..*spec
         };
-        let mut tids = Vec::new();
-        for pid in &opts.pid_filter {
-            // A process gone (or never there) has nothing to record.
-            if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-                tids.extend(
-                    tasks
-                        .flatten()
-                        .filter_map(|t| t.file_name().to_str().and_then(|s| s.parse::<i32>().ok())),
-                );
-            }
-        }
-        for tid in tids {
-            for cpu in 0..sys::cpus() {
-                match open_event(tid, cpu, &mut per_thread, sys::EventKind::Switches, pages) {
-                    Ok(e) => events.push((e, sys::EventKind::Switches)),
-                    // A thread gone, a CPU offline.
-                    Err(e)
-                        if matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENODEV)) =>
-                    {
-                        break
-                    }
-                    Err(e) => return Err(RecordError::PerfRefused(e)),
-                }
-            }
-        }
+        // A process gone (or never there) has nothing to record.
+        let tids: Vec<i32> = opts
+            .pid_filter
+            .iter()
+            .flat_map(|&p| threads_of(p))
+            .collect();
+        open_on_threads(
+            &tids,
+            &mut per_thread,
+            &[sys::EventKind::Switches],
+            pages,
+            &mut events,
+        )?;
     }
     Ok(events)
 }
