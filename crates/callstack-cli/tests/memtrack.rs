@@ -400,6 +400,10 @@ fn report_of_a_heap_recording() {
     ] {
         assert!(body.contains(s), "{s} missing from the pprof string table");
     }
+    // Parca's server would take it.
+    let parsed = testsupport::pprof::parca_check(&raw.stdout)
+        .unwrap_or_else(|e| panic!("Parca would refuse it: {e}"));
+    assert_eq!(parsed.sample_types.len(), 4, "{:?}", parsed.sample_types);
     // go tool pprof (Debian golang-go) reads it: flat values by function.
     let flat = |index: &str| -> String {
         let o = Command::new("go")
@@ -550,4 +554,6 @@ fn sampled_tracking_estimates_every_site() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(raw.contains("PeriodType: space bytes"), "{raw}");
     assert!(raw.contains(&format!("Period: {n}")), "{raw}");
+    testsupport::pprof::parca_check(&std::fs::read(&pb).unwrap())
+        .unwrap_or_else(|e| panic!("Parca would refuse it: {e}"));
 }

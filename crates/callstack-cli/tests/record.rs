@@ -1105,6 +1105,10 @@ fn rotating_pprof_profiles() {
                     .lines()
                     .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
                     .unwrap();
+            // Parca's server would take it (its checks of ids and
+            // indices, stricter than go tool pprof's).
+            let parsed = testsupport::pprof::parca_check(&std::fs::read(f).unwrap())
+                .unwrap_or_else(|e| panic!("{name}: Parca would refuse it: {e}"));
             // Named or not; a short period (the program's last
             // milliseconds, or a loaded machine's) may miss hot_seventy.
             let samples = raw.lines().filter(|l| l.contains("thread_id:[")).count();
@@ -1112,6 +1116,14 @@ fn rotating_pprof_profiles() {
                 continue;
             }
             assert!(raw.contains(&id), "{name}: the program's build-id\n{raw}");
+            assert!(
+                parsed
+                    .mappings
+                    .iter()
+                    .any(|m| m.build_id == id && m.file.ends_with("prof_hot")),
+                "{name}: {:?}",
+                parsed.mappings
+            );
             if !symbolize || samples >= 50 {
                 assert_eq!(raw.contains("hot_seventy"), symbolize, "{name}\n{raw}");
             }
@@ -1533,6 +1545,12 @@ fn memory_budget_evicts_and_chains_resolve() {
         .collect();
     files.sort();
     assert!(files.len() >= 3, "{files:?}");
+    // Parca's server would take each (a whole host's: mappings of many
+    // processes, pid and comm labels).
+    for f in &files {
+        testsupport::pprof::parca_check(&std::fs::read(f).unwrap())
+            .unwrap_or_else(|e| panic!("{f:?}: Parca would refuse it: {e}"));
+    }
     let pprof = |args: &[&str], files: &[PathBuf]| -> String {
         run(Command::new("go")
             .args(["tool", "pprof"])

@@ -8,6 +8,7 @@
 pub mod alloc;
 pub mod crash;
 pub mod insn_lib;
+pub mod pprof;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
