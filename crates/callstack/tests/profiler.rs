@@ -182,7 +182,17 @@ fn deep_samples_across_the_ring_end() {
     let p = Profiler::start(100).unwrap();
     let worker = std::thread::Builder::new()
         .name("deep".into())
-        .spawn(|| deep(100, 1_500_000_000))
+        .spawn(|| {
+            let t = std::time::Instant::now();
+            let c0 = thread_cpu_ns();
+            let r = deep(100, 1_500_000_000);
+            eprintln!(
+                "deep thread: {:?} wall, {} ns cpu",
+                t.elapsed(),
+                thread_cpu_ns() - c0
+            );
+            r
+        })
         .unwrap();
     std::hint::black_box(worker.join().unwrap());
     let profile = p.stop();
@@ -190,7 +200,12 @@ fn deep_samples_across_the_ring_end() {
         .threads
         .iter()
         .find(|(_, n)| n.as_str() == "deep")
-        .expect("the deep thread was found")
+        .unwrap_or_else(|| {
+            panic!(
+                "no deep thread: {:?}, {} lost",
+                profile.threads, profile.lost
+            )
+        })
         .0;
     let (mut whole, mut all) = (0i64, 0i64);
     for s in profile.stacks.iter().filter(|s| s.thread == Some(tid)) {

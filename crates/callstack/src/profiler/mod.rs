@@ -245,9 +245,13 @@ struct Collector {
     period_ns: i64,
     /// Words of each thread's ring.
     ring_words: usize,
+    /// Threads armed at the last scan, named again at the next.
+    name_again: Vec<u32>,
     threads: HashMap<u32, Sampled>,
     profile: Profile,
     own_tid: u32,
+    /// The thread building the unwind tables at the start (not sampled).
+    prep_tid: u32,
     lost: u64,
 }
 
@@ -260,6 +264,13 @@ impl Collector {
     /// Gives every thread of the process without one a timer; stops
     /// sampling the threads that are gone.
     fn scan(&mut self) {
+        // A thread is often found before it names itself (Rust's threads
+        // and `pthread_setname_np` name themselves once running; under
+        // qemu-user the gap is long): its name is read again at the next
+        // scan.
+        for tid in std::mem::take(&mut self.name_again) {
+            self.name(tid);
+        }
         let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
             return;
         };
@@ -269,16 +280,13 @@ impl Collector {
                 continue;
             };
             live.push(tid);
-            if tid == self.own_tid || self.threads.contains_key(&tid) {
+            if tid == self.own_tid || tid == self.prep_tid || self.threads.contains_key(&tid) {
                 continue;
             }
             if let Some(s) = self.arm(tid) {
                 self.threads.insert(tid, s);
-                if let Ok(name) = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")) {
-                    self.profile
-                        .threads
-                        .insert(tid, name.trim_end().to_string());
-                }
+                self.name(tid);
+                self.name_again.push(tid);
             }
         }
         let gone: Vec<u32> = self
@@ -291,6 +299,16 @@ impl Collector {
             if let Some(s) = self.threads.remove(&tid) {
                 self.retire(s);
             }
+        }
+    }
+
+    /// Names thread `tid` in the profile by its `comm` now (kept as it was
+    /// when the thread is gone).
+    fn name(&mut self, tid: u32) {
+        if let Ok(name) = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")) {
+            self.profile
+                .threads
+                .insert(tid, name.trim_end().to_string());
         }
     }
 
@@ -426,16 +444,31 @@ impl Profiler {
                     ring_words: (hz as usize * 10)
                         .clamp(RING_WORDS_MIN, RING_WORDS_MAX)
                         .next_power_of_two(),
+                    name_again: Vec::new(),
                     threads: HashMap::new(),
                     profile,
                     own_tid: gettid(),
+                    prep_tid: 0,
                     lost: 0,
                 };
+                // Compiled unwind tables make captures cheaper; until they
+                // are ready, captures read `.eh_frame_hdr` directly. Built
+                // on a thread of their own: it takes seconds in a debug
+                // build under qemu-user, and threads started meanwhile
+                // must be found and sampled.
+                let (prep_tx, prep_rx) = std::sync::mpsc::channel();
+                let prep = std::thread::Builder::new()
+                    .name("callstack-prep".into())
+                    .spawn(move || {
+                        let _ = prep_tx.send(gettid());
+                        crate::prepare();
+                    });
+                match prep {
+                    Ok(_) => c.prep_tid = prep_rx.recv().unwrap_or(0),
+                    Err(_) => drop(crate::prepare()),
+                }
                 c.scan();
                 let _ = tx.send(());
-                // Compiled unwind tables make captures cheaper; until they
-                // are ready, captures read `.eh_frame_hdr` directly.
-                crate::prepare();
                 while !stop2.load(Ordering::Acquire) {
                     std::thread::park_timeout(POLL);
                     c.drain_all();
@@ -481,6 +514,9 @@ impl Profiler {
         ACTIVE.store(false, Ordering::SeqCst);
         while IN_HANDLER.load(Ordering::SeqCst) != 0 {
             std::hint::spin_loop();
+        }
+        for tid in std::mem::take(&mut c.name_again) {
+            c.name(tid);
         }
         let all: Vec<Sampled> = c.threads.drain().map(|(_, s)| s).collect();
         for s in all {
