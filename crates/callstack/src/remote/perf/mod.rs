@@ -1915,7 +1915,7 @@ fn open_target(
             rec.exe_pending = true;
             for cpu in 0..sys::cpus() {
                 for &kind in kinds {
-                    match open_event(root_pid as i32, cpu, spec, kind, pages) {
+                    match open_event(root_pid as i32, cpu, spec, kind, pages, None) {
                         Ok(e) => events.push((e, kind)),
                         Err(e) => {
                             if let Some(c) = child.take() {
@@ -2251,7 +2251,10 @@ fn threads_of(pid: u32) -> Vec<i32> {
 
 /// Opens `kinds` on each of `tids` on every CPU (each event inherited by
 /// the threads it creates) into `events`, passing over the threads gone
-/// meanwhile and the CPUs offline.
+/// meanwhile and the CPUs offline. One ring per CPU and kind, as perf
+/// does: the first thread's event maps it, the others write into it (a
+/// ring per thread and CPU cost 256 KiB or more each, 100 MB for a
+/// process of 200 threads on 2 CPUs).
 fn open_on_threads(
     tids: &[i32],
     spec: &mut sys::EventSpec,
@@ -2259,11 +2262,19 @@ fn open_on_threads(
     pages: usize,
     events: &mut Vec<(sys::Event, sys::EventKind)>,
 ) -> Result<(), RecordError> {
+    let mut rings: HashMap<(i32, sys::EventKind), usize> = HashMap::new();
     for &tid in tids {
         for cpu in 0..sys::cpus() {
             for &kind in kinds {
-                match open_event(tid, cpu, spec, kind, pages) {
-                    Ok(e) => events.push((e, kind)),
+                let into = rings.get(&(cpu, kind)).map(|&i| &events[i].0);
+                let owner = into.is_none();
+                match open_event(tid, cpu, spec, kind, pages, into) {
+                    Ok(e) => {
+                        if owner {
+                            rings.insert((cpu, kind), events.len());
+                        }
+                        events.push((e, kind));
+                    }
                     Err(e)
                         if matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENODEV)) =>
                     {
@@ -2297,7 +2308,7 @@ fn open_whole_host(
             if narrowed && kind == sys::EventKind::Switches {
                 continue;
             }
-            match open_event(-1, cpu, spec, kind, pages) {
+            match open_event(-1, cpu, spec, kind, pages, None) {
                 Ok(e) => events.push((e, kind)),
                 // A CPU that is offline.
                 Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {}
@@ -2493,7 +2504,8 @@ fn exec_error(mut pipe: std::fs::File) -> Option<i32> {
     (got == 4).then(|| i32::from_ne_bytes(b))
 }
 
-/// Opens an event; when kernel frames are refused (EACCES/EPERM under
+/// Opens an event (with a ring of its own, or writing into `into`'s);
+/// when kernel frames are refused (EACCES/EPERM under
 /// `perf_event_paranoid`), goes on without them.
 #[inline(never)]
 fn open_event(
@@ -2502,15 +2514,17 @@ fn open_event(
     spec: &mut sys::EventSpec,
     kind: sys::EventKind,
     pages: usize,
+    into: Option<&sys::Event>,
 ) -> std::io::Result<sys::Event> {
-    match sys::Event::open(pid, cpu, spec, kind, pages) {
+    match sys::Event::open(pid, cpu, spec, kind, pages, into) {
         Err(e)
             if spec.kernel_callchain
                 && kind == sys::EventKind::CpuClock
+                && into.is_none()
                 && matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) =>
         {
             spec.kernel_callchain = false;
-            sys::Event::open(pid, cpu, spec, kind, pages)
+            sys::Event::open(pid, cpu, spec, kind, pages, into)
         }
         r => r,
     }

@@ -11,6 +11,8 @@ const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
 /// `PERF_COUNT_SW_CONTEXT_SWITCHES`.
 const PERF_COUNT_SW_CONTEXT_SWITCHES: u64 = 3;
+/// `PERF_EVENT_IOC_SET_OUTPUT`: `_IO('$', 5)`.
+const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
 
 pub(crate) const SAMPLE_IP: u64 = 1 << 0;
 pub(crate) const SAMPLE_TID: u64 = 1 << 1;
@@ -81,7 +83,7 @@ pub(crate) struct EventSpec {
 }
 
 /// Which event [`Event::open`] opens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum EventKind {
     /// cpu-clock, sampled at `hz`, with the task's mmap, comm and fork
     /// records.
@@ -104,14 +106,17 @@ pub(crate) struct Event {
 impl Event {
     /// Opens a cpu-clock event on task `pid` while it runs on `cpu`,
     /// inherited by the threads and processes it creates, and maps `pages`
-    /// data pages (a power of two). One per CPU: the kernel refuses to map
-    /// an inherited event of every CPU.
+    /// data pages (a power of two); or, with `into` (an event of the same
+    /// CPU, kind and spec), writes its records into `into`'s ring and maps
+    /// none, as perf shares a ring per CPU among a process's threads. One
+    /// per CPU: the kernel refuses to map an inherited event of every CPU.
     pub(crate) fn open(
         pid: i32,
         cpu: i32,
         spec: &EventSpec,
         kind: EventKind,
         pages: usize,
+        into: Option<&Event>,
     ) -> io::Result<Event> {
         let switches = kind == EventKind::Switches;
         let mut attr = Attr {
@@ -189,6 +194,22 @@ impl Event {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
+        if let Some(into) = into {
+            // SAFETY: both fds are perf events of ours.
+            let r = unsafe { libc::ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, into.fd) };
+            if r != 0 {
+                let e = io::Error::last_os_error();
+                // SAFETY: our fd.
+                unsafe { libc::close(fd) };
+                return Err(e);
+            }
+            return Ok(Event {
+                fd,
+                base: std::ptr::null_mut(),
+                len: 0,
+                data_size: 0,
+            });
+        }
         let len = (pages + 1) * page_size();
         // SAFETY: mapping the event's ring buffer as perf_event_open(2) says.
         let base = unsafe {
@@ -227,6 +248,9 @@ impl Event {
     /// stack copy): copying each one out first was a sixth of a
     /// whole-host recording's CPU.
     pub(crate) fn drain(&self, scratch: &mut Vec<u8>, mut each: impl FnMut(&[u8])) {
+        if self.base.is_null() {
+            return; // its records are in another event's ring
+        }
         // SAFETY: the metadata page is mapped; data_head (offset 1024) is
         // written by the kernel, read with acquire ordering; data_tail (1032)
         // is ours. Data pages follow the metadata page. The kernel writes
@@ -273,7 +297,9 @@ impl Drop for Event {
     fn drop(&mut self) {
         // SAFETY: our mapping and fd.
         unsafe {
-            libc::munmap(self.base.cast(), self.len);
+            if !self.base.is_null() {
+                libc::munmap(self.base.cast(), self.len);
+            }
             libc::close(self.fd);
         }
     }
