@@ -2251,10 +2251,13 @@ fn threads_of(pid: u32) -> Vec<i32> {
 
 /// Opens `kinds` on each of `tids` on every CPU (each event inherited by
 /// the threads it creates) into `events`, passing over the threads gone
-/// meanwhile and the CPUs offline. One ring per CPU and kind, as perf
-/// does: the first thread's event maps it, the others write into it (a
-/// ring per thread and CPU cost 256 KiB or more each, 100 MB for a
-/// process of 200 threads on 2 CPUs).
+/// meanwhile and the CPUs offline. The cpu-clock events share one ring
+/// per CPU, as perf does: the first thread's event maps it, the others
+/// write into it (a ring per thread and CPU cost 256 KiB or more each,
+/// 100 MB for a process of 200 threads on 2 CPUs); a CPU yields at most
+/// `hz` of their samples a second. The switch events keep a ring each:
+/// one shared by 8 threads blocking every millisecond lost a third of
+/// its samples.
 fn open_on_threads(
     tids: &[i32],
     spec: &mut sys::EventSpec,
@@ -2266,7 +2269,11 @@ fn open_on_threads(
     for &tid in tids {
         for cpu in 0..sys::cpus() {
             for &kind in kinds {
-                let into = rings.get(&(cpu, kind)).map(|&i| &events[i].0);
+                // Switch samples come at every block, thousands a second
+                // per thread: those keep a ring per thread.
+                let into = (kind == sys::EventKind::CpuClock)
+                    .then(|| rings.get(&(cpu, kind)).map(|&i| &events[i].0))
+                    .flatten();
                 let owner = into.is_none();
                 match open_event(tid, cpu, spec, kind, pages, into) {
                     Ok(e) => {
